@@ -1,0 +1,1 @@
+//! Buffer pools, session slabs and memory accounting for tern (in progress).

@@ -1,0 +1,13 @@
+//! Sans-IO wire formats for tern.
+//!
+//! Nothing in this crate touches a socket, a thread or the clock: parsers take `&[u8]`,
+//! writers fill caller-owned buffers, and anything time-dependent takes `now` from the caller.
+//! A parser never panics on input from the network; it returns an error instead, and every
+//! parser here has a cargo-fuzz target under `fuzz/`.
+
+pub mod h264;
+pub mod rtcp;
+pub mod rtp;
+pub mod sdp;
+pub mod srtp;
+pub mod stun;

@@ -1,0 +1,3 @@
+//! Sans-IO sessions for tern (in progress).
+
+pub mod clip;

@@ -1,0 +1,1 @@
+//! tern server IO driver (in progress).

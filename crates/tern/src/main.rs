@@ -1,0 +1,2 @@
+//! The tern command line.
+fn main() {}
