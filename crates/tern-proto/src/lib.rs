@@ -5,6 +5,8 @@
 //! A parser never panics on input from the network; it returns an error instead, and every
 //! parser here has a cargo-fuzz target under `fuzz/`.
 
+#![forbid(unsafe_code)]
+
 pub mod h264;
 pub mod rtcp;
 pub mod rtp;

@@ -1,1 +1,3 @@
 //! tern server IO driver (in progress).
+
+#![forbid(unsafe_code)]

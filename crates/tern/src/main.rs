@@ -1,2 +1,5 @@
 //! The tern command line.
+
+#![forbid(unsafe_code)]
+
 fn main() {}
