@@ -1,3 +1,216 @@
-//! tern server IO driver (in progress).
+//! tern's IO driver: the media engine thread on the shared UDP port, the HTTP server
+//! (WHEP, pages, API), configuration and start-up/shutdown.
+//!
+//! The protocol work happens in the sans-IO crates (`tern-proto`, `tern-rtc`); this crate
+//! owns sockets, threads and the clock.
 
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod engine;
+pub mod whep;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tern_pool::{BufferPool, PoolConfig};
+use tern_rtc::clip::{Clip, ClipSource};
+use tern_rtc::stream::Stream;
+use tern_rtc::viewer::DtlsContext;
+use tracing::info;
+
+use crate::config::Config;
+use crate::engine::{Command, Engine, EngineStream};
+use crate::whep::{AppState, StreamInfo};
+
+/// Start-up errors.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// A socket could not be bound.
+    #[error("cannot bind {what} on {addr}: {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Anything else that stops start-up.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// `--http`, overriding the config.
+    pub http: Option<SocketAddr>,
+    /// `--media`, overriding the config.
+    pub media: Option<SocketAddr>,
+    /// `--candidate`, overriding the config.
+    pub candidate: Option<IpAddr>,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// Serve the built-in clip as `live/demo`.
+    pub demo: bool,
+}
+
+/// Loads the configuration and applies command-line overrides.
+pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
+    let mut cfg = match &opts.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(a) = opts.http {
+        cfg.server.http = a;
+    }
+    if let Some(a) = opts.media {
+        cfg.server.media = a;
+    }
+    if let Some(ip) = opts.candidate {
+        cfg.server.candidate = Some(ip);
+    }
+    Ok(cfg)
+}
+
+/// Runs the server until SIGINT/SIGTERM.
+pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+    let cfg = load_config(&opts)?;
+    let t = &cfg.tunables;
+    let pool = BufferPool::new(PoolConfig {
+        name: "packet_buffers",
+        lower: 1,
+        upper: t.max_payload,
+        initial: t.pool_initial,
+        max_free: t.pool_max_free,
+        low_water: t.pool_initial / 4,
+        prefault: true,
+        huge_pages: false,
+    })
+    .map_err(|e| ServeError::Other(format!("packet pool: {e}")))?;
+
+    // Streams: the demo clip, then declared streams (not live until a publisher arrives).
+    let mut engine_streams = Vec::new();
+    let mut infos = HashMap::new();
+    if opts.demo {
+        let clip = Clip::builtin().map_err(|e| ServeError::Other(format!("demo clip: {e}")))?;
+        let src = ClipSource::new(Arc::new(clip), Instant::now());
+        infos.insert("live/demo".to_string(), StreamInfo { index: 0 });
+        engine_streams.push(EngineStream::new(
+            "live/demo".into(),
+            Stream::new(t.video_ring, t.audio_ring),
+            Some(src),
+        ));
+    }
+    for app in &cfg.apps {
+        for s in &app.streams {
+            let key = format!("{}/{}", app.name, s);
+            if infos.contains_key(&key) {
+                continue;
+            }
+            infos.insert(
+                key.clone(),
+                StreamInfo {
+                    index: engine_streams.len(),
+                },
+            );
+            engine_streams.push(EngineStream::new(
+                key,
+                Stream::new(t.video_ring, t.audio_ring),
+                None,
+            ));
+        }
+    }
+
+    let dtls = Arc::new(DtlsContext::generate().map_err(|e| ServeError::Other(e.to_string()))?);
+    let media = cfg.server.media;
+    let (engine, handle) = Engine::new(
+        media,
+        engine_streams,
+        dtls.clone(),
+        pool,
+        cfg.server.cname.clone(),
+    )
+    .map_err(|source| ServeError::Bind {
+        what: "media (UDP)",
+        addr: media,
+        source,
+    })?;
+    let media_addr = engine.local_addr().map_err(|e| ServeError::Other(e.to_string()))?;
+    let candidate_ip = cfg.server.candidate.unwrap_or(if media.ip().is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        media.ip()
+    });
+    let engine_thread = std::thread::Builder::new()
+        .name("StreamWorker".into())
+        .spawn(move || engine.run())
+        .map_err(|e| ServeError::Other(format!("spawn media thread: {e}")))?;
+
+    let http = cfg.server.http;
+    let state = Arc::new(AppState::new(
+        cfg,
+        infos,
+        handle.clone(),
+        *dtls.fingerprint(),
+        candidate_ip,
+        media_addr.port(),
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("HttpWorker")
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
+    let res = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(http)
+            .await
+            .map_err(|source| ServeError::Bind {
+                what: "HTTP",
+                addr: http,
+                source,
+            })?;
+        info!(%http, media = %media_addr, %candidate_ip, "tern listening");
+        let app = whep::router(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|e| ServeError::Other(format!("http server: {e}")))
+    });
+    let _ = handle.send(Command::Shutdown);
+    let _ = engine_thread.join();
+    info!("tern stopped");
+    res
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    info!("shutting down");
+}

@@ -1,5 +1,103 @@
-//! The tern command line.
+//! The tern command line: `serve`, `demo`, `config check`.
 
 #![forbid(unsafe_code)]
 
-fn main() {}
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tern_server::{ServeOptions, serve};
+
+/// The process-wide counting allocator: live bytes, peak and allocation count for the
+/// memory report and benchmarks.
+#[global_allocator]
+static ALLOC: tern_pool::CountingAlloc = tern_pool::CountingAlloc::new();
+
+#[derive(Parser)]
+#[command(name = "tern", version, about = "A lean WebRTC streaming server")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the server with the configured streams.
+    Serve(ServeArgs),
+    /// Run the server with the built-in demo clip as live/demo.
+    Demo(ServeArgs),
+    /// Validate a configuration file and exit.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Check a config file: prints the first error naming the key, or "ok".
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// HTTP listener (WHEP, pages, API) [default: 0.0.0.0:8080]
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// The one UDP port for all WebRTC media [default: 0.0.0.0:10000]
+    #[arg(long)]
+    media: Option<SocketAddr>,
+    /// Host address announced in ICE candidates
+    #[arg(long)]
+    candidate: Option<IpAddr>,
+    /// TOML configuration file
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let (args, demo) = match cli.cmd {
+        Cmd::Serve(a) => (a, false),
+        Cmd::Demo(a) => (a, true),
+        Cmd::Config {
+            cmd: ConfigCmd::Check { file },
+        } => {
+            return match tern_server::config::Config::load(&file) {
+                Ok(_) => {
+                    println!("ok");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    let opts = ServeOptions {
+        http: args.http,
+        media: args.media,
+        candidate: args.candidate,
+        config: args.config,
+        demo,
+    };
+    match serve(opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Per-thread shard index shared by the pool statistics and the counting allocator.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// Number of counter shards (a power of two).
+pub(crate) const SHARDS: usize = 32;
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // `const` initialiser and a type without `Drop`: no lazy heap initialisation and no TLS
+    // destructor, so this is usable from inside the global allocator.
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's shard, assigned round-robin on first use (shard 0 during TLS teardown).
+#[inline]
+pub(crate) fn thread_shard() -> usize {
+    SHARD
+        .try_with(|s| {
+            let v = s.get();
+            if v != usize::MAX {
+                return v;
+            }
+            let v = NEXT.fetch_add(1, Relaxed) % SHARDS;
+            s.set(v);
+            v
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,865 @@
+//! The lean viewer session: ICE-lite, a transient DTLS handshake, SRTP, and RTCP.
+//!
+//! A viewer is driven by its owner (a stream worker) with explicit time:
+//! [`Viewer::handle_stun`], [`Viewer::handle_dtls`], [`Viewer::handle_rtcp`],
+//! [`Viewer::handle_timeout`] and [`Viewer::poll_timeout`]. Media goes out through
+//! [`Viewer::write_media`], which writes one SRTP packet into a caller-owned buffer: the
+//! viewer copies nothing else and keeps no per-packet history (NACKs are answered from the
+//! stream's ring, see [`crate::stream`]).
+//!
+//! What a connected viewer keeps (the point of this crate): ICE credentials inline, the
+//! selected 5-tuple, three one-direction SRTP ciphers (RTP out, RTCP out, RTCP in), and per
+//! track a handful of integers (ssrc, offsets, counters). The DTLS engine and everything the
+//! handshake needs live in a separately boxed [`Handshake`] that is dropped as soon as the
+//! peer has proven it holds the SRTP keys (its first authenticated SRTCP packet), or a short
+//! linger after the handshake completes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dimpl::{Dtls, DtlsCertificate};
+use tern_proto::rtcp::{self, RtcpPacket};
+use tern_proto::rtp::{self, HeaderOut};
+use tern_proto::srtp::{self, RtcpCipher, RtpCipher, SrtpProfile};
+use tern_proto::stun;
+
+use crate::clip::MediaKind;
+use crate::stream::RingPacket;
+
+/// Length of the ICE username fragment tern mints (RFC 8445 §5.3 requires ≥ 4 characters).
+pub const UFRAG_LEN: usize = 8;
+/// Length of the ICE password tern mints (RFC 8445 §5.3 requires ≥ 22 characters).
+pub const PWD_LEN: usize = 24;
+
+/// Timeouts and cadences of a viewer session.
+#[derive(Debug, Clone, Copy)]
+pub struct ViewerTimeouts {
+    /// Time from creation to a completed DTLS handshake before the session is dropped.
+    /// Default 30 s: Chromium gives up ICE after ~30 s without a pair.
+    pub connect: Duration,
+    /// Consent lifetime: with no valid binding request for this long the session ends.
+    /// Default 30 s (RFC 7675 §5.1 consent expiry).
+    pub consent: Duration,
+    /// How long the DTLS engine is kept after the handshake if the peer sends no SRTCP
+    /// (which would prove it holds the keys). Default 5 s: covers several retransmissions of
+    /// the peer's final flight (DTLS initial RTO 1 s, RFC 6347 §4.2.4.1).
+    pub handshake_linger: Duration,
+    /// Interval between RTCP sender reports. Default 1 s (RFC 3550 §6.2 minimum is 5 s at
+    /// low bandwidth, but browsers use SR for A/V sync and testers for latency: send often).
+    pub sr_interval: Duration,
+}
+
+impl Default for ViewerTimeouts {
+    fn default() -> Self {
+        ViewerTimeouts {
+            connect: Duration::from_secs(30),
+            consent: Duration::from_secs(30),
+            handshake_linger: Duration::from_secs(5),
+            sr_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Shared DTLS material: one certificate for every session of the server.
+pub struct DtlsContext {
+    config: Arc<dimpl::Config>,
+    cert: DtlsCertificate,
+    fingerprint: [u8; 32],
+}
+
+impl DtlsContext {
+    /// Generates a fresh self-signed ECDSA P-256 certificate.
+    pub fn generate() -> Result<Self, ViewerError> {
+        let cert = dimpl::certificate::generate_self_signed_certificate()
+            .map_err(|e| ViewerError::Dtls(format!("certificate: {e:?}")))?;
+        let fingerprint = sha256(&cert.certificate);
+        let config = dimpl::Config::builder()
+            .build()
+            .map_err(|e| ViewerError::Dtls(format!("config: {e}")))?;
+        Ok(DtlsContext {
+            config: Arc::new(config),
+            cert,
+            fingerprint,
+        })
+    }
+
+    /// SHA-256 fingerprint of the certificate, for `a=fingerprint`.
+    pub fn fingerprint(&self) -> &[u8; 32] {
+        &self.fingerprint
+    }
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// Per-track parameters from the negotiation.
+#[derive(Debug, Clone, Copy)]
+pub struct TrackParams {
+    /// Negotiated payload type.
+    pub pt: u8,
+    /// Our SSRC for this track.
+    pub ssrc: u32,
+    /// Negotiated id of the abs-capture-time header extension, if any.
+    pub abs_capture_time_ext: Option<u8>,
+    /// Whether the viewer negotiated generic NACK.
+    pub nack: bool,
+    /// First outgoing sequence number (random per RFC 3550 §5.1).
+    pub initial_seq: u16,
+    /// Offset added to the source RTP timestamp (random per RFC 3550 §5.1).
+    pub ts_offset: u32,
+}
+
+/// Everything needed to create a viewer.
+#[derive(Debug, Clone)]
+pub struct ViewerParams {
+    /// Our ICE ufrag (exactly [`UFRAG_LEN`] ASCII characters).
+    pub local_ufrag: [u8; UFRAG_LEN],
+    /// Our ICE password (exactly [`PWD_LEN`] ASCII characters).
+    pub local_pwd: [u8; PWD_LEN],
+    /// The viewer's ICE ufrag from its offer.
+    pub remote_ufrag: Box<str>,
+    /// SHA-256 fingerprint of the viewer's DTLS certificate from its offer.
+    pub remote_fingerprint: [u8; 32],
+    /// Video track, if negotiated.
+    pub video: Option<TrackParams>,
+    /// Audio track, if negotiated.
+    pub audio: Option<TrackParams>,
+    /// Timeouts.
+    pub timeouts: ViewerTimeouts,
+}
+
+/// Where a viewer is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewerState {
+    /// Waiting for a valid ICE binding request.
+    New,
+    /// ICE is up, DTLS in progress.
+    Handshaking,
+    /// SRTP keys derived: media flows.
+    Connected,
+    /// Ended; the owner should remove it.
+    Closed(CloseReason),
+}
+
+/// Why a viewer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// No completed handshake within [`ViewerTimeouts::connect`].
+    ConnectTimeout,
+    /// No consent refresh within [`ViewerTimeouts::consent`].
+    ConsentExpired,
+    /// DTLS failed (bad record, bad fingerprint, alert).
+    DtlsFailed,
+    /// The peer closed DTLS (close_notify) or sent RTCP BYE.
+    PeerClosed,
+    /// The owner closed it (DELETE, kick, shutdown).
+    Local,
+}
+
+/// Errors from a viewer's entry points. A packet that causes one is dropped and counted by
+/// the caller; only [`ViewerError::Dtls`] during a handshake ends the session.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ViewerError {
+    /// A STUN message that is not a binding request for this session.
+    #[error("stun: {0}")]
+    Stun(&'static str),
+    /// The DTLS engine failed.
+    #[error("dtls: {0}")]
+    Dtls(String),
+    /// SRTP/SRTCP protection failed (bad tag, replay, unsupported profile).
+    #[error("srtp: {0}")]
+    Srtp(String),
+    /// A packet arrived in a state where it cannot be used.
+    #[error("unexpected packet in state {0:?}")]
+    State(ViewerState),
+    /// The output buffer is too small.
+    #[error("output buffer too small")]
+    BufferTooSmall,
+}
+
+/// What a viewer's RTCP asks of its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewerEvent {
+    /// Retransmit this source packet (from the stream ring) to this viewer.
+    Nack {
+        /// Track kind.
+        kind: MediaKind,
+        /// Source extended sequence number.
+        seq: u64,
+    },
+    /// The viewer asked for a keyframe (PLI or FIR).
+    KeyframeRequest,
+}
+
+/// Which timer of a viewer fires next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// Connect deadline.
+    Connect,
+    /// Consent expiry.
+    Consent,
+    /// DTLS retransmission.
+    Dtls,
+    /// End of the handshake linger.
+    HandshakeDrop,
+    /// Next RTCP sender report.
+    SenderReport,
+}
+
+/// Transient DTLS state: dropped once the peer has shown it holds the keys.
+struct Handshake {
+    dtls: Dtls,
+    remote_fingerprint: [u8; 32],
+    next_timeout: Option<Instant>,
+    connected_at: Option<Instant>,
+}
+
+/// SRTP state of a connected viewer.
+struct Srtp {
+    rtp_tx: RtpCipher,
+    rtcp_tx: RtcpCipher,
+    rtcp_rx: RtcpCipher,
+}
+
+/// Per-track state: a few integers.
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    p: TrackParams,
+    /// Source sequence number mapped to `p.initial_seq`; `None` until the first packet.
+    src_start: Option<u64>,
+    /// Highest extended outgoing sequence number sent.
+    last_out: u64,
+    /// RTP timestamp and capture NTP of the newest packet sent (for the SR).
+    last_ts: u32,
+    last_ntp: u64,
+    packets: u32,
+    octets: u32,
+    /// Loss reported by the viewer's latest receiver report.
+    fraction_lost: u8,
+    cumulative_lost: i32,
+    jitter: u32,
+}
+
+impl Track {
+    fn new(p: TrackParams) -> Self {
+        Track {
+            p,
+            src_start: None,
+            last_out: 0,
+            last_ts: 0,
+            last_ntp: 0,
+            packets: 0,
+            octets: 0,
+            fraction_lost: 0,
+            cumulative_lost: 0,
+            jitter: 0,
+        }
+    }
+
+    /// Extended outgoing sequence number of a source packet.
+    fn out_seq(&self, src_start: u64, src: u64) -> u64 {
+        u64::from(self.p.initial_seq) + (src - src_start)
+    }
+
+    /// Source sequence number of an outgoing 16-bit sequence number (for NACK), extended
+    /// against the newest one sent.
+    fn src_of(&self, seq16: u16) -> Option<u64> {
+        let src_start = self.src_start?;
+        let last = self.last_out;
+        let base = last & !0xffff;
+        let mut ext = base | u64::from(seq16);
+        if ext > last {
+            ext = ext.checked_sub(1 << 16)?;
+        }
+        let first = u64::from(self.p.initial_seq);
+        if ext < first {
+            return None;
+        }
+        Some(src_start + (ext - first))
+    }
+}
+
+/// Counters of one viewer (read by metrics, never copied into snapshots).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ViewerCounters {
+    /// RTP packets sent (including retransmissions).
+    pub packets_sent: u64,
+    /// RTP payload and header bytes sent, before SRTP overhead.
+    pub bytes_sent: u64,
+    /// Retransmissions sent in answer to NACKs.
+    pub retransmits: u64,
+    /// NACKed sequence numbers received.
+    pub nacks: u64,
+    /// PLI and FIR received.
+    pub keyframe_requests: u64,
+    /// Packets dropped as malformed or unauthenticated.
+    pub dropped: u64,
+}
+
+/// One viewer.
+pub struct Viewer {
+    local_ufrag: [u8; UFRAG_LEN],
+    local_pwd: [u8; PWD_LEN],
+    remote_ufrag: Box<str>,
+    remote_fingerprint: [u8; 32],
+    remote: Option<SocketAddr>,
+    state: ViewerState,
+    created: Instant,
+    last_consent: Instant,
+    next_sr: Option<Instant>,
+    timeouts: ViewerTimeouts,
+    handshake: Option<Box<Handshake>>,
+    srtp: Option<Box<Srtp>>,
+    video: Option<Track>,
+    audio: Option<Track>,
+    counters: ViewerCounters,
+}
+
+impl Viewer {
+    /// A new session, waiting for ICE.
+    pub fn new(p: ViewerParams, now: Instant) -> Self {
+        Viewer {
+            local_ufrag: p.local_ufrag,
+            local_pwd: p.local_pwd,
+            remote_ufrag: p.remote_ufrag,
+            remote_fingerprint: p.remote_fingerprint,
+            remote: None,
+            state: ViewerState::New,
+            created: now,
+            last_consent: now,
+            next_sr: None,
+            timeouts: p.timeouts,
+            handshake: None,
+            srtp: None,
+            video: p.video.map(Track::new),
+            audio: p.audio.map(Track::new),
+            counters: ViewerCounters::default(),
+        }
+    }
+
+    /// Our ICE ufrag.
+    pub fn local_ufrag(&self) -> &[u8; UFRAG_LEN] {
+        &self.local_ufrag
+    }
+
+    /// The nominated remote address, once ICE has one.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.remote
+    }
+
+    /// Current state.
+    pub fn state(&self) -> ViewerState {
+        self.state
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &ViewerCounters {
+        &self.counters
+    }
+
+    /// Whether the transient handshake state is still held.
+    pub fn has_handshake(&self) -> bool {
+        self.handshake.is_some()
+    }
+
+    /// Loss figures from the viewer's latest RR for a track: (fraction lost /256,
+    /// cumulative lost, jitter in RTP units).
+    pub fn reported_loss(&self, kind: MediaKind) -> Option<(u8, i32, u32)> {
+        self.track(kind)
+            .map(|t| (t.fraction_lost, t.cumulative_lost, t.jitter))
+    }
+
+    fn track(&self, kind: MediaKind) -> Option<&Track> {
+        match kind {
+            MediaKind::Video => self.video.as_ref(),
+            MediaKind::Audio => self.audio.as_ref(),
+        }
+    }
+
+    fn track_mut(&mut self, kind: MediaKind) -> Option<&mut Track> {
+        match kind {
+            MediaKind::Video => self.video.as_mut(),
+            MediaKind::Audio => self.audio.as_mut(),
+        }
+    }
+
+    /// Replaces the ICE credentials (ICE restart, RFC 8445 §9). The nominated address is
+    /// kept until a request with the new credentials nominates another.
+    pub fn restart_ice(
+        &mut self,
+        local_ufrag: [u8; UFRAG_LEN],
+        local_pwd: [u8; PWD_LEN],
+        remote_ufrag: Box<str>,
+    ) {
+        self.local_ufrag = local_ufrag;
+        self.local_pwd = local_pwd;
+        self.remote_ufrag = remote_ufrag;
+    }
+
+    /// Ends the session.
+    pub fn close(&mut self, reason: CloseReason) {
+        self.state = ViewerState::Closed(reason);
+        self.handshake = None;
+        self.srtp = None;
+    }
+
+    /// Answers a STUN binding request from `from`, writing the success response into `out`
+    /// and returning its length. A request with USE-CANDIDATE (or the first valid one)
+    /// nominates `from`; every valid request refreshes consent.
+    pub fn handle_stun(
+        &mut self,
+        now: Instant,
+        msg: &stun::Message<'_>,
+        from: SocketAddr,
+        out: &mut [u8],
+    ) -> Result<usize, ViewerError> {
+        if matches!(self.state, ViewerState::Closed(_)) {
+            return Err(ViewerError::State(self.state));
+        }
+        if msg.class() != stun::Class::Request || msg.method() != stun::BINDING {
+            return Err(ViewerError::Stun("not a binding request"));
+        }
+        let user = msg
+            .username()
+            .ok_or(ViewerError::Stun("no USERNAME"))?;
+        if !self.username_matches(user) {
+            return Err(ViewerError::Stun("USERNAME does not match the session"));
+        }
+        if !msg.check_integrity(&self.local_pwd) {
+            return Err(ViewerError::Stun("bad MESSAGE-INTEGRITY"));
+        }
+        if msg.attr(stun::FINGERPRINT).is_some() && !msg.check_fingerprint() {
+            return Err(ViewerError::Stun("bad FINGERPRINT"));
+        }
+        if self.remote.is_none() || msg.use_candidate() {
+            self.remote = Some(from);
+        }
+        if self.remote == Some(from) {
+            self.last_consent = now;
+        }
+        if self.state == ViewerState::New {
+            self.state = ViewerState::Handshaking;
+        }
+        stun::write_binding_success(out, msg.transaction_id(), from, &self.local_pwd)
+            .map_err(|_| ViewerError::BufferTooSmall)
+    }
+
+    /// Whether a USERNAME (`ours:theirs`) belongs to this session.
+    fn username_matches(&self, user: &[u8]) -> bool {
+        let n = UFRAG_LEN;
+        user.len() == n + 1 + self.remote_ufrag.len()
+            && user[..n] == self.local_ufrag
+            && user[n] == b':'
+            && &user[n + 1..] == self.remote_ufrag.as_bytes()
+    }
+
+    /// Feeds a DTLS record from the nominated address; records to send back are passed to
+    /// `send`.
+    pub fn handle_dtls(
+        &mut self,
+        now: Instant,
+        data: &[u8],
+        ctx: &DtlsContext,
+        send: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), ViewerError> {
+        match self.state {
+            ViewerState::Handshaking => {}
+            // Records after the handshake state is gone (a retransmitted final flight)
+            // are ignored: the peer has already proven it holds the keys.
+            ViewerState::Connected if self.handshake.is_none() => return Ok(()),
+            ViewerState::Connected => {}
+            s => return Err(ViewerError::State(s)),
+        }
+        let hs = self.handshake.get_or_insert_with(|| {
+            Box::new(Handshake {
+                dtls: Dtls::new_auto(ctx.config.clone(), ctx.cert.clone(), now),
+                remote_fingerprint: self.remote_fingerprint,
+                next_timeout: None,
+                connected_at: None,
+            })
+        });
+        if let Err(e) = hs.dtls.handle_packet(data) {
+            self.close(CloseReason::DtlsFailed);
+            return Err(ViewerError::Dtls(e.to_string()));
+        }
+        self.drain_dtls(now, send)
+    }
+
+    fn drain_dtls(&mut self, now: Instant, send: &mut dyn FnMut(&[u8])) -> Result<(), ViewerError> {
+        let Some(hs) = self.handshake.as_mut() else {
+            return Ok(());
+        };
+        let mut buf = [0u8; 1500];
+        let mut keys = None;
+        let mut bad_cert = false;
+        let mut closed = false;
+        loop {
+            match hs.dtls.poll_output(&mut buf) {
+                dimpl::Output::Packet(p) => send(p),
+                dimpl::Output::Timeout(t) => {
+                    hs.next_timeout = Some(t);
+                    break;
+                }
+                dimpl::Output::Connected => hs.connected_at = Some(now),
+                dimpl::Output::PeerCert(der) => {
+                    if sha256(der) != hs.remote_fingerprint {
+                        bad_cert = true;
+                    }
+                }
+                dimpl::Output::KeyingMaterial(km, profile) => keys = Some((km, profile)),
+                dimpl::Output::CloseNotify => closed = true,
+                dimpl::Output::BufferTooSmall { .. } => {
+                    // Our records never exceed the MTU-sized buffer; treat it as fatal.
+                    bad_cert = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if bad_cert {
+            self.close(CloseReason::DtlsFailed);
+            return Err(ViewerError::Dtls("peer certificate does not match fingerprint".into()));
+        }
+        if closed {
+            self.close(CloseReason::PeerClosed);
+            return Ok(());
+        }
+        if let Some((km, profile)) = keys {
+            let profile = match profile {
+                dimpl::SrtpProfile::AEAD_AES_128_GCM => SrtpProfile::AeadAes128Gcm,
+                dimpl::SrtpProfile::AEAD_AES_256_GCM => SrtpProfile::AeadAes256Gcm,
+                dimpl::SrtpProfile::AES128_CM_SHA1_80 => SrtpProfile::Aes128CmHmacSha1_80,
+            };
+            let srtp = make_srtp(profile, &km).map_err(|e| {
+                ViewerError::Srtp(e.to_string())
+            });
+            match srtp {
+                Ok(s) => {
+                    self.srtp = Some(Box::new(s));
+                    self.state = ViewerState::Connected;
+                    self.next_sr = Some(now + self.timeouts.sr_interval);
+                }
+                Err(e) => {
+                    self.close(CloseReason::DtlsFailed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Unprotects and reads an SRTCP compound packet from the viewer (in place). Requests
+    /// are passed to `events`. Unknown RTCP types are ignored.
+    pub fn handle_rtcp(
+        &mut self,
+        now: Instant,
+        data: &mut [u8],
+        events: &mut dyn FnMut(ViewerEvent),
+    ) -> Result<(), ViewerError> {
+        let _ = now;
+        let Some(srtp) = self.srtp.as_mut() else {
+            self.counters.dropped += 1;
+            return Err(ViewerError::State(self.state));
+        };
+        let len = data.len();
+        let plain = match srtp.rtcp_rx.unprotect(data, len) {
+            Ok(n) => n,
+            Err(e) => {
+                self.counters.dropped += 1;
+                return Err(ViewerError::Srtp(e.to_string()));
+            }
+        };
+        // The peer has proven it holds the keys: the handshake state can go.
+        self.handshake = None;
+        for pkt in rtcp::iter_compound(&data[..plain]) {
+            let Ok(pkt) = pkt else {
+                self.counters.dropped += 1;
+                break;
+            };
+            match pkt {
+                RtcpPacket::ReceiverReport(rr) => {
+                    for b in rr.blocks() {
+                        self.note_report(b.ssrc, b.fraction_lost, b.cumulative_lost, b.jitter);
+                    }
+                }
+                RtcpPacket::SenderReport(sr) => {
+                    for b in sr.blocks() {
+                        self.note_report(b.ssrc, b.fraction_lost, b.cumulative_lost, b.jitter);
+                    }
+                }
+                RtcpPacket::Nack(n) => {
+                    let Some(kind) = self.kind_of(n.media_ssrc) else {
+                        continue;
+                    };
+                    for seq in n.lost() {
+                        self.counters.nacks += 1;
+                        let Some(t) = self.track(kind) else { continue };
+                        if !t.p.nack {
+                            continue;
+                        }
+                        if let Some(src) = t.src_of(seq) {
+                            events(ViewerEvent::Nack { kind, seq: src });
+                        }
+                    }
+                }
+                RtcpPacket::Pli { .. } | RtcpPacket::Fir(_) => {
+                    self.counters.keyframe_requests += 1;
+                    events(ViewerEvent::KeyframeRequest);
+                }
+                RtcpPacket::Bye { .. } => {
+                    self.close(CloseReason::PeerClosed);
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn kind_of(&self, ssrc: u32) -> Option<MediaKind> {
+        if self.video.is_some_and(|t| t.p.ssrc == ssrc) {
+            Some(MediaKind::Video)
+        } else if self.audio.is_some_and(|t| t.p.ssrc == ssrc) {
+            Some(MediaKind::Audio)
+        } else {
+            None
+        }
+    }
+
+    fn note_report(&mut self, ssrc: u32, fraction: u8, cumulative: i32, jitter: u32) {
+        if let Some(kind) = self.kind_of(ssrc)
+            && let Some(t) = self.track_mut(kind)
+        {
+            t.fraction_lost = fraction;
+            t.cumulative_lost = cumulative;
+            t.jitter = jitter;
+        }
+    }
+
+    /// Whether this viewer wants `pkt` as new media now: connected, track negotiated, and
+    /// (for a video track not yet started) `pkt` starts a keyframe.
+    pub fn wants(&self, pkt: &RingPacket) -> bool {
+        if self.state != ViewerState::Connected {
+            return false;
+        }
+        match self.track(pkt.kind) {
+            None => false,
+            Some(t) => match t.src_start {
+                Some(start) => pkt.seq >= start,
+                None => pkt.kind == MediaKind::Audio || pkt.keyframe,
+            },
+        }
+    }
+
+    /// Whether the track of `kind` has started (received its first packet).
+    pub fn started(&self, kind: MediaKind) -> bool {
+        self.track(kind).is_some_and(|t| t.src_start.is_some())
+    }
+
+    /// Writes `pkt` as an SRTP packet for this viewer into `out` (header rewritten with this
+    /// viewer's ssrc, sequence number and timestamp; payload copied; encrypted in place).
+    /// Returns the length, or `None` when the viewer does not take this packet (see
+    /// [`Viewer::wants`]; a retransmission of an already-sent packet is always taken).
+    pub fn write_media(
+        &mut self,
+        pkt: &RingPacket,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, ViewerError> {
+        if self.state != ViewerState::Connected {
+            return Ok(None);
+        }
+        let Some(t) = (match pkt.kind {
+            MediaKind::Video => self.video.as_mut(),
+            MediaKind::Audio => self.audio.as_mut(),
+        }) else {
+            return Ok(None);
+        };
+        let src_start = match t.src_start {
+            Some(s) if pkt.seq >= s => s,
+            Some(_) => return Ok(None),
+            None if pkt.kind == MediaKind::Audio || pkt.keyframe => {
+                t.src_start = Some(pkt.seq);
+                pkt.seq
+            }
+            None => return Ok(None),
+        };
+        let out_ext = t.out_seq(src_start, pkt.seq);
+        let ts = pkt.rtp_ts.wrapping_add(t.p.ts_offset);
+        let hdr = HeaderOut {
+            marker: pkt.marker,
+            payload_type: t.p.pt,
+            sequence: out_ext as u16,
+            timestamp: ts,
+            ssrc: t.p.ssrc,
+            abs_capture_time: t.p.abs_capture_time_ext.map(|id| (id, pkt.capture_ntp)),
+        };
+        let Some(srtp) = self.srtp.as_mut() else {
+            return Ok(None);
+        };
+        let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
+        let plen = pkt.payload.len();
+        let end = hlen + plen;
+        if out.len() < end + srtp.rtp_tx.overhead() {
+            return Err(ViewerError::BufferTooSmall);
+        }
+        out[hlen..end].copy_from_slice(&pkt.payload);
+        let n = srtp
+            .rtp_tx
+            .protect(out, end, hlen, (out_ext >> 16) as u32)
+            .map_err(|e| ViewerError::Srtp(e.to_string()))?;
+        if out_ext > t.last_out || t.packets == 0 {
+            t.last_out = out_ext;
+            t.last_ts = ts;
+            t.last_ntp = pkt.capture_ntp;
+            t.packets = t.packets.wrapping_add(1);
+            t.octets = t.octets.wrapping_add(plen as u32);
+        } else {
+            self.counters.retransmits += 1;
+        }
+        self.counters.packets_sent += 1;
+        self.counters.bytes_sent += end as u64;
+        Ok(Some(n))
+    }
+
+    /// When the next timer fires, and which.
+    pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        let mut best: Option<(Instant, Timer)> = None;
+        let mut consider = |t: Option<Instant>, which: Timer| {
+            if let Some(t) = t
+                && best.is_none_or(|(b, _)| t < b)
+            {
+                best = Some((t, which));
+            }
+        };
+        match self.state {
+            ViewerState::Closed(_) => return None,
+            ViewerState::New | ViewerState::Handshaking => {
+                consider(Some(self.created + self.timeouts.connect), Timer::Connect);
+            }
+            ViewerState::Connected => consider(self.next_sr, Timer::SenderReport),
+        }
+        if self.state != ViewerState::New {
+            consider(Some(self.last_consent + self.timeouts.consent), Timer::Consent);
+        }
+        if let Some(hs) = &self.handshake {
+            consider(hs.next_timeout, Timer::Dtls);
+            consider(
+                hs.connected_at.map(|t| t + self.timeouts.handshake_linger),
+                Timer::HandshakeDrop,
+            );
+        }
+        best
+    }
+
+    /// Advances timers to `now`. DTLS retransmissions go to `send`; sender reports are
+    /// written by [`Viewer::poll_sender_report`].
+    pub fn handle_timeout(&mut self, now: Instant, send: &mut dyn FnMut(&[u8])) {
+        match self.state {
+            ViewerState::Closed(_) => return,
+            ViewerState::New | ViewerState::Handshaking
+                if now >= self.created + self.timeouts.connect =>
+            {
+                self.close(CloseReason::ConnectTimeout);
+                return;
+            }
+            _ => {}
+        }
+        if self.state != ViewerState::New && now >= self.last_consent + self.timeouts.consent {
+            self.close(CloseReason::ConsentExpired);
+            return;
+        }
+        let mut drop_hs = false;
+        let mut failed = false;
+        if let Some(hs) = self.handshake.as_mut() {
+            if hs
+                .connected_at
+                .is_some_and(|t| now >= t + self.timeouts.handshake_linger)
+            {
+                drop_hs = true;
+            } else if hs.next_timeout.is_some_and(|t| now >= t) {
+                failed = hs.dtls.handle_timeout(now).is_err();
+            }
+        }
+        if drop_hs {
+            self.handshake = None;
+        } else if failed {
+            self.close(CloseReason::DtlsFailed);
+        } else if self.handshake.is_some() {
+            let _ = self.drain_dtls(now, send);
+        }
+    }
+
+    /// If a sender report is due, writes an SRTCP compound (SR per started track + SDES
+    /// CNAME) into `out` and returns its length.
+    pub fn poll_sender_report(&mut self, now: Instant, cname: &str, out: &mut [u8]) -> Option<usize> {
+        if self.state != ViewerState::Connected || self.next_sr.is_none_or(|t| now < t) {
+            return None;
+        }
+        self.next_sr = Some(now + self.timeouts.sr_interval);
+        let srtp = self.srtp.as_mut()?;
+        let mut len = 0;
+        let mut first_ssrc = None;
+        for t in [self.video.as_ref(), self.audio.as_ref()].into_iter().flatten() {
+            if t.src_start.is_none() {
+                continue;
+            }
+            let info = rtcp::SenderInfo {
+                ssrc: t.p.ssrc,
+                ntp: t.last_ntp,
+                rtp_ts: t.last_ts,
+                packet_count: t.packets,
+                octet_count: t.octets,
+            };
+            len += rtcp::write_sr(&mut out[len..], &info, &[]).ok()?;
+            first_ssrc.get_or_insert(t.p.ssrc);
+        }
+        let ssrc = first_ssrc?;
+        len += rtcp::write_sdes_cname(&mut out[len..], ssrc, cname).ok()?;
+        srtp.rtcp_tx.protect(out, len).ok()
+    }
+}
+
+fn make_srtp(profile: SrtpProfile, km: &[u8]) -> Result<Srtp, srtp::SrtpError> {
+    let (client, server) = srtp::split_keying_material(profile, km)?;
+    Ok(Srtp {
+        rtp_tx: RtpCipher::new(profile, &server)?,
+        rtcp_tx: RtcpCipher::new(profile, &server)?,
+        rtcp_rx: RtcpCipher::new(profile, &client)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn track(initial_seq: u16) -> Track {
+        Track::new(TrackParams {
+            pt: 96,
+            ssrc: 1,
+            abs_capture_time_ext: None,
+            nack: true,
+            initial_seq,
+            ts_offset: 0,
+        })
+    }
+
+    #[test]
+    fn nack_maps_back_to_source_across_wrap() {
+        let mut t = track(65530);
+        t.src_start = Some(1000);
+        // Sent source 1000..=1010 → out 65530..=65540 (wraps at 65536).
+        t.last_out = t.out_seq(1000, 1010);
+        assert_eq!(t.last_out, 65540);
+        assert_eq!(t.src_of(65531), Some(1001));
+        assert_eq!(t.src_of(2), Some(1008)); // 65538 as u16
+        assert_eq!(t.src_of(4), Some(1010));
+        // Before the first packet sent: unknown.
+        assert_eq!(t.src_of(65529), None);
+    }
+}

@@ -1,0 +1,304 @@
+//! The configuration file (TOML) and its validation.
+//!
+//! Every key is optional; command-line flags override the file. An unknown key or a bad value
+//! stops start-up with an error that names the key (serde's `deny_unknown_fields` plus
+//! [`Config::validate`]).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Errors loading or validating the configuration.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// File path.
+        path: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has an unknown key or a value of the wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// File path.
+        path: String,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("config key `{key}`: {message}")]
+    Invalid {
+        /// The offending key, dotted.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listening addresses.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Memory and session tunables (pjnath `config_site.h` in spirit).
+    #[serde(default)]
+    pub tunables: Tunables,
+    /// Applications and their declared streams.
+    #[serde(default, rename = "app")]
+    pub apps: Vec<AppConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            tunables: Tunables::default(),
+            apps: Vec::new(),
+        }
+    }
+}
+
+/// Listening addresses.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// HTTP listener (WHEP, WHIP, pages, API). Default `0.0.0.0:8080`.
+    #[serde(default = "default_http")]
+    pub http: SocketAddr,
+    /// The one UDP port for all WebRTC media. Default `0.0.0.0:10000`.
+    #[serde(default = "default_media")]
+    pub media: SocketAddr,
+    /// Host address announced in ICE candidates. Default: the media address if it is not
+    /// unspecified, else `127.0.0.1`.
+    #[serde(default)]
+    pub candidate: Option<IpAddr>,
+    /// RTCP CNAME used in sender reports. Default `tern`.
+    #[serde(default = "default_cname")]
+    pub cname: String,
+}
+
+fn default_http() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 8080))
+}
+fn default_media() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 10000))
+}
+fn default_cname() -> String {
+    "tern".into()
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            http: default_http(),
+            media: default_media(),
+            candidate: None,
+            cname: default_cname(),
+        }
+    }
+}
+
+/// Tunables, each default justified.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tunables {
+    /// Largest RTP payload the packetizer and pool handle. Default 1200: fits a 1280-byte
+    /// IPv6 minimum MTU path with IP/UDP/RTP/SRTP headers and the abs-capture-time extension.
+    #[serde(default = "d_max_payload")]
+    pub max_payload: usize,
+    /// Video ring length in packets. Default 2048: ~5 s at 4 Mbps (≈400 packets/s), so a NACK
+    /// arriving within several round trips and a 1 s GOP keyframe are always still held.
+    #[serde(default = "d_video_ring")]
+    pub video_ring: usize,
+    /// Audio ring length in packets. Default 256: ~5 s of 20 ms Opus frames.
+    #[serde(default = "d_audio_ring")]
+    pub audio_ring: usize,
+    /// Packet buffers allocated and prefaulted at start. Default 4096: both rings full
+    /// (2048 + 256) plus headroom for ingest bursts.
+    #[serde(default = "d_pool_initial")]
+    pub pool_initial: usize,
+    /// Free packet buffers kept before returning extras to the system. Default 8192.
+    #[serde(default = "d_pool_max_free")]
+    pub pool_max_free: usize,
+    /// Maximum concurrent DTLS handshakes; further WHEP requests get 503 + Retry-After.
+    /// Default 2000: at ~5 ms per handshake a burst of this size completes within seconds and
+    /// bounds transient handshake memory (tens of KiB each) to tens of MiB.
+    #[serde(default = "d_max_handshakes")]
+    pub max_handshakes: usize,
+    /// Maximum viewers in total. Default 20000: the open-file limit does not apply (one UDP
+    /// port), memory at ~4 KiB per viewer is ~80 MiB.
+    #[serde(default = "d_max_viewers")]
+    pub max_viewers: usize,
+}
+
+fn d_max_payload() -> usize {
+    1200
+}
+fn d_video_ring() -> usize {
+    2048
+}
+fn d_audio_ring() -> usize {
+    256
+}
+fn d_pool_initial() -> usize {
+    4096
+}
+fn d_pool_max_free() -> usize {
+    8192
+}
+fn d_max_handshakes() -> usize {
+    2000
+}
+fn d_max_viewers() -> usize {
+    20000
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            max_payload: d_max_payload(),
+            video_ring: d_video_ring(),
+            audio_ring: d_audio_ring(),
+            pool_initial: d_pool_initial(),
+            pool_max_free: d_pool_max_free(),
+            max_handshakes: d_max_handshakes(),
+            max_viewers: d_max_viewers(),
+        }
+    }
+}
+
+/// One application (the `{app}` in URLs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    /// Application name.
+    pub name: String,
+    /// Bearer token required for WHEP/WHIP on this app, if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Declared streams: they exist (WHEP answers 409 while not live) without a publisher.
+    #[serde(default)]
+    pub streams: Vec<String>,
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks ranges and names.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                message: message.to_string(),
+            })
+        };
+        let t = &self.tunables;
+        if !(200..=1400).contains(&t.max_payload) {
+            return bad("tunables.max_payload", "must be between 200 and 1400");
+        }
+        if !(64..=65536).contains(&t.video_ring) {
+            return bad("tunables.video_ring", "must be between 64 and 65536");
+        }
+        if !(16..=65536).contains(&t.audio_ring) {
+            return bad("tunables.audio_ring", "must be between 16 and 65536");
+        }
+        if t.pool_max_free < t.pool_initial {
+            return bad("tunables.pool_max_free", "must be at least tunables.pool_initial");
+        }
+        if t.max_handshakes == 0 {
+            return bad("tunables.max_handshakes", "must be at least 1");
+        }
+        if t.max_viewers == 0 {
+            return bad("tunables.max_viewers", "must be at least 1");
+        }
+        let valid_name = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        };
+        for (i, app) in self.apps.iter().enumerate() {
+            if !valid_name(&app.name) {
+                return bad(
+                    &format!("app[{i}].name"),
+                    "must be 1-64 characters of [A-Za-z0-9._-]",
+                );
+            }
+            if self.apps[..i].iter().any(|a| a.name == app.name) {
+                return bad(&format!("app[{i}].name"), "duplicate app name");
+            }
+            if app.token.as_deref().is_some_and(str::is_empty) {
+                return bad(&format!("app[{i}].token"), "must not be empty");
+            }
+            for (j, s) in app.streams.iter().enumerate() {
+                if !valid_name(s) {
+                    return bad(
+                        &format!("app[{i}].streams[{j}]"),
+                        "must be 1-64 characters of [A-Za-z0-9._-]",
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The app named `name`, if configured.
+    pub fn app(&self, name: &str) -> Option<&AppConfig> {
+        self.apps.iter().find(|a| a.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::parse("[server]\nhtp = \"1.2.3.4:1\"\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("htp"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_is_named() {
+        let e = Config::parse("[tunables]\nmax_payload = 5\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("tunables.max_payload"), "{e}");
+        let e = Config::parse("[[app]]\nname = \"a/b\"\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("app[0].name"), "{e}");
+    }
+
+    #[test]
+    fn apps_parse() {
+        let c = Config::parse(
+            "[[app]]\nname = \"live\"\ntoken = \"s3cret\"\nstreams = [\"idle\"]\n",
+            "x.toml",
+        )
+        .unwrap();
+        let app = c.app("live").unwrap();
+        assert_eq!(app.token.as_deref(), Some("s3cret"));
+        assert_eq!(app.streams, vec!["idle".to_string()]);
+    }
+}

@@ -1,0 +1,690 @@
+//! The media engine: the thread that owns the shared UDP port, the streams and the viewers.
+//!
+//! One loop (a stream worker in OvenMediaEngine's terms) receives every datagram on the
+//! media port, demultiplexes it (RFC 7983: STUN, DTLS, SRTP/SRTCP) by 5-tuple and, for the
+//! first STUN request of a session, by ICE ufrag; runs the clip sources; and fans each new
+//! packet out to the stream's viewers. No lock is taken on the per-packet path: the HTTP side
+//! talks to the engine through a command channel and reads counters through atomics.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token, Waker};
+use tern_pool::BufferPool;
+use tern_proto::rtp;
+use tern_proto::stun;
+use tern_rtc::clip::{ClipSource, MediaKind};
+use tern_rtc::stream::{RingPacket, Stream};
+use tern_rtc::viewer::{
+    CloseReason, DtlsContext, UFRAG_LEN, Viewer, ViewerEvent, ViewerParams, ViewerState, PWD_LEN,
+};
+use tokio::sync::oneshot;
+use tracing::{debug, info, warn};
+
+const SOCKET: Token = Token(0);
+const WAKER: Token = Token(1);
+
+/// How often every viewer's timers are checked. 20 ms keeps DTLS retransmission and SR
+/// timing accurate to well under their own granularity (1 s) at O(viewers) cost per sweep.
+const SWEEP: Duration = Duration::from_millis(20);
+
+/// Opaque handle of a viewer inside the engine (slot index + generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ViewerId(u64);
+
+impl ViewerId {
+    fn new(index: u32, generation: u32) -> Self {
+        ViewerId(u64::from(generation) << 32 | u64::from(index))
+    }
+    fn index(self) -> usize {
+        (self.0 & 0xffff_ffff) as usize
+    }
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// Commands from the HTTP side.
+pub enum Command {
+    /// Create a viewer on stream `stream` (index into the engine's streams).
+    AddViewer {
+        /// Stream index.
+        stream: usize,
+        /// Session parameters.
+        params: Box<ViewerParams>,
+        /// Where the new id goes.
+        reply: oneshot::Sender<ViewerId>,
+    },
+    /// End a viewer (WHEP DELETE).
+    RemoveViewer(ViewerId),
+    /// ICE restart with new credentials.
+    RestartIce {
+        /// The viewer.
+        id: ViewerId,
+        /// New local ufrag.
+        ufrag: [u8; UFRAG_LEN],
+        /// New local password.
+        pwd: [u8; PWD_LEN],
+        /// The viewer's new ufrag.
+        remote_ufrag: Box<str>,
+    },
+    /// Stop the engine.
+    Shutdown,
+}
+
+/// Counters shared with the HTTP side (metrics, API, limits).
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    /// Viewers currently held.
+    pub viewers: AtomicUsize,
+    /// Viewers whose DTLS handshake is not finished.
+    pub handshakes: AtomicUsize,
+    /// Viewers that completed the handshake, ever.
+    pub handshakes_done: AtomicU64,
+    /// Viewers that failed or timed out before connecting, ever.
+    pub handshakes_failed: AtomicU64,
+    /// SRTP packets sent.
+    pub packets_out: AtomicU64,
+    /// Bytes sent (SRTP/SRTCP/DTLS/STUN).
+    pub bytes_out: AtomicU64,
+    /// Packets retransmitted on NACK.
+    pub retransmits: AtomicU64,
+    /// Keyframe requests (PLI/FIR) received, before coalescing.
+    pub keyframe_requests: AtomicU64,
+    /// Datagrams received.
+    pub packets_in: AtomicU64,
+    /// Datagrams dropped: malformed, unknown sender, failed authentication.
+    pub dropped_in: AtomicU64,
+    /// Sends that failed (socket buffer full or error).
+    pub send_errors: AtomicU64,
+    /// Whether each stream is live (index as in the engine's streams).
+    pub live: Vec<AtomicBool>,
+}
+
+/// A stream as the engine runs it.
+pub struct EngineStream {
+    /// `app/stream`.
+    pub key: String,
+    /// Ring of packets.
+    pub stream: Stream,
+    /// The clip source feeding it, if it is a clip stream.
+    pub source: Option<ClipSource>,
+    viewers: Vec<ViewerId>,
+}
+
+impl EngineStream {
+    /// A stream with the given rings and optional source.
+    pub fn new(key: String, stream: Stream, source: Option<ClipSource>) -> Self {
+        EngineStream {
+            key,
+            stream,
+            source,
+            viewers: Vec::new(),
+        }
+    }
+}
+
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+struct Entry {
+    viewer: Viewer,
+    stream: usize,
+    /// Position in the stream's viewer list (for O(1) removal).
+    pos: usize,
+    handshaking: bool,
+}
+
+/// Maps instants to 64-bit NTP time (read from the wall clock once at start).
+#[derive(Debug, Clone, Copy)]
+pub struct NtpClock {
+    base: Instant,
+    base_ntp: u64,
+}
+
+impl NtpClock {
+    /// Reads the clocks now.
+    pub fn now() -> Self {
+        let base = Instant::now();
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        NtpClock {
+            base,
+            base_ntp: rtp::ntp_from_unix(unix),
+        }
+    }
+
+    /// NTP time of `t`.
+    pub fn ntp(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.base);
+        let frac = (u64::from(d.subsec_nanos()) << 32) / 1_000_000_000;
+        self.base_ntp
+            .wrapping_add(d.as_secs() << 32)
+            .wrapping_add(frac)
+    }
+}
+
+/// The engine; [`Engine::run`] consumes it on its own thread.
+pub struct Engine {
+    socket: UdpSocket,
+    poll: Poll,
+    cmds: Receiver<Command>,
+    streams: Vec<EngineStream>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_addr: HashMap<SocketAddr, ViewerId>,
+    by_ufrag: HashMap<[u8; UFRAG_LEN], ViewerId>,
+    dtls: Arc<DtlsContext>,
+    pool: BufferPool,
+    clock: NtpClock,
+    stats: Arc<EngineStats>,
+    cname: String,
+    out: Box<[u8; 2048]>,
+    next_sweep: Instant,
+}
+
+/// The HTTP side's handle on the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Command>,
+    waker: Arc<Waker>,
+    /// Shared counters.
+    pub stats: Arc<EngineStats>,
+}
+
+impl EngineHandle {
+    /// Sends a command and wakes the engine.
+    pub fn send(&self, cmd: Command) -> Result<(), &'static str> {
+        self.tx.send(cmd).map_err(|_| "media engine stopped")?;
+        self.waker.wake().map_err(|_| "media engine stopped")
+    }
+}
+
+impl Engine {
+    /// Binds the media socket and prepares the engine.
+    pub fn new(
+        bind: SocketAddr,
+        streams: Vec<EngineStream>,
+        dtls: Arc<DtlsContext>,
+        pool: BufferPool,
+        cname: String,
+    ) -> io::Result<(Engine, EngineHandle)> {
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(bind),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        // Large buffers: a keyframe burst to thousands of viewers must not overflow the send
+        // queue, and bursts of RTCP must not overflow the receive queue. The kernel caps these
+        // at net.core.{w,r}mem_max (4 MiB here).
+        let _ = sock.set_send_buffer_size(4 << 20);
+        let _ = sock.set_recv_buffer_size(4 << 20);
+        sock.set_nonblocking(true)?;
+        sock.bind(&bind.into())?;
+        let mut socket = UdpSocket::from_std(sock.into());
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut socket, SOCKET, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (tx, cmds) = crossbeam_channel::unbounded();
+        let stats = Arc::new(EngineStats {
+            live: streams
+                .iter()
+                .map(|s| AtomicBool::new(s.source.is_some()))
+                .collect(),
+            ..EngineStats::default()
+        });
+        let handle = EngineHandle {
+            tx,
+            waker,
+            stats: stats.clone(),
+        };
+        Ok((
+            Engine {
+                socket,
+                poll,
+                cmds,
+                streams,
+                slots: Vec::new(),
+                free: Vec::new(),
+                by_addr: HashMap::new(),
+                by_ufrag: HashMap::new(),
+                dtls,
+                pool,
+                clock: NtpClock::now(),
+                stats,
+                cname,
+                out: Box::new([0u8; 2048]),
+                next_sweep: Instant::now(),
+            },
+            handle,
+        ))
+    }
+
+    /// The bound media address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// Runs until [`Command::Shutdown`] or the command channel closes.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(64);
+        let mut buf = vec![0u8; 2048].into_boxed_slice();
+        loop {
+            let now = Instant::now();
+            let deadline = self.next_deadline();
+            let timeout = deadline.saturating_duration_since(now);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                warn!("media poll failed: {e}");
+                return;
+            }
+            // Drain the socket (mio is edge-triggered).
+            for _ in 0..4096 {
+                match self.socket.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        let now = Instant::now();
+                        self.stats.packets_in.fetch_add(1, Ordering::Relaxed);
+                        self.handle_datagram(now, &mut buf[..n], from);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // ICMP errors surface as ECONNREFUSED on some sends; keep going.
+                    Err(_) => continue,
+                }
+            }
+            loop {
+                match self.cmds.try_recv() {
+                    Ok(Command::Shutdown) => {
+                        self.shutdown();
+                        return;
+                    }
+                    Ok(cmd) => self.handle_command(cmd),
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                        self.shutdown();
+                        return;
+                    }
+                }
+            }
+            let now = Instant::now();
+            self.run_sources(now);
+            if now >= self.next_sweep {
+                self.sweep(now);
+                self.next_sweep = now + SWEEP;
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut d = self.next_sweep;
+        for s in &self.streams {
+            if let Some(src) = &s.source {
+                d = d.min(src.poll_timeout());
+            }
+        }
+        d
+    }
+
+    fn shutdown(&mut self) {
+        let ids: Vec<ViewerId> = self.ids().collect();
+        for id in ids {
+            self.remove(id, CloseReason::Local);
+        }
+        info!("media engine stopped");
+    }
+
+    fn ids(&self) -> impl Iterator<Item = ViewerId> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            s.entry
+                .as_ref()
+                .map(|_| ViewerId::new(i as u32, s.generation))
+        })
+    }
+
+    fn entry(&mut self, id: ViewerId) -> Option<&mut Entry> {
+        let slot = self.slots.get_mut(id.index())?;
+        if slot.generation != id.generation() {
+            return None;
+        }
+        slot.entry.as_mut()
+    }
+
+    fn handle_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::AddViewer {
+                stream,
+                params,
+                reply,
+            } => {
+                if stream >= self.streams.len() {
+                    return;
+                }
+                let ufrag = params.local_ufrag;
+                let viewer = Viewer::new(*params, Instant::now());
+                let index = match self.free.pop() {
+                    Some(i) => i,
+                    None => {
+                        self.slots.push(Slot {
+                            generation: 0,
+                            entry: None,
+                        });
+                        (self.slots.len() - 1) as u32
+                    }
+                };
+                let slot = &mut self.slots[index as usize];
+                let id = ViewerId::new(index, slot.generation);
+                let pos = self.streams[stream].viewers.len();
+                self.streams[stream].viewers.push(id);
+                slot.entry = Some(Entry {
+                    viewer,
+                    stream,
+                    pos,
+                    handshaking: true,
+                });
+                self.by_ufrag.insert(ufrag, id);
+                self.stats.viewers.fetch_add(1, Ordering::Relaxed);
+                self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+                let _ = reply.send(id);
+            }
+            Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
+            Command::RestartIce {
+                id,
+                ufrag,
+                pwd,
+                remote_ufrag,
+            } => {
+                let Some(e) = self.entry(id) else { return };
+                let old = *e.viewer.local_ufrag();
+                e.viewer.restart_ice(ufrag, pwd, remote_ufrag);
+                self.by_ufrag.remove(&old);
+                self.by_ufrag.insert(ufrag, id);
+            }
+            Command::Shutdown => {}
+        }
+    }
+
+    fn remove(&mut self, id: ViewerId, reason: CloseReason) {
+        let Some(slot) = self.slots.get_mut(id.index()) else {
+            return;
+        };
+        if slot.generation != id.generation() {
+            return;
+        }
+        let Some(mut e) = slot.entry.take() else {
+            return;
+        };
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.index() as u32);
+        e.viewer.close(reason);
+        if e.handshaking {
+            self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
+            if reason != CloseReason::Local {
+                self.stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.viewers.fetch_sub(1, Ordering::Relaxed);
+        if self.by_ufrag.get(e.viewer.local_ufrag()) == Some(&id) {
+            self.by_ufrag.remove(e.viewer.local_ufrag());
+        }
+        if let Some(addr) = e.viewer.remote_addr()
+            && self.by_addr.get(&addr) == Some(&id)
+        {
+            self.by_addr.remove(&addr);
+        }
+        let list = &mut self.streams[e.stream].viewers;
+        list.swap_remove(e.pos);
+        if let Some(&moved) = list.get(e.pos)
+            && let Some(m) = self.entry(moved)
+        {
+            m.pos = e.pos;
+        }
+        debug!(?reason, "viewer removed");
+    }
+
+    fn send_to(&self, data: &[u8], to: SocketAddr) {
+        match self.socket.send_to(data, to) {
+            Ok(n) => {
+                self.stats.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn handle_datagram(&mut self, now: Instant, buf: &mut [u8], from: SocketAddr) {
+        let Some(&first) = buf.first() else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        match first {
+            0..=3 => self.handle_stun(now, buf, from),
+            20..=63 => self.handle_dtls(now, buf, from),
+            128..=191 if rtp::is_rtcp(buf) => self.handle_rtcp(now, buf, from),
+            _ => {
+                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn handle_stun(&mut self, now: Instant, buf: &[u8], from: SocketAddr) {
+        let Ok(msg) = stun::Message::parse(buf) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let id = msg
+            .username()
+            .and_then(|u| u.get(..UFRAG_LEN))
+            .and_then(|u| <[u8; UFRAG_LEN]>::try_from(u).ok())
+            .and_then(|u| self.by_ufrag.get(&u).copied());
+        let Some(id) = id else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut out = [0u8; 256];
+        let Some(e) = self.entry(id) else { return };
+        let before = e.viewer.remote_addr();
+        match e.viewer.handle_stun(now, &msg, from, &mut out) {
+            Ok(n) => {
+                let after = e.viewer.remote_addr();
+                if before != after {
+                    if let Some(old) = before {
+                        self.by_addr.remove(&old);
+                    }
+                    if let Some(new) = after {
+                        self.by_addr.insert(new, id);
+                    }
+                }
+                self.send_to(&out[..n], from);
+            }
+            Err(err) => {
+                debug!("stun from {from} dropped: {err}");
+                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn handle_dtls(&mut self, now: Instant, buf: &[u8], from: SocketAddr) {
+        let Some(&id) = self.by_addr.get(&from) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let dtls = self.dtls.clone();
+        let mut flights: Vec<Vec<u8>> = Vec::new();
+        let Some(e) = self.entry(id) else { return };
+        let res = e
+            .viewer
+            .handle_dtls(now, buf, &dtls, &mut |p| flights.push(p.to_vec()));
+        for f in &flights {
+            self.send_to(f, from);
+        }
+        if let Err(err) = res {
+            debug!("dtls from {from}: {err}");
+        }
+        self.after_io(id);
+    }
+
+    /// Reacts to state changes after input: handshake completion (start media from the
+    /// latest keyframe) or closure.
+    fn after_io(&mut self, id: ViewerId) {
+        let Some(e) = self.entry(id) else { return };
+        match e.viewer.state() {
+            ViewerState::Connected if e.handshaking => {
+                e.handshaking = false;
+                let stream = e.stream;
+                self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
+                self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
+                self.start_viewer(id, stream);
+            }
+            ViewerState::Closed(reason) => self.remove(id, reason),
+            _ => {}
+        }
+    }
+
+    /// Sends a new viewer the video from the latest keyframe held (the keyframe cache), so
+    /// it shows a picture at once instead of waiting for the next GOP.
+    fn start_viewer(&mut self, id: ViewerId, stream: usize) {
+        let Some(from) = self.streams[stream].stream.video.last_keyframe() else {
+            return;
+        };
+        let pkts: Vec<RingPacket> = self.streams[stream]
+            .stream
+            .video
+            .range_from(from)
+            .cloned()
+            .collect();
+        for p in &pkts {
+            self.send_media(id, p);
+        }
+    }
+
+    fn send_media(&mut self, id: ViewerId, pkt: &RingPacket) {
+        let idx = id.index();
+        let Some(Some(e)) = self.slots.get_mut(idx).map(|s| s.entry.as_mut()) else {
+            return;
+        };
+        let Some(to) = e.viewer.remote_addr() else {
+            return;
+        };
+        match e.viewer.write_media(pkt, &mut self.out[..]) {
+            Ok(Some(n)) => {
+                match self.socket.send_to(&self.out[..n], to) {
+                    Ok(n) => {
+                        self.stats.packets_out.fetch_add(1, Ordering::Relaxed);
+                        self.stats.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(err) => debug!("write_media: {err}"),
+        }
+    }
+
+    fn handle_rtcp(&mut self, now: Instant, buf: &mut [u8], from: SocketAddr) {
+        let Some(&id) = self.by_addr.get(&from) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut nacks: Vec<(MediaKind, u64)> = Vec::new();
+        let mut keyframe = false;
+        let Some(e) = self.entry(id) else { return };
+        let stream = e.stream;
+        let res = e.viewer.handle_rtcp(now, buf, &mut |ev| match ev {
+            ViewerEvent::Nack { kind, seq } => nacks.push((kind, seq)),
+            ViewerEvent::KeyframeRequest => keyframe = true,
+        });
+        if res.is_err() {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+        }
+        if keyframe {
+            // The clip source sends a keyframe every second; ingest sources will coalesce
+            // these into one upstream request.
+            self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        for (kind, seq) in nacks {
+            let Some(p) = self.streams[stream].stream.ring(kind).get(seq).cloned() else {
+                continue;
+            };
+            self.send_media(id, &p);
+            self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.after_io(id);
+    }
+
+    fn run_sources(&mut self, now: Instant) {
+        for si in 0..self.streams.len() {
+            let Some(mut src) = self.streams[si].source.take() else {
+                continue;
+            };
+            let mut fresh: Vec<RingPacket> = Vec::new();
+            let pool = &self.pool;
+            let clock = self.clock;
+            src.poll(now, &mut |mp| {
+                let mut b = pool.alloc(mp.payload.len());
+                b.copy_from_slice(mp.payload);
+                fresh.push(RingPacket {
+                    kind: mp.kind,
+                    seq: mp.seq,
+                    rtp_ts: mp.rtp_ts,
+                    marker: mp.marker,
+                    keyframe: mp.keyframe,
+                    capture_ntp: clock.ntp(mp.capture_time),
+                    payload: b.freeze(),
+                });
+            });
+            self.streams[si].source = Some(src);
+            for p in fresh {
+                self.streams[si].stream.push(p.clone());
+                self.fan_out(si, &p);
+            }
+        }
+    }
+
+    fn fan_out(&mut self, stream: usize, pkt: &RingPacket) {
+        let n = self.streams[stream].viewers.len();
+        for i in 0..n {
+            let id = self.streams[stream].viewers[i];
+            self.send_media(id, pkt);
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        let ids: Vec<ViewerId> = self.ids().collect();
+        let mut out = [0u8; 512];
+        for id in ids {
+            let Some(e) = self.entry(id) else { continue };
+            let due = e.viewer.poll_timeout().is_some_and(|(t, _)| t <= now);
+            if !due {
+                continue;
+            }
+            let mut flights: Vec<Vec<u8>> = Vec::new();
+            e.viewer
+                .handle_timeout(now, &mut |p| flights.push(p.to_vec()));
+            let sr = e.viewer.poll_sender_report(now, &self.cname, &mut out);
+            let to = e.viewer.remote_addr();
+            if let Some(to) = to {
+                for f in &flights {
+                    self.send_to(f, to);
+                }
+                if let Some(n) = sr {
+                    self.send_to(&out[..n], to);
+                }
+            }
+            self.after_io(id);
+        }
+    }
+}

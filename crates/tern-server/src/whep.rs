@@ -1,0 +1,524 @@
+//! WHEP (draft-ietf-wish-whep) over HTTP: POST offer → 201 answer, PATCH trickle / ICE
+//! restart, DELETE, OPTIONS, HEAD; plus the player pages.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use rand::Rng;
+use tern_proto::sdp::{self, SessionDescription};
+use tern_rtc::viewer::{PWD_LEN, TrackParams, UFRAG_LEN, ViewerParams, ViewerTimeouts};
+
+use crate::config::Config;
+use crate::engine::{Command, EngineHandle, ViewerId};
+
+/// A stream known to the HTTP side.
+#[derive(Debug, Clone)]
+pub struct StreamInfo {
+    /// Index in the engine's streams.
+    pub index: usize,
+}
+
+/// One WHEP session as the HTTP side tracks it.
+struct Session {
+    viewer: ViewerId,
+    etag: String,
+    remote_ufrag: String,
+    local_ufrag: String,
+    local_pwd: String,
+}
+
+/// State shared by the HTTP handlers.
+pub struct AppState {
+    /// Configuration.
+    pub config: Config,
+    /// `app/stream` → stream.
+    pub streams: HashMap<String, StreamInfo>,
+    /// The media engine.
+    pub engine: EngineHandle,
+    /// Our DTLS certificate fingerprint.
+    pub fingerprint: [u8; 32],
+    /// Address announced in the ICE candidate.
+    pub candidate_ip: IpAddr,
+    /// Media port announced in the ICE candidate.
+    pub candidate_port: u16,
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+impl AppState {
+    /// New state.
+    pub fn new(
+        config: Config,
+        streams: HashMap<String, StreamInfo>,
+        engine: EngineHandle,
+        fingerprint: [u8; 32],
+        candidate_ip: IpAddr,
+        candidate_port: u16,
+    ) -> Self {
+        AppState {
+            config,
+            streams,
+            engine,
+            fingerprint,
+            candidate_ip,
+            candidate_port,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Number of WHEP sessions the HTTP side holds.
+    pub fn session_count(&self) -> usize {
+        self.sessions.lock().map(|s| s.len()).unwrap_or(0)
+    }
+}
+
+/// The WHEP and page routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/{app}/{stream}", get(player))
+        .route(
+            "/{app}/{stream}/whep",
+            axum::routing::post(whep_post)
+                .options(whep_options)
+                .head(whep_head),
+        )
+        .route(
+            "/{app}/{stream}/whep/{session}",
+            axum::routing::patch(whep_patch)
+                .delete(whep_delete)
+                .options(whep_options),
+        )
+        .with_state(state)
+}
+
+fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+    let mut r = (status, format!("{}\n", msg.into())).into_response();
+    cors(r.headers_mut());
+    r
+}
+
+fn cors(h: &mut HeaderMap) {
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Location, ETag, Link, Accept-Patch, Retry-After"),
+    );
+}
+
+fn random_token(n: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn to_array<const N: usize>(s: &str) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&s.as_bytes()[..N]);
+    a
+}
+
+/// Checks app existence, stream existence and the Bearer token; returns the stream.
+fn lookup(
+    st: &AppState,
+    headers: &HeaderMap,
+    app: &str,
+    stream: &str,
+) -> Result<(StreamInfo, bool), Response> {
+    let key = format!("{app}/{stream}");
+    let Some(info) = st.streams.get(&key).cloned() else {
+        return Err(text(
+            StatusCode::NOT_FOUND,
+            format!("stream {key} not found"),
+        ));
+    };
+    if let Some(token) = st.config.app(app).and_then(|a| a.token.as_deref()) {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token) {
+            let mut r = text(StatusCode::UNAUTHORIZED, "missing or wrong Bearer token");
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+            return Err(r);
+        }
+    }
+    let live = st
+        .engine
+        .stats
+        .live
+        .get(info.index)
+        .is_some_and(|l| l.load(Ordering::Relaxed));
+    Ok((info, live))
+}
+
+fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+}
+
+fn not_live(key: &str) -> Response {
+    let mut r = text(StatusCode::CONFLICT, format!("stream {key} is not live"));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
+}
+
+async fn whep_post(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (info, live) = match lookup(&st, &headers, &app, &stream) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if !content_type_is(&headers, "application/sdp") {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/sdp",
+        );
+    }
+    let Ok(body) = std::str::from_utf8(&body) else {
+        return text(StatusCode::BAD_REQUEST, "SDP offer is not valid UTF-8");
+    };
+    let offer = match SessionDescription::parse(body) {
+        Ok(o) => o,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("malformed SDP offer: {e}")),
+    };
+    let neg = match sdp::negotiate(&offer) {
+        Ok(n) => n,
+        Err(e) => {
+            return text(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("cannot serve this offer: {e}"),
+            );
+        }
+    };
+    if !live {
+        return not_live(&format!("{app}/{stream}"));
+    }
+    let stats = &st.engine.stats;
+    let t = &st.config.tunables;
+    if stats.handshakes.load(Ordering::Relaxed) >= t.max_handshakes
+        || stats.viewers.load(Ordering::Relaxed) >= t.max_viewers
+    {
+        let mut r = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many viewers or handshakes in progress; retry",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    }
+
+    let ufrag = random_token(UFRAG_LEN);
+    let pwd = random_token(PWD_LEN);
+    let (video_ssrc, audio_ssrc, cname_seed): (u32, u32, u64) = {
+        let mut rng = rand::rng();
+        (rng.random(), rng.random(), rng.random())
+    };
+    let mut rng = rand::rng();
+    let mut track = |m: &sdp::NegotiatedMedia, ssrc: u32| TrackParams {
+        pt: m.pt,
+        ssrc,
+        abs_capture_time_ext: m.abs_capture_time_ext,
+        nack: m.nack,
+        initial_seq: rng.random_range(0..0x8000),
+        ts_offset: rng.random(),
+    };
+    let video = neg.video().map(|m| track(m, video_ssrc));
+    let audio = neg.audio().map(|m| track(m, audio_ssrc));
+    let params = sdp::AnswerParams {
+        ice_ufrag: &ufrag,
+        ice_pwd: &pwd,
+        fingerprint_sha256: &st.fingerprint,
+        candidate_ip: st.candidate_ip,
+        candidate_port: st.candidate_port,
+        video_ssrc,
+        audio_ssrc,
+        cname: &st.config.server.cname,
+        session_id: cname_seed >> 1,
+    };
+    let answer = sdp::write_answer(&offer, &neg, &params);
+    let vp = ViewerParams {
+        local_ufrag: to_array(&ufrag),
+        local_pwd: to_array(&pwd),
+        remote_ufrag: neg.remote_ufrag.clone().into_boxed_str(),
+        remote_fingerprint: neg.remote_fingerprint,
+        video,
+        audio,
+        timeouts: ViewerTimeouts::default(),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if st
+        .engine
+        .send(Command::AddViewer {
+            stream: info.index,
+            params: Box::new(vp),
+            reply: tx,
+        })
+        .is_err()
+    {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine is not running");
+    }
+    let Ok(viewer) = rx.await else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine is not running");
+    };
+    let sid = random_token(22);
+    let etag = format!("\"{}\"", random_token(12));
+    let location = format!("/{app}/{stream}/whep/{sid}");
+    if let Ok(mut s) = st.sessions.lock() {
+        s.insert(
+            sid,
+            Session {
+                viewer,
+                etag: etag.clone(),
+                remote_ufrag: neg.remote_ufrag.clone(),
+                local_ufrag: ufrag,
+                local_pwd: pwd,
+            },
+        );
+    }
+    let mut r = (StatusCode::CREATED, answer).into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/sdp"));
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        h.insert(header::LOCATION, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(
+        "Accept-Patch",
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    r
+}
+
+async fn whep_options() -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("OPTIONS, POST, PATCH, DELETE, HEAD"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("Authorization, Content-Type, If-Match"),
+    );
+    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    h.insert("Accept-Post", HeaderValue::from_static("application/sdp"));
+    h.insert(
+        "Accept-Patch",
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    h.insert(
+        header::ALLOW,
+        HeaderValue::from_static("OPTIONS, POST, PATCH, DELETE, HEAD"),
+    );
+    r
+}
+
+/// HEAD on the WHEP endpoint: a cheap liveness probe (200 live, 409 not live, 404 unknown).
+async fn whep_head(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    match lookup(&st, &headers, &app, &stream) {
+        Err(r) => r,
+        Ok((_, true)) => {
+            let mut r = StatusCode::OK.into_response();
+            cors(r.headers_mut());
+            r.headers_mut()
+                .insert("Accept-Post", HeaderValue::from_static("application/sdp"));
+            r
+        }
+        Ok((_, false)) => not_live(&format!("{app}/{stream}")),
+    }
+}
+
+async fn whep_patch(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream, sid)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = lookup(&st, &headers, &app, &stream) {
+        return r;
+    }
+    if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/trickle-ice-sdpfrag",
+        );
+    }
+    let Ok(body) = std::str::from_utf8(&body) else {
+        return text(StatusCode::BAD_REQUEST, "body is not valid UTF-8");
+    };
+    let frag = match sdp::parse_sdpfrag(body) {
+        Ok(f) => f,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("malformed sdpfrag: {e}")),
+    };
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let Ok(mut sessions) = st.sessions.lock() else {
+        return text(StatusCode::INTERNAL_SERVER_ERROR, "session table poisoned");
+    };
+    let Some(sess) = sessions.get_mut(&sid) else {
+        return text(StatusCode::NOT_FOUND, "no such WHEP session");
+    };
+    let restart = frag
+        .ice_ufrag
+        .as_deref()
+        .is_some_and(|u| u != sess.remote_ufrag);
+    match (&if_match, restart) {
+        (None, true) => {
+            return text(
+                StatusCode::PRECONDITION_REQUIRED,
+                "If-Match is required for an ICE restart",
+            );
+        }
+        (Some(m), _) if m != "*" && *m != sess.etag => {
+            return text(StatusCode::PRECONDITION_FAILED, "ETag does not match the session");
+        }
+        _ => {}
+    }
+    if !restart {
+        // ICE-lite: the server learns the viewer's address from its binding requests, so
+        // trickled candidates need no action.
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        cors(r.headers_mut());
+        return r;
+    }
+    let Some(remote_ufrag) = frag.ice_ufrag.clone() else {
+        return text(StatusCode::BAD_REQUEST, "ICE restart without a=ice-ufrag");
+    };
+    let ufrag = random_token(UFRAG_LEN);
+    let pwd = random_token(PWD_LEN);
+    if st
+        .engine
+        .send(Command::RestartIce {
+            id: sess.viewer,
+            ufrag: to_array(&ufrag),
+            pwd: to_array(&pwd),
+            remote_ufrag: remote_ufrag.clone().into_boxed_str(),
+        })
+        .is_err()
+    {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine is not running");
+    }
+    sess.remote_ufrag = remote_ufrag;
+    sess.local_ufrag = ufrag;
+    sess.local_pwd = pwd;
+    sess.etag = format!("\"{}\"", random_token(12));
+    let mid = frag.mids.first().cloned().unwrap_or_else(|| "0".into());
+    let body = format!(
+        "a=ice-lite\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
+        sess.local_ufrag, sess.local_pwd, mid, st.candidate_ip, st.candidate_port
+    );
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&sess.etag) {
+        h.insert(header::ETAG, v);
+    }
+    r
+}
+
+async fn whep_delete(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream, sid)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = lookup(&st, &headers, &app, &stream) {
+        return r;
+    }
+    let sess = st.sessions.lock().ok().and_then(|mut s| s.remove(&sid));
+    let Some(sess) = sess else {
+        return text(StatusCode::NOT_FOUND, "no such WHEP session");
+    };
+    let _ = st.engine.send(Command::RemoveViewer(sess.viewer));
+    let mut r = StatusCode::OK.into_response();
+    cors(r.headers_mut());
+    r
+}
+
+async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
+    let mut live: Vec<&String> = st
+        .streams
+        .iter()
+        .filter(|(_, i)| {
+            st.engine
+                .stats
+                .live
+                .get(i.index)
+                .is_some_and(|l| l.load(Ordering::Relaxed))
+        })
+        .map(|(k, _)| k)
+        .collect();
+    live.sort();
+    let items: String = live
+        .iter()
+        .map(|k| format!("<li><a href=\"/{k}\">{k}</a></li>"))
+        .collect();
+    let list = if items.is_empty() {
+        "<p>No live streams.</p>".to_string()
+    } else {
+        format!("<ul>{items}</ul>")
+    };
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>tern</title></head>\
+         <body><h1>tern: live streams</h1>{list}</body></html>"
+    ))
+}
+
+async fn player(Path((app, stream)): Path<(String, String)>) -> Response {
+    let page = PLAYER_HTML
+        .replace("{{APP}}", &html_escape(&app))
+        .replace("{{STREAM}}", &html_escape(&stream));
+    Html(page).into_response()
+}
+
+fn html_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '<' => "&lt;".into(),
+            '>' => "&gt;".into(),
+            '&' => "&amp;".into(),
+            '"' => "&quot;".into(),
+            '\'' => "&#39;".into(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+const PLAYER_HTML: &str = include_str!("player.html");
