@@ -63,8 +63,8 @@ impl Default for ViewerTimeouts {
 
 /// Shared DTLS material: one certificate for every session of the server.
 pub struct DtlsContext {
-    config: Arc<dimpl::Config>,
-    cert: DtlsCertificate,
+    pub(crate) config: Arc<dimpl::Config>,
+    pub(crate) cert: DtlsCertificate,
     fingerprint: [u8; 32],
 }
 
@@ -90,7 +90,7 @@ impl DtlsContext {
     }
 }
 
-fn sha256(data: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
     let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
     let mut out = [0u8; 32];
     out.copy_from_slice(d.as_ref());
@@ -484,6 +484,8 @@ impl Viewer {
                 connected_at: None,
             })
         });
+        // dimpl wants its clock refreshed before input at a new instant.
+        let _ = hs.dtls.handle_timeout(now);
         if let Err(e) = hs.dtls.handle_packet(data) {
             self.close(CloseReason::DtlsFailed);
             return Err(ViewerError::Dtls(e.to_string()));
@@ -531,10 +533,9 @@ impl Viewer {
             return Ok(());
         }
         if let Some((km, profile)) = keys {
-            let profile = match profile {
-                dimpl::SrtpProfile::AEAD_AES_128_GCM => SrtpProfile::AeadAes128Gcm,
-                dimpl::SrtpProfile::AEAD_AES_256_GCM => SrtpProfile::AeadAes256Gcm,
-                dimpl::SrtpProfile::AES128_CM_SHA1_80 => SrtpProfile::Aes128CmHmacSha1_80,
+            let Some(profile) = srtp_profile(profile) else {
+                self.close(CloseReason::DtlsFailed);
+                return Err(ViewerError::Srtp("unsupported SRTP profile".into()));
             };
             let srtp = make_srtp(profile, &km).map_err(|e| {
                 ViewerError::Srtp(e.to_string())
@@ -822,6 +823,17 @@ impl Viewer {
         let ssrc = first_ssrc?;
         len += rtcp::write_sdes_cname(&mut out[len..], ssrc, cname).ok()?;
         srtp.rtcp_tx.protect(out, len).ok()
+    }
+}
+
+/// Maps dimpl's negotiated SRTP profile to ours.
+pub(crate) fn srtp_profile(p: dimpl::SrtpProfile) -> Option<SrtpProfile> {
+    match p {
+        dimpl::SrtpProfile::AEAD_AES_128_GCM => Some(SrtpProfile::AeadAes128Gcm),
+        dimpl::SrtpProfile::AEAD_AES_256_GCM => Some(SrtpProfile::AeadAes256Gcm),
+        dimpl::SrtpProfile::AES128_CM_SHA1_80 => Some(SrtpProfile::Aes128CmHmacSha1_80),
+        #[allow(unreachable_patterns)]
+        _ => None,
     }
 }
 

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
+use std::os::fd::AsRawFd;
+
+use crate::batch::SendBatch;
 use tern_pool::BufferPool;
 use tern_proto::rtp;
 use tern_proto::stun;
@@ -188,7 +191,7 @@ pub struct Engine {
     clock: NtpClock,
     stats: Arc<EngineStats>,
     cname: String,
-    out: Box<[u8; 2048]>,
+    batch: SendBatch,
     next_sweep: Instant,
 }
 
@@ -210,8 +213,46 @@ impl EngineHandle {
 }
 
 impl Engine {
-    /// Binds the media socket and prepares the engine.
-    pub fn new(
+    /// Binds the media socket and runs the engine on a new thread named `StreamWorker`
+    /// (OvenMediaEngine's name for per-session work). Returns the handle, the bound address
+    /// and the thread.
+    ///
+    /// The engine is built on its own thread because its send batch holds raw `sendmmsg`
+    /// headers, which may not cross threads.
+    pub fn spawn(
+        bind: SocketAddr,
+        streams: Vec<EngineStream>,
+        dtls: Arc<DtlsContext>,
+        pool: BufferPool,
+        cname: String,
+    ) -> io::Result<(EngineHandle, SocketAddr, std::thread::JoinHandle<()>)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("StreamWorker".into())
+            .spawn(move || {
+                let built = Engine::new(bind, streams, dtls, pool, cname)
+                    .and_then(|(e, h)| Ok((e.local_addr()?, e, h)));
+                match built {
+                    Ok((addr, engine, handle)) => {
+                        let _ = tx.send(Ok((handle, addr)));
+                        engine.run();
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })?;
+        match rx.recv() {
+            Ok(Ok((handle, addr))) => Ok((handle, addr, thread)),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => Err(io::Error::other("media engine thread died during start-up")),
+        }
+    }
+
+    fn new(
         bind: SocketAddr,
         streams: Vec<EngineStream>,
         dtls: Arc<DtlsContext>,
@@ -263,7 +304,7 @@ impl Engine {
                 clock: NtpClock::now(),
                 stats,
                 cname,
-                out: Box::new([0u8; 2048]),
+                batch: SendBatch::new(),
                 next_sweep: Instant::now(),
             },
             handle,
@@ -271,7 +312,7 @@ impl Engine {
     }
 
     /// The bound media address.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
     }
 
@@ -323,6 +364,7 @@ impl Engine {
                 self.sweep(now);
                 self.next_sweep = now + SWEEP;
             }
+            self.flush();
         }
     }
 
@@ -341,6 +383,7 @@ impl Engine {
         for id in ids {
             self.remove(id, CloseReason::Local);
         }
+        self.flush();
         info!("media engine stopped");
     }
 
@@ -353,11 +396,7 @@ impl Engine {
     }
 
     fn entry(&mut self, id: ViewerId) -> Option<&mut Entry> {
-        let slot = self.slots.get_mut(id.index())?;
-        if slot.generation != id.generation() {
-            return None;
-        }
-        slot.entry.as_mut()
+        entry_in(&mut self.slots, id)
     }
 
     fn handle_command(&mut self, cmd: Command) {
@@ -452,14 +491,27 @@ impl Engine {
         debug!(?reason, "viewer removed");
     }
 
-    fn send_to(&self, data: &[u8], to: SocketAddr) {
-        match self.socket.send_to(data, to) {
-            Ok(n) => {
-                self.stats.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(_) => {
-                self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
+    fn send_to(&mut self, data: &[u8], to: SocketAddr) {
+        if self.batch.is_full() {
+            self.flush();
+        }
+        if !self.batch.push(data, to) {
+            self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands the send batch to the kernel.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let f = self.batch.flush(self.socket.as_raw_fd());
+        self.stats.bytes_out.fetch_add(f.bytes as u64, Ordering::Relaxed);
+        if f.dropped > 0 {
+            self.stats
+                .send_errors
+                .fetch_add(f.dropped as u64, Ordering::Relaxed);
         }
     }
 
@@ -570,24 +622,22 @@ impl Engine {
     }
 
     fn send_media(&mut self, id: ViewerId, pkt: &RingPacket) {
-        let idx = id.index();
-        let Some(Some(e)) = self.slots.get_mut(idx).map(|s| s.entry.as_mut()) else {
+        if self.batch.is_full() {
+            self.flush();
+        }
+        let Some(e) = entry_in(&mut self.slots, id) else {
             return;
         };
         let Some(to) = e.viewer.remote_addr() else {
             return;
         };
-        match e.viewer.write_media(pkt, &mut self.out[..]) {
+        let Some(slot) = self.batch.slot() else {
+            return;
+        };
+        match e.viewer.write_media(pkt, slot) {
             Ok(Some(n)) => {
-                match self.socket.send_to(&self.out[..n], to) {
-                    Ok(n) => {
-                        self.stats.packets_out.fetch_add(1, Ordering::Relaxed);
-                        self.stats.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    Err(_) => {
-                        self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                self.batch.commit(n, to);
+                self.stats.packets_out.fetch_add(1, Ordering::Relaxed);
             }
             Ok(None) => {}
             Err(err) => debug!("write_media: {err}"),
@@ -665,18 +715,20 @@ impl Engine {
     fn sweep(&mut self, now: Instant) {
         let ids: Vec<ViewerId> = self.ids().collect();
         let mut out = [0u8; 512];
+        let mut flights: Vec<Vec<u8>> = Vec::new();
         for id in ids {
-            let Some(e) = self.entry(id) else { continue };
+            let Some(e) = entry_in(&mut self.slots, id) else {
+                continue;
+            };
             let due = e.viewer.poll_timeout().is_some_and(|(t, _)| t <= now);
             if !due {
                 continue;
             }
-            let mut flights: Vec<Vec<u8>> = Vec::new();
+            flights.clear();
             e.viewer
                 .handle_timeout(now, &mut |p| flights.push(p.to_vec()));
             let sr = e.viewer.poll_sender_report(now, &self.cname, &mut out);
-            let to = e.viewer.remote_addr();
-            if let Some(to) = to {
+            if let Some(to) = e.viewer.remote_addr() {
                 for f in &flights {
                     self.send_to(f, to);
                 }
@@ -687,4 +739,12 @@ impl Engine {
             self.after_io(id);
         }
     }
+}
+
+fn entry_in(slots: &mut [Slot], id: ViewerId) -> Option<&mut Entry> {
+    let slot = slots.get_mut(id.index())?;
+    if slot.generation != id.generation() {
+        return None;
+    }
+    slot.entry.as_mut()
 }

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod config;
 pub mod engine;
 pub mod whep;
@@ -132,7 +133,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 
     let dtls = Arc::new(DtlsContext::generate().map_err(|e| ServeError::Other(e.to_string()))?);
     let media = cfg.server.media;
-    let (engine, handle) = Engine::new(
+    let (handle, media_addr, engine_thread) = Engine::spawn(
         media,
         engine_streams,
         dtls.clone(),
@@ -144,17 +145,11 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         addr: media,
         source,
     })?;
-    let media_addr = engine.local_addr().map_err(|e| ServeError::Other(e.to_string()))?;
     let candidate_ip = cfg.server.candidate.unwrap_or(if media.ip().is_unspecified() {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {
         media.ip()
     });
-    let engine_thread = std::thread::Builder::new()
-        .name("StreamWorker".into())
-        .spawn(move || engine.run())
-        .map_err(|e| ServeError::Other(format!("spawn media thread: {e}")))?;
-
     let http = cfg.server.http;
     let state = Arc::new(AppState::new(
         cfg,
