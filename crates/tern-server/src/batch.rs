@@ -117,6 +117,11 @@ impl SendBatch {
         true
     }
 
+    /// Drops everything queued without sending it.
+    pub fn clear(&mut self) {
+        self.addrs.clear();
+    }
+
     /// Sends everything queued on `fd` (a non-blocking UDP socket) and empties the batch.
     ///
     /// A datagram the kernel refuses (send buffer full, unreachable peer) is dropped and

@@ -1,4 +1,4 @@
-//! The tern command line: `serve`, `demo`, `config check`.
+//! The tern command line: `serve`, `demo`, `lab`, `config check`.
 
 #![forbid(unsafe_code)]
 
@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+
+mod lab;
 use tern_server::{ServeOptions, serve};
 
 /// The process-wide counting allocator: live bytes, peak and allocation count for the
@@ -27,6 +29,9 @@ enum Cmd {
     Serve(ServeArgs),
     /// Run the server with the built-in demo clip as live/demo.
     Demo(ServeArgs),
+    /// In-process measurements of the viewer path: heap at lifecycle checkpoints,
+    /// handshakes per second, fan-out cost (see bench/core.sh).
+    Lab(lab::LabArgs),
     /// Validate a configuration file and exit.
     Config {
         #[command(subcommand)]
@@ -71,6 +76,15 @@ fn main() -> ExitCode {
     let (args, demo) = match cli.cmd {
         Cmd::Serve(a) => (a, false),
         Cmd::Demo(a) => (a, true),
+        Cmd::Lab(a) => {
+            return match lab::run(&a) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Cmd::Config {
             cmd: ConfigCmd::Check { file },
         } => {
