@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Installs what building and testing tern needs, and only what is missing.
+# Idempotent: a second run on a ready machine does nothing but checks (about a second).
+#
+#   ./scripts/install-deps.sh          everything scripts/test.sh needs
+#   ./scripts/install-deps.sh --rust   only what building tern needs (C toolchain, Rust stable)
+#
+# Runs as root; as another user it uses sudo for apt-get when sudo is there.
+# What it installs:
+#   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential curl
+#                    ca-certificates (each only when its command or package is missing; npm only
+#                    when the installed nodejs does not already ship it)
+#   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
+#                    the rustfmt and clippy components if only they are missing
+#   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
+#   browser tests    `npm ci` in tests/browser (playwright-core only: no browser download,
+#                    the tests drive Debian's /usr/bin/chromium)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+RUST_ONLY=0
+case "${1:-}" in
+    --rust) RUST_ONLY=1 ;;
+    "") ;;
+    -h | --help)
+        sed -n '2,17p' "$0"
+        exit 0
+        ;;
+    *)
+        echo "install-deps: unknown option $1" >&2
+        exit 2
+        ;;
+esac
+
+log() { echo "install-deps: $*" >&2; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+SUDO=()
+CAN_APT=1
+if [ "$(id -u)" -ne 0 ]; then
+    if have sudo; then
+        SUDO=(sudo)
+    else
+        CAN_APT=0
+    fi
+fi
+
+# --- Debian packages -------------------------------------------------------------------------
+pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+missing=()
+need_cmd() { # need_cmd COMMAND PACKAGE
+    have "$1" || missing+=("$2")
+}
+need_cmd cc build-essential
+need_cmd make build-essential
+need_cmd pkg-config pkg-config
+need_cmd curl curl
+pkg_installed ca-certificates || missing+=(ca-certificates)
+if [ "$RUST_ONLY" -eq 0 ]; then
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    need_cmd ffmpeg ffmpeg
+    need_cmd ip iproute2
+    need_cmd unshare util-linux
+    need_cmd node nodejs
+fi
+# Deduplicate, keep order.
+if [ "${#missing[@]}" -gt 0 ]; then
+    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
+fi
+
+apt_install() {
+    if [ "$CAN_APT" -eq 0 ]; then
+        log "need root or sudo to install: $*"
+        return 1
+    fi
+    log "apt-get install $*"
+    "${SUDO[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "$@"
+}
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    apt_install "${missing[@]}"
+fi
+# Debian's nodejs comes without npm; NodeSource's ships it (and conflicts with Debian's npm),
+# so look for the command only after nodejs is there.
+if [ "$RUST_ONLY" -eq 0 ] && ! have npm; then
+    apt_install npm
+fi
+
+# --- Rust ------------------------------------------------------------------------------------
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! have cargo; then
+    if ! have rustup; then
+        log "installing rustup with the stable toolchain"
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+            sh -s -- -y --no-modify-path --profile minimal --default-toolchain stable \
+                -c rustfmt -c clippy
+    else
+        rustup toolchain install stable --profile minimal -c rustfmt -c clippy
+    fi
+fi
+if ! cargo fmt --version >/dev/null 2>&1; then
+    rustup component add rustfmt
+fi
+if ! cargo clippy --version >/dev/null 2>&1; then
+    rustup component add clippy
+fi
+
+if [ "$RUST_ONLY" -eq 1 ]; then
+    exit 0
+fi
+
+# --- fuzzing: nightly + cargo-fuzz -----------------------------------------------------------
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    log "installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
+if ! have cargo-fuzz; then
+    log "cargo install --locked cargo-fuzz"
+    cargo install --locked cargo-fuzz
+fi
+
+# --- browser tests: playwright-core from npm -------------------------------------------------
+# No browser download, whatever the package's defaults: the tests use /usr/bin/chromium.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+lock="$ROOT/tests/browser/package-lock.json"
+stamp="$ROOT/tests/browser/node_modules/.tern-npm-ci.stamp"
+if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+    log "npm ci in tests/browser"
+    (cd "$ROOT/tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$lock" "$stamp"
+fi

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# The one test command: installs what is missing, then runs every check in order, and goes on
+# after a failure so that one run shows them all. Exits non-zero if any stage failed.
+#
+#   ./scripts/test.sh                 everything (CI runs this through .ci/run)
+#   ./scripts/test.sh --quick         no fuzz runs, no browser tests
+#   ./scripts/test.sh --only STAGE    just STAGE (a comma-separated list works too)
+#   ./scripts/test.sh --no-deps       skip scripts/install-deps.sh
+#
+# Stages, in order:
+#   deps        scripts/install-deps.sh
+#   fmt         cargo fmt --all --check
+#   clippy      cargo clippy --workspace --all-targets --release -- -D warnings
+#   test        cargo test --workspace --release
+#   fuzz-build  cd fuzz && cargo +nightly fuzz build -O
+#   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20)
+#   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
+#               network namespace (scripts/netns-run.sh)
+#
+# Environment: FUZZ_SECONDS (default 20), CARGO_TARGET_DIR (respected by every stage; the fuzz
+# build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
+# Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
+# eating the CI budget.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SELF="$ROOT/scripts/test.sh"
+export PATH="$HOME/.cargo/bin:$PATH"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+export FUZZ_SECONDS
+
+ALL_STAGES=(deps fmt clippy test fuzz-build fuzz browser)
+
+fuzz_targets() {
+    local f
+    for f in "$ROOT"/fuzz/fuzz_targets/*.rs; do
+        [ -e "$f" ] || continue
+        basename "$f" .rs
+    done
+}
+
+fuzz_target_dir() {
+    if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+        echo "$CARGO_TARGET_DIR/fuzz"
+    else
+        echo "$ROOT/fuzz/target"
+    fi
+}
+
+describe_stage() {
+    case "$1" in
+        deps) echo "scripts/install-deps.sh" ;;
+        fmt) echo "cargo fmt --all --check" ;;
+        clippy) echo "cargo clippy --workspace --all-targets --release -- -D warnings" ;;
+        test) echo "cargo test --workspace --release" ;;
+        fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
+        fuzz) echo "cargo +nightly fuzz run -O TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
+        browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
+    esac
+}
+
+# Seconds a stage may take before it is stopped and counted as failed.
+stage_limit() {
+    case "$1" in
+        deps) echo 1800 ;;
+        fmt) echo 300 ;;
+        clippy | test | fuzz-build) echo 2400 ;;
+        fuzz) echo $(($(fuzz_targets | wc -l) * (FUZZ_SECONDS + 90) + 60)) ;;
+        browser) echo 1800 ;;
+    esac
+}
+
+run_stage_body() {
+    set -e
+    case "$1" in
+        deps)
+            "$ROOT/scripts/install-deps.sh"
+            ;;
+        fmt)
+            cargo fmt --all --check
+            ;;
+        clippy)
+            cargo clippy --workspace --all-targets --release -- -D warnings
+            ;;
+        test)
+            cargo test --workspace --release
+            ;;
+        fuzz-build)
+            cd "$ROOT/fuzz"
+            cargo +nightly fuzz build -O --target-dir "$(fuzz_target_dir)"
+            ;;
+        fuzz)
+            set +e
+            cd "$ROOT/fuzz"
+            local t bad=()
+            for t in $(fuzz_targets); do
+                echo "--- fuzz $t: ${FUZZ_SECONDS}s"
+                if ! cargo +nightly fuzz run -O --target-dir "$(fuzz_target_dir)" "$t" -- \
+                    -max_total_time="$FUZZ_SECONDS" -print_final_stats=1; then
+                    bad+=("$t")
+                fi
+            done
+            if [ "${#bad[@]}" -gt 0 ]; then
+                echo "fuzz targets that failed: ${bad[*]} (crash inputs under fuzz/artifacts/)"
+                return 1
+            fi
+            ;;
+        browser)
+            cargo build --release -p tern
+            "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/"
+            ;;
+        *)
+            echo "unknown stage $1" >&2
+            return 2
+            ;;
+    esac
+}
+
+# Internal: `test.sh --stage NAME` runs one stage body (used under `timeout`).
+if [ "${1:-}" = "--stage" ]; then
+    run_stage_body "$2"
+    exit $?
+fi
+
+usage() { sed -n '2,23p' "$SELF"; }
+
+QUICK=0
+DEPS=1
+ONLY=""
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --no-deps) DEPS=0 ;;
+        --only)
+            [ "$#" -ge 2 ] || {
+                echo "--only needs a stage: ${ALL_STAGES[*]}" >&2
+                exit 2
+            }
+            ONLY="$2"
+            shift
+            ;;
+        --only=*) ONLY="${1#--only=}" ;;
+        -h | --help)
+            usage
+            exit 0
+            ;;
+        *)
+            echo "unknown option $1" >&2
+            usage >&2
+            exit 2
+            ;;
+    esac
+    shift
+done
+
+# Which stages run, and which are skipped (and why).
+declare -A SKIP=()
+if [ -n "$ONLY" ]; then
+    IFS=',' read -r -a wanted <<<"$ONLY"
+    for w in "${wanted[@]}"; do
+        ok=0
+        for s in "${ALL_STAGES[@]}"; do [ "$s" = "$w" ] && ok=1; done
+        if [ "$ok" -eq 0 ]; then
+            echo "unknown stage '$w'; stages: ${ALL_STAGES[*]}" >&2
+            exit 2
+        fi
+    done
+    for s in "${ALL_STAGES[@]}"; do
+        keep=0
+        for w in "${wanted[@]}"; do [ "$s" = "$w" ] && keep=1; done
+        [ "$s" = deps ] && [ "$DEPS" -eq 1 ] && keep=1
+        [ "$keep" -eq 1 ] || SKIP[$s]=1
+    done
+else
+    if [ "$QUICK" -eq 1 ]; then
+        SKIP[fuzz]=1
+        SKIP[browser]=1
+    fi
+fi
+[ "$DEPS" -eq 1 ] || SKIP[deps]=1
+
+CUR_PID=""
+on_signal() {
+    echo
+    echo "test.sh: interrupted"
+    if [ -n "$CUR_PID" ]; then kill -TERM "$CUR_PID" 2>/dev/null || true; fi
+    wait 2>/dev/null
+    exit 130
+}
+trap on_signal INT TERM
+
+declare -A RESULT=() ELAPSED=()
+RAN=()
+total_start=$(date +%s)
+n_total=0
+for s in "${ALL_STAGES[@]}"; do [ -n "${SKIP[$s]:-}" ] || n_total=$((n_total + 1)); done
+i=0
+for s in "${ALL_STAGES[@]}"; do
+    [ -n "${SKIP[$s]:-}" ] && continue
+    i=$((i + 1))
+    limit=$(stage_limit "$s")
+    echo
+    echo "=================================================================================="
+    echo "== [$i/$n_total] $s: $(describe_stage "$s")"
+    echo "== started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), limit ${limit}s"
+    echo "=================================================================================="
+    start=$(date +%s)
+    timeout --kill-after=30 "$limit" "$SELF" --stage "$s" </dev/null &
+    CUR_PID=$!
+    wait "$CUR_PID"
+    rc=$?
+    CUR_PID=""
+    ELAPSED[$s]=$(($(date +%s) - start))
+    if [ "$rc" -eq 0 ]; then
+        RESULT[$s]=ok
+    else
+        RESULT[$s]=FAIL
+        [ "$rc" -eq 124 ] && echo "!! $s: stopped after its ${limit}s limit"
+    fi
+    RAN+=("$s")
+    echo "== $s: ${RESULT[$s]} (${ELAPSED[$s]}s, exit $rc)"
+done
+
+passed=0
+failed=0
+skipped=0
+echo
+echo "=================================================================================="
+echo "== summary ($(($(date +%s) - total_start))s in all)"
+echo "=================================================================================="
+for s in "${ALL_STAGES[@]}"; do
+    if [ -n "${SKIP[$s]:-}" ]; then
+        echo "$s: skipped"
+        skipped=$((skipped + 1))
+    elif [ "${RESULT[$s]}" = ok ]; then
+        echo "$s: ok (${ELAPSED[$s]}s)"
+        passed=$((passed + 1))
+    else
+        echo "$s: FAIL (${ELAPSED[$s]}s)"
+        failed=$((failed + 1))
+    fi
+done
+if [ "$skipped" -gt 0 ]; then
+    echo "stages: $passed passed, $failed failed, $skipped skipped"
+else
+    echo "stages: $passed passed, $failed failed"
+fi
+[ "$failed" -eq 0 ]

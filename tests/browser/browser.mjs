@@ -1,0 +1,96 @@
+// Launches Debian's headless Chromium through playwright-core, in a fresh profile that is
+// removed again on close. Refuses to run outside a private network namespace
+// (scripts/netns-run.sh), so that the browser can offer no ICE candidate on a real interface.
+
+import { mkdtemp, rm } from 'node:fs/promises';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+export const CHROMIUM = process.env.TERN_CHROMIUM || '/usr/bin/chromium';
+
+export const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-features=WebRtcHideLocalIpsWithMdns',
+  '--use-fake-ui-for-media-stream',
+];
+
+/** The private range scripts/netns-run.sh puts on its veth pair (198.18.0.0/15, RFC 2544). */
+function isPrivateTestAddress(addr) {
+  return /^198\.1[89]\./.test(addr);
+}
+
+/**
+ * Throws unless every interface is loopback or carries only netns-run.sh's test addresses
+ * (IPv6 link-local aside). Set TERN_BROWSER_HOST_NET=1 to skip the check (not for CI).
+ */
+export function assertPrivateNetwork() {
+  if (process.env.TERN_BROWSER_HOST_NET === '1') return;
+  const offending = [];
+  for (const [name, addrs] of Object.entries(networkInterfaces())) {
+    for (const a of addrs ?? []) {
+      if (a.internal) continue;
+      if (a.family === 'IPv6' && a.address.toLowerCase().startsWith('fe80:')) continue;
+      if (a.family === 'IPv4' && isPrivateTestAddress(a.address)) continue;
+      offending.push(`${name} ${a.address}`);
+    }
+  }
+  if (offending.length > 0) {
+    throw new Error(
+      `browser tests must run inside a private network namespace ` +
+        `(./scripts/netns-run.sh node --test tests/browser/); found: ${offending.join(', ')}`,
+    );
+  }
+}
+
+/**
+ * Starts Chromium with a fresh --user-data-dir. Returns { context, close }; close() shuts the
+ * browser down and deletes the profile directory.
+ */
+export async function launchBrowser() {
+  assertPrivateNetwork();
+  const userDataDir = await mkdtemp(join(tmpdir(), 'tern-chromium-'));
+  let context;
+  try {
+    // launchPersistentContext is playwright's way to pass --user-data-dir.
+    context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_FLAGS,
+      timeout: 30_000,
+    });
+  } catch (err) {
+    await rm(userDataDir, { recursive: true, force: true });
+    throw new Error(`cannot start ${CHROMIUM}: ${err.message}`);
+  }
+  let closed = false;
+  return {
+    context,
+    async close() {
+      if (closed) return;
+      closed = true;
+      try {
+        await context.close();
+      } finally {
+        await rm(userDataDir, { recursive: true, force: true });
+      }
+    },
+  };
+}
+
+/** Opens a page that records console messages and page errors, for failure messages. */
+export async function newLoggedPage(context) {
+  const page = await context.newPage();
+  const log = [];
+  page.on('console', (m) => log.push(`console.${m.type()}: ${m.text()}`));
+  page.on('pageerror', (e) => log.push(`pageerror: ${e.message}`));
+  page.on('requestfailed', (r) => log.push(`requestfailed: ${r.method()} ${r.url()} ${r.failure()?.errorText}`));
+  return { page, log: () => log.slice(-30).join('\n') };
+}

@@ -1,0 +1,138 @@
+// Spawns `tern demo` on free loopback ports, waits until it answers HTTP, and stops it.
+//
+//   const server = await startServer();   // server.base = 'http://127.0.0.1:PORT'
+//   ...
+//   const { code, signal } = await server.stop();   // SIGTERM, SIGKILL after 5 s
+//
+// The binary is $TERN_BIN, else $CARGO_TARGET_DIR/release/tern, else target/release/tern
+// at the repository root.
+
+import { spawn } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+export function ternBin() {
+  if (process.env.TERN_BIN) return resolve(process.env.TERN_BIN);
+  const targetDir = process.env.CARGO_TARGET_DIR
+    ? resolve(REPO, process.env.CARGO_TARGET_DIR)
+    : join(REPO, 'target');
+  return join(targetDir, 'release', 'tern');
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago. */
+export function freeTcpPort() {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.once('error', fail);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+/** A UDP port on 127.0.0.1 that was free a moment ago. */
+export function freeUdpPort() {
+  return new Promise((ok, fail) => {
+    const s = createSocket('udp4');
+    s.once('error', fail);
+    s.bind(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Starts `tern demo --http 127.0.0.1:P --media 127.0.0.1:Q --candidate 127.0.0.1` and
+ * resolves once `GET /` answers with any HTTP status. Rejects, with the tail of the server's
+ * output, if the binary is missing, exits early, or does not answer within readyTimeoutMs.
+ */
+export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [] } = {}) {
+  const bin = ternBin();
+  if (!existsSync(bin)) {
+    throw new Error(`tern binary not found at ${bin}: run \`cargo build --release -p tern\` or set TERN_BIN`);
+  }
+  const httpPort = await freeTcpPort();
+  const mediaPort = await freeUdpPort();
+  const base = `http://127.0.0.1:${httpPort}`;
+  const args = [
+    'demo',
+    '--http', `127.0.0.1:${httpPort}`,
+    '--media', `127.0.0.1:${mediaPort}`,
+    '--candidate', '127.0.0.1',
+    ...extraArgs,
+  ];
+  const child = spawn(bin, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { RUST_LOG: 'info', ...process.env },
+  });
+  let output = '';
+  const keep = (chunk) => {
+    output += chunk.toString();
+    if (output.length > 64_000) output = output.slice(-32_000);
+  };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  if (process.env.TERN_SERVER_LOG === '1') {
+    child.stdout.pipe(process.stderr);
+    child.stderr.pipe(process.stderr);
+  }
+  const exited = new Promise((ok) => {
+    child.once('exit', (code, signal) => ok({ code, signal }));
+    child.once('error', (err) => ok({ code: null, signal: null, error: err }));
+  });
+  let exitStatus = null;
+  exited.then((s) => {
+    exitStatus = s;
+  });
+  const tail = () => output.split('\n').slice(-40).join('\n');
+
+  const server = {
+    base,
+    httpPort,
+    mediaPort,
+    child,
+    output: () => output,
+    tail,
+    exited,
+    /** SIGTERM; SIGKILL if still running after killAfterMs. Resolves { code, signal, killed }. */
+    async stop({ killAfterMs = 5_000 } = {}) {
+      if (exitStatus) return { ...exitStatus, killed: false };
+      child.kill('SIGTERM');
+      const timer = sleep(killAfterMs).then(() => 'timeout');
+      const first = await Promise.race([exited, timer]);
+      if (first !== 'timeout') return { ...first, killed: false };
+      child.kill('SIGKILL');
+      return { ...(await exited), killed: true };
+    },
+  };
+
+  const deadline = Date.now() + readyTimeoutMs;
+  let lastErr = null;
+  while (Date.now() < deadline) {
+    if (exitStatus) {
+      const why = exitStatus.error ? exitStatus.error.message : `exit code ${exitStatus.code}, signal ${exitStatus.signal}`;
+      throw new Error(`tern exited before answering HTTP (${why}); ${bin} ${args.join(' ')}\n--- output ---\n${tail()}`);
+    }
+    try {
+      const res = await fetch(`${base}/`, { signal: AbortSignal.timeout(1_000) });
+      await res.arrayBuffer();
+      return server;
+    } catch (err) {
+      lastErr = err;
+    }
+    await sleep(100);
+  }
+  await server.stop();
+  throw new Error(
+    `tern did not answer GET ${base}/ within ${readyTimeoutMs} ms (last error: ${lastErr?.cause?.code ?? lastErr?.message})\n--- output ---\n${tail()}`,
+  );
+}
