@@ -119,8 +119,8 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     rustup toolchain install nightly --profile minimal
 fi
 if ! have cargo-fuzz; then
-    log "cargo install --locked cargo-fuzz"
-    cargo install --locked cargo-fuzz
+    log "cargo install --locked cargo-fuzz@0.13.2"
+    cargo install --locked cargo-fuzz@0.13.2
 fi
 
 # --- browser tests: playwright-core from npm -------------------------------------------------
