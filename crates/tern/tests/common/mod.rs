@@ -1,0 +1,364 @@
+//! Helpers shared by the integration tests: free ports, a tiny blocking HTTP/1.1 client,
+//! spawning and stopping `tern demo`, and the kernel's UDP receive-overrun counters (so
+//! loss can be attributed to the right side of a loopback test).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_tcp_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral TCP port");
+    l.local_addr().expect("local addr of TCP listener").port()
+}
+
+/// A UDP port on 127.0.0.1 that was free a moment ago.
+pub fn free_udp_port() -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral UDP port");
+    s.local_addr().expect("local addr of UDP socket").port()
+}
+
+/// A parsed HTTP/1.1 response.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// Status code, e.g. 201.
+    pub status: u16,
+    /// Header fields in order, names as sent.
+    pub headers: Vec<(String, String)>,
+    /// The body (chunked transfer coding removed).
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The first header with this name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as UTF-8 text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One blocking HTTP/1.1 request with `Connection: close`.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> io::Result<HttpResponse> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
+    s.set_write_timeout(Some(Duration::from_secs(15)))?;
+    s.set_nodelay(true)?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(ct) = content_type {
+        req.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut msg = req.into_bytes();
+    msg.extend_from_slice(body);
+    s.write_all(&msg)?;
+    s.flush()?;
+
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = find(&raw, b"\r\n\r\n") {
+            break i;
+        }
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Err(bad("connection closed before the end of the response head"));
+        }
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let mut rest = raw[head_end + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| bad(&format!("bad status line {status_line:?}")))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut resp = HttpResponse {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let no_body = method.eq_ignore_ascii_case("HEAD")
+        || status == 204
+        || status == 304
+        || (100..200).contains(&status);
+    if no_body {
+        return Ok(resp);
+    }
+    let chunked = resp
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let length = resp
+        .header("content-length")
+        .and_then(|v| v.parse::<usize>().ok());
+    if let (false, Some(len)) = (chunked, length) {
+        while rest.len() < len {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Err(bad("connection closed before the end of the body"));
+            }
+            rest.extend_from_slice(&buf[..n]);
+        }
+        rest.truncate(len);
+        resp.body = rest;
+        return Ok(resp);
+    }
+    // Chunked or close-delimited: read to EOF (we asked for Connection: close).
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => rest.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e),
+        }
+    }
+    resp.body = if chunked { dechunk(&rest)? } else { rest };
+    Ok(resp)
+}
+
+/// `GET path`.
+pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
+    http_request(addr, "GET", path, None, &[])
+}
+
+/// `POST path` with a body of the given content type.
+pub fn http_post(
+    addr: SocketAddr,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> io::Result<HttpResponse> {
+    http_request(addr, "POST", path, Some(content_type), body)
+}
+
+/// `DELETE path`.
+pub fn http_delete(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
+    http_request(addr, "DELETE", path, None, &[])
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn bad(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
+}
+
+fn dechunk(mut data: &[u8]) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = find(data, b"\r\n").ok_or_else(|| bad("chunk size line"))?;
+        let size_txt = String::from_utf8_lossy(&data[..eol]);
+        let size_txt = size_txt.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_txt, 16).map_err(|_| bad("chunk size"))?;
+        data = &data[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if data.len() < size + 2 {
+            return Err(bad("truncated chunk"));
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+/// A running `tern demo` child process. Killed (SIGKILL) on drop if not stopped.
+pub struct Server {
+    child: Option<Child>,
+    /// The HTTP listener (WHEP, pages).
+    pub http: SocketAddr,
+    /// The one UDP media port.
+    pub media: SocketAddr,
+    /// Where the server's stderr goes.
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Start `tern demo` on free loopback ports and wait (≤ 20 s) until `GET /` answers.
+    pub fn demo() -> Server {
+        let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+        let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
+        let log = std::env::temp_dir().join(format!(
+            "tern-test-{}-{}.log",
+            std::process::id(),
+            http.port()
+        ));
+        let log_file = File::create(&log).expect("create the server log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["demo", "--http", &http.to_string(), "--media"])
+            .arg(media.to_string())
+            .args(["--candidate", "127.0.0.1"])
+            .env(
+                "RUST_LOG",
+                std::env::var("TERN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .expect("spawn the tern binary");
+        let mut server = Server {
+            child: Some(child),
+            http,
+            media,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = http_get(http, "/")
+                && r.status < 500
+            {
+                break;
+            }
+            let exited = server
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(st) = exited {
+                panic!(
+                    "tern demo exited early with {st}; log:\n{}",
+                    server.log_tail(40)
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "tern demo did not answer GET / on {http} within 20 s; log:\n{}",
+                    server.log_tail(40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    /// The last `n` lines of the server's stderr.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// SIGTERM, then wait up to 10 s for the exit status.
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid fits in i32"));
+        kill(pid, Signal::SIGTERM).expect("send SIGTERM to tern");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM and assert a successful exit within 10 s.
+    pub fn stop(mut self) {
+        match self.terminate() {
+            Some(st) => assert!(
+                st.success(),
+                "tern exited with {st} after SIGTERM; log:\n{}",
+                self.log_tail(40)
+            ),
+            None => panic!(
+                "tern did not exit within 10 s of SIGTERM (killed); log:\n{}",
+                self.log_tail(40)
+            ),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            if std::thread::panicking() {
+                eprintln!(
+                    "server log ({}), last lines:\n{}",
+                    self.log.display(),
+                    self.log_tail(40)
+                );
+            }
+        }
+    }
+}
+
+/// `Udp: RcvbufErrors` from `/proc/net/snmp`: datagrams the kernel dropped because a
+/// socket's receive buffer was full (whole host, all UDP sockets).
+pub fn udp_rcvbuf_errors() -> Option<u64> {
+    snmp_udp_field("RcvbufErrors")
+}
+
+/// Any field of the `Udp:` lines of `/proc/net/snmp`.
+pub fn snmp_udp_field(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let names = udp.next()?;
+    let values = udp.next()?;
+    let i = names.split_whitespace().position(|n| n == field)?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// Per-socket drop counters from `/proc/net/udp` (IPv4), keyed by local port, for the
+/// sockets bound on 127.0.0.1. A socket's counter grows when the kernel drops a datagram
+/// addressed to it (receive buffer full).
+pub fn udp_socket_drops() -> HashMap<u16, u64> {
+    let mut out = HashMap::new();
+    let Ok(text) = std::fs::read_to_string("/proc/net/udp") else {
+        return out;
+    };
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+        let (Some(local), Some(drops)) = (f.get(1), f.last()) else {
+            continue;
+        };
+        let Some((ip, port)) = local.split_once(':') else {
+            continue;
+        };
+        if ip != "0100007F" {
+            continue;
+        }
+        if let (Ok(port), Ok(drops)) = (u16::from_str_radix(port, 16), drops.parse::<u64>()) {
+            out.insert(port, drops);
+        }
+    }
+    out
+}
