@@ -150,13 +150,22 @@ impl Packetizer {
             }
             let would_be = pending_stap_len + 2 + nal.len();
             let fits_alone = nal.len() <= max_payload;
-            if pending_count > 0 && fits_alone && would_be <= max_payload {
+            // Capping a STAP-A at 64 KiB keeps every unit length within its 16-bit field.
+            let stap_cap = max_payload.min(usize::from(u16::MAX));
+            if pending_count > 0 && fits_alone && would_be <= stap_cap {
                 pending_count += 1;
                 pending_stap_len = would_be;
                 continue;
             }
             if pending_count > 0 {
-                self.flush(access_unit_nals, pending_start, i, pending_count, false, emit);
+                self.flush(
+                    access_unit_nals,
+                    pending_start,
+                    i,
+                    pending_count,
+                    false,
+                    emit,
+                );
                 pending_count = 0;
                 pending_stap_len = 1;
             }
@@ -206,8 +215,7 @@ impl Packetizer {
         for nal in group {
             let h = nal[0];
             f_nri = (f_nri & 0x80) | (h & 0x80) | (f_nri & 0x60).max(h & 0x60);
-            // A NAL unit that fits in a packet is far below 64 KiB only if max_payload
-            // is; the caller bounds it, and the cast below is checked.
+            // `packetize` caps a STAP-A at 64 KiB, so every unit length fits in 16 bits.
             let len = u16::try_from(nal.len()).unwrap_or(u16::MAX);
             self.scratch.extend_from_slice(&len.to_be_bytes());
             self.scratch.extend_from_slice(nal);
@@ -244,12 +252,15 @@ impl Packetizer {
 }
 
 /// Whether an RTP payload starts a keyframe: a single IDR or SPS NAL unit, a STAP-A
-/// holding an IDR slice or an SPS, or the first FU-A fragment of an IDR slice.
+/// holding an IDR slice or an SPS, or the start fragment of an FU-A of an IDR slice or SPS.
 pub fn is_keyframe(payload: &[u8]) -> bool {
     let key = |t: u8| t == NAL_IDR || t == NAL_SPS;
     match nal_type(payload) {
         NAL_STAP_A => StapA::new(payload).any(|nal| key(nal_type(nal))),
-        NAL_FU_A => payload.get(1).is_some_and(|&h| h & 0x80 != 0 && key(h & 0x1f)),
+        // A start fragment; one with the end bit as well is malformed (RFC 6184 §5.8).
+        NAL_FU_A => payload
+            .get(1)
+            .is_some_and(|&h| h & 0xc0 == 0x80 && key(h & 0x1f)),
         t => key(t),
     }
 }
@@ -381,11 +392,9 @@ impl Depacketizer {
             self.reset_au();
         }
         if gap {
-            // Lost packets may belong to the access unit in progress or to this one.
-            if self.in_au {
-                self.damaged_frames += 1;
-                self.reset_au();
-            }
+            // The lost packets belong to this access unit (if it continues the one in
+            // progress, or if they held its start); a lost end of the previous one was
+            // counted above when the timestamp changed.
             self.damaged = true;
         }
         self.in_au = true;
@@ -564,8 +573,8 @@ mod tests {
     #[test]
     fn splits_on_three_and_four_byte_start_codes() {
         let data = [
-            0xff, 0, 0, 0, 1, 0x09, 0xf0, 0, 0, 1, 0x67, 1, 2, 0, 0, 0, 0, 1, 0x68, 3, 0, 0, 1,
-            0, 0, 1, 0x65, 0, 0, 3, 1, 7,
+            0xff, 0, 0, 0, 1, 0x09, 0xf0, 0, 0, 1, 0x67, 1, 2, 0, 0, 0, 0, 1, 0x68, 3, 0, 0, 1, 0,
+            0, 1, 0x65, 0, 0, 3, 1, 7,
         ];
         let nals: Vec<&[u8]> = nal_units(&data).collect();
         assert_eq!(
@@ -622,7 +631,7 @@ mod tests {
 
     #[test]
     fn fu_a_fragments_have_equal_size() {
-        for len in [1201, 1202, 2399, 2400, 2401, 5000, 12345, 100_000] {
+        for len in [1201usize, 1202, 2399, 2400, 2401, 5000, 12345, 100_000] {
             let mut nal = vec![0x65];
             nal.extend((1..len).map(|i| i as u8));
             let pkts = collect(&[&nal], 1200);
@@ -644,6 +653,14 @@ mod tests {
             }
             assert_eq!(first - 2, (len - 1).div_ceil(n));
         }
+    }
+
+    #[test]
+    fn stap_a_never_exceeds_64_kib() {
+        let a = vec![0x41; 40_000];
+        let b = vec![0x41; 40_000];
+        let pkts = collect(&[&a, &b], 200_000);
+        assert_eq!(pkts, vec![(a.clone(), false), (b.clone(), true)]);
     }
 
     #[test]
@@ -669,11 +686,16 @@ mod tests {
             let is_key = frame % 30 == 0;
             if is_key {
                 key += 1;
-                owned.push((0..4 + rng.below(20)).map(|i| if i == 0 { 0x67 } else { 0x42 }).collect());
+                owned.push(
+                    (0..4 + rng.below(20))
+                        .map(|i| if i == 0 { 0x67 } else { 0x42 })
+                        .collect(),
+                );
                 owned.push(vec![0x68, 0xce, 0x3c, 0x80]);
             }
             for _ in 0..1 + rng.below(3) {
-                let len = 1 + rng.below(if rng.below(4) == 0 { 20_000 } else { 200 });
+                let bound = if rng.below(4) == 0 { 20_000 } else { 200 };
+                let len = 1 + rng.below(bound);
                 let mut nal: Vec<u8> = (0..len).map(|_| 1 + rng.below(255) as u8).collect();
                 nal[0] = if is_key { 0x65 } else { 0x41 };
                 owned.push(nal);
