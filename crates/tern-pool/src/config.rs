@@ -43,19 +43,23 @@ pub struct PoolConfig {
     pub lower: usize,
     /// Largest request served from the pool, and the capacity of every pooled buffer.
     pub upper: usize,
-    /// Buffers allocated (and prefaulted) at creation; [`BufferPool::refill`](crate::BufferPool::refill)
-    /// tops the free list back up to this.
+    /// Buffers allocated (and, with `prefault`, faulted in) by
+    /// [`BufferPool::new`](crate::BufferPool::new), before the first packet.
     pub initial: usize,
     /// Most free buffers kept; a buffer freed beyond this goes back to the system.
     pub max_free: usize,
-    /// When the free count drops below this, the pool flags that it needs a refill.
+    /// When the free count drops below this, the pool flags that it needs a refill, and
+    /// [`BufferPool::refill`](crate::BufferPool::refill) (run off the packet path) tops the
+    /// free count back up to this. `0` disables refilling.
     pub low_water: usize,
-    /// Touch every page of new pooled buffers so the first packet never takes a page fault.
+    /// Allocate the pool's buffers in one anonymous mapping created with `MAP_POPULATE`, so
+    /// the first packet into each buffer never takes a page fault. Without it (and without
+    /// `huge_pages`) each buffer is its own heap allocation, faulted in on first touch.
     pub prefault: bool,
-    /// Back each pooled buffer with its own anonymous mapping, asking for huge pages
-    /// (`MAP_HUGETLB`, else transparent huge pages), and `MAP_POPULATE` when `prefault` is set.
-    /// Falls back to the heap when mapping fails. Only for buffers of at least
-    /// [`HUGE_PAGE_BYTES`]: smaller buffers would each waste most of a huge page.
+    /// Back that mapping with huge pages: reserved ones (`MAP_HUGETLB`) if the system has
+    /// them, else transparent huge pages (`MADV_HUGEPAGE`). The mapping is rounded up to a
+    /// whole number of [`HUGE_PAGE_BYTES`]. Falls back to normal pages, and to the heap when
+    /// mapping fails altogether.
     pub huge_pages: bool,
 }
 
@@ -69,7 +73,8 @@ impl PoolConfig {
     /// - `initial = 1024`: a few milliseconds of a busy fan-out in flight (a 1,000-viewer stream
     ///   at 30 packets per frame keeps a few hundred buffers live).
     /// - `max_free = 4096`: 6 MiB at most held idle after a burst.
-    /// - `low_water = 256`: a quarter of `initial`, leaving the refill thread time to react.
+    /// - `low_water = 256`: a quarter of `initial`, leaving the refill thread time to react
+    ///   before the pool runs dry.
     /// - `prefault = true`, `huge_pages = false` (1,500-byte buffers are far below a huge page).
     pub fn packets(name: &'static str) -> Self {
         Self {
@@ -105,16 +110,10 @@ impl PoolConfig {
         if self.initial.checked_mul(self.upper).is_none() {
             return bad("initial", "`initial * upper` overflows");
         }
-        if self.low_water > self.initial {
+        if self.low_water > self.max_free {
             return bad(
                 "low_water",
-                "must not exceed `initial` (refill tops up to `initial`)",
-            );
-        }
-        if self.huge_pages && self.upper < HUGE_PAGE_BYTES {
-            return bad(
-                "huge_pages",
-                "needs `upper` of at least one huge page (2 MiB)",
+                "must not exceed `max_free` (a refill would be released again)",
             );
         }
         Ok(())
@@ -136,12 +135,49 @@ mod tests {
     fn validation_names_the_field() {
         let ok = PoolConfig::packets("p");
         assert_eq!(field(ok.clone()), "ok");
-        assert_eq!(field(PoolConfig { name: "", ..ok.clone() }), "name");
-        assert_eq!(field(PoolConfig { upper: 0, lower: 0, ..ok.clone() }), "upper");
-        assert_eq!(field(PoolConfig { lower: 1501, ..ok.clone() }), "lower");
-        assert_eq!(field(PoolConfig { initial: 5000, ..ok.clone() }), "initial");
-        assert_eq!(field(PoolConfig { low_water: 2000, ..ok.clone() }), "low_water");
-        assert_eq!(field(PoolConfig { huge_pages: true, ..ok.clone() }), "huge_pages");
+        assert_eq!(
+            field(PoolConfig {
+                name: "",
+                ..ok.clone()
+            }),
+            "name"
+        );
+        assert_eq!(
+            field(PoolConfig {
+                upper: 0,
+                lower: 0,
+                ..ok.clone()
+            }),
+            "upper"
+        );
+        assert_eq!(
+            field(PoolConfig {
+                lower: 1501,
+                ..ok.clone()
+            }),
+            "lower"
+        );
+        assert_eq!(
+            field(PoolConfig {
+                initial: 5000,
+                ..ok.clone()
+            }),
+            "initial"
+        );
+        assert_eq!(
+            field(PoolConfig {
+                low_water: 5000,
+                ..ok.clone()
+            }),
+            "low_water"
+        );
+        assert_eq!(
+            field(PoolConfig {
+                huge_pages: true,
+                ..ok.clone()
+            }),
+            "ok"
+        );
         let msg = PoolConfig { max_free: 0, ..ok }
             .validate()
             .expect_err("initial > max_free")

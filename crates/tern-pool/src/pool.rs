@@ -1,38 +1,69 @@
-//! The packet buffer pool: spead2 `memory_pool` semantics, per-thread caches, exact statistics.
+//! The packet buffer pool: spead2 `memory_pool` semantics, per-thread caches, statistics.
 
 use std::cell::RefCell;
 use std::fmt;
 use std::hint::black_box;
+use std::io::Write as _;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::{PoolConfig, PoolError};
 use crate::registry::{MemoryRegistry, MemorySource, PoolReport};
 use crate::shard::{SHARDS, thread_shard};
-use crate::sys::Mapping;
+use crate::sys::{Backing, Chunk, map_chunks};
 
-/// Most buffers one thread keeps cached per pool before spilling a batch to the shared list.
+/// Most free buffers one thread keeps cached per pool before spilling a batch to the shared
+/// list.
 pub const THREAD_CACHE: usize = 32;
 /// Buffers moved at once between a thread cache and the shared list (under its lock).
 pub const BATCH: usize = 16;
-/// Minimum time between two empty-pool warnings of one pool, in pool-clock milliseconds.
-pub const WARN_INTERVAL_MS: u64 = 1000;
+/// Minimum time, on the pool clock, between two empty-pool warnings of one pool.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(1);
 
+const WARN_INTERVAL_MS: u64 = WARN_INTERVAL.as_millis() as u64;
 const NEVER: u64 = u64::MAX;
 /// Page size assumed when prefaulting heap buffers (the smallest page on tern's targets).
 const PAGE: usize = 4096;
+/// Smallest batch (in bytes) worth its own anonymous mapping; smaller prefaulted batches are
+/// heap buffers touched page by page. A mapping costs a syscall and rounds up to whole pages.
+const REGION_MIN_BYTES: usize = 64 * 1024;
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The hook called with the pool name and a statistics snapshot when a pool runs dry.
 pub type WarnHook = dyn Fn(&str, &PoolStats) + Send + Sync;
 
+/// What the buffers allocated by [`BufferPool::new`] live in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PoolBacking {
+    /// One heap allocation per buffer (no `prefault` or `huge_pages`, a batch below 64 KiB,
+    /// or mapping failed).
+    Heap,
+    /// One anonymous mapping of normal pages.
+    Pages,
+    /// One anonymous mapping advised for transparent huge pages (`MADV_HUGEPAGE`).
+    TransparentHugePages,
+    /// One anonymous mapping of reserved huge pages (`MAP_HUGETLB`).
+    HugeTlbPages,
+}
+
+impl From<Backing> for PoolBacking {
+    fn from(b: Backing) -> Self {
+        match b {
+            Backing::HugeTlb => PoolBacking::HugeTlbPages,
+            Backing::Transparent => PoolBacking::TransparentHugePages,
+            Backing::Normal => PoolBacking::Pages,
+        }
+    }
+}
+
 /// Memory behind one buffer.
 enum Storage {
     Heap(Box<[u8]>),
-    Mapped(Mapping),
+    Chunk(Chunk),
 }
 
 impl Default for Storage {
@@ -46,7 +77,7 @@ impl Storage {
     fn as_slice(&self) -> &[u8] {
         match self {
             Storage::Heap(b) => b,
-            Storage::Mapped(m) => m.as_slice(),
+            Storage::Chunk(c) => c.as_slice(),
         }
     }
 
@@ -54,33 +85,48 @@ impl Storage {
     fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
             Storage::Heap(b) => b,
-            Storage::Mapped(m) => m.as_mut_slice(),
+            Storage::Chunk(c) => c.as_mut_slice(),
         }
     }
 
-    /// A pooled buffer of `cfg.upper` bytes, prefaulted if asked.
-    fn pooled(cfg: &PoolConfig) -> Storage {
-        if cfg.huge_pages
-            && let Some(m) = Mapping::new(cfg.upper, cfg.prefault)
-        {
-            // MAP_POPULATE already faulted the pages in; touching them again is cheap.
-            let mut s = Storage::Mapped(m);
-            if cfg.prefault {
-                prefault(s.as_mut_slice());
-            }
-            return s;
-        }
-        let mut b = vec![0u8; cfg.upper].into_boxed_slice();
-        if cfg.prefault {
-            prefault(&mut b);
+    fn is_heap(&self) -> bool {
+        matches!(self, Storage::Heap(_))
+    }
+
+    /// One heap buffer of `len` zeroed bytes, every page touched if `prefault`.
+    fn heap(len: usize, prefault: bool) -> Storage {
+        let mut b = vec![0u8; len].into_boxed_slice();
+        if prefault {
+            touch_pages(&mut b);
         }
         Storage::Heap(b)
+    }
+
+    /// `n` pooled buffers: carved from one anonymous mapping when `prefault` (and the batch is
+    /// at least [`REGION_MIN_BYTES`]) or `huge_pages`, else (or if mapping fails) one heap
+    /// allocation each.
+    fn batch(cfg: &PoolConfig, n: usize) -> (Vec<Storage>, PoolBacking) {
+        let region =
+            cfg.huge_pages || (cfg.prefault && n.saturating_mul(cfg.upper) >= REGION_MIN_BYTES);
+        if region
+            && n > 0
+            && let Some((chunks, backing)) = map_chunks(cfg.upper, n, cfg.prefault, cfg.huge_pages)
+        {
+            return (
+                chunks.into_iter().map(Storage::Chunk).collect(),
+                backing.into(),
+            );
+        }
+        let bufs = (0..n)
+            .map(|_| Storage::heap(cfg.upper, cfg.prefault))
+            .collect();
+        (bufs, PoolBacking::Heap)
     }
 }
 
 /// Write one byte per page so the kernel backs the whole buffer now, not on the first packet.
 /// (`vec![0; n]` uses `calloc`, whose pages may still be unmapped zero pages.)
-fn prefault(buf: &mut [u8]) {
+fn touch_pages(buf: &mut [u8]) {
     // An opaque zero: the compiler cannot prove the stores redundant and drop them.
     let z = black_box(0u8);
     for i in (0..buf.len()).step_by(PAGE) {
@@ -92,41 +138,52 @@ fn prefault(buf: &mut [u8]) {
     black_box(buf);
 }
 
-/// A counter shard on its own cache lines.
+/// Keeps a value on its own cache lines, away from counters written by other threads.
 #[repr(align(128))]
 #[derive(Default)]
-struct HitShard {
-    hits: AtomicU64,
+struct Padded<T>(T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 struct Inner {
     id: u64,
     cfg: PoolConfig,
+    backing: PoolBacking,
+    /// Pooled buffers handed out and not yet returned: written by every alloc and free.
+    pooled_in_use: Padded<AtomicUsize>,
     /// Free buffers not in any thread cache; LIFO (top = most recently freed).
-    shared: Mutex<Vec<Storage>>,
+    shared: Padded<Mutex<Vec<Storage>>>,
+    hits: [Padded<AtomicU64>; SHARDS],
+    // Read on every alloc, written rarely.
     /// Pooled buffers in existence: free (shared or thread-cached) plus in use.
     total: AtomicUsize,
-    /// Pooled buffers handed out and not yet returned.
-    in_use: AtomicUsize,
-    peak_in_use: AtomicUsize,
-    hits: [HitShard; SHARDS],
+    /// Fallback (heap, unpooled) buffers handed out, and their bytes.
+    fallback_in_use: AtomicUsize,
+    fallback_bytes: AtomicUsize,
+    /// Peak of `pooled_in_use + fallback_in_use`.
+    high_water: AtomicUsize,
+    peak_used_bytes: AtomicUsize,
+    /// Set by a dry miss, cleared by a hit or a refill: counts empty *events*.
+    dry: AtomicBool,
+    needs_refill: AtomicBool,
+    // Cold counters.
     misses: AtomicU64,
+    bypasses: AtomicU64,
     empty_events: AtomicU64,
     warnings: AtomicU64,
     warnings_suppressed: AtomicU64,
     refills: AtomicU64,
     refilled_buffers: AtomicU64,
     released: AtomicU64,
-    bypasses: AtomicU64,
-    bypass_in_use: AtomicUsize,
-    bypass_in_use_bytes: AtomicUsize,
-    /// Set by a miss, cleared when buffers reach the shared list: counts empty *events*.
-    dry: AtomicBool,
-    needs_refill: AtomicBool,
     clock_base: OnceLock<Instant>,
     clock_ms: AtomicU64,
     last_warn_ms: AtomicU64,
-    hook: RwLock<Option<Arc<WarnHook>>>,
+    hook: RwLock<Arc<WarnHook>>,
 }
 
 /// One pool's buffers cached by one thread.
@@ -138,7 +195,7 @@ struct LocalCache {
 
 impl Drop for LocalCache {
     fn drop(&mut self) {
-        // Thread exit: hand cached buffers back so they stay counted as free.
+        // Thread exit: hand cached buffers back so they stay usable (they are counted as free).
         if let Some(pool) = self.pool.upgrade() {
             pool.push_shared(self.bufs.drain(..));
         }
@@ -166,6 +223,20 @@ fn local_entry<'a>(caches: &'a mut Vec<LocalCache>, pool: &Arc<Inner>) -> &'a mu
     &mut caches[pos]
 }
 
+/// The default warn hook: one line on stderr (the pool crate has no logging dependency).
+fn warn_to_stderr(name: &str, s: &PoolStats) {
+    // Never panic on the packet path if stderr is gone.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "tern-pool: buffer pool `{name}` ran dry, allocating from the heap \
+         ({} in use, high water {}, {} misses, {} empty events); raise `initial` or `low_water`",
+        s.in_use,
+        s.high_water,
+        s.misses,
+        s.empty_events,
+    );
+}
+
 impl Inner {
     fn lock_shared(&self) -> MutexGuard<'_, Vec<Storage>> {
         // A panic while holding the lock cannot leave a Vec of buffers inconsistent.
@@ -174,18 +245,10 @@ impl Inner {
 
     fn push_shared(&self, bufs: impl Iterator<Item = Storage>) {
         self.lock_shared().extend(bufs);
-        if self.dry.load(Relaxed) {
-            self.dry.store(false, Relaxed);
-        }
-    }
-
-    fn free_count(&self) -> usize {
-        self.total
-            .load(Relaxed)
-            .saturating_sub(self.in_use.load(Relaxed))
     }
 
     /// A free buffer from this thread's cache, refilling the cache from the shared list.
+    #[inline]
     fn take(self: &Arc<Self>) -> Option<Storage> {
         let got = LOCAL.try_with(|caches| {
             let mut caches = caches.try_borrow_mut().ok()?;
@@ -207,67 +270,107 @@ impl Inner {
         }
     }
 
-    /// Return a pooled buffer (from `Buf::drop`, on any thread).
-    fn put(self: &Arc<Self>, storage: Storage) {
-        let in_use = self.in_use.fetch_sub(1, Relaxed) - 1;
-        // max_free: release to the system instead of keeping more than `max_free` free.
+    /// Whether a buffer being returned (with `in_use` pooled buffers now out) must go back to
+    /// the system because `max_free` buffers are already free; if so, it is uncounted here.
+    fn claim_release(&self, in_use: usize) -> bool {
         let mut total = self.total.load(Relaxed);
         while total.saturating_sub(in_use) > self.cfg.max_free {
             match self
                 .total
                 .compare_exchange_weak(total, total - 1, Relaxed, Relaxed)
             {
-                Ok(_) => {
-                    self.released.fetch_add(1, Relaxed);
-                    drop(storage);
-                    return;
-                }
+                Ok(_) => return true,
                 Err(t) => total = t,
             }
         }
+        false
+    }
+
+    /// Return a pooled buffer (from `Buf::drop`, on any thread).
+    #[inline]
+    fn put(self: &Arc<Self>, storage: Storage) {
+        let in_use = self.pooled_in_use.fetch_sub(1, Relaxed).saturating_sub(1);
+        let release = self.claim_release(in_use);
         let mut slot = Some(storage);
         let _ = LOCAL.try_with(|caches| {
             let Ok(mut caches) = caches.try_borrow_mut() else {
                 return;
             };
             let cache = local_entry(&mut caches, self);
-            if let Some(s) = slot.take() {
-                cache.bufs.push(s);
+            let Some(s) = slot.take() else {
+                return;
+            };
+            if release {
+                // Prefer to give back a heap buffer: dropping a region chunk only returns the
+                // whole pages inside it (none, for packet-sized buffers) until the whole region
+                // is free.
+                let victim = if s.is_heap() {
+                    None
+                } else {
+                    cache.bufs.iter().rposition(Storage::is_heap)
+                };
+                if let Some(i) = victim {
+                    let heap = cache.bufs.remove(i);
+                    cache.bufs.push(s);
+                    drop(heap);
+                } else {
+                    drop(s);
+                }
+                return;
             }
+            cache.bufs.push(s);
             if cache.bufs.len() > THREAD_CACHE {
                 // Spill the coldest (bottom) buffers; the hot ones stay on top.
                 self.push_shared(cache.bufs.drain(..BATCH));
             }
         });
-        if let Some(s) = slot {
+        if let Some(s) = slot
+            && !release
+        {
             self.push_shared(std::iter::once(s));
+        }
+        if release {
+            self.released.fetch_add(1, Relaxed);
         }
     }
 
-    fn note_out(&self) {
-        let in_use = self.in_use.fetch_add(1, Relaxed) + 1;
-        if in_use > self.peak_in_use.load(Relaxed) {
-            self.peak_in_use.fetch_max(in_use, Relaxed);
+    /// Bookkeeping for a buffer handed out: high-water marks and the low-water flag.
+    #[inline]
+    fn note_out(&self, pooled_in_use: usize) {
+        let items = pooled_in_use + self.fallback_in_use.load(Relaxed);
+        if items > self.high_water.load(Relaxed) {
+            self.high_water.fetch_max(items, Relaxed);
+        }
+        let used = pooled_in_use
+            .saturating_mul(self.cfg.upper)
+            .saturating_add(self.fallback_bytes.load(Relaxed));
+        if used > self.peak_used_bytes.load(Relaxed) {
+            self.peak_used_bytes.fetch_max(used, Relaxed);
         }
         if self.cfg.low_water > 0
-            && self.total.load(Relaxed).saturating_sub(in_use) < self.cfg.low_water
+            && self.total.load(Relaxed).saturating_sub(pooled_in_use) < self.cfg.low_water
             && !self.needs_refill.load(Relaxed)
         {
             self.needs_refill.store(true, Relaxed);
         }
     }
 
-    /// The pool was empty: count it, maybe warn, and allocate a fresh pooled buffer.
+    /// The pool was empty: count it and allocate a heap buffer that joins the pool when freed
+    /// (unless `max_free` buffers are free by then). The caller then calls `maybe_warn`.
+    #[cold]
     fn miss(&self) -> Storage {
         self.misses.fetch_add(1, Relaxed);
         self.total.fetch_add(1, Relaxed);
         if !self.dry.load(Relaxed) && !self.dry.swap(true, Relaxed) {
             self.empty_events.fetch_add(1, Relaxed);
         }
-        self.maybe_warn();
-        Storage::pooled(&self.cfg)
+        if self.cfg.low_water > 0 {
+            self.needs_refill.store(true, Relaxed);
+        }
+        Storage::heap(self.cfg.upper, false)
     }
 
+    #[cold]
     fn maybe_warn(&self) {
         let now = self.clock_ms.load(Relaxed);
         let last = self.last_warn_ms.load(Relaxed);
@@ -282,40 +385,48 @@ impl Inner {
             return;
         }
         self.warnings.fetch_add(1, Relaxed);
-        let hook = self
-            .hook
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(hook) = hook {
-            hook(self.cfg.name, &self.stats());
-        }
+        let hook = Arc::clone(&self.hook.read().unwrap_or_else(PoisonError::into_inner));
+        hook(self.cfg.name, &self.stats());
     }
 
     fn stats(&self) -> PoolStats {
         let upper = self.cfg.upper;
-        let in_use = self.in_use.load(Relaxed);
+        let pooled = self.pooled_in_use.load(Relaxed);
         let total = self.total.load(Relaxed);
-        let bypass_bytes = self.bypass_in_use_bytes.load(Relaxed);
+        let fallback = self.fallback_in_use.load(Relaxed);
+        let fallback_bytes = self.fallback_bytes.load(Relaxed);
         PoolStats {
-            hits: self.hits.iter().map(|s| s.hits.load(Relaxed)).sum(),
+            hits: self.hits.iter().map(|h| h.load(Relaxed)).sum(),
             misses: self.misses.load(Relaxed),
             empty_events: self.empty_events.load(Relaxed),
+            refills: self.refills.load(Relaxed),
+            in_use: pooled + fallback,
+            high_water: self.high_water.load(Relaxed),
+            free: total.saturating_sub(pooled),
+            allocated_bytes: total.saturating_mul(upper).saturating_add(fallback_bytes),
+            used_bytes: pooled.saturating_mul(upper).saturating_add(fallback_bytes),
+            peak_used_bytes: self.peak_used_bytes.load(Relaxed),
+            bypasses: self.bypasses.load(Relaxed),
+            fallback_in_use: fallback,
+            released: self.released.load(Relaxed),
+            refilled_buffers: self.refilled_buffers.load(Relaxed),
             warnings: self.warnings.load(Relaxed),
             warnings_suppressed: self.warnings_suppressed.load(Relaxed),
-            refills: self.refills.load(Relaxed),
-            refilled_buffers: self.refilled_buffers.load(Relaxed),
-            released: self.released.load(Relaxed),
-            bypasses: self.bypasses.load(Relaxed),
-            in_use_buffers: in_use,
-            in_use_bytes: in_use.saturating_mul(upper),
-            peak_in_use_buffers: self.peak_in_use.load(Relaxed),
-            free_buffers: total.saturating_sub(in_use),
-            allocated_bytes: total.saturating_mul(upper),
-            bypass_in_use_buffers: self.bypass_in_use.load(Relaxed),
-            bypass_in_use_bytes: bypass_bytes,
             needs_refill: self.needs_refill.load(Relaxed),
         }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The pool is gone: free the buffers this thread still caches for it. (Other threads'
+        // caches free theirs when they exit or next meet a new pool.)
+        let id = self.id;
+        let _ = LOCAL.try_with(|caches| {
+            if let Ok(mut caches) = caches.try_borrow_mut() {
+                caches.retain(|c| c.id != id);
+            }
+        });
     }
 }
 
@@ -324,79 +435,94 @@ impl MemorySource for Inner {
         let s = self.stats();
         PoolReport::new(
             self.cfg.name,
-            s.in_use_bytes + s.bypass_in_use_bytes,
-            s.allocated_bytes + s.bypass_in_use_bytes,
-            s.peak_in_use_buffers.saturating_mul(self.cfg.upper),
-            (s.in_use_buffers + s.bypass_in_use_buffers) as u64,
+            s.used_bytes,
+            s.allocated_bytes,
+            s.peak_used_bytes,
+            s.in_use,
+            s.high_water,
         )
     }
 }
 
 /// Statistics of one [`BufferPool`]: a snapshot of atomics, each exact once the pool is
-/// quiescent (while threads allocate, fields are read one by one).
+/// quiescent (while threads allocate, fields are read one by one and may disagree slightly).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct PoolStats {
-    /// In-range allocations served from a free buffer.
+    /// Allocations served from a free pooled buffer.
     pub hits: u64,
-    /// In-range allocations that found no free buffer and allocated a new one.
+    /// Allocations not served from a free buffer: the pool was dry (a heap buffer was
+    /// allocated, which joins the pool when freed), or the length was outside
+    /// `[lower, upper]` (a heap buffer of exactly that length; see `bypasses`).
+    /// `hits + misses` is the number of `alloc` calls.
     pub misses: u64,
-    /// Times the pool went dry: a miss after buffers had last reached the shared free list.
-    /// A run of consecutive misses counts once.
+    /// Times the pool went dry: a dry miss after the last hit or refill. A run of consecutive
+    /// dry misses counts once.
     pub empty_events: u64,
-    /// Empty-pool warnings emitted (hook called, if one is set).
-    pub warnings: u64,
-    /// Misses whose warning the rate limiter swallowed.
-    pub warnings_suppressed: u64,
     /// [`BufferPool::refill`] calls that added buffers.
     pub refills: u64,
-    /// Buffers added by refills.
-    pub refilled_buffers: u64,
+    /// Buffers handed out and not yet dropped (pooled and fallback).
+    pub in_use: usize,
+    /// Highest `in_use` seen (checked on every allocation).
+    pub high_water: usize,
+    /// Free pooled buffers (shared list plus every thread's cache).
+    pub free: usize,
+    /// Bytes held by the pool: every pooled buffer (`upper` bytes each, free or in use) plus
+    /// fallback buffers in use.
+    pub allocated_bytes: usize,
+    /// Bytes of the buffers in use (capacity, not the requested lengths).
+    pub used_bytes: usize,
+    /// Highest `used_bytes` seen.
+    pub peak_used_bytes: usize,
+    /// Requests with a length outside `[lower, upper]` (included in `misses`).
+    pub bypasses: u64,
+    /// Fallback buffers for such requests currently handed out (included in `in_use`).
+    pub fallback_in_use: usize,
     /// Buffers returned to the system because `max_free` buffers were already free.
     pub released: u64,
-    /// Requests outside `[lower, upper]`, served by a plain allocation.
-    pub bypasses: u64,
-    /// Pooled buffers currently handed out.
-    pub in_use_buffers: usize,
-    /// `in_use_buffers * upper`.
-    pub in_use_bytes: usize,
-    /// Highest `in_use_buffers` seen (exact: updated on every allocation).
-    pub peak_in_use_buffers: usize,
-    /// Pooled buffers free (shared list plus every thread cache).
-    pub free_buffers: usize,
-    /// Bytes of all pooled buffers, free or in use: `(free + in use) * upper`.
-    pub allocated_bytes: usize,
-    /// Bypass buffers currently handed out.
-    pub bypass_in_use_buffers: usize,
-    /// Bytes of bypass buffers currently handed out.
-    pub bypass_in_use_bytes: usize,
+    /// Buffers added by refills.
+    pub refilled_buffers: u64,
+    /// Empty-pool warnings emitted (warn hook calls).
+    pub warnings: u64,
+    /// Dry misses whose warning the rate limiter swallowed.
+    pub warnings_suppressed: u64,
     /// The free count fell below `low_water` (or the pool ran dry) since the last refill.
     pub needs_refill: bool,
 }
 
 /// A pool of equally sized packet buffers (spead2 `memory_pool` semantics).
 ///
-/// - Requests of `lower..=upper` bytes get an `upper`-byte buffer, last freed first (LIFO,
-///   so it is likely still in cache). Requests outside the range are served by a plain
-///   allocation, counted in [`PoolStats::bypasses`] - never an error, so a jumbo datagram
-///   is not lost; this includes `len > upper`.
-/// - `initial` buffers are allocated and prefaulted by [`BufferPool::new`].
+/// - Requests of `lower..=upper` bytes get an `upper`-byte buffer, the most recently freed one
+///   first (LIFO, so it is likely still in cache).
+/// - Requests outside that range are still served, with a heap buffer of exactly the requested
+///   length that is freed, not pooled, when dropped; they count as misses (and `bypasses`).
+///   A jumbo datagram is never lost to the pool.
+/// - `initial` buffers are allocated (and with `prefault`, faulted in) by
+///   [`BufferPool::new`], in one anonymous mapping when `prefault` or `huge_pages` is set
+///   (see [`PoolBacking`]).
 /// - A freed buffer goes back to the system if `max_free` buffers are already free.
 /// - When the free count drops below `low_water` the pool sets
-///   [`BufferPool::needs_refill`]; [`BufferPool::refill`], run by a background thread
-///   (never by `alloc`), tops the free count up to `initial`.
-/// - An `alloc` that finds the pool empty still allocates, and reports it through the warn
-///   hook at most once per [`WARN_INTERVAL_MS`] of the pool clock, which the caller advances
-///   ([`BufferPool::set_clock`] or [`BufferPool::maintain`]); the pool never reads the clock.
+///   [`BufferPool::needs_refill`]; [`BufferPool::refill`], run off the packet path (by
+///   [`BufferPool::maintain`]), tops the free count back up to `low_water`.
+/// - An `alloc` that finds the pool dry still serves, with a new heap buffer that joins the
+///   pool when freed. It counts a miss and, on the first dry miss since buffers were last
+///   available, an empty event, and calls the warn hook (by default a line on stderr) at most
+///   once per [`WARN_INTERVAL`] of the pool clock.
+///
+/// The pool never reads the clock: the caller advances it through
+/// [`BufferPool::maintain`] or [`BufferPool::set_clock`]. (If nobody does, the warning fires
+/// once and then stays quiet.)
 ///
 /// # Fast path
 ///
 /// Each thread keeps up to [`THREAD_CACHE`] free buffers per pool in a thread-local LIFO
 /// stack; the shared free list's lock is taken only to move [`BATCH`] buffers at a time.
-/// A hit costs the thread-local access, one sharded counter and two shared atomics (buffers
-/// in use and the `Arc` held by the buffer), no lock. Buffers cached by a thread that then
-/// stops using the pool stay counted as free; they return to the shared list when the thread
-/// exits or calls [`BufferPool::flush_thread_cache`].
+/// A hit costs the thread-local access, one sharded counter and a few atomics on shared
+/// cache lines (buffers in use, the `Arc` held by the buffer), no lock. Buffers cached by a
+/// thread that then stops using the pool stay counted as free; they return to the shared list
+/// when the thread exits or calls [`BufferPool::flush_thread_cache`]. Once the pool itself is
+/// gone (last handle and last buffer dropped), buffers other threads still cache for it are
+/// freed when those threads exit or first use another new pool.
 ///
 /// Cloning is cheap (an `Arc`); clones share the pool.
 #[derive(Clone)]
@@ -408,106 +534,142 @@ impl fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferPool")
             .field("config", &self.inner.cfg)
+            .field("backing", &self.inner.backing)
             .field("stats", &self.inner.stats())
             .finish()
     }
 }
 
 impl BufferPool {
-    /// Validate `cfg` and allocate (and prefault, if asked) `initial` buffers.
+    /// Validate `cfg`, allocate (and prefault, if asked) `initial` buffers, and register the
+    /// pool in the [global memory registry](MemoryRegistry::global).
     pub fn new(cfg: PoolConfig) -> Result<BufferPool, PoolError> {
+        Self::new_in(MemoryRegistry::global(), cfg)
+    }
+
+    /// Like [`BufferPool::new`], registering the pool in `registry` instead (which holds a
+    /// weak reference: the pool leaves the report when its last handle and buffer drop).
+    pub fn new_in(registry: &MemoryRegistry, cfg: PoolConfig) -> Result<BufferPool, PoolError> {
         cfg.validate()?;
+        let (bufs, backing) = Storage::batch(&cfg, cfg.initial);
         let mut shared = Vec::with_capacity(cfg.max_free.saturating_add(BATCH));
-        shared.extend((0..cfg.initial).map(|_| Storage::pooled(&cfg)));
+        shared.extend(bufs);
         let inner = Inner {
             id: NEXT_POOL_ID.fetch_add(1, Relaxed),
+            backing,
+            pooled_in_use: Padded::default(),
+            shared: Padded(Mutex::new(shared)),
+            hits: std::array::from_fn(|_| Padded::default()),
             total: AtomicUsize::new(cfg.initial),
-            shared: Mutex::new(shared),
-            in_use: AtomicUsize::new(0),
-            peak_in_use: AtomicUsize::new(0),
-            hits: std::array::from_fn(|_| HitShard::default()),
+            fallback_in_use: AtomicUsize::new(0),
+            fallback_bytes: AtomicUsize::new(0),
+            high_water: AtomicUsize::new(0),
+            peak_used_bytes: AtomicUsize::new(0),
+            dry: AtomicBool::new(false),
+            needs_refill: AtomicBool::new(cfg.initial < cfg.low_water),
             misses: AtomicU64::new(0),
+            bypasses: AtomicU64::new(0),
             empty_events: AtomicU64::new(0),
             warnings: AtomicU64::new(0),
             warnings_suppressed: AtomicU64::new(0),
             refills: AtomicU64::new(0),
             refilled_buffers: AtomicU64::new(0),
             released: AtomicU64::new(0),
-            bypasses: AtomicU64::new(0),
-            bypass_in_use: AtomicUsize::new(0),
-            bypass_in_use_bytes: AtomicUsize::new(0),
-            dry: AtomicBool::new(false),
-            needs_refill: AtomicBool::new(false),
             clock_base: OnceLock::new(),
             clock_ms: AtomicU64::new(0),
             last_warn_ms: AtomicU64::new(NEVER),
-            hook: RwLock::new(None),
+            hook: RwLock::new(Arc::new(warn_to_stderr)),
             cfg,
         };
-        Ok(BufferPool {
+        let pool = BufferPool {
             inner: Arc::new(inner),
-        })
-    }
-
-    /// Like [`BufferPool::new`], and register the pool in `registry`'s memory report (the
-    /// registry holds a weak reference).
-    pub fn new_in(registry: &MemoryRegistry, cfg: PoolConfig) -> Result<BufferPool, PoolError> {
-        let pool = Self::new(cfg)?;
+        };
         let source: Arc<dyn MemorySource> = pool.inner.clone();
         registry.register(&source);
         Ok(pool)
     }
 
-    /// A buffer of length `len` (contents unspecified: a reused buffer keeps old bytes).
+    /// A buffer of length `len`. Contents are unspecified: a reused buffer keeps old bytes.
     ///
-    /// Never fails and never waits on the refill thread: an empty pool allocates.
+    /// Never fails and never waits on the refill thread: a dry pool, or a length outside
+    /// `[lower, upper]`, is served from the heap (and counted as a miss).
     #[inline]
     pub fn alloc(&self, len: usize) -> Buf {
         let inner = &self.inner;
         if len < inner.cfg.lower || len > inner.cfg.upper {
-            return self.bypass(len);
+            return self.fallback(len);
         }
-        let storage = match inner.take() {
+        let (storage, dry) = match inner.take() {
             Some(s) => {
-                inner.hits[thread_shard()].hits.fetch_add(1, Relaxed);
-                s
+                inner.hits[thread_shard()].fetch_add(1, Relaxed);
+                if inner.dry.load(Relaxed) {
+                    inner.dry.store(false, Relaxed);
+                }
+                (s, false)
             }
-            None => inner.miss(),
+            None => (inner.miss(), true),
         };
-        inner.note_out();
+        let in_use = inner.pooled_in_use.fetch_add(1, Relaxed) + 1;
+        inner.note_out(in_use);
+        if dry {
+            // After the bookkeeping, so the hook's snapshot counts this buffer.
+            inner.maybe_warn();
+        }
         Buf {
             storage,
             len,
+            pooled: true,
             pool: Arc::clone(inner),
         }
     }
 
+    /// A heap buffer for a request outside `[lower, upper]`.
     #[cold]
-    fn bypass(&self, len: usize) -> Buf {
+    fn fallback(&self, len: usize) -> Buf {
         let inner = &self.inner;
+        inner.misses.fetch_add(1, Relaxed);
         inner.bypasses.fetch_add(1, Relaxed);
-        inner.bypass_in_use.fetch_add(1, Relaxed);
-        inner.bypass_in_use_bytes.fetch_add(len, Relaxed);
+        inner.fallback_in_use.fetch_add(1, Relaxed);
+        inner.fallback_bytes.fetch_add(len, Relaxed);
+        inner.note_out(inner.pooled_in_use.load(Relaxed));
         Buf {
-            storage: Storage::Heap(vec![0u8; len].into_boxed_slice()),
+            storage: Storage::heap(len, false),
             len,
+            pooled: false,
             pool: Arc::clone(inner),
         }
     }
 
-    /// Top the free count up to `initial` (no-op if it is already there). Returns the number
-    /// of buffers added. Allocates and prefaults outside the lock; meant for a background
+    /// Top the free count up to `low_water` (never past `max_free`). Returns the number of
+    /// buffers added. Allocates (and prefaults) outside the lock; meant for a background
     /// thread, never the packet path. Clears [`BufferPool::needs_refill`].
     pub fn refill(&self) -> usize {
         let inner = &self.inner;
+        let cfg = &inner.cfg;
         inner.needs_refill.store(false, Relaxed);
-        let want = inner.cfg.initial.saturating_sub(inner.free_count());
-        if want == 0 {
-            return 0;
-        }
-        let fresh: Vec<Storage> = (0..want).map(|_| Storage::pooled(&inner.cfg)).collect();
-        inner.total.fetch_add(want, Relaxed);
+        // Reserve the buffers in `total` first, so concurrent frees see them and respect
+        // `max_free`.
+        let mut total = inner.total.load(Relaxed);
+        let want = loop {
+            let free = total.saturating_sub(inner.pooled_in_use.load(Relaxed));
+            let want = cfg
+                .low_water
+                .saturating_sub(free)
+                .min(cfg.max_free.saturating_sub(free));
+            if want == 0 {
+                return 0;
+            }
+            match inner
+                .total
+                .compare_exchange_weak(total, total + want, Relaxed, Relaxed)
+            {
+                Ok(_) => break want,
+                Err(t) => total = t,
+            }
+        };
+        let (fresh, _) = Storage::batch(cfg, want);
         inner.push_shared(fresh.into_iter());
+        inner.dry.store(false, Relaxed);
         inner.refills.fetch_add(1, Relaxed);
         inner.refilled_buffers.fetch_add(want as u64, Relaxed);
         want
@@ -523,22 +685,32 @@ impl BufferPool {
     /// times earlier than the latest one are ignored.
     pub fn set_clock(&self, now: Instant) {
         let base = *self.inner.clock_base.get_or_init(|| now);
-        let ms = u64::try_from(now.saturating_duration_since(base).as_millis()).unwrap_or(NEVER - 1);
+        let ms =
+            u64::try_from(now.saturating_duration_since(base).as_millis()).unwrap_or(NEVER - 1);
         self.inner.clock_ms.fetch_max(ms, Relaxed);
     }
 
-    /// The background thread's tick: [`set_clock`](Self::set_clock), then
-    /// [`refill`](Self::refill) if the pool asked for it. Returns the buffers added.
+    /// The background thread's tick (every few milliseconds to a few hundred):
+    /// [`set_clock`](Self::set_clock), then [`refill`](Self::refill) if the pool asked for it.
+    /// Returns the buffers added.
     pub fn maintain(&self, now: Instant) -> usize {
         self.set_clock(now);
-        if self.needs_refill() { self.refill() } else { 0 }
+        if self.needs_refill() {
+            self.refill()
+        } else {
+            0
+        }
     }
 
-    /// Install the hook called (on the allocating thread, at most once per
-    /// [`WARN_INTERVAL_MS`]) when `alloc` finds the pool empty. It receives the pool name and
-    /// a statistics snapshot; log from it, don't block in it.
+    /// Replace the hook called (on the allocating thread, at most once per [`WARN_INTERVAL`])
+    /// when `alloc` finds the pool dry. It receives the pool name and a statistics snapshot;
+    /// log from it, don't block in it. The default writes one line to stderr.
     pub fn set_warn_hook(&self, hook: Box<WarnHook>) {
-        *self.inner.hook.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::from(hook));
+        *self
+            .inner
+            .hook
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::from(hook);
     }
 
     /// Move this thread's cached free buffers of this pool to the shared list (e.g. before a
@@ -569,6 +741,11 @@ impl BufferPool {
         self.inner.cfg.name
     }
 
+    /// What the `initial` buffers were allocated in.
+    pub fn backing(&self) -> PoolBacking {
+        self.inner.backing
+    }
+
     /// This pool's line of the memory report.
     pub fn report(&self) -> PoolReport {
         self.inner.memory_report()
@@ -582,6 +759,8 @@ impl BufferPool {
 pub struct Buf {
     storage: Storage,
     len: usize,
+    /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
+    pooled: bool,
     pool: Arc<Inner>,
 }
 
@@ -598,7 +777,7 @@ impl Buf {
         self.len == 0
     }
 
-    /// Capacity: `upper` for pooled buffers, the requested length for bypass buffers.
+    /// Capacity: `upper` for pooled buffers, the requested length for fallback buffers.
     #[inline]
     pub fn capacity(&self) -> usize {
         self.storage.as_slice().len()
@@ -625,11 +804,11 @@ impl Buf {
         self.storage.as_mut_slice()
     }
 
-    /// Whether this buffer came from the pool (as opposed to a bypass allocation).
+    /// Whether this buffer returns to the pool when dropped (as opposed to a fallback for a
+    /// length outside `[lower, upper]`).
     #[inline]
     pub fn is_pooled(&self) -> bool {
-        // Bypass buffers have a length outside `[lower, upper]`, so never exactly `upper`.
-        self.capacity() == self.pool.cfg.upper
+        self.pooled
     }
 
     /// Make the buffer immutable and shareable; it returns to the pool when the last clone of
@@ -643,11 +822,11 @@ impl Drop for Buf {
     fn drop(&mut self) {
         let storage = std::mem::take(&mut self.storage);
         let pool = &self.pool;
-        if storage.as_slice().len() == pool.cfg.upper {
+        if self.pooled {
             pool.put(storage);
         } else {
-            pool.bypass_in_use.fetch_sub(1, Relaxed);
-            pool.bypass_in_use_bytes
+            pool.fallback_in_use.fetch_sub(1, Relaxed);
+            pool.fallback_bytes
                 .fetch_sub(storage.as_slice().len(), Relaxed);
         }
     }

@@ -1,12 +1,12 @@
 //! The crate's only `unsafe` code: the counting global allocator and the anonymous memory
-//! mapping used for huge-page buffer pools.
+//! regions that prefaulted and huge-page buffer pools are carved from.
 //!
 //! Everything here is small on purpose; the safe rest of the crate only sees [`CountingAlloc`],
-//! [`AllocStats`] and the crate-private `Mapping`.
+//! [`AllocStats`] and the crate-private `Chunk` (one buffer's disjoint slice of a region).
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::shard::{SHARDS, thread_shard};
 
@@ -41,6 +41,8 @@ static COUNTERS: [Shard; SHARDS] = [const { Shard::new() }; SHARDS];
 static FLUSHED: AtomicIsize = AtomicIsize::new(0);
 /// High-water mark of `FLUSHED` (and of the exact count at every [`CountingAlloc::stats`]).
 static PEAK: AtomicIsize = AtomicIsize::new(0);
+/// Bytes currently mapped by [`Region`]s (memory the allocator never sees).
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
 
 #[inline]
 fn record(bytes: isize, allocations: u64, frees: u64) {
@@ -74,6 +76,10 @@ pub struct AllocStats {
     pub allocations: u64,
     /// Number of frees (`dealloc`, and one per `realloc`). Exact.
     pub frees: u64,
+    /// Bytes of anonymous memory currently mapped by this crate's buffer pools (prefaulted and
+    /// huge-page regions), which bypass the allocator and so are not in `live_bytes`. Counted
+    /// whether or not a `CountingAlloc` is installed.
+    pub mapped_bytes: usize,
 }
 
 impl AllocStats {
@@ -87,15 +93,19 @@ impl AllocStats {
 ///
 /// Install it in a binary:
 ///
-/// ```ignore
+/// ```
 /// #[global_allocator]
 /// static A: tern_pool::CountingAlloc = tern_pool::CountingAlloc::new();
+///
+/// let v = vec![0u8; 4096];
+/// assert!(tern_pool::CountingAlloc::stats().live_bytes >= v.len());
 /// ```
 ///
 /// Counters are sharded: each thread is assigned one of 32 cache-line-padded shards on first
 /// use (a `const`-initialised thread-local `Cell`, which needs no heap and no destructor), so
 /// an allocation costs two uncontended atomic adds on top of `System`. Reads sum the shards.
-/// The counters are process-wide statics: if no `CountingAlloc` is installed they stay zero.
+/// The counters are process-wide statics: if no `CountingAlloc` is installed they stay zero
+/// (except [`AllocStats::mapped_bytes`], which this crate's pools keep themselves).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CountingAlloc;
 
@@ -121,6 +131,7 @@ impl CountingAlloc {
             peak_bytes: usize::try_from(peak).unwrap_or(0),
             allocations,
             frees,
+            mapped_bytes: MAPPED.load(Relaxed),
         }
     }
 
@@ -181,143 +192,272 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
-/// Anonymous private memory mappings for huge-page pools (Linux on x86-64/aarch64/riscv64;
-/// elsewhere `Mapping::new` returns `None` and the pool falls back to the heap).
-pub(crate) use map::Mapping;
+/// Which kind of pages back a region of pool buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// Reserved huge pages (`MAP_HUGETLB`).
+    HugeTlb,
+    /// Normal pages advised for transparent huge pages (`MADV_HUGEPAGE`).
+    Transparent,
+    /// Normal pages.
+    Normal,
+}
 
-#[cfg(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    )
-))]
-mod map {
-    use std::ffi::{c_int, c_long, c_void};
+pub(crate) use region::{Chunk, map_chunks};
+
+/// Anonymous memory regions (Linux: `mmap`, `MAP_POPULATE`, `MAP_HUGETLB`, `madvise`).
+#[cfg(target_os = "linux")]
+mod region {
     use std::ptr::NonNull;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    // Values from the generic Linux UAPI headers, shared by the architectures selected above.
-    const PROT_READ: c_int = 0x1;
-    const PROT_WRITE: c_int = 0x2;
-    const MAP_PRIVATE: c_int = 0x02;
-    const MAP_ANONYMOUS: c_int = 0x20;
-    const MAP_POPULATE: c_int = 0x8000;
-    const MAP_HUGETLB: c_int = 0x40000;
-    const MADV_HUGEPAGE: c_int = 14;
-    /// 2 MiB, the default huge page size on these architectures.
-    pub(crate) const HUGE_PAGE: usize = 2 * 1024 * 1024;
+    use super::{Backing, MAPPED};
 
-    unsafe extern "C" {
-        fn mmap(
-            addr: *mut c_void,
-            len: usize,
-            prot: c_int,
-            flags: c_int,
-            fd: c_int,
-            off: c_long,
-        ) -> *mut c_void;
-        fn munmap(addr: *mut c_void, len: usize) -> c_int;
-        fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
-    }
+    /// Cache-line size that region chunks are aligned to, so two buffers never share a line.
+    const CHUNK_ALIGN: usize = 64;
 
-    /// An owned anonymous mapping of `len` readable, writable, zero-filled bytes.
-    pub(crate) struct Mapping {
+    /// One anonymous private mapping, shared by the [`Chunk`]s carved from it and unmapped when
+    /// the last of them drops.
+    struct Region {
         ptr: NonNull<u8>,
-        /// Bytes exposed to safe code.
-        len: usize,
-        /// Bytes mapped (rounded up to the page size used).
+        /// Bytes mapped (a multiple of `page`).
         mapped: usize,
+        /// Page size of the mapping (the huge page size for `MAP_HUGETLB`).
+        page: usize,
     }
 
-    // SAFETY: a `Mapping` owns its region exclusively (like a `Box<[u8]>`); access goes through
-    // `&self`/`&mut self`, so the usual borrow rules prevent data races.
-    unsafe impl Send for Mapping {}
-    // SAFETY: as above; shared access only hands out `&[u8]`.
-    unsafe impl Sync for Mapping {}
+    // SAFETY: a `Region` is only a owner token for the mapping: it never reads or writes the memory
+    // itself. Access goes through `Chunk`s, each of which owns a disjoint byte range.
+    unsafe impl Send for Region {}
+    // SAFETY: as above; `&Region` exposes no access to the memory.
+    unsafe impl Sync for Region {}
 
-    impl Mapping {
-        /// Map `len` bytes, trying `MAP_HUGETLB` first (needs reserved huge pages), then a
-        /// normal mapping advised for transparent huge pages. `populate` adds `MAP_POPULATE`
-        /// so the kernel faults every page in now. `None` if both fail or `len == 0`.
-        pub(crate) fn new(len: usize, populate: bool) -> Option<Mapping> {
-            if len == 0 {
-                return None;
+    impl Drop for Region {
+        fn drop(&mut self) {
+            // SAFETY: unmapping exactly the range `map_chunks` mapped. Every `Chunk` holds an
+            // `Arc<Region>`, so no chunk (and no slice borrowed from one) outlives this call.
+            let _ = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+            MAPPED.fetch_sub(self.mapped, Relaxed);
+        }
+    }
+
+    /// One pool buffer: `len` bytes at `offset` in a region, owning `offset..offset + stride`
+    /// exclusively (no other chunk overlaps that range).
+    pub(crate) struct Chunk {
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+        stride: usize,
+    }
+
+    impl Chunk {
+        /// The buffer's bytes.
+        #[inline]
+        pub(crate) fn as_slice(&self) -> &[u8] {
+            // SAFETY: `offset + len <= offset + stride <= region.mapped`, so the range lies in the
+            // mapping, which stays mapped while `self.region` lives. Anonymous mappings are
+            // zero-filled, hence initialised. The range belongs to this chunk alone and `Chunk`
+            // is not `Clone`, so the only mutable access would need `&mut self`, which `&self`
+            // excludes.
+            unsafe {
+                std::slice::from_raw_parts(self.region.ptr.as_ptr().add(self.offset), self.len)
             }
-            let mapped = len.checked_next_multiple_of(HUGE_PAGE)?;
-            let populate = if populate { MAP_POPULATE } else { 0 };
-            let base = MAP_PRIVATE | MAP_ANONYMOUS | populate;
-            for (flags, advise) in [(base | MAP_HUGETLB, false), (base, true)] {
-                // SAFETY: an anonymous mapping at a kernel-chosen address touches no existing
-                // memory; the arguments are plain integers and a null hint.
-                let ptr = unsafe {
-                    mmap(
-                        std::ptr::null_mut(),
-                        mapped,
-                        PROT_READ | PROT_WRITE,
-                        flags,
-                        -1,
-                        0,
+        }
+
+        /// The buffer's bytes, mutably.
+        #[inline]
+        pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+            // SAFETY: as in `as_slice`; `&mut self` makes this the only access to the range.
+            unsafe {
+                std::slice::from_raw_parts_mut(self.region.ptr.as_ptr().add(self.offset), self.len)
+            }
+        }
+    }
+
+    impl Drop for Chunk {
+        fn drop(&mut self) {
+            // A chunk dropped while its region lives on (the pool released it past `max_free`):
+            // give the whole pages inside its exclusive range back to the kernel. When this is the
+            // last chunk, the region's munmap does that instead.
+            if Arc::strong_count(&self.region) <= 1 {
+                return;
+            }
+            let page = self.region.page;
+            let start = self.offset.next_multiple_of(page);
+            let end = (self.offset + self.stride) / page * page;
+            if end > start {
+                // SAFETY: `start..end` lies inside this chunk's exclusive range, inside the live
+                // mapping; no other chunk's memory is affected. MADV_DONTNEED only makes the pages
+                // read back as zero, and nothing reads them again: this chunk is going away.
+                // Failure (e.g. EINVAL for unaligned hugetlb ranges) just keeps the pages.
+                let _ = unsafe {
+                    libc::madvise(
+                        self.region.ptr.as_ptr().add(start).cast(),
+                        end - start,
+                        libc::MADV_DONTNEED,
                     )
                 };
-                // MAP_FAILED is (void*)-1.
-                if ptr as usize == usize::MAX || ptr.is_null() {
-                    continue;
-                }
-                if advise {
-                    // SAFETY: `ptr..ptr+mapped` is the mapping just created; madvise only
-                    // changes the kernel's paging policy for it. Failure is harmless.
-                    let _ = unsafe { madvise(ptr, mapped, MADV_HUGEPAGE) };
-                }
-                let ptr = NonNull::new(ptr.cast::<u8>())?;
-                return Some(Mapping { ptr, len, mapped });
             }
-            None
-        }
-
-        pub(crate) fn as_slice(&self) -> &[u8] {
-            // SAFETY: `ptr` is valid for `len <= mapped` bytes for the mapping's lifetime,
-            // initialised (anonymous mappings are zero-filled), and not mutably borrowed
-            // while `&self` is held.
-            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-        }
-
-        pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-            // SAFETY: as in `as_slice`, and `&mut self` guarantees exclusive access.
-            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
         }
     }
 
-    impl Drop for Mapping {
-        fn drop(&mut self) {
-            // SAFETY: unmapping exactly the region `new` mapped; no slice borrowed from it can
-            // outlive `self`.
-            let _ = unsafe { munmap(self.ptr.as_ptr().cast::<c_void>(), self.mapped) };
+    /// The system page size.
+    fn page_size() -> usize {
+        static PAGE: AtomicUsize = AtomicUsize::new(0);
+        let cached = PAGE.load(Relaxed);
+        if cached != 0 {
+            return cached;
         }
+        // SAFETY: sysconf reads a constant of the running system; no memory is involved.
+        let raw = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page = usize::try_from(raw)
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096);
+        PAGE.store(page, Relaxed);
+        page
+    }
+
+    /// `mmap` an anonymous private read-write region of `len` bytes; `None` on failure.
+    fn mmap_anon(len: usize, extra_flags: libc::c_int) -> Option<NonNull<u8>> {
+        // SAFETY: an anonymous mapping at a kernel-chosen address (null hint, no MAP_FIXED)
+        // cannot alias any existing memory; the remaining arguments are plain integers.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        NonNull::new(ptr.cast::<u8>())
+    }
+
+    /// Make the kernel back every page of `region` now: `MADV_POPULATE_WRITE` (Linux 5.14+), else
+    /// a write to each page.
+    fn populate(region: &Region) {
+        // SAFETY: the range is exactly the live mapping; the advice only faults pages in.
+        let rc = unsafe {
+            libc::madvise(
+                region.ptr.as_ptr().cast(),
+                region.mapped,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc == 0 {
+            return;
+        }
+        // SAFETY: the mapping is `mapped` bytes, zero-initialised, and not yet shared with any
+        // chunk (the region is still being built), so this is the only reference to it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(region.ptr.as_ptr(), region.mapped) };
+        // A write (not a read, which would map the shared zero page) per page; `black_box` keeps
+        // the compiler from dropping stores of the value already there.
+        let zero = std::hint::black_box(0u8);
+        for i in (0..bytes.len()).step_by(region.page) {
+            bytes[i] = zero;
+        }
+        std::hint::black_box(bytes);
+    }
+
+    /// Carve `count` buffers of `len` bytes (each on its own 64-byte-aligned stride) out of one
+    /// anonymous mapping.
+    ///
+    /// `huge` tries reserved huge pages (`MAP_HUGETLB`) first, then normal pages advised with
+    /// `MADV_HUGEPAGE`. `prefault` has the kernel fault every page in now (`MAP_POPULATE`, or
+    /// `MADV_POPULATE_WRITE`/page writes after the huge-page advice, so the pages that get faulted
+    /// in are the huge ones). Returns `None` when nothing could be mapped; the caller falls back to
+    /// the heap.
+    pub(crate) fn map_chunks(
+        len: usize,
+        count: usize,
+        prefault: bool,
+        huge: bool,
+    ) -> Option<(Vec<Chunk>, Backing)> {
+        if len == 0 || count == 0 {
+            return None;
+        }
+        let stride = len.checked_next_multiple_of(CHUNK_ALIGN)?;
+        let bytes = stride.checked_mul(count)?;
+        let populate_flag = if prefault { libc::MAP_POPULATE } else { 0 };
+        let mut region = None;
+        if huge {
+            let mapped = bytes.checked_next_multiple_of(crate::config::HUGE_PAGE_BYTES)?;
+            if let Some(ptr) = mmap_anon(mapped, libc::MAP_HUGETLB | populate_flag) {
+                region = Some((
+                    Region {
+                        ptr,
+                        mapped,
+                        page: crate::config::HUGE_PAGE_BYTES,
+                    },
+                    Backing::HugeTlb,
+                ));
+            } else if let Some(ptr) = mmap_anon(mapped, 0) {
+                // SAFETY: the range is exactly the mapping just created; the advice only changes
+                // the kernel's paging policy for it. Failure (THP disabled) is harmless.
+                let _ = unsafe { libc::madvise(ptr.as_ptr().cast(), mapped, libc::MADV_HUGEPAGE) };
+                let r = Region {
+                    ptr,
+                    mapped,
+                    page: page_size(),
+                };
+                if prefault {
+                    populate(&r);
+                }
+                region = Some((r, Backing::Transparent));
+            }
+        }
+        let (region, backing) = match region {
+            Some(r) => r,
+            None => {
+                let page = page_size();
+                let mapped = bytes.checked_next_multiple_of(page)?;
+                let ptr = mmap_anon(mapped, populate_flag)?;
+                (Region { ptr, mapped, page }, Backing::Normal)
+            }
+        };
+        MAPPED.fetch_add(region.mapped, Relaxed);
+        let region = Arc::new(region);
+        let chunks = (0..count)
+            .map(|i| Chunk {
+                region: Arc::clone(&region),
+                offset: i * stride,
+                len,
+                stride,
+            })
+            .collect();
+        Some((chunks, backing))
     }
 }
 
-#[cfg(not(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    )
-)))]
-mod map {
-    /// Placeholder: no mapping support on this platform; pools use the heap.
-    pub(crate) enum Mapping {}
+/// Elsewhere there are no regions: `map_chunks` returns `None` and pools use the heap.
+#[cfg(not(target_os = "linux"))]
+mod region {
+    use super::Backing;
 
-    impl Mapping {
-        pub(crate) fn new(_len: usize, _populate: bool) -> Option<Mapping> {
-            None
-        }
+    /// Placeholder: no region support on this platform.
+    pub(crate) enum Chunk {}
+
+    impl Chunk {
         pub(crate) fn as_slice(&self) -> &[u8] {
             match *self {}
         }
         pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
             match *self {}
         }
+    }
+
+    pub(crate) fn map_chunks(
+        _len: usize,
+        _count: usize,
+        _prefault: bool,
+        _huge: bool,
+    ) -> Option<(Vec<Chunk>, Backing)> {
+        None
     }
 }

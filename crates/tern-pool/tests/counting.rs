@@ -1,0 +1,144 @@
+//! The counting allocator installed as the global allocator of this test binary.
+
+use std::hint::black_box;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+
+use tern_pool::{BufferPool, CountingAlloc, MemoryRegistry, PoolConfig};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+/// The counters are process-wide: run these tests one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Slack for allocations made concurrently by the test harness itself.
+const SLACK: usize = 64 * 1024;
+
+#[test]
+fn live_bytes_grow_by_a_vec_and_shrink_when_it_drops() {
+    let _g = serial();
+    const N: usize = 1 << 20;
+    let before = CountingAlloc::stats();
+    let v = black_box(vec![1u8; N]);
+    let during = CountingAlloc::stats();
+    assert!(
+        during.live_bytes >= before.live_bytes + N,
+        "{before:?} -> {during:?}"
+    );
+    assert!(during.allocations > before.allocations);
+    assert!(during.peak_bytes >= during.live_bytes);
+    drop(v);
+    let after = CountingAlloc::stats();
+    assert!(
+        after.live_bytes + N <= during.live_bytes + SLACK,
+        "{during:?} -> {after:?}"
+    );
+    assert!(after.frees > during.frees);
+    assert!(
+        after.peak_bytes >= during.live_bytes,
+        "peak remembers the Vec"
+    );
+    CountingAlloc::reset_peak();
+    let reset = CountingAlloc::stats();
+    assert!(reset.peak_bytes < during.live_bytes, "{reset:?}");
+    assert!(reset.peak_bytes >= reset.live_bytes);
+}
+
+#[test]
+fn counts_from_many_threads_add_up() {
+    let _g = serial();
+    let before = CountingAlloc::stats();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            thread::spawn(|| {
+                for i in 0..1000usize {
+                    black_box(Box::new([i; 16]));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("join");
+    }
+    let after = CountingAlloc::stats();
+    assert!(after.allocations - before.allocations >= 8000);
+    assert!(after.frees - before.frees >= 8000);
+    // Every box was freed: no drift beyond what the harness and thread stacks account for.
+    assert!(
+        after.live_bytes <= before.live_bytes + SLACK,
+        "{before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn released_pool_buffers_go_back_to_the_system() {
+    let _g = serial();
+    const UPPER: usize = 64 * 1024;
+    let reg = MemoryRegistry::new();
+    let pool = BufferPool::new_in(
+        &reg,
+        PoolConfig {
+            name: "release",
+            lower: 1,
+            upper: UPPER,
+            initial: 4,
+            max_free: 4,
+            low_water: 0,
+            prefault: false,
+            huge_pages: false,
+        },
+    )
+    .expect("pool");
+    pool.set_warn_hook(Box::new(|_, _| {}));
+    let bufs: Vec<_> = (0..36).map(|_| pool.alloc(UPPER)).collect();
+    let full = CountingAlloc::stats();
+    drop(bufs);
+    let after = CountingAlloc::stats();
+    assert_eq!(pool.stats().released, 32);
+    assert!(
+        after.live_bytes + 32 * UPPER <= full.live_bytes + SLACK,
+        "{full:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn prefaulted_pools_are_mapped_outside_the_heap_and_unmapped_when_gone() {
+    let _g = serial();
+    const UPPER: usize = 2048;
+    const INITIAL: usize = 256;
+    let before = CountingAlloc::stats();
+    let reg = MemoryRegistry::new();
+    let pool = BufferPool::new_in(
+        &reg,
+        PoolConfig {
+            name: "mapped",
+            lower: 1,
+            upper: UPPER,
+            initial: INITIAL,
+            max_free: INITIAL,
+            low_water: 0,
+            prefault: true,
+            huge_pages: false,
+        },
+    )
+    .expect("pool");
+    let during = CountingAlloc::stats();
+    if cfg!(target_os = "linux") {
+        assert!(during.mapped_bytes >= before.mapped_bytes + INITIAL * UPPER);
+        // The buffers themselves are not heap allocations.
+        assert!(during.live_bytes < before.live_bytes + INITIAL * UPPER / 2);
+    }
+    let b = pool.alloc(100);
+    drop(pool);
+    assert!(
+        CountingAlloc::stats().mapped_bytes >= during.mapped_bytes,
+        "a buffer keeps it"
+    );
+    drop(b);
+    assert_eq!(CountingAlloc::stats().mapped_bytes, before.mapped_bytes);
+}

@@ -1,0 +1,474 @@
+//! Buffer pool behaviour: concurrency, LIFO reuse, `max_free`, dry pools, refill, statistics,
+//! shared buffers, and the memory report.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::Instant;
+
+use tern_pool::{
+    AllocStats, Buf, BufferPool, MemoryRegistry, PoolBacking, PoolConfig, SharedBuf, Slab,
+    WARN_INTERVAL, format_dd,
+};
+
+fn cfg(name: &'static str, upper: usize, initial: usize, max_free: usize) -> PoolConfig {
+    PoolConfig {
+        name,
+        lower: 1,
+        upper,
+        initial,
+        max_free,
+        low_water: 0,
+        prefault: false,
+        huge_pages: false,
+    }
+}
+
+fn pool(c: PoolConfig) -> BufferPool {
+    // Private registries keep the tests independent of each other.
+    let reg = Box::leak(Box::new(MemoryRegistry::new()));
+    BufferPool::new_in(reg, c).expect("valid config")
+}
+
+fn quiet(p: &BufferPool) -> Arc<AtomicUsize> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    p.set_warn_hook(Box::new(move |_, _| {
+        c.fetch_add(1, Ordering::Relaxed);
+    }));
+    calls
+}
+
+/// A tiny deterministic generator (no dependencies, same run every time).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+fn tag(buf: &mut [u8], t: u64) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (t as u8) ^ (i as u8).wrapping_mul(31) ^ ((t >> 8) as u8);
+    }
+}
+
+fn check(buf: &[u8], t: u64) {
+    for (i, b) in buf.iter().enumerate() {
+        let want = (t as u8) ^ (i as u8).wrapping_mul(31) ^ ((t >> 8) as u8);
+        assert_eq!(*b, want, "buffer tagged {t:#x} was overwritten at byte {i}");
+    }
+}
+
+#[test]
+fn send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<BufferPool>();
+    both::<Buf>();
+    both::<SharedBuf>();
+    both::<tern_pool::PoolCounter>();
+    both::<Slab<u64>>();
+}
+
+#[test]
+fn eight_threads_never_share_a_buffer_and_counts_add_up() {
+    const THREADS: u64 = 8;
+    const ITERS: u64 = 20_000;
+    const UPPER: usize = 256;
+    let p = pool(cfg("concurrent", UPPER, 64, 512));
+    quiet(&p);
+    let live: Arc<Mutex<HashSet<usize>>> = Arc::default();
+    let (sink_tx, sink_rx) = mpsc::channel::<(Buf, u64)>();
+    // Buffers freed on a thread other than the one that allocated them.
+    let sink = {
+        let live = Arc::clone(&live);
+        thread::spawn(move || {
+            for (buf, t) in sink_rx {
+                check(&buf, t);
+                assert!(live.lock().expect("lock").remove(&(buf.as_ptr() as usize)));
+                drop(buf);
+            }
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|tid| {
+            let p = p.clone();
+            let live = Arc::clone(&live);
+            let sink_tx = sink_tx.clone();
+            thread::spawn(move || {
+                let mut rng = Lcg(tid + 1);
+                let mut held: VecDeque<(Buf, u64)> = VecDeque::new();
+                let mut fallbacks = 0u64;
+                for i in 0..ITERS {
+                    let t = (tid << 32) | i;
+                    let len = if rng.next().is_multiple_of(50) {
+                        fallbacks += 1;
+                        UPPER + 1 + (rng.next() % 100) as usize
+                    } else {
+                        1 + (rng.next() % UPPER as u64) as usize
+                    };
+                    let mut b = p.alloc(len);
+                    assert_eq!(b.len(), len);
+                    assert!(
+                        live.lock().expect("lock").insert(b.as_ptr() as usize),
+                        "buffer handed out twice"
+                    );
+                    tag(&mut b, t);
+                    held.push_back((b, t));
+                    if held.len() > 16 || rng.next().is_multiple_of(3) {
+                        let (b, t) = held.pop_front().expect("non-empty");
+                        if rng.next().is_multiple_of(4) {
+                            sink_tx.send((b, t)).expect("sink alive");
+                        } else {
+                            check(&b, t);
+                            assert!(live.lock().expect("lock").remove(&(b.as_ptr() as usize)));
+                        }
+                    }
+                }
+                for (b, t) in held {
+                    check(&b, t);
+                    assert!(live.lock().expect("lock").remove(&(b.as_ptr() as usize)));
+                }
+                fallbacks
+            })
+        })
+        .collect();
+    let fallbacks: u64 = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    drop(sink_tx);
+    sink.join().expect("sink");
+    assert!(live.lock().expect("lock").is_empty());
+
+    let s = p.stats();
+    assert_eq!(s.hits + s.misses, THREADS * ITERS, "{s:?}");
+    assert_eq!(s.bypasses, fallbacks);
+    assert_eq!(s.in_use, 0);
+    assert_eq!(s.fallback_in_use, 0);
+    assert_eq!(s.used_bytes, 0);
+    assert!(s.free <= 512);
+    assert_eq!(s.allocated_bytes, s.free * UPPER);
+    assert!(s.high_water >= 17, "{s:?}");
+    // Thread caches went back to the shared list when the workers exited: all reusable.
+    let again: Vec<Buf> = (0..s.free).map(|_| p.alloc(UPPER)).collect();
+    assert_eq!(
+        p.stats().misses,
+        s.misses,
+        "every free buffer was reachable"
+    );
+    drop(again);
+}
+
+#[test]
+fn lifo_reuse_returns_the_last_freed_buffer() {
+    let p = pool(cfg("lifo", 1500, 8, 8));
+    let a = p.alloc(1500);
+    let pa = a.as_ptr();
+    drop(a);
+    let b = p.alloc(100);
+    assert_eq!(b.as_ptr(), pa, "the buffer just freed comes back first");
+    drop(b);
+
+    let bufs: Vec<Buf> = (0..3).map(|_| p.alloc(1200)).collect();
+    let ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr()).collect();
+    drop(bufs); // frees in order 0, 1, 2
+    let mut kept = Vec::new();
+    for want in ptrs.iter().rev() {
+        let b = p.alloc(10);
+        assert_eq!(b.as_ptr(), *want);
+        kept.push(b); // keep it out so the next alloc takes the next one
+    }
+}
+
+#[test]
+fn free_list_never_exceeds_max_free() {
+    let p = pool(cfg("max_free", 4096, 4, 8));
+    quiet(&p);
+    let bufs: Vec<Buf> = (0..20).map(|_| p.alloc(4096)).collect();
+    let s = p.stats();
+    assert_eq!((s.hits, s.misses, s.free, s.in_use), (4, 16, 0, 20));
+    assert_eq!(s.allocated_bytes, 20 * 4096);
+    for b in bufs {
+        drop(b);
+        assert!(p.stats().free <= 8, "{:?}", p.stats());
+    }
+    let s = p.stats();
+    assert_eq!(s.free, 8);
+    assert_eq!(s.released, 12);
+    assert_eq!(
+        s.allocated_bytes,
+        8 * 4096,
+        "released buffers left the pool"
+    );
+    // Excess returned from another thread too.
+    let bufs: Vec<Buf> = (0..20).map(|_| p.alloc(4096)).collect();
+    thread::spawn(move || drop(bufs)).join().expect("join");
+    assert_eq!(p.stats().free, 8);
+}
+
+#[test]
+fn region_chunks_survive_max_free_in_favour_of_heap_buffers() {
+    const UPPER: usize = 64 * 1024;
+    let p = pool(PoolConfig {
+        prefault: true,
+        ..cfg("region", UPPER, 4, 4)
+    });
+    quiet(&p);
+    if cfg!(target_os = "linux") {
+        assert_eq!(p.backing(), PoolBacking::Pages);
+    }
+    let bufs: Vec<Buf> = (0..8).map(|_| p.alloc(UPPER)).collect();
+    let region: HashSet<usize> = bufs[..4].iter().map(|b| b.as_ptr() as usize).collect();
+    // Free the heap fallbacks first, then the region chunks: each chunk returned beyond
+    // `max_free` evicts a heap buffer instead.
+    for b in bufs.into_iter().rev() {
+        drop(b);
+    }
+    let s = p.stats();
+    assert_eq!((s.free, s.released), (4, 4));
+    let again: Vec<Buf> = (0..4).map(|_| p.alloc(UPPER)).collect();
+    let got: HashSet<usize> = again.iter().map(|b| b.as_ptr() as usize).collect();
+    assert_eq!(got, region, "the prefaulted region buffers were kept");
+    for b in &again {
+        assert_eq!(b.as_ptr() as usize % 64, 0, "chunks are cache-line aligned");
+    }
+}
+
+#[test]
+fn huge_page_pool_falls_back_cleanly() {
+    let p = pool(PoolConfig {
+        huge_pages: true,
+        prefault: true,
+        ..cfg("huge", 1500, 64, 64)
+    });
+    if cfg!(target_os = "linux") {
+        assert_ne!(p.backing(), PoolBacking::Heap, "some mapping always works");
+    }
+    let mut bufs: Vec<Buf> = (0..64).map(|_| p.alloc(1500)).collect();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        tag(b, i as u64);
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        check(b, i as u64);
+    }
+    assert_eq!(p.stats().misses, 0);
+}
+
+#[test]
+fn dry_pool_still_serves_counts_and_warns_once_per_interval() {
+    let p = pool(cfg("dry", 1500, 2, 16));
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let c = Arc::clone(&calls);
+    p.set_warn_hook(Box::new(move |name, stats| {
+        c.lock()
+            .expect("lock")
+            .push((name.to_owned(), stats.misses));
+    }));
+    let t0 = Instant::now();
+    p.set_clock(t0);
+    let mut held: Vec<Buf> = (0..5).map(|_| p.alloc(1000)).collect();
+    assert!(held.iter().all(|b| b.len() == 1000 && b.is_pooled()));
+    let s = p.stats();
+    assert_eq!((s.hits, s.misses, s.empty_events), (2, 3, 1));
+    assert_eq!((s.warnings, s.warnings_suppressed), (1, 2));
+    assert_eq!(*calls.lock().expect("lock"), [("dry".to_owned(), 1)]);
+
+    // Available again (a hit), then dry again: a second empty event, but the warning is
+    // still within the interval.
+    held.pop();
+    held.push(p.alloc(1000));
+    held.push(p.alloc(1000));
+    let s = p.stats();
+    assert_eq!((s.misses, s.empty_events), (4, 2));
+    assert_eq!(calls.lock().expect("lock").len(), 1);
+
+    // Half an interval later: still quiet. A full interval: warns again.
+    p.maintain(t0 + WARN_INTERVAL / 2);
+    held.push(p.alloc(1000));
+    assert_eq!(calls.lock().expect("lock").len(), 1);
+    p.set_clock(t0 + WARN_INTERVAL);
+    held.push(p.alloc(1000));
+    assert_eq!(calls.lock().expect("lock").len(), 2);
+    assert_eq!(p.stats().warnings, 2);
+
+    // The dry-miss buffers join the pool when freed.
+    let out = held.len();
+    drop(held);
+    assert_eq!(p.stats().free, out);
+}
+
+#[test]
+fn default_warn_hook_does_not_panic() {
+    let p = pool(cfg("dry_default_hook", 64, 0, 4));
+    let b = p.alloc(64);
+    assert_eq!(p.stats().warnings, 1);
+    drop(b);
+}
+
+#[test]
+fn refill_tops_free_up_to_low_water() {
+    let p = pool(PoolConfig {
+        low_water: 6,
+        ..cfg("refill", 1500, 8, 16)
+    });
+    assert!(!p.needs_refill());
+    let held: Vec<Buf> = (0..5).map(|_| p.alloc(1500)).collect();
+    assert_eq!(p.stats().free, 3);
+    assert!(p.needs_refill(), "3 free < low_water 6");
+    let now = Instant::now();
+    assert_eq!(p.maintain(now), 3);
+    let s = p.stats();
+    assert_eq!((s.free, s.refills, s.refilled_buffers), (6, 1, 3));
+    assert!(!p.needs_refill());
+    assert_eq!(p.maintain(now), 0, "nothing to do");
+    // The refilled buffers are served without misses.
+    let more: Vec<Buf> = (0..6).map(|_| p.alloc(1500)).collect();
+    assert_eq!(p.stats().misses, 0);
+    drop((held, more));
+    assert_eq!(p.stats().free, 11);
+}
+
+#[test]
+fn refill_never_passes_max_free() {
+    let p = pool(PoolConfig {
+        low_water: 4,
+        ..cfg("refill_cap", 100, 0, 4)
+    });
+    assert!(p.needs_refill(), "initial below low_water");
+    assert_eq!(p.refill(), 4);
+    assert_eq!(p.refill(), 0);
+    assert_eq!(p.stats().free, 4);
+}
+
+#[test]
+fn stats_match_outstanding_buffers() {
+    const UPPER: usize = 512;
+    let p = pool(PoolConfig {
+        lower: 16,
+        ..cfg("stats", UPPER, 16, 24)
+    });
+    quiet(&p);
+    let mut rng = Lcg(7);
+    let mut out: Vec<Buf> = Vec::new();
+    let mut allocs = 0u64;
+    for _ in 0..5000 {
+        if out.is_empty() || rng.next().is_multiple_of(2) {
+            let len = (rng.next() % 700) as usize; // some below `lower`, some above `upper`
+            let b = p.alloc(len);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.is_pooled(), (16..=UPPER).contains(&len));
+            out.push(b);
+            allocs += 1;
+        } else {
+            let i = (rng.next() as usize) % out.len();
+            out.swap_remove(i);
+        }
+        let s = p.stats();
+        let pooled = out.iter().filter(|b| b.is_pooled()).count();
+        let fallback_bytes: usize = out.iter().filter(|b| !b.is_pooled()).map(|b| b.len()).sum();
+        assert_eq!(s.in_use, out.len());
+        assert_eq!(s.fallback_in_use, out.len() - pooled);
+        assert_eq!(s.hits + s.misses, allocs);
+        assert_eq!(s.used_bytes, pooled * UPPER + fallback_bytes);
+        assert_eq!(
+            s.allocated_bytes,
+            (pooled + s.free) * UPPER + fallback_bytes
+        );
+        assert!(s.free <= 24);
+        assert!(s.high_water >= s.in_use);
+        assert!(s.peak_used_bytes >= s.used_bytes);
+    }
+}
+
+#[test]
+fn buffers_deref_to_exactly_their_length() {
+    let p = pool(cfg("len", 1500, 1, 4));
+    let mut b = p.alloc(100);
+    assert_eq!((b.len(), b.capacity()), (100, 1500));
+    b.fill(7);
+    b.set_len(1500);
+    assert_eq!(b.as_mut_full().len(), 1500);
+    let big = p.alloc(9000);
+    assert_eq!(
+        (big.len(), big.capacity(), big.is_pooled()),
+        (9000, 9000, false)
+    );
+    let empty = p.alloc(0);
+    assert!(empty.is_empty() && !empty.is_pooled());
+}
+
+#[test]
+fn shared_buf_returns_to_pool_only_when_the_last_clone_drops() {
+    let p = pool(cfg("shared", 1500, 2, 4));
+    let mut b = p.alloc(5);
+    b.copy_from_slice(b"hello");
+    let ptr = b.as_ptr();
+    let s = b.freeze();
+    let clones: Vec<SharedBuf> = (0..3).map(|_| s.clone()).collect();
+    assert_eq!(SharedBuf::ref_count(&s), 4);
+    let remote = s.clone();
+    thread::spawn(move || assert_eq!(&*remote, b"hello"))
+        .join()
+        .expect("join");
+    drop(s);
+    for c in &clones {
+        assert_eq!(&**c, b"hello");
+    }
+    let mut clones = clones;
+    while clones.len() > 1 {
+        clones.pop();
+        assert_eq!(p.stats().in_use, 1, "still shared");
+    }
+    let free_before = p.stats().free;
+    clones.pop();
+    let st = p.stats();
+    assert_eq!((st.in_use, st.free), (0, free_before + 1));
+    assert_eq!(p.alloc(1).as_ptr(), ptr, "back on top of the free list");
+}
+
+#[test]
+fn registry_reports_every_pool_and_format_dd_lists_them() {
+    let reg = MemoryRegistry::new();
+    let packets = BufferPool::new_in(&reg, cfg("packet_buffers", 1000, 10, 10)).expect("pool");
+    let mut viewers: Slab<[u8; 64]> = Slab::new_in(&reg, "viewer_sessions", 8);
+    let rings = reg.counter("stream_rings", 4096);
+    let held: Vec<Buf> = (0..4).map(|_| packets.alloc(1000)).collect();
+    viewers.insert([0; 64]);
+    rings.add_items(2);
+
+    let reports = reg.reports();
+    let names: Vec<&str> = reports.iter().map(|r| r.name).collect();
+    assert_eq!(names, ["packet_buffers", "viewer_sessions", "stream_rings"]);
+    let pk = &reports[0];
+    assert_eq!((pk.used_bytes, pk.allocated_bytes), (4000, 10_000));
+    assert!((pk.utilization_pct - 40.0).abs() < 1e-9);
+    assert_eq!(
+        (pk.items_in_use, pk.items_peak, pk.peak_bytes),
+        (4, 4, 4000)
+    );
+
+    let out = format_dd(&reports, &AllocStats::default());
+    for name in names {
+        assert!(out.contains(name), "{out}");
+    }
+    assert!(out.lines().any(|l| l.starts_with("total")), "{out}");
+    assert!(out.contains("allocator: live"), "{out}");
+
+    drop(held);
+    drop(packets);
+    assert_eq!(reg.reports().len(), 2, "a dropped pool leaves the report");
+}
+
+#[test]
+fn bad_config_is_rejected_with_the_field_name() {
+    let err = BufferPool::new(PoolConfig {
+        lower: 10,
+        ..cfg("bad", 5, 0, 0)
+    })
+    .expect_err("lower > upper");
+    assert!(err.to_string().contains("`lower`"), "{err}");
+}
