@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use crate::config::{PoolConfig, PoolError};
 use crate::registry::{MemoryRegistry, MemorySource, PoolReport};
-use crate::shard::{SHARDS, thread_shard};
 use crate::sys::{Backing, Chunk, map_chunks};
 
 /// Most free buffers one thread keeps cached per pool before spilling a batch to the shared
@@ -150,22 +149,62 @@ impl<T> Deref for Padded<T> {
     }
 }
 
+/// A counter written by one thread only (a plain load and store, no locked instruction) and
+/// read by `stats` from any thread.
+type ThreadCounter = Padded<AtomicU64>;
+
+#[inline]
+fn bump(c: &ThreadCounter) {
+    c.store(c.load(Relaxed) + 1, Relaxed);
+}
+
+/// A free pooled buffer, together with the strong reference to its pool that the [`Buf`] it
+/// becomes will carry. Handing a buffer out or taking it back moves that reference along, so
+/// the hot path updates no reference count.
+///
+/// Free entries therefore keep their pool alive; [`Handle`]'s drop (the last [`BufferPool`]
+/// clone going away) closes the pool and drops the shared list to break that cycle.
+struct Entry {
+    storage: Storage,
+    pool: Arc<Inner>,
+}
+
+impl Entry {
+    fn is_heap(&self) -> bool {
+        self.storage.is_heap()
+    }
+}
+
+/// The shared free list, and whether the pool was closed (after which nothing may join it).
+struct SharedList {
+    /// LIFO: the top is the most recently freed buffer.
+    bufs: Vec<Entry>,
+    closed: bool,
+}
+
+/// The pool proper, shared by its handle, its free entries and every outstanding [`Buf`].
 struct Inner {
     id: u64,
     cfg: PoolConfig,
     backing: PoolBacking,
-    /// Pooled buffers handed out and not yet returned: written by every alloc and free.
+    /// Pooled buffers handed out and not yet returned: the one counter every alloc and free
+    /// updates.
     pooled_in_use: Padded<AtomicUsize>,
-    /// Free buffers not in any thread cache; LIFO (top = most recently freed).
-    shared: Padded<Mutex<Vec<Storage>>>,
-    hits: [Padded<AtomicU64>; SHARDS],
+    /// Free buffers not in any thread cache.
+    shared: Padded<Mutex<SharedList>>,
+    /// Hit counters of the threads that have a cache for this pool.
+    thread_hits: Mutex<Vec<Arc<ThreadCounter>>>,
+    /// Hits of threads that exited, and hits made without a thread cache.
+    retired_hits: AtomicU64,
     // Read on every alloc, written rarely.
+    /// Mirrors `SharedList::closed` for checks that don't take the lock.
+    closed: AtomicBool,
     /// Pooled buffers in existence: free (shared or thread-cached) plus in use.
     total: AtomicUsize,
     /// Fallback (heap, unpooled) buffers handed out, and their bytes.
     fallback_in_use: AtomicUsize,
     fallback_bytes: AtomicUsize,
-    /// Peak of `pooled_in_use + fallback_in_use`.
+    /// Peak of the number of buffers handed out (pooled and fallback).
     high_water: AtomicUsize,
     peak_used_bytes: AtomicUsize,
     /// Set by a dry miss, cleared by a hit or a refill: counts empty *events*.
@@ -190,14 +229,30 @@ struct Inner {
 struct LocalCache {
     id: u64,
     pool: Weak<Inner>,
-    bufs: Vec<Storage>,
+    bufs: Vec<Entry>,
+    /// This thread's hits on this pool.
+    hits: Arc<ThreadCounter>,
+}
+
+impl LocalCache {
+    fn is_closed(&self) -> bool {
+        self.pool.upgrade().is_none_or(|p| p.closed.load(Relaxed))
+    }
 }
 
 impl Drop for LocalCache {
     fn drop(&mut self) {
-        // Thread exit: hand cached buffers back so they stay usable (they are counted as free).
+        // Thread exit (or a closed pool pruned): hand cached buffers back so they stay usable
+        // (or are freed, if the pool is closed), and fold this thread's hits into the pool's.
         if let Some(pool) = self.pool.upgrade() {
             pool.push_shared(self.bufs.drain(..));
+            let mut threads = pool
+                .thread_hits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            threads.retain(|h| !Arc::ptr_eq(h, &self.hits));
+            pool.retired_hits
+                .fetch_add(self.hits.load(Relaxed), Relaxed);
         }
     }
 }
@@ -206,16 +261,23 @@ thread_local! {
     static LOCAL: RefCell<Vec<LocalCache>> = const { RefCell::new(Vec::new()) };
 }
 
-/// This thread's cache for `pool`, created on first use (dead pools' caches are pruned then).
+/// This thread's cache for `pool`, created on first use (closed pools' caches are pruned
+/// then).
 fn local_entry<'a>(caches: &'a mut Vec<LocalCache>, pool: &Arc<Inner>) -> &'a mut LocalCache {
     let pos = match caches.iter().position(|c| c.id == pool.id) {
         Some(pos) => pos,
         None => {
-            caches.retain(|c| c.pool.strong_count() > 0);
+            caches.retain(|c| !c.is_closed());
+            let hits = Arc::new(ThreadCounter::default());
+            pool.thread_hits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(Arc::clone(&hits));
             caches.push(LocalCache {
                 id: pool.id,
                 pool: Arc::downgrade(pool),
-                bufs: Vec::with_capacity(THREAD_CACHE + 1),
+                bufs: Vec::with_capacity(THREAD_CACHE),
+                hits,
             });
             caches.len() - 1
         }
@@ -238,36 +300,56 @@ fn warn_to_stderr(name: &str, s: &PoolStats) {
 }
 
 impl Inner {
-    fn lock_shared(&self) -> MutexGuard<'_, Vec<Storage>> {
+    fn lock_shared(&self) -> MutexGuard<'_, SharedList> {
         // A panic while holding the lock cannot leave a Vec of buffers inconsistent.
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn push_shared(&self, bufs: impl Iterator<Item = Storage>) {
-        self.lock_shared().extend(bufs);
+    /// Put free entries on the shared list, or free them if the pool is closed. The caller
+    /// holds a strong reference of its own, so dropping entries never drops `self`.
+    fn push_shared(&self, bufs: impl Iterator<Item = Entry>) {
+        let mut list = self.lock_shared();
+        if list.closed {
+            drop(list);
+            bufs.for_each(drop);
+        } else {
+            list.bufs.extend(bufs);
+        }
     }
 
     /// A free buffer from this thread's cache, refilling the cache from the shared list.
+    /// Counts the hit.
     #[inline]
-    fn take(self: &Arc<Self>) -> Option<Storage> {
+    fn take(self: &Arc<Self>) -> Option<Entry> {
         let got = LOCAL.try_with(|caches| {
             let mut caches = caches.try_borrow_mut().ok()?;
             let cache = local_entry(&mut caches, self);
-            if let Some(s) = cache.bufs.pop() {
-                return Some(Some(s));
+            if cache.bufs.is_empty() {
+                let mut shared = self.lock_shared();
+                let start = shared.bufs.len().saturating_sub(BATCH);
+                // Keeps order: the most recently freed buffer ends on top of the thread cache.
+                cache.bufs.extend(shared.bufs.drain(start..));
             }
-            let mut shared = self.lock_shared();
-            let start = shared.len().saturating_sub(BATCH);
-            // Keeps order: the most recently freed buffer ends on top of the thread cache.
-            cache.bufs.extend(shared.drain(start..));
-            drop(shared);
-            Some(cache.bufs.pop())
+            let got = cache.bufs.pop();
+            if got.is_some() {
+                bump(&cache.hits);
+            }
+            Some(got)
         });
         match got {
-            Ok(Some(s)) => s,
+            Ok(Some(got)) => got,
             // TLS torn down or re-entered: use the shared list directly.
-            _ => self.lock_shared().pop(),
+            _ => self.take_shared(),
         }
+    }
+
+    #[cold]
+    fn take_shared(&self) -> Option<Entry> {
+        let got = self.lock_shared().bufs.pop();
+        if got.is_some() {
+            self.retired_hits.fetch_add(1, Relaxed);
+        }
+        got
     }
 
     /// Whether a buffer being returned (with `in_use` pooled buffers now out) must go back to
@@ -286,52 +368,71 @@ impl Inner {
         false
     }
 
-    /// Return a pooled buffer (from `Buf::drop`, on any thread).
+    /// Return a pooled buffer (from `Buf::drop`, on any thread) with the pool reference the
+    /// `Buf` carried.
     #[inline]
-    fn put(self: &Arc<Self>, storage: Storage) {
-        let in_use = self.pooled_in_use.fetch_sub(1, Relaxed).saturating_sub(1);
-        let release = self.claim_release(in_use);
-        let mut slot = Some(storage);
+    fn put(pool: Arc<Inner>, storage: Storage) {
+        let in_use = pool.pooled_in_use.fetch_sub(1, Relaxed).saturating_sub(1);
+        if pool.claim_release(in_use) {
+            pool.release(Entry {
+                storage,
+                pool: Arc::clone(&pool),
+            });
+            return;
+        }
+        let mut slot = Some(Entry { storage, pool });
         let _ = LOCAL.try_with(|caches| {
             let Ok(mut caches) = caches.try_borrow_mut() else {
                 return;
             };
-            let cache = local_entry(&mut caches, self);
-            let Some(s) = slot.take() else {
+            let Some(entry) = slot.take() else {
                 return;
             };
-            if release {
-                // Prefer to give back a heap buffer: dropping a region chunk only returns the
-                // whole pages inside it (none, for packet-sized buffers) until the whole region
-                // is free.
-                let victim = if s.is_heap() {
-                    None
-                } else {
-                    cache.bufs.iter().rposition(Storage::is_heap)
-                };
-                if let Some(i) = victim {
-                    let heap = cache.bufs.remove(i);
-                    cache.bufs.push(s);
-                    drop(heap);
-                } else {
-                    drop(s);
-                }
+            if entry.pool.closed.load(Relaxed) {
+                // Closed while this buffer was out: free it (after the borrow ends, in case
+                // this was the pool's last reference and its drop looks at this cache).
+                slot = Some(entry);
                 return;
             }
-            cache.bufs.push(s);
-            if cache.bufs.len() > THREAD_CACHE {
+            let cache = local_entry(&mut caches, &entry.pool);
+            if cache.bufs.len() >= THREAD_CACHE {
                 // Spill the coldest (bottom) buffers; the hot ones stay on top.
-                self.push_shared(cache.bufs.drain(..BATCH));
+                entry.pool.push_shared(cache.bufs.drain(..BATCH));
             }
+            cache.bufs.push(entry);
         });
-        if let Some(s) = slot
-            && !release
-        {
-            self.push_shared(std::iter::once(s));
+        if let Some(entry) = slot {
+            let pool = Arc::clone(&entry.pool);
+            pool.push_shared(std::iter::once(entry));
         }
-        if release {
-            self.released.fetch_add(1, Relaxed);
+    }
+
+    /// Free a buffer past `max_free` (already uncounted from `total`). Prefers to free a heap
+    /// buffer from this thread's cache instead of a region chunk: dropping a chunk returns
+    /// only the whole pages inside it (none, for packet-sized buffers) until its whole region
+    /// is free.
+    #[cold]
+    fn release(&self, entry: Entry) {
+        self.released.fetch_add(1, Relaxed);
+        let mut slot = Some(entry);
+        if slot.as_ref().is_some_and(|e| !e.is_heap()) {
+            let _ = LOCAL.try_with(|caches| {
+                let Ok(mut caches) = caches.try_borrow_mut() else {
+                    return;
+                };
+                let Some(cache) = caches.iter_mut().find(|c| c.id == self.id) else {
+                    return;
+                };
+                if let Some(i) = cache.bufs.iter().rposition(Entry::is_heap)
+                    && let Some(chunk) = slot.take()
+                {
+                    let heap = cache.bufs.remove(i);
+                    cache.bufs.push(chunk);
+                    slot = Some(heap);
+                }
+            });
         }
+        drop(slot);
     }
 
     /// Bookkeeping for a buffer handed out: high-water marks and the low-water flag.
@@ -358,7 +459,7 @@ impl Inner {
     /// The pool was empty: count it and allocate a heap buffer that joins the pool when freed
     /// (unless `max_free` buffers are free by then). The caller then calls `maybe_warn`.
     #[cold]
-    fn miss(&self) -> Storage {
+    fn miss(self: &Arc<Self>) -> Entry {
         self.misses.fetch_add(1, Relaxed);
         self.total.fetch_add(1, Relaxed);
         if !self.dry.load(Relaxed) && !self.dry.swap(true, Relaxed) {
@@ -367,7 +468,10 @@ impl Inner {
         if self.cfg.low_water > 0 {
             self.needs_refill.store(true, Relaxed);
         }
-        Storage::heap(self.cfg.upper, false)
+        Entry {
+            storage: Storage::heap(self.cfg.upper, false),
+            pool: Arc::clone(self),
+        }
     }
 
     #[cold]
@@ -392,11 +496,19 @@ impl Inner {
     fn stats(&self) -> PoolStats {
         let upper = self.cfg.upper;
         let pooled = self.pooled_in_use.load(Relaxed);
+        let hits = self.retired_hits.load(Relaxed)
+            + self
+                .thread_hits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|h| h.load(Relaxed))
+                .sum::<u64>();
         let total = self.total.load(Relaxed);
         let fallback = self.fallback_in_use.load(Relaxed);
         let fallback_bytes = self.fallback_bytes.load(Relaxed);
         PoolStats {
-            hits: self.hits.iter().map(|h| h.load(Relaxed)).sum(),
+            hits,
             misses: self.misses.load(Relaxed),
             empty_events: self.empty_events.load(Relaxed),
             refills: self.refills.load(Relaxed),
@@ -415,23 +527,8 @@ impl Inner {
             needs_refill: self.needs_refill.load(Relaxed),
         }
     }
-}
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // The pool is gone: free the buffers this thread still caches for it. (Other threads'
-        // caches free theirs when they exit or next meet a new pool.)
-        let id = self.id;
-        let _ = LOCAL.try_with(|caches| {
-            if let Ok(mut caches) = caches.try_borrow_mut() {
-                caches.retain(|c| c.id != id);
-            }
-        });
-    }
-}
-
-impl MemorySource for Inner {
-    fn memory_report(&self) -> PoolReport {
+    fn report(&self) -> PoolReport {
         let s = self.stats();
         PoolReport::new(
             self.cfg.name,
@@ -441,6 +538,61 @@ impl MemorySource for Inner {
             s.in_use,
             s.high_water,
         )
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Forget this thread's (by now empty) cache entry for the pool.
+        let id = self.id;
+        let _ = LOCAL.try_with(|caches| {
+            if let Ok(mut caches) = caches.try_borrow_mut() {
+                caches.retain(|c| c.id != id);
+            }
+        });
+    }
+}
+
+/// The pool's owner, shared by every [`BufferPool`] clone; what the memory registry sees.
+/// Dropping it closes the pool.
+struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        // Close under the lock, so no buffer can join the shared list afterwards: free entries
+        // hold references to `Inner`, and this breaks the cycle.
+        let free = {
+            let mut list = inner.lock_shared();
+            list.closed = true;
+            inner.closed.store(true, Relaxed);
+            std::mem::take(&mut list.bufs)
+        };
+        drop(free);
+        // This thread's cached buffers too; other threads free theirs when they exit, return a
+        // buffer of this pool, or first use another pool.
+        let id = inner.id;
+        let _ = LOCAL.try_with(|caches| {
+            let stale: Vec<LocalCache> = match caches.try_borrow_mut() {
+                Ok(mut caches) => {
+                    let (stale, keep) = std::mem::take(&mut *caches)
+                        .into_iter()
+                        .partition(|c| c.id == id);
+                    *caches = keep;
+                    stale
+                }
+                Err(_) => Vec::new(),
+            };
+            drop(stale);
+        });
+    }
+}
+
+impl MemorySource for Handle {
+    fn memory_report(&self) -> PoolReport {
+        self.inner.report()
     }
 }
 
@@ -527,15 +679,15 @@ pub struct PoolStats {
 /// Cloning is cheap (an `Arc`); clones share the pool.
 #[derive(Clone)]
 pub struct BufferPool {
-    inner: Arc<Inner>,
+    handle: Arc<Handle>,
 }
 
 impl fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferPool")
-            .field("config", &self.inner.cfg)
-            .field("backing", &self.inner.backing)
-            .field("stats", &self.inner.stats())
+            .field("config", &self.handle.inner.cfg)
+            .field("backing", &self.handle.inner.backing)
+            .field("stats", &self.handle.inner.stats())
             .finish()
     }
 }
@@ -552,14 +704,18 @@ impl BufferPool {
     pub fn new_in(registry: &MemoryRegistry, cfg: PoolConfig) -> Result<BufferPool, PoolError> {
         cfg.validate()?;
         let (bufs, backing) = Storage::batch(&cfg, cfg.initial);
-        let mut shared = Vec::with_capacity(cfg.max_free.saturating_add(BATCH));
-        shared.extend(bufs);
+        let shared = SharedList {
+            bufs: Vec::with_capacity(cfg.max_free.saturating_add(BATCH)),
+            closed: false,
+        };
         let inner = Inner {
             id: NEXT_POOL_ID.fetch_add(1, Relaxed),
             backing,
             pooled_in_use: Padded::default(),
             shared: Padded(Mutex::new(shared)),
-            hits: std::array::from_fn(|_| Padded::default()),
+            thread_hits: Mutex::new(Vec::new()),
+            retired_hits: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
             total: AtomicUsize::new(cfg.initial),
             fallback_in_use: AtomicUsize::new(0),
             fallback_bytes: AtomicUsize::new(0),
@@ -581,10 +737,18 @@ impl BufferPool {
             hook: RwLock::new(Arc::new(warn_to_stderr)),
             cfg,
         };
+        let inner = Arc::new(inner);
+        inner
+            .lock_shared()
+            .bufs
+            .extend(bufs.into_iter().map(|storage| Entry {
+                storage,
+                pool: Arc::clone(&inner),
+            }));
         let pool = BufferPool {
-            inner: Arc::new(inner),
+            handle: Arc::new(Handle { inner }),
         };
-        let source: Arc<dyn MemorySource> = pool.inner.clone();
+        let source: Arc<dyn MemorySource> = pool.handle.clone();
         registry.register(&source);
         Ok(pool)
     }
@@ -595,17 +759,16 @@ impl BufferPool {
     /// `[lower, upper]`, is served from the heap (and counted as a miss).
     #[inline]
     pub fn alloc(&self, len: usize) -> Buf {
-        let inner = &self.inner;
+        let inner = &self.handle.inner;
         if len < inner.cfg.lower || len > inner.cfg.upper {
             return self.fallback(len);
         }
-        let (storage, dry) = match inner.take() {
-            Some(s) => {
-                inner.hits[thread_shard()].fetch_add(1, Relaxed);
+        let (entry, dry) = match inner.take() {
+            Some(e) => {
                 if inner.dry.load(Relaxed) {
                     inner.dry.store(false, Relaxed);
                 }
-                (s, false)
+                (e, false)
             }
             None => (inner.miss(), true),
         };
@@ -616,17 +779,17 @@ impl BufferPool {
             inner.maybe_warn();
         }
         Buf {
-            storage,
+            storage: entry.storage,
             len,
             pooled: true,
-            pool: Arc::clone(inner),
+            pool: Some(entry.pool),
         }
     }
 
     /// A heap buffer for a request outside `[lower, upper]`.
     #[cold]
     fn fallback(&self, len: usize) -> Buf {
-        let inner = &self.inner;
+        let inner = &self.handle.inner;
         inner.misses.fetch_add(1, Relaxed);
         inner.bypasses.fetch_add(1, Relaxed);
         inner.fallback_in_use.fetch_add(1, Relaxed);
@@ -636,7 +799,7 @@ impl BufferPool {
             storage: Storage::heap(len, false),
             len,
             pooled: false,
-            pool: Arc::clone(inner),
+            pool: Some(Arc::clone(inner)),
         }
     }
 
@@ -644,7 +807,7 @@ impl BufferPool {
     /// buffers added. Allocates (and prefaults) outside the lock; meant for a background
     /// thread, never the packet path. Clears [`BufferPool::needs_refill`].
     pub fn refill(&self) -> usize {
-        let inner = &self.inner;
+        let inner = &self.handle.inner;
         let cfg = &inner.cfg;
         inner.needs_refill.store(false, Relaxed);
         // Reserve the buffers in `total` first, so concurrent frees see them and respect
@@ -668,7 +831,10 @@ impl BufferPool {
             }
         };
         let (fresh, _) = Storage::batch(cfg, want);
-        inner.push_shared(fresh.into_iter());
+        inner.push_shared(fresh.into_iter().map(|storage| Entry {
+            storage,
+            pool: Arc::clone(inner),
+        }));
         inner.dry.store(false, Relaxed);
         inner.refills.fetch_add(1, Relaxed);
         inner.refilled_buffers.fetch_add(want as u64, Relaxed);
@@ -678,16 +844,16 @@ impl BufferPool {
     /// Whether the free count fell below `low_water` (or the pool ran dry) since the last
     /// refill.
     pub fn needs_refill(&self) -> bool {
-        self.inner.needs_refill.load(Relaxed)
+        self.handle.inner.needs_refill.load(Relaxed)
     }
 
     /// Advance the pool clock used by the warning rate limiter. The first call sets the epoch;
     /// times earlier than the latest one are ignored.
     pub fn set_clock(&self, now: Instant) {
-        let base = *self.inner.clock_base.get_or_init(|| now);
+        let base = *self.handle.inner.clock_base.get_or_init(|| now);
         let ms =
             u64::try_from(now.saturating_duration_since(base).as_millis()).unwrap_or(NEVER - 1);
-        self.inner.clock_ms.fetch_max(ms, Relaxed);
+        self.handle.inner.clock_ms.fetch_max(ms, Relaxed);
     }
 
     /// The background thread's tick (every few milliseconds to a few hundred):
@@ -707,6 +873,7 @@ impl BufferPool {
     /// log from it, don't block in it. The default writes one line to stderr.
     pub fn set_warn_hook(&self, hook: Box<WarnHook>) {
         *self
+            .handle
             .inner
             .hook
             .write()
@@ -716,7 +883,7 @@ impl BufferPool {
     /// Move this thread's cached free buffers of this pool to the shared list (e.g. before a
     /// worker thread parks for a long time).
     pub fn flush_thread_cache(&self) {
-        let inner = &self.inner;
+        let inner = &self.handle.inner;
         let _ = LOCAL.try_with(|caches| {
             if let Ok(mut caches) = caches.try_borrow_mut()
                 && let Some(c) = caches.iter_mut().find(|c| c.id == inner.id)
@@ -728,27 +895,27 @@ impl BufferPool {
 
     /// A statistics snapshot.
     pub fn stats(&self) -> PoolStats {
-        self.inner.stats()
+        self.handle.inner.stats()
     }
 
     /// The pool's configuration.
     pub fn config(&self) -> &PoolConfig {
-        &self.inner.cfg
+        &self.handle.inner.cfg
     }
 
     /// The pool's name.
     pub fn name(&self) -> &'static str {
-        self.inner.cfg.name
+        self.handle.inner.cfg.name
     }
 
     /// What the `initial` buffers were allocated in.
     pub fn backing(&self) -> PoolBacking {
-        self.inner.backing
+        self.handle.inner.backing
     }
 
     /// This pool's line of the memory report.
     pub fn report(&self) -> PoolReport {
-        self.inner.memory_report()
+        self.handle.inner.report()
     }
 }
 
@@ -761,7 +928,8 @@ pub struct Buf {
     len: usize,
     /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
     pooled: bool,
-    pool: Arc<Inner>,
+    /// `Some` until dropped. For a pooled buffer, the reference its free entry carried.
+    pool: Option<Arc<Inner>>,
 }
 
 impl Buf {
@@ -811,6 +979,10 @@ impl Buf {
         self.pooled
     }
 
+    fn pool_name(&self) -> &'static str {
+        self.pool.as_ref().map_or("", |p| p.cfg.name)
+    }
+
     /// Make the buffer immutable and shareable; it returns to the pool when the last clone of
     /// the [`SharedBuf`] drops. Costs one small allocation (the `Arc`).
     pub fn freeze(self) -> SharedBuf {
@@ -820,10 +992,12 @@ impl Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else {
+            return;
+        };
         let storage = std::mem::take(&mut self.storage);
-        let pool = &self.pool;
         if self.pooled {
-            pool.put(storage);
+            Inner::put(pool, storage);
         } else {
             pool.fallback_in_use.fetch_sub(1, Relaxed);
             pool.fallback_bytes
@@ -863,7 +1037,7 @@ impl AsMut<[u8]> for Buf {
 impl fmt::Debug for Buf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buf")
-            .field("pool", &self.pool.cfg.name)
+            .field("pool", &self.pool_name())
             .field("len", &self.len)
             .field("capacity", &self.capacity())
             .finish()
@@ -899,7 +1073,7 @@ impl AsRef<[u8]> for SharedBuf {
 impl fmt::Debug for SharedBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedBuf")
-            .field("pool", &self.0.pool.cfg.name)
+            .field("pool", &self.0.pool_name())
             .field("len", &self.0.len)
             .field("refs", &Arc::strong_count(&self.0))
             .finish()

@@ -142,3 +142,53 @@ fn prefaulted_pools_are_mapped_outside_the_heap_and_unmapped_when_gone() {
     drop(b);
     assert_eq!(CountingAlloc::stats().mapped_bytes, before.mapped_bytes);
 }
+
+#[test]
+fn a_dropped_pool_frees_buffers_other_threads_cached_when_they_exit() {
+    let _g = serial();
+    let before = CountingAlloc::stats().mapped_bytes;
+    let reg = MemoryRegistry::new();
+    let pool = BufferPool::new_in(
+        &reg,
+        PoolConfig {
+            name: "cached_elsewhere",
+            lower: 1,
+            upper: 4096,
+            initial: 64,
+            max_free: 64,
+            low_water: 0,
+            prefault: true,
+            huge_pages: false,
+        },
+    )
+    .expect("pool");
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (cached_tx, cached_rx) = std::sync::mpsc::channel::<()>();
+    let worker = {
+        let pool = pool.clone();
+        thread::spawn(move || {
+            // Take a batch into this thread's cache and give it back there.
+            let bufs: Vec<_> = (0..8).map(|_| pool.alloc(4096)).collect();
+            drop(bufs);
+            drop(pool);
+            cached_tx.send(()).expect("main alive");
+            go_rx.recv().expect("main alive");
+        })
+    };
+    cached_rx.recv().expect("worker alive");
+    drop(pool);
+    assert!(reg.reports().is_empty(), "closed pools leave the report");
+    if cfg!(target_os = "linux") {
+        assert!(
+            CountingAlloc::stats().mapped_bytes > before,
+            "the worker's cache still holds region buffers"
+        );
+    }
+    go_tx.send(()).expect("worker alive");
+    worker.join().expect("join");
+    assert_eq!(
+        CountingAlloc::stats().mapped_bytes,
+        before,
+        "nothing leaked"
+    );
+}
