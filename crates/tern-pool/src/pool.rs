@@ -381,6 +381,7 @@ impl Inner {
             return;
         }
         let mut slot = Some(Entry { storage, pool });
+        let mut stale = None;
         let _ = LOCAL.try_with(|caches| {
             let Ok(mut caches) = caches.try_borrow_mut() else {
                 return;
@@ -389,8 +390,13 @@ impl Inner {
                 return;
             };
             if entry.pool.closed.load(Relaxed) {
-                // Closed while this buffer was out: free it (after the borrow ends, in case
-                // this was the pool's last reference and its drop looks at this cache).
+                // Closed while this buffer was out: free it and this thread's cache for the
+                // pool (after the borrow ends, as the pool's last reference may go with them
+                // and its drop looks at this cache).
+                stale = caches
+                    .iter()
+                    .position(|c| c.id == entry.pool.id)
+                    .map(|i| caches.swap_remove(i));
                 slot = Some(entry);
                 return;
             }
@@ -401,6 +407,7 @@ impl Inner {
             }
             cache.bufs.push(entry);
         });
+        drop(stale);
         if let Some(entry) = slot {
             let pool = Arc::clone(&entry.pool);
             pool.push_shared(std::iter::once(entry));
@@ -669,12 +676,21 @@ pub struct PoolStats {
 ///
 /// Each thread keeps up to [`THREAD_CACHE`] free buffers per pool in a thread-local LIFO
 /// stack; the shared free list's lock is taken only to move [`BATCH`] buffers at a time.
-/// A hit costs the thread-local access, one sharded counter and a few atomics on shared
-/// cache lines (buffers in use, the `Arc` held by the buffer), no lock. Buffers cached by a
-/// thread that then stops using the pool stay counted as free; they return to the shared list
-/// when the thread exits or calls [`BufferPool::flush_thread_cache`]. Once the pool itself is
-/// gone (last handle and last buffer dropped), buffers other threads still cache for it are
-/// freed when those threads exit or first use another new pool.
+/// A hit costs the thread-local lookup, one locked increment of the pool's in-use count (which
+/// keeps `in_use`, `free` and `max_free` exact) and a thread-local hit counter; the free is
+/// the mirror image. The buffer's reference to the pool travels with the free buffer, so no
+/// reference count changes hands.
+///
+/// Buffers cached by a thread that then stops using the pool stay counted as free; they
+/// return to the shared list when the thread exits or calls
+/// [`BufferPool::flush_thread_cache`].
+///
+/// # Lifetime
+///
+/// Dropping the last `BufferPool` clone closes the pool: free buffers on the shared list and
+/// in this thread's cache are freed at once, buffers still handed out are freed (not pooled)
+/// when dropped, and buffers cached by other threads are freed when those threads exit,
+/// return a buffer of this pool, or first use another pool.
 ///
 /// Cloning is cheap (an `Arc`); clones share the pool.
 #[derive(Clone)]

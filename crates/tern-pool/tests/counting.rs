@@ -144,7 +144,7 @@ fn prefaulted_pools_are_mapped_outside_the_heap_and_unmapped_when_gone() {
 }
 
 #[test]
-fn a_dropped_pool_frees_buffers_other_threads_cached_when_they_exit() {
+fn a_closed_pool_frees_what_other_threads_cached() {
     let _g = serial();
     let before = CountingAlloc::stats().mapped_bytes;
     let reg = MemoryRegistry::new();
@@ -162,29 +162,71 @@ fn a_dropped_pool_frees_buffers_other_threads_cached_when_they_exit() {
         },
     )
     .expect("pool");
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let (cached_tx, cached_rx) = std::sync::mpsc::channel::<()>();
+    let mapped = || CountingAlloc::stats().mapped_bytes;
+    let (to_worker, worker_rx) = std::sync::mpsc::channel::<()>();
+    let (to_main, main_rx) = std::sync::mpsc::channel::<()>();
     let worker = {
         let pool = pool.clone();
         thread::spawn(move || {
-            // Take a batch into this thread's cache and give it back there.
-            let bufs: Vec<_> = (0..8).map(|_| pool.alloc(4096)).collect();
+            // Take a batch into this thread's cache, give most of it back there, keep one.
+            let mut bufs: Vec<_> = (0..8).map(|_| pool.alloc(4096)).collect();
+            let kept = bufs.pop();
             drop(bufs);
             drop(pool);
-            cached_tx.send(()).expect("main alive");
-            go_rx.recv().expect("main alive");
+            to_main.send(()).expect("main alive");
+            worker_rx.recv().expect("main alive");
+            // Returning a buffer of the closed pool frees it and this thread's cache.
+            drop(kept);
+            to_main.send(()).expect("main alive");
+            worker_rx.recv().expect("main alive");
         })
     };
-    cached_rx.recv().expect("worker alive");
+    main_rx.recv().expect("worker alive");
     drop(pool);
     assert!(reg.reports().is_empty(), "closed pools leave the report");
     if cfg!(target_os = "linux") {
-        assert!(
-            CountingAlloc::stats().mapped_bytes > before,
-            "the worker's cache still holds region buffers"
-        );
+        assert!(mapped() > before, "the worker still holds region buffers");
     }
-    go_tx.send(()).expect("worker alive");
+    to_worker.send(()).expect("worker alive");
+    main_rx.recv().expect("worker alive");
+    assert_eq!(mapped(), before, "freed while the worker still runs");
+    to_worker.send(()).expect("worker alive");
+    worker.join().expect("join");
+}
+
+#[test]
+fn a_closed_pool_frees_thread_caches_at_thread_exit() {
+    let _g = serial();
+    let before = CountingAlloc::stats().mapped_bytes;
+    let reg = MemoryRegistry::new();
+    let pool = BufferPool::new_in(
+        &reg,
+        PoolConfig {
+            name: "cached_at_exit",
+            lower: 1,
+            upper: 4096,
+            initial: 64,
+            max_free: 64,
+            low_water: 0,
+            prefault: true,
+            huge_pages: false,
+        },
+    )
+    .expect("pool");
+    let (to_worker, worker_rx) = std::sync::mpsc::channel::<()>();
+    let (to_main, main_rx) = std::sync::mpsc::channel::<()>();
+    let worker = {
+        let pool = pool.clone();
+        thread::spawn(move || {
+            drop((0..8).map(|_| pool.alloc(4096)).collect::<Vec<_>>());
+            drop(pool);
+            to_main.send(()).expect("main alive");
+            worker_rx.recv().expect("main alive");
+        })
+    };
+    main_rx.recv().expect("worker alive");
+    drop(pool);
+    to_worker.send(()).expect("worker alive");
     worker.join().expect("join");
     assert_eq!(
         CountingAlloc::stats().mapped_bytes,
