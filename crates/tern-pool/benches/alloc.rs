@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tern_pool::{BufferPool, MemoryRegistry, PoolConfig};
+use tern_pool::{BufferPool, CountingAlloc, MemoryRegistry, PoolConfig, Slab, format_dd};
 
 const PACKET: usize = 1500;
 const OPS: u64 = 2_000_000;
@@ -310,4 +310,15 @@ fn main() {
             r.first.as_nanos() as f64 / (BIG_N * BIG / 1024) as f64,
         );
     }
+
+    // The memory report of this bench's registry, as `tern mem` prints it (no counting
+    // allocator is installed here, so the allocator's heap figures read 0).
+    let mut sessions: Slab<[u8; 512]> = Slab::new_in(&reg, "viewer_sessions", 256);
+    for _ in 0..100 {
+        sessions.insert([0; 512]);
+    }
+    let held: Vec<_> = (0..300).map(|_| pool.alloc(1200)).collect();
+    println!();
+    print!("{}", format_dd(&reg.reports(), &CountingAlloc::stats()));
+    drop(held);
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::hint::black_box;
 use std::io::Write as _;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -149,13 +149,14 @@ impl<T> Deref for Padded<T> {
     }
 }
 
-/// A counter written by one thread only (a plain load and store, no locked instruction) and
-/// read by `stats` from any thread.
-type ThreadCounter = Padded<AtomicU64>;
-
-#[inline]
-fn bump(c: &ThreadCounter) {
-    c.store(c.load(Relaxed) + 1, Relaxed);
+/// Per-thread counters of one pool, written by their thread only (a plain load and store, no
+/// locked instruction) and summed by `stats` from any thread.
+#[repr(align(128))]
+#[derive(Default)]
+struct ThreadCounters {
+    hits: AtomicU64,
+    /// Mirror of `LocalCache::unflushed`.
+    unflushed: AtomicIsize,
 }
 
 /// A free pooled buffer, together with the strong reference to its pool that the [`Buf`] it
@@ -183,19 +184,35 @@ struct SharedList {
 }
 
 /// The pool proper, shared by its handle, its free entries and every outstanding [`Buf`].
+///
+/// # Accounting without a shared counter on the hot path
+///
+/// - *In use*: each thread counts the pooled buffers it hands out minus those it takes back
+///   in a local `unflushed` delta (published in its [`ThreadCounters`]) and folds it into
+///   `in_use` once it reaches [`BATCH`] either way. The exact count is `in_use` plus every
+///   thread's delta; `stats` sums them.
+/// - *`max_free`*: the right to hold a free buffer is a unit of `budget`. Invariant:
+///   `free + budget + (units reserved by threads) == max_free`, so `free <= max_free` always.
+///   A thread reserves `chunk` units at a time when it returns buffers, earns one back per
+///   buffer it takes, and gives a chunk back once it holds more than two. A return finding no
+///   unit frees the buffer. Threads can hold at most `2 * chunk` unused units each, which only
+///   ever makes the pool free a buffer early, never keep one too many.
 struct Inner {
     id: u64,
     cfg: PoolConfig,
     backing: PoolBacking,
-    /// Pooled buffers handed out and not yet returned: the one counter every alloc and free
-    /// updates.
-    pooled_in_use: Padded<AtomicUsize>,
+    /// Units of `budget` a thread reserves at once: `max_free / 16`, at least 1, at most
+    /// [`BATCH`].
+    chunk: usize,
     /// Free buffers not in any thread cache.
     shared: Padded<Mutex<SharedList>>,
-    /// Hit counters of the threads that have a cache for this pool.
-    thread_hits: Mutex<Vec<Arc<ThreadCounter>>>,
-    /// Hits of threads that exited, and hits made without a thread cache.
-    retired_hits: AtomicU64,
+    /// Counters of the threads that have a cache for this pool.
+    threads: Mutex<Vec<Arc<ThreadCounters>>>,
+    /// Pooled buffers handed out, as of each thread's last flush (may dip below zero while
+    /// frees on one thread are flushed before the allocations on another).
+    in_use: Padded<AtomicIsize>,
+    /// Free-buffer units not reserved by any thread (see above).
+    budget: Padded<AtomicUsize>,
     // Read on every alloc, written rarely.
     /// Mirrors `SharedList::closed` for checks that don't take the lock.
     closed: AtomicBool,
@@ -211,6 +228,8 @@ struct Inner {
     dry: AtomicBool,
     needs_refill: AtomicBool,
     // Cold counters.
+    /// Hits of threads that exited, and hits made without a thread cache.
+    retired_hits: AtomicU64,
     misses: AtomicU64,
     bypasses: AtomicU64,
     empty_events: AtomicU64,
@@ -225,34 +244,59 @@ struct Inner {
     hook: RwLock<Arc<WarnHook>>,
 }
 
-/// One pool's buffers cached by one thread.
+/// One pool's buffers and counts on one thread.
 struct LocalCache {
     id: u64,
     pool: Weak<Inner>,
+    /// LIFO: the top is the most recently freed buffer.
     bufs: Vec<Entry>,
-    /// This thread's hits on this pool.
-    hits: Arc<ThreadCounter>,
+    /// Budget units reserved and not yet used (see [`Inner`]).
+    allowance: usize,
+    /// Pooled buffers this thread handed out minus those it took back, not yet in
+    /// `Inner::in_use`.
+    unflushed: isize,
+    counters: Arc<ThreadCounters>,
 }
 
 impl LocalCache {
     fn is_closed(&self) -> bool {
         self.pool.upgrade().is_none_or(|p| p.closed.load(Relaxed))
     }
+
+    /// Count `n` buffers handed out (or taken back, if negative); returns the local delta.
+    #[inline]
+    fn count_out(&mut self, pool: &Inner, n: isize) -> isize {
+        self.unflushed += n;
+        if self.unflushed.unsigned_abs() >= BATCH {
+            pool.in_use.fetch_add(self.unflushed, Relaxed);
+            self.unflushed = 0;
+        }
+        self.counters.unflushed.store(self.unflushed, Relaxed);
+        self.unflushed
+    }
+
+    /// Give everything back to the pool: buffers to the shared list, budget units, the
+    /// in-use delta.
+    fn flush(&mut self, pool: &Inner) {
+        pool.push_shared(self.bufs.drain(..));
+        pool.budget
+            .fetch_add(std::mem::take(&mut self.allowance), Relaxed);
+        pool.in_use
+            .fetch_add(std::mem::take(&mut self.unflushed), Relaxed);
+        self.counters.unflushed.store(0, Relaxed);
+    }
 }
 
 impl Drop for LocalCache {
     fn drop(&mut self) {
-        // Thread exit (or a closed pool pruned): hand cached buffers back so they stay usable
-        // (or are freed, if the pool is closed), and fold this thread's hits into the pool's.
+        // Thread exit (or a closed pool pruned): hand everything back (cached buffers are freed
+        // if the pool is closed) and fold this thread's hits into the pool's.
         if let Some(pool) = self.pool.upgrade() {
-            pool.push_shared(self.bufs.drain(..));
-            let mut threads = pool
-                .thread_hits
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            threads.retain(|h| !Arc::ptr_eq(h, &self.hits));
+            let mut threads = pool.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            self.flush(&pool);
+            threads.retain(|t| !Arc::ptr_eq(t, &self.counters));
             pool.retired_hits
-                .fetch_add(self.hits.load(Relaxed), Relaxed);
+                .fetch_add(self.counters.hits.load(Relaxed), Relaxed);
         }
     }
 }
@@ -268,16 +312,18 @@ fn local_entry<'a>(caches: &'a mut Vec<LocalCache>, pool: &Arc<Inner>) -> &'a mu
         Some(pos) => pos,
         None => {
             caches.retain(|c| !c.is_closed());
-            let hits = Arc::new(ThreadCounter::default());
-            pool.thread_hits
+            let counters = Arc::new(ThreadCounters::default());
+            pool.threads
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push(Arc::clone(&hits));
+                .push(Arc::clone(&counters));
             caches.push(LocalCache {
                 id: pool.id,
                 pool: Arc::downgrade(pool),
                 bufs: Vec::with_capacity(THREAD_CACHE),
-                hits,
+                allowance: 0,
+                unflushed: 0,
+                counters,
             });
             caches.len() - 1
         }
@@ -317,10 +363,20 @@ impl Inner {
         }
     }
 
-    /// A free buffer from this thread's cache, refilling the cache from the shared list.
-    /// Counts the hit.
+    /// Take up to `want` units of `budget`; returns how many were taken.
+    fn reserve(&self, want: usize) -> usize {
+        let mut got = 0;
+        let _ = self.budget.fetch_update(Relaxed, Relaxed, |b| {
+            got = b.min(want);
+            (got > 0).then_some(b - got)
+        });
+        got
+    }
+
+    /// A buffer for `alloc`: from this thread's cache (refilled from the shared list a batch
+    /// at a time), else a new one. Also whether the pool was dry.
     #[inline]
-    fn take(self: &Arc<Self>) -> Option<Entry> {
+    fn take(self: &Arc<Self>) -> (Entry, bool) {
         let got = LOCAL.try_with(|caches| {
             let mut caches = caches.try_borrow_mut().ok()?;
             let cache = local_entry(&mut caches, self);
@@ -330,57 +386,58 @@ impl Inner {
                 // Keeps order: the most recently freed buffer ends on top of the thread cache.
                 cache.bufs.extend(shared.bufs.drain(start..));
             }
-            let got = cache.bufs.pop();
-            if got.is_some() {
-                bump(&cache.hits);
-            }
+            let got = match cache.bufs.pop() {
+                Some(entry) => {
+                    cache.allowance += 1;
+                    if cache.allowance > 2 * self.chunk {
+                        cache.allowance -= self.chunk;
+                        self.budget.fetch_add(self.chunk, Relaxed);
+                    }
+                    let hits = &cache.counters.hits;
+                    hits.store(hits.load(Relaxed) + 1, Relaxed);
+                    if self.dry.load(Relaxed) {
+                        self.dry.store(false, Relaxed);
+                    }
+                    (entry, false)
+                }
+                None => (self.miss(), true),
+            };
+            let local = cache.count_out(self, 1);
+            self.note_out(local);
             Some(got)
         });
         match got {
             Ok(Some(got)) => got,
             // TLS torn down or re-entered: use the shared list directly.
-            _ => self.take_shared(),
+            _ => self.take_without_cache(),
         }
     }
 
     #[cold]
-    fn take_shared(&self) -> Option<Entry> {
-        let got = self.lock_shared().bufs.pop();
-        if got.is_some() {
-            self.retired_hits.fetch_add(1, Relaxed);
-        }
-        got
-    }
-
-    /// Whether a buffer being returned (with `in_use` pooled buffers now out) must go back to
-    /// the system because `max_free` buffers are already free; if so, it is uncounted here.
-    fn claim_release(&self, in_use: usize) -> bool {
-        let mut total = self.total.load(Relaxed);
-        while total.saturating_sub(in_use) > self.cfg.max_free {
-            match self
-                .total
-                .compare_exchange_weak(total, total - 1, Relaxed, Relaxed)
-            {
-                Ok(_) => return true,
-                Err(t) => total = t,
+    fn take_without_cache(self: &Arc<Self>) -> (Entry, bool) {
+        let popped = self.lock_shared().bufs.pop();
+        let got = match popped {
+            Some(entry) => {
+                self.budget.fetch_add(1, Relaxed);
+                self.retired_hits.fetch_add(1, Relaxed);
+                self.dry.store(false, Relaxed);
+                (entry, false)
             }
-        }
-        false
+            None => (self.miss(), true),
+        };
+        self.in_use.fetch_add(1, Relaxed);
+        self.note_out(0);
+        got
     }
 
     /// Return a pooled buffer (from `Buf::drop`, on any thread) with the pool reference the
     /// `Buf` carried.
     #[inline]
     fn put(pool: Arc<Inner>, storage: Storage) {
-        let in_use = pool.pooled_in_use.fetch_sub(1, Relaxed).saturating_sub(1);
-        if pool.claim_release(in_use) {
-            pool.release(Entry {
-                storage,
-                pool: Arc::clone(&pool),
-            });
-            return;
-        }
         let mut slot = Some(Entry { storage, pool });
+        // Dropped after the thread-local borrow ends: dropping an entry may drop the pool,
+        // whose drop looks at this thread's caches.
+        let mut freed = None;
         let mut stale = None;
         let _ = LOCAL.try_with(|caches| {
             let Ok(mut caches) = caches.try_borrow_mut() else {
@@ -390,9 +447,8 @@ impl Inner {
                 return;
             };
             if entry.pool.closed.load(Relaxed) {
-                // Closed while this buffer was out: free it and this thread's cache for the
-                // pool (after the borrow ends, as the pool's last reference may go with them
-                // and its drop looks at this cache).
+                // Closed while this buffer was out: free it, and this thread's cache for the
+                // pool.
                 stale = caches
                     .iter()
                     .position(|c| c.id == entry.pool.id)
@@ -401,65 +457,86 @@ impl Inner {
                 return;
             }
             let cache = local_entry(&mut caches, &entry.pool);
+            let inner: &Inner = &entry.pool;
+            cache.count_out(inner, -1);
+            if cache.allowance == 0 {
+                cache.allowance = inner.reserve(inner.chunk);
+            }
+            if cache.allowance == 0 {
+                // `max_free` buffers are free: this one goes back to the system. Prefer a heap
+                // buffer from the cache over a region chunk: dropping a chunk returns only the
+                // whole pages inside it (none, for packet-sized buffers) until its whole region
+                // is free.
+                inner.total.fetch_sub(1, Relaxed);
+                inner.released.fetch_add(1, Relaxed);
+                let victim = if entry.is_heap() {
+                    None
+                } else {
+                    cache.bufs.iter().rposition(Entry::is_heap)
+                };
+                freed = Some(match victim {
+                    Some(i) => {
+                        let heap = cache.bufs.remove(i);
+                        cache.bufs.push(entry);
+                        heap
+                    }
+                    None => entry,
+                });
+                return;
+            }
+            cache.allowance -= 1;
             if cache.bufs.len() >= THREAD_CACHE {
                 // Spill the coldest (bottom) buffers; the hot ones stay on top.
-                entry.pool.push_shared(cache.bufs.drain(..BATCH));
+                inner.push_shared(cache.bufs.drain(..BATCH));
             }
             cache.bufs.push(entry);
         });
+        drop(freed);
         drop(stale);
         if let Some(entry) = slot {
-            let pool = Arc::clone(&entry.pool);
-            pool.push_shared(std::iter::once(entry));
+            Inner::put_without_cache(entry);
         }
     }
 
-    /// Free a buffer past `max_free` (already uncounted from `total`). Prefers to free a heap
-    /// buffer from this thread's cache instead of a region chunk: dropping a chunk returns
-    /// only the whole pages inside it (none, for packet-sized buffers) until its whole region
-    /// is free.
     #[cold]
-    fn release(&self, entry: Entry) {
-        self.released.fetch_add(1, Relaxed);
-        let mut slot = Some(entry);
-        if slot.as_ref().is_some_and(|e| !e.is_heap()) {
-            let _ = LOCAL.try_with(|caches| {
-                let Ok(mut caches) = caches.try_borrow_mut() else {
-                    return;
-                };
-                let Some(cache) = caches.iter_mut().find(|c| c.id == self.id) else {
-                    return;
-                };
-                if let Some(i) = cache.bufs.iter().rposition(Entry::is_heap)
-                    && let Some(chunk) = slot.take()
-                {
-                    let heap = cache.bufs.remove(i);
-                    cache.bufs.push(chunk);
-                    slot = Some(heap);
-                }
-            });
+    fn put_without_cache(entry: Entry) {
+        let pool = Arc::clone(&entry.pool);
+        pool.in_use.fetch_sub(1, Relaxed);
+        if pool.reserve(1) == 1 {
+            pool.push_shared(std::iter::once(entry));
+        } else {
+            pool.total.fetch_sub(1, Relaxed);
+            pool.released.fetch_add(1, Relaxed);
+            drop(entry);
         }
-        drop(slot);
     }
 
-    /// Bookkeeping for a buffer handed out: high-water marks and the low-water flag.
+    /// Bookkeeping for a buffer handed out: high-water marks and the low-water flag, from
+    /// `in_use` plus this thread's unflushed delta `local` (other threads' deltas, at most
+    /// [`BATCH`] each, are not seen here; `stats` folds the exact count in).
     #[inline]
-    fn note_out(&self, pooled_in_use: usize) {
-        let items = pooled_in_use + self.fallback_in_use.load(Relaxed);
+    fn note_out(&self, local: isize) {
+        let pooled = usize::try_from(self.in_use.load(Relaxed) + local).unwrap_or(0);
+        self.note_peaks(pooled);
+        if self.cfg.low_water > 0
+            && self.total.load(Relaxed).saturating_sub(pooled) < self.cfg.low_water
+            && !self.needs_refill.load(Relaxed)
+        {
+            self.needs_refill.store(true, Relaxed);
+        }
+    }
+
+    #[inline]
+    fn note_peaks(&self, pooled: usize) {
+        let items = pooled + self.fallback_in_use.load(Relaxed);
         if items > self.high_water.load(Relaxed) {
             self.high_water.fetch_max(items, Relaxed);
         }
-        let used = pooled_in_use
+        let used = pooled
             .saturating_mul(self.cfg.upper)
             .saturating_add(self.fallback_bytes.load(Relaxed));
         if used > self.peak_used_bytes.load(Relaxed) {
             self.peak_used_bytes.fetch_max(used, Relaxed);
-        }
-        if self.cfg.low_water > 0
-            && self.total.load(Relaxed).saturating_sub(pooled_in_use) < self.cfg.low_water
-            && !self.needs_refill.load(Relaxed)
-        {
-            self.needs_refill.store(true, Relaxed);
         }
     }
 
@@ -500,17 +577,22 @@ impl Inner {
         hook(self.cfg.name, &self.stats());
     }
 
+    /// Exact pooled buffers in use and hits: the flushed counts plus every thread's.
+    fn sum_threads(&self) -> (usize, u64) {
+        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut in_use = self.in_use.load(Relaxed);
+        let mut hits = self.retired_hits.load(Relaxed);
+        for t in threads.iter() {
+            in_use += t.unflushed.load(Relaxed);
+            hits += t.hits.load(Relaxed);
+        }
+        (usize::try_from(in_use).unwrap_or(0), hits)
+    }
+
     fn stats(&self) -> PoolStats {
         let upper = self.cfg.upper;
-        let pooled = self.pooled_in_use.load(Relaxed);
-        let hits = self.retired_hits.load(Relaxed)
-            + self
-                .thread_hits
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .map(|h| h.load(Relaxed))
-                .sum::<u64>();
+        let (pooled, hits) = self.sum_threads();
+        self.note_peaks(pooled);
         let total = self.total.load(Relaxed);
         let fallback = self.fallback_in_use.load(Relaxed);
         let fallback_bytes = self.fallback_bytes.load(Relaxed);
@@ -622,7 +704,9 @@ pub struct PoolStats {
     pub refills: u64,
     /// Buffers handed out and not yet dropped (pooled and fallback).
     pub in_use: usize,
-    /// Highest `in_use` seen (checked on every allocation).
+    /// Highest `in_use` seen: checked on every allocation (with other threads' counts as of
+    /// their last batch, so a brief peak may be missed by up to [`BATCH`] buffers per other
+    /// thread) and exactly at every `stats` call.
     pub high_water: usize,
     /// Free pooled buffers (shared list plus every thread's cache).
     pub free: usize,
@@ -631,7 +715,7 @@ pub struct PoolStats {
     pub allocated_bytes: usize,
     /// Bytes of the buffers in use (capacity, not the requested lengths).
     pub used_bytes: usize,
-    /// Highest `used_bytes` seen.
+    /// Highest `used_bytes` seen (sampled like `high_water`).
     pub peak_used_bytes: usize,
     /// Requests with a length outside `[lower, upper]` (included in `misses`).
     pub bypasses: u64,
@@ -676,10 +760,13 @@ pub struct PoolStats {
 ///
 /// Each thread keeps up to [`THREAD_CACHE`] free buffers per pool in a thread-local LIFO
 /// stack; the shared free list's lock is taken only to move [`BATCH`] buffers at a time.
-/// A hit costs the thread-local lookup, one locked increment of the pool's in-use count (which
-/// keeps `in_use`, `free` and `max_free` exact) and a thread-local hit counter; the free is
-/// the mirror image. The buffer's reference to the pool travels with the free buffer, so no
-/// reference count changes hands.
+/// A hit or a free costs the thread-local lookup and a few plain loads and stores: no lock,
+/// no locked instruction, no reference count (the buffer's reference to the pool travels
+/// with the free buffer). The in-use count and the `max_free` budget are kept per thread and
+/// settled with the pool a batch at a time (see `Inner` in the source): `free <= max_free`
+/// holds at every moment, but a thread may keep up to `2 * max(1, min(max_free / 16, BATCH))`
+/// units of the `max_free` budget in reserve, so a pool shared by many threads can free a
+/// buffer a little before `max_free` is reached.
 ///
 /// Buffers cached by a thread that then stops using the pool stay counted as free; they
 /// return to the shared list when the thread exits or calls
@@ -727,9 +814,11 @@ impl BufferPool {
         let inner = Inner {
             id: NEXT_POOL_ID.fetch_add(1, Relaxed),
             backing,
-            pooled_in_use: Padded::default(),
+            chunk: (cfg.max_free / 16).clamp(1, BATCH),
             shared: Padded(Mutex::new(shared)),
-            thread_hits: Mutex::new(Vec::new()),
+            threads: Mutex::new(Vec::new()),
+            in_use: Padded::default(),
+            budget: Padded(AtomicUsize::new(cfg.max_free - cfg.initial)),
             retired_hits: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             total: AtomicUsize::new(cfg.initial),
@@ -779,17 +868,7 @@ impl BufferPool {
         if len < inner.cfg.lower || len > inner.cfg.upper {
             return self.fallback(len);
         }
-        let (entry, dry) = match inner.take() {
-            Some(e) => {
-                if inner.dry.load(Relaxed) {
-                    inner.dry.store(false, Relaxed);
-                }
-                (e, false)
-            }
-            None => (inner.miss(), true),
-        };
-        let in_use = inner.pooled_in_use.fetch_add(1, Relaxed) + 1;
-        inner.note_out(in_use);
+        let (entry, dry) = inner.take();
         if dry {
             // After the bookkeeping, so the hook's snapshot counts this buffer.
             inner.maybe_warn();
@@ -810,7 +889,7 @@ impl BufferPool {
         inner.bypasses.fetch_add(1, Relaxed);
         inner.fallback_in_use.fetch_add(1, Relaxed);
         inner.fallback_bytes.fetch_add(len, Relaxed);
-        inner.note_out(inner.pooled_in_use.load(Relaxed));
+        inner.note_out(0);
         Buf {
             storage: Storage::heap(len, false),
             len,
@@ -826,26 +905,14 @@ impl BufferPool {
         let inner = &self.handle.inner;
         let cfg = &inner.cfg;
         inner.needs_refill.store(false, Relaxed);
-        // Reserve the buffers in `total` first, so concurrent frees see them and respect
-        // `max_free`.
-        let mut total = inner.total.load(Relaxed);
-        let want = loop {
-            let free = total.saturating_sub(inner.pooled_in_use.load(Relaxed));
-            let want = cfg
-                .low_water
-                .saturating_sub(free)
-                .min(cfg.max_free.saturating_sub(free));
-            if want == 0 {
-                return 0;
-            }
-            match inner
-                .total
-                .compare_exchange_weak(total, total + want, Relaxed, Relaxed)
-            {
-                Ok(_) => break want,
-                Err(t) => total = t,
-            }
-        };
+        let (in_use, _) = inner.sum_threads();
+        let free = inner.total.load(Relaxed).saturating_sub(in_use);
+        // Budget units first: the refill can never take the free count past `max_free`.
+        let want = inner.reserve(cfg.low_water.saturating_sub(free));
+        if want == 0 {
+            return 0;
+        }
+        inner.total.fetch_add(want, Relaxed);
         let (fresh, _) = Storage::batch(cfg, want);
         inner.push_shared(fresh.into_iter().map(|storage| Entry {
             storage,
@@ -896,15 +963,16 @@ impl BufferPool {
             .unwrap_or_else(PoisonError::into_inner) = Arc::from(hook);
     }
 
-    /// Move this thread's cached free buffers of this pool to the shared list (e.g. before a
-    /// worker thread parks for a long time).
+    /// Give this thread's cached free buffers of this pool back to the shared list, with its
+    /// reserved share of `max_free` and its unflushed counts (e.g. before a worker thread
+    /// parks for a long time). Threads do this on exit anyway.
     pub fn flush_thread_cache(&self) {
         let inner = &self.handle.inner;
         let _ = LOCAL.try_with(|caches| {
             if let Ok(mut caches) = caches.try_borrow_mut()
                 && let Some(c) = caches.iter_mut().find(|c| c.id == inner.id)
             {
-                inner.push_shared(c.bufs.drain(..));
+                c.flush(inner);
             }
         });
     }

@@ -41,7 +41,7 @@ static COUNTERS: [Shard; SHARDS] = [const { Shard::new() }; SHARDS];
 static FLUSHED: AtomicIsize = AtomicIsize::new(0);
 /// High-water mark of `FLUSHED` (and of the exact count at every [`CountingAlloc::stats`]).
 static PEAK: AtomicIsize = AtomicIsize::new(0);
-/// Bytes currently mapped by [`Region`]s (memory the allocator never sees).
+/// Bytes currently mapped by buffer regions (memory the allocator never sees).
 static MAPPED: AtomicUsize = AtomicUsize::new(0);
 
 #[inline]
@@ -227,8 +227,8 @@ mod region {
         page: usize,
     }
 
-    // SAFETY: a `Region` is only a owner token for the mapping: it never reads or writes the memory
-    // itself. Access goes through `Chunk`s, each of which owns a disjoint byte range.
+    // SAFETY: a `Region` is only an owner token for the mapping: it never reads or writes the
+    // memory itself. Access goes through `Chunk`s, each of which owns a disjoint byte range.
     unsafe impl Send for Region {}
     // SAFETY: as above; `&Region` exposes no access to the memory.
     unsafe impl Sync for Region {}
