@@ -1,4 +1,4 @@
-//! Per-thread shard index shared by the pool statistics and the counting allocator.
+//! Per-thread shard index for the counting allocator's counters.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
