@@ -1,5 +1,10 @@
-//! Sans-IO sessions for tern (in progress).
+//! Sans-IO sessions for tern: the lean viewer, the stream ring, the clip source, the
+//! offer/answer glue and a lean receiving client for tests and load.
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod clip;
+pub mod session;
+pub mod stream;
+pub mod viewer;

@@ -14,7 +14,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use rand::Rng;
 use tern_proto::sdp::{self, SessionDescription};
-use tern_rtc::viewer::{PWD_LEN, TrackParams, UFRAG_LEN, ViewerParams, ViewerTimeouts};
+use tern_rtc::session::{self, LocalInfo};
+use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
 use crate::config::Config;
 use crate::engine::{Command, EngineHandle, ViewerId};
@@ -231,44 +232,21 @@ async fn whep_post(
         return r;
     }
 
-    let ufrag = random_token(UFRAG_LEN);
-    let pwd = random_token(PWD_LEN);
-    let (video_ssrc, audio_ssrc, cname_seed): (u32, u32, u64) = {
-        let mut rng = rand::rng();
-        (rng.random(), rng.random(), rng.random())
-    };
-    let mut rng = rand::rng();
-    let mut track = |m: &sdp::NegotiatedMedia, ssrc: u32| TrackParams {
-        pt: m.pt,
-        ssrc,
-        abs_capture_time_ext: m.abs_capture_time_ext,
-        nack: m.nack,
-        initial_seq: rng.random_range(0..0x8000),
-        ts_offset: rng.random(),
-    };
-    let video = neg.video().map(|m| track(m, video_ssrc));
-    let audio = neg.audio().map(|m| track(m, audio_ssrc));
-    let params = sdp::AnswerParams {
-        ice_ufrag: &ufrag,
-        ice_pwd: &pwd,
-        fingerprint_sha256: &st.fingerprint,
-        candidate_ip: st.candidate_ip,
-        candidate_port: st.candidate_port,
-        video_ssrc,
-        audio_ssrc,
-        cname: &st.config.server.cname,
-        session_id: cname_seed >> 1,
-    };
-    let answer = sdp::write_answer(&offer, &neg, &params);
-    let vp = ViewerParams {
-        local_ufrag: to_array(&ufrag),
-        local_pwd: to_array(&pwd),
-        remote_ufrag: neg.remote_ufrag.clone().into_boxed_str(),
-        remote_fingerprint: neg.remote_fingerprint,
-        video,
-        audio,
-        timeouts: ViewerTimeouts::default(),
-    };
+    let acc = session::accept(
+        &offer,
+        &neg,
+        &LocalInfo {
+            fingerprint: &st.fingerprint,
+            candidate_ip: st.candidate_ip,
+            candidate_port: st.candidate_port,
+            cname: &st.config.server.cname,
+        },
+        &mut || rand::rng().random(),
+    );
+    let answer = acc.answer;
+    let vp = acc.params;
+    let ufrag = String::from_utf8_lossy(&vp.local_ufrag).into_owned();
+    let pwd = String::from_utf8_lossy(&vp.local_pwd).into_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();
     if st
         .engine

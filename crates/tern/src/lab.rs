@@ -296,7 +296,6 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
     let hs_cpu_before = ledger.cpu;
     let hs_start = Instant::now();
     let mut peak_hs = ledger.live;
-    let mut buf = vec![0u8; 2048];
     let mut queue: Vec<Vec<u8>> = Vec::new();
     let mut connected = 0;
     for round in 0..2000 {
