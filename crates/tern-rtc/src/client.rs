@@ -242,7 +242,9 @@ impl Track {
         for i in (0..n).rev() {
             let src = i.checked_sub(words);
             let hi = src.map_or(0, |s| self.window[s]);
-            let lo = src.and_then(|s| s.checked_sub(1)).map_or(0, |s| self.window[s]);
+            let lo = src
+                .and_then(|s| s.checked_sub(1))
+                .map_or(0, |s| self.window[s]);
             self.window[i] = if bits == 0 {
                 hi
             } else {
@@ -336,7 +338,10 @@ impl Client {
 
     /// Statistics of the track of `kind`, once a packet of it arrived.
     pub fn track(&self, kind: MediaKind) -> Option<&TrackStats> {
-        self.tracks.iter().find(|t| t.kind == kind).map(|t| &t.stats)
+        self.tracks
+            .iter()
+            .find(|t| t.kind == kind)
+            .map(|t| &t.stats)
     }
 
     /// The server's media address.
@@ -525,10 +530,8 @@ impl Client {
                     self.dtls_timeout = Some(t);
                     break;
                 }
-                dimpl::Output::PeerCert(der) => {
-                    if sha256(der) != self.p.remote_fingerprint {
-                        bad_cert = true;
-                    }
+                dimpl::Output::PeerCert(der) if sha256(der) != self.p.remote_fingerprint => {
+                    bad_cert = true;
                 }
                 dimpl::Output::KeyingMaterial(km, profile) => {
                     keys = Some((km.to_vec(), profile));
@@ -608,7 +611,9 @@ impl Client {
             .abs_capture_time_ext
             .and_then(|id| h.extension(data, id))
             .and_then(rtp::abs_capture_time);
-        let payload = data.get(h.header_len..h.header_len + h.payload_len).unwrap_or(&[]);
+        let payload = data
+            .get(h.header_len..h.header_len + h.payload_len)
+            .unwrap_or(&[]);
         let is_key = kind == MediaKind::Video && h264::is_keyframe(payload);
         let t = &mut self.tracks[idx];
         let seq = t.unwrap.unwrap(h.sequence);
@@ -734,11 +739,9 @@ impl Client {
             t.prior_expected = expected;
             t.prior_received = st.packets;
             let lost_int = exp_int.saturating_sub(rec_int);
-            let fraction = if exp_int == 0 {
-                0
-            } else {
-                ((lost_int << 8) / exp_int).min(255) as u8
-            };
+            let fraction = (lost_int << 8)
+                .checked_div(exp_int)
+                .map_or(0, |f| f.min(255) as u8);
             let (lsr, dlsr) = t.last_sr.map_or((0, 0), |(ntp, _, at)| {
                 let d = now.saturating_duration_since(at);
                 let dlsr = (d.as_secs_f64() * 65536.0) as u32;

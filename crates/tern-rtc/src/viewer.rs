@@ -425,9 +425,7 @@ impl Viewer {
         if msg.class() != stun::Class::Request || msg.method() != stun::BINDING {
             return Err(ViewerError::Stun("not a binding request"));
         }
-        let user = msg
-            .username()
-            .ok_or(ViewerError::Stun("no USERNAME"))?;
+        let user = msg.username().ok_or(ViewerError::Stun("no USERNAME"))?;
         if !self.username_matches(user) {
             return Err(ViewerError::Stun("USERNAME does not match the session"));
         }
@@ -509,10 +507,8 @@ impl Viewer {
                     break;
                 }
                 dimpl::Output::Connected => hs.connected_at = Some(now),
-                dimpl::Output::PeerCert(der) => {
-                    if sha256(der) != hs.remote_fingerprint {
-                        bad_cert = true;
-                    }
+                dimpl::Output::PeerCert(der) if sha256(der) != hs.remote_fingerprint => {
+                    bad_cert = true;
                 }
                 dimpl::Output::KeyingMaterial(km, profile) => keys = Some((km, profile)),
                 dimpl::Output::CloseNotify => closed = true,
@@ -526,7 +522,9 @@ impl Viewer {
         }
         if bad_cert {
             self.close(CloseReason::DtlsFailed);
-            return Err(ViewerError::Dtls("peer certificate does not match fingerprint".into()));
+            return Err(ViewerError::Dtls(
+                "peer certificate does not match fingerprint".into(),
+            ));
         }
         if closed {
             self.close(CloseReason::PeerClosed);
@@ -537,9 +535,7 @@ impl Viewer {
                 self.close(CloseReason::DtlsFailed);
                 return Err(ViewerError::Srtp("unsupported SRTP profile".into()));
             };
-            let srtp = make_srtp(profile, &km).map_err(|e| {
-                ViewerError::Srtp(e.to_string())
-            });
+            let srtp = make_srtp(profile, &km).map_err(|e| ViewerError::Srtp(e.to_string()));
             match srtp {
                 Ok(s) => {
                     self.srtp = Some(Box::new(s));
@@ -746,7 +742,10 @@ impl Viewer {
             ViewerState::Connected => consider(self.next_sr, Timer::SenderReport),
         }
         if self.state != ViewerState::New {
-            consider(Some(self.last_consent + self.timeouts.consent), Timer::Consent);
+            consider(
+                Some(self.last_consent + self.timeouts.consent),
+                Timer::Consent,
+            );
         }
         if let Some(hs) = &self.handshake {
             consider(hs.next_timeout, Timer::Dtls);
@@ -798,7 +797,12 @@ impl Viewer {
 
     /// If a sender report is due, writes an SRTCP compound (SR per started track + SDES
     /// CNAME) into `out` and returns its length.
-    pub fn poll_sender_report(&mut self, now: Instant, cname: &str, out: &mut [u8]) -> Option<usize> {
+    pub fn poll_sender_report(
+        &mut self,
+        now: Instant,
+        cname: &str,
+        out: &mut [u8],
+    ) -> Option<usize> {
         if self.state != ViewerState::Connected || self.next_sr.is_none_or(|t| now < t) {
             return None;
         }
@@ -806,7 +810,10 @@ impl Viewer {
         let srtp = self.srtp.as_mut()?;
         let mut len = 0;
         let mut first_ssrc = None;
-        for t in [self.video.as_ref(), self.audio.as_ref()].into_iter().flatten() {
+        for t in [self.video.as_ref(), self.audio.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             if t.src_start.is_none() {
                 continue;
             }

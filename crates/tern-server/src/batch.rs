@@ -206,7 +206,10 @@ mod tests {
             for k in 0..75u32 {
                 let (n, _) = sock.recv_from(&mut buf).expect("recv");
                 assert_eq!(n, 4);
-                assert_eq!(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]), first + 2 * k);
+                assert_eq!(
+                    u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]),
+                    first + 2 * k
+                );
             }
         }
     }

@@ -40,7 +40,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Listening addresses.
@@ -52,16 +52,6 @@ pub struct Config {
     /// Applications and their declared streams.
     #[serde(default, rename = "app")]
     pub apps: Vec<AppConfig>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            server: ServerConfig::default(),
-            tunables: Tunables::default(),
-            apps: Vec::new(),
-        }
-    }
 }
 
 /// Listening addresses.
@@ -226,7 +216,10 @@ impl Config {
             return bad("tunables.audio_ring", "must be between 16 and 65536");
         }
         if t.pool_max_free < t.pool_initial {
-            return bad("tunables.pool_max_free", "must be at least tunables.pool_initial");
+            return bad(
+                "tunables.pool_max_free",
+                "must be at least tunables.pool_initial",
+            );
         }
         if t.max_handshakes == 0 {
             return bad("tunables.max_handshakes", "must be at least 1");
@@ -237,8 +230,7 @@ impl Config {
         let valid_name = |s: &str| {
             !s.is_empty()
                 && s.len() <= 64
-                && s
-                    .bytes()
+                && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
         };
         for (i, app) in self.apps.iter().enumerate() {
@@ -278,15 +270,15 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let e = Config::parse("[server]\nhtp = \"1.2.3.4:1\"\n", "x.toml").unwrap_err();
+        let e = Config::parse("[server]\nhtp = \"1.2.3.4:1\"\n", "x.toml").expect_err("must fail");
         assert!(e.to_string().contains("htp"), "{e}");
     }
 
     #[test]
     fn bad_value_is_named() {
-        let e = Config::parse("[tunables]\nmax_payload = 5\n", "x.toml").unwrap_err();
+        let e = Config::parse("[tunables]\nmax_payload = 5\n", "x.toml").expect_err("must fail");
         assert!(e.to_string().contains("tunables.max_payload"), "{e}");
-        let e = Config::parse("[[app]]\nname = \"a/b\"\n", "x.toml").unwrap_err();
+        let e = Config::parse("[[app]]\nname = \"a/b\"\n", "x.toml").expect_err("must fail");
         assert!(e.to_string().contains("app[0].name"), "{e}");
     }
 
@@ -296,8 +288,8 @@ mod tests {
             "[[app]]\nname = \"live\"\ntoken = \"s3cret\"\nstreams = [\"idle\"]\n",
             "x.toml",
         )
-        .unwrap();
-        let app = c.app("live").unwrap();
+        .expect("valid");
+        let app = c.app("live").expect("valid");
         assert_eq!(app.token.as_deref(), Some("s3cret"));
         assert_eq!(app.streams, vec!["idle".to_string()]);
     }

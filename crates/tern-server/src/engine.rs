@@ -25,7 +25,7 @@ use tern_proto::stun;
 use tern_rtc::clip::{ClipSource, MediaKind};
 use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{
-    CloseReason, DtlsContext, UFRAG_LEN, Viewer, ViewerEvent, ViewerParams, ViewerState, PWD_LEN,
+    CloseReason, DtlsContext, PWD_LEN, UFRAG_LEN, Viewer, ViewerEvent, ViewerParams, ViewerState,
 };
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
@@ -507,7 +507,9 @@ impl Engine {
             return;
         }
         let f = self.batch.flush(self.socket.as_raw_fd());
-        self.stats.bytes_out.fetch_add(f.bytes as u64, Ordering::Relaxed);
+        self.stats
+            .bytes_out
+            .fetch_add(f.bytes as u64, Ordering::Relaxed);
         if f.dropped > 0 {
             self.stats
                 .send_errors

@@ -145,11 +145,14 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         addr: media,
         source,
     })?;
-    let candidate_ip = cfg.server.candidate.unwrap_or(if media.ip().is_unspecified() {
-        IpAddr::V4(Ipv4Addr::LOCALHOST)
-    } else {
-        media.ip()
-    });
+    let candidate_ip = cfg
+        .server
+        .candidate
+        .unwrap_or(if media.ip().is_unspecified() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            media.ip()
+        });
     let http = cfg.server.http;
     let state = Arc::new(AppState::new(
         cfg,

@@ -132,6 +132,7 @@ fn to_array<const N: usize>(s: &str) -> [u8; N] {
 }
 
 /// Checks app existence, stream existence and the Bearer token; returns the stream.
+#[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
 fn lookup(
     st: &AppState,
     headers: &HeaderMap,
@@ -152,10 +153,8 @@ fn lookup(
             .and_then(|v| v.strip_prefix("Bearer "));
         if given != Some(token) {
             let mut r = text(StatusCode::UNAUTHORIZED, "missing or wrong Bearer token");
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return Err(r);
         }
     }
@@ -257,10 +256,16 @@ async fn whep_post(
         })
         .is_err()
     {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine is not running");
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "media engine is not running",
+        );
     }
     let Ok(viewer) = rx.await else {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine is not running");
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "media engine is not running",
+        );
     };
     let sid = random_token(22);
     let etag = format!("\"{}\"", random_token(12));
@@ -280,7 +285,10 @@ async fn whep_post(
     let mut r = (StatusCode::CREATED, answer).into_response();
     let h = r.headers_mut();
     cors(h);
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/sdp"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
     if let Ok(v) = HeaderValue::from_str(&location) {
         h.insert(header::LOCATION, v);
     }
@@ -306,7 +314,10 @@ async fn whep_options() -> Response {
         header::ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static("Authorization, Content-Type, If-Match"),
     );
-    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
+    );
     h.insert("Accept-Post", HeaderValue::from_static("application/sdp"));
     h.insert(
         "Accept-Patch",
@@ -382,7 +393,10 @@ async fn whep_patch(
             );
         }
         (Some(m), _) if m != "*" && *m != sess.etag => {
-            return text(StatusCode::PRECONDITION_FAILED, "ETag does not match the session");
+            return text(
+                StatusCode::PRECONDITION_FAILED,
+                "ETag does not match the session",
+            );
         }
         _ => {}
     }
@@ -408,7 +422,10 @@ async fn whep_patch(
         })
         .is_err()
     {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine is not running");
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "media engine is not running",
+        );
     }
     sess.remote_ufrag = remote_ufrag;
     sess.local_ufrag = ufrag;

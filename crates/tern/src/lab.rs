@@ -108,7 +108,7 @@ impl Synthetic {
 
     /// Packets of the next 1/30 s: one video frame and (every third frame, rounded) audio.
     fn next(&mut self, pool: &BufferPool, ntp: u64, out: &mut Vec<RingPacket>) {
-        let key = self.frame % 30 == 0;
+        let key = self.frame.is_multiple_of(30);
         for i in 0..self.per_frame {
             let mut b = pool.alloc(PAYLOAD);
             b.fill(0x55);
@@ -116,14 +116,20 @@ impl Synthetic {
             b[1] = match (i == 0, i + 1 == self.per_frame) {
                 (true, _) => 0x80 | if key { 5 } else { 1 },
                 (false, true) => 0x40 | if key { 5 } else { 1 },
-                _ => if key { 5 } else { 1 },
+                _ => {
+                    if key {
+                        5
+                    } else {
+                        1
+                    }
+                }
             };
             out.push(RingPacket {
                 kind: MediaKind::Video,
                 seq: self.seq,
                 rtp_ts: (self.frame * 3000) as u32,
                 marker: i + 1 == self.per_frame,
-                keyframe: key,
+                keyframe: key && i == 0,
                 capture_ntp: ntp,
                 payload: b.freeze(),
             });
@@ -315,7 +321,11 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         peak_hs = peak_hs.max(ledger.peak);
         connected = pairs
             .iter()
-            .filter(|p| p.viewer.as_ref().is_some_and(|v| v.state() == ViewerState::Connected))
+            .filter(|p| {
+                p.viewer
+                    .as_ref()
+                    .is_some_and(|v| v.state() == ViewerState::Connected)
+            })
             .count();
         if !pending {
             break;
@@ -394,7 +404,7 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
                 }
             }
         }
-        if batch.len() > 0 {
+        if !batch.is_empty() {
             flush(&mut batch, sender.as_ref());
         }
         // Timers every frame: SR out, RR/NACK in.
@@ -463,10 +473,16 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
     }
 
     // Report.
-    println!("tern lab: {n} viewers, synthetic stream {} kbit/s ({} x {PAYLOAD} B per frame, 30 fps, audio 50 pkt/s)", a.kbps, src.per_frame);
+    println!(
+        "tern lab: {n} viewers, synthetic stream {} kbit/s ({} x {PAYLOAD} B per frame, 30 fps, audio 50 pkt/s)",
+        a.kbps, src.per_frame
+    );
     println!();
     println!("Server heap at lifecycle checkpoints (counting allocator, server-side calls only)");
-    println!("{:<44} {:>14} {:>14} {:>12} {:>12}", "checkpoint", "live bytes", "above idle", "per viewer", "allocations");
+    println!(
+        "{:<44} {:>14} {:>14} {:>12} {:>12}",
+        "checkpoint", "live bytes", "above idle", "per viewer", "allocations"
+    );
     for r in &rows {
         let above = r.live - idle;
         let per = if r.viewers > 0 {
@@ -474,7 +490,10 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         } else {
             "-".into()
         };
-        println!("{:<44} {:>14} {:>14} {:>12} {:>12}", r.name, r.live, above, per, r.allocs);
+        println!(
+            "{:<44} {:>14} {:>14} {:>12} {:>12}",
+            r.name, r.live, above, per, r.allocs
+        );
     }
     println!(
         "{:<44} {:>14} {:>14} {:>12}",
@@ -492,7 +511,8 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         ps.allocated_bytes,
         ps.free + ps.in_use,
         ps.in_use,
-        stream.ring(MediaKind::Video).payload_bytes() + stream.ring(MediaKind::Audio).payload_bytes(),
+        stream.ring(MediaKind::Video).payload_bytes()
+            + stream.ring(MediaKind::Audio).payload_bytes(),
         ring_bytes,
     );
     println!(
@@ -533,7 +553,9 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         before.live_bytes, after.live_bytes, after.peak_bytes
     );
     if failed > 0 || (a.verify && (lost > 0 || bad > 0)) {
-        return Err(format!("{failed} clients failed, {lost} packets lost, {bad} bad"));
+        return Err(format!(
+            "{failed} clients failed, {lost} packets lost, {bad} bad"
+        ));
     }
     Ok(())
 }
