@@ -502,6 +502,12 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         peak_hs - idle,
         format!("{:.0}", (peak_hs - idle) as f64 / n as f64)
     );
+    let inline = std::mem::size_of::<Viewer>();
+    let steady_per = (steady_live - idle) as f64 / n as f64;
+    println!(
+        "inline Viewer struct (held in the engine's slot table, not heap-allocated): {inline} B; per connected viewer, heap + inline: {:.0} B",
+        steady_per + inline as f64
+    );
     let ps = pool.stats();
     println!();
     println!(
