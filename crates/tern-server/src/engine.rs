@@ -363,6 +363,8 @@ impl Engine {
             if now >= self.next_sweep {
                 self.sweep(now);
                 self.next_sweep = now + SWEEP;
+                // Low-water refill and the dry-pool warning clock, off the per-packet path.
+                self.pool.maintain(now);
             }
             self.flush();
         }
