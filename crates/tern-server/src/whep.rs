@@ -80,10 +80,53 @@ impl AppState {
     }
 }
 
+/// `GET /v1/memory`: every named pool's used/allocated/utilization/peak and the counting
+/// allocator's totals, as JSON; `?format=dd` gives the pjsua-`dd`-style text table.
+async fn memory(axum::extract::RawQuery(q): axum::extract::RawQuery) -> Response {
+    let reports = tern_pool::MemoryRegistry::global().reports();
+    let alloc = tern_pool::CountingAlloc::stats();
+    if q.as_deref()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "format=dd"))
+    {
+        return text(StatusCode::OK, tern_pool::format_dd(&reports, &alloc));
+    }
+    let pools: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "name": r.name,
+                "used_bytes": r.used_bytes,
+                "allocated_bytes": r.allocated_bytes,
+                "utilization_pct": r.utilization_pct,
+                "peak_bytes": r.peak_bytes,
+                "items_in_use": r.items_in_use,
+                "items_peak": r.items_peak,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "allocator": {
+            "live_bytes": alloc.live_bytes,
+            "peak_bytes": alloc.peak_bytes,
+            "allocations": alloc.allocations,
+            "frees": alloc.frees,
+            "mapped_bytes": alloc.mapped_bytes,
+        },
+        "pools": pools,
+    });
+    let mut r = (StatusCode::OK, body.to_string()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
 /// The WHEP and page routes.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(index))
+        .route("/v1/memory", get(memory))
         .route("/{app}/{stream}", get(player))
         .route(
             "/{app}/{stream}/whep",

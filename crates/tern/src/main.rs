@@ -32,6 +32,12 @@ enum Cmd {
     /// In-process measurements of the viewer path: heap at lifecycle checkpoints,
     /// handshakes per second, fan-out cost (see bench/core.sh).
     Lab(lab::LabArgs),
+    /// Print a running server's memory pools, one line per pool (like pjsua's `dd`).
+    Mem {
+        /// Base URL of the server's HTTP listener.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+    },
     /// Validate a configuration file and exit.
     Config {
         #[command(subcommand)]
@@ -76,6 +82,18 @@ fn main() -> ExitCode {
     let (args, demo) = match cli.cmd {
         Cmd::Serve(a) => (a, false),
         Cmd::Demo(a) => (a, true),
+        Cmd::Mem { url } => {
+            return match fetch_dd(&url) {
+                Ok(t) => {
+                    print!("{t}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Cmd::Lab(a) => {
             return match lab::run(&a) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -114,4 +132,32 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// GETs `{url}/v1/memory?format=dd` over plain HTTP/1.1.
+fn fetch_dd(url: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or("only http:// URLs are supported")?;
+    let host = rest.split('/').next().unwrap_or(rest);
+    let mut s = std::net::TcpStream::connect(host).map_err(|e| format!("connect {host}: {e}"))?;
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    write!(
+        s,
+        "GET /v1/memory?format=dd HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    let (head, body) = out
+        .split_once("\r\n\r\n")
+        .ok_or("malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "server answered: {}",
+            head.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(body.to_string())
 }

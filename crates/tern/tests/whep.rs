@@ -215,6 +215,19 @@ fn whep_status_codes() {
     );
     assert_eq!(ok.status, 409);
 
+    // Memory report: JSON with the packet pool and the allocator; dd text via `tern mem`.
+    let r = req(a, "GET", "/v1/memory", &[], "");
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("\"packet_buffers\""), "{}", r.body);
+    assert!(r.body.contains("\"live_bytes\""), "{}", r.body);
+    let mem = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["mem", "--url", &format!("http://{a}")])
+        .output()
+        .expect("run tern mem");
+    assert!(mem.status.success());
+    let dd = String::from_utf8_lossy(&mem.stdout);
+    assert!(dd.contains("packet_buffers"), "{dd}");
+
     // DELETE ends the session; a second DELETE finds nothing.
     let r = req(a, "DELETE", &loc, &[], "");
     assert!(r.status == 200 || r.status == 204, "DELETE {}", r.status);
