@@ -96,7 +96,8 @@ pub struct TrackStats {
     pub bytes: u64,
     /// Copies of packets already received.
     pub duplicates: u64,
-    /// Packets that arrived after a later one (late fills of a gap).
+    /// Packets that arrived after a later one (late fills of a gap), not counting those
+    /// that came after a NACK (`recovered`).
     pub reordered: u64,
     /// Packets that arrived after we NACKed them.
     pub recovered: u64,
@@ -122,6 +123,12 @@ pub struct TrackStats {
     pub latency_min: f64,
     /// Largest latency sample (ms).
     pub latency_max: f64,
+    /// The latest latency sample (ms).
+    pub latency_last: f64,
+    /// OvenRtcTester's "delay", kept for comparison: wall time since this track's first
+    /// packet minus RTP time since it, in ms, at the latest packet. It shows queueing and
+    /// clock drift after the first packet, not latency (that is `latency_*`).
+    pub drift_ms: f64,
     /// When the first packet arrived.
     pub first_at: Option<Instant>,
     /// When the latest packet arrived.
@@ -166,6 +173,10 @@ struct Track {
     /// The sender's last SR: (NTP, RTP ts, arrival) for LSR/DLSR and latency without the
     /// extension.
     last_sr: Option<(u64, u32, Instant)>,
+    /// Arrival and extended RTP timestamp of the first packet, for `drift_ms`.
+    rtp_origin: Option<(Instant, i64)>,
+    /// Last RTP timestamp seen and its extension, to unwrap timestamps.
+    last_ts: (u32, i64),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +203,8 @@ impl Track {
             transit: None,
             frame_key: false,
             last_sr: None,
+            rtp_origin: None,
+            last_ts: (0, 0),
         }
     }
 
@@ -573,6 +586,16 @@ impl Client {
         let len = data.len();
         let plain = match srtp.rtp_rx.unprotect(data, len) {
             Ok(n) => n,
+            // SRTP's replay window refuses a repeated index before authenticating: a
+            // duplicate of a packet already received.
+            Err(srtp::SrtpError::Replay) => {
+                let ssrc = rtp::parse_header(data).map(|h| h.ssrc);
+                match self.tracks.iter_mut().find(|t| Ok(t.stats.ssrc) == ssrc) {
+                    Some(t) => t.stats.duplicates += 1,
+                    None => self.dropped += 1,
+                }
+                return;
+            }
             Err(_) => {
                 if let Some(t) = self.tracks.first_mut() {
                     t.stats.bad += 1;
@@ -621,16 +644,22 @@ impl Client {
             t.stats.duplicates += 1;
             return;
         }
-        if t.stats.packets > 0 && seq < t.stats.max_seq {
-            t.stats.reordered += 1;
-        }
+        let mut recovered = false;
         if let Some(pos) = t.missing.iter().position(|m| m.seq == seq) {
             let m = t.missing.remove(pos);
-            if m.last_nack.is_some() {
-                t.stats.recovered += 1;
-            }
+            recovered = m.last_nack.is_some();
         }
-        if t.stats.packets > 0 && seq > t.stats.max_seq + 1 && self.p.rtcp {
+        if recovered {
+            t.stats.recovered += 1;
+        } else if t.stats.packets > 0 && seq < t.stats.max_seq {
+            t.stats.reordered += 1;
+        }
+        // Like Chrome, only video is NACKed (our offer asks for `nack` on video only).
+        if t.stats.packets > 0
+            && seq > t.stats.max_seq + 1
+            && self.p.rtcp
+            && kind == MediaKind::Video
+        {
             for s in t.stats.max_seq + 1..seq {
                 if t.missing.len() >= NACK_QUEUE {
                     t.missing.remove(0);
@@ -661,6 +690,19 @@ impl Client {
             }
         }
         t.transit = Some(transit);
+        let ts_ext = if st.packets == 1 {
+            i64::from(h.timestamp)
+        } else {
+            t.last_ts.1 + i64::from(h.timestamp.wrapping_sub(t.last_ts.0) as i32)
+        };
+        t.last_ts = (h.timestamp, ts_ext);
+        match t.rtp_origin {
+            None => t.rtp_origin = Some((now, ts_ext)),
+            Some((at, ts0)) => {
+                let wall = now.duration_since(at).as_secs_f64() * 1000.0;
+                st.drift_ms = wall - (ts_ext - ts0) as f64 / clock * 1000.0;
+            }
+        }
         let capture = capture.or_else(|| {
             let (sr_ntp, sr_ts, _) = t.last_sr?;
             let d = h.timestamp.wrapping_sub(sr_ts) as i32;
@@ -678,6 +720,7 @@ impl Client {
                 st.latency_sum += ms;
                 st.latency_min = st.latency_min.min(ms);
                 st.latency_max = st.latency_max.max(ms);
+                st.latency_last = ms;
             }
         }
         if kind == MediaKind::Video {

@@ -122,11 +122,44 @@ async fn memory(axum::extract::RawQuery(q): axum::extract::RawQuery) -> Response
     r
 }
 
+/// `GET /v1/stats/current`: the engine's counters, in the envelope and field names of
+/// OvenMediaEngine's `/v1/stats/current` where they exist (`totalConnections`,
+/// `totalBytesOut`), plus tern's own (`packetsOut`, `retransmits`, ...). Counters are read
+/// live; nothing is built or cached.
+async fn stats_current(State(st): State<Arc<AppState>>) -> Response {
+    let s = &st.engine.stats;
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let body = serde_json::json!({
+        "statusCode": 200,
+        "message": "OK",
+        "response": {
+            "totalConnections": s.viewers.load(Ordering::Relaxed),
+            "handshakesInProgress": s.handshakes.load(Ordering::Relaxed),
+            "handshakesDone": n(&s.handshakes_done),
+            "handshakesFailed": n(&s.handshakes_failed),
+            "totalBytesOut": n(&s.bytes_out),
+            "packetsOut": n(&s.packets_out),
+            "retransmits": n(&s.retransmits),
+            "keyframeRequests": n(&s.keyframe_requests),
+            "packetsIn": n(&s.packets_in),
+            "droppedIn": n(&s.dropped_in),
+            "sendErrors": n(&s.send_errors),
+        }
+    });
+    let mut r = (StatusCode::OK, body.to_string()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
 /// The WHEP and page routes.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/v1/memory", get(memory))
+        .route("/v1/stats/current", get(stats_current))
         .route("/{app}/{stream}", get(player))
         .route(
             "/{app}/{stream}/whep",

@@ -32,6 +32,9 @@ enum Cmd {
     /// In-process measurements of the viewer path: heap at lifecycle checkpoints,
     /// handshakes per second, fan-out cost (see bench/core.sh).
     Lab(lab::LabArgs),
+    /// Load-test a server with N WebRTC viewers (OvenRtcTester's flags and output; its
+    /// single-dash spellings `-url -n -cint -life -sint` work too).
+    Bench(tern_bench::BenchArgs),
     /// Print a running server's memory pools, one line per pool (like pjsua's `dd`).
     Mem {
         /// Base URL of the server's HTTP listener.
@@ -78,7 +81,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(tern_bench::normalize_args(std::env::args()));
     let (args, demo) = match cli.cmd {
         Cmd::Serve(a) => (a, false),
         Cmd::Demo(a) => (a, true),
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Cmd::Bench(a) => return bench(&a),
         Cmd::Lab(a) => {
             return match lab::run(&a) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -127,6 +131,28 @@ fn main() -> ExitCode {
     };
     match serve(opts) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs `tern bench` until its life ends or Ctrl-C. Exit status: 0 when every client
+/// connected and nothing was lost, 3 otherwise, 1 when the bench could not run.
+fn bench(a: &tern_bench::BenchArgs) -> ExitCode {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    if let Err(e) =
+        ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::Relaxed))
+    {
+        eprintln!("error: cannot catch Ctrl-C: {e}");
+        return ExitCode::from(1);
+    }
+    let mut out = std::io::stdout();
+    match tern_bench::run(a, stop, &mut out) {
+        Ok(o) if o.clean() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(3),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)

@@ -207,6 +207,12 @@ pub struct Server {
 impl Server {
     /// Start `tern demo` on free loopback ports and wait (≤ 20 s) until `GET /` answers.
     pub fn demo() -> Server {
+        Server::demo_announcing("127.0.0.1")
+    }
+
+    /// Like [`Server::demo`], announcing `candidate` in ICE candidates (for a relay in
+    /// between).
+    pub fn demo_announcing(candidate: &str) -> Server {
         let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
         let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
         let log = std::env::temp_dir().join(format!(
@@ -218,7 +224,7 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_tern"))
             .args(["demo", "--http", &http.to_string(), "--media"])
             .arg(media.to_string())
-            .args(["--candidate", "127.0.0.1"])
+            .args(["--candidate", candidate])
             .env(
                 "RUST_LOG",
                 std::env::var("TERN_TEST_LOG").unwrap_or_else(|_| "info".into()),

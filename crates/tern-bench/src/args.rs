@@ -1,0 +1,155 @@
+//! Command-line arguments, with OvenRtcTester's single-dash spellings accepted.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+/// `tern bench`: N WebRTC viewers against a server, with OvenRtcTester's flags and output.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Stream URL: `http(s)://HOST/APP/STREAM/whep` (WHEP) or `ws(s)://HOST/APP/STREAM`
+    /// (OvenMediaEngine signalling). Also spelled `-url`.
+    #[arg(long)]
+    pub url: String,
+    /// Number of clients. Also `-n`.
+    #[arg(short = 'n', long = "clients", default_value_t = 1)]
+    pub clients: usize,
+    /// Milliseconds between client connections. Also `-cint`.
+    #[arg(long, default_value_t = 100)]
+    pub cint: u64,
+    /// Seconds to run, counted from the start; 0 runs until Ctrl-C. Also `-life`.
+    #[arg(long, default_value_t = 0)]
+    pub life: u64,
+    /// Milliseconds between summaries. Also `-sint`.
+    #[arg(long, default_value_t = 5000)]
+    pub sint: u64,
+    /// Send no RTCP receiver reports and no NACKs (OvenRtcTester's behaviour).
+    #[arg(long)]
+    pub no_rtcp: bool,
+    /// Media threads (each owns a share of the clients' sockets).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Seconds a client may take from its first ICE check to SRTP keys before it is failed.
+    #[arg(long, default_value_t = 10)]
+    pub connect_timeout: u64,
+    /// Print summaries and client details as JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an HTML report with plots over time and CDFs to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Read the server's GET /v1/memory at lifecycle checkpoints and print the heap table.
+    #[arg(long)]
+    pub heap_report: bool,
+    /// Print the per-client detail block at the end (on by default for up to 100 clients).
+    #[arg(long)]
+    pub details: Option<bool>,
+    /// Local IP the clients' UDP sockets bind to.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: std::net::IpAddr,
+}
+
+impl BenchArgs {
+    /// The connection interval.
+    pub fn cint(&self) -> Duration {
+        Duration::from_millis(self.cint)
+    }
+
+    /// The summary interval (at least 100 ms).
+    pub fn sint(&self) -> Duration {
+        Duration::from_millis(self.sint.max(100))
+    }
+
+    /// The run time, if bounded.
+    pub fn life(&self) -> Option<Duration> {
+        (self.life > 0).then(|| Duration::from_secs(self.life))
+    }
+
+    /// Checks the values clap cannot: names the flag at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.clients == 0 {
+            return Err("-n must be at least 1".into());
+        }
+        if self.threads == 0 || self.threads > 64 {
+            return Err("--threads must be in 1..=64".into());
+        }
+        if !(self.url.starts_with("http://")
+            || self.url.starts_with("https://")
+            || self.url.starts_with("ws://")
+            || self.url.starts_with("wss://"))
+        {
+            return Err(format!(
+                "-url must be http(s):// (WHEP) or ws(s):// (OvenMediaEngine), got {:?}",
+                self.url
+            ));
+        }
+        if self.connect_timeout == 0 {
+            return Err("--connect-timeout must be at least 1 s".into());
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites OvenRtcTester's single-dash long flags (`-url`, `-cint`, `-life`, `-sint`, also
+/// as `-flag=value`) into clap's double-dash form. `-n` is a clap short flag already.
+pub fn normalize_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    const OME: [&str; 4] = ["url", "cint", "life", "sint"];
+    args.into_iter()
+        .map(|a| {
+            if let Some(rest) = a.strip_prefix('-')
+                && !rest.starts_with('-')
+            {
+                let name = rest.split('=').next().unwrap_or(rest);
+                if OME.contains(&name) {
+                    return format!("-{a}");
+                }
+            }
+            a
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_dash_flags_become_long_flags() {
+        let v = normalize_args(
+            [
+                "tern",
+                "bench",
+                "-url",
+                "ws://h/a/s",
+                "-n",
+                "5",
+                "-cint=10",
+                "--life",
+                "3",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(
+            v,
+            [
+                "tern",
+                "bench",
+                "--url",
+                "ws://h/a/s",
+                "-n",
+                "5",
+                "--cint=10",
+                "--life",
+                "3"
+            ]
+        );
+    }
+
+    #[test]
+    fn values_are_left_alone() {
+        // A value that looks like a flag name is only rewritten when it is one.
+        let v = normalize_args(["-x", "-5", "-urlx"].map(String::from));
+        assert_eq!(v, ["-x", "-5", "-urlx"]);
+    }
+}

@@ -1,0 +1,601 @@
+//! `tern bench`: a WebRTC load tester with OvenRtcTester's interface and output, and
+//! metrics that tell the truth.
+//!
+//! Each viewer is a [`tern_rtc::client::Client`] (sans-IO: ICE controlling, DTLS client,
+//! SRTP, RTCP receiver reports and NACKs like a browser) on its own UDP socket. Signalling
+//! threads do the WHEP exchanges at the `-cint` pace; media threads ([`worker`]) own the
+//! sockets; the main thread prints a summary every `-sint` and the details at the end.
+//!
+//! Loss is counted as packets never received (a late packet fills its gap and counts as
+//! reordering), duplicates apart; OvenRtcTester's "delay" (RTP drift) is kept beside the true
+//! latency from the sender's capture time (abs-capture-time, or the RTCP SR mapping).
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod report;
+pub mod signal;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use rand::Rng;
+use serde_json::Value;
+use tern_proto::sdp;
+use tern_rtc::client::Client;
+use tern_rtc::session::{self, ClientOffer};
+use tern_rtc::viewer::DtlsContext;
+
+pub use args::{BenchArgs, normalize_args};
+use report::{Point, Summary};
+use signal::{SignalError, Whep};
+use worker::{Joined, Sample, State, Workers};
+
+/// Signalling threads: enough to keep the `-cint` pace when the server answers slowly.
+const SIGNAL_THREADS: usize = 4;
+/// How long in-flight packets get to arrive after the sessions are deleted.
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// What a finished run measured (for callers such as tests).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The final summary.
+    pub summary: Summary,
+    /// Every client's final figures.
+    pub clients: Vec<Sample>,
+    /// The server's counters moved by this run, when it exposes `/v1/stats/current`.
+    pub server: Option<ServerDelta>,
+    /// Whether the run was stopped by a signal.
+    pub interrupted: bool,
+}
+
+impl Outcome {
+    /// True when every client connected and nothing was lost.
+    pub fn clean(&self) -> bool {
+        self.summary.failed == 0 && self.summary.total_losses == 0 && self.summary.new == 0
+    }
+}
+
+/// How far the server's counters moved during the run.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerDelta {
+    /// SRTP media packets the server sent.
+    pub packets_out: u64,
+    /// Bytes the server sent (all datagrams).
+    pub bytes_out: u64,
+    /// Retransmissions the server sent on NACK.
+    pub retransmits: u64,
+}
+
+enum Event {
+    Joined(Box<Joined>, Option<String>),
+    Failed(usize, SignalError),
+}
+
+/// Raises the open-file limit to its hard maximum: each client holds a socket.
+fn raise_nofile(need: u64) -> Result<(), String> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| e.to_string())?;
+    if soft >= need {
+        return Ok(());
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(|e| e.to_string())?;
+    if hard < need {
+        return Err(format!(
+            "{need} clients need {need} open files but the hard limit is {hard} (ulimit -n)"
+        ));
+    }
+    Ok(())
+}
+
+fn cpu_secs() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+/// What one signalling thread needs.
+struct Signaller {
+    whep: Whep,
+    ctx: Arc<DtlsContext>,
+    bind: std::net::IpAddr,
+    rtcp: bool,
+    ntp_base: (Instant, u64),
+}
+
+impl Signaller {
+    fn join(&self, id: usize) -> Result<(Box<Joined>, Option<String>), SignalError> {
+        let mut rng = rand::rng();
+        let mut uf = [0u8; 8];
+        let mut pw = [0u8; 24];
+        session::random_chars(&mut uf, &mut || rng.random());
+        session::random_chars(&mut pw, &mut || rng.random());
+        let ufrag = String::from_utf8_lossy(&uf).into_owned();
+        let pwd = String::from_utf8_lossy(&pw).into_owned();
+        let offer = sdp::write_offer(&sdp::OfferParams {
+            ice_ufrag: &ufrag,
+            ice_pwd: &pwd,
+            fingerprint_sha256: self.ctx.fingerprint(),
+            video: true,
+            audio: true,
+            abs_capture_time: true,
+        });
+        let t0 = Instant::now();
+        let (answer, location) = self.whep.offer(&offer)?;
+        let signalling = t0.elapsed();
+        let params = session::client_params(
+            &answer,
+            &ClientOffer {
+                ufrag,
+                pwd,
+                rtcp: self.rtcp,
+                ntp_base: self.ntp_base,
+            },
+        )
+        .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
+        let socket = bind_to(self.bind, params.server)
+            .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))?;
+        let now = Instant::now();
+        let client = Client::new(params, self.ctx.clone(), now, id as u64 + 1);
+        Ok((
+            Box::new(Joined {
+                id,
+                client,
+                socket,
+                signalling,
+                started: now,
+            }),
+            location,
+        ))
+    }
+}
+
+fn bind_to(ip: std::net::IpAddr, server: SocketAddr) -> std::io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+    s.connect(server)?;
+    Ok(s)
+}
+
+/// A `/v1/memory` reading: allocator live bytes and the pools' used and allocated sums.
+#[derive(Debug, Clone, Copy)]
+struct Heap {
+    live: i64,
+    used: i64,
+    allocated: i64,
+}
+
+fn read_heap(origin: &str) -> Result<Heap, String> {
+    let body = signal::get_text(&format!("{origin}/v1/memory"), Duration::from_secs(10))?;
+    let v: Value = serde_json::from_str(&body).map_err(|e| format!("/v1/memory: {e}"))?;
+    let n = |v: &Value| v.as_i64().unwrap_or(0);
+    let pools = v["pools"].as_array().cloned().unwrap_or_default();
+    Ok(Heap {
+        live: n(&v["allocator"]["live_bytes"]),
+        used: pools.iter().map(|p| n(&p["used_bytes"])).sum(),
+        allocated: pools.iter().map(|p| n(&p["allocated_bytes"])).sum(),
+    })
+}
+
+fn read_server(origin: &str) -> Option<(u64, u64, u64)> {
+    let body = signal::get_text(
+        &format!("{origin}/v1/stats/current"),
+        Duration::from_secs(5),
+    )
+    .ok()?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let r = &v["response"];
+    Some((
+        r["packetsOut"].as_u64()?,
+        r["totalBytesOut"].as_u64()?,
+        r["retransmits"].as_u64()?,
+    ))
+}
+
+/// The heap table at checkpoints (pjnath's ICE heap study, read from the server).
+struct HeapTable {
+    origin: String,
+    rows: Vec<(String, usize, Heap)>,
+}
+
+impl HeapTable {
+    fn mark(&mut self, name: &str, viewers: usize) {
+        match read_heap(&self.origin) {
+            Ok(h) => self.rows.push((name.to_string(), viewers, h)),
+            Err(e) => eprintln!("bench: heap checkpoint {name:?}: {e}"),
+        }
+    }
+
+    fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut o = String::new();
+        let _ = writeln!(o, "<Heap> (server GET /v1/memory at each checkpoint)");
+        let _ = writeln!(
+            o,
+            "{:<34} {:>7} {:>13} {:>13} {:>13} {:>6} {:>11}",
+            "checkpoint",
+            "viewers",
+            "heap live",
+            "pools used",
+            "pools alloc",
+            "util%",
+            "heap/viewer"
+        );
+        let base = self.rows.first().map(|r| r.2);
+        for (name, viewers, h) in &self.rows {
+            let util = if h.allocated > 0 {
+                h.used as f64 * 100.0 / h.allocated as f64
+            } else {
+                0.0
+            };
+            let per = match (base, *viewers) {
+                (Some(b), v) if v > 0 => format!("{}", (h.live - b.live) / v as i64),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                o,
+                "{name:<34} {viewers:>7} {:>13} {:>13} {:>13} {util:>6.1} {per:>11}",
+                h.live, h.used, h.allocated
+            );
+        }
+        o
+    }
+}
+
+/// Runs a bench to the end (life elapsed, or `stop` set) and prints as it goes to `out`.
+pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<Outcome, String> {
+    a.validate()?;
+    if a.url.starts_with("ws") {
+        return Err(
+            "ws:// (OvenMediaEngine signalling) is not supported by this build yet; use the WHEP URL"
+                .into(),
+        );
+    }
+    raise_nofile(a.clients as u64 + 256)?;
+    let ctx = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
+    let origin = signal::origin(&a.url).to_string();
+    let mut workers = Workers::spawn(a.threads, Duration::from_secs(a.connect_timeout))
+        .map_err(|e| format!("media threads: {e}"))?;
+    let t0 = Instant::now();
+    let ntp0 = tern_proto::rtp::ntp_from_unix(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    );
+    let signaller = Arc::new(Signaller {
+        whep: Whep::new(&a.url, Duration::from_secs(10)),
+        ctx,
+        bind: a.bind,
+        rtcp: !a.no_rtcp,
+        ntp_base: (t0, ntp0),
+    });
+    let mut heap = a.heap_report.then(|| HeapTable {
+        origin: origin.clone(),
+        rows: Vec::new(),
+    });
+    if let Some(h) = heap.as_mut() {
+        h.mark("idle (no viewer)", 0);
+    }
+    let server0 = read_server(&origin);
+
+    let (job_tx, job_rx) = unbounded::<usize>();
+    let (ev_tx, ev_rx) = unbounded::<Event>();
+    let mut threads = Vec::new();
+    for i in 0..SIGNAL_THREADS.min(a.clients) {
+        let rx: Receiver<usize> = job_rx.clone();
+        let tx: Sender<Event> = ev_tx.clone();
+        let s = signaller.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("bench-signal-{i}"))
+                .spawn(move || {
+                    for id in rx.iter() {
+                        let ev = match s.join(id) {
+                            Ok((j, loc)) => Event::Joined(j, loc),
+                            Err(e) => Event::Failed(id, e),
+                        };
+                        if tx.send(ev).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|e| format!("signalling thread: {e}"))?,
+        );
+    }
+    drop(ev_tx);
+
+    let start = Instant::now();
+    let end = a.life().map(|l| start + l);
+    let mut next_connect = start;
+    let mut next_summary = start + a.sint();
+    let mut next_check = start;
+    let mut scheduled = 0usize;
+    let mut joined = 0usize;
+    let mut locations: Vec<String> = Vec::new();
+    let mut signal_failures: BTreeMap<String, usize> = BTreeMap::new();
+    let mut signal_failed = 0usize;
+    let mut prev = Vec::new();
+    let mut points = Vec::new();
+    let cpu0 = cpu_secs();
+    let mut cpu_prev = (cpu0, 0u64);
+    let mut created_marked = false;
+    let mut handshakes_marked = false;
+    let progress = !a.json && a.clients > 1;
+
+    let summary_now = |workers: &Workers,
+                       prev: &mut Vec<report::Prev>,
+                       scheduled: usize,
+                       signal_failures: &BTreeMap<String, usize>,
+                       signal_failed: usize,
+                       cpu_prev: &mut (f64, u64),
+                       whole_run: bool| {
+        let samples = workers.sample();
+        let now = Instant::now();
+        let datagrams: u64 = samples.iter().map(|s| s.datagrams).sum();
+        let cpu = cpu_secs();
+        // Interval figures, or the whole run's for the final report.
+        let d = if whole_run {
+            (cpu - cpu0, datagrams)
+        } else {
+            (cpu - cpu_prev.0, datagrams.saturating_sub(cpu_prev.1))
+        };
+        *cpu_prev = (cpu, datagrams);
+        let s = report::summarize(
+            &samples,
+            whole_run,
+            prev,
+            now,
+            start,
+            scheduled,
+            signal_failures,
+            signal_failed,
+            Some(d),
+        );
+        (s, samples, now)
+    };
+
+    let interrupted = loop {
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) {
+            break true;
+        }
+        if end.is_some_and(|e| now >= e) {
+            break false;
+        }
+        while scheduled < a.clients && now >= next_connect {
+            let _ = job_tx.send(scheduled);
+            scheduled += 1;
+            next_connect += a.cint();
+        }
+        if now >= next_summary {
+            let (s, _, _) = summary_now(
+                &workers,
+                &mut prev,
+                scheduled,
+                &signal_failures,
+                signal_failed,
+                &mut cpu_prev,
+                false,
+            );
+            emit_summary(out, &s, a.json);
+            points.push(Point::of(&s));
+            next_summary += a.sint();
+        }
+        if (progress || heap.is_some()) && now >= next_check && !handshakes_marked {
+            next_check = now + Duration::from_millis(250);
+            let settled = joined + signal_failed;
+            if settled == a.clients && !created_marked {
+                created_marked = true;
+                if let Some(h) = heap.as_mut() {
+                    h.mark("viewers created (offer/answer)", joined);
+                }
+            }
+            let samples = workers.sample();
+            let connected = samples
+                .iter()
+                .filter(|s| s.state == State::Connected)
+                .count();
+            let failed = samples.iter().filter(|s| s.state == State::Failed).count();
+            if progress {
+                progress_bar(scheduled, connected, failed + signal_failed, a.clients);
+            }
+            if created_marked && connected + failed == joined {
+                handshakes_marked = true;
+                if progress {
+                    eprintln!();
+                }
+                if let Some(h) = heap.as_mut() {
+                    h.mark("all handshakes complete", connected);
+                }
+            }
+        }
+        let mut deadline = next_summary;
+        if scheduled < a.clients {
+            deadline = deadline.min(next_connect);
+        }
+        if let Some(e) = end {
+            deadline = deadline.min(e);
+        }
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(50));
+        match ev_rx.recv_timeout(wait) {
+            Ok(Event::Joined(j, loc)) => {
+                joined += 1;
+                if let Some(l) = loc {
+                    locations.push(l);
+                }
+                workers.add(*j);
+            }
+            Ok(Event::Failed(id, e)) => {
+                signal_failed += 1;
+                *signal_failures.entry(e.reason()).or_default() += 1;
+                if !a.json {
+                    let _ = writeln!(out, "client_{id} failed: {e}");
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+        }
+    };
+    if interrupted && !a.json {
+        let _ = writeln!(out, "Test stopped by user");
+    }
+    drop(job_tx);
+    // Steady-state checkpoint before anyone leaves.
+    if let Some(h) = heap.as_mut() {
+        h.mark("steady state (end of run)", joined);
+    }
+    // End: stop sending, delete every session, let in-flight packets land, then count.
+    workers.quiesce();
+    delete_all(&signaller.whep, &locations);
+    for t in threads {
+        let _ = t.join();
+    }
+    for ev in ev_rx.try_iter() {
+        if let Event::Joined(j, loc) = ev {
+            // Joined after the end: count it as started, delete its session.
+            if let Some(l) = loc {
+                signaller.whep.delete(&l);
+            }
+            drop(j);
+        }
+    }
+    std::thread::sleep(DRAIN);
+    let (summary, samples, now) = summary_now(
+        &workers,
+        &mut prev,
+        scheduled,
+        &signal_failures,
+        signal_failed,
+        &mut cpu_prev,
+        true,
+    );
+    workers.stop();
+    points.push(Point::of(&summary));
+    let server = match (server0, read_server(&origin)) {
+        (Some(a0), Some(a1)) => Some(ServerDelta {
+            packets_out: a1.0 - a0.0,
+            bytes_out: a1.1 - a0.1,
+            retransmits: a1.2 - a0.2,
+        }),
+        _ => None,
+    };
+    if let Some(h) = heap.as_mut() {
+        std::thread::sleep(Duration::from_secs(1));
+        h.mark("all viewers gone", 0);
+    }
+
+    // Final report.
+    if a.json {
+        emit_summary(out, &summary, true);
+        for c in &samples {
+            let _ = writeln!(out, "{}", report::detail_json(c, now));
+        }
+        if let Some(d) = server {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "type": "server",
+                    "packets_out": d.packets_out,
+                    "bytes_out": d.bytes_out,
+                    "retransmits": d.retransmits,
+                    "tester_datagram_bytes": samples.iter().map(|s| s.datagram_bytes).sum::<u64>(),
+                })
+            );
+        }
+    } else {
+        let _ = writeln!(out, "***************************");
+        let _ = writeln!(out, "Reports");
+        let _ = writeln!(out, "***************************");
+        let _ = write!(out, "{}", summary.text());
+        let _ = writeln!(out);
+        if a.details.unwrap_or(a.clients <= 100) {
+            let _ = writeln!(out, "<Details>");
+            for c in &samples {
+                let _ = write!(out, "{}", report::detail_text(c, now));
+            }
+            let _ = writeln!(out);
+        }
+        let _ = write!(out, "{}", report::connect_text(&samples));
+        if let Some(d) = server {
+            let rx: u64 = samples
+                .iter()
+                .map(|s| {
+                    s.video
+                        .as_ref()
+                        .map_or(0, |t| t.packets + t.duplicates + t.bad)
+                        + s.audio
+                            .as_ref()
+                            .map_or(0, |t| t.packets + t.duplicates + t.bad)
+                })
+                .sum();
+            let bytes: u64 = samples.iter().map(|s| s.datagram_bytes).sum();
+            let _ = writeln!(
+                out,
+                "<Server check> server sent {} media packets ({} retransmitted), bench received {rx}; server sent {} bytes, bench received {bytes}",
+                d.packets_out, d.retransmits, d.bytes_out
+            );
+        }
+    }
+    if let Some(h) = &heap {
+        let _ = write!(out, "{}", h.text());
+    }
+    if let Some(path) = &a.report {
+        let html = report::html(&points, &samples, &a.url);
+        std::fs::write(path, html).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !a.json {
+            let _ = writeln!(out, "report written to {}", path.display());
+        }
+    }
+    Ok(Outcome {
+        summary,
+        clients: samples,
+        server,
+        interrupted,
+    })
+}
+
+fn emit_summary(out: &mut dyn Write, s: &Summary, json: bool) {
+    if json {
+        let _ = writeln!(out, "{}", s.json());
+    } else {
+        let _ = writeln!(out, "{}", s.text());
+    }
+    let _ = out.flush();
+}
+
+fn progress_bar(started: usize, connected: usize, failed: usize, total: usize) {
+    const W: usize = 40;
+    let filled = (connected + failed) * W / total.max(1);
+    eprint!(
+        "\r[{}{}] {connected}/{total} connected, {failed} failed, {started} started ",
+        "#".repeat(filled),
+        " ".repeat(W - filled)
+    );
+}
+
+/// DELETEs every session, a few at a time.
+fn delete_all(whep: &Whep, locations: &[String]) {
+    if locations.is_empty() {
+        return;
+    }
+    let per = locations.len().div_ceil(SIGNAL_THREADS);
+    std::thread::scope(|s| {
+        for chunk in locations.chunks(per) {
+            s.spawn(move || {
+                for l in chunk {
+                    whep.delete(l);
+                }
+            });
+        }
+    });
+}

@@ -1,0 +1,156 @@
+//! Signalling: WHEP over HTTP(S) (POST the offer, DELETE the session at the end).
+
+use std::time::Duration;
+
+use ureq::Agent;
+
+/// Why a client could not get an answer. Each is counted by its [`SignalError::reason`].
+#[derive(Debug)]
+pub enum SignalError {
+    /// No connection to the server (refused, unreachable, timed out).
+    Transport(String),
+    /// The server answered with an error status.
+    Status(u16, String),
+    /// The answer could not be used.
+    BadAnswer(String),
+}
+
+impl SignalError {
+    /// A short, stable reason for the failure tables ("HTTP 404", "refused", ...).
+    pub fn reason(&self) -> String {
+        match self {
+            SignalError::Transport(_) => "signalling: no connection".into(),
+            SignalError::Status(c, _) => format!("signalling: HTTP {c}"),
+            SignalError::BadAnswer(_) => "signalling: bad answer SDP".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SignalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignalError::Transport(e) => write!(f, "no connection: {e}"),
+            SignalError::Status(c, body) => write!(f, "HTTP {c}: {}", body.trim()),
+            SignalError::BadAnswer(e) => write!(f, "bad answer: {e}"),
+        }
+    }
+}
+
+/// A WHEP endpoint.
+#[derive(Clone)]
+pub struct Whep {
+    agent: Agent,
+    url: String,
+}
+
+impl Whep {
+    /// A client for the WHEP endpoint `url`, with `timeout` for each request.
+    pub fn new(url: &str, timeout: Duration) -> Self {
+        let agent: Agent = Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .max_idle_connections(64)
+            .build()
+            .into();
+        Whep {
+            agent,
+            url: url.to_string(),
+        }
+    }
+
+    /// POSTs `offer`; returns the answer SDP and the session URL from `Location`.
+    pub fn offer(&self, offer: &str) -> Result<(String, Option<String>), SignalError> {
+        let mut resp = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/sdp")
+            .send(offer)
+            .map_err(|e| SignalError::Transport(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let location = resp
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(|l| self.resolve(l));
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .map_err(|e| SignalError::Transport(e.to_string()))?;
+        if status != 201 {
+            return Err(SignalError::Status(status, body));
+        }
+        Ok((body, location))
+    }
+
+    /// DELETEs a session URL; errors are ignored (the server may have ended it already).
+    pub fn delete(&self, location: &str) -> bool {
+        self.agent
+            .delete(location)
+            .call()
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Makes a `Location` value absolute against the endpoint's origin.
+    fn resolve(&self, loc: &str) -> String {
+        if loc.contains("://") {
+            return loc.to_string();
+        }
+        let origin_end = self
+            .url
+            .find("://")
+            .and_then(|i| self.url[i + 3..].find('/').map(|j| i + 3 + j))
+            .unwrap_or(self.url.len());
+        let origin = &self.url[..origin_end];
+        if loc.starts_with('/') {
+            format!("{origin}{loc}")
+        } else {
+            let base = &self.url[..self.url.rfind('/').unwrap_or(self.url.len())];
+            format!("{base}/{loc}")
+        }
+    }
+}
+
+/// GETs a URL and returns its body, for `/v1/memory` and `/v1/stats/current`.
+pub fn get_text(url: &str, timeout: Duration) -> Result<String, String> {
+    let agent: Agent = Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(4 * 1024 * 1024)
+        .read_to_string()
+        .map_err(|e| format!("{url}: {e}"))?;
+    if status != 200 {
+        return Err(format!("{url}: HTTP {status}"));
+    }
+    Ok(body)
+}
+
+/// The `scheme://host:port` part of a URL.
+pub fn origin(url: &str) -> &str {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |j| start + j);
+    &url[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_resolve_against_the_endpoint() {
+        let w = Whep::new("http://h:8080/live/demo/whep", Duration::from_secs(1));
+        assert_eq!(w.resolve("/s/1"), "http://h:8080/s/1");
+        assert_eq!(w.resolve("s/1"), "http://h:8080/live/demo/s/1");
+        assert_eq!(w.resolve("https://x/y"), "https://x/y");
+        assert_eq!(origin("http://h:8080/live/demo/whep"), "http://h:8080");
+        assert_eq!(origin("http://h:8080"), "http://h:8080");
+    }
+}
