@@ -34,6 +34,20 @@ ffmpeg -hide_banner -loglevel error -y \
     -fflags +bitexact -flags:v +bitexact \
     -f h264 "$OUT/demo.h264"
 
+# The lite variant (`tern demo --clip lite`, for load tests at ~300 kbit/s per viewer):
+# the same pattern and settings at 320x180 and ~240 kbit/s video, with the same audio.
+ffmpeg -hide_banner -loglevel error -y \
+    -f lavfi -i "testsrc2=size=320x180:rate=${FPS}" \
+    -t "$DURATION" -frames:v $((DURATION * FPS)) \
+    -an -c:v libx264 -profile:v baseline -level:v 3.1 -pix_fmt yuv420p \
+    -preset veryfast -tune zerolatency -threads 1 \
+    -g "$FPS" -keyint_min "$FPS" -sc_threshold 0 -bf 0 \
+    -b:v 240k -maxrate 240k -bufsize 240k \
+    -x264-params repeat-headers=1:aud=1 \
+    -bsf:v h264_metadata=aud=insert \
+    -fflags +bitexact -flags:v +bitexact \
+    -f h264 "$OUT/lite.h264"
+
 # Audio: Ogg Opus, 48 kHz stereo, 20 ms frames, 64 kbit/s: a 440 Hz tone with a
 # 880 Hz beep for the first 100 ms of every second.
 ffmpeg -hide_banner -loglevel error -y \
@@ -42,4 +56,4 @@ ffmpeg -hide_banner -loglevel error -y \
     -fflags +bitexact -flags:a +bitexact \
     -f ogg "$OUT/demo.opus"
 
-ls -l "$OUT/demo.h264" "$OUT/demo.opus"
+ls -l "$OUT/demo.h264" "$OUT/lite.h264" "$OUT/demo.opus"

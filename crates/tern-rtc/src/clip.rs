@@ -299,6 +299,17 @@ impl Clip {
         )
     }
 
+    /// The lite built-in clip (`assets/clip/lite.h264`: the same pattern at 320x180 and
+    /// ~240 kbit/s, with the same audio; ~300 kbit/s in all), for load tests with many
+    /// viewers.
+    pub fn builtin_lite() -> Result<Clip, ClipError> {
+        Clip::parse(
+            include_bytes!("../../../assets/clip/lite.h264"),
+            include_bytes!("../../../assets/clip/demo.opus"),
+            BUILTIN_FPS,
+        )
+    }
+
     /// The video access units in decoding order.
     pub fn video_frames(&self) -> impl ExactSizeIterator<Item = VideoFrame<'_>> {
         self.frames
@@ -1002,6 +1013,18 @@ mod tests {
             continued = chunk.last() == Some(&255);
         }
         out
+    }
+
+    #[test]
+    fn lite_clip_parses_at_about_300_kbps() {
+        let clip = Clip::builtin_lite().expect("lite clip");
+        assert_eq!(clip.video_frames().len(), 180);
+        for (i, f) in clip.video_frames().enumerate() {
+            assert_eq!(f.keyframe(), i % 30 == 0, "frame {i}");
+        }
+        assert_eq!(clip.duration(), Duration::from_secs(6));
+        let kbps = clip.payload_bytes() as f64 * 8.0 / 6.0 / 1000.0;
+        assert!((200.0..400.0).contains(&kbps), "{kbps:.0} kbit/s");
     }
 
     #[test]

@@ -62,6 +62,18 @@ pub struct ServeOptions {
     pub config: Option<PathBuf>,
     /// Serve the built-in clip as `live/demo`.
     pub demo: bool,
+    /// Which built-in clip `demo` serves.
+    pub clip: DemoClip,
+}
+
+/// The built-in clips.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoClip {
+    /// 640x360, ~1 Mbit/s video + 64 kbit/s Opus.
+    #[default]
+    Standard,
+    /// 320x180, ~240 kbit/s video + 64 kbit/s Opus: ~300 kbit/s for load tests.
+    Lite,
 }
 
 /// Loads the configuration and applies command-line overrides.
@@ -102,7 +114,11 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let mut engine_streams = Vec::new();
     let mut infos = HashMap::new();
     if opts.demo {
-        let clip = Clip::builtin().map_err(|e| ServeError::Other(format!("demo clip: {e}")))?;
+        let clip = match opts.clip {
+            DemoClip::Standard => Clip::builtin(),
+            DemoClip::Lite => Clip::builtin_lite(),
+        }
+        .map_err(|e| ServeError::Other(format!("demo clip: {e}")))?;
         let src = ClipSource::new(Arc::new(clip), Instant::now());
         infos.insert("live/demo".to_string(), StreamInfo { index: 0 });
         engine_streams.push(EngineStream::new(

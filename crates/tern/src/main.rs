@@ -71,6 +71,9 @@ struct ServeArgs {
     /// TOML configuration file
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)
+    #[arg(long, value_enum, default_value_t = tern_server::DemoClip::Standard)]
+    clip: tern_server::DemoClip,
 }
 
 fn main() -> ExitCode {
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         candidate: args.candidate,
         config: args.config,
         demo,
+        clip: args.clip,
     };
     match serve(opts) {
         Ok(()) => ExitCode::SUCCESS,
