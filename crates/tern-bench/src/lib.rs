@@ -327,7 +327,8 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     let mut cpu_prev = (cpu0, 0u64);
     let mut created_marked = false;
     let mut handshakes_marked = false;
-    let progress = !a.json && a.clients > 1;
+    // The progress bar redraws one line: only on a terminal.
+    let progress = !a.json && a.clients > 1 && std::io::IsTerminal::is_terminal(&std::io::stderr());
 
     let summary_now = |workers: &Workers,
                        prev: &mut Vec<report::Prev>,
