@@ -1,10 +1,12 @@
-//! Sans-IO sessions for tern: the lean viewer, the stream ring, the clip source, the
+//! Sans-IO sessions for tern: the lean viewer, the WHIP publisher, the stream ring, the
+//! clip source, the
 //! offer/answer glue and a lean receiving client for tests and load.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod clip;
+pub mod publisher;
 pub mod session;
 pub mod stream;
 pub mod viewer;

@@ -19,10 +19,12 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use std::os::fd::AsRawFd;
 
 use crate::batch::SendBatch;
+use crate::ingest::{AddError, Ingest, IngestOutput, PublisherId};
 use tern_pool::BufferPool;
 use tern_proto::rtp;
 use tern_proto::stun;
 use tern_rtc::clip::{ClipSource, MediaKind};
+use tern_rtc::publisher::Publisher;
 use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{
     CloseReason, DtlsContext, PWD_LEN, UFRAG_LEN, Viewer, ViewerEvent, ViewerParams, ViewerState,
@@ -66,6 +68,17 @@ pub enum Command {
     },
     /// End a viewer (WHEP DELETE).
     RemoveViewer(ViewerId),
+    /// Install a WHIP publisher on stream `stream`.
+    AddPublisher {
+        /// Stream index.
+        stream: usize,
+        /// The accepted session.
+        publisher: Box<Publisher>,
+        /// Its id, or why not.
+        reply: oneshot::Sender<Result<PublisherId, AddError>>,
+    },
+    /// End a publisher (WHIP DELETE).
+    RemovePublisher(PublisherId),
     /// ICE restart with new credentials.
     RestartIce {
         /// The viewer.
@@ -106,6 +119,10 @@ pub struct EngineStats {
     pub dropped_in: AtomicU64,
     /// Sends that failed (socket buffer full or error).
     pub send_errors: AtomicU64,
+    /// WHIP publishers connected or connecting.
+    pub publishers: AtomicUsize,
+    /// Media packets received from publishers.
+    pub ingest_packets: AtomicU64,
     /// Whether each stream is live (index as in the engine's streams).
     pub live: Vec<AtomicBool>,
 }
@@ -193,6 +210,7 @@ pub struct Engine {
     cname: String,
     batch: SendBatch,
     next_sweep: Instant,
+    ingest: Ingest,
 }
 
 /// The HTTP side's handle on the engine.
@@ -277,6 +295,7 @@ impl Engine {
             .register(&mut socket, SOCKET, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (tx, cmds) = crossbeam_channel::unbounded();
+        let n_streams = streams.len();
         let stats = Arc::new(EngineStats {
             live: streams
                 .iter()
@@ -306,6 +325,7 @@ impl Engine {
                 cname,
                 batch: SendBatch::new(),
                 next_sweep: Instant::now(),
+                ingest: Ingest::new(n_streams),
             },
             handle,
         ))
@@ -360,6 +380,11 @@ impl Engine {
             }
             let now = Instant::now();
             self.run_sources(now);
+            if self.ingest.next_timeout().is_some_and(|t| t <= now) {
+                let mut out = Vec::new();
+                self.ingest.handle_timeouts(now, &mut out);
+                self.apply_ingest(now, out);
+            }
             if now >= self.next_sweep {
                 self.sweep(now);
                 self.next_sweep = now + SWEEP;
@@ -372,6 +397,9 @@ impl Engine {
 
     fn next_deadline(&self) -> Instant {
         let mut d = self.next_sweep;
+        if let Some(t) = self.ingest.next_timeout() {
+            d = d.min(t);
+        }
         for s in &self.streams {
             if let Some(src) = &s.source {
                 d = d.min(src.poll_timeout());
@@ -439,6 +467,27 @@ impl Engine {
                 let _ = reply.send(id);
             }
             Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
+            Command::AddPublisher {
+                stream,
+                publisher,
+                reply,
+            } => {
+                let res = if self.streams.get(stream).is_none_or(|s| s.source.is_some()) {
+                    Err(AddError::Busy)
+                } else {
+                    self.ingest.add(stream, *publisher)
+                };
+                if res.is_ok() {
+                    self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+                    info!("publisher on {} connecting", self.streams[stream].key);
+                }
+                let _ = reply.send(res);
+            }
+            Command::RemovePublisher(id) => {
+                let mut out = Vec::new();
+                self.ingest.remove(id, &mut out);
+                self.apply_ingest(Instant::now(), out);
+            }
             Command::RestartIce {
                 id,
                 ufrag,
@@ -520,6 +569,14 @@ impl Engine {
     }
 
     fn handle_datagram(&mut self, now: Instant, buf: &mut [u8], from: SocketAddr) {
+        if let Some(stream) = self.ingest.owner(from, buf) {
+            let mut out = Vec::new();
+            if !self.ingest.input(stream, now, from, buf, &mut out) {
+                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            }
+            self.apply_ingest(now, out);
+            return;
+        }
         let Some(&first) = buf.first() else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
@@ -668,6 +725,9 @@ impl Engine {
             // The clip source sends a keyframe every second; ingest sources will coalesce
             // these into one upstream request.
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
+            let mut out = Vec::new();
+            self.ingest.request_keyframe(stream, now, &mut out);
+            self.apply_ingest(now, out);
         }
         for (kind, seq) in nacks {
             let Some(p) = self.streams[stream].stream.ring(kind).get(seq).cloned() else {
@@ -704,6 +764,55 @@ impl Engine {
             for p in fresh {
                 self.streams[si].stream.push(p.clone());
                 self.fan_out(si, &p);
+            }
+        }
+    }
+
+    /// Carries out what ingest asked for: datagrams to publishers, media into the rings
+    /// and out to the viewers, liveness changes.
+    fn apply_ingest(&mut self, now: Instant, out: Vec<IngestOutput>) {
+        for o in out {
+            match o {
+                IngestOutput::Transmit(to, d) => self.send_to(&d, to),
+                IngestOutput::Media {
+                    stream,
+                    packet,
+                    seq,
+                    ts,
+                    keyframe,
+                } => {
+                    self.stats.ingest_packets.fetch_add(1, Ordering::Relaxed);
+                    let mut b = self.pool.alloc(packet.payload.len());
+                    b.copy_from_slice(&packet.payload);
+                    let pkt = RingPacket {
+                        kind: packet.kind,
+                        seq,
+                        rtp_ts: ts,
+                        marker: packet.marker,
+                        keyframe,
+                        capture_ntp: packet.capture_ntp.unwrap_or_else(|| self.clock.ntp(now)),
+                        payload: b.freeze(),
+                    };
+                    if self.streams[stream].stream.push(pkt.clone()) {
+                        self.fan_out(stream, &pkt);
+                    }
+                }
+                IngestOutput::Live(stream) => {
+                    if let Some(l) = self.stats.live.get(stream) {
+                        l.store(true, Ordering::Relaxed);
+                    }
+                    info!("{} is live (publisher)", self.streams[stream].key);
+                }
+                IngestOutput::Gone(stream) => {
+                    if let Some(l) = self.stats.live.get(stream) {
+                        l.store(false, Ordering::Relaxed);
+                    }
+                    // Viewers stay; a later publisher continues the same RTP streams.
+                    self.streams[stream].stream.video.clear();
+                    self.streams[stream].stream.audio.clear();
+                    self.stats.publishers.fetch_sub(1, Ordering::Relaxed);
+                    info!("publisher of {} left", self.streams[stream].key);
+                }
             }
         }
     }

@@ -9,7 +9,9 @@
 pub mod batch;
 pub mod config;
 pub mod engine;
+pub mod ingest;
 pub mod whep;
+pub mod whip;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -51,6 +51,8 @@ pub struct AppState {
     /// Media port announced in the ICE candidate.
     pub candidate_port: u16,
     sessions: Mutex<HashMap<String, Session>>,
+    /// WHIP sessions: resource id → publisher.
+    pub(crate) publishers: Mutex<HashMap<String, crate::ingest::PublisherId>>,
 }
 
 impl AppState {
@@ -71,6 +73,7 @@ impl AppState {
             candidate_ip,
             candidate_port,
             sessions: Mutex::new(HashMap::new()),
+            publishers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -168,6 +171,16 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .head(whep_head),
         )
         .route(
+            "/{app}/{stream}/whip",
+            axum::routing::post(crate::whip::post).options(crate::whip::options),
+        )
+        .route(
+            "/{app}/{stream}/whip/{session}",
+            axum::routing::delete(crate::whip::delete)
+                .patch(crate::whip::patch)
+                .options(crate::whip::options),
+        )
+        .route(
             "/{app}/{stream}/whep/{session}",
             axum::routing::patch(whep_patch)
                 .delete(whep_delete)
@@ -176,13 +189,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut r = (status, format!("{}\n", msg.into())).into_response();
     cors(r.headers_mut());
     r
 }
 
-fn cors(h: &mut HeaderMap) {
+pub(crate) fn cors(h: &mut HeaderMap) {
     h.insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
         HeaderValue::from_static("*"),
@@ -209,7 +222,7 @@ fn to_array<const N: usize>(s: &str) -> [u8; N] {
 
 /// Checks app existence, stream existence and the Bearer token; returns the stream.
 #[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
-fn lookup(
+pub(crate) fn lookup(
     st: &AppState,
     headers: &HeaderMap,
     app: &str,
@@ -243,7 +256,7 @@ fn lookup(
     Ok((info, live))
 }
 
-fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
+pub(crate) fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -1,0 +1,317 @@
+//! Ingest inside the media engine: WHIP publisher sessions on the shared media port, and the
+//! rewriting that keeps each stream continuous for its viewers across publishers.
+//!
+//! A stream has at most one publisher. Its packets are renumbered into the stream's own
+//! sequence and timestamp space, so when a publisher leaves and another arrives the viewers
+//! see one unbroken RTP stream (same SSRC, sequence numbers without a jump, timestamps
+//! advanced by the wall-clock gap) and need no renegotiation; video resumes at the new
+//! publisher's first keyframe, which is requested at once.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tern_proto::h264;
+use tern_rtc::clip::MediaKind;
+use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
+
+/// Keyframe requests to a publisher are coalesced to one per this interval.
+const PLI_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Handle of a publisher (stream index and a serial number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublisherId {
+    /// Stream index.
+    pub stream: usize,
+    /// Serial, unique in the process.
+    pub serial: u64,
+}
+
+/// Why a publisher could not be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AddError {
+    /// The stream already has a publisher or is fed by a built-in source.
+    #[error("stream already has a publisher")]
+    Busy,
+}
+
+/// One kind's mapping from the publisher's numbering to the stream's.
+#[derive(Debug, Default)]
+struct KindMap {
+    /// Offsets in use for the current publisher (set by its first forwarded packet).
+    offsets: Option<(i64, i64)>,
+    /// Next sequence number of the stream.
+    next_seq: u64,
+    /// The stream's last timestamp and when it was sent.
+    last: Option<(u32, Instant)>,
+}
+
+impl KindMap {
+    /// The stream's sequence number and timestamp for a publisher packet.
+    fn map(&mut self, p: &IngestPacket, now: Instant) -> (u64, u32) {
+        let (seq_off, ts_off) = *self.offsets.get_or_insert_with(|| {
+            let start_ts = match self.last {
+                // Continue the timeline: the last timestamp plus the wall-clock gap.
+                Some((ts, at)) => {
+                    let gap = now.saturating_duration_since(at).as_secs_f64();
+                    i64::from(ts) + (gap * f64::from(p.kind.clock_rate())) as i64 + 1
+                }
+                None => 0,
+            };
+            (
+                self.next_seq as i64 - p.seq as i64,
+                start_ts - p.rtp_ts as i64,
+            )
+        });
+        let seq = (p.seq as i64 + seq_off).max(0) as u64;
+        let ts = (p.rtp_ts as i64 + ts_off) as u32;
+        if seq >= self.next_seq {
+            self.next_seq = seq + 1;
+            self.last = Some((ts, now));
+        }
+        (seq, ts)
+    }
+}
+
+/// Per-stream state that outlives publishers.
+#[derive(Debug, Default)]
+struct StreamMap {
+    video: KindMap,
+    audio: KindMap,
+    /// Video is dropped until the publisher's first keyframe.
+    wait_keyframe: bool,
+    /// The next video packet starts an access unit.
+    au_start: bool,
+}
+
+struct PubSlot {
+    id: PublisherId,
+    session: Publisher,
+    timeout: Option<Instant>,
+    last_pli: Option<Instant>,
+    live: bool,
+}
+
+/// What the engine must do after ingest work.
+#[derive(Debug)]
+pub enum IngestOutput {
+    /// Send a datagram.
+    Transmit(SocketAddr, Vec<u8>),
+    /// A packet for stream `stream`, already mapped into the stream's numbering.
+    Media {
+        /// Stream index.
+        stream: usize,
+        /// The packet.
+        packet: IngestPacket,
+        /// Mapped sequence number.
+        seq: u64,
+        /// Mapped timestamp.
+        ts: u32,
+        /// First packet of a keyframe access unit.
+        keyframe: bool,
+    },
+    /// Stream `stream` went live (its publisher connected and sent media).
+    Live(usize),
+    /// Stream `stream` lost its publisher.
+    Gone(usize),
+}
+
+/// All publishers.
+pub struct Ingest {
+    slots: Vec<Option<PubSlot>>,
+    maps: Vec<StreamMap>,
+    by_addr: HashMap<SocketAddr, usize>,
+    serial: u64,
+}
+
+impl Ingest {
+    /// Room for publishers of `streams` streams.
+    pub fn new(streams: usize) -> Self {
+        Ingest {
+            slots: (0..streams).map(|_| None).collect(),
+            maps: (0..streams).map(|_| StreamMap::default()).collect(),
+            by_addr: HashMap::new(),
+            serial: 0,
+        }
+    }
+
+    /// Publishers connected or connecting.
+    pub fn count(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// Installs a publisher on a stream.
+    pub fn add(&mut self, stream: usize, session: Publisher) -> Result<PublisherId, AddError> {
+        let slot = self.slots.get_mut(stream).ok_or(AddError::Busy)?;
+        if slot.is_some() {
+            return Err(AddError::Busy);
+        }
+        self.serial += 1;
+        let id = PublisherId {
+            stream,
+            serial: self.serial,
+        };
+        *slot = Some(PubSlot {
+            id,
+            session,
+            timeout: None,
+            last_pli: None,
+            live: false,
+        });
+        let m = &mut self.maps[stream];
+        m.video.offsets = None;
+        m.audio.offsets = None;
+        m.wait_keyframe = true;
+        m.au_start = true;
+        Ok(id)
+    }
+
+    /// Ends a publisher (WHIP DELETE, or its session closed). Returns whether it existed.
+    pub fn remove(&mut self, id: PublisherId, out: &mut Vec<IngestOutput>) -> bool {
+        let Some(slot) = self.slots.get_mut(id.stream) else {
+            return false;
+        };
+        if slot.as_ref().is_none_or(|s| s.id != id) {
+            return false;
+        }
+        if let Some(mut s) = slot.take() {
+            s.session.close();
+            s.session.poll(&mut |e| {
+                if let PublisherEvent::Transmit(to, d) = e {
+                    out.push(IngestOutput::Transmit(to, d));
+                }
+            });
+        }
+        self.by_addr.retain(|_, s| *s != id.stream);
+        out.push(IngestOutput::Gone(id.stream));
+        true
+    }
+
+    /// The stream whose publisher this datagram belongs to: by source address, or for a
+    /// STUN request by the ufrag at the start of its USERNAME.
+    pub fn owner(&self, from: SocketAddr, buf: &[u8]) -> Option<usize> {
+        if let Some(&s) = self.by_addr.get(&from) {
+            return Some(s);
+        }
+        if self.count() == 0 || buf.first().is_none_or(|&b| b > 3) {
+            return None;
+        }
+        let msg = tern_proto::stun::Message::parse(buf).ok()?;
+        let user = msg.username()?;
+        let ufrag = user.split(|&b| b == b':').next()?;
+        self.slots
+            .iter()
+            .flatten()
+            .find_map(|s| (s.session.local_ufrag().as_bytes() == ufrag).then_some(s.id.stream))
+    }
+
+    /// Feeds a datagram to a stream's publisher and collects what follows.
+    pub fn input(
+        &mut self,
+        stream: usize,
+        now: Instant,
+        from: SocketAddr,
+        buf: &[u8],
+        out: &mut Vec<IngestOutput>,
+    ) -> bool {
+        let Some(Some(s)) = self.slots.get_mut(stream) else {
+            return false;
+        };
+        let ok = s.session.handle_input(now, from, buf);
+        if ok {
+            self.by_addr.insert(from, stream);
+        }
+        self.drain(stream, now, out);
+        ok
+    }
+
+    /// When a publisher's timer is next due.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.slots.iter().flatten().filter_map(|s| s.timeout).min()
+    }
+
+    /// Runs due timers.
+    pub fn handle_timeouts(&mut self, now: Instant, out: &mut Vec<IngestOutput>) {
+        for i in 0..self.slots.len() {
+            let due = self.slots[i]
+                .as_ref()
+                .is_some_and(|s| s.timeout.is_none_or(|t| t <= now));
+            if due {
+                if let Some(s) = self.slots[i].as_mut() {
+                    s.session.handle_timeout(now);
+                }
+                self.drain(i, now, out);
+            }
+        }
+    }
+
+    /// Asks a stream's publisher for a keyframe, at most once per [`PLI_INTERVAL`].
+    pub fn request_keyframe(&mut self, stream: usize, now: Instant, out: &mut Vec<IngestOutput>) {
+        let Some(Some(s)) = self.slots.get_mut(stream) else {
+            return;
+        };
+        if s.last_pli
+            .is_some_and(|t| now.duration_since(t) < PLI_INTERVAL)
+        {
+            return;
+        }
+        s.last_pli = Some(now);
+        s.session.request_keyframe();
+        self.drain(stream, now, out);
+    }
+
+    fn drain(&mut self, stream: usize, now: Instant, out: &mut Vec<IngestOutput>) {
+        let Some(Some(s)) = self.slots.get_mut(stream) else {
+            return;
+        };
+        let map = &mut self.maps[stream];
+        let mut closed = false;
+        let mut want_key = false;
+        let live = &mut s.live;
+        s.timeout = s.session.poll(&mut |e| match e {
+            PublisherEvent::Transmit(to, d) => out.push(IngestOutput::Transmit(to, d)),
+            PublisherEvent::Connected => {}
+            PublisherEvent::Closed => closed = true,
+            PublisherEvent::Packet(p) => {
+                let mut keyframe = false;
+                if p.kind == MediaKind::Video {
+                    let start = map.au_start;
+                    map.au_start = p.marker;
+                    keyframe = start && h264::is_keyframe(&p.payload);
+                    if map.wait_keyframe {
+                        if !keyframe {
+                            want_key = true;
+                            return;
+                        }
+                        map.wait_keyframe = false;
+                    }
+                }
+                if !*live {
+                    *live = true;
+                    out.push(IngestOutput::Live(stream));
+                }
+                let km = match p.kind {
+                    MediaKind::Video => &mut map.video,
+                    MediaKind::Audio => &mut map.audio,
+                };
+                let (seq, ts) = km.map(&p, now);
+                out.push(IngestOutput::Media {
+                    stream,
+                    packet: p,
+                    seq,
+                    ts,
+                    keyframe,
+                });
+            }
+        });
+        if s.session.is_closed() {
+            closed = true;
+        }
+        if closed {
+            let id = s.id;
+            self.remove(id, out);
+        } else if want_key {
+            self.request_keyframe(stream, now, out);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! WHIP (RFC 9725) over HTTP: POST an offer to publish a stream, DELETE to stop.
+//!
+//! The session itself is a str0m peer ([`tern_rtc::publisher::Publisher`]) driven by the
+//! media engine on the shared UDP port; this module only does the HTTP exchange.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tern_rtc::publisher::{PublishError, Publisher};
+use tokio::sync::oneshot;
+
+use crate::engine::Command;
+use crate::ingest::AddError;
+use crate::whep::{AppState, content_type_is, cors, lookup, text};
+
+/// `POST /{app}/{stream}/whip`: SDP offer in, `201 Created` with the answer and the
+/// session's `Location`.
+pub async fn post(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (info, _live) = match lookup(&st, &headers, &app, &stream) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if !content_type_is(&headers, "application/sdp") {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/sdp",
+        );
+    }
+    let Ok(offer) = std::str::from_utf8(&body) else {
+        return text(StatusCode::BAD_REQUEST, "SDP offer is not valid UTF-8");
+    };
+    let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
+    let (publisher, answer) = match Publisher::accept(offer, local, Instant::now()) {
+        Ok(x) => x,
+        Err(e @ PublishError::BadOffer(_)) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return text(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let (tx, rx) = oneshot::channel();
+    let cmd = Command::AddPublisher {
+        stream: info.index,
+        publisher: Box::new(publisher),
+        reply: tx,
+    };
+    if st.engine.send(cmd).is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");
+    }
+    let id = match rx.await {
+        Ok(Ok(id)) => id,
+        Ok(Err(AddError::Busy)) => {
+            return text(
+                StatusCode::CONFLICT,
+                format!("stream {app}/{stream} already has a publisher (or is a built-in clip)"),
+            );
+        }
+        Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped"),
+    };
+    let sid = id.serial.to_string();
+    if let Ok(mut m) = st.publishers.lock() {
+        m.insert(sid.clone(), id);
+    }
+    let mut r = (StatusCode::CREATED, answer).into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("/{app}/{stream}/whip/{sid}")) {
+        h.insert(header::LOCATION, v);
+    }
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Location"),
+    );
+    r
+}
+
+/// `DELETE <Location>`: ends the publisher; viewers stay connected.
+pub async fn delete(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream, sid)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = lookup(&st, &headers, &app, &stream) {
+        return r;
+    }
+    let id = st.publishers.lock().ok().and_then(|mut m| m.remove(&sid));
+    let Some(id) = id else {
+        return text(StatusCode::NOT_FOUND, "no such WHIP session");
+    };
+    let _ = st.engine.send(Command::RemovePublisher(id));
+    let mut r = StatusCode::OK.into_response();
+    cors(r.headers_mut());
+    r
+}
+
+/// `PATCH <Location>`: the server is ICE-lite with all candidates in its answer and does
+/// not take trickled candidates or ICE restarts from publishers (RFC 9725 §4.3.1: 405).
+pub async fn patch() -> Response {
+    let mut r = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "trickle ICE and ICE restart are not supported for WHIP sessions",
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("OPTIONS, DELETE"));
+    r
+}
+
+/// `OPTIONS`: CORS preflight.
+pub async fn options() -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("OPTIONS, POST, DELETE"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("Authorization, Content-Type"),
+    );
+    h.insert("Accept-Post", HeaderValue::from_static("application/sdp"));
+    h.insert(
+        header::ALLOW,
+        HeaderValue::from_static("OPTIONS, POST, DELETE"),
+    );
+    r
+}
