@@ -45,6 +45,14 @@ pub struct BenchArgs {
     /// Print the per-client detail block at the end (on by default for up to 100 clients).
     #[arg(long)]
     pub details: Option<bool>,
+    /// WHIP publishers to start before the viewers, each sending the built-in clip:
+    /// publisher 0 to the stream of `-url`, publisher i to stream `{stream}{i}` (declared
+    /// on the server). The WHIP URL is `-url` with `/whep` replaced by `/whip`.
+    #[arg(long, default_value_t = 0)]
+    pub publish: usize,
+    /// The clip publishers send: `standard` (~1.1 Mbit/s) or `lite` (~300 kbit/s).
+    #[arg(long, default_value = "standard")]
+    pub publish_clip: String,
     /// Local IP the clients' UDP sockets bind to.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: std::net::IpAddr,
@@ -83,6 +91,15 @@ impl BenchArgs {
                 "-url must be http(s):// (WHEP) or ws(s):// (OvenMediaEngine), got {:?}",
                 self.url
             ));
+        }
+        if !matches!(self.publish_clip.as_str(), "standard" | "lite") {
+            return Err(format!(
+                "--publish-clip must be standard or lite, got {:?}",
+                self.publish_clip
+            ));
+        }
+        if self.publish > 0 && !self.url.ends_with("/whep") {
+            return Err("--publish needs a WHEP -url ending in /whep".into());
         }
         if self.connect_timeout == 0 {
             return Err("--connect-timeout must be at least 1 s".into());

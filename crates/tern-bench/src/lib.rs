@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod publish;
 pub mod report;
 pub mod signal;
 pub mod worker;
@@ -283,6 +284,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     if let Some(h) = heap.as_mut() {
         h.mark("idle (no viewer)", 0);
     }
+    let mut publishers = start_publishers(a)?;
     let server0 = read_server(&origin);
 
     let (job_tx, job_rx) = unbounded::<usize>();
@@ -480,6 +482,13 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         true,
     );
     workers.stop();
+    let published: u64 = publishers
+        .iter()
+        .map(|p| p.stats.packets.load(Ordering::Relaxed))
+        .sum();
+    for p in &mut publishers {
+        p.stop();
+    }
     points.push(Point::of(&summary));
     let server = match (server0, read_server(&origin)) {
         (Some(a0), Some(a1)) => Some(ServerDelta {
@@ -527,6 +536,13 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
             let _ = writeln!(out);
         }
         let _ = write!(out, "{}", report::connect_text(&samples));
+        if !publishers.is_empty() {
+            let _ = writeln!(
+                out,
+                "<Publishers> {} WHIP publishers sent {published} RTP packets",
+                publishers.len()
+            );
+        }
         if let Some(d) = server {
             let rx: u64 = samples
                 .iter()
@@ -563,6 +579,47 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         server,
         interrupted,
     })
+}
+
+/// Starts the `--publish` publishers and waits (≤ 10 s) until the first stream is live.
+fn start_publishers(a: &BenchArgs) -> Result<Vec<publish::PublisherHandle>, String> {
+    if a.publish == 0 {
+        return Ok(Vec::new());
+    }
+    let clip = Arc::new(
+        if a.publish_clip == "lite" {
+            tern_rtc::clip::Clip::builtin_lite()
+        } else {
+            tern_rtc::clip::Clip::builtin()
+        }
+        .map_err(|e| format!("clip: {e}"))?,
+    );
+    let base = a.url.trim_end_matches("/whep");
+    let mut v = Vec::with_capacity(a.publish);
+    for i in 0..a.publish {
+        let url = if i == 0 {
+            format!("{base}/whip")
+        } else {
+            format!("{base}{i}/whip")
+        };
+        v.push(
+            publish::start(&url, a.bind, clip.clone())
+                .map_err(|e| format!("publisher {i}: {e}"))?,
+        );
+    }
+    // The first viewers need the stream live: wait for the publisher's media.
+    let whep = Whep::new(&a.url, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !whep.live() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{} did not go live within 10 s of publishing",
+                a.url
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(v)
 }
 
 fn emit_summary(out: &mut dyn Write, s: &Summary, json: bool) {

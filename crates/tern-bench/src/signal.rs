@@ -84,6 +84,14 @@ impl Whep {
         Ok((body, location))
     }
 
+    /// Whether the stream is live (HEAD on the endpoint answers 200).
+    pub fn live(&self) -> bool {
+        self.agent
+            .head(&self.url)
+            .call()
+            .is_ok_and(|r| r.status().as_u16() == 200)
+    }
+
     /// DELETEs a session URL; errors are ignored (the server may have ended it already).
     pub fn delete(&self, location: &str) -> bool {
         self.agent

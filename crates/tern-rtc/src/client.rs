@@ -129,6 +129,8 @@ pub struct TrackStats {
     /// packet minus RTP time since it, in ms, at the latest packet. It shows queueing and
     /// clock drift after the first packet, not latency (that is `latency_*`).
     pub drift_ms: f64,
+    /// Longest time between two consecutive new packets: a freeze shows here.
+    pub max_gap: Duration,
     /// When the first packet arrived.
     pub first_at: Option<Instant>,
     /// When the latest packet arrived.
@@ -677,6 +679,9 @@ impl Client {
         st.packets += 1;
         st.bytes += payload.len() as u64;
         st.first_at.get_or_insert(now);
+        if let Some(last) = st.last_at {
+            st.max_gap = st.max_gap.max(now.saturating_duration_since(last));
+        }
         st.last_at = Some(now);
         // RFC 3550 A.8 jitter from arrival vs RTP timestamp.
         let clock = f64::from(kind.clock_rate());

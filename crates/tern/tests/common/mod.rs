@@ -213,6 +213,18 @@ impl Server {
     /// Like [`Server::demo`], announcing `candidate` in ICE candidates (for a relay in
     /// between).
     pub fn demo_announcing(candidate: &str) -> Server {
+        Server::start(&["demo", "--candidate", candidate])
+    }
+
+    /// `tern serve --config FILE` on free loopback ports, announcing 127.0.0.1.
+    pub fn serve(config: &std::path::Path) -> Server {
+        let config = config.to_str().expect("utf-8 path");
+        Server::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
+    }
+
+    /// Runs `tern ARGS --http ... --media ...` on free loopback ports and waits (≤ 20 s)
+    /// until `GET /` answers.
+    pub fn start(args: &[&str]) -> Server {
         let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
         let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
         let log = std::env::temp_dir().join(format!(
@@ -222,9 +234,9 @@ impl Server {
         ));
         let log_file = File::create(&log).expect("create the server log file");
         let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-            .args(["demo", "--http", &http.to_string(), "--media"])
+            .args(args)
+            .args(["--http", &http.to_string(), "--media"])
             .arg(media.to_string())
-            .args(["--candidate", candidate])
             .env(
                 "RUST_LOG",
                 std::env::var("TERN_TEST_LOG").unwrap_or_else(|_| "info".into()),
@@ -252,14 +264,11 @@ impl Server {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten());
             if let Some(st) = exited {
-                panic!(
-                    "tern demo exited early with {st}; log:\n{}",
-                    server.log_tail(40)
-                );
+                panic!("tern exited early with {st}; log:\n{}", server.log_tail(40));
             }
             if Instant::now() > deadline {
                 panic!(
-                    "tern demo did not answer GET / on {http} within 20 s; log:\n{}",
+                    "tern did not answer GET / on {http} within 20 s; log:\n{}",
                     server.log_tail(40)
                 );
             }
