@@ -71,6 +71,10 @@ pub struct ServerConfig {
     /// RTCP CNAME used in sender reports. Default `tern`.
     #[serde(default = "default_cname")]
     pub cname: String,
+    /// Bearer token for the management API (`/v1/...` API routes, `/v1/events`,
+    /// `/metrics`). Default: none, the API is open (bind `http` to a private address).
+    #[serde(default)]
+    pub api_token: Option<String>,
 }
 
 fn default_http() -> SocketAddr {
@@ -90,6 +94,7 @@ impl Default for ServerConfig {
             media: default_media(),
             candidate: None,
             cname: default_cname(),
+            api_token: None,
         }
     }
 }

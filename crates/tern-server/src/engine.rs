@@ -44,6 +44,16 @@ const SWEEP: Duration = Duration::from_millis(20);
 pub struct ViewerId(u64);
 
 impl ViewerId {
+    /// The id as a number (for the API).
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// The id of a number from [`ViewerId::raw`].
+    pub fn from_raw(v: u64) -> Self {
+        ViewerId(v)
+    }
+
     fn new(index: u32, generation: u32) -> Self {
         ViewerId(u64::from(generation) << 32 | u64::from(index))
     }
@@ -125,6 +135,12 @@ pub struct EngineStats {
     pub ingest_packets: AtomicU64,
     /// Whether each stream is live (index as in the engine's streams).
     pub live: Vec<AtomicBool>,
+    /// Media packets sent per stream (index as in the engine's streams).
+    pub stream_packets: Vec<AtomicU64>,
+    /// Media bytes sent per stream.
+    pub stream_bytes: Vec<AtomicU64>,
+    /// Cached snapshots of viewers and streams, and the event bus.
+    pub snapshots: crate::snapshot::Snapshots,
 }
 
 /// A stream as the engine runs it.
@@ -301,8 +317,16 @@ impl Engine {
                 .iter()
                 .map(|s| AtomicBool::new(s.source.is_some()))
                 .collect(),
+            stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             ..EngineStats::default()
         });
+        for s in &streams {
+            let source = if s.source.is_some() { "clip" } else { "none" };
+            stats
+                .snapshots
+                .stream_state(&s.key, source, s.source.is_some());
+        }
         let handle = EngineHandle {
             tx,
             waker,
@@ -462,6 +486,9 @@ impl Engine {
                     handshaking: true,
                 });
                 self.by_ufrag.insert(ufrag, id);
+                self.stats
+                    .snapshots
+                    .viewer_joined(id.raw(), &self.streams[stream].key);
                 self.stats.viewers.fetch_add(1, Ordering::Relaxed);
                 self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
                 let _ = reply.send(id);
@@ -517,6 +544,16 @@ impl Engine {
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.index() as u32);
         e.viewer.close(reason);
+        self.stats.snapshots.viewer_left(
+            id.raw(),
+            match reason {
+                CloseReason::ConnectTimeout => "connect timeout",
+                CloseReason::ConsentExpired => "consent expired",
+                CloseReason::DtlsFailed => "DTLS failed",
+                CloseReason::PeerClosed => "closed by peer",
+                CloseReason::Local => "closed by server",
+            },
+        );
         if e.handshaking {
             self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
             if reason != CloseReason::Local {
@@ -656,6 +693,8 @@ impl Engine {
             ViewerState::Connected if e.handshaking => {
                 e.handshaking = false;
                 let stream = e.stream;
+                let remote = e.viewer.remote_addr();
+                self.stats.snapshots.viewer_connected(id.raw(), remote);
                 self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
                 self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
                 self.start_viewer(id, stream);
@@ -682,26 +721,25 @@ impl Engine {
         }
     }
 
-    fn send_media(&mut self, id: ViewerId, pkt: &RingPacket) {
+    /// Writes a media packet for a viewer into the send batch; returns its size.
+    fn send_media(&mut self, id: ViewerId, pkt: &RingPacket) -> Option<usize> {
         if self.batch.is_full() {
             self.flush();
         }
-        let Some(e) = entry_in(&mut self.slots, id) else {
-            return;
-        };
-        let Some(to) = e.viewer.remote_addr() else {
-            return;
-        };
-        let Some(slot) = self.batch.slot() else {
-            return;
-        };
+        let e = entry_in(&mut self.slots, id)?;
+        let to = e.viewer.remote_addr()?;
+        let slot = self.batch.slot()?;
         match e.viewer.write_media(pkt, slot) {
             Ok(Some(n)) => {
                 self.batch.commit(n, to);
                 self.stats.packets_out.fetch_add(1, Ordering::Relaxed);
+                Some(n)
             }
-            Ok(None) => {}
-            Err(err) => debug!("write_media: {err}"),
+            Ok(None) => None,
+            Err(err) => {
+                debug!("write_media: {err}");
+                None
+            }
         }
     }
 
@@ -801,12 +839,18 @@ impl Engine {
                     if let Some(l) = self.stats.live.get(stream) {
                         l.store(true, Ordering::Relaxed);
                     }
+                    self.stats
+                        .snapshots
+                        .stream_state(&self.streams[stream].key, "whip", true);
                     info!("{} is live (publisher)", self.streams[stream].key);
                 }
                 IngestOutput::Gone(stream) => {
                     if let Some(l) = self.stats.live.get(stream) {
                         l.store(false, Ordering::Relaxed);
                     }
+                    self.stats
+                        .snapshots
+                        .stream_state(&self.streams[stream].key, "none", false);
                     // Viewers stay; a later publisher continues the same RTP streams.
                     self.streams[stream].stream.video.clear();
                     self.streams[stream].stream.audio.clear();
@@ -819,10 +863,17 @@ impl Engine {
 
     fn fan_out(&mut self, stream: usize, pkt: &RingPacket) {
         let n = self.streams[stream].viewers.len();
+        let (mut packets, mut bytes) = (0u64, 0u64);
         for i in 0..n {
             let id = self.streams[stream].viewers[i];
-            self.send_media(id, pkt);
+            if let Some(b) = self.send_media(id, pkt) {
+                packets += 1;
+                bytes += b as u64;
+            }
         }
+        // Per-stream counters: one update per packet fanned out, not per viewer.
+        self.stats.stream_packets[stream].fetch_add(packets, Ordering::Relaxed);
+        self.stats.stream_bytes[stream].fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn sweep(&mut self, now: Instant) {

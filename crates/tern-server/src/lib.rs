@@ -6,10 +6,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod batch;
 pub mod config;
 pub mod engine;
 pub mod ingest;
+pub mod snapshot;
 pub mod whep;
 pub mod whip;
 

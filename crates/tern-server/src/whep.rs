@@ -147,6 +147,9 @@ async fn stats_current(State(st): State<Arc<AppState>>) -> Response {
             "packetsIn": n(&s.packets_in),
             "droppedIn": n(&s.dropped_in),
             "sendErrors": n(&s.send_errors),
+            "publishers": s.publishers.load(Ordering::Relaxed),
+            "ingestPackets": n(&s.ingest_packets),
+            "snapshotBuilds": s.snapshots.builds(),
         }
     });
     let mut r = (StatusCode::OK, body.to_string()).into_response();
@@ -186,6 +189,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(whep_delete)
                 .options(whep_options),
         )
+        .merge(crate::api::routes())
         .with_state(state)
 }
 

@@ -1,0 +1,543 @@
+//! The management API under `/v1`, the event stream, Prometheus `/metrics` and the
+//! dashboard page.
+//!
+//! Reads return cached snapshots ([`crate::snapshot`]) and live counters; nothing is built
+//! on a read. When `server.api_token` is configured, these routes require it as a Bearer
+//! token (the WHEP/WHIP routes use the apps' own tokens).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::engine::{Command, ViewerId};
+use crate::whep::{AppState, text};
+
+const DASHBOARD_HTML: &str = include_str!("dashboard.html");
+
+/// The API routes (merged into the main router).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/apps", get(apps))
+        .route("/v1/streams", get(streams))
+        .route("/v1/streams/{app}/{stream}", get(stream))
+        .route("/v1/streams/{app}/{stream}/viewers", get(stream_viewers))
+        .route(
+            "/v1/streams/{app}/{stream}/publisher",
+            axum::routing::delete(kick_publisher),
+        )
+        .route("/v1/viewers/{id}", get(viewer).delete(kick_viewer))
+        .route("/v1/events", get(events))
+        .route("/metrics", get(metrics))
+        .route("/dashboard", get(dashboard))
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// `None` when the request may go on, else the 401 to send.
+fn refused(st: &AppState, headers: &HeaderMap) -> Option<Response> {
+    let token = st.config.server.api_token.as_deref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given == Some(token) {
+        return None;
+    }
+    let mut r = text(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong API Bearer token",
+    );
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    Some(r)
+}
+
+macro_rules! auth {
+    ($st:expr, $h:expr) => {
+        if let Some(r) = refused(&$st, &$h) {
+            return r;
+        }
+    };
+}
+
+/// A stream's snapshot with its live counters.
+fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
+    let s = &st.engine.stats;
+    let idx = st.streams.get(key).map(|i| i.index);
+    let read = |v: &Vec<std::sync::atomic::AtomicU64>| {
+        idx.and_then(|i| v.get(i))
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    };
+    let viewers = s.snapshots.viewers(Some(key)).len();
+    format!(
+        "{{\"snapshot\":{snapshot},\"viewers\":{viewers},\"packets_out\":{},\"bytes_out\":{}}}",
+        read(&s.stream_packets),
+        read(&s.stream_bytes)
+    )
+}
+
+async fn apps(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    auth!(st, headers);
+    let mut apps: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut keys: Vec<&String> = st.streams.keys().collect();
+    keys.sort();
+    for k in keys {
+        let (app, stream) = k.split_once('/').unwrap_or((k, ""));
+        match apps.iter_mut().find(|(a, _)| *a == app) {
+            Some((_, v)) => v.push(stream),
+            None => apps.push((app, vec![stream])),
+        }
+    }
+    let body: Vec<serde_json::Value> = apps
+        .iter()
+        .map(|(a, s)| serde_json::json!({"name": a, "streams": s}))
+        .collect();
+    json(StatusCode::OK, serde_json::Value::from(body).to_string())
+}
+
+async fn streams(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    auth!(st, headers);
+    let list: Vec<String> = st
+        .engine
+        .stats
+        .snapshots
+        .streams()
+        .iter()
+        .map(|s| stream_json(&st, &s.key, &s.state.json))
+        .collect();
+    json(StatusCode::OK, format!("[{}]", list.join(",")))
+}
+
+async fn stream(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    let key = format!("{app}/{stream}");
+    match st
+        .engine
+        .stats
+        .snapshots
+        .streams()
+        .into_iter()
+        .find(|s| *s.key == *key)
+    {
+        Some(s) => json(StatusCode::OK, stream_json(&st, &key, &s.state.json)),
+        None => text(StatusCode::NOT_FOUND, format!("stream {key} not found")),
+    }
+}
+
+async fn stream_viewers(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    let key = format!("{app}/{stream}");
+    if !st.streams.contains_key(&key) {
+        return text(StatusCode::NOT_FOUND, format!("stream {key} not found"));
+    }
+    let list: Vec<String> = st
+        .engine
+        .stats
+        .snapshots
+        .viewers(Some(&key))
+        .iter()
+        .map(|v| v.json())
+        .collect();
+    json(StatusCode::OK, format!("[{}]", list.join(",")))
+}
+
+async fn viewer(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    let snap = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| st.engine.stats.snapshots.viewer(id));
+    match snap {
+        Some(v) => json(StatusCode::OK, v.json()),
+        None => text(StatusCode::NOT_FOUND, format!("viewer {id} not found")),
+    }
+}
+
+async fn kick_viewer(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    let Some(id) = id
+        .parse::<u64>()
+        .ok()
+        .filter(|&id| st.engine.stats.snapshots.viewer(id).is_some())
+    else {
+        return text(StatusCode::NOT_FOUND, format!("viewer {id} not found"));
+    };
+    if st
+        .engine
+        .send(Command::RemoveViewer(ViewerId::from_raw(id)))
+        .is_err()
+    {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn kick_publisher(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    let key = format!("{app}/{stream}");
+    let Some(index) = st.streams.get(&key).map(|i| i.index) else {
+        return text(StatusCode::NOT_FOUND, format!("stream {key} not found"));
+    };
+    let found = st.publishers.lock().ok().and_then(|mut m| {
+        let sid = m.iter().find(|(_, p)| p.stream == index)?.0.clone();
+        m.remove(&sid)
+    });
+    let Some(id) = found else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("stream {key} has no publisher"),
+        );
+    };
+    if st.engine.send(Command::RemovePublisher(id)).is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `?type=viewer.joined,viewer.left&stream=live/demo`
+#[derive(Debug, Deserialize)]
+struct EventFilter {
+    #[serde(rename = "type")]
+    types: Option<String>,
+    stream: Option<String>,
+}
+
+async fn events(
+    State(st): State<Arc<AppState>>,
+    Query(f): Query<EventFilter>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    auth!(st, headers);
+    let rx = st.engine.stats.snapshots.subscribe();
+    ws.on_upgrade(move |sock| forward_events(sock, rx, f))
+}
+
+async fn forward_events(
+    mut sock: WebSocket,
+    mut rx: tokio::sync::broadcast::Receiver<crate::snapshot::Event>,
+    f: EventFilter,
+) {
+    let types: Option<Vec<String>> = f
+        .types
+        .map(|t| t.split(',').map(|s| s.trim().to_string()).collect());
+    loop {
+        tokio::select! {
+            ev = rx.recv() => {
+                let line = match ev {
+                    Ok(e) => {
+                        if types.as_ref().is_some_and(|t| !t.iter().any(|t| t == e.kind.name())) {
+                            continue;
+                        }
+                        if f.stream.as_deref().is_some_and(|s| s != &*e.stream) {
+                            continue;
+                        }
+                        e.json()
+                    }
+                    Err(RecvError::Lagged(n)) => format!("{{\"type\":\"lagged\",\"missed\":{n}}}"),
+                    Err(RecvError::Closed) => return,
+                };
+                if sock.send(Message::Text(line.into())).await.is_err() {
+                    return;
+                }
+            }
+            msg = sock.recv() => match msg {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    auth!(st, headers);
+    let s = &st.engine.stats;
+    let mut o = String::with_capacity(4096);
+    let mut gauge = |name: &str, help: &str, kind: &str, v: u64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    };
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    gauge(
+        "tern_viewers",
+        "Viewer sessions held.",
+        "gauge",
+        s.viewers.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        "tern_handshakes_in_progress",
+        "DTLS handshakes in progress.",
+        "gauge",
+        s.handshakes.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        "tern_handshakes_completed_total",
+        "Handshakes completed.",
+        "counter",
+        l(&s.handshakes_done),
+    );
+    gauge(
+        "tern_handshakes_failed_total",
+        "Handshakes failed or timed out.",
+        "counter",
+        l(&s.handshakes_failed),
+    );
+    gauge(
+        "tern_packets_out_total",
+        "SRTP media packets sent.",
+        "counter",
+        l(&s.packets_out),
+    );
+    gauge(
+        "tern_bytes_out_total",
+        "Bytes sent on the media port.",
+        "counter",
+        l(&s.bytes_out),
+    );
+    gauge(
+        "tern_retransmits_total",
+        "Packets retransmitted on NACK.",
+        "counter",
+        l(&s.retransmits),
+    );
+    gauge(
+        "tern_keyframe_requests_total",
+        "PLI/FIR received from viewers.",
+        "counter",
+        l(&s.keyframe_requests),
+    );
+    gauge(
+        "tern_packets_in_total",
+        "Datagrams received on the media port.",
+        "counter",
+        l(&s.packets_in),
+    );
+    gauge(
+        "tern_dropped_in_total",
+        "Datagrams dropped (malformed, unknown, unauthenticated).",
+        "counter",
+        l(&s.dropped_in),
+    );
+    gauge(
+        "tern_send_errors_total",
+        "Failed sends.",
+        "counter",
+        l(&s.send_errors),
+    );
+    gauge(
+        "tern_publishers",
+        "WHIP publishers.",
+        "gauge",
+        s.publishers.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        "tern_ingest_packets_total",
+        "Media packets received from publishers.",
+        "counter",
+        l(&s.ingest_packets),
+    );
+    gauge(
+        "tern_snapshot_builds_total",
+        "Snapshot segments built.",
+        "counter",
+        s.snapshots.builds(),
+    );
+    gauge(
+        "tern_event_subscribers",
+        "Event stream subscribers.",
+        "gauge",
+        s.snapshots.subscribers() as u64,
+    );
+    let mut keys: Vec<(&String, usize)> = st.streams.iter().map(|(k, i)| (k, i.index)).collect();
+    keys.sort();
+    let per_stream: [(&str, &str, &str); 4] = [
+        ("tern_stream_live", "Whether the stream is live.", "gauge"),
+        ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
+        (
+            "tern_stream_packets_out_total",
+            "Media packets sent to the stream's viewers.",
+            "counter",
+        ),
+        (
+            "tern_stream_bytes_out_total",
+            "Media bytes sent to the stream's viewers.",
+            "counter",
+        ),
+    ];
+    let viewers = s.snapshots.viewers(None);
+    for (m, (name, help, kind)) in per_stream.iter().enumerate() {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (key, i) in &keys {
+            let v = match m {
+                0 => u64::from(s.live.get(*i).is_some_and(|a| a.load(Ordering::Relaxed))),
+                1 => viewers
+                    .iter()
+                    .filter(|v| &*v.stream == key.as_str())
+                    .count() as u64,
+                2 => s.stream_packets.get(*i).map_or(0, l),
+                _ => s.stream_bytes.get(*i).map_or(0, l),
+            };
+            let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
+        }
+    }
+    let reports = tern_pool::MemoryRegistry::global().reports();
+    for (name, help, f) in [
+        (
+            "tern_pool_used_bytes",
+            "Bytes in use per memory pool.",
+            (|r: &tern_pool::PoolReport| r.used_bytes as u64) as fn(&tern_pool::PoolReport) -> u64,
+        ),
+        (
+            "tern_pool_allocated_bytes",
+            "Bytes allocated per memory pool.",
+            |r| r.allocated_bytes as u64,
+        ),
+        (
+            "tern_pool_peak_bytes",
+            "Peak bytes in use per memory pool.",
+            |r| r.peak_bytes as u64,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for r in &reports {
+            let _ = writeln!(o, "{name}{{pool=\"{}\"}} {}", r.name, f(r));
+        }
+    }
+    let a = tern_pool::CountingAlloc::stats();
+    let _ = writeln!(
+        o,
+        "# HELP tern_heap_live_bytes Heap bytes live (counting allocator).\n# TYPE tern_heap_live_bytes gauge\ntern_heap_live_bytes {}",
+        a.live_bytes
+    );
+    let mut r = (StatusCode::OK, o).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(DASHBOARD_HTML)
+}
+
+async fn openapi() -> Response {
+    json(StatusCode::OK, openapi_doc().to_string())
+}
+
+/// The OpenAPI 3.0 document of every route the server has.
+pub fn openapi_doc() -> serde_json::Value {
+    use serde_json::json;
+    let p = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}, "description": what});
+    let ok_json = |what: &str| json!({"description": what, "content": {"application/json": {}}});
+    let status = |what: &str| json!({"description": what});
+    let app = p("app", "application name");
+    let stream = p("stream", "stream name");
+    let id = p("id", "viewer id (from the viewer snapshots)");
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": "tern", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "tern's management API, WHEP/WHIP endpoints, metrics and pages."},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": {
+            "/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": ok_json("OpenAPI document")}}},
+            "/v1/apps": {"get": {"summary": "Applications and their streams", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of {name, streams}"), "401": status("API token required")}}},
+            "/v1/streams": {"get": {"summary": "Every stream: cached snapshot and live counters", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of streams"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}": {"get": {"summary": "One stream", "parameters": [app, stream], "security": [{"bearer": []}],
+                "responses": {"200": ok_json("the stream"), "404": status("no such stream"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}/viewers": {"get": {"summary": "Cached snapshots of a stream's viewers", "parameters": [app, stream], "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of viewer snapshots"), "404": status("no such stream"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}/publisher": {"delete": {"summary": "Kick the stream's publisher", "parameters": [app, stream], "security": [{"bearer": []}],
+                "responses": {"204": status("kicked"), "404": status("no such stream or no publisher"), "401": status("API token required")}}},
+            "/v1/viewers/{id}": {
+                "get": {"summary": "A viewer's cached snapshot", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"200": ok_json("viewer snapshot"), "404": status("no such viewer"), "401": status("API token required")}},
+                "delete": {"summary": "Kick a viewer", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"204": status("kicked"), "404": status("no such viewer"), "401": status("API token required")}}},
+            "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
+                "parameters": [
+                    {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, stream.changed"},
+                    {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
+                "security": [{"bearer": []}],
+                "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},
+            "/v1/stats/current": {"get": {"summary": "Engine counters (OvenMediaEngine's envelope)", "responses": {"200": ok_json("counters")}}},
+            "/v1/memory": {"get": {"summary": "Memory pools and allocator totals; ?format=dd for text",
+                "responses": {"200": ok_json("pools")}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "security": [{"bearer": []}],
+                "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {}}}, "401": status("API token required")}}},
+            "/dashboard": {"get": {"summary": "Dashboard page", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
+            "/{app}/{stream}": {"get": {"summary": "Player page", "parameters": [app, stream],
+                "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
+            "/{app}/{stream}/whep": {
+                "post": {"summary": "WHEP: SDP offer in, answer out", "parameters": [app, stream],
+                    "requestBody": {"content": {"application/sdp": {}}},
+                    "responses": {"201": {"description": "answer", "content": {"application/sdp": {}}},
+                        "400": status("malformed offer"), "401": status("token"), "404": status("no such stream"),
+                        "409": status("not live"), "415": status("not application/sdp"),
+                        "422": status("offer cannot be served"), "503": status("too many viewers")}},
+                "head": {"summary": "Liveness probe", "parameters": [app, stream],
+                    "responses": {"200": status("live"), "404": status("no such stream"), "409": status("not live")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream], "responses": {"204": status("allowed")}}},
+            "/{app}/{stream}/whep/{session}": {
+                "patch": {"summary": "Trickle ICE or ICE restart", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"204": status("trickled"), "200": status("ICE restarted"), "404": status("no such session"),
+                        "400": status("malformed sdpfrag"), "415": status("not application/trickle-ice-sdpfrag"),
+                        "412": status("ETag mismatch"), "428": status("If-Match required")}},
+                "delete": {"summary": "End a viewer", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"200": status("ended"), "404": status("no such session")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream, p("session", "session id")], "responses": {"204": status("allowed")}}},
+            "/{app}/{stream}/whip": {
+                "post": {"summary": "WHIP: publish", "parameters": [app, stream],
+                    "requestBody": {"content": {"application/sdp": {}}},
+                    "responses": {"201": {"description": "answer", "content": {"application/sdp": {}}},
+                        "400": status("malformed offer"), "401": status("token"), "404": status("no such stream"),
+                        "409": status("already published"), "415": status("not application/sdp"), "422": status("no H264/Opus")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream], "responses": {"204": status("allowed")}}},
+            "/{app}/{stream}/whip/{session}": {
+                "delete": {"summary": "Stop publishing", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"200": status("ended"), "404": status("no such session")}},
+                "patch": {"summary": "Not supported", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"405": status("no trickle ICE for WHIP")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream, p("session", "session id")], "responses": {"204": status("allowed")}}}
+        }
+    })
+}

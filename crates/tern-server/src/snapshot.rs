@@ -1,0 +1,379 @@
+//! Lean, cached, immutable state snapshots and the events that carry them (Asterisk's
+//! lesson): a snapshot is built only when its state changes, never on read; it is made of
+//! segments so an unchanged part is shared, not copied; each segment's JSON and hash are
+//! computed once, when it is built; an event is a cached snapshot plus a small blob.
+//! Counters that change per packet are not in snapshots: readers take them live from the
+//! engine's atomics.
+//!
+//! The media engine writes here only on state changes (a viewer joins, connects, leaves; a
+//! stream gains or loses its publisher), under a short write lock; API reads clone `Arc`s
+//! under a read lock and build nothing. Every segment build is counted
+//! ([`Snapshots::builds`]), so tests and `/metrics` can prove there are no extra builds.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tokio::sync::broadcast;
+
+/// Events kept for slow subscribers before they start losing the oldest.
+const EVENT_BACKLOG: usize = 4096;
+
+/// One immutable segment: its JSON text and hash, computed once.
+#[derive(Debug)]
+pub struct Segment {
+    /// The segment as a JSON object.
+    pub json: String,
+    /// Hash of `json`.
+    pub hash: u64,
+}
+
+impl Segment {
+    fn build(v: serde_json::Value, builds: &AtomicU64) -> Arc<Segment> {
+        builds.fetch_add(1, Ordering::Relaxed);
+        let json = v.to_string();
+        let mut h = DefaultHasher::new();
+        json.hash(&mut h);
+        Arc::new(Segment {
+            json,
+            hash: h.finish(),
+        })
+    }
+}
+
+/// A viewer: identity (built once) and connection (rebuilt on state changes).
+#[derive(Debug, Clone)]
+pub struct ViewerSnapshot {
+    /// Viewer id (as in the API).
+    pub id: u64,
+    /// `app/stream`.
+    pub stream: Arc<str>,
+    /// Id, stream, signalling, creation time.
+    pub identity: Arc<Segment>,
+    /// State, remote address, connection time.
+    pub connection: Arc<Segment>,
+}
+
+impl ViewerSnapshot {
+    /// The whole snapshot as JSON (segments are spliced, not re-serialized).
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"identity\":{},\"connection\":{}}}",
+            self.identity.json, self.connection.json
+        )
+    }
+
+    /// Hash of the snapshot (from its segments' hashes).
+    pub fn hash(&self) -> u64 {
+        self.identity.hash.rotate_left(1) ^ self.connection.hash
+    }
+}
+
+/// A stream: its one segment (key, source, publisher state).
+#[derive(Debug, Clone)]
+pub struct StreamSnapshot {
+    /// `app/stream`.
+    pub key: Arc<str>,
+    /// Key, source kind, live flag, publisher.
+    pub state: Arc<Segment>,
+}
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A viewer session was created (offer answered).
+    ViewerJoined,
+    /// A viewer completed ICE and DTLS.
+    ViewerConnected,
+    /// A viewer left (DELETE, timeout, kicked).
+    ViewerLeft,
+    /// A stream went live or stopped being live.
+    StreamChanged,
+}
+
+impl EventKind {
+    /// The event's type name in the API (`viewer.joined`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::ViewerJoined => "viewer.joined",
+            EventKind::ViewerConnected => "viewer.connected",
+            EventKind::ViewerLeft => "viewer.left",
+            EventKind::StreamChanged => "stream.changed",
+        }
+    }
+}
+
+/// An event: a cached snapshot plus a small blob (type, time, reason).
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The stream it concerns.
+    pub stream: Arc<str>,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The snapshot's JSON, shared with the cache.
+    pub snapshot: SnapshotRef,
+    /// Why, for `viewer.left`.
+    pub reason: Option<&'static str>,
+}
+
+/// The snapshot an event carries.
+#[derive(Debug, Clone)]
+pub enum SnapshotRef {
+    /// A viewer's.
+    Viewer(ViewerSnapshot),
+    /// A stream's.
+    Stream(StreamSnapshot),
+}
+
+impl Event {
+    /// The event as one JSON line.
+    pub fn json(&self) -> String {
+        let snap = match &self.snapshot {
+            SnapshotRef::Viewer(v) => v.json(),
+            SnapshotRef::Stream(s) => s.state.json.clone(),
+        };
+        let reason = self
+            .reason
+            .map_or(String::new(), |r| format!(",\"reason\":\"{r}\""));
+        format!(
+            "{{\"type\":\"{}\",\"stream\":{},\"at_ms\":{}{reason},\"snapshot\":{snap}}}",
+            self.kind.name(),
+            json!(&*self.stream),
+            self.at_ms
+        )
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The snapshot cache and the event bus.
+#[derive(Debug)]
+pub struct Snapshots {
+    viewers: RwLock<HashMap<u64, ViewerSnapshot>>,
+    streams: RwLock<HashMap<Arc<str>, StreamSnapshot>>,
+    builds: AtomicU64,
+    events: broadcast::Sender<Event>,
+}
+
+impl Default for Snapshots {
+    fn default() -> Self {
+        Snapshots {
+            viewers: RwLock::default(),
+            streams: RwLock::default(),
+            builds: AtomicU64::new(0),
+            events: broadcast::channel(EVENT_BACKLOG).0,
+        }
+    }
+}
+
+impl Snapshots {
+    /// Segment builds since start.
+    pub fn builds(&self) -> u64 {
+        self.builds.load(Ordering::Relaxed)
+    }
+
+    /// A new receiver of events.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Event subscribers connected now.
+    pub fn subscribers(&self) -> usize {
+        self.events.receiver_count()
+    }
+
+    fn publish(&self, e: Event) {
+        // No subscriber is the common case: then the event is dropped at once.
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(e);
+        }
+    }
+
+    /// A viewer was created on `stream`.
+    pub fn viewer_joined(&self, id: u64, stream: &str) {
+        let stream: Arc<str> = stream.into();
+        let at = now_ms();
+        let identity = Segment::build(
+            json!({"id": id, "stream": &*stream, "signalling": "whep", "created_ms": at}),
+            &self.builds,
+        );
+        let connection = Segment::build(
+            json!({"state": "connecting", "remote": null, "connected_ms": null}),
+            &self.builds,
+        );
+        let snap = ViewerSnapshot {
+            id,
+            stream: stream.clone(),
+            identity,
+            connection,
+        };
+        if let Ok(mut m) = self.viewers.write() {
+            m.insert(id, snap.clone());
+        }
+        self.publish(Event {
+            kind: EventKind::ViewerJoined,
+            stream,
+            at_ms: at,
+            snapshot: SnapshotRef::Viewer(snap),
+            reason: None,
+        });
+    }
+
+    /// A viewer completed its handshake from `remote`: only the connection segment is
+    /// rebuilt; the identity segment is shared.
+    pub fn viewer_connected(&self, id: u64, remote: Option<SocketAddr>) {
+        let at = now_ms();
+        let snap = {
+            let Ok(mut m) = self.viewers.write() else {
+                return;
+            };
+            let Some(old) = m.get(&id) else { return };
+            let connection = Segment::build(
+                json!({
+                    "state": "connected",
+                    "remote": remote.map(|a| a.to_string()),
+                    "connected_ms": at,
+                }),
+                &self.builds,
+            );
+            let snap = ViewerSnapshot {
+                connection,
+                ..old.clone()
+            };
+            m.insert(id, snap.clone());
+            snap
+        };
+        self.publish(Event {
+            kind: EventKind::ViewerConnected,
+            stream: snap.stream.clone(),
+            at_ms: at,
+            snapshot: SnapshotRef::Viewer(snap),
+            reason: None,
+        });
+    }
+
+    /// A viewer left; its last snapshot goes out with the event, nothing is built.
+    pub fn viewer_left(&self, id: u64, reason: &'static str) {
+        let snap = self.viewers.write().ok().and_then(|mut m| m.remove(&id));
+        if let Some(snap) = snap {
+            self.publish(Event {
+                kind: EventKind::ViewerLeft,
+                stream: snap.stream.clone(),
+                at_ms: now_ms(),
+                snapshot: SnapshotRef::Viewer(snap),
+                reason: Some(reason),
+            });
+        }
+    }
+
+    /// A stream's state: `source` is `clip`, `whip`, `rtmp` or `none`.
+    pub fn stream_state(&self, key: &str, source: &str, live: bool) {
+        let key: Arc<str> = key.into();
+        let state = Segment::build(
+            json!({"key": &*key, "source": source, "live": live, "changed_ms": now_ms()}),
+            &self.builds,
+        );
+        let snap = StreamSnapshot {
+            key: key.clone(),
+            state,
+        };
+        if let Ok(mut m) = self.streams.write() {
+            m.insert(key.clone(), snap.clone());
+        }
+        self.publish(Event {
+            kind: EventKind::StreamChanged,
+            stream: key,
+            at_ms: now_ms(),
+            snapshot: SnapshotRef::Stream(snap),
+            reason: None,
+        });
+    }
+
+    /// Cached snapshots of the viewers of `stream` (all streams when `None`), by id.
+    pub fn viewers(&self, stream: Option<&str>) -> Vec<ViewerSnapshot> {
+        let mut v: Vec<ViewerSnapshot> = self
+            .viewers
+            .read()
+            .map(|m| {
+                m.values()
+                    .filter(|s| stream.is_none_or(|k| &*s.stream == k))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_by_key(|s| s.id);
+        v
+    }
+
+    /// A viewer's cached snapshot.
+    pub fn viewer(&self, id: u64) -> Option<ViewerSnapshot> {
+        self.viewers.read().ok()?.get(&id).cloned()
+    }
+
+    /// Cached stream snapshots, by key.
+    pub fn streams(&self) -> Vec<StreamSnapshot> {
+        let mut v: Vec<StreamSnapshot> = self
+            .streams
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_happen_on_change_only_and_segments_are_shared() {
+        let s = Snapshots::default();
+        s.viewer_joined(1, "live/demo");
+        assert_eq!(s.builds(), 2);
+        let before = s.viewer(1).expect("cached");
+        s.viewer_connected(1, Some("127.0.0.1:5000".parse().expect("addr")));
+        assert_eq!(s.builds(), 3, "only the connection segment is rebuilt");
+        let after = s.viewer(1).expect("cached");
+        assert!(Arc::ptr_eq(&before.identity, &after.identity));
+        assert!(!Arc::ptr_eq(&before.connection, &after.connection));
+        assert_ne!(before.hash(), after.hash());
+        // Reads build nothing.
+        for _ in 0..100 {
+            let _ = s.viewers(Some("live/demo"));
+            let _ = s.viewer(1);
+        }
+        assert_eq!(s.builds(), 3);
+        s.viewer_left(1, "deleted");
+        assert_eq!(s.builds(), 3);
+        assert!(s.viewer(1).is_none());
+    }
+
+    #[test]
+    fn events_carry_the_cached_snapshot() {
+        let s = Snapshots::default();
+        let mut rx = s.subscribe();
+        s.viewer_joined(7, "live/demo");
+        let e = rx.try_recv().expect("event");
+        assert_eq!(e.kind, EventKind::ViewerJoined);
+        let SnapshotRef::Viewer(v) = &e.snapshot else {
+            panic!("viewer snapshot expected")
+        };
+        let cached = s.viewer(7).expect("cached");
+        assert!(Arc::ptr_eq(&v.identity, &cached.identity));
+        let parsed: serde_json::Value = serde_json::from_str(&e.json()).expect("json");
+        assert_eq!(parsed["type"], "viewer.joined");
+        assert_eq!(parsed["snapshot"]["identity"]["id"], 7);
+        assert_eq!(parsed["snapshot"]["connection"]["state"], "connecting");
+    }
+}
