@@ -7,6 +7,8 @@
 //! - [`write_answer`] writes the ICE-lite, DTLS-passive answer for a negotiated offer.
 //! - [`parse_sdpfrag`] reads trickle-ICE PATCH bodies (RFC 8840).
 //! - [`write_offer`] writes the recvonly offer of a lean test client.
+//! - [`write_server_offer`], [`negotiate_answer`] and [`write_client_answer`] are the
+//!   server-offer direction of OvenMediaEngine-style signalling (the server offers).
 //!
 //! Session-level `a=ice-ufrag`, `a=ice-pwd`, `a=fingerprint`, `a=setup`, direction and
 //! `a=extmap` lines are inherited by every media section that does not override them, so
@@ -1311,6 +1313,16 @@ pub fn parse_sdpfrag(s: &str) -> Result<SdpFrag, SdpError> {
     }
     Ok(f)
 }
+
+// ---------------------------------------------------------------------------------------
+// The server-offer direction (OvenMediaEngine-style signalling)
+
+mod server_offer;
+pub use server_offer::{
+    AnswerMismatch, ClientAnswerParams, ClientChoice, SERVER_ABS_CAPTURE_TIME_ID, SERVER_AUDIO_PT,
+    SERVER_VIDEO_PT, ServerOfferParams, negotiate_answer, parse_candidate_line,
+    write_client_answer, write_server_offer,
+};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

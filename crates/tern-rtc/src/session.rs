@@ -1,6 +1,13 @@
-//! Offer/answer for a viewer: from a negotiated offer to the SDP answer and the
-//! [`ViewerParams`] of the lean session, and (for the client side) from an answer to
-//! [`ClientParams`].
+//! Offer/answer for a viewer, in both directions, ending in the same [`ViewerParams`] for
+//! the same lean [`crate::viewer::Viewer`]:
+//!
+//! - WHEP (the viewer offers): [`accept`] turns a negotiated offer into the SDP answer and
+//!   the viewer's parameters; on the client side [`client_params`] reads that answer.
+//! - OvenMediaEngine-style WebSocket signalling (the server offers): [`offer`] mints
+//!   credentials and SSRCs and writes the offer; [`ServerOffer::accept_answer`] reads the
+//!   player's answer into the viewer's parameters. On the client side [`answer_offer`] answers
+//!   a server offer (recvonly, `a=setup:active`: the client is the DTLS client and, against an
+//!   ICE-lite server, the controlling ICE agent) and gives the [`ClientParams`].
 //!
 //! Randomness comes from the caller (`rand` closure) so this stays sans-IO and tests are
 //! repeatable.
@@ -8,7 +15,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use tern_proto::sdp::{self, Negotiated, SessionDescription};
+use tern_proto::sdp::{self, AnswerMismatch, Negotiated, SdpError, SessionDescription, Setup};
 
 use crate::client::ClientParams;
 use crate::viewer::{PWD_LEN, TrackParams, UFRAG_LEN, ViewerParams, ViewerTimeouts};
@@ -102,7 +109,8 @@ pub fn accept(
     }
 }
 
-/// Errors reading a server's answer on the client side.
+/// Errors reading a server's answer (or, with [`answer_offer`], its offer) on the client
+/// side.
 #[derive(Debug, thiserror::Error)]
 pub enum AnswerError {
     /// The answer is not valid SDP.
@@ -111,6 +119,9 @@ pub enum AnswerError {
     /// The answer lacks something a client needs.
     #[error("answer has no {0}")]
     Missing(&'static str),
+    /// The server's offer cannot be answered by the lean client.
+    #[error("offer: {0}")]
+    Offer(&'static str),
 }
 
 /// The client's own offer credentials and options.
@@ -175,4 +186,432 @@ pub fn client_params(answer: &str, offer: &ClientOffer) -> Result<ClientParams, 
         rtcp: offer.rtcp,
         ntp_base: offer.ntp_base,
     })
+}
+
+/// Per-track values minted with a server offer and used once the answer is in.
+#[derive(Debug, Clone, Copy)]
+struct TrackSeed {
+    ssrc: u32,
+    initial_seq: u16,
+    ts_offset: u32,
+}
+
+impl TrackSeed {
+    fn mint(ssrc: u32, rand: &mut dyn FnMut() -> u64) -> Self {
+        TrackSeed {
+            ssrc,
+            // Below 2^15 so the first wrap is far away (as in `accept`).
+            initial_seq: (rand() % 0x8000) as u16,
+            ts_offset: rand() as u32,
+        }
+    }
+
+    fn params(self, m: &sdp::NegotiatedMedia) -> TrackParams {
+        TrackParams {
+            pt: m.pt,
+            ssrc: self.ssrc,
+            abs_capture_time_ext: m.abs_capture_time_ext,
+            nack: m.nack,
+            initial_seq: self.initial_seq,
+            ts_offset: self.ts_offset,
+        }
+    }
+}
+
+/// An offer the server made (OvenMediaEngine-style signalling), waiting for the player's
+/// answer. It holds only what the answer needs: credentials, SSRCs and offsets; no engine
+/// state exists until [`ServerOffer::accept_answer`] succeeds and the caller adds the viewer.
+#[derive(Debug)]
+pub struct ServerOffer {
+    /// The SDP offer to send.
+    pub sdp: String,
+    /// The server's host candidate as `candidate:...`, for the signalling to send beside the
+    /// SDP (the offer itself carries no candidate, as OME's does not).
+    pub candidate: String,
+    local_ufrag: [u8; UFRAG_LEN],
+    local_pwd: [u8; PWD_LEN],
+    video: Option<TrackSeed>,
+    audio: Option<TrackSeed>,
+}
+
+/// Why a player's answer to a server offer cannot be used.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ServerAnswerError {
+    /// The answer is not valid SDP.
+    #[error("malformed SDP answer: {0}")]
+    Sdp(#[from] SdpError),
+    /// The answer does not fit the offer.
+    #[error(transparent)]
+    Mismatch(#[from] AnswerMismatch),
+}
+
+/// Mints credentials, SSRCs and offsets and writes the server's offer for a stream with video
+/// (`video`) and audio (`audio`): ICE-lite, `a=setup:actpass`, sendonly H264 and Opus (see
+/// [`sdp::write_server_offer`]).
+pub fn offer(
+    local: &LocalInfo<'_>,
+    video: bool,
+    audio: bool,
+    rand: &mut dyn FnMut() -> u64,
+) -> ServerOffer {
+    let mut ufrag = [0u8; UFRAG_LEN];
+    let mut pwd = [0u8; PWD_LEN];
+    random_chars(&mut ufrag, rand);
+    random_chars(&mut pwd, rand);
+    let video_seed = video.then(|| TrackSeed::mint(rand() as u32, rand));
+    // Distinct from the video SSRC, as in `accept`.
+    let audio_seed = audio.then(|| {
+        let ssrc = (rand() as u32) ^ 1;
+        let ssrc = match video_seed {
+            Some(v) if v.ssrc == ssrc => ssrc ^ 2,
+            _ => ssrc,
+        };
+        TrackSeed::mint(ssrc, rand)
+    });
+    let ufrag_s = String::from_utf8_lossy(&ufrag).into_owned();
+    let pwd_s = String::from_utf8_lossy(&pwd).into_owned();
+    let sdp = sdp::write_server_offer(&sdp::ServerOfferParams {
+        ice_ufrag: &ufrag_s,
+        ice_pwd: &pwd_s,
+        fingerprint_sha256: local.fingerprint,
+        video_ssrc: video_seed.map(|s| s.ssrc),
+        audio_ssrc: audio_seed.map(|s| s.ssrc),
+        cname: local.cname,
+        session_id: rand() >> 2,
+    });
+    ServerOffer {
+        sdp,
+        candidate: format!(
+            "candidate:1 1 UDP 2130706431 {} {} typ host",
+            local.candidate_ip, local.candidate_port
+        ),
+        local_ufrag: ufrag,
+        local_pwd: pwd,
+        video: video_seed,
+        audio: audio_seed,
+    }
+}
+
+impl ServerOffer {
+    /// Our ICE username fragment, as in the offer.
+    pub fn local_ufrag(&self) -> &str {
+        // Minted from ASCII characters only.
+        std::str::from_utf8(&self.local_ufrag).unwrap_or_default()
+    }
+
+    /// Reads the player's answer into the parameters of the viewer: the same
+    /// [`ViewerParams`] [`accept`] gives for a WHEP offer with the same tracks.
+    pub fn accept_answer(&self, answer: &str) -> Result<ViewerParams, ServerAnswerError> {
+        let sd = SessionDescription::parse(answer)?;
+        let neg = sdp::negotiate_answer(&sd, self.video.is_some(), self.audio.is_some())?;
+        Ok(self.params(&neg))
+    }
+
+    fn params(&self, neg: &Negotiated) -> ViewerParams {
+        ViewerParams {
+            local_ufrag: self.local_ufrag,
+            local_pwd: self.local_pwd,
+            remote_ufrag: neg.remote_ufrag.clone().into_boxed_str(),
+            remote_fingerprint: neg.remote_fingerprint,
+            video: self.video.zip(neg.video()).map(|(s, m)| s.params(m)),
+            audio: self.audio.zip(neg.audio()).map(|(s, m)| s.params(m)),
+            timeouts: ViewerTimeouts::default(),
+        }
+    }
+}
+
+/// The lean client's answer to a server offer.
+#[derive(Debug, Clone)]
+pub struct ClientAnswer {
+    /// The SDP answer to send back.
+    pub answer: String,
+    /// Parameters for [`crate::client::Client::new`].
+    pub params: ClientParams,
+}
+
+/// Answers a server offer for the lean client (the WebSocket-signalling mode of the load
+/// tester): `offer_sdp` is the offer's SDP and `candidates` the `candidate:...` strings the
+/// signalling sent beside it (candidates inside the SDP are used too). `client.ufrag`,
+/// `client.pwd` and `fingerprint` (the client's DTLS certificate) go into the answer.
+///
+/// Roles: the offer must say `a=setup:actpass` (or passive) and the answer says
+/// `a=setup:active`, so the client is the DTLS client, which is what
+/// [`crate::client::Client`] is; against an ICE-lite offer it is the controlling ICE agent.
+/// The first video section with H264 (packetization-mode=1) and the first audio section with
+/// Opus are accepted (nack / pli / fir feedback only when `client.rtcp`), the rest rejected.
+pub fn answer_offer(
+    offer_sdp: &str,
+    candidates: &[&str],
+    client: &ClientOffer,
+    fingerprint: &[u8; 32],
+) -> Result<ClientAnswer, AnswerError> {
+    let sd = SessionDescription::parse(offer_sdp).map_err(|e| AnswerError::Sdp(e.to_string()))?;
+    let (answer, choice) = sdp::write_client_answer(
+        &sd,
+        &sdp::ClientAnswerParams {
+            ice_ufrag: &client.ufrag,
+            ice_pwd: &client.pwd,
+            fingerprint_sha256: fingerprint,
+            rtcp_feedback: client.rtcp,
+            abs_capture_time: true,
+        },
+    );
+    let t = choice
+        .transport_index
+        .and_then(|i| sd.media().get(i))
+        .ok_or(AnswerError::Offer(
+            "no H264 (packetization-mode=1) or Opus section to receive",
+        ))?;
+    if matches!(t.setup(), Some(Setup::Active | Setup::HoldConn)) {
+        return Err(AnswerError::Offer(
+            "a=setup must be actpass or passive (the client is the DTLS client)",
+        ));
+    }
+    let remote_fingerprint = t
+        .fingerprint()
+        .filter(|(algo, _)| algo.eq_ignore_ascii_case("sha-256"))
+        .and_then(|(_, b)| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .ok_or(AnswerError::Offer("no sha-256 a=fingerprint"))?;
+    let udp = |c: &sdp::Candidate| {
+        (c.transport.eq_ignore_ascii_case("udp") && c.component == 1)
+            .then(|| SocketAddr::new(c.ip, c.port))
+    };
+    let server = sd
+        .media()
+        .iter()
+        .flat_map(|m| m.candidates())
+        .find_map(udp)
+        .or_else(|| {
+            candidates
+                .iter()
+                .filter_map(|c| sdp::parse_candidate_line(c).ok().flatten())
+                .find_map(|c| udp(&c))
+        })
+        .ok_or(AnswerError::Offer(
+            "no UDP candidate, in the SDP or beside it",
+        ))?;
+    Ok(ClientAnswer {
+        answer,
+        params: ClientParams {
+            local_ufrag: client.ufrag.clone(),
+            local_pwd: client.pwd.clone(),
+            remote_ufrag: t
+                .ice_ufrag()
+                .ok_or(AnswerError::Offer("no a=ice-ufrag"))?
+                .to_string(),
+            remote_pwd: t
+                .ice_pwd()
+                .ok_or(AnswerError::Offer("no a=ice-pwd"))?
+                .to_string(),
+            remote_fingerprint,
+            server,
+            video_pt: choice.video_pt,
+            audio_pt: choice.audio_pt,
+            abs_capture_time_ext: choice.abs_capture_time_ext,
+            rtcp: client.rtcp,
+            ntp_base: client.ntp_base,
+        },
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tern_proto::stun;
+
+    use super::*;
+    use crate::client::{Client, ClientState};
+    use crate::viewer::{DtlsContext, Viewer, ViewerState};
+
+    fn rng(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            seed >> 1
+        }
+    }
+
+    fn client_offer(now: Instant) -> ClientOffer {
+        ClientOffer {
+            ufrag: "cliU".into(),
+            pwd: "clientPasswordClientPw".into(),
+            rtcp: true,
+            ntp_base: (now, 0),
+        }
+    }
+
+    /// Server offer → lean client answer → viewer parameters, then ICE and DTLS between the
+    /// lean viewer and the lean client in one process: both end connected.
+    #[test]
+    fn server_offer_connects_viewer_and_client() {
+        let server_ctx = DtlsContext::generate().unwrap();
+        let client_ctx = Arc::new(DtlsContext::generate().unwrap());
+        let mut rand = rng(7);
+        let local = LocalInfo {
+            fingerprint: server_ctx.fingerprint(),
+            candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            candidate_port: 10000,
+            cname: "tern-test",
+        };
+        let so = offer(&local, true, true, &mut rand);
+        assert!(
+            !so.sdp.contains("a=candidate"),
+            "candidates go beside the SDP"
+        );
+        assert_eq!(
+            so.candidate,
+            "candidate:1 1 UDP 2130706431 127.0.0.1 10000 typ host"
+        );
+        let t0 = Instant::now();
+        let ca = answer_offer(
+            &so.sdp,
+            &[&so.candidate],
+            &client_offer(t0),
+            client_ctx.fingerprint(),
+        )
+        .unwrap();
+        assert_eq!(ca.params.server, SocketAddr::from(([127, 0, 0, 1], 10000)));
+        assert_eq!(ca.params.remote_ufrag, so.local_ufrag());
+        assert_eq!(ca.params.video_pt, Some(sdp::SERVER_VIDEO_PT));
+        assert_eq!(ca.params.audio_pt, Some(sdp::SERVER_AUDIO_PT));
+        let vp = so.accept_answer(&ca.answer).unwrap();
+        assert_eq!(&*vp.remote_ufrag, "cliU");
+        assert_eq!(&vp.remote_fingerprint, client_ctx.fingerprint());
+        let (v, a) = (vp.video.unwrap(), vp.audio.unwrap());
+        assert!(v.nack && v.ssrc != a.ssrc);
+        assert_eq!(
+            v.abs_capture_time_ext,
+            Some(sdp::SERVER_ABS_CAPTURE_TIME_ID)
+        );
+
+        let mut viewer = Viewer::new(vp, t0);
+        let mut client = Client::new(ca.params, client_ctx, t0, 1);
+        let from = SocketAddr::from(([127, 0, 0, 1], 40000));
+        let mut now = t0;
+        let mut to_client: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..1000 {
+            client.handle_timeout(now);
+            let mut to_server: Vec<Vec<u8>> = Vec::new();
+            client.drain(&mut |d| to_server.push(d.to_vec()));
+            for d in &mut to_server {
+                match d.first() {
+                    Some(0..=3) => {
+                        let msg = stun::Message::parse(d).unwrap();
+                        let mut out = [0u8; 256];
+                        if let Ok(n) = viewer.handle_stun(now, &msg, from, &mut out) {
+                            to_client.push(out[..n].to_vec());
+                        }
+                    }
+                    Some(20..=63) => {
+                        let _ = viewer
+                            .handle_dtls(now, d, &server_ctx, &mut |p| to_client.push(p.to_vec()));
+                    }
+                    _ => {
+                        let _ = viewer.handle_rtcp(now, d, &mut |_| {});
+                    }
+                }
+            }
+            viewer.handle_timeout(now, &mut |p| to_client.push(p.to_vec()));
+            for d in &mut to_client {
+                client.handle_input(now, d);
+            }
+            to_client.clear();
+            if viewer.state() == ViewerState::Connected && client.state() == ClientState::Connected
+            {
+                break;
+            }
+            now += Duration::from_millis(10);
+        }
+        assert_eq!(viewer.state(), ViewerState::Connected);
+        assert_eq!(client.state(), ClientState::Connected);
+    }
+
+    /// The same tracks reached by WHEP (`accept`) and by the server offer give viewer
+    /// parameters of the same shape: only the minted values differ.
+    #[test]
+    fn both_directions_give_the_same_viewer_params() {
+        let fp = [9u8; 32];
+        let local = LocalInfo {
+            fingerprint: &fp,
+            candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            candidate_port: 1,
+            cname: "c",
+        };
+        let cfp = [3u8; 32];
+        let whep_offer = sdp::write_offer(&sdp::OfferParams {
+            ice_ufrag: "cliU",
+            ice_pwd: "clientPasswordClientPw",
+            fingerprint_sha256: &cfp,
+            video: true,
+            audio: true,
+            abs_capture_time: true,
+        });
+        let o = SessionDescription::parse(&whep_offer).unwrap();
+        let whep = accept(&o, &sdp::negotiate(&o).unwrap(), &local, &mut rng(1)).params;
+        let so = offer(&local, true, true, &mut rng(2));
+        let ca = answer_offer(
+            &so.sdp,
+            &[&so.candidate],
+            &client_offer(Instant::now()),
+            &cfp,
+        )
+        .unwrap();
+        let ome = so.accept_answer(&ca.answer).unwrap();
+        assert_eq!(whep.remote_ufrag, ome.remote_ufrag);
+        assert_eq!(whep.remote_fingerprint, ome.remote_fingerprint);
+        for (a, b) in [(whep.video, ome.video), (whep.audio, ome.audio)] {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!(
+                (a.pt, a.nack, a.abs_capture_time_ext.is_some()),
+                (b.pt, b.nack, b.abs_capture_time_ext.is_some())
+            );
+        }
+    }
+
+    #[test]
+    fn answers_and_offers_that_cannot_be_used() {
+        let fp = [9u8; 32];
+        let local = LocalInfo {
+            fingerprint: &fp,
+            candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            candidate_port: 1,
+            cname: "c",
+        };
+        let so = offer(&local, true, true, &mut rng(3));
+        let ca = answer_offer(&so.sdp, &[], &client_offer(Instant::now()), &[3; 32]);
+        // No candidate in the SDP and none beside it: the client has nowhere to go.
+        assert!(matches!(ca, Err(AnswerError::Offer(_))));
+        let ca = answer_offer(
+            &so.sdp,
+            &["bogus", &so.candidate],
+            &client_offer(Instant::now()),
+            &[3; 32],
+        )
+        .unwrap();
+        assert!(matches!(
+            so.accept_answer("not sdp"),
+            Err(ServerAnswerError::Sdp(_))
+        ));
+        let passive = ca.answer.replace("a=setup:active", "a=setup:passive");
+        assert!(matches!(
+            so.accept_answer(&passive),
+            Err(ServerAnswerError::Mismatch(AnswerMismatch::Setup))
+        ));
+        let active_offer = so.sdp.replace("a=setup:actpass", "a=setup:active");
+        assert!(matches!(
+            answer_offer(
+                &active_offer,
+                &[&so.candidate],
+                &client_offer(Instant::now()),
+                &[3; 32]
+            ),
+            Err(AnswerError::Offer(_))
+        ));
+    }
 }
