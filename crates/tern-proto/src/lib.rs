@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod h264;
+pub mod ome;
 pub mod rtcp;
 pub mod rtp;
 pub mod sdp;

@@ -1,5 +1,6 @@
 //! tern's IO driver: the media engine thread on the shared UDP port, the HTTP server
-//! (WHEP, pages, API), configuration and start-up/shutdown.
+//! (WHEP, OvenMediaEngine-style WebSocket signalling, pages, API), configuration and
+//! start-up/shutdown.
 //!
 //! The protocol work happens in the sans-IO crates (`tern-proto`, `tern-rtc`); this crate
 //! owns sockets, threads and the clock.
@@ -11,6 +12,7 @@ pub mod batch;
 pub mod config;
 pub mod engine;
 pub mod ingest;
+pub mod ome;
 pub mod snapshot;
 pub mod whep;
 pub mod whip;

@@ -589,7 +589,21 @@ async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
     ))
 }
 
-async fn player(Path((app, stream)): Path<(String, String)>) -> Response {
+/// `GET /{app}/{stream}`: the player page, or, with `Upgrade: websocket`, the
+/// OvenMediaEngine-compatible signalling socket (see [`crate::ome`]).
+async fn player(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    ws: Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
+) -> Response {
+    if let Ok(ws) = ws {
+        return crate::ome::upgrade(st, ws, app, stream, query, &headers);
+    }
     let page = PLAYER_HTML
         .replace("{{APP}}", &html_escape(&app))
         .replace("{{STREAM}}", &html_escape(&stream));

@@ -219,10 +219,8 @@ pub fn negotiate_answer(
             got_audio = Some(n);
         }
     }
-    let in_bundle = |m: &Option<NegotiatedMedia>| {
-        m.as_ref()
-            .is_none_or(|m| answer.bundle.iter().any(|b| *b == m.mid))
-    };
+    let in_bundle =
+        |m: &Option<NegotiatedMedia>| m.as_ref().is_none_or(|m| answer.bundle.contains(&m.mid));
     let bundle = in_bundle(&got_video) && in_bundle(&got_audio) && !answer.bundle.is_empty();
     if !bundle && got_video.is_some() && got_audio.is_some() {
         // One transport only: video comes first in the offer.

@@ -1,0 +1,375 @@
+//! OvenMediaEngine-compatible WebSocket signalling on `ws://HOST:PORT/{app}/{stream}`, the
+//! same HTTP listener and path as the player page (a GET with `Upgrade: websocket` is the
+//! signalling, a plain GET the page).
+//!
+//! The server offers and the player answers (see [`tern_proto::ome`] for the messages):
+//!
+//! ```text
+//! player                                      tern
+//!   | {"command":"request_offer"}              |  checks the stream, mints credentials
+//!   |<---------- {"command":"offer","id",...}  |  (no engine state yet)
+//!   | {"command":"answer","id",sdp} ---------->|  answer -> ViewerParams -> AddViewer
+//!   | {"command":"candidate","id",...} ------->|  validated; ICE-lite learns the address
+//!   |               ICE / DTLS / SRTP on the media port, as a WHEP viewer              |
+//!   | {"command":"stop","id"} or close ------->|  RemoveViewer
+//! ```
+//!
+//! The viewer behind the socket is the same lean [`tern_rtc::viewer::Viewer`] a WHEP POST
+//! creates, added through the same engine command: only the offer/answer direction differs.
+//! The socket owns the session: closing it (or `stop`) removes the viewer, and a socket closed
+//! before its answer leaves nothing in the engine, since the viewer is only added on the answer.
+//! An error is sent as OME sends it, `{"code":N,"error":"..."}`, and the socket is then closed
+//! (OME closes after every error too; unlike OME, a frame that is not JSON also gets an error
+//! message before the close rather than a bare close).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+use rand::Rng;
+use tern_pool::PoolCounter;
+use tern_proto::ome::{self, Command, IceServer, OfferCandidate, SignalError};
+use tern_rtc::session::{self, LocalInfo, ServerAnswerError, ServerOffer};
+use tracing::{debug, info};
+
+use crate::engine::{Command as EngineCommand, ViewerId};
+use crate::whep::AppState;
+
+/// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`): one
+/// item per socket, its bytes the socket's state and pending offer. A process-wide counter
+/// like the registry it lives in: it is created once, on the first socket.
+fn counter() -> &'static PoolCounter {
+    static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
+    COUNTER.get_or_init(|| PoolCounter::new("ome_signalling", std::mem::size_of::<Signalling>()))
+}
+
+/// Upgrades a GET on `/{app}/{stream}` to the signalling socket.
+pub fn upgrade(
+    st: Arc<AppState>,
+    ws: WebSocketUpgrade,
+    app: String,
+    stream: String,
+    query: Option<String>,
+    headers: &HeaderMap,
+) -> Response {
+    let params = Params::from_query(query.as_deref());
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    ws.max_message_size(ome::MAX_MESSAGE_LEN)
+        .max_frame_size(ome::MAX_MESSAGE_LEN)
+        .on_upgrade(move |socket| async move {
+            let mut sig = Signalling::new(app, stream, params, bearer);
+            sig.run(&st, socket).await;
+            sig.end(&st);
+        })
+}
+
+/// What the URL's query asks for.
+#[derive(Debug, Default, Clone)]
+struct Params {
+    /// `?transport=tcp`: relay the viewer over TURN-over-TCP (OME's TcpRelay).
+    tcp: bool,
+    /// `?token=...`: the app's token, for players that cannot set an Authorization header
+    /// on a WebSocket (browsers).
+    token: Option<String>,
+}
+
+impl Params {
+    fn from_query(q: Option<&str>) -> Self {
+        let mut p = Params::default();
+        for kv in q.unwrap_or("").split('&') {
+            match kv.split_once('=') {
+                Some(("transport", v)) => p.tcp = v.eq_ignore_ascii_case("tcp"),
+                Some(("token", v)) => p.token = Some(v.to_string()),
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// ICE servers handed to the player with its offer. This is the seam for tern's TURN server:
+/// with `tcp` (`?transport=tcp`) it is to return the TURN-over-TCP relay, as OME's TcpRelay
+/// does, so that the player relays over TCP; otherwise TURN over UDP when configured. tern
+/// runs no TURN server yet, so the list is empty and the offer carries no `iceServers`.
+fn ice_servers(_st: &AppState, tcp: bool) -> Vec<IceServer> {
+    if tcp {
+        debug!("?transport=tcp asked, but no TURN relay is configured");
+    }
+    Vec::new()
+}
+
+/// Where a signalling socket is.
+#[derive(Debug)]
+enum Phase {
+    /// No offer made (new, or after `stop`).
+    Idle,
+    /// An offer is out; waiting for the answer.
+    Offered(ServerOffer),
+    /// The viewer exists in the engine.
+    Playing(ViewerId),
+}
+
+/// One signalling socket's state.
+struct Signalling {
+    app: String,
+    stream: String,
+    params: Params,
+    bearer: Option<String>,
+    /// The id the player must echo; `None` after `stop` until the next offer.
+    id: Option<i64>,
+    phase: Phase,
+    /// Bytes this socket has counted in [`counter`].
+    counted: usize,
+}
+
+/// A fresh offer id: 1..=i32::MAX, as OME mints them (players keep it as a JS number).
+fn new_id() -> i64 {
+    rand::rng().random_range(1..=i64::from(i32::MAX))
+}
+
+impl Signalling {
+    fn new(app: String, stream: String, params: Params, bearer: Option<String>) -> Self {
+        let mut s = Signalling {
+            app,
+            stream,
+            params,
+            bearer,
+            id: Some(new_id()),
+            phase: Phase::Idle,
+            counted: 0,
+        };
+        counter().add(1, 0);
+        s.recount();
+        s
+    }
+
+    /// Brings this socket's bytes in [`counter`] up to date.
+    fn recount(&mut self) {
+        let pending = match &self.phase {
+            Phase::Offered(o) => o.sdp.capacity() + o.candidate.capacity(),
+            _ => 0,
+        };
+        let now =
+            std::mem::size_of::<Self>() + self.app.capacity() + self.stream.capacity() + pending;
+        counter().add(0, now);
+        counter().sub(0, self.counted);
+        self.counted = now;
+    }
+
+    async fn run(&mut self, st: &AppState, mut socket: WebSocket) {
+        while let Some(frame) = socket.recv().await {
+            let text = match frame {
+                Ok(Message::Text(t)) => t.as_str().to_owned(),
+                Ok(Message::Binary(b)) => match String::from_utf8(b.to_vec()) {
+                    Ok(t) => t,
+                    Err(_) => {
+                        let e = SignalError::bad_request("Invalid request message");
+                        close_with(&mut socket, &e).await;
+                        return;
+                    }
+                },
+                // After a Close, reading on lets the WebSocket send its closing reply; the
+                // stream then ends.
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Close(_)) => continue,
+                Err(_) => return,
+            };
+            match self.handle(st, &text).await {
+                Ok(Some(reply)) => {
+                    if socket.send(Message::Text(reply.into())).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    debug!(app = %self.app, stream = %self.stream, error = %e, "signalling error");
+                    close_with(&mut socket, &e).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles one text frame: `Ok(Some(text))` to send, `Ok(None)` for nothing, `Err` to
+    /// send as an error and close.
+    async fn handle(&mut self, st: &AppState, text: &str) -> Result<Option<String>, SignalError> {
+        let msg = ome::parse_message(text)?;
+        if *msg.command() == Command::RequestOffer {
+            return self.request_offer(st).map(Some);
+        }
+        // Every other command names the offer it belongs to (OME checks this first).
+        if self.id.is_none() || msg.id() != self.id {
+            return Err(SignalError::bad_request("Invalid ID"));
+        }
+        match msg.command() {
+            Command::RequestOffer => Ok(None), // handled above
+            Command::Answer => {
+                let sdp = msg.answer_sdp()?;
+                self.answer(st, sdp).await.map(|()| None)
+            }
+            Command::Candidate => {
+                // ICE-lite: the viewer learns the player's address from its binding
+                // requests, so trickled candidates are validated and need no action.
+                let n = msg.candidates()?.len();
+                debug!(candidates = n, "trickled candidates");
+                Ok(None)
+            }
+            Command::Stop => {
+                self.stop(st);
+                self.id = None;
+                Ok(None)
+            }
+            // One rendition: nothing to switch.
+            Command::ChangeRendition => Ok(None),
+            Command::P2p(c) => Err(SignalError::bad_request(format!(
+                "P2P is not supported: {c}"
+            ))),
+            Command::Other(c) => Err(SignalError::bad_request(format!("Unknown command: {c}"))),
+        }
+    }
+
+    fn request_offer(&mut self, st: &AppState) -> Result<String, SignalError> {
+        // A new offer replaces whatever the socket had (OvenPlayer asks again after a stop).
+        self.stop(st);
+        let key = format!("{}/{}", self.app, self.stream);
+        let Some(info) = st.streams.get(&key) else {
+            return Err(SignalError::new(
+                404,
+                format!("Cannot create offer: stream {key} not found"),
+            ));
+        };
+        if let Some(token) = st.config.app(&self.app).and_then(|a| a.token.as_deref()) {
+            let given = self.bearer.as_deref().or(self.params.token.as_deref());
+            if given != Some(token) {
+                return Err(SignalError::new(
+                    401,
+                    "Unauthorized: missing or wrong token",
+                ));
+            }
+        }
+        let live = st
+            .engine
+            .stats
+            .live
+            .get(info.index)
+            .is_some_and(|l| l.load(Ordering::Relaxed));
+        if !live {
+            return Err(SignalError::new(
+                404,
+                format!("Cannot create offer: stream {key} is not live"),
+            ));
+        }
+        check_capacity(st)?;
+        let offer = session::offer(
+            &LocalInfo {
+                fingerprint: &st.fingerprint,
+                candidate_ip: st.candidate_ip,
+                candidate_port: st.candidate_port,
+                cname: &st.config.server.cname,
+            },
+            true,
+            true,
+            &mut || rand::rng().random(),
+        );
+        let id = new_id();
+        let text = ome::write_offer(
+            id,
+            &offer.sdp,
+            &[OfferCandidate {
+                candidate: &offer.candidate,
+                sdp_mline_index: 0,
+                sdp_mid: Some("0"),
+            }],
+            &ice_servers(st, self.params.tcp),
+        );
+        debug!(%key, id, ufrag = offer.local_ufrag(), "offer");
+        self.id = Some(id);
+        self.phase = Phase::Offered(offer);
+        self.recount();
+        Ok(text)
+    }
+
+    async fn answer(&mut self, st: &AppState, sdp: &str) -> Result<(), SignalError> {
+        let offer = match &self.phase {
+            Phase::Offered(o) => o,
+            Phase::Playing(_) => {
+                return Err(SignalError::bad_request("The answer was already applied"));
+            }
+            Phase::Idle => return Err(SignalError::bad_request("There is no offer to answer")),
+        };
+        let params = offer.accept_answer(sdp).map_err(|e| match e {
+            ServerAnswerError::Sdp(e) => {
+                SignalError::bad_request(format!("Could not parse SDP: {e}"))
+            }
+            other => SignalError::new(403, format!("Forbidden: {other}")),
+        })?;
+        let key = format!("{}/{}", self.app, self.stream);
+        let Some(info) = st.streams.get(&key) else {
+            return Err(SignalError::new(404, "Cannot create offer"));
+        };
+        check_capacity(st)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let unavailable = || SignalError::new(503, "media engine is not running");
+        st.engine
+            .send(EngineCommand::AddViewer {
+                stream: info.index,
+                params: Box::new(params),
+                reply: tx,
+            })
+            .map_err(|_| unavailable())?;
+        let viewer = rx.await.map_err(|_| unavailable())?;
+        info!(%key, ?viewer, "OME-signalled viewer added");
+        self.phase = Phase::Playing(viewer);
+        self.recount();
+        Ok(())
+    }
+
+    /// Ends the viewer (if any) and drops the pending offer.
+    fn stop(&mut self, st: &AppState) {
+        if let Phase::Playing(id) = std::mem::replace(&mut self.phase, Phase::Idle) {
+            let _ = st.engine.send(EngineCommand::RemoveViewer(id));
+            info!(viewer = ?id, "OME-signalled viewer removed");
+        }
+        self.recount();
+    }
+
+    /// The socket is gone: free everything it held.
+    fn end(&mut self, st: &AppState) {
+        self.stop(st);
+        counter().sub(1, self.counted);
+        self.counted = 0;
+    }
+}
+
+/// The same admission limits as a WHEP POST.
+fn check_capacity(st: &AppState) -> Result<(), SignalError> {
+    let stats = &st.engine.stats;
+    let t = &st.config.tunables;
+    if stats.handshakes.load(Ordering::Relaxed) >= t.max_handshakes
+        || stats.viewers.load(Ordering::Relaxed) >= t.max_viewers
+    {
+        return Err(SignalError::new(
+            503,
+            "too many viewers or handshakes in progress; retry",
+        ));
+    }
+    Ok(())
+}
+
+/// Sends the error as OME does, then closes the socket.
+async fn close_with(socket: &mut WebSocket, e: &SignalError) {
+    let _ = socket.send(Message::Text(e.to_json().into())).await;
+    // 1008 policy violation for a client's mistake, 1011 for a server-side condition.
+    let code = if e.code < 500 { 1008 } else { 1011 };
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: "".into(),
+        })))
+        .await;
+}
