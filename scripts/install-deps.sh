@@ -13,8 +13,9 @@
 #   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
 #                    the rustfmt and clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
-#   browser tests    `npm ci` in tests/browser (playwright-core only: no browser download,
-#                    the tests drive Debian's /usr/bin/chromium)
+#   browser tests    `npm ci` in tests/browser: playwright-core (no browser download, the
+#                    tests drive Debian's /usr/bin/chromium) and ovenplayer (OvenPlayer's
+#                    published bundle, played against tern's OME-compatible signalling)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ case "${1:-}" in
     --rust) RUST_ONLY=1 ;;
     "") ;;
     -h | --help)
-        sed -n '2,17p' "$0"
+        sed -n '2,18p' "$0"
         exit 0
         ;;
     *)
