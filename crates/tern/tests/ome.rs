@@ -2,8 +2,9 @@
 //! request_offer → offer → answer → media to a lean client over UDP; stop; malformed and
 //! out-of-order commands (an OME-shaped error, then a close, and the server keeps serving);
 //! a socket closed mid-handshake leaves no session behind (checked through the
-//! `ome_signalling` pool of `GET /v1/memory` and through the engine itself: the viewer's ICE
-//! credentials stop being answered on the media port).
+//! `ome_signalling` pool of `GET /v1/memory`, the engine's viewer count in
+//! `GET /v1/stats/current`, and the engine itself: the viewer's ICE credentials stop being
+//! answered on the media port).
 
 use std::io;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -206,6 +207,28 @@ fn signalling_pool(http: SocketAddr) -> (u64, u64) {
         })
 }
 
+/// The engine's viewer count (`totalConnections` of `GET /v1/stats/current`).
+fn engine_viewers(http: SocketAddr) -> u64 {
+    let r = http_get(http, "/v1/stats/current").expect("GET /v1/stats/current");
+    assert_eq!(r.status, 200);
+    let v: Value = serde_json::from_str(&r.text()).expect("stats JSON");
+    v["response"]["totalConnections"]
+        .as_u64()
+        .expect("totalConnections")
+}
+
+/// Waits up to 3 s for the engine to hold `n` viewers.
+fn wait_viewers(http: SocketAddr, n: u64) -> u64 {
+    let end = Instant::now() + Duration::from_secs(3);
+    loop {
+        let v = engine_viewers(http);
+        if v == n || Instant::now() > end {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits up to 3 s for the `ome_signalling` pool to hold `items` sockets.
 fn wait_pool(http: SocketAddr, items: u64) -> (u64, u64) {
     let end = Instant::now() + Duration::from_secs(3);
@@ -263,6 +286,7 @@ fn offer_answer_plays_then_stop_ends_the_viewer() {
     assert_eq!(vt.bad, 0, "SRTP failures");
     assert!(vt.keyframes >= 1, "no keyframe");
     assert_eq!(wait_pool(server.http, 1).0, 1);
+    assert_eq!(engine_viewers(server.http), 1);
     assert!(
         engine_answers(server.media, &offer, &cufrag),
         "live session"
@@ -286,6 +310,11 @@ fn offer_answer_plays_then_stop_ends_the_viewer() {
         "media kept flowing after stop: +{}",
         after - before
     );
+    assert_eq!(wait_viewers(server.http, 0), 0, "viewer count after stop");
+    // The socket still works: a new offer, with a new id.
+    let again = request_offer(&mut ws);
+    assert_ne!(again.id, offer.id);
+    assert_ne!(again.ufrag, offer.ufrag);
     // The stopped id is no longer valid.
     send(&mut ws, &json!({"command": "stop", "id": offer.id}));
     expect_error(&mut ws, 400, "Invalid ID", "stop after stop");
@@ -309,6 +338,7 @@ fn socket_closed_mid_handshake_leaves_no_session() {
     ws.close(None).expect("close");
     let _ = recv(&mut ws);
     assert_eq!(wait_pool(server.http, 0), (0, 0));
+    assert_eq!(engine_viewers(server.http), 0);
 
     // Closed after the answer, before ICE/DTLS: the viewer existed and must be gone.
     let mut ws = connect(server.http, "/live/demo");
@@ -321,6 +351,7 @@ fn socket_closed_mid_handshake_leaves_no_session() {
         engine_answers(server.media, &offer, &cufrag),
         "viewer not added after the answer"
     );
+    assert_eq!(wait_viewers(server.http, 1), 1);
     drop(ws); // no close frame: the TCP connection just goes away
     let end = Instant::now() + Duration::from_secs(3);
     while engine_answers(server.media, &offer, &cufrag) && Instant::now() < end {}
@@ -328,6 +359,7 @@ fn socket_closed_mid_handshake_leaves_no_session() {
         !engine_answers(server.media, &offer, &cufrag),
         "viewer still in the engine after its socket closed"
     );
+    assert_eq!(wait_viewers(server.http, 0), 0);
     assert_eq!(wait_pool(server.http, 0), (0, 0));
     server.stop();
 }
@@ -485,5 +517,6 @@ fn malformed_and_out_of_order_commands_get_ome_errors() {
     let _ = request_offer(&mut ws);
     drop(ws);
     assert_eq!(wait_pool(http, 0), (0, 0), "every socket freed");
+    assert_eq!(wait_viewers(http, 0), 0, "every viewer freed");
     server.stop();
 }
