@@ -22,8 +22,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use tern_rtc::client::{Client, ClientState, ConnectTimes, TrackStats};
 use tern_rtc::clip::MediaKind;
 
-/// How often client timers are checked.
-const TICK: Duration = Duration::from_millis(5);
+/// How often client timers are checked (NACK delays are tens of ms, reports 1 s).
+const TICK: Duration = Duration::from_millis(10);
 /// Once no client of the thread is connecting, the thread sleeps this long between
 /// polls instead of blocking in `epoll_wait`. Datagrams queue meanwhile and are read
 /// several per `recvmmsg`, and the server's sends do not have to wake this thread: both
@@ -198,6 +198,8 @@ struct Slot {
     signalling: Duration,
     started: Instant,
     failure: Option<&'static str>,
+    /// The client's next timer, as of its last input or timeout.
+    next_timer: Option<Instant>,
     datagrams: u64,
     datagram_bytes: u64,
     last_rx: Option<Instant>,
@@ -359,6 +361,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                     let _ = sock.send(d);
                 });
             }
+            s.next_timer = s.client.poll_timeout();
         }
         while let Ok(cmd) = rx.try_recv() {
             match cmd {
@@ -391,6 +394,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                         signalling: j.signalling,
                         started: j.started,
                         failure: None,
+                        next_timer: None,
                         datagrams: 0,
                         datagram_bytes: 0,
                         last_rx: None,
@@ -402,6 +406,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                     slot.client.drain(&mut |d| {
                         let _ = sock.send(d);
                     });
+                    slot.next_timer = slot.client.poll_timeout();
                     slots.push(slot);
                     connecting += 1;
                 }
@@ -446,19 +451,26 @@ fn tick(s: &mut Slot, now: Instant, connect_timeout: Duration, quiet: bool) {
         });
         return;
     }
-    if s.client.poll_timeout().is_some_and(|t| t <= now) {
+    // The client's next timer is cached: asked again only after input or a timeout ran.
+    if s.next_timer.is_some_and(|t| t <= now) {
         s.client.handle_timeout(now);
         let sock = &s.sock;
         s.client.drain(&mut |d| {
             let _ = sock.send(d);
         });
+        s.next_timer = s.client.poll_timeout();
     }
     if state == ClientState::Connected {
-        let (bytes, frames) = s.totals();
         match s.window {
             // The first window starts at the first packet, so it is a whole one.
-            None if bytes > 0 => s.window = Some((now, bytes, frames)),
+            None => {
+                let (bytes, frames) = s.totals();
+                if bytes > 0 {
+                    s.window = Some((now, bytes, frames));
+                }
+            }
             Some((at, b0, f0)) if now.duration_since(at) >= RATE_WINDOW => {
+                let (bytes, frames) = s.totals();
                 let secs = now.duration_since(at).as_secs_f64();
                 s.bps.add((bytes - b0) as f64 * 8.0 / secs);
                 s.fps.add((frames - f0) as f64 / secs);
