@@ -14,3 +14,4 @@ pub mod rtp;
 pub mod sdp;
 pub mod srtp;
 pub mod stun;
+pub mod turn;

@@ -410,30 +410,7 @@ impl<'a> Message<'a> {
     /// Decodes an XOR-encoded address attribute: [`XOR_MAPPED_ADDRESS`],
     /// [`XOR_PEER_ADDRESS`] or [`XOR_RELAYED_ADDRESS`]. IPv4 and IPv6.
     pub fn xor_address(&self, ty: u16) -> Option<SocketAddr> {
-        let v = self.attr(ty)?;
-        let tid = self.transaction_id();
-        let mut mask = [0u8; 16];
-        mask[..4].copy_from_slice(&MAGIC_COOKIE.to_be_bytes());
-        mask[4..].copy_from_slice(tid);
-        let port = be16(v, 2)? ^ (MAGIC_COOKIE >> 16) as u16;
-        let ip = match (v.first()?, v.get(1)?, v.len()) {
-            (0, 1, 8) => {
-                let mut a = [0u8; 4];
-                for (i, b) in a.iter_mut().enumerate() {
-                    *b = v[4 + i] ^ mask[i];
-                }
-                IpAddr::V4(Ipv4Addr::from(a))
-            }
-            (0, 2, 20) => {
-                let mut a = [0u8; 16];
-                for (i, b) in a.iter_mut().enumerate() {
-                    *b = v[4 + i] ^ mask[i];
-                }
-                IpAddr::V6(Ipv6Addr::from(a))
-            }
-            _ => return None,
-        };
-        Some(SocketAddr::new(ip, port))
+        decode_xor_address(self.attr(ty)?, self.transaction_id())
     }
 
     /// Decodes the plain (legacy) MAPPED-ADDRESS attribute.
@@ -465,6 +442,35 @@ impl<'a> Message<'a> {
             .unwrap_or("");
         Some((class * 100 + number, reason))
     }
+}
+
+/// Decodes the value of an XOR-encoded address attribute (XOR-MAPPED-ADDRESS,
+/// XOR-PEER-ADDRESS, XOR-RELAYED-ADDRESS) of a message with transaction id `tid`; for
+/// messages that carry several (CreatePermission), iterate [`Message::attrs`] and decode each.
+/// IPv4 and IPv6; `None` when malformed.
+pub fn decode_xor_address(v: &[u8], tid: &[u8; 12]) -> Option<SocketAddr> {
+    let mut mask = [0u8; 16];
+    mask[..4].copy_from_slice(&MAGIC_COOKIE.to_be_bytes());
+    mask[4..].copy_from_slice(tid);
+    let port = be16(v, 2)? ^ (MAGIC_COOKIE >> 16) as u16;
+    let ip = match (v.first()?, v.get(1)?, v.len()) {
+        (0, 1, 8) => {
+            let mut a = [0u8; 4];
+            for (i, b) in a.iter_mut().enumerate() {
+                *b = v[4 + i] ^ mask[i];
+            }
+            IpAddr::V4(Ipv4Addr::from(a))
+        }
+        (0, 2, 20) => {
+            let mut a = [0u8; 16];
+            for (i, b) in a.iter_mut().enumerate() {
+                *b = v[4 + i] ^ mask[i];
+            }
+            IpAddr::V6(Ipv6Addr::from(a))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// HMAC-SHA1 over `signed` (a message prefix) with the header length field replaced by

@@ -9,4 +9,6 @@ pub mod clip;
 pub mod publisher;
 pub mod session;
 pub mod stream;
+pub mod turn;
+pub mod turn_client;
 pub mod viewer;
