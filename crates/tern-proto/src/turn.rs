@@ -15,8 +15,11 @@ use crate::stun::{self, Class, MessageWriter, StunError};
 
 /// Lowest channel number (RFC 8656 §12).
 pub const CHANNEL_MIN: u16 = 0x4000;
-/// Highest channel number (RFC 8656 §12: 0x4000 through 0x4FFF).
+/// Highest channel number a client should pick (RFC 8656 §12: 0x4000 through 0x4FFF).
 pub const CHANNEL_MAX: u16 = 0x4FFF;
+/// Highest channel number accepted: RFC 5766 allowed up to 0x7FFF and coturn's clients
+/// (`turnutils_uclient`) still use that range, so a server takes it for interoperability.
+pub const CHANNEL_MAX_ACCEPTED: u16 = 0x7FFF;
 /// Length of the ChannelData header (channel number and length).
 pub const CHANNEL_HEADER_LEN: usize = 4;
 /// REQUESTED-TRANSPORT value for UDP (the IANA protocol number).
@@ -47,7 +50,7 @@ pub enum TurnError {
     /// Fewer bytes than the header.
     #[error("TURN frame shorter than its header")]
     TooShort,
-    /// The first byte is neither STUN (0..=3) nor a channel number (0x40..=0x4F).
+    /// The first byte is neither STUN (0..=3) nor a channel number (0x40..=0x7F).
     #[error("not a STUN message or ChannelData (first byte {0:#04x})")]
     NotTurn(u8),
     /// The ChannelData length runs past the datagram.
@@ -59,7 +62,8 @@ pub enum TurnError {
 }
 
 /// What kind of TURN frame a datagram or stream position holds, by its first byte
-/// (RFC 8656 §12 and RFC 7983): STUN (0..=3) or ChannelData (0x40..=0x4F).
+/// (RFC 8656 §12): STUN (0..=3) or ChannelData (0x40..=0x7F, the RFC 5766 range; on a TURN
+/// port nothing else shares the first byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameKind {
     /// A STUN message.
@@ -73,7 +77,7 @@ impl FrameKind {
     pub fn of(first: u8) -> Option<FrameKind> {
         match first {
             0..=3 => Some(FrameKind::Stun),
-            0x40..=0x4F => Some(FrameKind::ChannelData),
+            0x40..=0x7F => Some(FrameKind::ChannelData),
             _ => None,
         }
     }
@@ -82,7 +86,7 @@ impl FrameKind {
 /// A ChannelData message borrowing its datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelData<'a> {
-    /// The channel number (0x4000..=0x4FFF).
+    /// The channel number (0x4000..=[`CHANNEL_MAX_ACCEPTED`]).
     pub number: u16,
     /// The application data (without padding).
     pub data: &'a [u8],
@@ -97,7 +101,7 @@ impl<'a> ChannelData<'a> {
             .and_then(|h| h.try_into().ok())
             .ok_or(TurnError::TooShort)?;
         let number = u16::from_be_bytes([h[0], h[1]]);
-        if !(CHANNEL_MIN..=CHANNEL_MAX).contains(&number) {
+        if !(CHANNEL_MIN..=CHANNEL_MAX_ACCEPTED).contains(&number) {
             return Err(TurnError::NotTurn(h[0]));
         }
         let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
@@ -259,7 +263,11 @@ mod tests {
         // No headroom, out-of-range channel, overlong and short inputs.
         assert!(frame_channel_data(&mut buf, 3, 5, 0x4000, false).is_err());
         assert!(ChannelData::parse(&[0x40, 0, 0]).is_err());
-        assert!(ChannelData::parse(&[0x50, 0, 0, 0]).is_err());
+        assert!(ChannelData::parse(&[0x80, 0, 0, 0]).is_err());
+        assert_eq!(
+            ChannelData::parse(&[0x7F, 0xFF, 0, 0]).unwrap().number,
+            0x7FFF
+        );
         assert_eq!(
             ChannelData::parse(&[0x40, 0, 0, 5, 1, 2]),
             Err(TurnError::BadLength)
@@ -319,5 +327,6 @@ mod tests {
         assert_eq!(FrameKind::of(0x41), Some(FrameKind::ChannelData));
         assert_eq!(FrameKind::of(0x01), Some(FrameKind::Stun));
         assert_eq!(FrameKind::of(0x80), None);
+        assert_eq!(FrameKind::of(0x3F), None);
     }
 }

@@ -132,12 +132,19 @@ pub struct PendingAllocation {
     user: Box<str>,
     key: [u8; 16],
     lifetime: u32,
+    even_port: bool,
 }
 
 impl PendingAllocation {
     /// The client asking.
     pub fn client(&self) -> ClientAddr {
         self.client
+    }
+
+    /// Whether the relay port must be even (EVEN-PORT, RFC 8656 §7.2; the reservation of
+    /// the next port is not offered).
+    pub fn even_port(&self) -> bool {
+        self.even_port
     }
 }
 
@@ -290,7 +297,8 @@ impl Code {
 }
 
 /// Attributes below 0x8000 (comprehension-required) the server understands; others get 420.
-const KNOWN: [u16; 11] = [
+const KNOWN: [u16; 12] = [
+    turn::EVEN_PORT,
     stun::USERNAME,
     stun::MESSAGE_INTEGRITY,
     stun::MESSAGE_INTEGRITY_SHA256,
@@ -760,7 +768,7 @@ impl TurnServer {
                 ) else {
                     return self.error(now, from, m, out, Code::BadRequest, Some(&auth.key));
                 };
-                if !(turn::CHANNEL_MIN..=turn::CHANNEL_MAX).contains(&number) {
+                if !(turn::CHANNEL_MIN..=turn::CHANNEL_MAX_ACCEPTED).contains(&number) {
                     return self.error(now, from, m, out, Code::BadRequest, Some(&auth.key));
                 }
                 if !self.family_ok(peer) {
@@ -921,6 +929,13 @@ impl TurnServer {
                 return self.error(now, from, m, out, Code::AddressFamily, Some(&auth.key));
             }
         }
+        // EVEN-PORT with the R bit asks to reserve the next port too: not offered (508, as
+        // RFC 8656 §7.2 allows a server that cannot reserve).
+        let even_port = match m.attr(turn::EVEN_PORT) {
+            None => false,
+            Some([flags, ..]) if flags & 0x80 == 0 => true,
+            Some(_) => return self.error(now, from, m, out, Code::Capacity, Some(&auth.key)),
+        };
         let user = String::from_utf8_lossy(auth.user);
         if self.allocs.len() >= self.cfg.max_allocations {
             self.stats.quota_refusals += 1;
@@ -938,6 +953,7 @@ impl TurnServer {
             user: user.into(),
             key: auth.key,
             lifetime: self.grant(m.u32_attr(stun::LIFETIME)),
+            even_port,
         }))
     }
 

@@ -483,17 +483,17 @@ fn binding_unknown_attributes_and_transport() {
     assert_eq!(m.class(), Class::Success);
     assert_eq!(m.xor_address(stun::XOR_MAPPED_ADDRESS), Some(from.addr));
     assert!(m.check_fingerprint());
-    // EVEN-PORT is not supported: 420 listing it.
+    // RESERVATION-TOKEN is not supported: 420 listing it.
     let mut w = MessageWriter::new(&mut buf, Class::Request, stun::ALLOCATE, &[2; 12]).unwrap();
     turn::write_requested_transport(&mut w, 17).unwrap();
-    w.attr(turn::EVEN_PORT, &[0x80]).unwrap();
+    w.attr(turn::RESERVATION_TOKEN, &[1; 8]).unwrap();
     let n = w.finish();
     let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
         panic!()
     };
     let m = Message::parse(&r).unwrap();
     assert_eq!(m.error_code().map(|c| c.0), Some(420));
-    assert_eq!(m.attr(stun::UNKNOWN_ATTRIBUTES), Some(&[0x00, 0x18][..]));
+    assert_eq!(m.attr(stun::UNKNOWN_ATTRIBUTES), Some(&[0x00, 0x22][..]));
     // TCP relays (REQUESTED-TRANSPORT 6) are not offered: 442, after authentication.
     let key = stun::long_term_key(b"alice", b"tern", b"wonderland");
     let mut w = MessageWriter::new(&mut buf, Class::Request, stun::ALLOCATE, &[3; 12]).unwrap();

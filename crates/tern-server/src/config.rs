@@ -52,6 +52,97 @@ pub struct Config {
     /// Applications and their declared streams.
     #[serde(default, rename = "app")]
     pub apps: Vec<AppConfig>,
+    /// The built-in STUN/TURN server (off unless `turn.listen` is set).
+    #[serde(default)]
+    pub turn: TurnSection,
+}
+
+/// The `[turn]` section: the built-in STUN/TURN server (RFC 8489, RFC 8656).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnSection {
+    /// UDP and TCP listen address, e.g. `0.0.0.0:3478`. TURN is off when unset.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// Long-term users, each `"name:password"`.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Shared secret for REST credentials (coturn's `static-auth-secret`). When unset, tern
+    /// still mints REST credentials for its WHEP answers with a random secret made at start.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Address relay sockets bind to and announce; also the host in the `Link` headers.
+    /// Default: the listen address if it is specific, else the ICE candidate address.
+    #[serde(default)]
+    pub relay_ip: Option<IpAddr>,
+    /// Lowest relay port. Default 49152 (coturn's `min-port`, the IANA dynamic range).
+    #[serde(default = "d_relay_port_min")]
+    pub relay_port_min: u16,
+    /// Highest relay port. Default 65535 (coturn's `max-port`).
+    #[serde(default = "d_relay_port_max")]
+    pub relay_port_max: u16,
+    /// REALM of the long-term credentials. Default `tern`.
+    #[serde(default = "d_realm")]
+    pub realm: String,
+    /// Allocations in total. Default 10000: under 1 KiB of heap each plus a socket; the
+    /// open-file limit (20000 here) leaves room for viewers.
+    #[serde(default = "d_max_allocations")]
+    pub max_allocations: usize,
+    /// Allocations per username. Default 100.
+    #[serde(default = "d_max_allocations_per_user")]
+    pub max_allocations_per_user: usize,
+    /// Lifetime of the REST credentials tern puts in WHEP `Link` headers, seconds. Default
+    /// 86400 (coturn's recommended TTL): a Refresh after expiry would fail, so this bounds
+    /// how long a viewer can stay on the relay.
+    #[serde(default = "d_credential_lifetime")]
+    pub credential_lifetime: u64,
+}
+
+fn d_relay_port_min() -> u16 {
+    49152
+}
+fn d_relay_port_max() -> u16 {
+    65535
+}
+fn d_realm() -> String {
+    "tern".into()
+}
+fn d_max_allocations() -> usize {
+    10_000
+}
+fn d_max_allocations_per_user() -> usize {
+    100
+}
+fn d_credential_lifetime() -> u64 {
+    86_400
+}
+
+impl Default for TurnSection {
+    fn default() -> Self {
+        TurnSection {
+            listen: None,
+            users: Vec::new(),
+            secret: None,
+            relay_ip: None,
+            relay_port_min: d_relay_port_min(),
+            relay_port_max: d_relay_port_max(),
+            realm: d_realm(),
+            max_allocations: d_max_allocations(),
+            max_allocations_per_user: d_max_allocations_per_user(),
+            credential_lifetime: d_credential_lifetime(),
+        }
+    }
+}
+
+impl TurnSection {
+    /// The users as `(name, password)`; validated to contain a `:`.
+    pub fn user_pairs(&self) -> Vec<(String, String)> {
+        self.users
+            .iter()
+            .filter_map(|u| u.split_once(':'))
+            .map(|(n, p)| (n.to_string(), p.to_string()))
+            .collect()
+    }
 }
 
 /// Listening addresses.
@@ -232,6 +323,42 @@ impl Config {
         if t.max_viewers == 0 {
             return bad("tunables.max_viewers", "must be at least 1");
         }
+        let turn = &self.turn;
+        for (i, u) in turn.users.iter().enumerate() {
+            if !u
+                .split_once(':')
+                .is_some_and(|(n, p)| !n.is_empty() && !p.is_empty())
+            {
+                return bad(&format!("turn.users[{i}]"), "must be NAME:PASSWORD");
+            }
+        }
+        if turn.secret.as_deref().is_some_and(str::is_empty) {
+            return bad("turn.secret", "must not be empty");
+        }
+        if turn.relay_port_min == 0 || turn.relay_port_min > turn.relay_port_max {
+            return bad(
+                "turn.relay_port_min",
+                "must be at least 1 and at most turn.relay_port_max",
+            );
+        }
+        if turn.realm.is_empty() || turn.realm.len() > 127 {
+            return bad("turn.realm", "must be 1-127 characters");
+        }
+        if turn.max_allocations == 0 {
+            return bad("turn.max_allocations", "must be at least 1");
+        }
+        if turn.max_allocations_per_user == 0 {
+            return bad("turn.max_allocations_per_user", "must be at least 1");
+        }
+        if !(60..=30 * 86_400).contains(&turn.credential_lifetime) {
+            return bad("turn.credential_lifetime", "must be between 60 and 2592000");
+        }
+        if turn
+            .relay_ip
+            .is_some_and(|ip| ip.is_unspecified() || ip.is_multicast())
+        {
+            return bad("turn.relay_ip", "must be a unicast address");
+        }
         let valid_name = |s: &str| {
             !s.is_empty()
                 && s.len() <= 64
@@ -285,6 +412,35 @@ mod tests {
         assert!(e.to_string().contains("tunables.max_payload"), "{e}");
         let e = Config::parse("[[app]]\nname = \"a/b\"\n", "x.toml").expect_err("must fail");
         assert!(e.to_string().contains("app[0].name"), "{e}");
+    }
+
+    #[test]
+    fn turn_section_parses_and_names_bad_keys() {
+        let c = Config::parse(
+            "[turn]\nlisten = \"127.0.0.1:3478\"\nusers = [\"a:b\"]\nsecret = \"s\"\nrelay_ip = \"127.0.0.1\"\n",
+            "x.toml",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.turn.user_pairs(),
+            vec![("a".to_string(), "b".to_string())]
+        );
+        assert_eq!(c.turn.relay_port_min, 49152);
+        for (text, key) in [
+            ("[turn]\nusers = [\"nopassword\"]\n", "turn.users[0]"),
+            ("[turn]\nsecret = \"\"\n", "turn.secret"),
+            (
+                "[turn]\nrelay_port_min = 6000\nrelay_port_max = 5000\n",
+                "turn.relay_port_min",
+            ),
+            ("[turn]\nmax_allocations = 0\n", "turn.max_allocations"),
+            ("[turn]\nrelay_ip = \"0.0.0.0\"\n", "turn.relay_ip"),
+            ("[turn]\nlisten = \"nonsense\"\n", "listen"),
+            ("[turn]\nlisen = \"1.2.3.4:5\"\n", "lisen"),
+        ] {
+            let e = Config::parse(text, "x.toml").expect_err(text);
+            assert!(e.to_string().contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod ingest;
 pub mod ome;
 pub mod snapshot;
+pub mod turn;
 pub mod whep;
 pub mod whip;
 
@@ -70,6 +71,14 @@ pub struct ServeOptions {
     pub demo: bool,
     /// Which built-in clip `demo` serves.
     pub clip: DemoClip,
+    /// `--turn`: the STUN/TURN listen address, overriding `turn.listen`.
+    pub turn: Option<SocketAddr>,
+    /// `--turn-user NAME:PASSWORD` (repeatable), added to `turn.users`.
+    pub turn_users: Vec<String>,
+    /// `--turn-secret`, overriding `turn.secret`.
+    pub turn_secret: Option<String>,
+    /// `--turn-relay-ip`, overriding `turn.relay_ip`.
+    pub turn_relay_ip: Option<IpAddr>,
 }
 
 /// The built-in clips.
@@ -97,6 +106,18 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     if let Some(ip) = opts.candidate {
         cfg.server.candidate = Some(ip);
     }
+    if let Some(a) = opts.turn {
+        cfg.turn.listen = Some(a);
+    }
+    cfg.turn.users.extend(opts.turn_users.iter().cloned());
+    if let Some(s) = &opts.turn_secret {
+        cfg.turn.secret = Some(s.clone());
+    }
+    if let Some(ip) = opts.turn_relay_ip {
+        cfg.turn.relay_ip = Some(ip);
+    }
+    // Command-line values pass the same checks as the file's, named by their config key.
+    cfg.validate()?;
     Ok(cfg)
 }
 
@@ -175,15 +196,23 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         } else {
             media.ip()
         });
+    let turn = match cfg.turn.listen {
+        Some(listen) => Some(start_turn(&cfg, listen, candidate_ip)?),
+        None => None,
+    };
+    let links = turn.as_ref().map(|(_, l)| l.clone());
     let http = cfg.server.http;
-    let state = Arc::new(AppState::new(
-        cfg,
-        infos,
-        handle.clone(),
-        *dtls.fingerprint(),
-        candidate_ip,
-        media_addr.port(),
-    ));
+    let state = Arc::new(
+        AppState::new(
+            cfg,
+            infos,
+            handle.clone(),
+            *dtls.fingerprint(),
+            candidate_ip,
+            media_addr.port(),
+        )
+        .with_turn(links),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("HttpWorker")
@@ -207,8 +236,61 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     });
     let _ = handle.send(Command::Shutdown);
     let _ = engine_thread.join();
+    if let Some((t, _)) = turn {
+        t.stop();
+    }
     info!("tern stopped");
     res
+}
+
+/// Starts the TURN worker; returns it and what WHEP `Link` headers announce.
+fn start_turn(
+    cfg: &Config,
+    listen: SocketAddr,
+    candidate_ip: IpAddr,
+) -> Result<(turn::TurnHandle, whep::TurnLinks), ServeError> {
+    let t = &cfg.turn;
+    let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
+        candidate_ip
+    } else {
+        listen.ip()
+    });
+    // Without a configured secret, a random one lets tern mint REST credentials for its own
+    // WHEP answers; nobody else knows it.
+    let secret = t.secret.clone().unwrap_or_else(|| {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        (0..32)
+            .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+            .collect()
+    });
+    let config = tern_rtc::turn::TurnConfig {
+        realm: t.realm.clone(),
+        users: t.user_pairs(),
+        secret: Some(secret.clone()),
+        max_allocations: t.max_allocations,
+        max_allocations_per_user: t.max_allocations_per_user,
+        nonce_seed: rand::random(),
+        ..tern_rtc::turn::TurnConfig::default()
+    };
+    let handle = turn::spawn(turn::TurnOptions {
+        listen,
+        relay_ip,
+        relay_ports: (t.relay_port_min, t.relay_port_max),
+        config,
+    })
+    .map_err(|source| ServeError::Bind {
+        what: "TURN (UDP and TCP)",
+        addr: listen,
+        source,
+    })?;
+    let links = whep::TurnLinks {
+        host: relay_ip,
+        port: handle.addr.port(),
+        secret,
+        lifetime: t.credential_lifetime,
+    };
+    Ok((handle, links))
 }
 
 async fn shutdown_signal() {

@@ -27,6 +27,47 @@ pub struct StreamInfo {
     pub index: usize,
 }
 
+/// What WHEP answers announce in `Link: rel="ice-server"` headers when TURN is on.
+#[derive(Debug, Clone)]
+pub struct TurnLinks {
+    /// Host clients reach the TURN server at.
+    pub host: IpAddr,
+    /// Its port (UDP and TCP).
+    pub port: u16,
+    /// The REST secret credentials are minted with.
+    pub secret: String,
+    /// Credential lifetime, seconds.
+    pub lifetime: u64,
+}
+
+impl TurnLinks {
+    /// `Link` header values (RFC 9725 §4.6): the STUN URL, and TURN over UDP and over TCP with
+    /// fresh REST credentials valid for [`TurnLinks::lifetime`].
+    pub fn headers(&self) -> Vec<HeaderValue> {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (user, pass) =
+            tern_rtc::turn::rest_credentials(&self.secret, "whep", unix + self.lifetime);
+        let host = match self.host {
+            IpAddr::V4(ip) => ip.to_string(),
+            IpAddr::V6(ip) => format!("[{ip}]"),
+        };
+        let port = self.port;
+        let cred = format!(
+            "; rel=\"ice-server\"; username=\"{user}\"; credential=\"{pass}\"; credential-type=\"password\""
+        );
+        [
+            format!("<stun:{host}:{port}>; rel=\"ice-server\""),
+            format!("<turn:{host}:{port}?transport=udp>{cred}"),
+            format!("<turn:{host}:{port}?transport=tcp>{cred}"),
+        ]
+        .iter()
+        .filter_map(|v| HeaderValue::from_str(v).ok())
+        .collect()
+    }
+}
+
 /// One WHEP session as the HTTP side tracks it.
 struct Session {
     viewer: ViewerId,
@@ -50,6 +91,8 @@ pub struct AppState {
     pub candidate_ip: IpAddr,
     /// Media port announced in the ICE candidate.
     pub candidate_port: u16,
+    /// TURN `Link` headers, when TURN is on.
+    pub turn: Option<TurnLinks>,
     sessions: Mutex<HashMap<String, Session>>,
     /// WHIP sessions: resource id → publisher.
     pub(crate) publishers: Mutex<HashMap<String, crate::ingest::PublisherId>>,
@@ -72,8 +115,23 @@ impl AppState {
             fingerprint,
             candidate_ip,
             candidate_port,
+            turn: None,
             sessions: Mutex::new(HashMap::new()),
             publishers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Announces the TURN server in WHEP answers.
+    pub fn with_turn(mut self, turn: Option<TurnLinks>) -> Self {
+        self.turn = turn;
+        self
+    }
+
+    fn add_links(&self, h: &mut HeaderMap) {
+        if let Some(t) = &self.turn {
+            for v in t.headers() {
+                h.append(header::LINK, v);
+            }
         }
     }
 
@@ -170,7 +228,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/{app}/{stream}/whep",
             axum::routing::post(whep_post)
-                .options(whep_options)
+                .options(whep_options_links)
                 .head(whep_head),
         )
         .route(
@@ -392,6 +450,15 @@ async fn whep_post(
         "Accept-Patch",
         HeaderValue::from_static("application/trickle-ice-sdpfrag"),
     );
+    st.add_links(h);
+    r
+}
+
+/// OPTIONS on the endpoint also carries the TURN `Link` headers, so a player can configure
+/// its ICE servers before it creates the offer (as early WHIP drafts specified).
+async fn whep_options_links(State(st): State<Arc<AppState>>) -> Response {
+    let mut r = whep_options().await;
+    st.add_links(r.headers_mut());
     r
 }
 

@@ -74,6 +74,18 @@ struct ServeArgs {
     /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)
     #[arg(long, value_enum, default_value_t = tern_server::DemoClip::Standard)]
     clip: tern_server::DemoClip,
+    /// Run the built-in STUN/TURN server on this address, UDP and TCP (e.g. 0.0.0.0:3478)
+    #[arg(long, value_name = "ADDR")]
+    turn: Option<SocketAddr>,
+    /// Add a long-term TURN user (repeatable)
+    #[arg(long, value_name = "NAME:PASSWORD")]
+    turn_user: Vec<String>,
+    /// Shared secret for TURN REST credentials (coturn's use-auth-secret format)
+    #[arg(long, value_name = "SECRET")]
+    turn_secret: Option<String>,
+    /// Address TURN relay sockets bind to and announce
+    #[arg(long, value_name = "IP")]
+    turn_relay_ip: Option<IpAddr>,
 }
 
 fn main() -> ExitCode {
@@ -132,6 +144,10 @@ fn main() -> ExitCode {
         config: args.config,
         demo,
         clip: args.clip,
+        turn: args.turn,
+        turn_users: args.turn_user,
+        turn_secret: args.turn_secret,
+        turn_relay_ip: args.turn_relay_ip,
     };
     match serve(opts) {
         Ok(()) => ExitCode::SUCCESS,

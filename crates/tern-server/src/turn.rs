@@ -1,0 +1,529 @@
+//! The TURN/STUN server's IO: one thread (`TurnWorker`) over mio with the UDP listener, the
+//! TCP listener and its connections, and one UDP relay socket per allocation, bound in the
+//! configured port range. All protocol decisions are made by the sans-IO
+//! [`tern_rtc::turn::TurnServer`]; this module moves bytes and binds sockets.
+//!
+//! TCP framing (RFC 8656 §12.5): each connection keeps a read buffer that holds at most one
+//! partial frame, and a write buffer only while the kernel's send queue is full (bounded:
+//! frames past [`TCP_WRITE_LIMIT`] are dropped, as a congested UDP path would drop them).
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::{Events, Interest, Poll, Token, Waker};
+use tern_proto::turn::{self as frame, PEER_HEADROOM, PEER_TAILROOM};
+use tern_rtc::turn::{
+    AllocId, ClientAddr, ClientOutput, MAX_REPLY, Transport, TurnConfig, TurnEvent, TurnServer,
+};
+use tracing::{debug, info, warn};
+
+const UDP: Token = Token(0);
+const TCP: Token = Token(1);
+const WAKER: Token = Token(2);
+/// Tokens from here up are relay sockets (allocation slab index + RELAY_BASE).
+const RELAY_BASE: usize = 1 << 32;
+/// Tokens from here up are TCP connections.
+const CONN_BASE: usize = 16;
+
+/// Bytes a TCP connection may queue for a slow client before frames are dropped.
+pub const TCP_WRITE_LIMIT: usize = 256 * 1024;
+/// Largest TCP frame: a STUN message or ChannelData of 65535 bytes plus header and padding.
+const MAX_FRAME: usize = 65535 + 24;
+/// Datagrams read per readiness event before other sockets get a turn.
+const READ_BUDGET: usize = 256;
+
+/// What the TURN server needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct TurnOptions {
+    /// UDP and TCP listen address.
+    pub listen: SocketAddr,
+    /// Address relay sockets bind to and announce in XOR-RELAYED-ADDRESS.
+    pub relay_ip: IpAddr,
+    /// Relay port range, inclusive.
+    pub relay_ports: (u16, u16),
+    /// Protocol settings.
+    pub config: TurnConfig,
+}
+
+/// Counters shared with the HTTP side, refreshed by the worker once a second.
+#[derive(Debug, Default)]
+pub struct TurnShared {
+    /// Allocations alive.
+    pub allocations: AtomicU64,
+    /// Allocations created, ever.
+    pub allocations_total: AtomicU64,
+    /// Datagrams relayed client → peer.
+    pub to_peer: AtomicU64,
+    /// Datagrams relayed peer → client.
+    pub to_client: AtomicU64,
+    /// 401 answers.
+    pub unauthorized: AtomicU64,
+    /// Allocations refused by quota.
+    pub quota_refusals: AtomicU64,
+    /// Inputs dropped.
+    pub dropped: AtomicU64,
+}
+
+/// A running TURN worker.
+pub struct TurnHandle {
+    waker: Arc<Waker>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The bound UDP listener address (the TCP listener has the same).
+    pub addr: SocketAddr,
+    /// Counters.
+    pub shared: Arc<TurnShared>,
+}
+
+impl TurnHandle {
+    /// Stops the worker and waits for it.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+}
+
+struct Relay {
+    sock: UdpSocket,
+    alloc: AllocId,
+}
+
+struct Worker {
+    poll: Poll,
+    udp: UdpSocket,
+    tcp: TcpListener,
+    server: TurnServer,
+    relays: Vec<Option<Relay>>,
+    conns: Vec<Option<Conn>>,
+    free_conns: Vec<usize>,
+    conn_by_addr: HashMap<SocketAddr, usize>,
+    relay_ip: IpAddr,
+    ports: (u16, u16),
+    next_port: u16,
+    max_conns: usize,
+    shared: Arc<TurnShared>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Binds the listeners and starts the `TurnWorker` thread.
+pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
+    let udp_std = bind_udp(opts.listen, 4 << 20)?;
+    let addr = udp_std.local_addr()?;
+    let tcp_std = std::net::TcpListener::bind(addr)?;
+    tcp_std.set_nonblocking(true)?;
+    let poll = Poll::new()?;
+    let mut udp = UdpSocket::from_std(udp_std);
+    let mut tcp = TcpListener::from_std(tcp_std);
+    poll.registry()
+        .register(&mut udp, UDP, Interest::READABLE)?;
+    poll.registry()
+        .register(&mut tcp, TCP, Interest::READABLE)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(TurnShared::default());
+    let now = Instant::now();
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let max_conns = opts.config.max_allocations + 64;
+    let server = TurnServer::new(opts.config, now, unix, opts.relay_ip.is_ipv4());
+    let (lo, hi) = opts.relay_ports;
+    // Start at a random place in the range so that restarts and neighbours spread out.
+    let span = u32::from(hi - lo) + 1;
+    let next_port = lo + (rand::random::<u32>() % span) as u16;
+    let mut worker = Worker {
+        poll,
+        udp,
+        tcp,
+        server,
+        relays: Vec::new(),
+        conns: Vec::new(),
+        free_conns: Vec::new(),
+        conn_by_addr: HashMap::new(),
+        relay_ip: opts.relay_ip,
+        ports: (lo, hi),
+        next_port,
+        max_conns,
+        shared: shared.clone(),
+        stop: stop.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("TurnWorker".into())
+        .spawn(move || worker.run())?;
+    info!(%addr, relay_ip = %opts.relay_ip, ports = ?opts.relay_ports, "TURN listening (UDP and TCP)");
+    Ok(TurnHandle {
+        waker,
+        stop,
+        thread: Some(thread),
+        addr,
+        shared,
+    })
+}
+
+fn bind_udp(addr: SocketAddr, buffers: usize) -> io::Result<std::net::UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    if buffers > 0 {
+        let _ = s.set_recv_buffer_size(buffers);
+        let _ = s.set_send_buffer_size(buffers);
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+impl Worker {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(256);
+        // One buffer for every read: headroom for framing a peer's datagram in place.
+        let mut buf = vec![0u8; PEER_HEADROOM + 65536 + PEER_TAILROOM].into_boxed_slice();
+        let mut out = [0u8; MAX_REPLY];
+        while !self.stop.load(Ordering::Relaxed) {
+            let timeout = self
+                .server
+                .poll_timeout()
+                .saturating_duration_since(Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                warn!("TURN poll failed: {e}");
+                return;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    UDP => self.read_udp(&mut buf, &mut out),
+                    TCP => self.accept(),
+                    WAKER => {}
+                    Token(t) if t >= RELAY_BASE => self.read_relay(t - RELAY_BASE, &mut buf),
+                    Token(t) => {
+                        let i = t - CONN_BASE;
+                        if ev.is_writable() {
+                            self.flush_conn(i);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.read_conn(i, &mut out);
+                        }
+                    }
+                }
+            }
+            self.server.handle_timeout(Instant::now());
+            self.events();
+            self.publish();
+        }
+        info!("TURN worker stopped");
+    }
+
+    fn publish(&self) {
+        let s = self.server.stats();
+        let sh = &self.shared;
+        sh.allocations
+            .store(self.server.allocations() as u64, Ordering::Relaxed);
+        sh.allocations_total
+            .store(s.allocations_total, Ordering::Relaxed);
+        sh.to_peer.store(s.to_peer, Ordering::Relaxed);
+        sh.to_client.store(s.to_client, Ordering::Relaxed);
+        sh.unauthorized.store(s.unauthorized, Ordering::Relaxed);
+        sh.quota_refusals.store(s.quota_refusals, Ordering::Relaxed);
+        sh.dropped.store(s.dropped, Ordering::Relaxed);
+    }
+
+    fn events(&mut self) {
+        while let Some(TurnEvent::Closed { alloc, client }) = self.server.poll_event() {
+            if let Some(slot) = self.relays.get_mut(alloc.index())
+                && let Some(mut r) = slot.take()
+            {
+                let _ = self.poll.registry().deregister(&mut r.sock);
+                debug!(client = %client.addr, "TURN allocation closed");
+            }
+        }
+    }
+
+    fn read_udp(&mut self, buf: &mut [u8], out: &mut [u8; MAX_REPLY]) {
+        for _ in 0..READ_BUDGET {
+            let (n, from) = match self.udp.recv_from(buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => continue,
+            };
+            let client = ClientAddr {
+                transport: Transport::Udp,
+                addr: from,
+            };
+            self.client_input(client, &buf[..n], out);
+        }
+        // Budget spent: more may be queued, and mio is edge-triggered. Come back at once.
+        let _ = self
+            .poll
+            .registry()
+            .reregister(&mut self.udp, UDP, Interest::READABLE);
+    }
+
+    fn client_input(&mut self, client: ClientAddr, input: &[u8], out: &mut [u8; MAX_REPLY]) {
+        let now = Instant::now();
+        match self.server.handle_client(now, client, input, out) {
+            ClientOutput::Reply(n) => self.to_client(client, &out[..n]),
+            ClientOutput::Relay { alloc, peer, data } => {
+                let sent = self
+                    .relays
+                    .get(alloc.index())
+                    .and_then(Option::as_ref)
+                    .filter(|r| r.alloc == alloc)
+                    .map(|r| r.sock.send_to(&input[data], peer));
+                if let Some(Err(e)) = sent {
+                    debug!(%peer, "TURN relay send failed: {e}");
+                }
+            }
+            ClientOutput::Allocate(p) => {
+                let relay = self.bind_relay(p.even_port());
+                let bound = relay.as_ref().and_then(|s| s.local_addr().ok());
+                let (id, n) = self.server.finish_allocate(now, p, bound, out);
+                if let (Some(id), Some(mut sock)) = (id, relay) {
+                    let token = Token(RELAY_BASE + id.index());
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut sock, token, Interest::READABLE)
+                        .is_ok()
+                    {
+                        if self.relays.len() <= id.index() {
+                            self.relays.resize_with(id.index() + 1, || None);
+                        }
+                        self.relays[id.index()] = Some(Relay { sock, alloc: id });
+                    } else {
+                        // Cannot watch the socket: undo the allocation at once.
+                        self.server.client_closed(client);
+                    }
+                }
+                self.to_client(client, &out[..n]);
+            }
+            ClientOutput::Drop(_) => {}
+        }
+    }
+
+    /// Binds a relay socket on the next free port of the range (bounded tries).
+    fn bind_relay(&mut self, even: bool) -> Option<UdpSocket> {
+        let (lo, hi) = self.ports;
+        let span = u32::from(hi - lo) + 1;
+        for _ in 0..span.min(256) {
+            let port = self.next_port;
+            self.next_port = if port >= hi { lo } else { port + 1 };
+            if even && port % 2 == 1 {
+                continue;
+            }
+            // Default kernel buffers: a relay carries one client's traffic.
+            if let Ok(s) = bind_udp(SocketAddr::new(self.relay_ip, port), 0) {
+                return Some(UdpSocket::from_std(s));
+            }
+        }
+        warn!("TURN: no free relay port in {lo}-{hi}");
+        None
+    }
+
+    fn read_relay(&mut self, index: usize, buf: &mut [u8]) {
+        for _ in 0..READ_BUDGET {
+            let Some(r) = self.relays.get(index).and_then(Option::as_ref) else {
+                return;
+            };
+            let alloc = r.alloc;
+            let room = buf.len() - PEER_TAILROOM;
+            let (n, peer) = match r.sock.recv_from(&mut buf[PEER_HEADROOM..room]) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => continue,
+            };
+            if let Some((client, range)) =
+                self.server
+                    .handle_peer(Instant::now(), alloc, peer, buf, PEER_HEADROOM, n)
+            {
+                self.to_client(client, &buf[range]);
+            }
+        }
+        if let Some(r) = self.relays.get_mut(index).and_then(Option::as_mut) {
+            let _ = self.poll.registry().reregister(
+                &mut r.sock,
+                Token(RELAY_BASE + index),
+                Interest::READABLE,
+            );
+        }
+    }
+
+    fn to_client(&mut self, client: ClientAddr, data: &[u8]) {
+        match client.transport {
+            Transport::Udp => {
+                if let Err(e) = self.udp.send_to(data, client.addr) {
+                    debug!(to = %client.addr, "TURN send failed: {e}");
+                }
+            }
+            Transport::Tcp => {
+                if let Some(&i) = self.conn_by_addr.get(&client.addr) {
+                    self.write_conn(i, data);
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let (mut stream, peer) = match self.tcp.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    debug!("TURN accept failed: {e}");
+                    return;
+                }
+            };
+            if self.conn_by_addr.len() >= self.max_conns {
+                continue; // dropped: closes the connection
+            }
+            let _ = stream.set_nodelay(true);
+            let i = self.free_conns.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            let token = Token(CONN_BASE + i);
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                self.free_conns.push(i);
+                continue;
+            }
+            self.conn_by_addr.insert(peer, i);
+            self.conns[i] = Some(Conn {
+                stream,
+                peer,
+                rbuf: Vec::new(),
+                wbuf: Vec::new(),
+            });
+        }
+    }
+
+    fn read_conn(&mut self, i: usize, out: &mut [u8; MAX_REPLY]) {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                return;
+            };
+            let n = match c.stream.read(&mut chunk) {
+                Ok(0) => return self.close_conn(i),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return self.close_conn(i),
+            };
+            c.rbuf.extend_from_slice(&chunk[..n]);
+            let peer = c.peer;
+            // Take the buffer out so frames can be handed to the server while the worker is
+            // borrowed mutably; put the unparsed tail back.
+            let mut rbuf = std::mem::take(&mut c.rbuf);
+            let mut at = 0;
+            let client = ClientAddr {
+                transport: Transport::Tcp,
+                addr: peer,
+            };
+            let mut broken = false;
+            loop {
+                match frame::tcp_frame_len(&rbuf[at..]) {
+                    Ok(Some(len)) if len <= MAX_FRAME => {
+                        if rbuf.len() - at < len {
+                            break;
+                        }
+                        // ChannelData's padding is accepted by its parser, so whole frames go in.
+                        let end = at + len;
+                        let input = &rbuf[at..end];
+                        self.client_input(client, input, out);
+                        at = end;
+                    }
+                    Ok(None) => break,
+                    Ok(Some(_)) | Err(_) => {
+                        broken = true;
+                        break;
+                    }
+                }
+            }
+            if broken {
+                return self.close_conn(i);
+            }
+            rbuf.drain(..at);
+            if rbuf.capacity() > 4 * MAX_FRAME.max(rbuf.len()) {
+                rbuf.shrink_to(MAX_FRAME);
+            }
+            if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                c.rbuf = rbuf;
+            }
+        }
+    }
+
+    fn write_conn(&mut self, i: usize, data: &[u8]) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        if !c.wbuf.is_empty() {
+            if c.wbuf.len() + data.len() <= TCP_WRITE_LIMIT {
+                c.wbuf.extend_from_slice(data);
+            }
+            return;
+        }
+        match c.stream.write(data) {
+            Ok(n) if n == data.len() => {}
+            Ok(n) => c.wbuf.extend_from_slice(&data[n..]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.wbuf.extend_from_slice(data),
+            Err(_) => self.close_conn(i),
+        }
+    }
+
+    fn flush_conn(&mut self, i: usize) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        while !c.wbuf.is_empty() {
+            match c.stream.write(&c.wbuf) {
+                Ok(0) => return self.close_conn(i),
+                Ok(n) => {
+                    c.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close_conn(i),
+            }
+        }
+        c.wbuf = Vec::new();
+    }
+
+    fn close_conn(&mut self, i: usize) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut c.stream);
+        self.conn_by_addr.remove(&c.peer);
+        self.free_conns.push(i);
+        self.server.client_closed(ClientAddr {
+            transport: Transport::Tcp,
+            addr: c.peer,
+        });
+        self.events();
+    }
+}
