@@ -8,8 +8,9 @@
 # Runs as root; as another user it uses sudo for apt-get when sudo is there.
 # What it installs:
 #   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential curl
-#                    ca-certificates (each only when its command or package is missing; npm only
-#                    when the installed nodejs does not already ship it)
+#                    ca-certificates coturn (each only when its command or package is missing;
+#                    npm only when the installed nodejs does not already ship it; coturn for
+#                    turnutils_uclient, the TURN interop client)
 #   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
 #                    the rustfmt and clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
@@ -66,6 +67,7 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     need_cmd ip iproute2
     need_cmd unshare util-linux
     need_cmd node nodejs
+    need_cmd turnutils_uclient coturn
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -56,7 +56,7 @@ impl Harness {
     }
 
     /// Client → server; returns what the client must see (replies), or the relay action.
-    fn to_server(&mut self, from: ClientAddr, input: &[u8]) -> ServerSaid {
+    fn client_sends(&mut self, from: ClientAddr, input: &[u8]) -> ServerSaid {
         let mut out = [0u8; 512];
         match self.server.handle_client(self.now, from, input, &mut out) {
             ClientOutput::Reply(n) => ServerSaid::Reply(out[..n].to_vec()),
@@ -88,7 +88,7 @@ impl Harness {
     ) -> TurnClientEvent {
         let mut req = buf[..first].to_vec();
         for _ in 0..4 {
-            let ServerSaid::Reply(resp) = self.to_server(from, &req) else {
+            let ServerSaid::Reply(resp) = self.client_sends(from, &req) else {
                 panic!("no reply to a request");
             };
             let mut out = [0u8; 512];
@@ -102,7 +102,7 @@ impl Harness {
     }
 
     /// A peer datagram arriving on the relay of `client`'s allocation, as the client sees it.
-    fn from_peer(
+    fn peer_sends(
         &mut self,
         client: ClientAddr,
         peer: SocketAddr,
@@ -172,10 +172,10 @@ fn relay_both_ways_with_send_data_and_channels() {
         // Without a permission nothing passes, either way.
         let n = c.send(peer, b"early", &mut buf).unwrap();
         assert!(matches!(
-            h.to_server(from, &buf[..n]),
+            h.client_sends(from, &buf[..n]),
             ServerSaid::Dropped(DropReason::NoPermission)
         ));
-        assert!(h.from_peer(from, peer, b"knock").is_none());
+        assert!(h.peer_sends(from, peer, b"knock").is_none());
 
         let n = c.create_permission(h.now, peer, &mut buf).unwrap();
         assert_eq!(
@@ -185,13 +185,13 @@ fn relay_both_ways_with_send_data_and_channels() {
 
         // Send indication out, Data indication back.
         let n = c.send(peer, b"hello peer", &mut buf).unwrap();
-        match h.to_server(from, &buf[..n]) {
+        match h.client_sends(from, &buf[..n]) {
             ServerSaid::Relay(r, p, d) => {
                 assert_eq!((r, p, d.as_slice()), (relayed, peer, &b"hello peer"[..]))
             }
             o => panic!("{o:?}"),
         }
-        let (to, frame) = h.from_peer(from, peer, b"hello client").unwrap();
+        let (to, frame) = h.peer_sends(from, peer, b"hello client").unwrap();
         assert_eq!(to, from);
         let m = Message::parse(&frame).unwrap();
         assert_eq!((m.class(), m.method()), (Class::Indication, stun::DATA));
@@ -204,7 +204,7 @@ fn relay_both_ways_with_send_data_and_channels() {
         }
         // A peer on the same IP but another port is covered by the IP permission.
         let other_port: SocketAddr = "192.0.2.9:7001".parse().unwrap();
-        assert!(h.from_peer(from, other_port, b"x").is_some());
+        assert!(h.peer_sends(from, other_port, b"x").is_some());
 
         // Channel: ChannelData both ways, padded over TCP only.
         let n = c.channel_bind(h.now, 0x4001, peer, &mut buf).unwrap();
@@ -217,11 +217,11 @@ fn relay_both_ways_with_send_data_and_channels() {
         );
         let n = c.send(peer, b"chan", &mut buf).unwrap();
         assert_eq!(buf[0], 0x40);
-        match h.to_server(from, &buf[..n]) {
+        match h.client_sends(from, &buf[..n]) {
             ServerSaid::Relay(_, p, d) => assert_eq!((p, d.as_slice()), (peer, &b"chan"[..])),
             o => panic!("{o:?}"),
         }
-        let (_, frame) = h.from_peer(from, peer, b"odd").unwrap();
+        let (_, frame) = h.peer_sends(from, peer, b"odd").unwrap();
         assert_eq!(&frame[..4], &[0x40, 0x01, 0, 3]);
         assert_eq!(frame.len(), if transport == Transport::Tcp { 8 } else { 7 });
         assert_eq!(turn::tcp_frame_len(&frame).unwrap(), Some(8));
@@ -283,7 +283,7 @@ fn bad_credentials_get_401_and_allocate_nothing() {
     w.integrity(&stun::long_term_key(b"alice", b"tern", b"wonderland"))
         .unwrap();
     let n = w.finish();
-    let ServerSaid::Reply(r) = h.to_server(udp(42000), &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(udp(42000), &buf[..n]) else {
         panic!()
     };
     assert_eq!(
@@ -312,7 +312,7 @@ fn stale_nonce_gets_438_and_the_client_recovers() {
     let mut buf = [0u8; 512];
     let n = c.create_permission(h.now, peer, &mut buf).unwrap();
     // The server's first answer is 438 with a fresh nonce; the client retries by itself.
-    let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &buf[..n]) else {
         panic!()
     };
     let m = Message::parse(&r).unwrap();
@@ -322,7 +322,7 @@ fn stale_nonce_gets_438_and_the_client_recovers() {
     let Received::Transmit(n) = c.handle_input(h.now, &r, &mut out) else {
         panic!()
     };
-    let ServerSaid::Reply(r) = h.to_server(from, &out[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &out[..n]) else {
         panic!()
     };
     assert_eq!(
@@ -386,11 +386,11 @@ fn lifetimes_expire_allocations_and_permissions() {
     let mut buf = [0u8; 512];
     let n = c.create_permission(h.now, peer, &mut buf).unwrap();
     h.transact(&mut c, from, n, &mut buf);
-    assert!(h.from_peer(from, peer, b"x").is_some());
+    assert!(h.peer_sends(from, peer, b"x").is_some());
     // Permissions last 300 s.
     h.now += Duration::from_secs(301);
     h.server.handle_timeout(h.now);
-    assert!(h.from_peer(from, peer, b"x").is_none());
+    assert!(h.peer_sends(from, peer, b"x").is_none());
     assert_eq!(h.server.allocations(), 1);
     assert!(h.server.poll_event().is_none());
     // The allocation (600 s) expires unless refreshed.
@@ -442,18 +442,18 @@ fn allocate_retransmission_and_mismatch() {
     let mut c = TurnClient::new("alice", "wonderland", Transport::Udp, 6);
     let mut buf = [0u8; 512];
     let n = c.allocate(h.now, &mut buf).unwrap();
-    let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &buf[..n]) else {
         panic!()
     };
     let mut signed = [0u8; 512];
     let Received::Transmit(n) = c.handle_input(h.now, &r, &mut signed) else {
         panic!()
     };
-    let ServerSaid::Reply(first) = h.to_server(from, &signed[..n]) else {
+    let ServerSaid::Reply(first) = h.client_sends(from, &signed[..n]) else {
         panic!()
     };
     // The same request again (a retransmission) gets the same success.
-    let ServerSaid::Reply(again) = h.to_server(from, &signed[..n]) else {
+    let ServerSaid::Reply(again) = h.client_sends(from, &signed[..n]) else {
         panic!()
     };
     assert_eq!(Message::parse(&again).unwrap().class(), Class::Success);
@@ -476,7 +476,7 @@ fn binding_unknown_attributes_and_transport() {
     let mut w = MessageWriter::new(&mut buf, Class::Request, stun::BINDING, &[1; 12]).unwrap();
     w.fingerprint().unwrap();
     let n = w.finish();
-    let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &buf[..n]) else {
         panic!()
     };
     let m = Message::parse(&r).unwrap();
@@ -488,7 +488,7 @@ fn binding_unknown_attributes_and_transport() {
     turn::write_requested_transport(&mut w, 17).unwrap();
     w.attr(turn::RESERVATION_TOKEN, &[1; 8]).unwrap();
     let n = w.finish();
-    let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &buf[..n]) else {
         panic!()
     };
     let m = Message::parse(&r).unwrap();
@@ -499,7 +499,7 @@ fn binding_unknown_attributes_and_transport() {
     let mut w = MessageWriter::new(&mut buf, Class::Request, stun::ALLOCATE, &[3; 12]).unwrap();
     turn::write_requested_transport(&mut w, 6).unwrap();
     let n = w.finish();
-    let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &buf[..n]) else {
         panic!()
     };
     let nonce = Message::parse(&r)
@@ -514,7 +514,7 @@ fn binding_unknown_attributes_and_transport() {
     w.attr(stun::NONCE, &nonce).unwrap();
     w.integrity(&key).unwrap();
     let n = w.finish();
-    let ServerSaid::Reply(r) = h.to_server(from, &buf[..n]) else {
+    let ServerSaid::Reply(r) = h.client_sends(from, &buf[..n]) else {
         panic!()
     };
     let m = Message::parse(&r).unwrap();
@@ -585,7 +585,7 @@ fn mutated_input_never_panics() {
             let i = (xorshift(&mut s) % b.len() as u64) as usize;
             b[i] = xorshift(&mut s) as u8;
         }
-        if xorshift(&mut s) % 8 == 0 {
+        if xorshift(&mut s).is_multiple_of(8) {
             b.truncate((xorshift(&mut s) % (b.len() as u64 + 1)) as usize);
         }
         let _ = h.server.handle_client(h.now, from, &b, &mut out);

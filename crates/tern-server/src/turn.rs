@@ -280,7 +280,7 @@ impl Worker {
     fn client_input(&mut self, client: ClientAddr, input: &[u8], out: &mut [u8; MAX_REPLY]) {
         let now = Instant::now();
         match self.server.handle_client(now, client, input, out) {
-            ClientOutput::Reply(n) => self.to_client(client, &out[..n]),
+            ClientOutput::Reply(n) => self.send_client(client, &out[..n]),
             ClientOutput::Relay { alloc, peer, data } => {
                 let sent = self
                     .relays
@@ -313,7 +313,7 @@ impl Worker {
                         self.server.client_closed(client);
                     }
                 }
-                self.to_client(client, &out[..n]);
+                self.send_client(client, &out[..n]);
             }
             ClientOutput::Drop(_) => {}
         }
@@ -355,7 +355,7 @@ impl Worker {
                 self.server
                     .handle_peer(Instant::now(), alloc, peer, buf, PEER_HEADROOM, n)
             {
-                self.to_client(client, &buf[range]);
+                self.send_client(client, &buf[range]);
             }
         }
         if let Some(r) = self.relays.get_mut(index).and_then(Option::as_mut) {
@@ -367,7 +367,7 @@ impl Worker {
         }
     }
 
-    fn to_client(&mut self, client: ClientAddr, data: &[u8]) {
+    fn send_client(&mut self, client: ClientAddr, data: &[u8]) {
         match client.transport {
             Transport::Udp => {
                 if let Err(e) = self.udp.send_to(data, client.addr) {

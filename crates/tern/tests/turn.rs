@@ -1,0 +1,327 @@
+//! The built-in TURN server in a real `tern demo` process: interop with coturn's
+//! `turnutils_uclient` (UDP and TCP to the server, long-term and REST credentials, zero loss),
+//! 401 for bad credentials with nothing allocated, an allocation flood beyond the quota
+//! refused without memory growth, and the WHEP `Link` headers whose credentials work.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tern_rtc::turn::Transport;
+use tern_rtc::turn_client::{Received, TurnClient, TurnClientEvent};
+
+mod common;
+use common::Server;
+
+const USER: &str = "alice";
+const PASS: &str = "wonderland";
+const SECRET: &str = "north";
+
+fn turn_server(extra: &[&str]) -> (Server, SocketAddr) {
+    let turn: SocketAddr = ([127, 0, 0, 1], common::free_udp_port()).into();
+    let mut args: Vec<String> = [
+        "demo",
+        "--candidate",
+        "127.0.0.1",
+        "--turn",
+        &turn.to_string(),
+        "--turn-user",
+        &format!("{USER}:{PASS}"),
+        "--turn-secret",
+        SECRET,
+        "--turn-relay-ip",
+        "127.0.0.1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (Server::start(&args), turn)
+}
+
+/// Runs `turnutils_uclient` and returns (sent, received, lost) from its summary.
+fn uclient(
+    turn: SocketAddr,
+    tcp: bool,
+    rest: bool,
+    clients: u32,
+    messages: u32,
+) -> (u64, u64, u64) {
+    let mut cmd = Command::new("turnutils_uclient");
+    if tcp {
+        cmd.arg("-t");
+    }
+    // -y: clients relay to each other; -c: no RTCP allocation; 172-byte messages every 5 ms.
+    cmd.args(["-y", "-c", "-l", "172", "-z", "5"])
+        .args(["-m", &clients.to_string(), "-n", &messages.to_string()])
+        .args(["-p", &turn.port().to_string()]);
+    if rest {
+        cmd.args(["-W", SECRET, "-u", "bob"]);
+    } else {
+        cmd.args(["-u", USER, "-w", PASS]);
+    }
+    cmd.arg("127.0.0.1");
+    let out = cmd.output().expect(
+        "run turnutils_uclient (Debian package coturn; scripts/install-deps.sh installs it)",
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let num_after = |key: &str| -> Option<u64> {
+        let line = text.lines().rev().find(|l| l.contains(key))?;
+        let rest = &line[line.find(key)? + key.len()..];
+        rest.trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let sent = num_after("tot_send_msgs=");
+    let recv = num_after("tot_recv_msgs=");
+    let lost = num_after("Total lost packets");
+    match (sent, recv, lost) {
+        (Some(s), Some(r), Some(l)) => (s, r, l),
+        _ => panic!("cannot read the uclient summary (tcp={tcp}, rest={rest}):\n{text}"),
+    }
+}
+
+#[test]
+fn uclient_relays_through_tern_with_zero_loss() {
+    let (server, turn) = turn_server(&[]);
+    let (clients, messages) = (20, 100);
+    for (tcp, rest) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (sent, recv, lost) = uclient(turn, tcp, rest, clients, messages);
+        let want = u64::from(clients * messages);
+        eprintln!("uclient tcp={tcp} rest={rest}: sent {sent}, received {recv}, lost {lost}");
+        assert_eq!(
+            (sent, recv, lost),
+            (want, want, 0),
+            "tcp={tcp} rest={rest}; server log:\n{}",
+            server.log_tail(20)
+        );
+    }
+    server.stop();
+}
+
+/// A TURN client on its own UDP socket, driven to completion of one request.
+struct Udp {
+    sock: UdpSocket,
+    server: SocketAddr,
+    client: TurnClient,
+}
+
+impl Udp {
+    fn new(server: SocketAddr, user: &str, pass: &str, seed: u64) -> Udp {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        sock.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        Udp {
+            sock,
+            server,
+            client: TurnClient::new(user, pass, Transport::Udp, seed),
+        }
+    }
+
+    fn run(&mut self, first: usize, buf: &mut [u8]) -> TurnClientEvent {
+        self.sock.send_to(&buf[..first], self.server).expect("send");
+        let mut input = [0u8; 1500];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let Ok((n, _)) = self.sock.recv_from(&mut input) else {
+                continue;
+            };
+            match self.client.handle_input(Instant::now(), &input[..n], buf) {
+                Received::Event(e) => return e,
+                Received::Transmit(n) => {
+                    self.sock.send_to(&buf[..n], self.server).expect("send");
+                }
+                _ => {}
+            }
+        }
+        panic!("no TURN answer within 5 s");
+    }
+
+    fn allocate(&mut self) -> TurnClientEvent {
+        let mut buf = [0u8; 1500];
+        let n = self
+            .client
+            .allocate(Instant::now(), &mut buf)
+            .expect("allocate");
+        self.run(n, &mut buf)
+    }
+}
+
+/// Minimal reads of the `/v1/memory` JSON: the allocator's live bytes and a pool's items.
+fn memory(server: &Server) -> String {
+    let r = common::http_get(server.http, "/v1/memory").expect("GET /v1/memory");
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+fn json_number(text: &str, key: &str) -> u64 {
+    let at = text
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} in {text}"));
+    text[at + key.len() + 3..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("number for {key}"))
+}
+
+fn pool_items(text: &str, pool: &str) -> u64 {
+    let at = text
+        .find(&format!("\"name\":\"{pool}\""))
+        .unwrap_or_else(|| panic!("pool {pool} in {text}"));
+    // The pool's object: from the `{` before its name to the `}` after it.
+    let start = text[..at].rfind('{').unwrap_or(0);
+    let end = text[at..].find('}').map_or(text.len(), |e| at + e);
+    json_number(&text[start..end], "items_in_use")
+}
+
+#[test]
+fn bad_credentials_get_401_and_nothing_is_allocated() {
+    let (server, turn) = turn_server(&[]);
+    for (i, (u, p)) in [(USER, "wrong"), ("nobody", PASS), ("1:bob", "x")]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = Udp::new(turn, u, p, i as u64);
+        match c.allocate() {
+            TurnClientEvent::Failed { code: 401, .. } => {}
+            e => panic!("{u}:{p}: {e:?}"),
+        }
+    }
+    assert_eq!(pool_items(&memory(&server), "turn_allocations"), 0);
+    // The right password works on the same server.
+    let mut c = Udp::new(turn, USER, PASS, 9);
+    assert!(matches!(c.allocate(), TurnClientEvent::Allocated { .. }));
+    assert_eq!(pool_items(&memory(&server), "turn_allocations"), 1);
+    server.stop();
+}
+
+#[test]
+fn allocation_flood_beyond_quota_is_refused_without_growing_memory() {
+    const QUOTA: usize = 200;
+    let dir = std::env::temp_dir().join(format!("tern-turn-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let cfg = dir.join("turn.toml");
+    std::fs::write(
+        &cfg,
+        format!("[turn]\nmax_allocations = {QUOTA}\nmax_allocations_per_user = 1000\n"),
+    )
+    .expect("write config");
+    let (server, turn) = turn_server(&["--config", cfg.to_str().expect("utf-8 path")]);
+
+    let mut held = Vec::new();
+    for i in 0..QUOTA {
+        let mut c = Udp::new(turn, USER, PASS, i as u64);
+        match c.allocate() {
+            TurnClientEvent::Allocated { .. } => held.push(c),
+            e => panic!("allocation {i}: {e:?}"),
+        }
+    }
+    let full = memory(&server);
+    assert_eq!(pool_items(&full, "turn_allocations"), QUOTA as u64);
+    let at_quota = json_number(&full, "live_bytes");
+
+    // 2000 more Allocate attempts from 20 sockets: every one refused with 508.
+    let mut refused = 0;
+    let mut flooders: Vec<Udp> = (0..20)
+        .map(|i| Udp::new(turn, USER, PASS, 10_000 + i))
+        .collect();
+    for round in 0..100 {
+        for c in &mut flooders {
+            match c.allocate() {
+                TurnClientEvent::Failed { code: 508, .. } => refused += 1,
+                e => panic!("flood round {round}: {e:?}"),
+            }
+        }
+    }
+    assert_eq!(refused, 2000);
+    let after_text = memory(&server);
+    let after = json_number(&after_text, "live_bytes");
+    assert_eq!(pool_items(&after_text, "turn_allocations"), QUOTA as u64);
+    eprintln!("allocator live bytes at quota {at_quota}, after 2000 refused: {after}");
+    // Refusals keep no state: allow 16 KiB of noise (HTTP requests, the demo stream), far
+    // below what 2000 allocations would take.
+    assert!(
+        after <= at_quota + 16 * 1024,
+        "memory grew by {} bytes during the refused flood",
+        after.saturating_sub(at_quota)
+    );
+    drop(held);
+    server.stop();
+}
+
+#[test]
+fn whep_answer_links_carry_working_turn_credentials() {
+    let (server, turn) = turn_server(&[]);
+    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
+        ice_ufrag: "abcd",
+        ice_pwd: "0123456789abcdefghijklmn",
+        fingerprint_sha256: &[7u8; 32],
+        video: true,
+        audio: true,
+        abs_capture_time: true,
+    });
+    let r = common::http_post(
+        server.http,
+        "/live/demo/whep",
+        "application/sdp",
+        offer.as_bytes(),
+    )
+    .expect("POST whep");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let links: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let port = turn.port();
+    assert_eq!(links.len(), 3, "{links:?}");
+    assert!(links[0].starts_with(&format!("<stun:127.0.0.1:{port}>; rel=\"ice-server\"")));
+    assert!(links[1].starts_with(&format!(
+        "<turn:127.0.0.1:{port}?transport=udp>; rel=\"ice-server\""
+    )));
+    assert!(links[2].starts_with(&format!(
+        "<turn:127.0.0.1:{port}?transport=tcp>; rel=\"ice-server\""
+    )));
+    let param = |v: &str, key: &str| -> String {
+        let at = v
+            .find(&format!("{key}=\""))
+            .unwrap_or_else(|| panic!("{key} in {v}"));
+        let rest = &v[at + key.len() + 2..];
+        rest[..rest.find('"').expect("closing quote")].to_string()
+    };
+    let (user, pass) = (param(links[1], "username"), param(links[1], "credential"));
+    assert!(links[1].contains("credential-type=\"password\""));
+    // REST format: `expiry:whep`, expiring about a day from now.
+    let expiry: u64 = user
+        .split(':')
+        .next()
+        .and_then(|e| e.parse().ok())
+        .expect("expiry");
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    assert!((unix + 86_000..=unix + 86_500).contains(&expiry), "{user}");
+    let mut c = Udp::new(turn, &user, &pass, 1);
+    assert!(matches!(c.allocate(), TurnClientEvent::Allocated { .. }));
+    // OPTIONS carries them too, for players that configure ICE servers before the offer.
+    let r = common::http_request(server.http, "OPTIONS", "/live/demo/whep", None, &[])
+        .expect("OPTIONS");
+    assert_eq!(
+        r.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+            .count(),
+        3
+    );
+    server.stop();
+}
