@@ -127,7 +127,8 @@ impl AppState {
         self
     }
 
-    fn add_links(&self, h: &mut HeaderMap) {
+    /// Appends the TURN `Link` headers (when TURN is on) to a WHEP or WHIP answer.
+    pub(crate) fn add_links(&self, h: &mut HeaderMap) {
         if let Some(t) = &self.turn {
             for v in t.headers() {
                 h.append(header::LINK, v);

@@ -80,8 +80,9 @@ pub async fn post(
     }
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location"),
+        HeaderValue::from_static("Location, Link"),
     );
+    st.add_links(h);
     r
 }
 
