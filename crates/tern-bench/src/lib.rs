@@ -74,8 +74,16 @@ pub struct ServerDelta {
     pub retransmits: u64,
 }
 
+/// What keeps a client's server session alive, to end it at the end of the run.
+enum Hold {
+    /// A WHEP session URL (DELETE ends it).
+    Whep(String),
+    /// An OvenMediaEngine signalling socket (closing it ends the session).
+    Ome(Box<signal::OmeSession>),
+}
+
 enum Event {
-    Joined(Box<Joined>, Option<String>),
+    Joined(Box<Joined>, Option<Hold>),
     Failed(usize, SignalError),
 }
 
@@ -110,10 +118,13 @@ struct Signaller {
     bind: std::net::IpAddr,
     rtcp: bool,
     ntp_base: (Instant, u64),
+    /// OvenMediaEngine signalling at `url` instead of WHEP.
+    ome: bool,
+    url: String,
 }
 
 impl Signaller {
-    fn join(&self, id: usize) -> Result<(Box<Joined>, Option<String>), SignalError> {
+    fn join(&self, id: usize) -> Result<(Box<Joined>, Option<Hold>), SignalError> {
         let mut rng = rand::rng();
         let mut uf = [0u8; 8];
         let mut pw = [0u8; 24];
@@ -121,6 +132,15 @@ impl Signaller {
         session::random_chars(&mut pw, &mut || rng.random());
         let ufrag = String::from_utf8_lossy(&uf).into_owned();
         let pwd = String::from_utf8_lossy(&pw).into_owned();
+        let client_offer = ClientOffer {
+            ufrag: ufrag.clone(),
+            pwd: pwd.clone(),
+            rtcp: self.rtcp,
+            ntp_base: self.ntp_base,
+        };
+        if self.ome {
+            return self.join_ome(id, &client_offer);
+        }
         let offer = sdp::write_offer(&sdp::OfferParams {
             ice_ufrag: &ufrag,
             ice_pwd: &pwd,
@@ -132,16 +152,8 @@ impl Signaller {
         let t0 = Instant::now();
         let (answer, location) = self.whep.offer(&offer)?;
         let signalling = t0.elapsed();
-        let params = session::client_params(
-            &answer,
-            &ClientOffer {
-                ufrag,
-                pwd,
-                rtcp: self.rtcp,
-                ntp_base: self.ntp_base,
-            },
-        )
-        .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
+        let params = session::client_params(&answer, &client_offer)
+            .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
         let socket = bind_to(self.bind, params.server)
             .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))?;
         let now = Instant::now();
@@ -154,13 +166,53 @@ impl Signaller {
                 signalling,
                 started: now,
             }),
-            location,
+            location.map(Hold::Whep),
+        ))
+    }
+
+    /// OvenMediaEngine signalling: the server offers, the client answers.
+    fn join_ome(
+        &self,
+        id: usize,
+        client_offer: &ClientOffer,
+    ) -> Result<(Box<Joined>, Option<Hold>), SignalError> {
+        let t0 = Instant::now();
+        let mut params = None;
+        let fp = *self.ctx.fingerprint();
+        let sess = signal::ome_exchange(&self.url, Duration::from_secs(10), &mut |sdp, cands| {
+            let a = session::answer_offer(sdp, cands, client_offer, &fp)
+                .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
+            params = Some(a.params);
+            Ok(a.answer)
+        })?;
+        let signalling = t0.elapsed();
+        let params = params.ok_or_else(|| SignalError::BadAnswer("no offer".into()))?;
+        let socket = bind_to(self.bind, params.server)
+            .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))?;
+        let now = Instant::now();
+        let client = Client::new(params, self.ctx.clone(), now, id as u64 + 1);
+        Ok((
+            Box::new(Joined {
+                id,
+                client,
+                socket,
+                signalling,
+                started: now,
+            }),
+            Some(Hold::Ome(Box::new(sess))),
         ))
     }
 }
 
+/// Receive buffer asked for each client socket. A new viewer gets the server's keyframe
+/// cache (up to a GOP) in one burst; with the default ~208 KiB buffer the tail of that burst
+/// can overflow before the thread reads it, and an overflowed *first* packet of a track is a
+/// loss no receiver can see. 1 MiB holds the burst; the kernel caps it at `rmem_max`.
+const RCVBUF: usize = 1 << 20;
+
 fn bind_to(ip: std::net::IpAddr, server: SocketAddr) -> std::io::Result<UdpSocket> {
     let s = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &RCVBUF);
     s.connect(server)?;
     Ok(s)
 }
@@ -185,7 +237,8 @@ fn read_heap(origin: &str) -> Result<Heap, String> {
     })
 }
 
-fn read_server(origin: &str) -> Option<(u64, u64, u64)> {
+/// The server's `/v1/stats/current`: packets out, bytes out, retransmissions, viewers.
+fn read_server(origin: &str) -> Option<(u64, u64, u64, u64)> {
     let body = signal::get_text(
         &format!("{origin}/v1/stats/current"),
         Duration::from_secs(5),
@@ -197,6 +250,7 @@ fn read_server(origin: &str) -> Option<(u64, u64, u64)> {
         r["packetsOut"].as_u64()?,
         r["totalBytesOut"].as_u64()?,
         r["retransmits"].as_u64()?,
+        r["totalConnections"].as_u64()?,
     ))
 }
 
@@ -253,15 +307,13 @@ impl HeapTable {
 /// Runs a bench to the end (life elapsed, or `stop` set) and prints as it goes to `out`.
 pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<Outcome, String> {
     a.validate()?;
-    if a.url.starts_with("ws") {
-        return Err(
-            "ws:// (OvenMediaEngine signalling) is not supported by this build yet; use the WHEP URL"
-                .into(),
-        );
+    if a.url.starts_with("wss://") {
+        return Err("wss:// is not supported yet; use ws:// or the WHEP URL".into());
     }
     raise_nofile(a.clients as u64 + 256)?;
     let ctx = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
-    let origin = signal::origin(&a.url).to_string();
+    // The server's HTTP origin (for /v1/memory and /v1/stats/current), also for ws:// URLs.
+    let origin = signal::origin(&a.url).replacen("ws://", "http://", 1);
     let mut workers = Workers::spawn(a.threads, Duration::from_secs(a.connect_timeout))
         .map_err(|e| format!("media threads: {e}"))?;
     let t0 = Instant::now();
@@ -276,6 +328,8 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         bind: a.bind,
         rtcp: !a.no_rtcp,
         ntp_base: (t0, ntp0),
+        ome: a.url.starts_with("ws://"),
+        url: a.url.clone(),
     });
     let mut heap = a.heap_report.then(|| HeapTable {
         origin: origin.clone(),
@@ -320,7 +374,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     let mut next_check = start;
     let mut scheduled = 0usize;
     let mut joined = 0usize;
-    let mut locations: Vec<String> = Vec::new();
+    let mut holds: Vec<Hold> = Vec::new();
     let mut signal_failures: BTreeMap<String, usize> = BTreeMap::new();
     let mut signal_failed = 0usize;
     let mut prev = Vec::new();
@@ -432,8 +486,8 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         match ev_rx.recv_timeout(wait) {
             Ok(Event::Joined(j, loc)) => {
                 joined += 1;
-                if let Some(l) = loc {
-                    locations.push(l);
+                if let Some(h) = loc {
+                    holds.push(h);
                 }
                 workers.add(*j);
             }
@@ -458,17 +512,23 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     }
     // End: stop sending, delete every session, let in-flight packets land, then count.
     workers.quiesce();
-    delete_all(&signaller.whep, &locations);
+    end_all(&signaller.whep, holds);
     for t in threads {
         let _ = t.join();
     }
     for ev in ev_rx.try_iter() {
         if let Event::Joined(j, loc) = ev {
             // Joined after the end: count it as started, delete its session.
-            if let Some(l) = loc {
-                signaller.whep.delete(&l);
-            }
+            end_all(&signaller.whep, loc.into_iter().collect());
             drop(j);
+        }
+    }
+    // The server ends sessions asynchronously: wait (≤ 5 s) until it holds no more viewers
+    // than before the run, so that nothing it sends after the final count is missed.
+    if let Some(s0) = server0 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while read_server(&origin).is_some_and(|s| s.3 > s0.3) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
     std::thread::sleep(DRAIN);
@@ -641,17 +701,28 @@ fn progress_bar(started: usize, connected: usize, failed: usize, total: usize) {
     );
 }
 
-/// DELETEs every session, a few at a time.
-fn delete_all(whep: &Whep, locations: &[String]) {
-    if locations.is_empty() {
+/// Ends every session (WHEP DELETE, or `stop` and close on the signalling socket), a few
+/// at a time.
+fn end_all(whep: &Whep, holds: Vec<Hold>) {
+    if holds.is_empty() {
         return;
     }
-    let per = locations.len().div_ceil(SIGNAL_THREADS);
+    let per = holds.len().div_ceil(SIGNAL_THREADS);
+    let mut chunks: Vec<Vec<Hold>> = Vec::new();
+    let mut it = holds.into_iter().peekable();
+    while it.peek().is_some() {
+        chunks.push(it.by_ref().take(per).collect());
+    }
     std::thread::scope(|s| {
-        for chunk in locations.chunks(per) {
+        for chunk in chunks {
             s.spawn(move || {
-                for l in chunk {
-                    whep.delete(l);
+                for h in chunk {
+                    match h {
+                        Hold::Whep(l) => {
+                            whep.delete(&l);
+                        }
+                        Hold::Ome(o) => o.stop(),
+                    }
                 }
             });
         }

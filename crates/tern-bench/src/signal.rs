@@ -148,6 +148,90 @@ pub fn origin(url: &str) -> &str {
     &url[..end]
 }
 
+/// A session held open over OvenMediaEngine's WebSocket signalling: the server ends the
+/// viewer when the socket closes, so the socket lives as long as the client.
+pub struct OmeSession {
+    ws: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
+    id: serde_json::Value,
+    peer_id: serde_json::Value,
+}
+
+impl OmeSession {
+    /// Sends `stop` and closes the socket.
+    pub fn stop(mut self) {
+        let msg = serde_json::json!({"command": "stop", "id": self.id, "peer_id": self.peer_id});
+        let _ = self
+            .ws
+            .send(tungstenite::Message::Text(msg.to_string().into()));
+        let _ = self.ws.close(None);
+        let _ = self.ws.flush();
+    }
+}
+
+/// Turns a server offer (SDP, candidate lines) into our answer SDP.
+pub type MakeAnswer<'a> = dyn FnMut(&str, &[&str]) -> Result<String, SignalError> + 'a;
+
+/// OvenMediaEngine signalling: `request_offer`, the server's `offer` (SDP and candidates),
+/// our `answer`. `make_answer` turns the offer SDP and candidate lines into our answer SDP.
+pub fn ome_exchange(
+    url: &str,
+    timeout: Duration,
+    make_answer: &mut MakeAnswer<'_>,
+) -> Result<OmeSession, SignalError> {
+    use tungstenite::Message;
+    let (mut ws, _) =
+        tungstenite::connect(url).map_err(|e| SignalError::Transport(e.to_string()))?;
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        let _ = s.set_read_timeout(Some(timeout));
+    }
+    ws.send(Message::Text(r#"{"command":"request_offer"}"#.into()))
+        .map_err(|e| SignalError::Transport(e.to_string()))?;
+    let offer: serde_json::Value = loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => {
+                let v: serde_json::Value = serde_json::from_str(&t)
+                    .map_err(|e| SignalError::BadAnswer(format!("offer is not JSON: {e}")))?;
+                if v["command"] == "offer" {
+                    break v;
+                }
+                if v.get("error").is_some() || v["code"].as_u64().is_some_and(|c| c >= 400) {
+                    let code = v["code"].as_u64().unwrap_or(500) as u16;
+                    return Err(SignalError::Status(code, t.to_string()));
+                }
+            }
+            Ok(Message::Close(f)) => {
+                return Err(SignalError::Status(
+                    f.as_ref().map_or(1000, |f| u16::from(f.code)),
+                    f.map_or(String::new(), |f| f.reason.to_string()),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(SignalError::Transport(e.to_string())),
+        }
+    };
+    let sdp = offer["sdp"]["sdp"]
+        .as_str()
+        .ok_or_else(|| SignalError::BadAnswer("offer without sdp.sdp".into()))?;
+    let cands: Vec<&str> = offer["candidates"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["candidate"].as_str()).collect())
+        .unwrap_or_default();
+    let answer = make_answer(sdp, &cands)?;
+    let msg = serde_json::json!({
+        "command": "answer",
+        "id": offer["id"],
+        "peer_id": offer["peer_id"],
+        "sdp": {"type": "answer", "sdp": answer},
+    });
+    ws.send(Message::Text(msg.to_string().into()))
+        .map_err(|e| SignalError::Transport(e.to_string()))?;
+    Ok(OmeSession {
+        ws,
+        id: offer["id"].clone(),
+        peer_id: offer["peer_id"].clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

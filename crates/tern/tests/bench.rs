@@ -357,3 +357,57 @@ fn nacks_recover_what_the_relay_drops() {
     );
     server.stop();
 }
+
+#[test]
+fn two_hundred_viewers_over_ome_websocket_signalling() {
+    let server = Server::demo();
+    let a = args(&format!(
+        "-url ws://{}/live/demo -n 200 -cint 10 -life 10 -sint 5000 --json",
+        server.http
+    ));
+    let (o, text) = run(&a);
+    let s = &o.summary;
+    assert_eq!(s.connected, 200, "{text}");
+    assert_eq!(s.failed, 0, "{:?}", s.failures);
+    assert_eq!(s.total_losses, 0, "{text}");
+    for c in &o.clients {
+        assert!(
+            c.video.as_ref().is_some_and(|v| v.keyframes >= 5),
+            "client_{}",
+            c.id
+        );
+        assert!(
+            c.audio.as_ref().is_some_and(|a| a.packets > 100),
+            "client_{}",
+            c.id
+        );
+    }
+    let d = o.server.expect("server counters");
+    let unique: u64 = o
+        .clients
+        .iter()
+        .flat_map(|c| [&c.video, &c.audio])
+        .flatten()
+        .map(|t| t.packets)
+        .sum();
+    let dropped: u64 = o.clients.iter().map(|c| c.dropped).sum();
+    let dups = s.duplicates;
+    assert_eq!(
+        unique,
+        d.packets_out - d.retransmits,
+        "dropped {dropped} duplicates {dups} srtp {}",
+        s.srtp_failures
+    );
+    // Closing the sockets ended every session.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = common::http_get(server.http, "/v1/stats/current").expect("stats");
+        let v: serde_json::Value = serde_json::from_str(&r.text()).expect("json");
+        if v["response"]["totalConnections"] == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sessions left: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.stop();
+}
