@@ -247,7 +247,7 @@ pub enum ServerAnswerError {
 }
 
 /// Mints credentials, SSRCs and offsets and writes the server's offer for a stream with video
-/// (`video`) and audio (`audio`): ICE-lite, `a=setup:actpass`, sendonly H264 and Opus (see
+/// (`video`) and audio (`audio`): ICE-lite, `a=setup:passive`, sendonly H264 and Opus (see
 /// [`sdp::write_server_offer`]).
 pub fn offer(
     local: &LocalInfo<'_>,
@@ -603,7 +603,7 @@ mod tests {
             so.accept_answer(&passive),
             Err(ServerAnswerError::Mismatch(AnswerMismatch::Setup))
         ));
-        let active_offer = so.sdp.replace("a=setup:actpass", "a=setup:active");
+        let active_offer = so.sdp.replace("a=setup:passive", "a=setup:active");
         assert!(matches!(
             answer_offer(
                 &active_offer,

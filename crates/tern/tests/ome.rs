@@ -252,7 +252,7 @@ fn offer_answer_plays_then_stop_ends_the_viewer() {
     let server = Server::demo();
     let mut ws = connect(server.http, "/live/demo");
     let offer = request_offer(&mut ws);
-    assert!(offer.sdp.contains("a=setup:actpass"), "{}", offer.sdp);
+    assert!(offer.sdp.contains("a=setup:passive"), "{}", offer.sdp);
     assert!(offer.sdp.contains("a=ice-lite"));
     assert_eq!(offer.candidates.len(), 1);
     assert!(

@@ -1,9 +1,17 @@
 //! The server-offer direction, as OvenMediaEngine's WebSocket signalling uses it: the server
 //! writes the offer, the player answers.
 //!
-//! - [`write_server_offer`] writes the server's sendonly offer: ICE-lite, `a=setup:actpass`
-//!   (RFC 5763 §5: the offerer must offer actpass), H264 and Opus, one BUNDLE transport, no
-//!   candidates (the signalling sends them beside the SDP, as OME does).
+//! - [`write_server_offer`] writes the server's sendonly offer: ICE-lite, `a=setup:passive`
+//!   (see below), H264 and Opus, one BUNDLE transport, no candidates (the signalling sends them
+//!   beside the SDP, as OME does).
+//!
+//! The DTLS role. OME offers `a=setup:actpass` (RFC 5763 §5) and browsers answer `active`.
+//! tern's viewer is a DTLS server only, so its offer says `passive`, which every answerer must
+//! meet with `active` (RFC 8842 §5.3). actpass would be wrong here: tern's offer is ICE-lite,
+//! which makes the answerer the controlling ICE agent, and pion (OvenRtcTester's WebRTC stack,
+//! v3.0.x) then takes the DTLS *server* role for an actpass offer while its answer still says
+//! `active`, so both ends wait for a ClientHello. Chromium and pion both answer `passive` with
+//! `active` and act on it.
 //! - [`negotiate_answer`] reads the player's answer to that offer into the same
 //!   [`Negotiated`] a WHEP offer gives, so both directions end in the same viewer.
 //! - [`write_client_answer`] is the other end, for the lean test/load client: it answers a
@@ -63,7 +71,7 @@ fn server_sections(video: Option<u32>, audio: Option<u32>) -> Vec<(&'static str,
     v
 }
 
-/// Writes the server's offer: ICE-lite, `a=setup:actpass`, sendonly, `a=rtcp-mux` and
+/// Writes the server's offer: ICE-lite, `a=setup:passive`, sendonly, `a=rtcp-mux` and
 /// `a=rtcp-rsize`, one BUNDLE group; video H264/90000 pt 96 ([`SERVER_VIDEO_PT`]; nack,
 /// nack pli, ccm fir), audio opus/48000/2 pt 111 (`minptime=10;useinbandfec=1`); the
 /// abs-capture-time extension as id 4 in both; `a=msid` and `a=ssrc` lines so that a
@@ -90,7 +98,7 @@ pub fn write_server_offer(p: &ServerOfferParams<'_>) -> String {
             p.ice_ufrag,
             p.ice_pwd,
             p.fingerprint_sha256,
-            "actpass",
+            "passive",
         );
         line!(o, "a=sendonly");
         line!(o, "a=rtcp-mux");
@@ -472,7 +480,7 @@ mod tests {
         assert_eq!(m[0].kind(), "video");
         assert_eq!(m[0].formats(), [SERVER_VIDEO_PT]);
         assert_eq!(m[0].direction(), Direction::SendOnly);
-        assert_eq!(m[0].setup(), Some(Setup::ActPass));
+        assert_eq!(m[0].setup(), Some(Setup::Passive));
         assert_eq!(m[0].ice_ufrag(), Some("srvUfrag"));
         assert_eq!(m[0].fingerprint().unwrap().1.as_slice(), FP);
         assert!(m[0].payload(96).unwrap().has_fb("nack pli"));
