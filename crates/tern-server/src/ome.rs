@@ -93,15 +93,34 @@ impl Params {
     }
 }
 
-/// ICE servers handed to the player with its offer. This is the seam for tern's TURN server:
-/// with `tcp` (`?transport=tcp`) it is to return the TURN-over-TCP relay, as OME's TcpRelay
-/// does, so that the player relays over TCP; otherwise TURN over UDP when configured. tern
-/// runs no TURN server yet, so the list is empty and the offer carries no `iceServers`.
-fn ice_servers(_st: &AppState, tcp: bool) -> Vec<IceServer> {
-    if tcp {
-        debug!("?transport=tcp asked, but no TURN relay is configured");
-    }
-    Vec::new()
+/// ICE servers handed to the player with its offer, as OME hands out its TcpRelay: only for
+/// `?transport=tcp`, and then the TURN-over-TCP URL of tern's own TURN server with fresh REST
+/// credentials (valid for `turn.credential_lifetime`). A player given `iceServers` relays only
+/// (OvenPlayer and OvenRtcTester set `iceTransportPolicy: relay`), so the viewer's media goes
+/// over TCP to the TURN server and from there over UDP to the media port. Without TURN (no
+/// `turn.listen`) or without `?transport=tcp` the list is empty and the offer has no
+/// `iceServers`, as OME's has none without a TcpRelay.
+fn ice_servers(st: &AppState, tcp: bool) -> Vec<IceServer> {
+    let Some(t) = st.turn.as_ref().filter(|_| tcp) else {
+        if tcp {
+            debug!("?transport=tcp asked, but TURN is off");
+        }
+        return Vec::new();
+    };
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (username, credential) =
+        tern_rtc::turn::rest_credentials(&t.secret, "ome", unix + t.lifetime);
+    let host = match t.host {
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    vec![IceServer {
+        urls: vec![format!("turn:{host}:{}?transport=tcp", t.port)],
+        username: Some(username),
+        credential: Some(credential),
+    }]
 }
 
 /// Where a signalling socket is.

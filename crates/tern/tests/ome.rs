@@ -21,7 +21,7 @@ use tern_rtc::viewer::DtlsContext;
 use tungstenite::{Message, WebSocket};
 
 mod common;
-use common::{Server, http_get};
+use common::{Server, free_udp_port, http_get};
 
 type Ws = WebSocket<TcpStream>;
 
@@ -90,7 +90,6 @@ fn request_offer(ws: &mut Ws) -> Offer {
     assert_eq!(v["code"], 200);
     assert_eq!(v["peer_id"], 0);
     assert_eq!(v["sdp"]["type"], "offer");
-    assert!(v.get("iceServers").is_none(), "no TURN configured: {v}");
     let id = v["id"].as_i64().expect("integer id");
     assert!((1..=i64::from(i32::MAX)).contains(&id));
     let sdp = v["sdp"]["sdp"].as_str().expect("sdp string").to_string();
@@ -518,5 +517,57 @@ fn malformed_and_out_of_order_commands_get_ome_errors() {
     drop(ws);
     assert_eq!(wait_pool(http, 0), (0, 0), "every socket freed");
     assert_eq!(wait_viewers(http, 0), 0, "every viewer freed");
+    server.stop();
+}
+
+/// `?transport=tcp` with TURN on: the offer carries the TURN-over-TCP server with REST
+/// credentials, as `iceServers` (`username`) and OME's older `ice_servers` (`user_name`);
+/// without the query, or without TURN, the offer has neither.
+#[test]
+fn transport_tcp_offers_turn_over_tcp() {
+    let plain = Server::demo();
+    for path in ["/live/demo", "/live/demo?transport=tcp"] {
+        let mut ws = connect(plain.http, path);
+        send(&mut ws, &json!({"command": "request_offer"}));
+        let v = recv(&mut ws).expect("offer");
+        assert_eq!(v["command"], "offer");
+        assert!(
+            v.get("iceServers").is_none() && v.get("ice_servers").is_none(),
+            "TURN is off, {path}: {v}"
+        );
+    }
+    plain.stop();
+
+    let turn = free_udp_port().to_string();
+    let addr = format!("127.0.0.1:{turn}");
+    let server = Server::start(&[
+        "demo",
+        "--candidate",
+        "127.0.0.1",
+        "--turn",
+        &addr,
+        "--turn-relay-ip",
+        "127.0.0.1",
+    ]);
+    let mut ws = connect(server.http, "/live/demo");
+    send(&mut ws, &json!({"command": "request_offer"}));
+    let v = recv(&mut ws).expect("offer");
+    assert!(v.get("iceServers").is_none(), "no ?transport=tcp: {v}");
+    let mut ws = connect(server.http, "/live/demo?transport=tcp");
+    send(&mut ws, &json!({"command": "request_offer"}));
+    let v = recv(&mut ws).expect("offer");
+    let s = &v["iceServers"][0];
+    assert_eq!(
+        s["urls"],
+        json!([format!("turn:127.0.0.1:{turn}?transport=tcp")]),
+        "{v}"
+    );
+    let user = s["username"].as_str().expect("username");
+    let (expiry, name) = user.split_once(':').expect("EXPIRY:NAME");
+    assert_eq!(name, "ome");
+    assert!(expiry.parse::<u64>().is_ok());
+    assert!(!s["credential"].as_str().expect("credential").is_empty());
+    assert_eq!(v["ice_servers"][0]["user_name"], s["username"]);
+    assert_eq!(v["ice_servers"][0]["credential"], s["credential"]);
     server.stop();
 }
