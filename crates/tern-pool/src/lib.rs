@@ -12,7 +12,9 @@
 //! - [`Slab`]: a typed slab with generation-checked [`SlabId`]s for sessions and handshakes.
 //! - [`PoolCounter`]: a named counter for any other class (rings, snapshots).
 //! - [`MemoryRegistry`]: where pools, slabs and counters register; [`format_dd`] prints it.
-//! - [`CountingAlloc`]: a global allocator that counts live and peak bytes and calls.
+//! - [`CountingAlloc`]: a global allocator that counts live and peak bytes and calls; with
+//!   the `aws-lc` feature, `count_crypto_allocations` routes the crypto library's C heap
+//!   through it too.
 //!
 //! # Invariants
 //!
@@ -39,4 +41,6 @@ pub use pool::{
 };
 pub use registry::{MemoryRegistry, PoolCounter, PoolReport, format_dd};
 pub use slab::{Slab, SlabId};
+#[cfg(feature = "aws-lc")]
+pub use sys::count_crypto_allocations;
 pub use sys::{AllocStats, CountingAlloc};

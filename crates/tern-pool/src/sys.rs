@@ -192,6 +192,98 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
+/// Routes aws-lc's heap (`OPENSSL_malloc`, used by the crypto library for cipher contexts,
+/// keys and DTLS state) through [`CountingAlloc`], so the counters are the process-wide truth
+/// and not only Rust's share of it. Returns `false` if aws-lc's memory functions were already
+/// set.
+///
+/// Call it first thing in `main`, before anything uses aws-lc. Blocks keep aws-lc's own
+/// layout (the requested size in the 8 bytes before the pointer, on a `malloc`ed block), so
+/// a block aws-lc allocated before this call is still freed correctly: only the counters are
+/// then off by its size. Freed blocks are zeroed first, as aws-lc's own `OPENSSL_free` does.
+#[cfg(feature = "aws-lc")]
+pub fn count_crypto_allocations() -> bool {
+    // SAFETY: the three functions have the signatures aws-lc expects and implement malloc,
+    // realloc and free on one layout (see `crypto_mem`); setting them is a plain store.
+    unsafe {
+        aws_lc_sys::CRYPTO_set_mem_functions(
+            Some(crypto_mem::malloc),
+            Some(crypto_mem::realloc),
+            Some(crypto_mem::free),
+        ) == 1
+    }
+}
+
+/// aws-lc memory functions on top of [`CountingAlloc`] (see [`count_crypto_allocations`]).
+#[cfg(feature = "aws-lc")]
+mod crypto_mem {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::ffi::{c_char, c_int, c_void};
+
+    use super::CountingAlloc;
+
+    /// Bytes before each block holding its requested size (aws-lc's `OPENSSL_MALLOC_PREFIX`).
+    const PREFIX: usize = 8;
+
+    fn layout(size: usize) -> Option<Layout> {
+        Layout::from_size_align(size.checked_add(PREFIX)?, PREFIX).ok()
+    }
+
+    pub(super) unsafe extern "C" fn malloc(size: usize, _: *const c_char, _: c_int) -> *mut c_void {
+        let Some(l) = layout(size) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: `l` has a non-zero size (at least PREFIX).
+        let base = unsafe { CountingAlloc.alloc(l) };
+        if base.is_null() {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `base` is valid for `size + PREFIX` bytes and aligned to 8 for the usize.
+        unsafe {
+            base.cast::<usize>().write(size);
+            base.add(PREFIX).cast()
+        }
+    }
+
+    pub(super) unsafe extern "C" fn free(ptr: *mut c_void, _: *const c_char, _: c_int) {
+        if ptr.is_null() {
+            return;
+        }
+        // SAFETY: aws-lc only frees pointers its malloc returned: `PREFIX` bytes into a block
+        // whose first word is the requested size, allocated by `System` (directly, or through
+        // `CountingAlloc`, which forwards to it) with the alignment `layout` gives.
+        unsafe {
+            let base = ptr.cast::<u8>().sub(PREFIX);
+            let size = base.cast::<usize>().read();
+            let Some(l) = layout(size) else { return };
+            std::ptr::write_bytes(base, 0, l.size());
+            std::hint::black_box(base);
+            CountingAlloc.dealloc(base, l);
+        }
+    }
+
+    pub(super) unsafe extern "C" fn realloc(
+        ptr: *mut c_void,
+        size: usize,
+        file: *const c_char,
+        line: c_int,
+    ) -> *mut c_void {
+        // SAFETY: as in `malloc` and `free`; the old block's size is in its prefix, and the
+        // copy stays within both blocks. Like aws-lc's own realloc, it moves the data and
+        // zeroes the old block.
+        unsafe {
+            let new = malloc(size, file, line);
+            if ptr.is_null() || new.is_null() {
+                return new;
+            }
+            let old = ptr.cast::<u8>().sub(PREFIX).cast::<usize>().read();
+            std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), new.cast::<u8>(), old.min(size));
+            free(ptr, file, line);
+            new
+        }
+    }
+}
+
 /// Which kind of pages back a region of pool buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Backing {

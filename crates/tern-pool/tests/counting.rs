@@ -234,3 +234,40 @@ fn a_closed_pool_frees_thread_caches_at_thread_exit() {
         "nothing leaked"
     );
 }
+
+/// With the `aws-lc` feature the crypto library's heap goes through the counting allocator:
+/// an AES-256-GCM key (an aws-lc `EVP_AEAD_CTX` of 500+ bytes) shows up in the live bytes,
+/// and leaves them exactly when it drops.
+#[cfg(feature = "aws-lc")]
+#[test]
+fn aws_lc_allocations_are_counted() {
+    use aws_lc_rs::aead::{AES_256_GCM, LessSafeKey, UnboundKey};
+    let _g = serial();
+    // No other test of this binary uses aws-lc, so nothing has allocated through it yet.
+    assert!(tern_pool::count_crypto_allocations());
+    // Memory functions can be set once only.
+    assert!(!tern_pool::count_crypto_allocations());
+    // Warm up aws-lc's one-time initialisation (CPU capabilities, self-tests).
+    drop(black_box(LessSafeKey::new(
+        UnboundKey::new(&AES_256_GCM, &[7; 32]).expect("key"),
+    )));
+    let before = CountingAlloc::stats();
+    let key = black_box(LessSafeKey::new(
+        UnboundKey::new(&AES_256_GCM, &[9; 32]).expect("key"),
+    ));
+    let during = CountingAlloc::stats();
+    assert!(
+        during.allocations > before.allocations,
+        "aws-lc allocation not seen"
+    );
+    assert!(
+        during.live_bytes >= before.live_bytes + 500,
+        "{before:?} -> {during:?}"
+    );
+    drop(key);
+    let after = CountingAlloc::stats();
+    assert_eq!(
+        after.frees - during.frees,
+        during.allocations - before.allocations
+    );
+}

@@ -289,21 +289,64 @@ impl<'a> Kdf<'a> {
     }
 }
 
-/// Session crypto state for one of SRTP or SRTCP.
+/// Session keys of one of SRTP or SRTCP (RFC 3711 §4.3), derived once from the master key.
 ///
-/// The AES-CM variant is larger (expanded AES key plus HMAC state); there is one per cipher
-/// object, so keeping it inline saves a pointer chase per packet.
-#[allow(clippy::large_enum_variant)]
+/// 66 bytes, zeroed on drop. The SRTCP directions of a viewer keep only these and expand them
+/// into a [`Transform`] per packet: RTCP is about one packet per second each way, while an
+/// expanded AES-GCM context costs ~600 bytes of heap per direction for the whole session.
+#[derive(Clone)]
+struct SessionKeys {
+    enc: [u8; MAX_KEY_LEN],
+    auth: [u8; HMAC_KEY_LEN],
+    salt: [u8; MAX_SALT_LEN],
+}
+
+impl SessionKeys {
+    /// Derives session keys with the given (encryption, auth, salt) labels.
+    fn derive(
+        profile: SrtpProfile,
+        keys: &SrtpKeys,
+        labels: (u8, u8, u8),
+    ) -> Result<Self, SrtpError> {
+        keys.check(profile)?;
+        let kdf = Kdf::new(keys)?;
+        let mut k = Self {
+            enc: [0; MAX_KEY_LEN],
+            auth: [0; HMAC_KEY_LEN],
+            salt: [0; MAX_SALT_LEN],
+        };
+        kdf.derive(labels.0, &mut k.enc[..profile.key_len()])?;
+        if profile.is_gcm() {
+            kdf.derive(labels.2, &mut k.salt[..12])?;
+        } else {
+            kdf.derive(labels.2, &mut k.salt)?;
+            kdf.derive(labels.1, &mut k.auth)?;
+        }
+        Ok(k)
+    }
+}
+
+impl Drop for SessionKeys {
+    fn drop(&mut self) {
+        self.enc.fill(0);
+        self.auth.fill(0);
+        self.salt.fill(0);
+        std::hint::black_box(&mut *self);
+    }
+}
+
+/// Expanded AES-CM/HMAC-SHA1 state. Boxed inside [`Transform`] so that the GCM variant, the
+/// one browsers negotiate, stays a pointer and a salt.
+struct CmState {
+    enc: EncryptingKey,
+    auth: hmac::Key,
+    salt: [u8; 14],
+}
+
+/// Expanded session crypto state for one of SRTP or SRTCP.
 enum Transform {
-    Cm {
-        enc: EncryptingKey,
-        auth: hmac::Key,
-        salt: [u8; 14],
-    },
-    Gcm {
-        key: LessSafeKey,
-        salt: [u8; 12],
-    },
+    Cm(Box<CmState>),
+    Gcm { key: LessSafeKey, salt: [u8; 12] },
 }
 
 impl std::fmt::Debug for Transform {
@@ -316,66 +359,52 @@ impl std::fmt::Debug for Transform {
 }
 
 impl Transform {
-    /// Derives session keys with the given (encryption, auth, salt) labels.
+    /// Derives session keys with the given (encryption, auth, salt) labels and expands them.
     fn new(profile: SrtpProfile, keys: &SrtpKeys, labels: (u8, u8, u8)) -> Result<Self, SrtpError> {
-        keys.check(profile)?;
-        let kdf = Kdf::new(keys)?;
-        let mut session_key = [0u8; MAX_KEY_LEN];
-        let session_key = &mut session_key[..profile.key_len()];
-        kdf.derive(labels.0, session_key)?;
-        let t = if profile.is_gcm() {
-            let mut salt = [0u8; 12];
-            kdf.derive(labels.2, &mut salt)?;
+        Self::expand(profile, &SessionKeys::derive(profile, keys, labels)?)
+    }
+
+    /// Expands session keys into cipher contexts.
+    fn expand(profile: SrtpProfile, k: &SessionKeys) -> Result<Self, SrtpError> {
+        let enc = &k.enc[..profile.key_len()];
+        Ok(if profile.is_gcm() {
             let alg = match profile {
                 SrtpProfile::AeadAes256Gcm => &aead::AES_256_GCM,
                 _ => &aead::AES_128_GCM,
             };
-            let unbound = UnboundKey::new(alg, session_key).map_err(|_| SrtpError::Crypto)?;
+            let unbound = UnboundKey::new(alg, enc).map_err(|_| SrtpError::Crypto)?;
+            let mut salt = [0u8; 12];
+            salt.copy_from_slice(&k.salt[..12]);
             Self::Gcm {
                 key: LessSafeKey::new(unbound),
                 salt,
             }
         } else {
-            let mut salt = [0u8; 14];
-            kdf.derive(labels.2, &mut salt)?;
-            let mut auth_key = [0u8; HMAC_KEY_LEN];
-            kdf.derive(labels.1, &mut auth_key)?;
-            let t = Self::Cm {
-                enc: ctr_key(session_key)?,
-                auth: hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, &auth_key),
-                salt,
-            };
-            auth_key.fill(0);
-            t
-        };
-        session_key.fill(0);
-        Ok(t)
+            Self::Cm(Box::new(CmState {
+                enc: ctr_key(enc)?,
+                auth: hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, &k.auth),
+                salt: k.salt,
+            }))
+        })
     }
 
     /// A transform from session keys directly (for RFC test vectors).
     #[cfg(test)]
     fn from_session(key: &[u8], auth: &[u8], salt: &[u8]) -> Self {
-        if salt.len() == 12 {
-            let alg = if key.len() == 32 {
-                &aead::AES_256_GCM
-            } else {
-                &aead::AES_128_GCM
-            };
-            let mut s = [0u8; 12];
-            s.copy_from_slice(salt);
-            Self::Gcm {
-                key: LessSafeKey::new(UnboundKey::new(alg, key).expect("key")),
-                salt: s,
-            }
-        } else {
-            let mut s = [0u8; 14];
-            s.copy_from_slice(salt);
-            Self::Cm {
-                enc: ctr_key(key).expect("key"),
-                auth: hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, auth),
-                salt: s,
-            }
-        }
+        let mut k = SessionKeys {
+            enc: [0; MAX_KEY_LEN],
+            auth: [0; HMAC_KEY_LEN],
+            salt: [0; MAX_SALT_LEN],
+        };
+        k.enc[..key.len()].copy_from_slice(key);
+        k.auth[..auth.len()].copy_from_slice(auth);
+        k.salt[..salt.len()].copy_from_slice(salt);
+        let profile = match (salt.len(), key.len()) {
+            (12, 32) => SrtpProfile::AeadAes256Gcm,
+            (12, _) => SrtpProfile::AeadAes128Gcm,
+            _ => SrtpProfile::Aes128CmHmacSha1_80,
+        };
+        Self::expand(profile, &k).expect("key")
     }
 }
 
@@ -478,17 +507,17 @@ impl ReplayWindow {
     }
 }
 
-/// Per-SSRC receive state in a fixed array with least-recently-used replacement.
+/// Per-SSRC receive state in a fixed array of `N` slots with least-recently-used replacement.
 #[derive(Debug, Clone)]
-struct Streams {
-    slots: [Option<(u32, u64, ReplayWindow)>; MAX_STREAMS],
+struct Streams<const N: usize> {
+    slots: [Option<(u32, u64, ReplayWindow)>; N],
     clock: u64,
 }
 
-impl Streams {
+impl<const N: usize> Streams<N> {
     fn new() -> Self {
         Self {
-            slots: [None; MAX_STREAMS],
+            slots: [None; N],
             clock: 0,
         }
     }
@@ -520,12 +549,243 @@ impl Streams {
     }
 }
 
-/// SRTP protection for RTP packets in both directions of one crypto context.
+/// Checks `len`/`header_len` against `buf` for an RTP protect call and returns
+/// (sequence number, SSRC, protected length).
+fn rtp_seal_check(
+    buf: &[u8],
+    len: usize,
+    header_len: usize,
+    overhead: usize,
+) -> Result<(u16, u32, usize), SrtpError> {
+    if len > buf.len() || header_len > len || header_len < rtp::FIXED_HEADER_LEN {
+        return Err(SrtpError::Malformed);
+    }
+    let out_len = len + overhead;
+    if out_len > buf.len() {
+        return Err(SrtpError::BufferTooSmall);
+    }
+    let seq = u16::from_be_bytes([buf[2], buf[3]]);
+    let ssrc = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]);
+    Ok((seq, ssrc, out_len))
+}
+
+/// SRTP-protects `buf[..len]` in place (payload from `header_len`), appending the tag.
+fn rtp_seal(
+    t: &Transform,
+    buf: &mut [u8],
+    len: usize,
+    header_len: usize,
+    roc: u32,
+    overhead: usize,
+) -> Result<usize, SrtpError> {
+    let (seq, ssrc, out_len) = rtp_seal_check(buf, len, header_len, overhead)?;
+    match t {
+        Transform::Cm(cm) => {
+            let index = (u64::from(roc) << 16) | u64::from(seq);
+            aes_ctr(
+                &cm.enc,
+                cm_iv(&cm.salt, ssrc, index),
+                &mut buf[header_len..len],
+            )?;
+            let (msg, tag) = buf.split_at_mut(len);
+            hmac_tag(
+                &cm.auth,
+                &[&*msg, &roc.to_be_bytes()],
+                &mut tag[..HMAC_TAG_LEN],
+            );
+        }
+        Transform::Gcm { key, salt } => {
+            let nonce = gcm_iv(salt, ssrc, rtp_gcm_tail(roc, seq));
+            let (hdr, rest) = buf.split_at_mut(header_len);
+            let (payload, tag_out) = rest.split_at_mut(len - header_len);
+            let tag = key
+                .seal_in_place_separate_tag(nonce, Aad::from(&*hdr), payload)
+                .map_err(|_| SrtpError::Crypto)?;
+            tag_out[..GCM_TAG_LEN].copy_from_slice(tag.as_ref());
+        }
+    }
+    Ok(out_len)
+}
+
+/// Authenticates and decrypts SRTP in place; `window` is the replay state of the packet's
+/// SSRC. Returns (plaintext length, SSRC, packet index).
+fn rtp_open(
+    t: &Transform,
+    buf: &mut [u8],
+    len: usize,
+    tag_len: usize,
+    window: impl Fn(u32) -> Option<ReplayWindow>,
+) -> Result<(usize, u32, u64), SrtpError> {
+    let pkt = buf.get(..len).ok_or(SrtpError::Malformed)?;
+    let h = rtp::parse_header_unpadded(pkt).map_err(|_| SrtpError::Malformed)?;
+    if h.header_len + tag_len > len {
+        return Err(SrtpError::Malformed);
+    }
+    let state = window(h.ssrc);
+    let index = match state {
+        None => u64::from(h.sequence),
+        Some(w) => rtp::extend_seq(w.highest, h.sequence),
+    };
+    if index > MAX_SRTP_INDEX {
+        return Err(SrtpError::Replay);
+    }
+    if let Some(w) = state {
+        w.check(index)?;
+    }
+    let roc = (index >> 16) as u32;
+    let body_len = len - tag_len;
+    match t {
+        Transform::Cm(cm) => {
+            let (msg, tag) = buf[..len].split_at_mut(body_len);
+            hmac_verify(&cm.auth, &[&*msg, &roc.to_be_bytes()], tag)?;
+            aes_ctr(
+                &cm.enc,
+                cm_iv(&cm.salt, h.ssrc, index),
+                &mut msg[h.header_len..],
+            )?;
+        }
+        Transform::Gcm { key, salt } => {
+            let nonce = gcm_iv(salt, h.ssrc, rtp_gcm_tail(roc, h.sequence));
+            let (hdr, rest) = buf[..len].split_at_mut(h.header_len);
+            key.open_in_place(nonce, Aad::from(&*hdr), rest)
+                .map_err(|_| SrtpError::AuthFailed)?;
+        }
+    }
+    Ok((body_len, h.ssrc, index))
+}
+
+/// SRTCP-protects `buf[..len]` in place with SRTCP index `index`.
+fn rtcp_seal(
+    t: &Transform,
+    buf: &mut [u8],
+    len: usize,
+    index: u32,
+    overhead: usize,
+) -> Result<usize, SrtpError> {
+    if len > buf.len() || len < 8 {
+        return Err(SrtpError::Malformed);
+    }
+    let out_len = len + overhead;
+    if out_len > buf.len() {
+        return Err(SrtpError::BufferTooSmall);
+    }
+    if index > MAX_SRTCP_INDEX {
+        return Err(SrtpError::IndexExhausted);
+    }
+    let ssrc = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let trailer = (0x8000_0000 | index).to_be_bytes();
+    match t {
+        Transform::Cm(cm) => {
+            aes_ctr(
+                &cm.enc,
+                cm_iv(&cm.salt, ssrc, u64::from(index)),
+                &mut buf[8..len],
+            )?;
+            buf[len..len + SRTCP_INDEX_LEN].copy_from_slice(&trailer);
+            let (msg, tag) = buf.split_at_mut(len + SRTCP_INDEX_LEN);
+            hmac_tag(&cm.auth, &[&*msg], &mut tag[..HMAC_TAG_LEN]);
+        }
+        Transform::Gcm { key, salt } => {
+            let mut aad = [0u8; 8 + SRTCP_INDEX_LEN];
+            aad[..8].copy_from_slice(&buf[..8]);
+            aad[8..].copy_from_slice(&trailer);
+            let nonce = gcm_iv(salt, ssrc, rtcp_gcm_tail(index));
+            let tag = key
+                .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut buf[8..len])
+                .map_err(|_| SrtpError::Crypto)?;
+            buf[len..len + GCM_TAG_LEN].copy_from_slice(tag.as_ref());
+            buf[len + GCM_TAG_LEN..out_len].copy_from_slice(&trailer);
+        }
+    }
+    Ok(out_len)
+}
+
+/// The SRTCP trailer of `buf[..len]`: (sender SSRC, E flag, SRTCP index, plaintext length).
+fn rtcp_trailer(
+    gcm: bool,
+    buf: &[u8],
+    len: usize,
+    overhead: usize,
+) -> Result<(u32, bool, u32, usize), SrtpError> {
+    let buf = buf.get(..len).ok_or(SrtpError::Malformed)?;
+    if len < 8 + overhead {
+        return Err(SrtpError::Malformed);
+    }
+    let plain_len = len - overhead;
+    let ssrc = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let at = if gcm {
+        len - SRTCP_INDEX_LEN
+    } else {
+        plain_len
+    };
+    let word = u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+    Ok((
+        ssrc,
+        word & 0x8000_0000 != 0,
+        word & MAX_SRTCP_INDEX,
+        plain_len,
+    ))
+}
+
+/// Authenticates and decrypts SRTCP in place, once the caller has checked the index against
+/// its replay state. Returns the plaintext length.
+fn rtcp_open(
+    t: &Transform,
+    buf: &mut [u8],
+    len: usize,
+    overhead: usize,
+) -> Result<usize, SrtpError> {
+    let gcm = matches!(t, Transform::Gcm { .. });
+    let (ssrc, encrypted, index, plain_len) = rtcp_trailer(gcm, buf, len, overhead)?;
+    let buf = &mut buf[..len];
+    let trailer = (u32::from(encrypted) << 31 | index).to_be_bytes();
+    match t {
+        Transform::Cm(cm) => {
+            let (msg, tag) = buf.split_at_mut(plain_len + SRTCP_INDEX_LEN);
+            hmac_verify(&cm.auth, &[&*msg], tag)?;
+            if encrypted {
+                aes_ctr(
+                    &cm.enc,
+                    cm_iv(&cm.salt, ssrc, u64::from(index)),
+                    &mut msg[8..plain_len],
+                )?;
+            }
+        }
+        Transform::Gcm { key, salt } => {
+            let trailer_at = len - SRTCP_INDEX_LEN;
+            let nonce = gcm_iv(salt, ssrc, rtcp_gcm_tail(index));
+            if encrypted {
+                let mut aad = [0u8; 8 + SRTCP_INDEX_LEN];
+                aad[..8].copy_from_slice(&buf[..8]);
+                aad[8..].copy_from_slice(&trailer);
+                key.open_in_place(nonce, Aad::from(aad), &mut buf[8..trailer_at])
+                    .map_err(|_| SrtpError::AuthFailed)?;
+            } else {
+                // Authentication only: AAD = packet || E+index, empty ciphertext. Move
+                // the index word next to the packet so the AAD is contiguous.
+                let mut tag = [0u8; GCM_TAG_LEN];
+                tag.copy_from_slice(&buf[plain_len..trailer_at]);
+                buf[plain_len..plain_len + SRTCP_INDEX_LEN].copy_from_slice(&trailer);
+                key.open_in_place(
+                    nonce,
+                    Aad::from(&buf[..plain_len + SRTCP_INDEX_LEN]),
+                    &mut tag,
+                )
+                .map_err(|_| SrtpError::AuthFailed)?;
+            }
+        }
+    }
+    Ok(plain_len)
+}
+
+/// SRTP protection for RTP packets in both directions of one crypto context, with receive
+/// state for up to [`MAX_STREAMS`] SSRCs. A sender that never receives uses the smaller
+/// [`RtpSender`].
 #[derive(Debug)]
 pub struct RtpCipher {
     profile: SrtpProfile,
     t: Transform,
-    streams: Streams,
+    streams: Streams<MAX_STREAMS>,
 }
 
 impl RtpCipher {
@@ -572,33 +832,7 @@ impl RtpCipher {
         header_len: usize,
         roc: u32,
     ) -> Result<usize, SrtpError> {
-        if len > buf.len() || header_len > len || header_len < rtp::FIXED_HEADER_LEN {
-            return Err(SrtpError::Malformed);
-        }
-        let out_len = len + self.overhead();
-        if out_len > buf.len() {
-            return Err(SrtpError::BufferTooSmall);
-        }
-        let seq = u16::from_be_bytes([buf[2], buf[3]]);
-        let ssrc = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]);
-        match &self.t {
-            Transform::Cm { enc, auth, salt } => {
-                let index = (u64::from(roc) << 16) | u64::from(seq);
-                aes_ctr(enc, cm_iv(salt, ssrc, index), &mut buf[header_len..len])?;
-                let (msg, tag) = buf.split_at_mut(len);
-                hmac_tag(auth, &[&*msg, &roc.to_be_bytes()], &mut tag[..HMAC_TAG_LEN]);
-            }
-            Transform::Gcm { key, salt } => {
-                let nonce = gcm_iv(salt, ssrc, rtp_gcm_tail(roc, seq));
-                let (hdr, rest) = buf.split_at_mut(header_len);
-                let (payload, tag_out) = rest.split_at_mut(len - header_len);
-                let tag = key
-                    .seal_in_place_separate_tag(nonce, Aad::from(&*hdr), payload)
-                    .map_err(|_| SrtpError::Crypto)?;
-                tag_out[..GCM_TAG_LEN].copy_from_slice(tag.as_ref());
-            }
-        }
-        Ok(out_len)
+        rtp_seal(&self.t, buf, len, header_len, roc, self.overhead())
     }
 
     /// Authenticates and decrypts the SRTP packet `buf[..len]` in place, returning the
@@ -613,51 +847,115 @@ impl RtpCipher {
     /// [`SrtpError::Replay`] for a repeated or too old index, [`SrtpError::AuthFailed`] if
     /// the tag does not verify.
     pub fn unprotect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, SrtpError> {
-        let tag_len = self.overhead();
-        let pkt = buf.get(..len).ok_or(SrtpError::Malformed)?;
-        let h = rtp::parse_header_unpadded(pkt).map_err(|_| SrtpError::Malformed)?;
-        if h.header_len + tag_len > len {
-            return Err(SrtpError::Malformed);
-        }
-        let state = self.streams.get(h.ssrc);
-        let index = match state {
-            None => u64::from(h.sequence),
-            Some(w) => rtp::extend_seq(w.highest, h.sequence),
-        };
-        if index > MAX_SRTP_INDEX {
-            return Err(SrtpError::Replay);
-        }
-        if let Some(w) = state {
-            w.check(index)?;
-        }
-        let roc = (index >> 16) as u32;
-        let body_len = len - tag_len;
-        match &self.t {
-            Transform::Cm { enc, auth, salt } => {
-                let (msg, tag) = buf[..len].split_at_mut(body_len);
-                hmac_verify(auth, &[&*msg, &roc.to_be_bytes()], tag)?;
-                aes_ctr(enc, cm_iv(salt, h.ssrc, index), &mut msg[h.header_len..])?;
-            }
-            Transform::Gcm { key, salt } => {
-                let nonce = gcm_iv(salt, h.ssrc, rtp_gcm_tail(roc, h.sequence));
-                let (hdr, rest) = buf[..len].split_at_mut(h.header_len);
-                key.open_in_place(nonce, Aad::from(&*hdr), rest)
-                    .map_err(|_| SrtpError::AuthFailed)?;
-            }
-        }
-        self.streams.accept(h.ssrc, index);
-        Ok(body_len)
+        let streams = &self.streams;
+        let (n, ssrc, index) = rtp_open(&self.t, buf, len, self.overhead(), |s| streams.get(s))?;
+        self.streams.accept(ssrc, index);
+        Ok(n)
     }
 }
 
-/// SRTCP protection for RTCP packets in both directions of one crypto context.
+/// Send-only SRTP: the expanded keys of one direction and nothing else (no receive or replay
+/// state), for a media sender such as a viewer session.
+///
+/// With GCM it is one heap-allocated aws-lc AEAD context (key schedule and GHASH table) and a
+/// salt. [`Self::protect_payload`] encrypts straight from the caller's payload into the
+/// output buffer, so the payload is read once and never copied in the clear.
+#[derive(Debug)]
+pub struct RtpSender {
+    profile: SrtpProfile,
+    t: Transform,
+}
+
+impl RtpSender {
+    /// Derives the SRTP session keys (labels 0, 1, 2) from `keys`.
+    ///
+    /// # Errors
+    /// [`SrtpError::BadKeyingMaterial`] if the key or salt length does not match `profile`.
+    pub fn new(profile: SrtpProfile, keys: &SrtpKeys) -> Result<Self, SrtpError> {
+        Ok(Self {
+            profile,
+            t: Transform::new(
+                profile,
+                keys,
+                (LABEL_RTP_ENCRYPTION, LABEL_RTP_AUTH, LABEL_RTP_SALT),
+            )?,
+        })
+    }
+
+    /// The profile this sender was built for.
+    pub fn profile(&self) -> SrtpProfile {
+        self.profile
+    }
+
+    /// Bytes a protect call appends.
+    pub fn overhead(&self) -> usize {
+        self.profile.rtp_overhead()
+    }
+
+    /// As [`RtpCipher::protect`]: encrypts `buf[header_len..len]` in place and appends the tag.
+    ///
+    /// # Errors
+    /// As [`RtpCipher::protect`].
+    pub fn protect(
+        &self,
+        buf: &mut [u8],
+        len: usize,
+        header_len: usize,
+        roc: u32,
+    ) -> Result<usize, SrtpError> {
+        rtp_seal(&self.t, buf, len, header_len, roc, self.overhead())
+    }
+
+    /// Writes the SRTP packet for the RTP header already in `out[..header_len]` and the
+    /// plaintext `payload`: the payload is encrypted into `out[header_len..]` and the tag
+    /// appended. Returns the protected length `header_len + payload.len() + overhead()`.
+    ///
+    /// # Errors
+    /// [`SrtpError::Malformed`] if `header_len < 12`; [`SrtpError::BufferTooSmall`] if `out`
+    /// cannot hold the packet.
+    pub fn protect_payload(
+        &self,
+        out: &mut [u8],
+        header_len: usize,
+        payload: &[u8],
+        roc: u32,
+    ) -> Result<usize, SrtpError> {
+        let len = header_len + payload.len();
+        let (seq, ssrc, out_len) = rtp_seal_check(out, len, header_len, self.overhead())?;
+        match &self.t {
+            Transform::Gcm { key, salt } => {
+                let nonce = gcm_iv(salt, ssrc, rtp_gcm_tail(roc, seq));
+                let (hdr, rest) = out.split_at_mut(header_len);
+                let (ct, tag) = rest.split_at_mut(payload.len());
+                key.seal_out_of_place_scatter(
+                    nonce,
+                    Aad::from(&*hdr),
+                    payload,
+                    ct,
+                    &[],
+                    &mut tag[..GCM_TAG_LEN],
+                )
+                .map_err(|_| SrtpError::Crypto)?;
+                Ok(out_len)
+            }
+            Transform::Cm(_) => {
+                out[header_len..len].copy_from_slice(payload);
+                rtp_seal(&self.t, out, len, header_len, roc, self.overhead())
+            }
+        }
+    }
+}
+
+/// SRTCP protection for RTCP packets in both directions of one crypto context, with receive
+/// state for up to [`MAX_STREAMS`] SSRCs. A session that sends RTCP only now and then uses
+/// the smaller [`RtcpSender`] and [`RtcpReceiver`].
 #[derive(Debug)]
 pub struct RtcpCipher {
     profile: SrtpProfile,
     t: Transform,
     /// SRTCP index of the next packet [`Self::protect`] sends.
     next_index: u32,
-    streams: Streams,
+    streams: Streams<MAX_STREAMS>,
 }
 
 impl RtcpCipher {
@@ -700,40 +998,9 @@ impl RtcpCipher {
     /// [`SrtpError::BufferTooSmall`] if `buf` lacks `overhead()` bytes after `len`;
     /// [`SrtpError::IndexExhausted`] after 2^31 packets.
     pub fn protect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, SrtpError> {
-        if len > buf.len() || len < 8 {
-            return Err(SrtpError::Malformed);
-        }
-        let out_len = len + self.overhead();
-        if out_len > buf.len() {
-            return Err(SrtpError::BufferTooSmall);
-        }
-        let index = self.next_index;
-        if index > MAX_SRTCP_INDEX {
-            return Err(SrtpError::IndexExhausted);
-        }
-        let ssrc = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        let trailer = (0x8000_0000 | index).to_be_bytes();
-        match &self.t {
-            Transform::Cm { enc, auth, salt } => {
-                aes_ctr(enc, cm_iv(salt, ssrc, u64::from(index)), &mut buf[8..len])?;
-                buf[len..len + SRTCP_INDEX_LEN].copy_from_slice(&trailer);
-                let (msg, tag) = buf.split_at_mut(len + SRTCP_INDEX_LEN);
-                hmac_tag(auth, &[&*msg], &mut tag[..HMAC_TAG_LEN]);
-            }
-            Transform::Gcm { key, salt } => {
-                let mut aad = [0u8; 8 + SRTCP_INDEX_LEN];
-                aad[..8].copy_from_slice(&buf[..8]);
-                aad[8..].copy_from_slice(&trailer);
-                let nonce = gcm_iv(salt, ssrc, rtcp_gcm_tail(index));
-                let tag = key
-                    .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut buf[8..len])
-                    .map_err(|_| SrtpError::Crypto)?;
-                buf[len..len + GCM_TAG_LEN].copy_from_slice(tag.as_ref());
-                buf[len + GCM_TAG_LEN..out_len].copy_from_slice(&trailer);
-            }
-        }
-        self.next_index = index + 1;
-        Ok(out_len)
+        let n = rtcp_seal(&self.t, buf, len, self.next_index, self.overhead())?;
+        self.next_index += 1;
+        Ok(n)
     }
 
     /// Authenticates and decrypts the SRTCP packet `buf[..len]` in place, returning the
@@ -749,67 +1016,131 @@ impl RtcpCipher {
     /// the tag does not verify.
     pub fn unprotect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, SrtpError> {
         let overhead = self.overhead();
-        let buf = buf.get_mut(..len).ok_or(SrtpError::Malformed)?;
-        if len < 8 + overhead {
-            return Err(SrtpError::Malformed);
-        }
-        let plain_len = len - overhead;
-        let ssrc = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        let trailer_at = match self.t {
-            Transform::Cm { .. } => plain_len,
-            Transform::Gcm { .. } => len - SRTCP_INDEX_LEN,
-        };
-        let mut trailer = [0u8; SRTCP_INDEX_LEN];
-        trailer.copy_from_slice(&buf[trailer_at..trailer_at + SRTCP_INDEX_LEN]);
-        let word = u32::from_be_bytes(trailer);
-        let encrypted = word & 0x8000_0000 != 0;
-        let index = word & MAX_SRTCP_INDEX;
+        let (ssrc, _, index, _) = rtcp_trailer(self.profile.is_gcm(), buf, len, overhead)?;
         if let Some(w) = self.streams.get(ssrc) {
             w.check(u64::from(index))?;
         }
-        match &self.t {
-            Transform::Cm { enc, auth, salt } => {
-                let (msg, tag) = buf.split_at_mut(plain_len + SRTCP_INDEX_LEN);
-                hmac_verify(auth, &[&*msg], tag)?;
-                if encrypted {
-                    aes_ctr(
-                        enc,
-                        cm_iv(salt, ssrc, u64::from(index)),
-                        &mut msg[8..plain_len],
-                    )?;
-                }
-            }
-            Transform::Gcm { key, salt } => {
-                let nonce = gcm_iv(salt, ssrc, rtcp_gcm_tail(index));
-                if encrypted {
-                    let mut aad = [0u8; 8 + SRTCP_INDEX_LEN];
-                    aad[..8].copy_from_slice(&buf[..8]);
-                    aad[8..].copy_from_slice(&trailer);
-                    key.open_in_place(nonce, Aad::from(aad), &mut buf[8..trailer_at])
-                        .map_err(|_| SrtpError::AuthFailed)?;
-                } else {
-                    // Authentication only: AAD = packet || E+index, empty ciphertext. Move
-                    // the index word next to the packet so the AAD is contiguous.
-                    let mut tag = [0u8; GCM_TAG_LEN];
-                    tag.copy_from_slice(&buf[plain_len..trailer_at]);
-                    buf[plain_len..plain_len + SRTCP_INDEX_LEN].copy_from_slice(&trailer);
-                    key.open_in_place(
-                        nonce,
-                        Aad::from(&buf[..plain_len + SRTCP_INDEX_LEN]),
-                        &mut tag,
-                    )
-                    .map_err(|_| SrtpError::AuthFailed)?;
-                }
-            }
-        }
+        let n = rtcp_open(&self.t, buf, len, overhead)?;
         self.streams.accept(ssrc, u64::from(index));
-        Ok(plain_len)
+        Ok(n)
     }
 
     /// Sets the SRTCP index of the next protected packet (tests and vectors).
     #[cfg(test)]
     fn set_next_index(&mut self, index: u32) {
         self.next_index = index;
+    }
+}
+
+/// Send-only SRTCP for a session that sends RTCP now and then (sender reports, ~1/s).
+///
+/// It keeps the 66 bytes of session keys, not an expanded cipher: each [`Self::protect`]
+/// expands them (an AES key schedule and a GHASH table, about a microsecond, with one
+/// short-lived heap block), which at one report per second costs far less than holding the
+/// ~600-byte context for the whole session.
+pub struct RtcpSender {
+    profile: SrtpProfile,
+    keys: SessionKeys,
+    next_index: u32,
+}
+
+impl std::fmt::Debug for RtcpSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RtcpSender")
+            .field("profile", &self.profile)
+            .field("next_index", &self.next_index)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RtcpSender {
+    /// Derives the SRTCP session keys (labels 3, 4, 5) from `keys`.
+    ///
+    /// # Errors
+    /// [`SrtpError::BadKeyingMaterial`] if the key or salt length does not match `profile`.
+    pub fn new(profile: SrtpProfile, keys: &SrtpKeys) -> Result<Self, SrtpError> {
+        Ok(Self {
+            profile,
+            keys: SessionKeys::derive(
+                profile,
+                keys,
+                (LABEL_RTCP_ENCRYPTION, LABEL_RTCP_AUTH, LABEL_RTCP_SALT),
+            )?,
+            next_index: 0,
+        })
+    }
+
+    /// Bytes [`Self::protect`] appends (tag and index word).
+    pub fn overhead(&self) -> usize {
+        self.profile.rtcp_overhead()
+    }
+
+    /// As [`RtcpCipher::protect`].
+    ///
+    /// # Errors
+    /// As [`RtcpCipher::protect`], and [`SrtpError::Crypto`] if the cipher cannot be built.
+    pub fn protect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, SrtpError> {
+        let t = Transform::expand(self.profile, &self.keys)?;
+        let n = rtcp_seal(&t, buf, len, self.next_index, self.overhead())?;
+        self.next_index += 1;
+        Ok(n)
+    }
+}
+
+/// Number of sender SSRCs whose SRTCP replay windows an [`RtcpReceiver`] keeps: a browser
+/// sends its RTCP (receiver reports, NACK, PLI) from one SSRC per receiving track.
+pub const RTCP_RECEIVER_STREAMS: usize = 2;
+
+/// Receive-only SRTCP for a session that receives RTCP now and then (receiver reports and
+/// feedback, ~1/s): session keys expanded per packet as in [`RtcpSender`], and replay windows
+/// for [`RTCP_RECEIVER_STREAMS`] sender SSRCs (least recently used replaced; a replay from
+/// an SSRC that was replaced is accepted once more, which for RTCP feedback is harmless).
+pub struct RtcpReceiver {
+    profile: SrtpProfile,
+    keys: SessionKeys,
+    streams: Streams<RTCP_RECEIVER_STREAMS>,
+}
+
+impl std::fmt::Debug for RtcpReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RtcpReceiver")
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RtcpReceiver {
+    /// Derives the SRTCP session keys (labels 3, 4, 5) from `keys` (the peer's keys).
+    ///
+    /// # Errors
+    /// [`SrtpError::BadKeyingMaterial`] if the key or salt length does not match `profile`.
+    pub fn new(profile: SrtpProfile, keys: &SrtpKeys) -> Result<Self, SrtpError> {
+        Ok(Self {
+            profile,
+            keys: SessionKeys::derive(
+                profile,
+                keys,
+                (LABEL_RTCP_ENCRYPTION, LABEL_RTCP_AUTH, LABEL_RTCP_SALT),
+            )?,
+            streams: Streams::new(),
+        })
+    }
+
+    /// As [`RtcpCipher::unprotect`]. The replay check runs before any key is expanded, so a
+    /// replayed or malformed packet costs no crypto set-up.
+    ///
+    /// # Errors
+    /// As [`RtcpCipher::unprotect`].
+    pub fn unprotect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, SrtpError> {
+        let overhead = self.profile.rtcp_overhead();
+        let (ssrc, _, index, _) = rtcp_trailer(self.profile.is_gcm(), buf, len, overhead)?;
+        if let Some(w) = self.streams.get(ssrc) {
+            w.check(u64::from(index))?;
+        }
+        let t = Transform::expand(self.profile, &self.keys)?;
+        let n = rtcp_open(&t, buf, len, overhead)?;
+        self.streams.accept(ssrc, u64::from(index));
+        Ok(n)
     }
 }
 
@@ -1149,6 +1480,68 @@ mod tests {
         }
     }
 
+    /// The send-only and receive-only types interoperate with the two-way ciphers, and
+    /// `protect_payload` (out of place) gives the same bytes as `protect` (in place).
+    #[test]
+    fn sender_and_receiver_types_interoperate() {
+        for p in PROFILES {
+            let k = keys(p, 5);
+            let tx = RtpSender::new(p, &k).unwrap();
+            let mut rx = RtpCipher::new(p, &k).unwrap();
+            for (seq, size) in [(7u16, 0usize), (8, 17), (9, 1188)] {
+                let plain = rtp_packet(seq, size);
+                let mut a = plain.clone();
+                a.resize(plain.len() + tx.overhead(), 0);
+                let n = tx.protect(&mut a, plain.len(), 12, 3).unwrap();
+                let mut b = vec![0u8; 1500];
+                b[..12].copy_from_slice(&plain[..12]);
+                let m = tx.protect_payload(&mut b, 12, &plain[12..], 3).unwrap();
+                assert_eq!(a[..n], b[..m], "{p:?}");
+                // A receiver expects ROC 0 for a new SSRC: decrypt a ROC-0 copy.
+                let m = tx.protect_payload(&mut b, 12, &plain[12..], 0).unwrap();
+                let d = rx.unprotect(&mut b, m).unwrap();
+                assert_eq!(b[..d], plain[..], "{p:?}");
+            }
+            let mut small = [0u8; 20];
+            assert_eq!(
+                tx.protect_payload(&mut small, 12, &[0; 8], 0).unwrap_err(),
+                SrtpError::BufferTooSmall
+            );
+
+            let mut rtcp_tx = RtcpSender::new(p, &k).unwrap();
+            let mut rtcp_rx = RtcpReceiver::new(p, &k).unwrap();
+            let mut two_way = RtcpCipher::new(p, &k).unwrap();
+            let mut plain = [0u8; 64];
+            let len =
+                crate::rtcp::write_rr(&mut plain, 0x0bad_cafe, &[Default::default()]).unwrap();
+            for _ in 0..3 {
+                let mut buf = [0u8; 128];
+                buf[..len].copy_from_slice(&plain[..len]);
+                let n = rtcp_tx.protect(&mut buf, len).unwrap();
+                let mut copy = buf;
+                assert_eq!(two_way.unprotect(&mut copy, n).unwrap(), len);
+                assert_eq!(copy[..len], plain[..len]);
+                assert_eq!(rtcp_rx.unprotect(&mut buf, n).unwrap(), len);
+                assert_eq!(buf[..len], plain[..len]);
+            }
+            // Replay is rejected, tampering fails, and a two-way cipher's output is accepted.
+            let mut buf = [0u8; 128];
+            buf[..len].copy_from_slice(&plain[..len]);
+            two_way.set_next_index(10);
+            let n = two_way.protect(&mut buf, len).unwrap();
+            let copy = buf;
+            assert_eq!(rtcp_rx.unprotect(&mut buf, n).unwrap(), len);
+            let mut again = copy;
+            assert_eq!(
+                rtcp_rx.unprotect(&mut again, n).unwrap_err(),
+                SrtpError::Replay
+            );
+            let mut bad = copy;
+            bad[3] ^= 1;
+            assert!(rtcp_rx.unprotect(&mut bad, n).is_err());
+        }
+    }
+
     /// Builds an SRTCP packet with the E flag clear by hand and checks it authenticates.
     #[test]
     fn rtcp_unencrypted_accepted() {
@@ -1161,10 +1554,10 @@ mod tests {
             let trailer = 5u32.to_be_bytes();
             let n = len + p.rtcp_overhead();
             match &tx.t {
-                Transform::Cm { auth, .. } => {
+                Transform::Cm(cm) => {
                     buf[len..len + 4].copy_from_slice(&trailer);
                     let (msg, tag) = buf.split_at_mut(len + 4);
-                    hmac_tag(auth, &[&*msg], &mut tag[..10]);
+                    hmac_tag(&cm.auth, &[&*msg], &mut tag[..10]);
                 }
                 Transform::Gcm { key, salt } => {
                     let mut aad = buf[..len].to_vec();

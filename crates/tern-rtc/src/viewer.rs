@@ -8,11 +8,13 @@
 //! stream's ring, see [`crate::stream`]).
 //!
 //! What a connected viewer keeps (the point of this crate): ICE credentials inline, the
-//! selected 5-tuple, three one-direction SRTP ciphers (RTP out, RTCP out, RTCP in), and per
-//! track a handful of integers (ssrc, offsets, counters). The DTLS engine and everything the
-//! handshake needs live in a separately boxed [`Handshake`] that is dropped as soon as the
-//! peer has proven it holds the SRTP keys (its first authenticated SRTCP packet), or a short
-//! linger after the handshake completes.
+//! selected 5-tuple, a send-only SRTP context for media (one expanded AES-GCM key, the only
+//! per-viewer heap block once connected), SRTCP session keys in both directions that are
+//! expanded per RTCP packet (about one a second), the replay windows of the viewer's RTCP
+//! senders, and per track a handful of integers (ssrc, offsets, counters). The DTLS engine
+//! and everything the handshake needs live in a separately boxed [`Handshake`] that is
+//! dropped as soon as the peer has proven it holds the SRTP keys (its first authenticated
+//! SRTCP packet), or a short linger after the handshake completes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use dimpl::{Dtls, DtlsCertificate};
 use tern_proto::rtcp::{self, RtcpPacket};
 use tern_proto::rtp::{self, HeaderOut};
-use tern_proto::srtp::{self, RtcpCipher, RtpCipher, SrtpProfile};
+use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
 use tern_proto::stun;
 
 use crate::clip::MediaKind;
@@ -220,11 +222,13 @@ struct Handshake {
     connected_at: Option<Instant>,
 }
 
-/// SRTP state of a connected viewer.
+/// SRTP state of a connected viewer: only what it uses. One expanded send-only RTP context
+/// (the per-packet path) and, for RTCP (about one packet a second each way), session keys
+/// that are expanded per packet, plus the replay windows of the viewer's RTCP senders.
 struct Srtp {
-    rtp_tx: RtpCipher,
-    rtcp_tx: RtcpCipher,
-    rtcp_rx: RtcpCipher,
+    rtp_tx: RtpSender,
+    rtcp_tx: RtcpSender,
+    rtcp_rx: RtcpReceiver,
 }
 
 /// Per-track state: a few integers.
@@ -315,7 +319,8 @@ pub struct Viewer {
     next_sr: Option<Instant>,
     timeouts: ViewerTimeouts,
     handshake: Option<Box<Handshake>>,
-    srtp: Option<Box<Srtp>>,
+    /// Inline: a connected viewer always has it, and it is small (no expanded RTCP keys).
+    srtp: Option<Srtp>,
     video: Option<Track>,
     audio: Option<Track>,
     counters: ViewerCounters,
@@ -538,7 +543,7 @@ impl Viewer {
             let srtp = make_srtp(profile, &km).map_err(|e| ViewerError::Srtp(e.to_string()));
             match srtp {
                 Ok(s) => {
-                    self.srtp = Some(Box::new(s));
+                    self.srtp = Some(s);
                     self.state = ViewerState::Connected;
                     self.next_sr = Some(now + self.timeouts.sr_interval);
                 }
@@ -705,10 +710,10 @@ impl Viewer {
         if out.len() < end + srtp.rtp_tx.overhead() {
             return Err(ViewerError::BufferTooSmall);
         }
-        out[hlen..end].copy_from_slice(&pkt.payload);
+        // Encrypted straight from the shared ring into the send batch: no plaintext copy.
         let n = srtp
             .rtp_tx
-            .protect(out, end, hlen, (out_ext >> 16) as u32)
+            .protect_payload(out, hlen, &pkt.payload, (out_ext >> 16) as u32)
             .map_err(|e| ViewerError::Srtp(e.to_string()))?;
         if out_ext > t.last_out || t.packets == 0 {
             t.last_out = out_ext;
@@ -847,9 +852,9 @@ pub(crate) fn srtp_profile(p: dimpl::SrtpProfile) -> Option<SrtpProfile> {
 fn make_srtp(profile: SrtpProfile, km: &[u8]) -> Result<Srtp, srtp::SrtpError> {
     let (client, server) = srtp::split_keying_material(profile, km)?;
     Ok(Srtp {
-        rtp_tx: RtpCipher::new(profile, &server)?,
-        rtcp_tx: RtcpCipher::new(profile, &server)?,
-        rtcp_rx: RtcpCipher::new(profile, &client)?,
+        rtp_tx: RtpSender::new(profile, &server)?,
+        rtcp_tx: RtcpSender::new(profile, &server)?,
+        rtcp_rx: RtcpReceiver::new(profile, &client)?,
     })
 }
 

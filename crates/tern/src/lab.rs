@@ -385,31 +385,23 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
             }
             source_packets += 1;
             ledger.run(|| stream.push(pkt.clone()));
-            for p in pairs.iter_mut() {
-                let Some(v) = p.viewer.as_mut() else { continue };
-                let slot = match batch.slot() {
-                    Some(s) => s,
-                    None => {
-                        flush(&mut batch, sender.as_ref());
-                        batch.slot().ok_or("empty batch has no slot")?
-                    }
-                };
-                // In fan-out-only mode the ledger stays out of the loop: reading the
-                // allocator's counters around each call would dominate what is measured.
-                let wrote = if a.packets.is_some() {
-                    v.write_media(&pkt, slot)
-                } else {
-                    ledger.run(|| v.write_media(&pkt, slot))
-                };
-                if let Ok(Some(len)) = wrote {
-                    forwarded += 1;
-                    if a.verify {
-                        out[..len].copy_from_slice(&slot[..len]);
-                        p.client.handle_input(now, &mut out[..len]);
-                    }
-                    batch.commit(len, sink_addr.unwrap_or(p.addr));
-                }
-            }
+            // In fan-out-only mode the ledger stays out of the loop: reading the
+            // allocator's counters around each call would dominate what is measured.
+            let ledger = if a.packets.is_some() {
+                None
+            } else {
+                Some(&mut ledger)
+            };
+            let verify = a.verify.then_some((now, &mut out));
+            forwarded += fan_out_packet(
+                &pkt,
+                &mut pairs,
+                &mut batch,
+                sender.as_ref(),
+                sink_addr,
+                ledger,
+                verify,
+            )?;
         }
         if !batch.is_empty() {
             flush(&mut batch, sender.as_ref());
@@ -575,6 +567,46 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Forwards one source packet to every viewer: header rewrite and SRTP into the send batch,
+/// flushing it when full. Returns the number of packets written. Kept out of line so that
+/// `callgrind --toggle-collect` can count exactly this, the server's per-packet work (see
+/// `bench/core.sh`).
+#[inline(never)]
+fn fan_out_packet(
+    pkt: &RingPacket,
+    pairs: &mut [Pair],
+    batch: &mut SendBatch,
+    sender: Option<&UdpSocket>,
+    sink_addr: Option<SocketAddr>,
+    mut ledger: Option<&mut Ledger>,
+    mut verify: Option<(Instant, &mut Vec<u8>)>,
+) -> Result<u64, String> {
+    let mut forwarded = 0;
+    for p in pairs.iter_mut() {
+        let Some(v) = p.viewer.as_mut() else { continue };
+        let slot = match batch.slot() {
+            Some(s) => s,
+            None => {
+                flush(batch, sender);
+                batch.slot().ok_or("empty batch has no slot")?
+            }
+        };
+        let wrote = match ledger.as_deref_mut() {
+            Some(l) => l.run(|| v.write_media(pkt, slot)),
+            None => v.write_media(pkt, slot),
+        };
+        if let Ok(Some(len)) = wrote {
+            forwarded += 1;
+            if let Some((now, out)) = verify.as_mut() {
+                out[..len].copy_from_slice(&slot[..len]);
+                p.client.handle_input(*now, &mut out[..len]);
+            }
+            batch.commit(len, sink_addr.unwrap_or(p.addr));
+        }
+    }
+    Ok(forwarded)
 }
 
 /// One datagram from a client into its viewer, with the replies delivered back.

@@ -89,6 +89,8 @@ struct ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // Before anything touches aws-lc: its heap (cipher contexts, DTLS state) is counted too.
+    tern_pool::count_crypto_allocations();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
