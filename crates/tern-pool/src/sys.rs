@@ -8,7 +8,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use crate::shard::{SHARDS, thread_shard};
+use crate::shard::{SHARDS, thread_net, thread_net_add, thread_shard};
 
 /// How far a shard's unflushed byte delta may drift (either way) before it is folded into the
 /// process-wide live count and the peak is updated.
@@ -46,6 +46,7 @@ static MAPPED: AtomicUsize = AtomicUsize::new(0);
 
 #[inline]
 fn record(bytes: isize, allocations: u64, frees: u64) {
+    thread_net_add(bytes);
     let shard = &COUNTERS[thread_shard()];
     if allocations != 0 {
         shard.allocations.fetch_add(allocations, Relaxed);
@@ -133,6 +134,16 @@ impl CountingAlloc {
             frees,
             mapped_bytes: MAPPED.load(Relaxed),
         }
+    }
+
+    /// Bytes the calling thread has allocated minus the bytes it has freed, since it started.
+    ///
+    /// Exact and unaffected by other threads, so a single-threaded owner (the media engine)
+    /// can attribute its heap to what it does: read it before and after a call, and the
+    /// difference is what the call allocated and kept (memory freed here that another
+    /// thread allocated counts negative).
+    pub fn thread_net_bytes() -> i64 {
+        thread_net() as i64
     }
 
     /// Restart the peak from the current live byte count (e.g. after start-up, before a

@@ -271,3 +271,36 @@ fn aws_lc_allocations_are_counted() {
         during.allocations - before.allocations
     );
 }
+
+/// The per-thread net count sees this thread's allocations exactly, and not another
+/// thread's.
+#[test]
+fn thread_net_bytes_is_per_thread_and_exact() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::{Arc, Barrier};
+    let _g = serial();
+    // Barriers and an atomic: nothing in the hand-over allocates.
+    let sync = Arc::new((Barrier::new(2), Barrier::new(2), AtomicI64::new(0)));
+    let theirs = sync.clone();
+    let other = thread::spawn(move || {
+        theirs.0.wait();
+        let w = black_box(vec![0u8; 5000]);
+        theirs
+            .2
+            .store(CountingAlloc::thread_net_bytes(), Ordering::SeqCst);
+        theirs.1.wait();
+        drop(w);
+    });
+    let before = CountingAlloc::thread_net_bytes();
+    let v = black_box(vec![0u8; 1000]);
+    assert_eq!(CountingAlloc::thread_net_bytes() - before, 1000);
+    sync.0.wait();
+    sync.1.wait();
+    let seen = sync.2.load(Ordering::SeqCst);
+    assert!(seen >= 5000, "{seen}");
+    // The other thread's 5000 bytes are not on this thread's count.
+    assert_eq!(CountingAlloc::thread_net_bytes() - before, 1000);
+    drop(v);
+    assert_eq!(CountingAlloc::thread_net_bytes(), before);
+    other.join().expect("join");
+}

@@ -108,6 +108,27 @@ impl Ring {
         (from..end).filter_map(move |s| self.get(s))
     }
 
+    /// Packets currently held (for accounting; O(capacity)).
+    pub fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// Whether the ring holds no packet.
+    pub fn is_empty(&self) -> bool {
+        self.head.is_none()
+    }
+
+    /// Heap bytes of the ring itself: its slot array plus the shared-buffer header of each
+    /// packet held (the payloads are counted by the packet buffer pool). Returns
+    /// (used, allocated): used counts occupied slots only.
+    pub fn memory(&self) -> (usize, usize) {
+        let slot = std::mem::size_of::<Option<RingPacket>>();
+        // `SharedBuf` is an `Arc<Buf>`: two counters and the `Buf` per packet.
+        let header = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<tern_pool::Buf>();
+        let n = self.len();
+        (n * (slot + header), self.capacity() * slot + n * header)
+    }
+
     /// Payload bytes currently held (for accounting).
     pub fn payload_bytes(&self) -> usize {
         self.slots.iter().flatten().map(|p| p.payload.len()).sum()

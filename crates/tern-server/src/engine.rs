@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 
 use crate::batch::SendBatch;
 use crate::ingest::{AddError, Ingest, IngestOutput, PublisherId};
-use tern_pool::BufferPool;
+use tern_pool::{BufferPool, CountingAlloc, PoolCounter};
 use tern_proto::rtp;
 use tern_proto::stun;
 use tern_rtc::clip::{ClipSource, MediaKind};
@@ -100,8 +100,26 @@ pub enum Command {
         /// The viewer's new ufrag.
         remote_ufrag: Box<str>,
     },
+    /// Report every viewer's memory (for `GET /v1/memory?sessions=1`).
+    Sessions(oneshot::Sender<Vec<SessionMemory>>),
     /// Stop the engine.
     Shutdown,
+}
+
+/// One viewer's memory as the engine accounts it.
+#[derive(Debug, Clone)]
+pub struct SessionMemory {
+    /// The viewer.
+    pub id: ViewerId,
+    /// Its state, e.g. `Connected`.
+    pub state: String,
+    /// Whether it still holds DTLS handshake state.
+    pub handshake: bool,
+    /// Bytes of its slot in the engine's session table (the inline `Viewer`).
+    pub inline_bytes: usize,
+    /// Heap bytes it holds: allocated and kept by its own calls on the engine thread (DTLS
+    /// state while handshaking, the SRTP context once connected) plus its ICE ufrag.
+    pub heap_bytes: usize,
 }
 
 /// Counters shared with the HTTP side (metrics, API, limits).
@@ -177,6 +195,130 @@ struct Entry {
     /// Position in the stream's viewer list (for O(1) removal).
     pos: usize,
     handshaking: bool,
+    /// Heap bytes this viewer holds (see [`SessionMemory::heap_bytes`]).
+    heap: usize,
+    /// What is currently added to the pools for it: (in "handshakes", heap bytes).
+    booked: (bool, usize),
+}
+
+/// Bytes of one slot of the session table.
+const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+
+/// The engine's named memory pools (lines of `GET /v1/memory`), besides the packet buffers.
+struct Pools {
+    /// `viewer_sessions`: one item per viewer; used = its slot plus the heap of viewers past
+    /// the handshake; allocated adds the empty slots of the table.
+    sessions: PoolCounter,
+    /// `handshakes`: viewers still holding DTLS state, and the heap they hold.
+    handshakes: PoolCounter,
+    /// `stream_rings`: ring slot arrays and the shared-buffer header of each packet held.
+    rings: PoolCounter,
+    /// `session_index`: the demultiplexing maps (5-tuple, ufrag) and per-stream viewer lists,
+    /// estimated from their capacities (hash table buckets plus one control byte each).
+    index: PoolCounter,
+    /// Slot table capacity currently reserved in `sessions`.
+    slots_reserved: usize,
+    /// Last (items, used, allocated) booked for `rings` and `index`.
+    rings_booked: (usize, usize, usize),
+    index_booked: (usize, usize, usize),
+}
+
+impl Pools {
+    fn new() -> Self {
+        Pools {
+            sessions: PoolCounter::new("viewer_sessions", SLOT_BYTES),
+            handshakes: PoolCounter::new("handshakes", 0),
+            rings: PoolCounter::new("stream_rings", 0),
+            index: PoolCounter::new("session_index", 0),
+            slots_reserved: 0,
+            rings_booked: (0, 0, 0),
+            index_booked: (0, 0, 0),
+        }
+    }
+
+    /// Moves a viewer's booked heap to where it belongs now.
+    fn book(&self, e: &mut Entry) {
+        let now = (e.viewer.has_handshake(), e.heap);
+        if now == e.booked {
+            return;
+        }
+        let (hs, bytes) = e.booked;
+        if hs {
+            self.handshakes.sub(1, bytes);
+        } else {
+            self.sessions.sub(0, bytes);
+            self.sessions.unreserve(bytes);
+        }
+        let (hs, bytes) = now;
+        if hs {
+            self.handshakes.add(1, bytes);
+        } else {
+            self.sessions.add(0, bytes);
+            self.sessions.reserve(bytes);
+        }
+        e.booked = now;
+    }
+
+    /// Takes a viewer's booked bytes out of the pools (it is being removed).
+    fn unbook(&self, e: &mut Entry) {
+        e.heap = 0;
+        let (hs, bytes) = e.booked;
+        if hs {
+            self.handshakes.sub(1, bytes);
+        } else {
+            self.sessions.sub(0, bytes);
+            self.sessions.unreserve(bytes);
+        }
+        e.booked = (false, 0);
+        self.sessions.sub(1, SLOT_BYTES);
+    }
+
+    fn set(counter: &PoolCounter, booked: &mut (usize, usize, usize), now: (usize, usize, usize)) {
+        counter.sub(booked.0, booked.1);
+        counter.unreserve(booked.2);
+        counter.add(now.0, now.1);
+        counter.reserve(now.2);
+        *booked = now;
+    }
+}
+
+/// Runs `f` on a viewer and adds the heap it allocated and kept on this thread to the
+/// viewer's account.
+fn ledger<T>(e: &mut Entry, f: impl FnOnce(&mut Viewer) -> T) -> T {
+    let before = CountingAlloc::thread_net_bytes();
+    let r = f(&mut e.viewer);
+    let d = CountingAlloc::thread_net_bytes() - before;
+    e.heap = usize::try_from(e.heap as i64 + d).unwrap_or(0);
+    r
+}
+
+/// Approximate heap of a hash map: its buckets (a power of two above capacity / 7 * 8) with
+/// one control byte each.
+fn map_bytes<K, V>(m: &HashMap<K, V>) -> usize {
+    let cap = m.capacity();
+    if cap == 0 {
+        return 0;
+    }
+    let buckets = (cap * 8 / 7).next_power_of_two();
+    buckets * (std::mem::size_of::<(K, V)>() + 1)
+}
+
+/// Shrinks a map that is mostly empty (after a wave of viewers leaves): to nothing when
+/// empty, else to twice its length when under a quarter full.
+fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.is_empty() {
+        m.shrink_to_fit();
+    } else if m.capacity() > 4 * m.len() {
+        m.shrink_to(2 * m.len());
+    }
+}
+
+fn shrink_vec<T>(v: &mut Vec<T>) {
+    if v.is_empty() {
+        v.shrink_to_fit();
+    } else if v.capacity() > 4 * v.len() {
+        v.shrink_to(2 * v.len());
+    }
 }
 
 /// Maps instants to 64-bit NTP time (read from the wall clock once at start).
@@ -227,6 +369,10 @@ pub struct Engine {
     batch: SendBatch,
     next_sweep: Instant,
     ingest: Ingest,
+    pools: Pools,
+    /// Generation given to new slots: above every generation a removed slot had, so an old
+    /// [`ViewerId`] never names a viewer in a slot that was freed and made again.
+    next_generation: u32,
 }
 
 /// The HTTP side's handle on the engine.
@@ -350,6 +496,8 @@ impl Engine {
                 batch: SendBatch::new(),
                 next_sweep: Instant::now(),
                 ingest: Ingest::new(n_streams),
+                pools: Pools::new(),
+                next_generation: 0,
             },
             handle,
         ))
@@ -464,14 +612,17 @@ impl Engine {
                     return;
                 }
                 let ufrag = params.local_ufrag;
+                // The ufrag was allocated on the HTTP side; the viewer owns it from here.
+                let heap = params.remote_ufrag.len();
                 let viewer = Viewer::new(*params, Instant::now());
                 let index = match self.free.pop() {
                     Some(i) => i,
                     None => {
                         self.slots.push(Slot {
-                            generation: 0,
+                            generation: self.next_generation,
                             entry: None,
                         });
+                        self.book_slots();
                         (self.slots.len() - 1) as u32
                     }
                 };
@@ -479,12 +630,17 @@ impl Engine {
                 let id = ViewerId::new(index, slot.generation);
                 let pos = self.streams[stream].viewers.len();
                 self.streams[stream].viewers.push(id);
-                slot.entry = Some(Entry {
+                let mut entry = Entry {
                     viewer,
                     stream,
                     pos,
                     handshaking: true,
-                });
+                    heap,
+                    booked: (false, 0),
+                };
+                self.pools.sessions.add(1, SLOT_BYTES);
+                self.pools.book(&mut entry);
+                slot.entry = Some(entry);
                 self.by_ufrag.insert(ufrag, id);
                 self.stats
                     .snapshots
@@ -521,11 +677,34 @@ impl Engine {
                 pwd,
                 remote_ufrag,
             } => {
-                let Some(e) = self.entry(id) else { return };
+                let Some(e) = entry_in(&mut self.slots, id) else {
+                    return;
+                };
                 let old = *e.viewer.local_ufrag();
-                e.viewer.restart_ice(ufrag, pwd, remote_ufrag);
+                let added = remote_ufrag.len();
+                ledger(e, |v| v.restart_ice(ufrag, pwd, remote_ufrag));
+                e.heap += added;
+                self.pools.book(e);
                 self.by_ufrag.remove(&old);
                 self.by_ufrag.insert(ufrag, id);
+            }
+            Command::Sessions(reply) => {
+                let list = self
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| {
+                        let e = s.entry.as_ref()?;
+                        Some(SessionMemory {
+                            id: ViewerId::new(i as u32, s.generation),
+                            state: format!("{:?}", e.viewer.state()),
+                            handshake: e.viewer.has_handshake(),
+                            inline_bytes: SLOT_BYTES,
+                            heap_bytes: e.heap,
+                        })
+                    })
+                    .collect();
+                let _ = reply.send(list);
             }
             Command::Shutdown => {}
         }
@@ -543,7 +722,7 @@ impl Engine {
         };
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.index() as u32);
-        e.viewer.close(reason);
+        ledger(&mut e, |v| v.close(reason));
         self.stats.snapshots.viewer_left(
             id.raw(),
             match reason {
@@ -554,6 +733,7 @@ impl Engine {
                 CloseReason::Local => "closed by server",
             },
         );
+        self.pools.unbook(&mut e);
         if e.handshaking {
             self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
             if reason != CloseReason::Local {
@@ -577,6 +757,65 @@ impl Engine {
             m.pos = e.pos;
         }
         debug!(?reason, "viewer removed");
+    }
+
+    /// Books the session table's capacity in the `viewer_sessions` pool.
+    fn book_slots(&mut self) {
+        let bytes = self.slots.capacity() * SLOT_BYTES;
+        self.pools.sessions.unreserve(self.pools.slots_reserved);
+        self.pools.sessions.reserve(bytes);
+        self.pools.slots_reserved = bytes;
+    }
+
+    /// Gives back memory a wave of departed viewers left behind (trailing empty slots,
+    /// mostly empty maps and lists) and refreshes the ring and index pools. Runs in the
+    /// sweep, off the per-packet path.
+    fn trim_and_book(&mut self) {
+        while self.slots.last().is_some_and(|s| s.entry.is_none()) {
+            if let Some(s) = self.slots.pop() {
+                self.next_generation = self.next_generation.max(s.generation.wrapping_add(1));
+            }
+        }
+        let len = self.slots.len();
+        self.free.retain(|&i| (i as usize) < len);
+        shrink_vec(&mut self.slots);
+        shrink_vec(&mut self.free);
+        shrink_map(&mut self.by_addr);
+        shrink_map(&mut self.by_ufrag);
+        for s in &mut self.streams {
+            shrink_vec(&mut s.viewers);
+        }
+        self.book_slots();
+        let (mut items, mut used, mut allocated) = (0, 0, 0);
+        for s in &self.streams {
+            for ring in [&s.stream.video, &s.stream.audio] {
+                let (u, a) = ring.memory();
+                items += ring.len();
+                used += u;
+                allocated += a;
+            }
+        }
+        let now = (items, used, allocated);
+        Pools::set(&self.pools.rings, &mut self.pools.rings_booked, now);
+        let id = std::mem::size_of::<ViewerId>();
+        let used = self.by_addr.len() * (std::mem::size_of::<(SocketAddr, ViewerId)>() + 1)
+            + self.by_ufrag.len() * (std::mem::size_of::<([u8; UFRAG_LEN], ViewerId)>() + 1)
+            + self
+                .streams
+                .iter()
+                .map(|s| s.viewers.len() * id)
+                .sum::<usize>()
+            + self.free.len() * 4;
+        let allocated = map_bytes(&self.by_addr)
+            + map_bytes(&self.by_ufrag)
+            + self
+                .streams
+                .iter()
+                .map(|s| s.viewers.capacity() * id)
+                .sum::<usize>()
+            + self.free.capacity() * 4;
+        let now = (self.by_ufrag.len(), used, allocated);
+        Pools::set(&self.pools.index, &mut self.pools.index_booked, now);
     }
 
     /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
@@ -643,9 +882,13 @@ impl Engine {
             return;
         };
         let mut out = [0u8; 256];
-        let Some(e) = self.entry(id) else { return };
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return;
+        };
         let before = e.viewer.remote_addr();
-        match e.viewer.handle_stun(now, &msg, from, &mut out) {
+        let res = ledger(e, |v| v.handle_stun(now, &msg, from, &mut out));
+        self.pools.book(e);
+        match res {
             Ok(n) => {
                 let after = e.viewer.remote_addr();
                 if before != after {
@@ -672,10 +915,15 @@ impl Engine {
         };
         let dtls = self.dtls.clone();
         let mut flights: Vec<Vec<u8>> = Vec::new();
-        let Some(e) = self.entry(id) else { return };
-        let res = e
-            .viewer
-            .handle_dtls(now, buf, &dtls, &mut |p| flights.push(p.to_vec()));
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return;
+        };
+        let res = ledger(e, |v| {
+            v.handle_dtls(now, buf, &dtls, &mut |p| flights.push(p.to_vec()))
+        });
+        // The flights are the driver's, not the session's.
+        e.heap = e.heap.saturating_sub(vec_bytes(&flights));
+        self.pools.book(e);
         for f in &flights {
             self.send_to(f, from);
         }
@@ -750,12 +998,21 @@ impl Engine {
         };
         let mut nacks: Vec<(MediaKind, u64)> = Vec::new();
         let mut keyframe = false;
-        let Some(e) = self.entry(id) else { return };
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return;
+        };
         let stream = e.stream;
-        let res = e.viewer.handle_rtcp(now, buf, &mut |ev| match ev {
-            ViewerEvent::Nack { kind, seq } => nacks.push((kind, seq)),
-            ViewerEvent::KeyframeRequest => keyframe = true,
+        let res = ledger(e, |v| {
+            v.handle_rtcp(now, buf, &mut |ev| match ev {
+                ViewerEvent::Nack { kind, seq } => nacks.push((kind, seq)),
+                ViewerEvent::KeyframeRequest => keyframe = true,
+            })
         });
+        // The NACK list is the driver's, not the session's.
+        e.heap = e
+            .heap
+            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u64)>());
+        self.pools.book(e);
         if res.is_err() {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
         }
@@ -889,9 +1146,15 @@ impl Engine {
                 continue;
             }
             flights.clear();
-            e.viewer
-                .handle_timeout(now, &mut |p| flights.push(p.to_vec()));
-            let sr = e.viewer.poll_sender_report(now, &self.cname, &mut out);
+            let kept = vec_bytes(&flights);
+            let cname = &self.cname;
+            let sr = ledger(e, |v| {
+                v.handle_timeout(now, &mut |p| flights.push(p.to_vec()));
+                v.poll_sender_report(now, cname, &mut out)
+            });
+            // The flights are the driver's, not the session's.
+            e.heap = e.heap.saturating_sub(vec_bytes(&flights) - kept);
+            self.pools.book(e);
             if let Some(to) = e.viewer.remote_addr() {
                 for f in &flights {
                     self.send_to(f, to);
@@ -902,7 +1165,13 @@ impl Engine {
             }
             self.after_io(id);
         }
+        self.trim_and_book();
     }
+}
+
+/// Heap bytes of a list of datagrams (the outer vector and each one).
+fn vec_bytes(v: &Vec<Vec<u8>>) -> usize {
+    v.capacity() * std::mem::size_of::<Vec<u8>>() + v.iter().map(Vec::capacity).sum::<usize>()
 }
 
 fn entry_in(slots: &mut [Slot], id: ViewerId) -> Option<&mut Entry> {

@@ -13,12 +13,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use rand::Rng;
+use tern_pool::PoolCounter;
 use tern_proto::sdp::{self, SessionDescription};
 use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
 use crate::config::Config;
-use crate::engine::{Command, EngineHandle, ViewerId};
+use crate::engine::{Command, EngineHandle, SessionMemory, ViewerId};
 
 /// A stream known to the HTTP side.
 #[derive(Debug, Clone)]
@@ -77,6 +78,80 @@ struct Session {
     local_pwd: String,
 }
 
+impl Session {
+    /// Heap bytes of its strings.
+    fn heap_bytes(&self) -> usize {
+        self.etag.capacity()
+            + self.remote_ufrag.capacity()
+            + self.local_ufrag.capacity()
+            + self.local_pwd.capacity()
+    }
+}
+
+/// The WHEP sessions the HTTP side holds, booked in the `whep_sessions` memory pool.
+struct SessionTable {
+    map: HashMap<String, Session>,
+    pool: PoolCounter,
+    /// What is booked in `pool`: (items, used bytes, reserved bytes).
+    booked: (usize, usize, usize),
+}
+
+impl SessionTable {
+    fn new() -> Self {
+        SessionTable {
+            map: HashMap::new(),
+            pool: PoolCounter::new("whep_sessions", std::mem::size_of::<(String, Session)>()),
+            booked: (0, 0, 0),
+        }
+    }
+
+    /// After a change: gives back the capacity a wave of departed sessions left (to nothing
+    /// when empty, to twice the length when under a quarter full) and re-books the pool.
+    /// O(sessions), on the HTTP side only.
+    fn rebook(&mut self) {
+        if self.map.is_empty() {
+            self.map.shrink_to_fit();
+        } else if self.map.capacity() > 4 * self.map.len() {
+            self.map.shrink_to(2 * self.map.len());
+        }
+        let entry = std::mem::size_of::<(String, Session)>();
+        let strings: usize = self
+            .map
+            .iter()
+            .map(|(k, v)| k.capacity() + v.heap_bytes())
+            .sum();
+        let items = self.map.len();
+        let used = items * entry + strings;
+        let cap = self.map.capacity();
+        // Hash table buckets (a power of two above capacity / 7 * 8), one control byte each.
+        let buckets = if cap == 0 {
+            0
+        } else {
+            (cap * 8 / 7).next_power_of_two()
+        };
+        let allocated = buckets * (entry + 1) + strings;
+        let (i, u, a) = self.booked;
+        self.pool.sub(i, u);
+        self.pool.unreserve(a);
+        self.pool.add(items, used);
+        self.pool.reserve(allocated);
+        self.booked = (items, used, allocated);
+    }
+
+    /// Heap bytes the HTTP side holds for one viewer's session.
+    fn bytes_of(&self, viewer: ViewerId) -> Option<(&str, usize)> {
+        self.map
+            .iter()
+            .find(|(_, s)| s.viewer == viewer)
+            .map(|(k, s)| {
+                (
+                    k.as_str(),
+                    std::mem::size_of::<(String, Session)>() + k.capacity() + s.heap_bytes(),
+                )
+            })
+    }
+}
+
 /// State shared by the HTTP handlers.
 pub struct AppState {
     /// Configuration.
@@ -93,7 +168,7 @@ pub struct AppState {
     pub candidate_port: u16,
     /// TURN `Link` headers, when TURN is on.
     pub turn: Option<TurnLinks>,
-    sessions: Mutex<HashMap<String, Session>>,
+    sessions: Mutex<SessionTable>,
     /// WHIP sessions: resource id → publisher.
     pub(crate) publishers: Mutex<HashMap<String, crate::ingest::PublisherId>>,
 }
@@ -116,7 +191,7 @@ impl AppState {
             candidate_ip,
             candidate_port,
             turn: None,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(SessionTable::new()),
             publishers: Mutex::new(HashMap::new()),
         }
     }
@@ -138,19 +213,58 @@ impl AppState {
 
     /// Number of WHEP sessions the HTTP side holds.
     pub fn session_count(&self) -> usize {
-        self.sessions.lock().map(|s| s.len()).unwrap_or(0)
+        self.sessions.lock().map(|s| s.map.len()).unwrap_or(0)
     }
 }
 
 /// `GET /v1/memory`: every named pool's used/allocated/utilization/peak and the counting
-/// allocator's totals, as JSON; `?format=dd` gives the pjsua-`dd`-style text table.
-async fn memory(axum::extract::RawQuery(q): axum::extract::RawQuery) -> Response {
+/// allocator's totals, as JSON; `?format=dd` gives the pjsua-`dd`-style text table, and
+/// `sessions=1` adds one entry per viewer session (engine slot, engine heap, HTTP-side heap).
+async fn memory(
+    State(st): State<Arc<AppState>>,
+    axum::extract::RawQuery(q): axum::extract::RawQuery,
+) -> Response {
+    let has = |want: &str| {
+        q.as_deref()
+            .is_some_and(|q| q.split('&').any(|kv| kv == want))
+    };
+    let sessions = if has("sessions=1") {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if st.engine.send(Command::Sessions(tx)).is_err() {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "media engine is not running",
+            );
+        }
+        let Ok(list) = rx.await else {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "media engine is not running",
+            );
+        };
+        let table = st.sessions.lock().ok();
+        let rows: Vec<SessionRow> = list
+            .into_iter()
+            .map(|m| {
+                let (sid, http) = table
+                    .as_ref()
+                    .and_then(|t| t.bytes_of(m.id))
+                    .map_or((String::new(), 0), |(k, b)| (k.to_string(), b));
+                SessionRow { sid, http, m }
+            })
+            .collect();
+        Some(rows)
+    } else {
+        None
+    };
     let reports = tern_pool::MemoryRegistry::global().reports();
     let alloc = tern_pool::CountingAlloc::stats();
-    if q.as_deref()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "format=dd"))
-    {
-        return text(StatusCode::OK, tern_pool::format_dd(&reports, &alloc));
+    if has("format=dd") {
+        let mut out = tern_pool::format_dd(&reports, &alloc);
+        if let Some(rows) = &sessions {
+            out.push_str(&format_sessions(rows));
+        }
+        return text(StatusCode::OK, out);
     }
     let pools: Vec<serde_json::Value> = reports
         .iter()
@@ -166,7 +280,7 @@ async fn memory(axum::extract::RawQuery(q): axum::extract::RawQuery) -> Response
             })
         })
         .collect();
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "allocator": {
             "live_bytes": alloc.live_bytes,
             "peak_bytes": alloc.peak_bytes,
@@ -176,6 +290,23 @@ async fn memory(axum::extract::RawQuery(q): axum::extract::RawQuery) -> Response
         },
         "pools": pools,
     });
+    if let Some(rows) = sessions {
+        body["sessions"] = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "session": r.sid,
+                    "viewer": format!("{:?}", r.m.id),
+                    "state": r.m.state,
+                    "handshake": r.m.handshake,
+                    "engine_inline_bytes": r.m.inline_bytes,
+                    "engine_heap_bytes": r.m.heap_bytes,
+                    "http_bytes": r.http,
+                    "total_bytes": r.m.inline_bytes + r.m.heap_bytes + r.http,
+                })
+            })
+            .collect();
+    }
     let mut r = (StatusCode::OK, body.to_string()).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -217,6 +348,54 @@ async fn stats_current(State(st): State<Arc<AppState>>) -> Response {
         HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// One session's line of the per-session memory report.
+struct SessionRow {
+    sid: String,
+    http: usize,
+    m: SessionMemory,
+}
+
+/// The per-session table under the `dd` report: one line per viewer session.
+fn format_sessions(rows: &[SessionRow]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<24} {:<12} {:>4} {:>8} {:>8} {:>8} {:>8}",
+        "session", "state", "dtls", "slot", "heap", "http", "total"
+    );
+    let (mut slot, mut heap, mut http) = (0, 0, 0);
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<12} {:>4} {:>8} {:>8} {:>8} {:>8}",
+            if r.sid.is_empty() { "-" } else { &r.sid },
+            r.m.state,
+            if r.m.handshake { "yes" } else { "no" },
+            r.m.inline_bytes,
+            r.m.heap_bytes,
+            r.http,
+            r.m.inline_bytes + r.m.heap_bytes + r.http
+        );
+        slot += r.m.inline_bytes;
+        heap += r.m.heap_bytes;
+        http += r.http;
+    }
+    let _ = writeln!(
+        out,
+        "{:<24} {:<12} {:>4} {:>8} {:>8} {:>8} {:>8}",
+        format!("{} sessions", rows.len()),
+        "",
+        "",
+        slot,
+        heap,
+        http,
+        slot + heap + http
+    );
+    out
 }
 
 /// The WHEP and page routes.
@@ -423,7 +602,7 @@ async fn whep_post(
     let etag = format!("\"{}\"", random_token(12));
     let location = format!("/{app}/{stream}/whep/{sid}");
     if let Ok(mut s) = st.sessions.lock() {
-        s.insert(
+        s.map.insert(
             sid,
             Session {
                 viewer,
@@ -433,6 +612,7 @@ async fn whep_post(
                 local_pwd: pwd,
             },
         );
+        s.rebook();
     }
     let mut r = (StatusCode::CREATED, answer).into_response();
     let h = r.headers_mut();
@@ -539,7 +719,7 @@ async fn whep_patch(
     let Ok(mut sessions) = st.sessions.lock() else {
         return text(StatusCode::INTERNAL_SERVER_ERROR, "session table poisoned");
     };
-    let Some(sess) = sessions.get_mut(&sid) else {
+    let Some(sess) = sessions.map.get_mut(&sid) else {
         return text(StatusCode::NOT_FOUND, "no such WHEP session");
     };
     let restart = frag
@@ -607,6 +787,7 @@ async fn whep_patch(
     if let Ok(v) = HeaderValue::from_str(&sess.etag) {
         h.insert(header::ETAG, v);
     }
+    sessions.rebook();
     r
 }
 
@@ -618,7 +799,11 @@ async fn whep_delete(
     if let Err(r) = lookup(&st, &headers, &app, &stream) {
         return r;
     }
-    let sess = st.sessions.lock().ok().and_then(|mut s| s.remove(&sid));
+    let sess = st.sessions.lock().ok().and_then(|mut s| {
+        let sess = s.map.remove(&sid);
+        s.rebook();
+        sess
+    });
     let Some(sess) = sess else {
         return text(StatusCode::NOT_FOUND, "no such WHEP session");
     };

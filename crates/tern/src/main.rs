@@ -40,6 +40,9 @@ enum Cmd {
         /// Base URL of the server's HTTP listener.
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         url: String,
+        /// Also list every viewer session: its engine slot, engine heap and HTTP-side bytes.
+        #[arg(long)]
+        sessions: bool,
     },
     /// Validate a configuration file and exit.
     Config {
@@ -102,8 +105,8 @@ fn main() -> ExitCode {
     let (args, demo) = match cli.cmd {
         Cmd::Serve(a) => (a, false),
         Cmd::Demo(a) => (a, true),
-        Cmd::Mem { url } => {
-            return match fetch_dd(&url) {
+        Cmd::Mem { url, sessions } => {
+            return match fetch_dd(&url, sessions) {
                 Ok(t) => {
                     print!("{t}");
                     ExitCode::SUCCESS
@@ -182,8 +185,9 @@ fn bench(a: &tern_bench::BenchArgs) -> ExitCode {
     }
 }
 
-/// GETs `{url}/v1/memory?format=dd` over plain HTTP/1.1.
-fn fetch_dd(url: &str) -> Result<String, String> {
+/// GETs `{url}/v1/memory?format=dd` (with `&sessions=1` for the per-session table) over
+/// plain HTTP/1.1.
+fn fetch_dd(url: &str, sessions: bool) -> Result<String, String> {
     use std::io::{Read, Write};
     let rest = url
         .strip_prefix("http://")
@@ -193,7 +197,8 @@ fn fetch_dd(url: &str) -> Result<String, String> {
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     write!(
         s,
-        "GET /v1/memory?format=dd HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET /v1/memory?format=dd{} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+        if sessions { "&sessions=1" } else { "" }
     )
     .map_err(|e| e.to_string())?;
     let mut out = String::new();
