@@ -336,6 +336,14 @@ impl Clip {
         self.fps
     }
 
+    /// Heap bytes the clip holds: its payload bytes and packet, frame and audio indexes.
+    pub fn heap_bytes(&self) -> usize {
+        self.data.capacity()
+            + self.video_packets.capacity() * std::mem::size_of::<Span>()
+            + self.frames.capacity() * std::mem::size_of::<FrameEntry>()
+            + self.audio.capacity() * std::mem::size_of::<AudioEntry>()
+    }
+
     /// Total payload bytes held (video and audio).
     pub fn payload_bytes(&self) -> usize {
         self.data.len()

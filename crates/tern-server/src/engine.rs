@@ -213,6 +213,10 @@ struct Pools {
     handshakes: PoolCounter,
     /// `stream_rings`: ring slot arrays and the shared-buffer header of each packet held.
     rings: PoolCounter,
+    /// `clip_sources`: the clips the demo streams loop (payload bytes and indexes).
+    clips: PoolCounter,
+    /// `send_batch`: the send batch's datagram buffers and `sendmmsg` headers, allocated once.
+    batch: PoolCounter,
     /// `session_index`: the demultiplexing maps (5-tuple, ufrag) and per-stream viewer lists,
     /// estimated from their capacities (hash table buckets plus one control byte each).
     index: PoolCounter,
@@ -230,6 +234,8 @@ impl Pools {
             handshakes: PoolCounter::new("handshakes", 0),
             rings: PoolCounter::new("stream_rings", 0),
             index: PoolCounter::new("session_index", 0),
+            clips: PoolCounter::new("clip_sources", 0),
+            batch: PoolCounter::new("send_batch", 0),
             slots_reserved: 0,
             rings_booked: (0, 0, 0),
             index_booked: (0, 0, 0),
@@ -473,6 +479,17 @@ impl Engine {
                 .snapshots
                 .stream_state(&s.key, source, s.source.is_some());
         }
+        let pools = Pools::new();
+        for s in &streams {
+            if let Some(src) = &s.source {
+                pools.clips.add(1, src.clip().heap_bytes());
+            }
+        }
+        // Measured: the batch is allocated here on this thread, in one go.
+        let before = CountingAlloc::thread_net_bytes();
+        let batch = SendBatch::new();
+        let bytes = usize::try_from(CountingAlloc::thread_net_bytes() - before).unwrap_or(0);
+        pools.batch.add(1, bytes);
         let handle = EngineHandle {
             tx,
             waker,
@@ -493,10 +510,10 @@ impl Engine {
                 clock: NtpClock::now(),
                 stats,
                 cname,
-                batch: SendBatch::new(),
+                batch,
                 next_sweep: Instant::now(),
                 ingest: Ingest::new(n_streams),
-                pools: Pools::new(),
+                pools,
                 next_generation: 0,
             },
             handle,

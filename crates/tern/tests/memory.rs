@@ -39,11 +39,19 @@ struct Pool {
 }
 
 /// The memory report: allocator live and mapped bytes, and every pool.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 struct Memory {
     live: u64,
     mapped: u64,
     pools: BTreeMap<String, Pool>,
+    /// Peak used bytes and peak items per pool (not compared: peaks stay).
+    peaks: BTreeMap<String, (u64, u64)>,
+}
+
+impl PartialEq for Memory {
+    fn eq(&self, o: &Memory) -> bool {
+        (self.live, self.mapped, &self.pools) == (o.live, o.mapped, &o.pools)
+    }
 }
 
 impl Memory {
@@ -69,6 +77,7 @@ impl Memory {
             live: self.live.min(o.live),
             mapped: self.mapped.min(o.mapped),
             pools,
+            peaks: o.peaks.clone(),
         }
     }
 }
@@ -99,6 +108,7 @@ fn read_memory(http: SocketAddr) -> Memory {
                     items: num(f[5]),
                 },
             );
+            m.peaks.insert(f[0].to_string(), (num(f[4]), num(f[6])));
         }
         if let Some(rest) = line.strip_prefix("allocator: live ") {
             m.live = num(rest.split(' ').next().unwrap_or("0"));
@@ -113,6 +123,8 @@ fn read_memory(http: SocketAddr) -> Memory {
 
 /// The resting figures: the minimum of `n` samples 50 ms apart.
 fn resting_memory(http: SocketAddr, n: usize) -> Memory {
+    // Pools the engine books in its 20 ms sweep (rings, index) are current after one.
+    std::thread::sleep(Duration::from_millis(50));
     let mut m = read_memory(http);
     for _ in 1..n {
         std::thread::sleep(Duration::from_millis(50));
@@ -410,6 +422,19 @@ fn checkpoint_table_1000() {
             total as i64 - m.pool_sum() as i64
         );
     }
+    let last = &rows[rows.len() - 1].1;
+    let (hs_peak, hs_items) = last.peaks.get("handshakes").copied().unwrap_or_default();
+    let (vs_peak, _) = last
+        .peaks
+        .get("viewer_sessions")
+        .copied()
+        .unwrap_or_default();
+    println!();
+    println!(
+        "handshakes pool peak: {hs_peak} B with {hs_items} handshakes at once ({:.0} B each); viewer_sessions peak {vs_peak} B ({:.0} B per viewer)",
+        hs_peak as f64 / hs_items.max(1) as f64,
+        vs_peak as f64 / n as f64
+    );
     println!();
     println!("pools at each checkpoint (used / allocated bytes, items):");
     for (name, m, _) in &rows {
