@@ -6,7 +6,7 @@
 //! the receiver must never accept an index twice and must only return the original plaintext.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tern_proto::srtp::{RtcpCipher, RtpCipher, SrtpKeys, SrtpProfile};
+use tern_proto::srtp::{RtcpCipher, RtcpReceiver, RtpCipher, RtpSender, SrtpKeys, SrtpProfile};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, data)) = data.split_first() else {
@@ -27,9 +27,11 @@ fuzz_target!(|data: &[u8]| {
     // Extra room at the end, and a length past the buffer, must be handled.
     let mut buf = data.to_vec();
     buf.extend_from_slice(&[0u8; 32]);
+    let mut rtcp_rx = RtcpReceiver::new(profile, &keys).expect("rtcp receiver");
     for len in [data.len(), data.len() + 1, buf.len() + 1] {
         let _ = rtp.unprotect(&mut buf.clone(), len);
         let _ = rtcp.unprotect(&mut buf.clone(), len);
+        let _ = rtcp_rx.unprotect(&mut buf.clone(), len);
     }
 
     // A packet that was genuinely protected decrypts back; flipping one byte is rejected.
@@ -49,6 +51,19 @@ fuzz_target!(|data: &[u8]| {
             assert!(rx.unprotect(&mut tampered, n).is_err());
             let m = rx.unprotect(&mut wire, n).expect("round trip");
             assert_eq!(wire[..m], plain[..]);
+            // The send-only type, encrypting out of place, writes the same packet.
+            let sender = RtpSender::new(profile, &keys).expect("rtp sender");
+            let mut out = vec![0u8; len + sender.overhead()];
+            out[..header_len].copy_from_slice(&plain[..header_len]);
+            let k = sender
+                .protect_payload(&mut out, header_len, &plain[header_len..], 0)
+                .expect("protect_payload");
+            let mut again = plain.clone();
+            again.resize(len + sender.overhead(), 0);
+            let j = sender
+                .protect(&mut again, len, header_len, 0)
+                .expect("protect");
+            assert_eq!(out[..k], again[..j]);
         }
     }
 
