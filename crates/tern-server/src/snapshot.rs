@@ -14,10 +14,11 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
+use tern_pool::PoolCounter;
 use tokio::sync::broadcast;
 
 /// Events kept for slow subscribers before they start losing the oldest.
@@ -163,6 +164,10 @@ pub struct Snapshots {
     streams: RwLock<HashMap<Arc<str>, StreamSnapshot>>,
     builds: AtomicU64,
     events: broadcast::Sender<Event>,
+    /// The `snapshots` memory pool, and what is booked in it for the viewer cache:
+    /// (items, used, allocated).
+    pool: PoolCounter,
+    booked: Mutex<(usize, usize, usize)>,
 }
 
 impl Default for Snapshots {
@@ -172,7 +177,57 @@ impl Default for Snapshots {
             streams: RwLock::default(),
             builds: AtomicU64::new(0),
             events: broadcast::channel(EVENT_BACKLOG).0,
+            pool: PoolCounter::new("snapshots", std::mem::size_of::<(u64, ViewerSnapshot)>()),
+            booked: Mutex::new((0, 0, 0)),
         }
+    }
+}
+
+/// Heap bytes of a segment held through an `Arc` (two counters, the struct, its JSON).
+fn segment_bytes(s: &Segment) -> usize {
+    2 * std::mem::size_of::<usize>() + std::mem::size_of::<Segment>() + s.json.capacity()
+}
+
+/// After a change to the viewer cache (under its write lock): gives back the capacity a wave
+/// of departed viewers left (to nothing when empty, to twice the length when under a quarter
+/// full) and re-books the `snapshots` pool. O(viewers), on state changes only.
+fn rebook(
+    m: &mut HashMap<u64, ViewerSnapshot>,
+    pool: &PoolCounter,
+    booked: &Mutex<(usize, usize, usize)>,
+) {
+    if m.is_empty() {
+        m.shrink_to_fit();
+    } else if m.capacity() > 4 * m.len() {
+        m.shrink_to(2 * m.len());
+    }
+    let entry = std::mem::size_of::<(u64, ViewerSnapshot)>();
+    let held: usize = m
+        .values()
+        .map(|v| {
+            segment_bytes(&v.identity)
+                + segment_bytes(&v.connection)
+                + 2 * std::mem::size_of::<usize>()
+                + v.stream.len()
+        })
+        .sum();
+    let cap = m.capacity();
+    let buckets = if cap == 0 {
+        0
+    } else {
+        (cap * 8 / 7).next_power_of_two()
+    };
+    let now = (
+        m.len(),
+        m.len() * entry + held,
+        buckets * (entry + 1) + held,
+    );
+    if let Ok(mut b) = booked.lock() {
+        pool.sub(b.0, b.1);
+        pool.unreserve(b.2);
+        pool.add(now.0, now.1);
+        pool.reserve(now.2);
+        *b = now;
     }
 }
 
@@ -219,6 +274,7 @@ impl Snapshots {
         };
         if let Ok(mut m) = self.viewers.write() {
             m.insert(id, snap.clone());
+            rebook(&mut m, &self.pool, &self.booked);
         }
         self.publish(Event {
             kind: EventKind::ViewerJoined,
@@ -251,6 +307,7 @@ impl Snapshots {
                 ..old.clone()
             };
             m.insert(id, snap.clone());
+            rebook(&mut m, &self.pool, &self.booked);
             snap
         };
         self.publish(Event {
@@ -264,7 +321,11 @@ impl Snapshots {
 
     /// A viewer left; its last snapshot goes out with the event, nothing is built.
     pub fn viewer_left(&self, id: u64, reason: &'static str) {
-        let snap = self.viewers.write().ok().and_then(|mut m| m.remove(&id));
+        let snap = self.viewers.write().ok().and_then(|mut m| {
+            let snap = m.remove(&id);
+            rebook(&mut m, &self.pool, &self.booked);
+            snap
+        });
         if let Some(snap) = snap {
             self.publish(Event {
                 kind: EventKind::ViewerLeft,
