@@ -53,6 +53,11 @@ pub struct BenchArgs {
     /// The clip publishers send: `standard` (~1.1 Mbit/s) or `lite` (~300 kbit/s).
     #[arg(long, default_value = "standard")]
     pub publish_clip: String,
+    /// Viewers reach the server only through its TURN server over UDP (credentials from the
+    /// WHEP answer's `Link: rel="ice-server"` headers), like browsers with
+    /// `iceTransportPolicy: 'relay'`. WHEP only.
+    #[arg(long)]
+    pub relay: bool,
     /// Local IP the clients' UDP sockets bind to.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: std::net::IpAddr,
@@ -100,6 +105,9 @@ impl BenchArgs {
         }
         if self.publish > 0 && !self.url.ends_with("/whep") {
             return Err("--publish needs a WHEP -url ending in /whep".into());
+        }
+        if self.relay && !self.url.starts_with("http") {
+            return Err("--relay needs a WHEP (http) -url".into());
         }
         if self.connect_timeout == 0 {
             return Err("--connect-timeout must be at least 1 s".into());

@@ -120,6 +120,8 @@ struct Signaller {
     ntp_base: (Instant, u64),
     /// OvenMediaEngine signalling at `url` instead of WHEP.
     ome: bool,
+    /// Go through the server's TURN.
+    relay: bool,
     url: String,
 }
 
@@ -150,11 +152,25 @@ impl Signaller {
             abs_capture_time: true,
         });
         let t0 = Instant::now();
-        let (answer, location) = self.whep.offer(&offer)?;
+        let (answer, location, links) = self.whep.offer(&offer)?;
         let signalling = t0.elapsed();
         let params = session::client_params(&answer, &client_offer)
             .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
-        let socket = bind_to(self.bind, params.server)
+        let relay = if self.relay {
+            let (turn, user, pass) = signal::turn_from_links(&links).ok_or_else(|| {
+                SignalError::BadAnswer("--relay: no TURN-over-UDP Link header in the answer".into())
+            })?;
+            Some(worker::RelayInfo {
+                turn,
+                user,
+                pass,
+                peer: params.server,
+            })
+        } else {
+            None
+        };
+        let to = relay.as_ref().map_or(params.server, |r| r.turn);
+        let socket = bind_to(self.bind, to)
             .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))?;
         let now = Instant::now();
         let client = Client::new(params, self.ctx.clone(), now, id as u64 + 1);
@@ -165,6 +181,7 @@ impl Signaller {
                 socket,
                 signalling,
                 started: now,
+                relay,
             }),
             location.map(Hold::Whep),
         ))
@@ -198,6 +215,7 @@ impl Signaller {
                 socket,
                 signalling,
                 started: now,
+                relay: None,
             }),
             Some(Hold::Ome(Box::new(sess))),
         ))
@@ -329,6 +347,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         rtcp: !a.no_rtcp,
         ntp_base: (t0, ntp0),
         ome: a.url.starts_with("ws://"),
+        relay: a.relay,
         url: a.url.clone(),
     });
     let mut heap = a.heap_report.then(|| HeapTable {

@@ -58,8 +58,9 @@ impl Whep {
         }
     }
 
-    /// POSTs `offer`; returns the answer SDP and the session URL from `Location`.
-    pub fn offer(&self, offer: &str) -> Result<(String, Option<String>), SignalError> {
+    /// POSTs `offer`; returns the answer SDP, the session URL from `Location` and the
+    /// `Link` header values.
+    pub fn offer(&self, offer: &str) -> Result<(String, Option<String>, Vec<String>), SignalError> {
         let mut resp = self
             .agent
             .post(&self.url)
@@ -72,6 +73,16 @@ impl Whep {
             .get("location")
             .and_then(|v| v.to_str().ok())
             .map(|l| self.resolve(l));
+        let links: Vec<String> = resp
+            .headers()
+            .get_all("link")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| {
+                v.split(", <")
+                    .map(|p| p.trim_start_matches('<').to_string())
+            })
+            .collect();
         let body = resp
             .body_mut()
             .with_config()
@@ -81,7 +92,7 @@ impl Whep {
         if status != 201 {
             return Err(SignalError::Status(status, body));
         }
-        Ok((body, location))
+        Ok((body, location, links))
     }
 
     /// Whether the stream is live (HEAD on the endpoint answers 200).
@@ -118,6 +129,27 @@ impl Whep {
             format!("{base}/{loc}")
         }
     }
+}
+
+/// TURN-over-UDP server and credentials from `Link: <turn:HOST:PORT?transport=udp>;
+/// rel="ice-server"; username="..."; credential="..."` values (RFC 9725 §4.6).
+pub fn turn_from_links(links: &[String]) -> Option<(std::net::SocketAddr, String, String)> {
+    use std::net::ToSocketAddrs;
+    links.iter().find_map(|l| {
+        let rest = l.trim_start_matches('<').strip_prefix("turn:")?;
+        let (url, params) = rest.split_once('>')?;
+        let (hostport, query) = url.split_once('?').unwrap_or((url, ""));
+        if !query.is_empty() && !query.contains("transport=udp") {
+            return None;
+        }
+        let attr = |name: &str| {
+            let i = params.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = params[i..].find('"')?;
+            Some(params[i..i + end].to_string())
+        };
+        let addr = hostport.to_socket_addrs().ok()?.next()?;
+        Some((addr, attr("username")?, attr("credential")?))
+    })
 }
 
 /// GETs a URL and returns its body, for `/v1/memory` and `/v1/stats/current`.
@@ -244,5 +276,18 @@ mod tests {
         assert_eq!(w.resolve("https://x/y"), "https://x/y");
         assert_eq!(origin("http://h:8080/live/demo/whep"), "http://h:8080");
         assert_eq!(origin("http://h:8080"), "http://h:8080");
+    }
+
+    #[test]
+    fn turn_credentials_come_from_link_headers() {
+        let links = vec![
+            "stun:127.0.0.1:3478>; rel=\"ice-server\"".to_string(),
+            "turn:127.0.0.1:3478?transport=udp>; rel=\"ice-server\"; username=\"1700:u\"; credential=\"c/+=\"; credential-type=\"password\"".to_string(),
+            "turn:127.0.0.1:3478?transport=tcp>; rel=\"ice-server\"; username=\"x\"; credential=\"y\"".to_string(),
+        ];
+        let (addr, user, pass) = turn_from_links(&links).expect("udp entry");
+        assert_eq!(addr, "127.0.0.1:3478".parse().expect("addr"));
+        assert_eq!((user.as_str(), pass.as_str()), ("1700:u", "c/+="));
+        assert!(turn_from_links(&links[2..]).is_none());
     }
 }

@@ -21,6 +21,8 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tern_rtc::client::{Client, ClientState, ConnectTimes, TrackStats};
 use tern_rtc::clip::MediaKind;
+use tern_rtc::turn::Transport;
+use tern_rtc::turn_client::{Received, TurnClient, TurnClientEvent};
 
 /// How often client timers are checked (NACK delays are tens of ms, reports 1 s).
 const TICK: Duration = Duration::from_millis(10);
@@ -107,6 +109,76 @@ pub struct Joined {
     pub signalling: Duration,
     /// When the client was created (after signalling).
     pub started: Instant,
+    /// Go through this TURN server (`--relay`); the socket is connected to it.
+    pub relay: Option<RelayInfo>,
+}
+
+/// Where and how a relayed client reaches the server.
+#[derive(Debug, Clone)]
+pub struct RelayInfo {
+    /// The TURN server (UDP).
+    pub turn: std::net::SocketAddr,
+    /// TURN username.
+    pub user: String,
+    /// TURN password.
+    pub pass: String,
+    /// The server's media address: the TURN peer.
+    pub peer: std::net::SocketAddr,
+}
+
+/// Channel number every relayed client binds to the server's media address.
+const CHANNEL: u16 = 0x4000;
+/// Permissions last 300 s and channels 600 s (RFC 8656): re-bind (which refreshes both)
+/// every 240 s, and refresh the allocation (600 s) every 480 s.
+const REBIND: Duration = Duration::from_secs(240);
+
+/// A client's TURN state: allocate → permission → channel, then ChannelData both ways.
+struct Relay {
+    turn: TurnClient,
+    peer: std::net::SocketAddr,
+    ready: bool,
+    out: Vec<u8>,
+    next_refresh: Option<Instant>,
+    refreshes: u32,
+}
+
+impl Relay {
+    /// Acts on the outcome of a TURN input or timer; returns a failure reason.
+    fn on(&mut self, now: Instant, r: Received, sock: &UdpSocket) -> Option<&'static str> {
+        let next = match r {
+            Received::Transmit(n) => {
+                let _ = sock.send(&self.out[..n]);
+                return None;
+            }
+            Received::Event(TurnClientEvent::Allocated { .. }) => {
+                self.turn.create_permission(now, self.peer, &mut self.out)
+            }
+            Received::Event(TurnClientEvent::PermissionCreated { .. }) => {
+                self.turn
+                    .channel_bind(now, CHANNEL, self.peer, &mut self.out)
+            }
+            Received::Event(TurnClientEvent::ChannelBound { .. }) => {
+                self.ready = true;
+                self.next_refresh = Some(now + REBIND);
+                return None;
+            }
+            Received::Event(TurnClientEvent::Failed { code, .. }) => {
+                return Some(if code == 0 {
+                    "TURN timed out"
+                } else {
+                    "TURN refused"
+                });
+            }
+            _ => return None,
+        };
+        match next {
+            Ok(n) => {
+                let _ = sock.send(&self.out[..n]);
+                None
+            }
+            Err(_) => Some("TURN client error"),
+        }
+    }
 }
 
 /// What the main thread asks of a media thread.
@@ -200,6 +272,7 @@ struct Slot {
     failure: Option<&'static str>,
     /// The client's next timer, as of its last input or timeout.
     next_timer: Option<Instant>,
+    relay: Option<Relay>,
     datagrams: u64,
     datagram_bytes: u64,
     last_rx: Option<Instant>,
@@ -210,6 +283,86 @@ struct Slot {
 }
 
 impl Slot {
+    /// Sends the client's queued datagrams: straight to the server, or as ChannelData
+    /// through TURN once the channel is bound (before that the client's checks are
+    /// dropped; it repeats them).
+    fn flush(&mut self) {
+        let sock = &self.sock;
+        match self.relay.as_mut() {
+            None => self.client.drain(&mut |d| {
+                let _ = sock.send(d);
+            }),
+            Some(r) => {
+                let (ready, peer) = (r.ready, r.peer);
+                let turn = &mut r.turn;
+                let out = &mut r.out;
+                self.client.drain(&mut |d| {
+                    if ready && let Ok(n) = turn.send(peer, d, out) {
+                        let _ = sock.send(&out[..n]);
+                    }
+                });
+            }
+        }
+    }
+
+    /// A datagram from the socket: media for the client, or TURN's.
+    fn input(&mut self, at: Instant, buf: &mut [u8]) {
+        let Some(r) = self.relay.as_mut() else {
+            self.client.handle_input(at, buf);
+            return;
+        };
+        match r.turn.handle_input(at, buf, &mut r.out) {
+            Received::Data { data, .. } => self.client.handle_input(at, &mut buf[data]),
+            other => {
+                if let Some(f) = r.on(at, other, &self.sock) {
+                    self.failure = Some(f);
+                }
+            }
+        }
+    }
+
+    /// Runs due timers of the client and of its TURN client.
+    fn timers(&mut self, now: Instant) {
+        if self.client.poll_timeout().is_some_and(|t| t <= now) {
+            self.client.handle_timeout(now);
+        }
+        if let Some(r) = self.relay.as_mut() {
+            if r.turn.poll_timeout().is_some_and(|t| t <= now) {
+                let res = r.turn.handle_timeout(now, &mut r.out);
+                if let Some(f) = r.on(now, res, &self.sock) {
+                    self.failure = Some(f);
+                }
+            }
+            if r.next_refresh.is_some_and(|t| t <= now) && !r.turn.busy() {
+                r.refreshes += 1;
+                let sent = if r.refreshes % 2 == 0 {
+                    r.turn.refresh(now, 600, &mut r.out)
+                } else {
+                    r.turn.channel_bind(now, CHANNEL, r.peer, &mut r.out)
+                };
+                if let Ok(n) = sent {
+                    let _ = self.sock.send(&r.out[..n]);
+                }
+                r.next_refresh = Some(now + REBIND);
+            }
+        }
+        self.flush();
+    }
+
+    /// When the next timer of the client or its TURN client is due.
+    fn next_due(&self) -> Option<Instant> {
+        let mut t = self.client.poll_timeout();
+        if let Some(r) = &self.relay {
+            for c in [r.turn.poll_timeout(), r.next_refresh] {
+                t = match (t, c) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        t
+    }
+
     fn totals(&self) -> (u64, u64) {
         let v = self.client.track(MediaKind::Video);
         let a = self.client.track(MediaKind::Audio);
@@ -349,19 +502,16 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                     s.datagrams += 1;
                     s.datagram_bytes += n as u64;
                     s.last_rx = Some(at);
-                    s.client.handle_input(at, &mut rb.bufs[i][..n]);
+                    s.input(at, &mut rb.bufs[i][..n]);
                 }
                 if rb.got.len() < BATCH {
                     break;
                 }
             }
             if !quiet {
-                let sock = &s.sock;
-                s.client.drain(&mut |d| {
-                    let _ = sock.send(d);
-                });
+                s.flush();
             }
-            s.next_timer = s.client.poll_timeout();
+            s.next_timer = s.next_due();
         }
         while let Ok(cmd) = rx.try_recv() {
             match cmd {
@@ -395,6 +545,14 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                         started: j.started,
                         failure: None,
                         next_timer: None,
+                        relay: j.relay.map(|ri| Relay {
+                            turn: TurnClient::new(&ri.user, &ri.pass, Transport::Udp, j.id as u64),
+                            peer: ri.peer,
+                            ready: false,
+                            out: vec![0u8; 2048],
+                            next_refresh: None,
+                            refreshes: 0,
+                        }),
                         datagrams: 0,
                         datagram_bytes: 0,
                         last_rx: None,
@@ -402,11 +560,13 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                         bps: Range::default(),
                         fps: Range::default(),
                     };
-                    let sock = &slot.sock;
-                    slot.client.drain(&mut |d| {
-                        let _ = sock.send(d);
-                    });
-                    slot.next_timer = slot.client.poll_timeout();
+                    if let Some(r) = slot.relay.as_mut()
+                        && let Ok(n) = r.turn.allocate(Instant::now(), &mut r.out)
+                    {
+                        let _ = slot.sock.send(&r.out[..n]);
+                    }
+                    slot.flush();
+                    slot.next_timer = slot.next_due();
                     slots.push(slot);
                     connecting += 1;
                 }
@@ -414,7 +574,19 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                     now = Instant::now();
                     let _ = reply.send(slots.iter().map(|s| s.sample(now)).collect());
                 }
-                Cmd::Quiesce => quiet = true,
+                Cmd::Quiesce => {
+                    quiet = true;
+                    // Give relayed allocations back at once (Refresh with lifetime 0).
+                    let now = Instant::now();
+                    for s in &mut slots {
+                        if let Some(r) = s.relay.as_mut()
+                            && !r.turn.busy()
+                            && let Ok(n) = r.turn.refresh(now, 0, &mut r.out)
+                        {
+                            let _ = s.sock.send(&r.out[..n]);
+                        }
+                    }
+                }
                 Cmd::Stop => return,
             }
         }
@@ -453,12 +625,8 @@ fn tick(s: &mut Slot, now: Instant, connect_timeout: Duration, quiet: bool) {
     }
     // The client's next timer is cached: asked again only after input or a timeout ran.
     if s.next_timer.is_some_and(|t| t <= now) {
-        s.client.handle_timeout(now);
-        let sock = &s.sock;
-        s.client.drain(&mut |d| {
-            let _ = sock.send(d);
-        });
-        s.next_timer = s.client.poll_timeout();
+        s.timers(now);
+        s.next_timer = s.next_due();
     }
     if state == ClientState::Connected {
         match s.window {

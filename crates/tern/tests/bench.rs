@@ -411,3 +411,50 @@ fn two_hundred_viewers_over_ome_websocket_signalling() {
     }
     server.stop();
 }
+
+#[test]
+fn fifty_viewers_through_turn_with_relay() {
+    let turn: SocketAddr = ([127, 0, 0, 1], common::free_udp_port()).into();
+    let server = Server::start(&[
+        "demo",
+        "--candidate",
+        "127.0.0.1",
+        "--turn",
+        &turn.to_string(),
+        "--turn-relay-ip",
+        "127.0.0.1",
+    ]);
+    let http = server.http;
+    let a = args(&format!(
+        "-url http://{http}/live/demo/whep --relay -n 50 -cint 20 -life 8 -sint 60000 --json"
+    ));
+    let run = std::thread::spawn(move || run(&a));
+    // Mid-run, the server holds one TURN allocation per viewer.
+    std::thread::sleep(Duration::from_secs(5));
+    let mem = common::http_get(http, "/v1/memory").expect("memory");
+    let v: serde_json::Value = serde_json::from_str(&mem.text()).expect("json");
+    let allocs = v["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .find(|p| p["name"] == "turn_allocations")
+        .map(|p| p["items_in_use"].as_u64().unwrap_or(0));
+    let (o, text) = run.join().expect("bench");
+    assert_eq!(allocs, Some(50), "TURN allocations mid-run");
+    let s = &o.summary;
+    assert_eq!(s.connected, 50, "{text}");
+    assert_eq!(s.total_losses, 0, "{text}");
+    // The viewers' selected addresses were relay addresses, not their own sockets: the
+    // server saw TURN relayed traffic only (checked through the allocation count above),
+    // and every media packet it sent went through the relay to the bench.
+    let d = o.server.expect("server counters");
+    let unique: u64 = o
+        .clients
+        .iter()
+        .flat_map(|c| [&c.video, &c.audio])
+        .flatten()
+        .map(|t| t.packets)
+        .sum();
+    assert_eq!(unique, d.packets_out - d.retransmits);
+    server.stop();
+}
