@@ -14,24 +14,40 @@
 #
 # pion runs with `-lite -dtls-passive` (ICE lite, answer a=setup:passive), as tern does: with
 # pion's defaults (full ICE, a=setup:active) tern's lean client cannot connect (see
-# BENCHMARKS.md). Everything is on 127.0.0.1; every server and bench is killed on exit.
+# BENCHMARKS.md). Everything is on 127.0.0.1, inside a private network namespace when the
+# script runs as root (the build runs outside it); every server and bench is killed on exit.
 #
 # Env: TERN (tern binary; default: cargo build --release -p tern), GO (go binary), LIFE
 # (seconds per run, default 30), CINT (ms between connects, default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TARGET=${CARGO_TARGET_DIR:-$PWD/target}
-GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 LIFE=${LIFE:-30}
 CINT=${CINT:-20}
 NS=("$@")
 [ ${#NS[@]} -gt 0 ] || NS=(50 100 200 400)
-if [ -z "${TERN:-}" ]; then
-    cargo build --release -p tern
-    TERN=$TARGET/release/tern
+if [ -z "${PION_SH_NETNS:-}" ]; then
+    # Build stage, on the host network (the Go module proxy is needed once).
+    TARGET=${CARGO_TARGET_DIR:-$PWD/target}
+    GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+    if [ -z "${TERN:-}" ]; then
+        cargo build --release -p tern
+        TERN=$TARGET/release/tern
+    fi
+    PION=$TARGET/pion-whep
+    (cd bench/pion-whep && "$GO" mod download && "$GO" build -trimpath -o "$PION" .)
+    GO_VERSION=$("$GO" version)
+    PION_VERSION=$(cd bench/pion-whep && "$GO" list -m -f '{{.Version}}' github.com/pion/webrtc/v4)
+    export TERN PION GO_VERSION PION_VERSION
+    # Measure in a private network namespace when we can (root): only this run's sockets are
+    # in it, so /proc/net/snmp's UDP drop counter is this run's alone.
+    if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
+        PION_SH_NETNS=1 exec unshare -n "$0" "$@"
+    fi
+    NETWORK="host loopback"
+else
+    ip link set lo up
+    NETWORK="private network namespace (unshare -n), loopback"
 fi
-PION=$TARGET/pion-whep
-(cd bench/pion-whep && "$GO" mod download && "$GO" build -trimpath -o "$PION" .)
 
 # The server and bench of the run in progress; cleared once reaped, so a reused PID is never hit.
 SERVER_PID=
@@ -55,13 +71,16 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 rcvbuf_errors() { awk '/^Udp:/ {if (!h) {for (i = 1; i <= NF; i++) if ($i == "RcvbufErrors") c = i; h = 1} else print $c}' /proc/net/snmp; }
 
-# run SERVER N: one fresh server, one bench run, one row in $ROWS.
+# run SERVER N [LIFE]: one fresh server, one bench run, one row in $ROWS. SERVER is pion,
+# tern, or pion-defaults (pion without -lite -dtls-passive, the interop probe).
 run() {
-    local server=$1 n=$2 http port sp
-    if [ "$server" = pion ]; then
+    local server=$1 n=$2 life=${3:-$LIFE} http port sp
+    local flags=(-lite -dtls-passive)
+    if [ "$server" != tern ]; then
+        [ "$server" = pion ] || flags=()
         http=127.0.0.1:18580
         port=18581
-        "$PION" -http "$http" -udp "$port" -ip 127.0.0.1 -lite -dtls-passive \
+        "$PION" -http "$http" -udp "$port" -ip 127.0.0.1 "${flags[@]}" \
             -clip assets/clip/lite.h264 -audio assets/clip/demo.opus >"$TMP/$server-$n.log" 2>&1 &
     else
         http=127.0.0.1:18590
@@ -85,7 +104,7 @@ run() {
     r0=$(rcvbuf_errors)
     s0=$(cpu_ticks "$sp")
     t0=$(date +%s.%N)
-    timeout $((LIFE + 60)) "$TERN" bench -url "$url" -n "$n" -cint "$CINT" -life "$LIFE" -sint 600000 \
+    timeout $((life + 60)) "$TERN" bench -url "$url" -n "$n" -cint "$CINT" -life "$life" -sint 600000 \
         --json --details true >"$TMP/bench-$server-$n.json" 2>"$TMP/bench-$server-$n.err" &
     bp=$!
     BENCH_PID=$bp
@@ -152,22 +171,31 @@ print(json.dumps(row))
 PY
 }
 
+progress() {
+    tail -1 "$ROWS" | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("# %(server)s N=%(n)d: connected %(connected)d, failed %(failed)d %(failures)s, packets %(packets)d, losses %(losses)d" % r)'
+}
+# Interop probe: pion with its defaults (full ICE, answerer a=setup:active), 5 viewers for
+# 15 s (longer than bench's 10 s connect timeout).
+run pion-defaults 5 15
+progress
 for n in "${NS[@]}"; do
     for server in pion tern; do
         run "$server" "$n"
-        tail -1 "$ROWS" | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("# %(server)s N=%(n)d: connected %(connected)d, packets %(packets)d, losses %(losses)d" % r)'
+        progress
     done
 done
 
 python3 - "$ROWS" "$OUT" "$LOAD_BEFORE" "$(cut -d' ' -f1-3 /proc/loadavg)" "$LIFE" "$CINT" \
-    "$("$GO" version)" "$(cd bench/pion-whep && "$GO" list -m -f '{{.Version}}' github.com/pion/webrtc/v4)" <<'PY'
+    "$GO_VERSION" "$PION_VERSION" "$NETWORK" <<'PY'
 import json, os, platform, sys
-rows_path, out, load0, load1, life, cint, gover, pionver = sys.argv[1:]
+rows_path, out, load0, load1, life, cint, gover, pionver, network = sys.argv[1:]
 rows = [json.loads(l) for l in open(rows_path)]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 doc = {
     "command": "bench/pion.sh " + " ".join(str(r["n"]) for r in rows if r["server"] == "pion"),
+    "pion_defaults_probe": "pion-defaults rows: pion without -lite -dtls-passive, 5 viewers, 15 s",
     "machine": {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release()},
+    "network": network,
     "load_average_before": load0, "load_average_after": load1,
     "life_s": int(life), "cint_ms": int(cint), "go": gover, "pion_webrtc": pionver,
     "pion_flags": "-lite -dtls-passive", "clip": "lite (assets/clip/lite.h264 + demo.opus)",
@@ -179,7 +207,7 @@ with open(out, "w") as f:
 def g(d, k):
     return (d or {}).get(k) or 0
 print("# %s, %d cores, %s; load average %s before, %s after" % (cpu, os.cpu_count(), platform.release(), load0, load1))
-print("# pion/webrtc %s (%s), tern bench -cint %s -life %s; written to %s" % (pionver, gover, cint, life, out))
+print("# pion/webrtc %s (%s), tern bench -cint %s -life %s, %s; written to %s" % (pionver, gover, cint, life, network, out))
 hdr = ("server", "N", "conn", "fail", "packets", "lost", "rcvbuf", "fps avg", "fps min", "lat v ms", "lat a ms",
        "dtls p50", "1st frame", "cpu s/Mpkt", "cpu %", "idle cpu %", "RSS idle", "RSS peak", "KiB/viewer")
 print("| " + " | ".join(hdr) + " |")

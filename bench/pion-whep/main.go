@@ -21,6 +21,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"sync"
@@ -51,6 +52,7 @@ func main() {
 	audioPath := flag.String("audio", "assets/clip/demo.opus", "Ogg Opus clip (20 ms packets)")
 	lite := flag.Bool("lite", false, "ICE lite (answer checks only, as tern does) instead of full ICE")
 	passive := flag.Bool("dtls-passive", false, "answer a=setup:passive (DTLS server, as tern does) instead of pion's default active")
+	withPprof := flag.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP listener")
 	flag.Parse()
 
 	frames, err := readH264(*clipPath)
@@ -78,6 +80,9 @@ func main() {
 	mux.HandleFunc("HEAD "+whepPath, func(w http.ResponseWriter, _ *http.Request) {})
 	mux.HandleFunc("DELETE "+whepPath+"/{id}", s.remove)
 	mux.HandleFunc("GET /stats", s.stats)
+	if *withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+	}
 	log.Printf("pion-whep: %d frames, %d opus packets; WHEP on http://%s%s, media udp %s:%d, lite=%v, dtls-passive=%v",
 		len(frames), len(opus), *httpAddr, whepPath, *ip, *udpPort, *lite, *passive)
 	log.Fatal(http.ListenAndServe(*httpAddr, mux))
@@ -268,13 +273,15 @@ func (s *server) stats(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, `{"sessions":%d,"created":%d,"failed":%d}`+"\n", n, s.created.Load(), s.failed.Load())
 }
 
-// pace writes the samples to track in real time, forever.
+// pace writes the samples to track in real time, forever. Sample i is due at start + i*d:
+// a late write is caught up rather than skipped (a time.Ticker would drop ticks while a
+// write to many viewers overruns d, and the stream would play slow).
 func pace(track *webrtc.TrackLocalStaticSample, samples [][]byte, d time.Duration) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for i := 0; ; i = (i + 1) % len(samples) {
-		<-t.C
-		if err := track.WriteSample(media.Sample{Data: samples[i], Duration: d}); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * d)))
+		err := track.WriteSample(media.Sample{Data: samples[i%len(samples)], Duration: d})
+		if err != nil && !errors.Is(err, io.ErrClosedPipe) {
 			log.Printf("write sample: %v", err)
 		}
 	}
