@@ -208,15 +208,15 @@ def g(d, k):
     return (d or {}).get(k) or 0
 print("# %s, %d cores, %s; load average %s before, %s after" % (cpu, os.cpu_count(), platform.release(), load0, load1))
 print("# pion/webrtc %s (%s), tern bench -cint %s -life %s, %s; written to %s" % (pionver, gover, cint, life, network, out))
-hdr = ("server", "N", "conn", "fail", "packets", "lost", "rcvbuf", "fps avg", "fps min", "lat v ms", "lat a ms",
+hdr = ("server", "N", "conn", "fail", "packets", "lost", "rcvbuf", "fps avg", "fps min", "lat v ms", "lat a ms", "jitter v ms",
        "dtls p50", "1st frame", "cpu s/Mpkt", "cpu %", "idle cpu %", "RSS idle", "RSS peak", "KiB/viewer")
 print("| " + " | ".join(hdr) + " |")
 print("|" + "|".join(["---"] * 2 + ["---:"] * (len(hdr) - 2)) + "|")
 for r in rows:
-    print("| %s | %d | %d | %d | %d | %d | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %.0f | %.2f | %.0f%% | %.1f%% | %.1f MiB | %.1f MiB | %.0f |" % (
+    print("| %s | %d | %d | %d | %d | %d | %d | %.2f | %.2f | %.1f | %.1f | %.2f | %.1f | %.0f | %.2f | %.0f%% | %.1f%% | %.1f MiB | %.1f MiB | %.0f |" % (
         r["server"], r["n"], r["connected"], r["failed"], r["packets"], r["losses"], r["udp_rcvbuf_errors"],
         g(r["fps"], "avg"), g(r["fps"], "min"), g(r["video_latency_ms"], "avg"), g(r["audio_latency_ms"], "avg"),
-        r["dtls_ms_p50"] or 0, r["first_frame_ms_p50"] or 0, r["server_cpu_s_per_mpkt"] or 0,
+        g(r["video_jitter_ms"], "avg"), r["dtls_ms_p50"] or 0, r["first_frame_ms_p50"] or 0, r["server_cpu_s_per_mpkt"] or 0,
         r["server_cpu_s"] * 100 / r["wall_s"], r["server_idle_cpu_pct"], r["rss_idle_kib"] / 1024, r["rss_peak_kib"] / 1024,
         r["rss_kib_per_viewer"]))
 PY
