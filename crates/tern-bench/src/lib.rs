@@ -560,6 +560,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         &mut cpu_prev,
         true,
     );
+    workers.release();
     workers.stop();
     let published: u64 = publishers
         .iter()

@@ -189,6 +189,8 @@ pub enum Cmd {
     Sample(Sender<Vec<Sample>>),
     /// Stop sending (checks, reports, NACKs) but keep counting what arrives.
     Quiesce,
+    /// Give TURN allocations back (after the server ended the sessions).
+    Release,
     /// Exit.
     Stop,
 }
@@ -574,9 +576,9 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                     now = Instant::now();
                     let _ = reply.send(slots.iter().map(|s| s.sample(now)).collect());
                 }
-                Cmd::Quiesce => {
-                    quiet = true;
-                    // Give relayed allocations back at once (Refresh with lifetime 0).
+                Cmd::Quiesce => quiet = true,
+                Cmd::Release => {
+                    // Refresh with lifetime 0 deletes the allocation.
                     let now = Instant::now();
                     for s in &mut slots {
                         if let Some(r) = s.relay.as_mut()
@@ -685,6 +687,13 @@ impl Workers {
     pub fn quiesce(&self) {
         for w in &self.workers {
             w.send(Cmd::Quiesce);
+        }
+    }
+
+    /// Deletes relayed clients' TURN allocations.
+    pub fn release(&self) {
+        for w in &self.workers {
+            w.send(Cmd::Release);
         }
     }
 

@@ -70,6 +70,9 @@ pub struct ClientParams {
     /// NTP time (RFC 5905 64-bit) of `ntp_base.0`, to turn instants into wall-clock time
     /// for latency: the caller maps its clock once.
     pub ntp_base: (Instant, u64),
+    /// We are the DTLS client: the server's SDP said `a=setup:passive` (or `actpass`, or
+    /// nothing). False when it said `active`: the server connects and we answer.
+    pub dtls_active: bool,
 }
 
 /// Where the client is.
@@ -492,6 +495,26 @@ impl Client {
             self.dropped += 1;
             return;
         };
+        // A full-ICE server checks the pair too (RFC 8445 §7.3): answer its binding
+        // requests, as a browser does, with the address we reach it from as the mapped one
+        // (the server's own view of us is not known here; the check only needs a signed
+        // success with its transaction id).
+        if msg.class() == stun::Class::Request && msg.method() == stun::BINDING {
+            if !msg.check_integrity(self.p.local_pwd.as_bytes()) {
+                self.dropped += 1;
+                return;
+            }
+            let mut buf = [0u8; 128];
+            if let Ok(n) = stun::write_binding_success(
+                &mut buf,
+                msg.transaction_id(),
+                self.p.server,
+                self.p.local_pwd.as_bytes(),
+            ) {
+                self.out.push(buf[..n].to_vec());
+            }
+            return;
+        }
         if msg.class() != stun::Class::Success
             || msg.transaction_id() != &self.tid
             || !msg.check_integrity(self.p.remote_pwd.as_bytes())
@@ -507,7 +530,7 @@ impl Client {
         self.next_consent = Some(now + CONSENT_INTERVAL);
         let ctx = &self.dtls_ctx;
         let mut d = Dtls::new_12(ctx.config.clone(), ctx.cert.clone(), now);
-        d.set_active(true);
+        d.set_active(self.p.dtls_active);
         if d.handle_timeout(now).is_err() {
             self.state = ClientState::Failed("DTLS could not start");
             return;
@@ -567,7 +590,7 @@ impl Client {
             self.state = ClientState::Failed("unsupported SRTP profile");
             return;
         };
-        match make_client_srtp(profile, &km) {
+        match make_client_srtp(profile, &km, self.p.dtls_active) {
             Ok(s) => {
                 self.srtp = Some(s);
                 self.state = ClientState::Connected;
@@ -857,8 +880,19 @@ impl Client {
     }
 }
 
-fn make_client_srtp(profile: SrtpProfile, km: &[u8]) -> Result<ClientSrtp, srtp::SrtpError> {
-    let (client, server) = srtp::split_keying_material(profile, km)?;
+/// SRTP contexts from the DTLS keying material. RFC 5764 §4.2: the DTLS client's write keys
+/// come first; when we were the DTLS server (`dtls_active` false) the roles swap.
+fn make_client_srtp(
+    profile: SrtpProfile,
+    km: &[u8],
+    dtls_active: bool,
+) -> Result<ClientSrtp, srtp::SrtpError> {
+    let (first, second) = srtp::split_keying_material(profile, km)?;
+    let (client, server) = if dtls_active {
+        (first, second)
+    } else {
+        (second, first)
+    };
     Ok(ClientSrtp {
         rtp_rx: RtpCipher::new(profile, &server)?,
         rtcp_rx: RtcpCipher::new(profile, &server)?,

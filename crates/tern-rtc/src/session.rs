@@ -147,6 +147,7 @@ pub fn client_params(answer: &str, offer: &ClientOffer) -> Result<ClientParams, 
     let mut video_pt = None;
     let mut audio_pt = None;
     let mut abs = None;
+    let mut setup = None;
     for m in sd.media() {
         if m.port() == 0 {
             continue;
@@ -172,8 +173,10 @@ pub fn client_params(answer: &str, offer: &ClientOffer) -> Result<ClientParams, 
             _ => {}
         }
         abs = abs.or_else(|| m.extmap_id(sdp::ABS_CAPTURE_TIME_URI));
+        setup = setup.or(m.setup());
     }
     Ok(ClientParams {
+        dtls_active: !matches!(setup, Some(sdp::Setup::Active)),
         local_ufrag: offer.ufrag.clone(),
         local_pwd: offer.pwd.clone(),
         remote_ufrag: remote_ufrag.ok_or(AnswerError::Missing("a=ice-ufrag"))?,
@@ -394,6 +397,8 @@ pub fn answer_offer(
     Ok(ClientAnswer {
         answer,
         params: ClientParams {
+            // Our answer says a=setup:active.
+            dtls_active: true,
             local_ufrag: client.ufrag.clone(),
             local_pwd: client.pwd.clone(),
             remote_ufrag: t
