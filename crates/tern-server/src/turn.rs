@@ -175,6 +175,9 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
     })
 }
 
+/// Receive and send buffer asked for each relay socket (the kernel caps it at rmem_max).
+const RELAY_BUFFER: usize = 1 << 20;
+
 fn bind_udp(addr: SocketAddr, buffers: usize) -> io::Result<std::net::UdpSocket> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
@@ -329,8 +332,12 @@ impl Worker {
             if even && port % 2 == 1 {
                 continue;
             }
-            // Default kernel buffers: a relay carries one client's traffic.
-            if let Ok(s) = bind_udp(SocketAddr::new(self.relay_ip, port), 0) {
+            // A relay carries one client's traffic, but a WebRTC server sends a new viewer
+            // its keyframe cache (up to a GOP) in one burst, which overflows the default
+            // ~208 KiB receive buffer before this thread drains it (found by
+            // tests/bench.rs: a lost first packet that no receiver can notice). Socket
+            // memory is charged only while datagrams wait, so 1 MiB costs nothing idle.
+            if let Ok(s) = bind_udp(SocketAddr::new(self.relay_ip, port), RELAY_BUFFER) {
                 return Some(UdpSocket::from_std(s));
             }
         }

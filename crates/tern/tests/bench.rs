@@ -42,6 +42,23 @@ fn received(o: &tern_bench::Outcome) -> u64 {
         .sum()
 }
 
+/// The bench's distinct packets against what the server sent once (`packets_out −
+/// retransmits`). They must agree exactly but for one effect no receiver can see: a
+/// datagram the kernel drops because a socket buffer overflowed, when it is the *first*
+/// packet of a track (a later gap would be NACKed or counted as loss). Client and relay
+/// sockets ask for 1 MiB to make that rare; the tolerance is 1 in 100,000.
+fn assert_consistent(unique: u64, sent_once: u64) {
+    assert!(
+        unique <= sent_once,
+        "bench counted {unique} > server sent {sent_once}"
+    );
+    let missing = sent_once - unique;
+    assert!(
+        missing <= (sent_once / 100_000).max(2),
+        "bench counted {unique}, server sent {sent_once} once: {missing} missing"
+    );
+}
+
 #[test]
 fn five_hundred_viewers_for_twenty_seconds() {
     let server = Server::demo();
@@ -85,11 +102,7 @@ fn five_hundred_viewers_for_twenty_seconds() {
         .flatten()
         .map(|t| t.packets)
         .sum();
-    assert_eq!(
-        unique,
-        d.packets_out - d.retransmits,
-        "packets: bench vs server"
-    );
+    assert_consistent(unique, d.packets_out - d.retransmits);
     assert!(s.recovered <= d.retransmits);
     assert!(received(&o) <= d.packets_out);
     let bytes: u64 = o.clients.iter().map(|c| c.datagram_bytes).sum();
@@ -392,12 +405,8 @@ fn two_hundred_viewers_over_ome_websocket_signalling() {
         .sum();
     let dropped: u64 = o.clients.iter().map(|c| c.dropped).sum();
     let dups = s.duplicates;
-    assert_eq!(
-        unique,
-        d.packets_out - d.retransmits,
-        "dropped {dropped} duplicates {dups} srtp {}",
-        s.srtp_failures
-    );
+    assert_consistent(unique, d.packets_out - d.retransmits);
+    assert_eq!((dropped, dups, s.srtp_failures), (0, 0, 0));
     // Closing the sockets ended every session.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -455,6 +464,6 @@ fn fifty_viewers_through_turn_with_relay() {
         .flatten()
         .map(|t| t.packets)
         .sum();
-    assert_eq!(unique, d.packets_out - d.retransmits);
+    assert_consistent(unique, d.packets_out - d.retransmits);
     server.stop();
 }
