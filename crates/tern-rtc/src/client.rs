@@ -904,6 +904,115 @@ fn make_client_srtp(
 mod tests {
     use super::*;
 
+    /// Against a full-ICE server that answers `a=setup:active` (pion's default): the
+    /// client answers the server's signed binding request, then acts as the DTLS server,
+    /// and decrypts media sealed with the DTLS client's (the server's) write keys.
+    #[test]
+    fn answers_binding_requests_and_takes_the_dtls_server_role() {
+        let now = Instant::now();
+        let server_ctx = DtlsContext::generate().expect("server cert");
+        let client_ctx = Arc::new(DtlsContext::generate().expect("client cert"));
+        let server: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let p = ClientParams {
+            local_ufrag: "cuf1".into(),
+            local_pwd: "client-password-0123456789".into(),
+            remote_ufrag: "suf1".into(),
+            remote_pwd: "server-password-0123456789".into(),
+            remote_fingerprint: *server_ctx.fingerprint(),
+            server,
+            video_pt: Some(96),
+            audio_pt: Some(111),
+            abs_capture_time_ext: None,
+            rtcp: false,
+            ntp_base: (now, 0),
+            dtls_active: false,
+        };
+        let mut c = Client::new(p, client_ctx, now, 1);
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        c.drain(&mut |d| out.push(d.to_vec()));
+        // The client's check; the server answers it.
+        let check = stun::Message::parse(&out[0]).expect("binding request");
+        let mut buf = [0u8; 256];
+        let n = stun::write_binding_success(
+            &mut buf,
+            check.transaction_id(),
+            "127.0.0.1:5000".parse().expect("addr"),
+            b"server-password-0123456789",
+        )
+        .expect("success");
+        c.handle_input(now, &mut buf[..n]);
+        assert_eq!(c.state(), ClientState::Handshaking);
+        // The server checks too; the client answers with a signed success.
+        let tid = [7u8; 12];
+        let n = stun::write_binding_request(
+            &mut buf,
+            &tid,
+            b"cuf1:suf1",
+            b"client-password-0123456789",
+            1,
+            None,
+            false,
+        )
+        .expect("request");
+        c.handle_input(now, &mut buf[..n]);
+        out.clear();
+        c.drain(&mut |d| out.push(d.to_vec()));
+        let resp = stun::Message::parse(&out[0]).expect("response");
+        assert_eq!(resp.class(), stun::Class::Success);
+        assert_eq!(resp.transaction_id(), &tid);
+        assert!(resp.check_integrity(b"client-password-0123456789"));
+        // The server is the DTLS client.
+        let mut d = Dtls::new_12(server_ctx.config.clone(), server_ctx.cert.clone(), now);
+        d.set_active(true);
+        d.handle_timeout(now).expect("start");
+        let mut keys = None;
+        for _ in 0..20 {
+            let mut pkts = Vec::new();
+            let mut b = [0u8; 2048];
+            loop {
+                match d.poll_output(&mut b) {
+                    dimpl::Output::Packet(p) => pkts.push(p.to_vec()),
+                    dimpl::Output::KeyingMaterial(km, prof) => keys = Some((km.to_vec(), prof)),
+                    dimpl::Output::Timeout(_) => break,
+                    _ => {}
+                }
+            }
+            for mut p in pkts {
+                c.handle_input(now, &mut p);
+            }
+            let mut back = Vec::new();
+            c.drain(&mut |x| back.push(x.to_vec()));
+            for p in back {
+                let _ = d.handle_packet(&p);
+            }
+            if c.state() == ClientState::Connected && keys.is_some() {
+                break;
+            }
+        }
+        assert_eq!(c.state(), ClientState::Connected);
+        let (km, prof) = keys.expect("server keys");
+        let profile = crate::viewer::srtp_profile(prof).expect("profile");
+        // RFC 5764: the DTLS client's write keys come first; the server (DTLS client here)
+        // seals with them.
+        let (client_write, _) = srtp::split_keying_material(profile, &km).expect("split");
+        let mut tx = RtpCipher::new(profile, &client_write).expect("cipher");
+        let mut pkt = vec![0u8; 256];
+        let hdr = rtp::HeaderOut {
+            marker: true,
+            payload_type: 111,
+            sequence: 1,
+            timestamp: 960,
+            ssrc: 0x1234,
+            abs_capture_time: None,
+        };
+        let h = rtp::write_header(&mut pkt, &hdr).expect("header");
+        pkt[h..h + 10].copy_from_slice(&[1; 10]);
+        let n = tx.protect(&mut pkt, h + 10, h, 0).expect("protect");
+        c.handle_input(now, &mut pkt[..n]);
+        let a = c.track(MediaKind::Audio).expect("audio track");
+        assert_eq!((a.packets, a.bad), (1, 0));
+    }
+
     #[test]
     fn window_tells_duplicates_and_late_packets() {
         let mut t = Track::new(MediaKind::Video, 1);
