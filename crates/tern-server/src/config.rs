@@ -166,6 +166,23 @@ pub struct ServerConfig {
     /// `/metrics`). Default: none, the API is open (bind `http` to a private address).
     #[serde(default)]
     pub api_token: Option<String>,
+    /// Socket workers on the media port, each with its own socket (`SO_REUSEPORT`):
+    /// OvenMediaEngine's `<Bind>...<WorkerCount>`. Default 1; 1 to 128.
+    #[serde(default = "default_one")]
+    pub worker_count: usize,
+    /// App workers: per-stream work (sources, ingest, rings); OvenMediaEngine's
+    /// `AppWorkerCount`. Default 1; 1 to 128.
+    #[serde(default = "default_one")]
+    pub app_worker_count: usize,
+    /// Stream workers: per-viewer work (SRTP, RTCP, sends); OvenMediaEngine's
+    /// `StreamWorkerCount`, where 0 means the app workers send. Default 1 (this is a
+    /// per-core knob: raise it up to the core count when one stream worker is saturated).
+    #[serde(default = "default_one")]
+    pub stream_worker_count: usize,
+}
+
+fn default_one() -> usize {
+    1
 }
 
 fn default_http() -> SocketAddr {
@@ -186,6 +203,9 @@ impl Default for ServerConfig {
             candidate: None,
             cname: default_cname(),
             api_token: None,
+            worker_count: 1,
+            app_worker_count: 1,
+            stream_worker_count: 1,
         }
     }
 }
@@ -301,6 +321,26 @@ impl Config {
                 message: message.to_string(),
             })
         };
+        let max = crate::engine::MAX_WORKERS;
+        let s = &self.server;
+        if !(1..=max).contains(&s.worker_count) {
+            return bad(
+                "server.worker_count",
+                &format!("must be between 1 and {max}"),
+            );
+        }
+        if !(1..=max).contains(&s.app_worker_count) {
+            return bad(
+                "server.app_worker_count",
+                &format!("must be between 1 and {max}"),
+            );
+        }
+        if s.stream_worker_count > max {
+            return bad(
+                "server.stream_worker_count",
+                &format!("must be between 0 and {max} (0: app workers send)"),
+            );
+        }
         let t = &self.tunables;
         if !(200..=1400).contains(&t.max_payload) {
             return bad("tunables.max_payload", "must be between 200 and 1400");

@@ -1,26 +1,37 @@
-//! The media engine: the thread that owns the shared UDP port, the streams and the viewers.
+//! The media engine: OvenMediaEngine's three kinds of worker threads around the one UDP port.
 //!
-//! One loop (a stream worker in OvenMediaEngine's terms) receives every datagram on the
-//! media port, demultiplexes it (RFC 7983: STUN, DTLS, SRTP/SRTCP) by 5-tuple and, for the
-//! first STUN request of a session, by ICE ufrag; runs the clip sources; and fans each new
-//! packet out to the stream's viewers. No lock is taken on the per-packet path: the HTTP side
-//! talks to the engine through a command channel and reads counters through atomics.
+//! - **socket workers** (`worker_count`, threads `SPICE-{i}`; see [`crate::socket`]) receive
+//!   on the media port and hand each datagram to the worker that owns its session;
+//! - **app workers** (`app_worker_count`, threads `AW-WebRTC{i}`) do the per-stream work: the
+//!   clip sources, WHIP publisher sessions, the stream's ring and keyframe cache. Stream `s`
+//!   belongs to app worker `s % app_worker_count`;
+//! - **stream workers** (`stream_worker_count`, threads `StreamWorker{i}`) do the per-viewer
+//!   work: DTLS, SRTP, RTCP, NACK retransmission from their own copy of the ring (the packets
+//!   are shared, only the slot arrays are per worker) and batched `sendmmsg`. A new viewer goes
+//!   to the stream worker holding the fewest. With `stream_worker_count = 0` the app workers
+//!   host the viewers of their streams and send themselves (OvenMediaEngine's semantics).
+//!
+//! App and stream workers are the same [`Worker`] type in two roles. They talk through
+//! crossbeam queues (bounded for packets, so a stalled worker drops and counts instead of
+//! growing) and wake each other once per batch through an eventfd (mio `Waker`). No lock is
+//! taken on the per-packet path; counters are relaxed atomics added once per batch. The HTTP
+//! side reaches the workers through [`EngineHandle`].
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, Sender};
-use mio::net::UdpSocket;
-use mio::{Events, Interest, Poll, Token, Waker};
-use std::os::fd::AsRawFd;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use mio::{Events, Poll, Token, Waker};
 
 use crate::batch::SendBatch;
 use crate::ingest::{AddError, Ingest, IngestOutput, PublisherId};
-use tern_pool::{BufferPool, CountingAlloc, PoolCounter};
+use crate::socket::{Route, SocketLink, SocketWorker};
+use tern_pool::{Buf, BufferPool, CountingAlloc, PoolCounter};
 use tern_proto::rtp;
 use tern_proto::stun;
 use tern_rtc::clip::{ClipSource, MediaKind};
@@ -32,12 +43,40 @@ use tern_rtc::viewer::{
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
 
 /// How often every viewer's timers are checked. 20 ms keeps DTLS retransmission and SR
 /// timing accurate to well under their own granularity (1 s) at O(viewers) cost per sweep.
 const SWEEP: Duration = Duration::from_millis(20);
+
+/// Packets and datagrams a worker's queue holds. 4096 is more than a second of a 4 Mbps
+/// stream's packets, or of RTCP from thousands of viewers, while the queue's slots stay
+/// small (~0.4 MiB per worker, allocated once).
+const QUEUE: usize = 4096;
+
+/// Most workers of each kind: a [`ViewerId`] carries its worker in 8 bits.
+pub const MAX_WORKERS: usize = 128;
+
+/// Worker thread counts, with OvenMediaEngine's names and semantics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerCounts {
+    /// Socket workers on the media port (`<Bind>...<WorkerCount>`), at least 1.
+    pub socket: usize,
+    /// App workers (`AppWorkerCount`), at least 1.
+    pub app: usize,
+    /// Stream workers (`StreamWorkerCount`); 0 means the app workers send.
+    pub stream: usize,
+}
+
+impl Default for WorkerCounts {
+    fn default() -> Self {
+        WorkerCounts {
+            socket: 1,
+            app: 1,
+            stream: 1,
+        }
+    }
+}
 
 /// Opaque handle of a viewer inside the engine (slot index + generation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,11 +93,16 @@ impl ViewerId {
         ViewerId(v)
     }
 
-    fn new(index: u32, generation: u32) -> Self {
-        ViewerId(u64::from(generation) << 32 | u64::from(index))
+    /// Bits 0-23: slot index; 24-31: the worker holding it; 32-63: generation.
+    fn new(worker: usize, index: u32, generation: u32) -> Self {
+        ViewerId(u64::from(generation) << 32 | ((worker as u64 & 0xff) << 24) | u64::from(index))
     }
     fn index(self) -> usize {
-        (self.0 & 0xffff_ffff) as usize
+        (self.0 & 0xff_ffff) as usize
+    }
+    /// The worker (host index, see [`EngineHandle`]) holding the viewer.
+    pub(crate) fn worker(self) -> usize {
+        ((self.0 >> 24) & 0xff) as usize
     }
     fn generation(self) -> u32 {
         (self.0 >> 32) as u32
@@ -100,8 +144,6 @@ pub enum Command {
         /// The viewer's new ufrag.
         remote_ufrag: Box<str>,
     },
-    /// Report every viewer's memory (for `GET /v1/memory?sessions=1`).
-    Sessions(oneshot::Sender<Vec<SessionMemory>>),
     /// Stop the engine.
     Shutdown,
 }
@@ -147,6 +189,8 @@ pub struct EngineStats {
     pub dropped_in: AtomicU64,
     /// Sends that failed (socket buffer full or error).
     pub send_errors: AtomicU64,
+    /// Datagrams or packets dropped because a worker's queue was full (it fell behind).
+    pub queue_full: AtomicU64,
     /// WHIP publishers connected or connecting.
     pub publishers: AtomicUsize,
     /// Media packets received from publishers.
@@ -213,12 +257,11 @@ struct Pools {
     handshakes: PoolCounter,
     /// `stream_rings`: ring slot arrays and the shared-buffer header of each packet held.
     rings: PoolCounter,
-    /// `clip_sources`: the clips the demo streams loop (payload bytes and indexes).
-    clips: PoolCounter,
     /// `send_batch`: the send batch's datagram buffers and `sendmmsg` headers, allocated once.
     batch: PoolCounter,
-    /// `session_index`: the demultiplexing maps (5-tuple, ufrag) and per-stream viewer lists,
-    /// estimated from their capacities (hash table buckets plus one control byte each).
+    /// `session_index`: the per-stream viewer lists (the socket workers add their
+    /// demultiplexing maps, estimated from their capacities: hash table buckets plus one
+    /// control byte each).
     index: PoolCounter,
     /// Slot table capacity currently reserved in `sessions`.
     slots_reserved: usize,
@@ -234,7 +277,6 @@ impl Pools {
             handshakes: PoolCounter::new("handshakes", 0),
             rings: PoolCounter::new("stream_rings", 0),
             index: PoolCounter::new("session_index", 0),
-            clips: PoolCounter::new("clip_sources", 0),
             batch: PoolCounter::new("send_batch", 0),
             slots_reserved: 0,
             rings_booked: (0, 0, 0),
@@ -278,14 +320,20 @@ impl Pools {
         e.booked = (false, 0);
         self.sessions.sub(1, SLOT_BYTES);
     }
+}
 
-    fn set(counter: &PoolCounter, booked: &mut (usize, usize, usize), now: (usize, usize, usize)) {
-        counter.sub(booked.0, booked.1);
-        counter.unreserve(booked.2);
-        counter.add(now.0, now.1);
-        counter.reserve(now.2);
-        *booked = now;
-    }
+/// Replaces what one thread booked in a shared pool counter with `now` (items, used,
+/// allocated).
+pub(crate) fn book_set(
+    counter: &PoolCounter,
+    booked: &mut (usize, usize, usize),
+    now: (usize, usize, usize),
+) {
+    counter.sub(booked.0, booked.1);
+    counter.unreserve(booked.2);
+    counter.add(now.0, now.1);
+    counter.reserve(now.2);
+    *booked = now;
 }
 
 /// Runs `f` on a viewer and adds the heap it allocated and kept on this thread to the
@@ -300,7 +348,7 @@ fn ledger<T>(e: &mut Entry, f: impl FnOnce(&mut Viewer) -> T) -> T {
 
 /// Approximate heap of a hash map: its buckets (a power of two above capacity / 7 * 8) with
 /// one control byte each.
-fn map_bytes<K, V>(m: &HashMap<K, V>) -> usize {
+pub(crate) fn map_bytes<K, V>(m: &HashMap<K, V>) -> usize {
     let cap = m.capacity();
     if cap == 0 {
         return 0;
@@ -311,7 +359,7 @@ fn map_bytes<K, V>(m: &HashMap<K, V>) -> usize {
 
 /// Shrinks a map that is mostly empty (after a wave of viewers leaves): to nothing when
 /// empty, else to twice its length when under a quarter full.
-fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
     if m.is_empty() {
         m.shrink_to_fit();
     } else if m.capacity() > 4 * m.len() {
@@ -357,112 +405,198 @@ impl NtpClock {
     }
 }
 
-/// The engine; [`Engine::run`] consumes it on its own thread.
-pub struct Engine {
-    socket: UdpSocket,
-    poll: Poll,
-    cmds: Receiver<Command>,
-    streams: Vec<EngineStream>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    by_addr: HashMap<SocketAddr, ViewerId>,
-    by_ufrag: HashMap<[u8; UFRAG_LEN], ViewerId>,
-    dtls: Arc<DtlsContext>,
-    pool: BufferPool,
-    clock: NtpClock,
-    stats: Arc<EngineStats>,
-    cname: String,
-    batch: SendBatch,
-    next_sweep: Instant,
-    ingest: Ingest,
-    pools: Pools,
-    /// Generation given to new slots: above every generation a removed slot had, so an old
-    /// [`ViewerId`] never names a viewer in a slot that was freed and made again.
-    next_generation: u32,
+/// Where a datagram goes: a viewer, or the publisher of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A viewer session.
+    Viewer(ViewerId),
+    /// The WHIP publisher of a stream (index).
+    Publisher(usize),
 }
+
+impl Target {
+    /// The host (worker index) that owns the session.
+    pub(crate) fn host(self, apps: usize) -> usize {
+        match self {
+            Target::Viewer(id) => id.worker(),
+            Target::Publisher(stream) => stream % apps,
+        }
+    }
+}
+
+/// Packets between threads (bounded queue).
+pub(crate) enum Data {
+    /// A datagram for a session the worker owns (socket worker -> worker).
+    Datagram {
+        /// Its session.
+        to: Target,
+        /// Its source.
+        from: SocketAddr,
+        /// Its bytes, in a pooled buffer.
+        buf: Buf,
+    },
+    /// A new packet of a stream (app worker -> stream workers).
+    Media {
+        /// Stream index.
+        stream: usize,
+        /// The packet; its payload is shared, not copied.
+        pkt: RingPacket,
+    },
+    /// The stream's publisher left: clear the copies of its rings (app -> stream workers).
+    Reset(usize),
+}
+
+/// Control messages (unbounded queue; rare).
+enum Ctl {
+    Cmd(Command),
+    Sessions(oneshot::Sender<Vec<SessionMemory>>),
+    /// A viewer asked for a keyframe (stream worker -> the stream's app worker).
+    Keyframe(usize),
+}
+
+/// A worker's queues and its waker.
+#[derive(Clone)]
+pub(crate) struct WorkerLink {
+    pub(crate) data: Sender<Data>,
+    ctl: Sender<Ctl>,
+    waker: Arc<Waker>,
+}
+
+impl WorkerLink {
+    /// Wakes the worker.
+    pub(crate) fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+
+    fn ctl(&self, c: Ctl) -> Result<(), &'static str> {
+        self.ctl.send(c).map_err(|_| "media engine stopped")?;
+        self.waker.wake().map_err(|_| "media engine stopped")
+    }
+}
+
+/// Everything [`Engine::spawn`] needs.
+pub struct EngineConfig {
+    /// The media (UDP) address.
+    pub bind: SocketAddr,
+    /// The streams, in index order.
+    pub streams: Vec<EngineStream>,
+    /// The shared DTLS certificate.
+    pub dtls: Arc<DtlsContext>,
+    /// Packet buffers.
+    pub pool: BufferPool,
+    /// RTCP CNAME.
+    pub cname: String,
+    /// Thread counts.
+    pub workers: WorkerCounts,
+}
+
+/// The engine's threads; [`EngineThreads::join`] waits for them after a shutdown.
+#[derive(Debug)]
+pub struct EngineThreads(Vec<std::thread::JoinHandle<()>>);
+
+impl EngineThreads {
+    /// Waits for every thread to end.
+    pub fn join(self) {
+        for t in self.0 {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The media engine: a namespace for [`Engine::spawn`].
+#[derive(Debug)]
+pub struct Engine;
 
 /// The HTTP side's handle on the engine.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: Sender<Command>,
-    waker: Arc<Waker>,
+    /// App workers first (`0..apps`), then stream workers.
+    hosts: Arc<[WorkerLink]>,
+    apps: usize,
+    sockets: Arc<[SocketLink]>,
+    /// Viewers per host (placement).
+    loads: Arc<[AtomicUsize]>,
     /// Shared counters.
     pub stats: Arc<EngineStats>,
 }
 
 impl EngineHandle {
-    /// Sends a command and wakes the engine.
+    /// Sends a command to the worker it concerns and wakes it.
     pub fn send(&self, cmd: Command) -> Result<(), &'static str> {
-        self.tx.send(cmd).map_err(|_| "media engine stopped")?;
-        self.waker.wake().map_err(|_| "media engine stopped")
+        let host = match &cmd {
+            Command::AddViewer { stream, .. } => self.place(*stream),
+            Command::RemoveViewer(id) | Command::RestartIce { id, .. } => id.worker(),
+            Command::AddPublisher { stream, .. } => stream % self.apps,
+            Command::RemovePublisher(id) => id.stream % self.apps,
+            Command::Shutdown => {
+                for h in self.hosts.iter() {
+                    let _ = h.ctl(Ctl::Cmd(Command::Shutdown));
+                }
+                return Ok(());
+            }
+        };
+        let link = self.hosts.get(host).ok_or("no such media worker")?;
+        link.ctl(Ctl::Cmd(cmd))
+    }
+
+    /// Every viewer's memory as its worker accounts it (for `GET /v1/memory?sessions=1`).
+    pub async fn sessions(&self) -> Result<Vec<SessionMemory>, &'static str> {
+        let mut rxs = Vec::with_capacity(self.hosts.len());
+        for h in self.hosts.iter() {
+            let (tx, rx) = oneshot::channel();
+            h.ctl(Ctl::Sessions(tx))?;
+            rxs.push(rx);
+        }
+        let mut all = Vec::new();
+        for rx in rxs {
+            all.extend(rx.await.map_err(|_| "media engine stopped")?);
+        }
+        Ok(all)
+    }
+
+    /// The host for a new viewer of `stream`: the stream's app worker when there are no
+    /// stream workers, else the stream worker holding the fewest viewers.
+    fn place(&self, stream: usize) -> usize {
+        if self.hosts.len() == self.apps {
+            return stream % self.apps;
+        }
+        let best = (self.apps..self.hosts.len())
+            .min_by_key(|&i| self.loads[i].load(Ordering::Relaxed))
+            .unwrap_or(self.apps);
+        self.loads[best].fetch_add(1, Ordering::Relaxed);
+        best
+    }
+
+    fn stop_sockets(&self) {
+        for s in self.sockets.iter() {
+            s.send(Route::Shutdown);
+        }
     }
 }
 
-impl Engine {
-    /// Binds the media socket and runs the engine on a new thread named `StreamWorker`
-    /// (OvenMediaEngine's name for per-session work). Returns the handle, the bound address
-    /// and the thread.
-    ///
-    /// The engine is built on its own thread because its send batch holds raw `sendmmsg`
-    /// headers, which may not cross threads.
-    pub fn spawn(
-        bind: SocketAddr,
-        streams: Vec<EngineStream>,
-        dtls: Arc<DtlsContext>,
-        pool: BufferPool,
-        cname: String,
-    ) -> io::Result<(EngineHandle, SocketAddr, std::thread::JoinHandle<()>)> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name("StreamWorker".into())
-            .spawn(move || {
-                let built = Engine::new(bind, streams, dtls, pool, cname)
-                    .and_then(|(e, h)| Ok((e.local_addr()?, e, h)));
-                match built {
-                    Ok((addr, engine, handle)) => {
-                        let _ = tx.send(Ok((handle, addr)));
-                        engine.run();
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            })?;
-        match rx.recv() {
-            Ok(Ok((handle, addr))) => Ok((handle, addr, thread)),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => Err(io::Error::other("media engine thread died during start-up")),
-        }
-    }
+/// A worker's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// App worker `i`: owns the streams `s` with `s % apps == i`.
+    App,
+    /// Stream worker: hosts viewers of any stream.
+    Stream,
+}
 
-    fn new(
-        bind: SocketAddr,
-        streams: Vec<EngineStream>,
-        dtls: Arc<DtlsContext>,
-        pool: BufferPool,
-        cname: String,
-    ) -> io::Result<(Engine, EngineHandle)> {
-        let sock = socket2::Socket::new(
-            socket2::Domain::for_address(bind),
-            socket2::Type::DGRAM,
-            Some(socket2::Protocol::UDP),
-        )?;
-        // Large buffers: a keyframe burst to thousands of viewers must not overflow the send
-        // queue, and bursts of RTCP must not overflow the receive queue. The kernel caps these
-        // at net.core.{w,r}mem_max (4 MiB here).
-        let _ = sock.set_send_buffer_size(4 << 20);
-        let _ = sock.set_recv_buffer_size(4 << 20);
-        sock.set_nonblocking(true)?;
-        sock.bind(&bind.into())?;
-        let mut socket = UdpSocket::from_std(sock.into());
-        let poll = Poll::new()?;
-        poll.registry()
-            .register(&mut socket, SOCKET, Interest::READABLE)?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let (tx, cmds) = crossbeam_channel::unbounded();
+impl Engine {
+    /// Binds the media port and starts the socket, app and stream workers. Returns the
+    /// handle, the bound address and the threads.
+    pub fn spawn(cfg: EngineConfig) -> io::Result<(EngineHandle, SocketAddr, EngineThreads)> {
+        let EngineConfig {
+            bind,
+            streams,
+            dtls,
+            pool,
+            cname,
+            workers,
+        } = cfg;
+        let sockets = bind_sockets(bind, workers.socket)?;
+        let local = sockets[0].local_addr()?;
         let n_streams = streams.len();
         let stats = Arc::new(EngineStats {
             live: streams
@@ -478,57 +612,279 @@ impl Engine {
             stats
                 .snapshots
                 .stream_state(&s.key, source, s.source.is_some());
-        }
-        let pools = Pools::new();
-        for s in &streams {
             if let Some(src) = &s.source {
-                pools.clips.add(1, src.clip().heap_bytes());
+                PoolCounter::new("clip_sources", 0).add(1, src.clip().heap_bytes());
             }
         }
+        let apps = workers.app;
+        let n_hosts = apps + workers.stream;
+        // Queues and wakers first, so every worker can be handed every link.
+        let mut polls = Vec::with_capacity(n_hosts);
+        let mut links = Vec::with_capacity(n_hosts);
+        let mut rxs = Vec::with_capacity(n_hosts);
+        for _ in 0..n_hosts {
+            let poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+            let (data, data_rx) = crossbeam_channel::bounded(QUEUE);
+            let (ctl, ctl_rx) = crossbeam_channel::unbounded();
+            polls.push(poll);
+            links.push(WorkerLink { data, ctl, waker });
+            rxs.push((data_rx, ctl_rx));
+        }
+        let hosts: Arc<[WorkerLink]> = links.into();
+        let mut socket_workers = Vec::with_capacity(sockets.len());
+        let mut socket_links = Vec::with_capacity(sockets.len());
+        let mut send_sockets = Vec::with_capacity(n_hosts);
+        for _ in 0..n_hosts {
+            send_sockets.push(sockets[0].try_clone()?);
+        }
+        for s in sockets {
+            let (w, l) = SocketWorker::new(s, hosts.clone(), apps, pool.clone(), stats.clone())?;
+            socket_workers.push(w);
+            socket_links.push(l);
+        }
+        let sockets: Arc<[SocketLink]> = socket_links.into();
+        let loads: Arc<[AtomicUsize]> = (0..n_hosts).map(|_| AtomicUsize::new(0)).collect();
+        let (vcap, acap) = streams
+            .first()
+            .map(|s| (s.stream.video.capacity(), s.stream.audio.capacity()))
+            .unwrap_or((1, 1));
+        let keys: Vec<String> = streams.iter().map(|s| s.key.clone()).collect();
+        let mut owned: Vec<Option<EngineStream>> = streams.into_iter().map(Some).collect();
+        let clock = NtpClock::now();
+        let mut threads = Vec::new();
+        let handle = EngineHandle {
+            hosts: hosts.clone(),
+            apps,
+            sockets: sockets.clone(),
+            loads: loads.clone(),
+            stats: stats.clone(),
+        };
+        let started = (|| -> io::Result<()> {
+            for (i, ((poll, (data_rx, ctl_rx)), send)) in
+                polls.into_iter().zip(rxs).zip(send_sockets).enumerate()
+            {
+                let role = if i < apps { Role::App } else { Role::Stream };
+                // Streams this worker serves get rings; the others a one-slot placeholder.
+                let wstreams: Vec<EngineStream> = (0..n_streams)
+                    .map(|s| {
+                        let mine = role == Role::App && s % apps == i;
+                        if mine && let Some(es) = owned[s].take() {
+                            return es;
+                        }
+                        let serves = role == Role::Stream || mine;
+                        let (v, a) = if serves { (vcap, acap) } else { (1, 1) };
+                        EngineStream::new(keys[s].clone(), Stream::new(v, a), None)
+                    })
+                    .collect();
+                let peers: Vec<WorkerLink> = if role == Role::App {
+                    hosts[apps..].to_vec()
+                } else {
+                    Vec::new()
+                };
+                let w = WorkerInit {
+                    index: i,
+                    role,
+                    apps,
+                    poll,
+                    data_rx,
+                    ctl_rx,
+                    send,
+                    streams: wstreams,
+                    dtls: dtls.clone(),
+                    pool: pool.clone(),
+                    clock,
+                    stats: stats.clone(),
+                    cname: cname.clone(),
+                    hosts: hosts.clone(),
+                    peers,
+                    sockets: sockets.clone(),
+                    loads: loads.clone(),
+                };
+                let name = match role {
+                    Role::App => format!("AW-WebRTC{i}"),
+                    Role::Stream => format!("StreamWorker{}", i - apps),
+                };
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(name)
+                        .spawn(move || Worker::new(w).run())?,
+                );
+            }
+            for (i, w) in socket_workers.into_iter().enumerate() {
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("SPICE-{i}"))
+                        .spawn(move || w.run())?,
+                );
+            }
+            Ok(())
+        })();
+        if let Err(e) = started {
+            handle.stop_all();
+            EngineThreads(threads).join();
+            return Err(e);
+        }
+        info!(
+            socket_workers = workers.socket,
+            app_workers = workers.app,
+            stream_workers = workers.stream,
+            "media engine on {local}"
+        );
+        Ok((handle, local, EngineThreads(threads)))
+    }
+}
+
+impl EngineHandle {
+    /// Stops every worker (viewers are closed) and then the socket workers.
+    pub fn stop_all(&self) {
+        let _ = self.send(Command::Shutdown);
+        self.stop_sockets();
+    }
+}
+
+/// Binds `n` sockets to `bind` (sharing the port with `SO_REUSEPORT` when `n > 1`).
+fn bind_sockets(bind: SocketAddr, n: usize) -> io::Result<Vec<std::net::UdpSocket>> {
+    let mut out = Vec::with_capacity(n);
+    let mut addr = bind;
+    for _ in 0..n.max(1) {
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(bind),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        // Large buffers: a keyframe burst to thousands of viewers must not overflow the send
+        // queue, and bursts of RTCP must not overflow the receive queue. The kernel caps these
+        // at net.core.{w,r}mem_max (4 MiB here).
+        let _ = sock.set_send_buffer_size(4 << 20);
+        let _ = sock.set_recv_buffer_size(4 << 20);
+        if n > 1 {
+            sock.set_reuse_port(true)?;
+        }
+        sock.set_nonblocking(true)?;
+        sock.bind(&addr.into())?;
+        // The others bind the port the first one got (bind port 0 picks one).
+        if let Some(a) = sock.local_addr()?.as_socket() {
+            addr = a;
+        }
+        out.push(sock.into());
+    }
+    Ok(out)
+}
+
+/// What a worker thread is built from.
+struct WorkerInit {
+    index: usize,
+    role: Role,
+    apps: usize,
+    poll: Poll,
+    data_rx: Receiver<Data>,
+    ctl_rx: Receiver<Ctl>,
+    send: std::net::UdpSocket,
+    streams: Vec<EngineStream>,
+    dtls: Arc<DtlsContext>,
+    pool: BufferPool,
+    clock: NtpClock,
+    stats: Arc<EngineStats>,
+    cname: String,
+    hosts: Arc<[WorkerLink]>,
+    peers: Vec<WorkerLink>,
+    sockets: Arc<[SocketLink]>,
+    loads: Arc<[AtomicUsize]>,
+}
+
+/// An app or stream worker; runs on its own thread.
+struct Worker {
+    index: usize,
+    role: Role,
+    apps: usize,
+    poll: Poll,
+    data_rx: Receiver<Data>,
+    ctl_rx: Receiver<Ctl>,
+    socket: std::net::UdpSocket,
+    streams: Vec<EngineStream>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    dtls: Arc<DtlsContext>,
+    pool: BufferPool,
+    clock: NtpClock,
+    stats: Arc<EngineStats>,
+    cname: String,
+    batch: SendBatch,
+    next_sweep: Instant,
+    ingest: Ingest,
+    pools: Pools,
+    /// Generation given to new slots: above every generation a removed slot had, so an old
+    /// [`ViewerId`] never names a viewer in a slot that was freed and made again.
+    next_generation: u32,
+    hosts: Arc<[WorkerLink]>,
+    /// Stream workers this app worker hands its packets to.
+    peers: Vec<WorkerLink>,
+    /// Peers handed packets since they were last woken.
+    peers_woken: Vec<bool>,
+    sockets: Arc<[SocketLink]>,
+    loads: Arc<[AtomicUsize]>,
+    /// Media packets sent since the last flush (added to the shared counter per batch).
+    sent_packets: u64,
+}
+
+impl Worker {
+    /// Builds the worker on its own thread: the send batch holds raw `sendmmsg` headers,
+    /// which may not cross threads.
+    fn new(w: WorkerInit) -> Worker {
+        let pools = Pools::new();
         // Measured: the batch is allocated here on this thread, in one go.
         let before = CountingAlloc::thread_net_bytes();
         let batch = SendBatch::new();
         let bytes = usize::try_from(CountingAlloc::thread_net_bytes() - before).unwrap_or(0);
         pools.batch.add(1, bytes);
-        let handle = EngineHandle {
-            tx,
-            waker,
-            stats: stats.clone(),
-        };
-        Ok((
-            Engine {
-                socket,
-                poll,
-                cmds,
-                streams,
-                slots: Vec::new(),
-                free: Vec::new(),
-                by_addr: HashMap::new(),
-                by_ufrag: HashMap::new(),
-                dtls,
-                pool,
-                clock: NtpClock::now(),
-                stats,
-                cname,
-                batch,
-                next_sweep: Instant::now(),
-                ingest: Ingest::new(n_streams),
-                pools,
-                next_generation: 0,
-            },
-            handle,
-        ))
+        let n_streams = w.streams.len();
+        let peers_woken = vec![false; w.peers.len()];
+        Worker {
+            index: w.index,
+            role: w.role,
+            apps: w.apps,
+            poll: w.poll,
+            data_rx: w.data_rx,
+            ctl_rx: w.ctl_rx,
+            socket: w.send,
+            streams: w.streams,
+            slots: Vec::new(),
+            free: Vec::new(),
+            dtls: w.dtls,
+            pool: w.pool,
+            clock: w.clock,
+            stats: w.stats,
+            cname: w.cname,
+            batch,
+            next_sweep: Instant::now(),
+            ingest: Ingest::new(n_streams),
+            pools,
+            next_generation: 0,
+            hosts: w.hosts,
+            peers: w.peers,
+            peers_woken,
+            sockets: w.sockets,
+            loads: w.loads,
+            sent_packets: 0,
+        }
     }
 
-    /// The bound media address.
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket.local_addr()
+    /// Whether this worker runs stream `s`'s ingest and source.
+    fn owns(&self, s: usize) -> bool {
+        self.role == Role::App && s % self.apps == self.index
     }
 
-    /// Runs until [`Command::Shutdown`] or the command channel closes.
-    pub fn run(mut self) {
-        let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; 2048].into_boxed_slice();
+    /// Tells every socket worker about a table change.
+    fn route(&self, r: impl Fn() -> Route) {
+        for s in self.sockets.iter() {
+            s.send(r());
+        }
+    }
+
+    /// Runs until [`Command::Shutdown`] or the queues close.
+    fn run(mut self) {
+        let mut events = Events::with_capacity(16);
         loop {
             let now = Instant::now();
             let deadline = self.next_deadline();
@@ -536,35 +892,43 @@ impl Engine {
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
-                warn!("media poll failed: {e}");
+                warn!("media worker poll failed: {e}");
                 return;
             }
-            // Drain the socket (mio is edge-triggered).
-            for _ in 0..4096 {
-                match self.socket.recv_from(&mut buf) {
-                    Ok((n, from)) => {
-                        let now = Instant::now();
-                        self.stats.packets_in.fetch_add(1, Ordering::Relaxed);
-                        self.handle_datagram(now, &mut buf[..n], from);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    // ICMP errors surface as ECONNREFUSED on some sends; keep going.
-                    Err(_) => continue,
-                }
-            }
             loop {
-                match self.cmds.try_recv() {
-                    Ok(Command::Shutdown) => {
+                match self.ctl_rx.try_recv() {
+                    Ok(Ctl::Cmd(Command::Shutdown)) => {
                         self.shutdown();
                         return;
                     }
-                    Ok(cmd) => self.handle_command(cmd),
+                    Ok(Ctl::Cmd(cmd)) => self.handle_command(cmd),
+                    Ok(Ctl::Sessions(reply)) => {
+                        let _ = reply.send(self.sessions());
+                    }
+                    Ok(Ctl::Keyframe(stream)) => self.keyframe_request(stream, Instant::now()),
                     Err(crossbeam_channel::TryRecvError::Empty) => break,
                     Err(crossbeam_channel::TryRecvError::Disconnected) => {
                         self.shutdown();
                         return;
                     }
+                }
+            }
+            // Bounded, so commands and timers are served between bursts.
+            for _ in 0..QUEUE {
+                match self.data_rx.try_recv() {
+                    Ok(Data::Datagram { to, from, mut buf }) => {
+                        self.handle_datagram(Instant::now(), to, &mut buf, from);
+                    }
+                    Ok(Data::Media { stream, pkt }) => {
+                        if self.streams[stream].stream.push(pkt.clone()) {
+                            self.fan_out(stream, &pkt);
+                        }
+                    }
+                    Ok(Data::Reset(stream)) => {
+                        self.streams[stream].stream.video.clear();
+                        self.streams[stream].stream.audio.clear();
+                    }
+                    Err(_) => break,
                 }
             }
             let now = Instant::now();
@@ -578,9 +942,12 @@ impl Engine {
                 self.sweep(now);
                 self.next_sweep = now + SWEEP;
                 // Low-water refill and the dry-pool warning clock, off the per-packet path.
-                self.pool.maintain(now);
+                if self.index == 0 {
+                    self.pool.maintain(now);
+                }
             }
             self.flush();
+            self.wake_peers();
         }
     }
 
@@ -603,19 +970,37 @@ impl Engine {
             self.remove(id, CloseReason::Local);
         }
         self.flush();
-        info!("media engine stopped");
+        info!("media worker {} stopped", self.index);
     }
 
     fn ids(&self) -> impl Iterator<Item = ViewerId> + '_ {
-        self.slots.iter().enumerate().filter_map(|(i, s)| {
+        let w = self.index;
+        self.slots.iter().enumerate().filter_map(move |(i, s)| {
             s.entry
                 .as_ref()
-                .map(|_| ViewerId::new(i as u32, s.generation))
+                .map(|_| ViewerId::new(w, i as u32, s.generation))
         })
     }
 
     fn entry(&mut self, id: ViewerId) -> Option<&mut Entry> {
         entry_in(&mut self.slots, id)
+    }
+
+    fn sessions(&self) -> Vec<SessionMemory> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let e = s.entry.as_ref()?;
+                Some(SessionMemory {
+                    id: ViewerId::new(self.index, i as u32, s.generation),
+                    state: format!("{:?}", e.viewer.state()),
+                    handshake: e.viewer.has_handshake(),
+                    inline_bytes: SLOT_BYTES,
+                    heap_bytes: e.heap,
+                })
+            })
+            .collect()
     }
 
     fn handle_command(&mut self, cmd: Command) {
@@ -626,6 +1011,13 @@ impl Engine {
                 reply,
             } => {
                 if stream >= self.streams.len() {
+                    self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+                if self.free.is_empty() && self.slots.len() >= 1 << 24 {
+                    // A ViewerId holds 24 bits of slot index; the reply is dropped, which the
+                    // HTTP side reports as unavailable.
+                    warn!("media worker {} is full", self.index);
                     return;
                 }
                 let ufrag = params.local_ufrag;
@@ -644,7 +1036,7 @@ impl Engine {
                     }
                 };
                 let slot = &mut self.slots[index as usize];
-                let id = ViewerId::new(index, slot.generation);
+                let id = ViewerId::new(self.index, index, slot.generation);
                 let pos = self.streams[stream].viewers.len();
                 self.streams[stream].viewers.push(id);
                 let mut entry = Entry {
@@ -658,12 +1050,21 @@ impl Engine {
                 self.pools.sessions.add(1, SLOT_BYTES);
                 self.pools.book(&mut entry);
                 slot.entry = Some(entry);
-                self.by_ufrag.insert(ufrag, id);
+                // The route is queued before the reply, so it is in place before the
+                // viewer's first check can arrive.
+                self.route(|| Route::Ufrag {
+                    ufrag,
+                    id,
+                    add: true,
+                });
                 self.stats
                     .snapshots
                     .viewer_joined(id.raw(), &self.streams[stream].key);
                 self.stats.viewers.fetch_add(1, Ordering::Relaxed);
                 self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+                if self.role == Role::App {
+                    self.loads[self.index].fetch_add(1, Ordering::Relaxed);
+                }
                 let _ = reply.send(id);
             }
             Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
@@ -672,10 +1073,21 @@ impl Engine {
                 publisher,
                 reply,
             } => {
-                let res = if self.streams.get(stream).is_none_or(|s| s.source.is_some()) {
+                let res = if !self.owns(stream)
+                    || self.streams.get(stream).is_none_or(|s| s.source.is_some())
+                {
                     Err(AddError::Busy)
                 } else {
-                    self.ingest.add(stream, *publisher)
+                    let ufrag: Box<str> = publisher.local_ufrag().into();
+                    let r = self.ingest.add(stream, *publisher);
+                    if r.is_ok() {
+                        self.route(|| Route::Publisher {
+                            ufrag: ufrag.clone(),
+                            stream,
+                            add: true,
+                        });
+                    }
+                    r
                 };
                 if res.is_ok() {
                     self.stats.publishers.fetch_add(1, Ordering::Relaxed);
@@ -702,26 +1114,16 @@ impl Engine {
                 ledger(e, |v| v.restart_ice(ufrag, pwd, remote_ufrag));
                 e.heap += added;
                 self.pools.book(e);
-                self.by_ufrag.remove(&old);
-                self.by_ufrag.insert(ufrag, id);
-            }
-            Command::Sessions(reply) => {
-                let list = self
-                    .slots
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, s)| {
-                        let e = s.entry.as_ref()?;
-                        Some(SessionMemory {
-                            id: ViewerId::new(i as u32, s.generation),
-                            state: format!("{:?}", e.viewer.state()),
-                            handshake: e.viewer.has_handshake(),
-                            inline_bytes: SLOT_BYTES,
-                            heap_bytes: e.heap,
-                        })
-                    })
-                    .collect();
-                let _ = reply.send(list);
+                self.route(|| Route::Ufrag {
+                    ufrag: old,
+                    id,
+                    add: false,
+                });
+                self.route(|| Route::Ufrag {
+                    ufrag,
+                    id,
+                    add: true,
+                });
             }
             Command::Shutdown => {}
         }
@@ -758,13 +1160,19 @@ impl Engine {
             }
         }
         self.stats.viewers.fetch_sub(1, Ordering::Relaxed);
-        if self.by_ufrag.get(e.viewer.local_ufrag()) == Some(&id) {
-            self.by_ufrag.remove(e.viewer.local_ufrag());
-        }
-        if let Some(addr) = e.viewer.remote_addr()
-            && self.by_addr.get(&addr) == Some(&id)
-        {
-            self.by_addr.remove(&addr);
+        self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+        let ufrag = *e.viewer.local_ufrag();
+        self.route(|| Route::Ufrag {
+            ufrag,
+            id,
+            add: false,
+        });
+        if let Some(addr) = e.viewer.remote_addr() {
+            self.route(|| Route::Addr {
+                addr,
+                to: Target::Viewer(id),
+                add: false,
+            });
         }
         let list = &mut self.streams[e.stream].viewers;
         list.swap_remove(e.pos);
@@ -785,8 +1193,8 @@ impl Engine {
     }
 
     /// Gives back memory a wave of departed viewers left behind (trailing empty slots,
-    /// mostly empty maps and lists) and refreshes the ring and index pools. Runs in the
-    /// sweep, off the per-packet path.
+    /// mostly empty lists) and refreshes the ring and index pools. Runs in the sweep, off
+    /// the per-packet path.
     fn trim_and_book(&mut self) {
         while self.slots.last().is_some_and(|s| s.entry.is_none()) {
             if let Some(s) = self.slots.pop() {
@@ -797,8 +1205,6 @@ impl Engine {
         self.free.retain(|&i| (i as usize) < len);
         shrink_vec(&mut self.slots);
         shrink_vec(&mut self.free);
-        shrink_map(&mut self.by_addr);
-        shrink_map(&mut self.by_ufrag);
         for s in &mut self.streams {
             shrink_vec(&mut s.viewers);
         }
@@ -813,26 +1219,18 @@ impl Engine {
             }
         }
         let now = (items, used, allocated);
-        Pools::set(&self.pools.rings, &mut self.pools.rings_booked, now);
+        book_set(&self.pools.rings, &mut self.pools.rings_booked, now);
         let id = std::mem::size_of::<ViewerId>();
-        let used = self.by_addr.len() * (std::mem::size_of::<(SocketAddr, ViewerId)>() + 1)
-            + self.by_ufrag.len() * (std::mem::size_of::<([u8; UFRAG_LEN], ViewerId)>() + 1)
-            + self
-                .streams
-                .iter()
-                .map(|s| s.viewers.len() * id)
-                .sum::<usize>()
-            + self.free.len() * 4;
-        let allocated = map_bytes(&self.by_addr)
-            + map_bytes(&self.by_ufrag)
-            + self
-                .streams
-                .iter()
-                .map(|s| s.viewers.capacity() * id)
-                .sum::<usize>()
+        let viewers: usize = self.streams.iter().map(|s| s.viewers.len()).sum();
+        let used = viewers * id + self.free.len() * 4;
+        let allocated = self
+            .streams
+            .iter()
+            .map(|s| s.viewers.capacity() * id)
+            .sum::<usize>()
             + self.free.capacity() * 4;
-        let now = (self.by_ufrag.len(), used, allocated);
-        Pools::set(&self.pools.index, &mut self.pools.index_booked, now);
+        let now = (viewers, used, allocated);
+        book_set(&self.pools.index, &mut self.pools.index_booked, now);
     }
 
     /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
@@ -847,6 +1245,11 @@ impl Engine {
 
     /// Hands the send batch to the kernel.
     fn flush(&mut self) {
+        if self.sent_packets > 0 {
+            self.stats
+                .packets_out
+                .fetch_add(std::mem::take(&mut self.sent_packets), Ordering::Relaxed);
+        }
         if self.batch.is_empty() {
             return;
         }
@@ -861,45 +1264,40 @@ impl Engine {
         }
     }
 
-    fn handle_datagram(&mut self, now: Instant, buf: &mut [u8], from: SocketAddr) {
-        if let Some(stream) = self.ingest.owner(from, buf) {
-            let mut out = Vec::new();
-            if !self.ingest.input(stream, now, from, buf, &mut out) {
-                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+    fn handle_datagram(&mut self, now: Instant, to: Target, buf: &mut [u8], from: SocketAddr) {
+        let id = match to {
+            Target::Publisher(stream) => {
+                let mut out = Vec::new();
+                if !self.owns(stream) || !self.ingest.input(stream, now, from, buf, &mut out) {
+                    self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+                }
+                self.apply_ingest(now, out);
+                return;
             }
-            self.apply_ingest(now, out);
-            return;
-        }
+            Target::Viewer(id) => id,
+        };
         let Some(&first) = buf.first() else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         match first {
-            0..=3 => self.handle_stun(now, buf, from),
-            20..=63 => self.handle_dtls(now, buf, from),
-            128..=191 if rtp::is_rtcp(buf) => self.handle_rtcp(now, buf, from),
+            0..=3 => self.handle_stun(now, id, buf, from),
+            20..=63 => self.handle_dtls(now, id, buf, from),
+            128..=191 if rtp::is_rtcp(buf) => self.handle_rtcp(now, id, buf, from),
             _ => {
                 self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    fn handle_stun(&mut self, now: Instant, buf: &[u8], from: SocketAddr) {
+    fn handle_stun(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let Ok(msg) = stun::Message::parse(buf) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let id = msg
-            .username()
-            .and_then(|u| u.get(..UFRAG_LEN))
-            .and_then(|u| <[u8; UFRAG_LEN]>::try_from(u).ok())
-            .and_then(|u| self.by_ufrag.get(&u).copied());
-        let Some(id) = id else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let mut out = [0u8; 256];
         let Some(e) = entry_in(&mut self.slots, id) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let before = e.viewer.remote_addr();
@@ -909,11 +1307,20 @@ impl Engine {
             Ok(n) => {
                 let after = e.viewer.remote_addr();
                 if before != after {
-                    if let Some(old) = before {
-                        self.by_addr.remove(&old);
+                    let to = Target::Viewer(id);
+                    if let Some(addr) = before {
+                        self.route(|| Route::Addr {
+                            addr,
+                            to,
+                            add: false,
+                        });
                     }
-                    if let Some(new) = after {
-                        self.by_addr.insert(new, id);
+                    if let Some(addr) = after {
+                        self.route(|| Route::Addr {
+                            addr,
+                            to,
+                            add: true,
+                        });
                     }
                 }
                 self.send_to(&out[..n], from);
@@ -925,14 +1332,11 @@ impl Engine {
         }
     }
 
-    fn handle_dtls(&mut self, now: Instant, buf: &[u8], from: SocketAddr) {
-        let Some(&id) = self.by_addr.get(&from) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
+    fn handle_dtls(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let dtls = self.dtls.clone();
         let mut flights: Vec<Vec<u8>> = Vec::new();
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = confirmed(&mut self.slots, id, from) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let res = ledger(e, |v| {
@@ -997,7 +1401,7 @@ impl Engine {
         match e.viewer.write_media(pkt, slot) {
             Ok(Some(n)) => {
                 self.batch.commit(n, to);
-                self.stats.packets_out.fetch_add(1, Ordering::Relaxed);
+                self.sent_packets += 1;
                 Some(n)
             }
             Ok(None) => None,
@@ -1008,14 +1412,11 @@ impl Engine {
         }
     }
 
-    fn handle_rtcp(&mut self, now: Instant, buf: &mut [u8], from: SocketAddr) {
-        let Some(&id) = self.by_addr.get(&from) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
+    fn handle_rtcp(&mut self, now: Instant, id: ViewerId, buf: &mut [u8], from: SocketAddr) {
         let mut nacks: Vec<(MediaKind, u64)> = Vec::new();
         let mut keyframe = false;
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = confirmed(&mut self.slots, id, from) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let stream = e.stream;
@@ -1034,12 +1435,12 @@ impl Engine {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
         }
         if keyframe {
-            // The clip source sends a keyframe every second; ingest sources will coalesce
-            // these into one upstream request.
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
-            let mut out = Vec::new();
-            self.ingest.request_keyframe(stream, now, &mut out);
-            self.apply_ingest(now, out);
+            if self.owns(stream) {
+                self.keyframe_request(stream, now);
+            } else if let Some(app) = self.hosts.get(stream % self.apps) {
+                let _ = app.ctl(Ctl::Keyframe(stream));
+            }
         }
         for (kind, seq) in nacks {
             let Some(p) = self.streams[stream].stream.ring(kind).get(seq).cloned() else {
@@ -1049,6 +1450,14 @@ impl Engine {
             self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
         }
         self.after_io(id);
+    }
+
+    /// A viewer of an owned stream asked for a keyframe: the clip source sends one every
+    /// second; ingest coalesces these into one upstream request.
+    fn keyframe_request(&mut self, stream: usize, now: Instant) {
+        let mut out = Vec::new();
+        self.ingest.request_keyframe(stream, now, &mut out);
+        self.apply_ingest(now, out);
     }
 
     fn run_sources(&mut self, now: Instant) {
@@ -1074,8 +1483,35 @@ impl Engine {
             });
             self.streams[si].source = Some(src);
             for p in fresh {
-                self.streams[si].stream.push(p.clone());
-                self.fan_out(si, &p);
+                if self.streams[si].stream.push(p.clone()) {
+                    self.publish(si, p);
+                }
+            }
+        }
+    }
+
+    /// A new packet of an owned stream: to this worker's viewers and to the stream workers.
+    fn publish(&mut self, stream: usize, pkt: RingPacket) {
+        self.fan_out(stream, &pkt);
+        for i in 0..self.peers.len() {
+            match self.peers[i].data.try_send(Data::Media {
+                stream,
+                pkt: pkt.clone(),
+            }) {
+                Ok(()) => self.peers_woken[i] = true,
+                Err(TrySendError::Full(_)) => {
+                    self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+                    self.peers_woken[i] = true;
+                }
+                Err(TrySendError::Disconnected(_)) => {}
+            }
+        }
+    }
+
+    fn wake_peers(&mut self) {
+        for i in 0..self.peers.len() {
+            if std::mem::take(&mut self.peers_woken[i]) {
+                self.peers[i].wake();
             }
         }
     }
@@ -1106,7 +1542,7 @@ impl Engine {
                         payload: b.freeze(),
                     };
                     if self.streams[stream].stream.push(pkt.clone()) {
-                        self.fan_out(stream, &pkt);
+                        self.publish(stream, pkt);
                     }
                 }
                 IngestOutput::Live(stream) => {
@@ -1128,6 +1564,16 @@ impl Engine {
                     // Viewers stay; a later publisher continues the same RTP streams.
                     self.streams[stream].stream.video.clear();
                     self.streams[stream].stream.audio.clear();
+                    for i in 0..self.peers.len() {
+                        if self.peers[i].data.try_send(Data::Reset(stream)).is_ok() {
+                            self.peers_woken[i] = true;
+                        }
+                    }
+                    self.route(|| Route::Publisher {
+                        ufrag: Box::default(),
+                        stream,
+                        add: false,
+                    });
                     self.stats.publishers.fetch_sub(1, Ordering::Relaxed);
                     info!("publisher of {} left", self.streams[stream].key);
                 }
@@ -1137,6 +1583,9 @@ impl Engine {
 
     fn fan_out(&mut self, stream: usize, pkt: &RingPacket) {
         let n = self.streams[stream].viewers.len();
+        if n == 0 {
+            return;
+        }
         let (mut packets, mut bytes) = (0u64, 0u64);
         for i in 0..n {
             let id = self.streams[stream].viewers[i];
@@ -1189,6 +1638,12 @@ impl Engine {
 /// Heap bytes of a list of datagrams (the outer vector and each one).
 fn vec_bytes(v: &Vec<Vec<u8>>) -> usize {
     v.capacity() * std::mem::size_of::<Vec<u8>>() + v.iter().map(Vec::capacity).sum::<usize>()
+}
+
+/// The viewer `id` if `from` is its confirmed address (DTLS and RTCP come only from it).
+fn confirmed(slots: &mut [Slot], id: ViewerId, from: SocketAddr) -> Option<&mut Entry> {
+    let e = entry_in(slots, id)?;
+    (e.viewer.remote_addr() == Some(from)).then_some(e)
 }
 
 fn entry_in(slots: &mut [Slot], id: ViewerId) -> Option<&mut Entry> {

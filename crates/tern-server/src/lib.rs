@@ -14,6 +14,7 @@ pub mod engine;
 pub mod ingest;
 pub mod ome;
 pub mod snapshot;
+mod socket;
 pub mod turn;
 pub mod whep;
 pub mod whip;
@@ -31,7 +32,7 @@ use tern_rtc::viewer::DtlsContext;
 use tracing::info;
 
 use crate::config::Config;
-use crate::engine::{Command, Engine, EngineStream};
+use crate::engine::{Engine, EngineConfig, EngineStream, WorkerCounts};
 use crate::whep::{AppState, StreamInfo};
 
 /// Start-up errors.
@@ -79,6 +80,12 @@ pub struct ServeOptions {
     pub turn_secret: Option<String>,
     /// `--turn-relay-ip`, overriding `turn.relay_ip`.
     pub turn_relay_ip: Option<IpAddr>,
+    /// `--worker-count`, overriding `server.worker_count`.
+    pub worker_count: Option<usize>,
+    /// `--app-worker-count`, overriding `server.app_worker_count`.
+    pub app_worker_count: Option<usize>,
+    /// `--stream-worker-count`, overriding `server.stream_worker_count`.
+    pub stream_worker_count: Option<usize>,
 }
 
 /// The built-in clips.
@@ -115,6 +122,15 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     }
     if let Some(ip) = opts.turn_relay_ip {
         cfg.turn.relay_ip = Some(ip);
+    }
+    if let Some(n) = opts.worker_count {
+        cfg.server.worker_count = n;
+    }
+    if let Some(n) = opts.app_worker_count {
+        cfg.server.app_worker_count = n;
+    }
+    if let Some(n) = opts.stream_worker_count {
+        cfg.server.stream_worker_count = n;
     }
     // Command-line values pass the same checks as the file's, named by their config key.
     cfg.validate()?;
@@ -176,13 +192,18 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 
     let dtls = Arc::new(DtlsContext::generate().map_err(|e| ServeError::Other(e.to_string()))?);
     let media = cfg.server.media;
-    let (handle, media_addr, engine_thread) = Engine::spawn(
-        media,
-        engine_streams,
-        dtls.clone(),
+    let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {
+        bind: media,
+        streams: engine_streams,
+        dtls: dtls.clone(),
         pool,
-        cfg.server.cname.clone(),
-    )
+        cname: cfg.server.cname.clone(),
+        workers: WorkerCounts {
+            socket: cfg.server.worker_count,
+            app: cfg.server.app_worker_count,
+            stream: cfg.server.stream_worker_count,
+        },
+    })
     .map_err(|source| ServeError::Bind {
         what: "media (UDP)",
         addr: media,
@@ -234,8 +255,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             .await
             .map_err(|e| ServeError::Other(format!("http server: {e}")))
     });
-    let _ = handle.send(Command::Shutdown);
-    let _ = engine_thread.join();
+    handle.stop_all();
+    engine_threads.join();
     if let Some((t, _)) = turn {
         t.stop();
     }

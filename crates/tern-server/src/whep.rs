@@ -229,14 +229,7 @@ async fn memory(
             .is_some_and(|q| q.split('&').any(|kv| kv == want))
     };
     let sessions = if has("sessions=1") {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if st.engine.send(Command::Sessions(tx)).is_err() {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "media engine is not running",
-            );
-        }
-        let Ok(list) = rx.await else {
+        let Ok(list) = st.engine.sessions().await else {
             return text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "media engine is not running",

@@ -89,6 +89,15 @@ struct ServeArgs {
     /// Address TURN relay sockets bind to and announce
     #[arg(long, value_name = "IP")]
     turn_relay_ip: Option<IpAddr>,
+    /// Socket workers on the media port (OvenMediaEngine's WorkerCount) [default: 1]
+    #[arg(long, value_name = "N")]
+    worker_count: Option<usize>,
+    /// App workers: per-stream work (AppWorkerCount) [default: 1]
+    #[arg(long, value_name = "N")]
+    app_worker_count: Option<usize>,
+    /// Stream workers: per-viewer SRTP and sends (StreamWorkerCount; 0 = app workers send) [default: 1]
+    #[arg(long, value_name = "N")]
+    stream_worker_count: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -153,6 +162,9 @@ fn main() -> ExitCode {
         turn_users: args.turn_user,
         turn_secret: args.turn_secret,
         turn_relay_ip: args.turn_relay_ip,
+        worker_count: args.worker_count,
+        app_worker_count: args.app_worker_count,
+        stream_worker_count: args.stream_worker_count,
     };
     match serve(opts) {
         Ok(()) => ExitCode::SUCCESS,
