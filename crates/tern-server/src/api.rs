@@ -361,6 +361,12 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
         l(&s.send_errors),
     );
     gauge(
+        "tern_queue_full_total",
+        "Datagrams or packets dropped because a media worker's queue was full.",
+        "counter",
+        l(&s.queue_full),
+    );
+    gauge(
         "tern_publishers",
         "WHIP publishers.",
         "gauge",
@@ -386,7 +392,7 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     );
     let mut keys: Vec<(&String, usize)> = st.streams.iter().map(|(k, i)| (k, i.index)).collect();
     keys.sort();
-    let per_stream: [(&str, &str, &str); 4] = [
+    let per_stream: [(&str, &str, &str); 7] = [
         ("tern_stream_live", "Whether the stream is live.", "gauge"),
         ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
         (
@@ -397,6 +403,21 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
         (
             "tern_stream_bytes_out_total",
             "Media bytes sent to the stream's viewers.",
+            "counter",
+        ),
+        (
+            "tern_stream_nacks_total",
+            "Sequence numbers the stream's viewers NACKed.",
+            "counter",
+        ),
+        (
+            "tern_stream_keyframe_requests_total",
+            "PLI/FIR requests from the stream's viewers.",
+            "counter",
+        ),
+        (
+            "tern_stream_reported_lost_total",
+            "Packets the stream's viewers reported lost in RTCP receiver reports.",
             "counter",
         ),
     ];
@@ -411,7 +432,10 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
                     .filter(|v| &*v.stream == key.as_str())
                     .count() as u64,
                 2 => s.stream_packets.get(*i).map_or(0, l),
-                _ => s.stream_bytes.get(*i).map_or(0, l),
+                3 => s.stream_bytes.get(*i).map_or(0, l),
+                4 => s.stream_nacks.get(*i).map_or(0, l),
+                5 => s.stream_keyframe_requests.get(*i).map_or(0, l),
+                _ => s.stream_reported_lost.get(*i).map_or(0, l),
             };
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }

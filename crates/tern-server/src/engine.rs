@@ -201,6 +201,13 @@ pub struct EngineStats {
     pub stream_packets: Vec<AtomicU64>,
     /// Media bytes sent per stream.
     pub stream_bytes: Vec<AtomicU64>,
+    /// Sequence numbers viewers of each stream NACKed.
+    pub stream_nacks: Vec<AtomicU64>,
+    /// PLI/FIR requests from viewers of each stream.
+    pub stream_keyframe_requests: Vec<AtomicU64>,
+    /// Packets viewers of each stream reported lost in their receiver reports (the growth
+    /// of each viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
+    pub stream_reported_lost: Vec<AtomicU64>,
     /// Cached snapshots of viewers and streams, and the event bus.
     pub snapshots: crate::snapshot::Snapshots,
 }
@@ -243,6 +250,8 @@ struct Entry {
     heap: usize,
     /// What is currently added to the pools for it: (in "handshakes", heap bytes).
     booked: (bool, usize),
+    /// The highest total of its receiver reports' cumulative-lost fields seen.
+    reported_lost: i64,
 }
 
 /// Bytes of one slot of the session table.
@@ -605,6 +614,9 @@ impl Engine {
                 .collect(),
             stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_keyframe_requests: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             ..EngineStats::default()
         });
         for s in &streams {
@@ -1046,6 +1058,7 @@ impl Worker {
                     handshaking: true,
                     heap,
                     booked: (false, 0),
+                    reported_lost: 0,
                 };
                 self.pools.sessions.add(1, SLOT_BYTES);
                 self.pools.book(&mut entry);
@@ -1431,11 +1444,25 @@ impl Worker {
             .heap
             .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u64)>());
         self.pools.book(e);
+        let lost: i64 = [MediaKind::Video, MediaKind::Audio]
+            .into_iter()
+            .filter_map(|k| e.viewer.reported_loss(k))
+            .map(|(_, cumulative, _)| i64::from(cumulative))
+            .sum();
+        if lost > e.reported_lost {
+            let grew = (lost - e.reported_lost) as u64;
+            e.reported_lost = lost;
+            self.stats.stream_reported_lost[stream].fetch_add(grew, Ordering::Relaxed);
+        }
+        if !nacks.is_empty() {
+            self.stats.stream_nacks[stream].fetch_add(nacks.len() as u64, Ordering::Relaxed);
+        }
         if res.is_err() {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
         }
         if keyframe {
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
+            self.stats.stream_keyframe_requests[stream].fetch_add(1, Ordering::Relaxed);
             if self.owns(stream) {
                 self.keyframe_request(stream, now);
             } else if let Some(app) = self.hosts.get(stream % self.apps) {

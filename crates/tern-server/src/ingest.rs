@@ -7,7 +7,6 @@
 //! advanced by the wall-clock gap) and need no renegotiation; video resumes at the new
 //! publisher's first keyframe, which is requested at once.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -120,7 +119,6 @@ pub enum IngestOutput {
 pub struct Ingest {
     slots: Vec<Option<PubSlot>>,
     maps: Vec<StreamMap>,
-    by_addr: HashMap<SocketAddr, usize>,
     serial: u64,
 }
 
@@ -130,7 +128,6 @@ impl Ingest {
         Ingest {
             slots: (0..streams).map(|_| None).collect(),
             maps: (0..streams).map(|_| StreamMap::default()).collect(),
-            by_addr: HashMap::new(),
             serial: 0,
         }
     }
@@ -182,27 +179,8 @@ impl Ingest {
                 }
             });
         }
-        self.by_addr.retain(|_, s| *s != id.stream);
         out.push(IngestOutput::Gone(id.stream));
         true
-    }
-
-    /// The stream whose publisher this datagram belongs to: by source address, or for a
-    /// STUN request by the ufrag at the start of its USERNAME.
-    pub fn owner(&self, from: SocketAddr, buf: &[u8]) -> Option<usize> {
-        if let Some(&s) = self.by_addr.get(&from) {
-            return Some(s);
-        }
-        if self.count() == 0 || buf.first().is_none_or(|&b| b > 3) {
-            return None;
-        }
-        let msg = tern_proto::stun::Message::parse(buf).ok()?;
-        let user = msg.username()?;
-        let ufrag = user.split(|&b| b == b':').next()?;
-        self.slots
-            .iter()
-            .flatten()
-            .find_map(|s| (s.session.local_ufrag().as_bytes() == ufrag).then_some(s.id.stream))
     }
 
     /// Feeds a datagram to a stream's publisher and collects what follows.
@@ -218,9 +196,6 @@ impl Ingest {
             return false;
         };
         let ok = s.session.handle_input(now, from, buf);
-        if ok {
-            self.by_addr.insert(from, stream);
-        }
         self.drain(stream, now, out);
         ok
     }

@@ -368,7 +368,38 @@ fn nacks_recover_what_the_relay_drops() {
         "{} retransmits",
         d.retransmits
     );
+    // The per-stream metrics saw the same: every NACKed sequence number the clients sent
+    // (each dropped video packet at least once), and the audio drops in their RRs.
+    let nacks_sent: u64 = o
+        .clients
+        .iter()
+        .filter_map(|c| c.video.as_ref())
+        .map(|v| v.nacks_sent)
+        .sum();
+    let nacked = metric(&server, "tern_stream_nacks_total{stream=\"live/demo\"}");
+    assert!(
+        nacked >= video_drops && nacked <= nacks_sent,
+        "server counted {nacked} NACKed packets; relay dropped {video_drops}, clients NACKed {nacks_sent}"
+    );
+    let lost = metric(
+        &server,
+        "tern_stream_reported_lost_total{stream=\"live/demo\"}",
+    );
+    assert!(
+        lost >= audio_drops,
+        "RRs reported {lost} lost; {audio_drops} audio packets stayed lost"
+    );
     server.stop();
+}
+
+/// A sample's value from the server's `/metrics`.
+fn metric(server: &Server, sample: &str) -> u64 {
+    let text = common::http_get(server.http, "/metrics")
+        .expect("GET /metrics")
+        .text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{sample} missing from /metrics:\n{text}"))
 }
 
 #[test]
