@@ -33,9 +33,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/streams/{app}/{stream}/viewers", get(stream_viewers))
         .route(
             "/v1/streams/{app}/{stream}/publisher",
-            axum::routing::delete(kick_publisher),
+            get(stream_publisher).delete(kick_publisher),
         )
         .route("/v1/viewers/{id}", get(viewer).delete(kick_viewer))
+        .route("/v1/publishers", get(publishers))
         .route("/v1/events", get(events))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(dashboard))
@@ -203,6 +204,45 @@ async fn kick_viewer(
         return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");
     }
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn publishers(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    auth!(st, headers);
+    let list: Vec<String> = st
+        .engine
+        .stats
+        .snapshots
+        .publishers()
+        .iter()
+        .map(|p| p.json())
+        .collect();
+    json(StatusCode::OK, format!("[{}]", list.join(",")))
+}
+
+async fn stream_publisher(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    let key = format!("{app}/{stream}");
+    if !st.streams.contains_key(&key) {
+        return text(StatusCode::NOT_FOUND, format!("stream {key} not found"));
+    }
+    match st
+        .engine
+        .stats
+        .snapshots
+        .publishers()
+        .into_iter()
+        .find(|p| *p.stream == *key)
+    {
+        Some(p) => json(StatusCode::OK, p.json()),
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("stream {key} has no publisher"),
+        ),
+    }
 }
 
 async fn kick_publisher(
@@ -509,8 +549,13 @@ pub fn openapi_doc() -> serde_json::Value {
                 "responses": {"200": ok_json("the stream"), "404": status("no such stream"), "401": status("API token required")}}},
             "/v1/streams/{app}/{stream}/viewers": {"get": {"summary": "Cached snapshots of a stream's viewers", "parameters": [app, stream], "security": [{"bearer": []}],
                 "responses": {"200": ok_json("list of viewer snapshots"), "404": status("no such stream"), "401": status("API token required")}}},
-            "/v1/streams/{app}/{stream}/publisher": {"delete": {"summary": "Kick the stream's publisher", "parameters": [app, stream], "security": [{"bearer": []}],
-                "responses": {"204": status("kicked"), "404": status("no such stream or no publisher"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}/publisher": {
+                "get": {"summary": "The stream's publisher: cached snapshot", "parameters": [app, stream], "security": [{"bearer": []}],
+                    "responses": {"200": ok_json("publisher snapshot"), "404": status("no such stream or no publisher"), "401": status("API token required")}},
+                "delete": {"summary": "Kick the stream's publisher", "parameters": [app, stream], "security": [{"bearer": []}],
+                    "responses": {"204": status("kicked"), "404": status("no such stream or no publisher"), "401": status("API token required")}}},
+            "/v1/publishers": {"get": {"summary": "Cached snapshots of every publisher (WHIP, RTMP)", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of publisher snapshots"), "401": status("API token required")}}},
             "/v1/viewers/{id}": {
                 "get": {"summary": "A viewer's cached snapshot", "parameters": [id], "security": [{"bearer": []}],
                     "responses": {"200": ok_json("viewer snapshot"), "404": status("no such viewer"), "401": status("API token required")}},
@@ -519,7 +564,7 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
                 "parameters": [
                     {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, stream.changed"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, stream.changed, publisher.joined, publisher.live, publisher.left"},
                     {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
                 "security": [{"bearer": []}],
                 "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},

@@ -838,6 +838,8 @@ struct Worker {
     loads: Arc<[AtomicUsize]>,
     /// Media packets sent since the last flush (added to the shared counter per batch).
     sent_packets: u64,
+    /// The id of each owned stream's publisher (for its snapshot).
+    publisher_ids: Vec<Option<u64>>,
 }
 
 impl Worker {
@@ -879,6 +881,7 @@ impl Worker {
             sockets: w.sockets,
             loads: w.loads,
             sent_packets: 0,
+            publisher_ids: vec![None; n_streams],
         }
     }
 
@@ -1102,8 +1105,14 @@ impl Worker {
                     }
                     r
                 };
-                if res.is_ok() {
+                if let Ok(id) = &res {
                     self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+                    self.publisher_ids[stream] = Some(id.serial);
+                    self.stats.snapshots.publisher_joined(
+                        id.serial,
+                        &self.streams[stream].key,
+                        "whip",
+                    );
                     info!("publisher on {} connecting", self.streams[stream].key);
                 }
                 let _ = reply.send(res);
@@ -1579,6 +1588,9 @@ impl Worker {
                     self.stats
                         .snapshots
                         .stream_state(&self.streams[stream].key, "whip", true);
+                    if let Some(id) = self.publisher_ids[stream] {
+                        self.stats.snapshots.publisher_live(id);
+                    }
                     info!("{} is live (publisher)", self.streams[stream].key);
                 }
                 IngestOutput::Gone(stream) => {
@@ -1588,6 +1600,9 @@ impl Worker {
                     self.stats
                         .snapshots
                         .stream_state(&self.streams[stream].key, "none", false);
+                    if let Some(id) = self.publisher_ids[stream].take() {
+                        self.stats.snapshots.publisher_left(id, "ended");
+                    }
                     // Viewers stay; a later publisher continues the same RTP streams.
                     self.streams[stream].stream.video.clear();
                     self.streams[stream].stream.audio.clear();

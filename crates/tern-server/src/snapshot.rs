@@ -83,6 +83,29 @@ pub struct StreamSnapshot {
     pub state: Arc<Segment>,
 }
 
+/// A publisher (WHIP or RTMP): identity (built once) and state (rebuilt when it goes live).
+#[derive(Debug, Clone)]
+pub struct PublisherSnapshot {
+    /// Publisher id (unique in the process).
+    pub id: u64,
+    /// `app/stream`.
+    pub stream: Arc<str>,
+    /// Id, stream, protocol, creation time.
+    pub identity: Arc<Segment>,
+    /// State (`connecting`, `live`) and when it went live.
+    pub state: Arc<Segment>,
+}
+
+impl PublisherSnapshot {
+    /// The whole snapshot as JSON (segments are spliced, not re-serialized).
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"identity\":{},\"state\":{}}}",
+            self.identity.json, self.state.json
+        )
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -94,6 +117,12 @@ pub enum EventKind {
     ViewerLeft,
     /// A stream went live or stopped being live.
     StreamChanged,
+    /// A publisher session was created (offer answered, or RTMP publish accepted).
+    PublisherJoined,
+    /// A publisher's media started flowing.
+    PublisherLive,
+    /// A publisher left (DELETE, timeout, kicked, connection closed).
+    PublisherLeft,
 }
 
 impl EventKind {
@@ -104,6 +133,9 @@ impl EventKind {
             EventKind::ViewerConnected => "viewer.connected",
             EventKind::ViewerLeft => "viewer.left",
             EventKind::StreamChanged => "stream.changed",
+            EventKind::PublisherJoined => "publisher.joined",
+            EventKind::PublisherLive => "publisher.live",
+            EventKind::PublisherLeft => "publisher.left",
         }
     }
 }
@@ -130,6 +162,8 @@ pub enum SnapshotRef {
     Viewer(ViewerSnapshot),
     /// A stream's.
     Stream(StreamSnapshot),
+    /// A publisher's.
+    Publisher(PublisherSnapshot),
 }
 
 impl Event {
@@ -138,6 +172,7 @@ impl Event {
         let snap = match &self.snapshot {
             SnapshotRef::Viewer(v) => v.json(),
             SnapshotRef::Stream(s) => s.state.json.clone(),
+            SnapshotRef::Publisher(p) => p.json(),
         };
         let reason = self
             .reason
@@ -162,6 +197,7 @@ fn now_ms() -> u64 {
 pub struct Snapshots {
     viewers: RwLock<HashMap<u64, ViewerSnapshot>>,
     streams: RwLock<HashMap<Arc<str>, StreamSnapshot>>,
+    publishers: RwLock<HashMap<u64, PublisherSnapshot>>,
     builds: AtomicU64,
     events: broadcast::Sender<Event>,
     /// The `snapshots` memory pool, and what is booked in it for the viewer cache:
@@ -175,6 +211,7 @@ impl Default for Snapshots {
         Snapshots {
             viewers: RwLock::default(),
             streams: RwLock::default(),
+            publishers: RwLock::default(),
             builds: AtomicU64::new(0),
             events: broadcast::channel(EVENT_BACKLOG).0,
             pool: PoolCounter::new("snapshots", std::mem::size_of::<(u64, ViewerSnapshot)>()),
@@ -358,6 +395,92 @@ impl Snapshots {
             snapshot: SnapshotRef::Stream(snap),
             reason: None,
         });
+    }
+
+    /// A publisher session was created on `stream`; `protocol` is `whip` or `rtmp`.
+    pub fn publisher_joined(&self, id: u64, stream: &str, protocol: &'static str) {
+        let stream: Arc<str> = stream.into();
+        let at = now_ms();
+        let identity = Segment::build(
+            json!({"id": id, "stream": &*stream, "protocol": protocol, "created_ms": at}),
+            &self.builds,
+        );
+        let state = Segment::build(
+            json!({"state": "connecting", "live_ms": null}),
+            &self.builds,
+        );
+        let snap = PublisherSnapshot {
+            id,
+            stream: stream.clone(),
+            identity,
+            state,
+        };
+        if let Ok(mut m) = self.publishers.write() {
+            m.insert(id, snap.clone());
+        }
+        self.publish(Event {
+            kind: EventKind::PublisherJoined,
+            stream,
+            at_ms: at,
+            snapshot: SnapshotRef::Publisher(snap),
+            reason: None,
+        });
+    }
+
+    /// A publisher's media started flowing: only the state segment is rebuilt.
+    pub fn publisher_live(&self, id: u64) {
+        let at = now_ms();
+        let snap = {
+            let Ok(mut m) = self.publishers.write() else {
+                return;
+            };
+            let Some(old) = m.get(&id) else { return };
+            let state = Segment::build(json!({"state": "live", "live_ms": at}), &self.builds);
+            let snap = PublisherSnapshot {
+                state,
+                ..old.clone()
+            };
+            m.insert(id, snap.clone());
+            snap
+        };
+        self.publish(Event {
+            kind: EventKind::PublisherLive,
+            stream: snap.stream.clone(),
+            at_ms: at,
+            snapshot: SnapshotRef::Publisher(snap),
+            reason: None,
+        });
+    }
+
+    /// A publisher left; its last snapshot goes out with the event, nothing is built.
+    pub fn publisher_left(&self, id: u64, reason: &'static str) {
+        let snap = self.publishers.write().ok().and_then(|mut m| {
+            let s = m.remove(&id);
+            if m.is_empty() {
+                m.shrink_to_fit();
+            }
+            s
+        });
+        if let Some(snap) = snap {
+            self.publish(Event {
+                kind: EventKind::PublisherLeft,
+                stream: snap.stream.clone(),
+                at_ms: now_ms(),
+                snapshot: SnapshotRef::Publisher(snap),
+                reason: Some(reason),
+            });
+        }
+    }
+
+    /// Cached publisher snapshots, by id.
+    pub fn publishers(&self) -> Vec<PublisherSnapshot> {
+        let mut v: Vec<PublisherSnapshot> = self
+            .publishers
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by_key(|p| p.id);
+        v
     }
 
     /// Cached snapshots of the viewers of `stream` (all streams when `None`), by id.

@@ -252,3 +252,64 @@ fn the_builtin_clip_stream_takes_no_publisher() {
     assert!(err.contains("HTTP 409"), "{err}");
     server.stop();
 }
+
+#[test]
+fn publisher_snapshots_api_and_events() {
+    let cfg = config("[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n\n# snapshots\n");
+    let server = Server::serve(&cfg);
+    let a = server.http;
+    let get = |path: &str| -> (u16, serde_json::Value) {
+        let r = common::http_get(a, path).expect("GET");
+        let v = serde_json::from_str(&r.text()).unwrap_or(serde_json::Value::Null);
+        (r.status, v)
+    };
+    assert_eq!(get("/v1/publishers").1, serde_json::json!([]));
+    assert_eq!(get("/v1/streams/live/cam/publisher").0, 404);
+    let (mut ws, _) = tungstenite::connect(format!(
+        "ws://{a}/v1/events?type=publisher.joined,publisher.live,publisher.left&stream=live/cam"
+    ))
+    .expect("event stream");
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+    }
+    let whip = format!("http://{a}/live/cam/whip");
+    let clip = Arc::new(Clip::builtin_lite().expect("clip"));
+    let mut publisher = tern_bench::publish::start(&whip, LOCAL, clip).expect("publisher");
+    wait_live(&format!("http://{a}/live/cam/whep"));
+    let (st, list) = get("/v1/publishers");
+    assert_eq!(st, 200);
+    let p = &list[0];
+    assert_eq!(p["identity"]["stream"], "live/cam");
+    assert_eq!(p["identity"]["protocol"], "whip");
+    assert_eq!(p["state"]["state"], "live");
+    let (st, one) = get("/v1/streams/live/cam/publisher");
+    assert_eq!(st, 200);
+    assert_eq!(one["identity"]["id"], p["identity"]["id"]);
+    // Kicked through the API: the publisher's session ends, viewers would stay.
+    let r = common::http_request(a, "DELETE", "/v1/streams/live/cam/publisher", None, b"")
+        .expect("DELETE");
+    assert_eq!(r.status, 204);
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let msg = ws.read().expect("event");
+        if let tungstenite::Message::Text(t) = msg {
+            let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("json");
+            got.push(v);
+        }
+    }
+    let types: Vec<&str> = got.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        types,
+        ["publisher.joined", "publisher.live", "publisher.left"]
+    );
+    // Every event carries the same cached identity; the left event says why.
+    for e in &got {
+        assert_eq!(e["snapshot"]["identity"], p["identity"]);
+    }
+    assert_eq!(got[2]["reason"], "ended");
+    assert_eq!(get("/v1/publishers").1, serde_json::json!([]));
+    assert_eq!(get("/v1/streams/live/cam/publisher").0, 404);
+    publisher.stop();
+    server.stop();
+}
