@@ -523,7 +523,8 @@ pub struct EngineHandle {
     hosts: Arc<[WorkerLink]>,
     apps: usize,
     sockets: Arc<[SocketLink]>,
-    /// Viewers per host (placement).
+    /// Viewers placed on each stream worker (counted when placed, uncounted by the worker
+    /// when the viewer goes; app workers' entries stay 0).
     loads: Arc<[AtomicUsize]>,
     /// Shared counters.
     pub stats: Arc<EngineStats>,
@@ -885,6 +886,13 @@ impl Worker {
         }
     }
 
+    /// A viewer placed here by [`EngineHandle::place`] is gone (or was never made).
+    fn unplace(&self) {
+        if self.role == Role::Stream {
+            self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Whether this worker runs stream `s`'s ingest and source.
     fn owns(&self, s: usize) -> bool {
         self.role == Role::App && s % self.apps == self.index
@@ -1026,13 +1034,14 @@ impl Worker {
                 reply,
             } => {
                 if stream >= self.streams.len() {
-                    self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+                    self.unplace();
                     return;
                 }
                 if self.free.is_empty() && self.slots.len() >= 1 << 24 {
                     // A ViewerId holds 24 bits of slot index; the reply is dropped, which the
                     // HTTP side reports as unavailable.
                     warn!("media worker {} is full", self.index);
+                    self.unplace();
                     return;
                 }
                 let ufrag = params.local_ufrag;
@@ -1078,9 +1087,6 @@ impl Worker {
                     .viewer_joined(id.raw(), &self.streams[stream].key);
                 self.stats.viewers.fetch_add(1, Ordering::Relaxed);
                 self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
-                if self.role == Role::App {
-                    self.loads[self.index].fetch_add(1, Ordering::Relaxed);
-                }
                 let _ = reply.send(id);
             }
             Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
@@ -1182,7 +1188,7 @@ impl Worker {
             }
         }
         self.stats.viewers.fetch_sub(1, Ordering::Relaxed);
-        self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+        self.unplace();
         let ufrag = *e.viewer.local_ufrag();
         self.route(|| Route::Ufrag {
             ufrag,
