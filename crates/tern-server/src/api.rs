@@ -574,6 +574,7 @@ pub fn openapi_doc() -> serde_json::Value {
             "/metrics": {"get": {"summary": "Prometheus metrics", "security": [{"bearer": []}],
                 "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {}}}, "401": status("API token required")}}},
             "/dashboard": {"get": {"summary": "Dashboard page", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
+            "/": {"get": {"summary": "Index page: the streams and their players", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
             "/{app}/{stream}": {"get": {"summary": "Player page", "parameters": [app, stream],
                 "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
             "/{app}/{stream}/whep": {
