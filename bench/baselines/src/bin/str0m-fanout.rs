@@ -475,7 +475,15 @@ fn media_loop(
             fresh.clear();
             src.poll(now, &mut fresh);
             stats.source_packets.fetch_add(fresh.len() as u64, Relaxed);
-            fan_out(&fresh, &mut sessions, &mut batch, fd, now, (start, wall0), stats);
+            fan_out(
+                &fresh,
+                &mut sessions,
+                &mut batch,
+                fd,
+                now,
+                (start, wall0),
+                stats,
+            );
         }
         // Timers.
         for s in sessions.iter_mut() {
@@ -490,9 +498,10 @@ fn media_loop(
             by_addr.retain(|_, id| sessions.iter().any(|s| s.id == *id));
         }
         stats.sessions.store(sessions.len() as u64, Relaxed);
-        stats
-            .connected
-            .store(sessions.iter().filter(|s| s.connected).count() as u64, Relaxed);
+        stats.connected.store(
+            sessions.iter().filter(|s| s.connected).count() as u64,
+            Relaxed,
+        );
         let mut next = src.poll_timeout().min(now + Duration::from_millis(5));
         for s in &sessions {
             next = next.min(s.next);
@@ -505,7 +514,12 @@ fn media_loop(
 }
 
 /// Answers a WHEP offer with a new ICE-lite, RTP-mode str0m session.
-fn accept(sdp: &str, local: SocketAddr, now: Instant, id: u64) -> Result<(Session, String), String> {
+fn accept(
+    sdp: &str,
+    local: SocketAddr,
+    now: Instant,
+    id: u64,
+) -> Result<(Session, String), String> {
     let offer = SdpOffer::from_sdp_string(sdp).map_err(|e| format!("offer: {e}"))?;
     let mut rtc = RtcConfig::new()
         .set_ice_lite(true)
@@ -538,7 +552,8 @@ fn accept(sdp: &str, local: SocketAddr, now: Instant, id: u64) -> Result<(Sessio
         }
     }
     // The offer names the mids; the payload type is the first offered one str0m kept.
-    let parsed = tern_proto::sdp::SessionDescription::parse(sdp).map_err(|e| format!("offer: {e}"))?;
+    let parsed =
+        tern_proto::sdp::SessionDescription::parse(sdp).map_err(|e| format!("offer: {e}"))?;
     let codecs: Vec<PayloadParams> = s.rtc.codec_config().params().to_vec();
     for m in parsed.media() {
         let Some(mid) = m.mid() else { continue };
@@ -599,10 +614,16 @@ fn fan_out(
                 continue;
             };
             tx.write_rtp(
-                RtpWrite::new(pt, SeqNo::from(p.seq), p.rtp_ts, p.capture, p.payload.clone())
-                    .marker(p.marker)
-                    .ext_vals(ext)
-                    .nackable(p.kind == MediaKind::Video),
+                RtpWrite::new(
+                    pt,
+                    SeqNo::from(p.seq),
+                    p.rtp_ts,
+                    p.capture,
+                    p.payload.clone(),
+                )
+                .marker(p.marker)
+                .ext_vals(ext)
+                .nackable(p.kind == MediaKind::Video),
             );
             writes += 1;
             wrote = true;

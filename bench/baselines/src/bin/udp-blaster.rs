@@ -1,0 +1,392 @@
+//! `udp-blaster`: the physical limit of tern's benchmark suite (issue 8).
+//!
+//! Sends what tern's egress sends, with no crypto and no sessions, over loopback to N
+//! receiver sockets, and reports packets per CPU-second of the sending thread (its
+//! `/proc/thread-self/schedstat` run time, ns resolution; on loopback the kernel delivers a
+//! datagram to the receiving socket on the sender's CPU, so that time includes delivery).
+//! One receiver thread drains every receiver socket with `recvmmsg` (mio edge-triggered
+//! epoll), so nothing is dropped early at a full socket, which would flatter the sender.
+//!
+//! Modes:
+//! - `clip`: tern's lite clip in real time, each packet (payload + `--overhead` bytes for
+//!   the RTP header, the abs-capture-time extension and the SRTP tag) written to each
+//!   receiver in turn through tern's own `sendmmsg` batch ([`tern_server::batch::SendBatch`],
+//!   64 datagrams a call): tern's egress pattern and rate at N viewers, minus SRTP and
+//!   sessions. The ratio of tern's packets per server CPU-second to this one is how close
+//!   tern is to the kernel.
+//! - `max`: the same datagrams and batches back to back for `--seconds`: the most one core
+//!   can send this way.
+//! - `gso`: UDP GSO (`UDP_SEGMENT`), `--segments` datagrams of `--size` bytes per message,
+//!   each message to the next receiver, 64 messages per `sendmmsg`: the most one core can
+//!   send at all. GSO needs all segments of a message to go to one address, so a fan-out
+//!   that sends each packet to another viewer cannot use it; this is the ceiling, not a
+//!   like-for-like figure.
+//!
+//! Output: one JSON object on stdout.
+
+#![forbid(unsafe_code)]
+
+use std::io::{IoSlice, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use mio::{Events, Interest, Poll, Token};
+use nix::sys::socket::{
+    ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
+};
+use tern_rtc::clip::{Clip, ClipSource};
+use tern_server::batch::SendBatch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// tern's egress: the lite clip in real time to every receiver, sendmmsg batches.
+    Clip,
+    /// The same datagrams back to back, as fast as one core sends them.
+    Max,
+    /// UDP GSO: several equal segments per message, as fast as one core sends them.
+    Gso,
+}
+
+#[derive(Debug, Parser)]
+#[command(about = "Raw UDP sender over loopback: the physical limit of bench/run.sh")]
+struct Args {
+    /// What to send.
+    #[arg(long, value_enum, default_value_t = Mode::Clip)]
+    mode: Mode,
+    /// Receiver sockets (viewers).
+    #[arg(long, default_value_t = 1000)]
+    receivers: usize,
+    /// Seconds to send (bounded: at most 600).
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Bytes tern adds to each clip payload: RTP header 12, one-byte-header extension
+    /// block with abs-capture-time 16, SRTP AES-GCM tag 16.
+    #[arg(long, default_value_t = 44)]
+    overhead: usize,
+    /// `gso`: segments per message.
+    #[arg(long, default_value_t = 14)]
+    segments: usize,
+    /// `gso`: bytes per segment.
+    #[arg(long, default_value_t = 1200)]
+    size: usize,
+}
+
+/// Run time of the calling thread so far (`/proc/thread-self/schedstat`, first field, ns).
+fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map(Duration::from_nanos)
+        .unwrap_or_default()
+}
+
+/// `Udp: RcvbufErrors` from /proc/net/snmp (the whole network namespace).
+fn rcvbuf_errors() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut lines = s.lines().filter(|l| l.starts_with("Udp:"));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// What the receiver thread counted.
+#[derive(Default)]
+struct Received {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+    cpu_ns: AtomicU64,
+}
+
+const RECV_BATCH: usize = 32;
+
+fn receive(sockets: Vec<UdpSocket>, got: &Received, stop: &AtomicBool) -> Result<(), String> {
+    let mut poll = Poll::new().map_err(|e| e.to_string())?;
+    let fds: Vec<i32> = sockets.iter().map(|s| s.as_raw_fd()).collect();
+    for (i, fd) in fds.iter().enumerate() {
+        poll.registry()
+            .register(&mut mio::unix::SourceFd(fd), Token(i), Interest::READABLE)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut events = Events::with_capacity(1024);
+    let mut bufs: Vec<Vec<u8>> = (0..RECV_BATCH).map(|_| vec![0u8; 2048]).collect();
+    let mut hdrs = MultiHeaders::<()>::preallocate(RECV_BATCH, None);
+    let cpu0 = thread_cpu();
+    while !stop.load(Relaxed) {
+        if poll
+            .poll(&mut events, Some(Duration::from_millis(20)))
+            .is_err()
+        {
+            continue;
+        }
+        for ev in events.iter() {
+            let Some(&fd) = fds.get(ev.token().0) else {
+                continue;
+            };
+            // Edge-triggered: read until a call returns fewer than asked (queue empty).
+            loop {
+                let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+                    .iter_mut()
+                    .map(|b| [IoSliceMut::new(&mut b[..])])
+                    .collect();
+                let Ok(res) =
+                    recvmmsg(fd, &mut hdrs, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)
+                else {
+                    break;
+                };
+                let mut n = 0u64;
+                let mut b = 0u64;
+                for m in res {
+                    n += 1;
+                    b += m.bytes as u64;
+                }
+                got.packets.fetch_add(n, Relaxed);
+                got.bytes.fetch_add(b, Relaxed);
+                if (n as usize) < RECV_BATCH {
+                    break;
+                }
+            }
+        }
+    }
+    got.cpu_ns
+        .store((thread_cpu() - cpu0).as_nanos() as u64, Relaxed);
+    Ok(())
+}
+
+/// Counts of the sending side.
+#[derive(Default)]
+struct Sent {
+    packets: u64,
+    bytes: u64,
+    dropped: u64,
+    calls: u64,
+}
+
+/// One clip packet's datagram: its payload plus `overhead` bytes (a fixed header stand-in).
+fn datagram(payload: &[u8], overhead: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(overhead.min(64), 0x80);
+    out.extend_from_slice(payload);
+    out.resize(payload.len() + overhead, 0);
+}
+
+fn send_clip(
+    sock: &UdpSocket,
+    dests: &[SocketAddr],
+    a: &Args,
+    paced: bool,
+    deadline: Instant,
+) -> Result<Sent, String> {
+    let clip = Arc::new(Clip::builtin_lite().map_err(|e| e.to_string())?);
+    let fd = sock.as_raw_fd();
+    let mut batch = SendBatch::new();
+    let mut sent = Sent::default();
+    let mut dgram = Vec::with_capacity(2048);
+    let mut due: Vec<Vec<u8>> = Vec::new();
+    let start = Instant::now();
+    let mut src = ClipSource::new(clip.clone(), start);
+    // Unpaced: replay the clip's packets in order, as fast as they go out.
+    let mut all: Vec<Vec<u8>> = Vec::new();
+    if !paced {
+        // Polled in 10 ms steps: one late poll would make the source skip ahead.
+        let mut s = ClipSource::new(clip.clone(), start);
+        let mut t = start;
+        while t < start + clip.duration() {
+            t += Duration::from_millis(10);
+            s.poll(t, &mut |mp| {
+                datagram(mp.payload, a.overhead, &mut dgram);
+                all.push(dgram.clone());
+            });
+        }
+    }
+    let mut next = 0usize;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        due.clear();
+        if paced {
+            src.poll(now, &mut |mp| {
+                let mut d = Vec::with_capacity(mp.payload.len() + a.overhead);
+                datagram(mp.payload, a.overhead, &mut d);
+                due.push(d);
+            });
+        } else {
+            // One "frame" of 16 packets at a time, so the deadline is checked often.
+            for _ in 0..16 {
+                if let Some(d) = all.get(next % all.len().max(1)) {
+                    due.push(d.clone());
+                }
+                next += 1;
+            }
+        }
+        for d in &due {
+            for to in dests {
+                if batch.is_full() {
+                    let f = batch.flush(fd);
+                    sent.calls += 1;
+                    sent.packets += f.sent as u64;
+                    sent.bytes += f.bytes as u64;
+                    sent.dropped += f.dropped as u64;
+                }
+                batch.push(d, *to);
+            }
+        }
+        if !batch.is_empty() {
+            let f = batch.flush(fd);
+            sent.calls += 1;
+            sent.packets += f.sent as u64;
+            sent.bytes += f.bytes as u64;
+            sent.dropped += f.dropped as u64;
+        }
+        if paced {
+            let wait = src
+                .poll_timeout()
+                .min(deadline)
+                .saturating_duration_since(Instant::now());
+            std::thread::sleep(wait);
+        }
+    }
+    Ok(sent)
+}
+
+/// Messages per GSO `sendmmsg` call.
+const GSO_BATCH: usize = 64;
+
+fn send_gso(
+    sock: &UdpSocket,
+    dests: &[SocketAddr],
+    a: &Args,
+    deadline: Instant,
+) -> Result<Sent, String> {
+    let fd = sock.as_raw_fd();
+    let seg = u16::try_from(a.size).map_err(|_| "--size too large")?;
+    let msg = vec![0x42u8; a.size * a.segments.max(1)];
+    let addrs: Vec<Option<SockaddrStorage>> = dests
+        .iter()
+        .map(|d| Some(SockaddrStorage::from(*d)))
+        .collect();
+    let mut hdrs =
+        MultiHeaders::<SockaddrStorage>::preallocate(GSO_BATCH, Some(nix::cmsg_space!(u16)));
+    let mut sent = Sent::default();
+    let mut at = 0usize;
+    let cmsgs = [ControlMessage::UdpGsoSegments(&seg)];
+    while Instant::now() < deadline {
+        let iovs: Vec<[IoSlice<'_>; 1]> = (0..GSO_BATCH).map(|_| [IoSlice::new(&msg)]).collect();
+        let to: Vec<Option<SockaddrStorage>> = (0..GSO_BATCH)
+            .map(|i| addrs[(at + i) % addrs.len()])
+            .collect();
+        at = (at + GSO_BATCH) % addrs.len();
+        sent.calls += 1;
+        match sendmmsg(fd, &mut hdrs, &iovs, &to, cmsgs, MsgFlags::empty()) {
+            Ok(res) => {
+                for r in res {
+                    sent.packets += (r.bytes / a.size) as u64;
+                    sent.bytes += r.bytes as u64;
+                }
+            }
+            Err(nix::errno::Errno::EAGAIN) => {
+                sent.dropped += (GSO_BATCH * a.segments) as u64;
+            }
+            Err(e) => return Err(format!("sendmmsg with UDP_SEGMENT: {e} (no GSO here?)")),
+        }
+    }
+    Ok(sent)
+}
+
+fn main() -> std::process::ExitCode {
+    let a = Args::parse();
+    match run(&a) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("udp-blaster: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    if !(a.seconds > 0.0 && a.seconds <= 600.0) || a.receivers == 0 {
+        return Err("--seconds must be in (0, 600] and --receivers at least 1".into());
+    }
+    let mut receivers = Vec::with_capacity(a.receivers);
+    let mut dests = Vec::with_capacity(a.receivers);
+    for _ in 0..a.receivers {
+        let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("receiver socket: {e}"))?;
+        s.set_nonblocking(true).map_err(|e| e.to_string())?;
+        // Room for a GSO burst or a frame's packets while the receiver thread is away.
+        let _ = socket2::SockRef::from(&s).set_recv_buffer_size(1 << 20);
+        dests.push(s.local_addr().map_err(|e| e.to_string())?);
+        receivers.push(s);
+    }
+    // Blocking: when the send buffer is full the sender waits (off CPU) instead of
+    // dropping, so every packet counted was delivered to a receiver socket.
+    let sender = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let _ = socket2::SockRef::from(&sender).set_send_buffer_size(4 << 20);
+    let got = Arc::new(Received::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = {
+        let (got, stop) = (got.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("blaster-recv".into())
+            .spawn(move || receive(receivers, &got, &stop))
+            .map_err(|e| e.to_string())?
+    };
+    let drops0 = rcvbuf_errors();
+    let t0 = Instant::now();
+    let cpu0 = thread_cpu();
+    let deadline = t0 + Duration::from_secs_f64(a.seconds);
+    let sent = match a.mode {
+        Mode::Clip => send_clip(&sender, &dests, a, true, deadline),
+        Mode::Max => send_clip(&sender, &dests, a, false, deadline),
+        Mode::Gso => send_gso(&sender, &dests, a, deadline),
+    };
+    let cpu = thread_cpu() - cpu0;
+    let wall = t0.elapsed();
+    // Let the receiver drain what is in flight, then stop it.
+    let mut last = u64::MAX;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = got.packets.load(Relaxed);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    stop.store(true, Relaxed);
+    let _ = rx.join();
+    let sent = sent?;
+    let drops = match (drops0, rcvbuf_errors()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let cpu_s = cpu.as_secs_f64();
+    let out = serde_json::json!({
+        "mode": format!("{:?}", a.mode).to_lowercase(),
+        "receivers": a.receivers,
+        "seconds": wall.as_secs_f64(),
+        "sent_packets": sent.packets,
+        "sent_bytes": sent.bytes,
+        "mean_datagram_bytes": if sent.packets > 0 { sent.bytes as f64 / sent.packets as f64 } else { 0.0 },
+        "send_refused": sent.dropped,
+        "sendmmsg_calls": sent.calls,
+        "received_packets": got.packets.load(Relaxed),
+        "received_bytes": got.bytes.load(Relaxed),
+        "udp_rcvbuf_errors": drops,
+        "sender_cpu_s": cpu_s,
+        "sender_cpu_share": cpu_s / wall.as_secs_f64(),
+        "packets_per_cpu_s": if cpu_s > 0.0 { sent.packets as f64 / cpu_s } else { 0.0 },
+        "packets_per_s": sent.packets as f64 / wall.as_secs_f64(),
+        "receiver_cpu_s": got.cpu_ns.load(Relaxed) as f64 / 1e9,
+        "overhead_bytes": a.overhead,
+        "gso_segments": if a.mode == Mode::Gso { Some(a.segments) } else { None },
+        "gso_size": if a.mode == Mode::Gso { Some(a.size) } else { None },
+    });
+    println!("{out}");
+    Ok(())
+}
