@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -264,13 +265,19 @@ func (s *server) drop(id string) bool {
 	return ok
 }
 
-// stats reports session counts as JSON, for the benchmark script.
+// stats reports session counts and the Go heap as JSON, for the benchmark scripts.
+// live_bytes is the Go runtime's HeapAlloc (bytes of allocated heap objects, the
+// counterpart of tern's counting allocator; ReadMemStats stops the world briefly, so the
+// scripts read it a few times per run, not per packet).
 func (s *server) stats(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	n := len(s.sessions)
 	s.mu.Unlock()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"sessions":%d,"created":%d,"failed":%d}`+"\n", n, s.created.Load(), s.failed.Load())
+	fmt.Fprintf(w, `{"server":"pion","sessions":%d,"created":%d,"failed":%d,"live_bytes":%d,"heap_sys_bytes":%d}`+"\n",
+		n, s.created.Load(), s.failed.Load(), m.HeapAlloc, m.HeapSys)
 }
 
 // pace writes the samples to track in real time, forever. Sample i is due at start + i*d:

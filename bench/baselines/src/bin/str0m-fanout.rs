@@ -75,6 +75,10 @@ struct Args {
     /// What to send.
     #[arg(long, value_enum, default_value_t = SourceKind::Lite)]
     source: SourceKind,
+    /// Frames per second of the synthetic source (30 as `tern lab`; lower keeps up under
+    /// callgrind, and the cost per packet does not depend on it).
+    #[arg(long, default_value_t = 30)]
+    synthetic_fps: u32,
     /// Exit after this many seconds (0: run until SIGINT/SIGTERM).
     #[arg(long, default_value_t = 0)]
     seconds: u64,
@@ -169,11 +173,12 @@ fn run(args: &Args) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = bounded::<Command>(1024);
     let source = args.source;
+    let fps = u64::from(args.synthetic_fps.clamp(1, 240));
     let media = {
         let (stats, stop) = (stats.clone(), stop.clone());
         std::thread::Builder::new()
             .name("str0m-media".into())
-            .spawn(move || media_loop(socket, local, source, &rx, &stats, &stop))
+            .spawn(move || media_loop(socket, local, (source, fps), &rx, &stats, &stop))
             .map_err(|e| e.to_string())?
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -309,9 +314,10 @@ impl Source {
     }
 }
 
-/// `tern lab`'s synthetic stream: per 1/30 s one frame of 14 x 1188-byte FU-A payloads
+/// `tern lab`'s synthetic stream: per frame (1/30 s by default) of 14 x 1188-byte FU-A payloads
 /// (4 Mbit/s), and 50 x 120-byte audio packets a second (2, 2, 1 per frame).
 struct Synthetic {
+    fps: u64,
     frame: u64,
     video_seq: u64,
     audio_seq: u64,
@@ -357,7 +363,7 @@ impl Synthetic {
                 self.audio_seq += 1;
             }
             self.frame += 1;
-            self.next_at = self.start + Duration::from_micros(self.frame * 1_000_000 / 30);
+            self.next_at = self.start + Duration::from_micros(self.frame * 1_000_000 / self.fps);
         }
     }
 }
@@ -367,7 +373,7 @@ const UDP: Token = Token(0);
 fn media_loop(
     socket: UdpSocket,
     local: SocketAddr,
-    source: SourceKind,
+    (source, fps): (SourceKind, u64),
     rx: &Receiver<Command>,
     stats: &Stats,
     stop: &AtomicBool,
@@ -401,6 +407,7 @@ fn media_loop(
             frame: 0,
             video_seq: 0,
             audio_seq: 0,
+            fps,
             start,
             next_at: start,
         }),
