@@ -128,7 +128,7 @@ if [ -z "${TERN_SUITE_INSIDE:-}" ]; then
         pid=${e#/proc/}
         pid=${pid%/environ}
         [ "$pid" = $$ ] && continue
-        if tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "TERN_SUITE_RUN=$marker"; then
+        if { tr '\0' '\n' <"$e"; } 2>/dev/null | grep -qx "TERN_SUITE_RUN=$marker"; then
             left+=("$pid:$(cat "/proc/$pid/comm" 2>/dev/null)")
         fi
     done

@@ -451,11 +451,7 @@ fn media_loop(
             }
         }
         // Datagrams in: demultiplex by source address once known, else ask each session.
-        loop {
-            let (n, from) = match socket.recv_from(&mut buf) {
-                Ok(x) => x,
-                Err(_) => break,
-            };
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
             let Ok(r) = Receive::new(Protocol::Udp, from, local, &buf[..n]) else {
                 continue;
             };
@@ -611,11 +607,13 @@ fn fan_out(
                 MediaKind::Audio => s.audio,
             };
             let Some((mid, pt)) = target else { continue };
-            let mut ext = ExtensionValues::default();
-            ext.abs_capture_time = Some(AbsCaptureTime {
-                capture_time: wall0 + p.capture.saturating_duration_since(start),
-                clock_offset: None,
-            });
+            let ext = ExtensionValues {
+                abs_capture_time: Some(AbsCaptureTime {
+                    capture_time: wall0 + p.capture.saturating_duration_since(start),
+                    clock_offset: None,
+                }),
+                ..Default::default()
+            };
             let mut api = s.rtc.direct_api();
             let Some(tx) = api.stream_tx_by_mid(mid, None) else {
                 continue;
