@@ -21,7 +21,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -506,88 +505,32 @@ def turn(args):
     return r
 
 
-def api_overhead(bins, n, rounds, win, tmp):
-    """Issue 7: server CPU with and without a /v1/events subscriber plus a /metrics scrape
-    every second, at N viewers, in interleaved windows A (quiet) B (busy) A B ..., per
-    thread group from /proc/PID/task/*/{comm,schedstat}."""
-    s = Server("tern", bins, tmp)
-    try:
-        ramp = n * 2 / 1000.0
-        life = int(ramp + 2 * rounds * win + 20)
-        b = start([bins["tern"], "bench", "-url", s.url, "-n", str(n), "-cint", "2", "-life", str(life),
-                   "-sint", "600000"])
-        time.sleep(ramp + 4)
-        cur = http_json("http://%s/v1/stats/current" % s.http) or {}
-        connected = (cur.get("response") or {}).get("totalConnections")
-        windows = []
-        pid = s.p.pid
-        for _ in range(rounds):
-            for busy in (False, True):
-                sub = None
-                scrapes = [0, 0]
-                stop_scrape = threading.Event()
-                if busy:
-                    js = ("const ws = new WebSocket('ws://%s/v1/events'); let n = 0;"
-                          "ws.onmessage = () => n++;"
-                          "process.on('SIGTERM', () => { console.log(n); process.exit(0); });" % s.http)
-                    sub = start(["node", "--experimental-websocket", "-e", js], out=subprocess.PIPE)
-
-                    def scrape():
-                        while not stop_scrape.wait(1.0 if scrapes[0] else 0.0):
-                            try:
-                                with urllib.request.urlopen("http://%s/metrics" % s.http, timeout=2) as r:
-                                    scrapes[1] += len(r.read())
-                                    scrapes[0] += 1
-                            except Exception:
-                                pass
-                    th = threading.Thread(target=scrape, daemon=True)
-                    time.sleep(0.5)  # the subscriber connects before the window opens
-                    th.start()
-                a = threads(pid)
-                time.sleep(win)
-                z = threads(pid)
-                events = None
-                if busy:
-                    stop_scrape.set()
-                    th.join()
-                    try:
-                        os.killpg(sub.pid, signal.SIGTERM)
-                        o, _ = sub.communicate(timeout=5)
-                        events = int(o.decode().strip() or 0)
-                    except Exception:
-                        pass
-                    stop(sub)
-                g = group_delta(a, z)
-                windows.append({"busy": busy, "groups_cpu_s": g, "total_cpu_s": sum(g.values()),
-                                "scrapes": scrapes[0] if busy else 0,
-                                "metrics_bytes": scrapes[1] if busy else 0, "events": events})
-        stop(b)
-    finally:
-        s.close()
-    http_groups = ("HttpWorker", "tern")  # tokio's workers and the main thread (accept loop)
-    def http_cpu(w):
-        return sum(v for k, v in w["groups_cpu_s"].items() if k in http_groups)
-    qa = [w for w in windows if not w["busy"]]
-    qb = [w for w in windows if w["busy"]]
-    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
-    total_a = mean([w["total_cpu_s"] for w in qa])
-    total_b = mean([w["total_cpu_s"] for w in qb])
-    http_a = mean([http_cpu(w) for w in qa])
-    http_b = mean([http_cpu(w) for w in qb])
-    pairs = [(windows[i + 1]["total_cpu_s"] - windows[i]["total_cpu_s"]) / windows[i]["total_cpu_s"] * 100
-             for i in range(0, len(windows) - 1, 2) if windows[i]["total_cpu_s"]]
-    r = {"viewers": n, "connected": connected, "window_s": win, "rounds": rounds, "windows": windows,
-         "http_thread_groups": list(http_groups),
-         "total_cpu_s_quiet": total_a, "total_cpu_s_busy": total_b,
-         "http_cpu_s_quiet": http_a, "http_cpu_s_busy": http_b,
-         "http_overhead_pct_of_server": (http_b - http_a) / total_a * 100 if total_a else None,
-         "whole_process_overhead_pct": (total_b - total_a) / total_a * 100 if total_a else None,
-         "abab_pair_overheads_pct": pairs,
-         "quiet_window_spread_pct": (max(w["total_cpu_s"] for w in qa) - min(w["total_cpu_s"] for w in qa)) / total_a * 100
-         if total_a and qa else None}
-    log("API overhead at %s viewers: HTTP threads +%.3f s per %d s window = %.2f%% of the server's CPU; whole process %+.2f%% (pairs %s)"
-        % (connected, http_b - http_a, win, r["http_overhead_pct_of_server"] or 0,
-           r["whole_process_overhead_pct"] or 0, ", ".join("%+.1f%%" % x for x in pairs)))
+def api_overhead(n, rounds, win):
+    """Issue 7: bench/api-overhead.sh (server CPU per thread group in interleaved quiet and
+    busy windows: a /v1/events subscriber plus a /metrics scrape every second)."""
+    env = dict(os.environ, ROUNDS=str(rounds), WIN=str(win))
+    out = run(["bash", "bench/api-overhead.sh", str(n)], timeout=n * 2 / 1000 + 2 * rounds * (win + 3) + 120, env=env)
+    r = {"command": "ROUNDS=%d WIN=%d bench/api-overhead.sh %d" % (rounds, win, n), "viewers": n,
+         "rounds": rounds, "window_s": win, "windows": []}
+    m = re.search(r"(\d+) viewers requested, (\d+) connected", out)
+    if m:
+        r["connected"] = int(m.group(2))
+    for kind, rnd, total, media, http, packets, ns in re.findall(
+            r"^(quiet|busy)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)$", out, re.M):
+        r["windows"].append({"kind": kind, "round": int(rnd), "server_cpu_s": float(total),
+                             "media_cpu_s": float(media), "http_cpu_s": float(http),
+                             "packets": int(packets), "media_ns_per_packet": float(ns)})
+    for key, pat in (("http_overhead_pct_of_server", r"attributable overhead .*?: ([+-][\d.]+)%"),
+                     ("media_per_packet_busy_vs_quiet_pct", r"media CPU per packet, busy vs quiet: ([+-][\d.]+)%"),
+                     ("whole_process_overhead_pct", r"whole-process CPU, busy vs quiet \(noisy\): ([+-][\d.]+)%"),
+                     ("metrics_scrape_median_ms", r"GET /metrics wall time: median ([\d.]+) ms")):
+        m = re.search(pat, out)
+        if m:
+            r[key] = float(m.group(1))
+    if "http_overhead_pct_of_server" not in r:
+        raise RuntimeError("api-overhead.sh: no result: " + out[-800:])
+    log("API overhead at %s viewers: HTTP threads %+.3f%% of the server's CPU; whole process %+.2f%%"
+        % (r.get("connected"), r["http_overhead_pct_of_server"], r.get("whole_process_overhead_pct", 0)))
     return r
 
 
@@ -756,7 +699,7 @@ def tables(doc, plot_rel, json_rel):
     ao = doc.get("api_overhead", {})
     if ao:
         L.append("| management overhead: HTTP threads' extra CPU with a `/v1/events` subscriber + `/metrics` each second, share of the server's CPU at %s viewers | ≤ 1 %% | %s %% | | | | |"
-                 % (fnum(ao.get("connected")), fnum(ao.get("http_overhead_pct_of_server"), 2)))
+                 % (fnum(ao.get("connected")), fnum(ao.get("http_overhead_pct_of_server"), 3)))
     L.append("")
     L.append("### WHEP servers under `tern bench` (lite clip, ~94 packets/s per viewer)")
     L.append("")
@@ -798,21 +741,18 @@ def tables(doc, plot_rel, json_rel):
     if ao:
         L.append("### Management API overhead (issue 7), per thread group")
         L.append("")
-        L.append("`tern demo --clip lite` with %s viewers; windows of %d s alternate quiet (A) and busy (B: a WebSocket subscriber on `/v1/events` and `GET /metrics` every second), A B × %d. CPU per thread group from `/proc/PID/task/*/{comm,schedstat}`; the HTTP side is the `%s` threads."
-                 % (fnum(ao.get("connected")), ao["window_s"], ao["rounds"], "`, `".join(ao["http_thread_groups"])))
+        L.append("`%s` (called by the suite): `tern demo --clip lite` with %s viewers connected; windows of %d s alternate quiet and busy (a WebSocket subscriber on `/v1/events` and `GET /metrics` every second), %d rounds. CPU per thread from `/proc/PID/task/*/schedstat`: media threads (`SPICE-*`, `AW-*`, `StreamWorker*`) and HTTP threads (`HttpWorker`) summed apart."
+                 % (ao["command"], fnum(ao.get("connected")), ao["window_s"], ao["rounds"]))
         L.append("")
-        groups = sorted({g for w in ao["windows"] for g in w["groups_cpu_s"]})
-        L.append("| window | " + " | ".join(groups) + " | total | scrapes | events |")
-        L.append("|---|" + "---:|" * (len(groups) + 3))
-        for i, w in enumerate(ao["windows"]):
-            L.append("| %d %s | " % (i + 1, "B" if w["busy"] else "A") + " | ".join(
-                "%.3f" % w["groups_cpu_s"].get(g, 0) for g in groups) + " | %.3f | %s | %s |" % (
-                w["total_cpu_s"], w["scrapes"] if w["busy"] else "", w["events"] if w["busy"] else ""))
+        L.append("| window | round | server CPU s | media CPU s | HTTP CPU s | packets sent | media ns/packet |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        for w in ao["windows"]:
+            L.append("| %s | %d | %.3f | %.3f | %.4f | %s | %.1f |" % (w["kind"], w["round"], w["server_cpu_s"], w["media_cpu_s"],
+                                                                   w["http_cpu_s"], fnum(w["packets"]), w["media_ns_per_packet"]))
         L.append("")
-        L.append("HTTP threads: %.3f s (A) vs %.3f s (B) per window: **%+.2f %% of the server's CPU**; whole process %+.2f %% (A/B pairs: %s; the quiet windows alone spread %.1f %%)."
-                 % (ao["http_cpu_s_quiet"], ao["http_cpu_s_busy"], ao["http_overhead_pct_of_server"] or 0,
-                    ao["whole_process_overhead_pct"] or 0, ", ".join("%+.1f %%" % x for x in ao["abab_pair_overheads_pct"]),
-                    ao["quiet_window_spread_pct"] or 0))
+        L.append("HTTP threads' extra CPU when busy: **%+.3f %% of the server's CPU** (target ≤ 1 %%); media CPU per packet busy vs quiet %+.2f %%; whole process %+.2f %% (noisy); `GET /metrics` median %s ms."
+                 % (ao["http_overhead_pct_of_server"], ao.get("media_per_packet_busy_vs_quiet_pct", 0),
+                    ao.get("whole_process_overhead_pct", 0), fnum(ao.get("metrics_scrape_median_ms"), 1)))
         L.append("")
     return "\n".join(L)
 
@@ -901,7 +841,7 @@ def main():
     raw["gso"] = step("udp-blaster gso", lambda: blaster(bins, "gso", 1000, 3 if q else 5))
     doc["raw_udp"] = raw
     doc["turn"] = step("TURN (bench/turn.sh)", lambda: turn([40, 10, 500] if q else [400, 50, 4000])) or {}
-    doc["api_overhead"] = step("API overhead", lambda: api_overhead(bins, 500 if q else 5000, 1 if q else 3, 5 if q else 10, tmp)) or {}
+    doc["api_overhead"] = step("API overhead (bench/api-overhead.sh)", lambda: api_overhead(500 if q else 5000, 1 if q else 3, 5 if q else 10)) or {}
     # Largest clean N: step each server up from where the matrix left it, within what is
     # left of the suite's 28 minutes (the whole run must stay under 30 with the build).
     if not q:
