@@ -10,6 +10,7 @@
 pub mod h264;
 pub mod ome;
 pub mod rtcp;
+pub mod rtmp;
 pub mod rtp;
 pub mod sdp;
 pub mod srtp;
