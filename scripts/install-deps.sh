@@ -7,10 +7,11 @@
 #
 # Runs as root; as another user it uses sudo for apt-get when sudo is there.
 # What it installs:
-#   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential curl
+#   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential cmake curl
 #                    ca-certificates coturn (each only when its command or package is missing;
 #                    npm only when the installed nodejs does not already ship it; coturn for
-#                    turnutils_uclient, the TURN interop client)
+#                    turnutils_uclient, the TURN interop client; cmake builds the libopus the
+#                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests)
 #   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
 #                    the rustfmt and clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
@@ -59,6 +60,7 @@ need_cmd() { # need_cmd COMMAND PACKAGE
 need_cmd cc build-essential
 need_cmd make build-essential
 need_cmd pkg-config pkg-config
+need_cmd cmake cmake
 need_cmd curl curl
 pkg_installed ca-certificates || missing+=(ca-certificates)
 if [ "$RUST_ONLY" -eq 0 ]; then

@@ -1,5 +1,5 @@
-//! Sans-IO sessions for tern: the lean viewer, the WHIP publisher, the stream ring, the
-//! clip source, the
+//! Sans-IO sessions for tern: the lean viewer, the WHIP publisher, the RTMP publisher (with
+//! its AAC → Opus transcoder), the stream ring, the clip source, the
 //! offer/answer glue and a lean receiving client for tests and load.
 
 #![forbid(unsafe_code)]
@@ -7,8 +7,10 @@
 pub mod client;
 pub mod clip;
 pub mod publisher;
+pub mod rtmp;
 pub mod session;
 pub mod stream;
+pub mod transcode;
 pub mod turn;
 pub mod turn_client;
 pub mod viewer;

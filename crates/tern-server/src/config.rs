@@ -179,6 +179,30 @@ pub struct ServerConfig {
     /// per-core knob: raise it up to the core count when one stream worker is saturated).
     #[serde(default = "default_one")]
     pub stream_worker_count: usize,
+    /// RTMP ingest listener (`--rtmp`), e.g. `"0.0.0.0:1935"`; `"none"` or absent: no RTMP
+    /// listener. Off unless asked for, so that several tern processes (tests, a demo beside
+    /// a server) never fight over port 1935.
+    #[serde(default, deserialize_with = "de_rtmp")]
+    pub rtmp: Option<SocketAddr>,
+}
+
+/// The RTMP port publishers expect when none is given (`--rtmp` without a value).
+pub const DEFAULT_RTMP: SocketAddr =
+    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 1935);
+
+/// Parses an RTMP listener setting: `none` (off) or a socket address.
+pub fn parse_rtmp(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("`{s}` is neither `none` nor an address like 0.0.0.0:1935"))
+}
+
+fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_rtmp(&s).map_err(serde::de::Error::custom)
 }
 
 fn default_one() -> usize {
@@ -206,6 +230,7 @@ impl Default for ServerConfig {
             worker_count: 1,
             app_worker_count: 1,
             stream_worker_count: 1,
+            rtmp: None,
         }
     }
 }
@@ -493,5 +518,16 @@ mod tests {
         let app = c.app("live").expect("valid");
         assert_eq!(app.token.as_deref(), Some("s3cret"));
         assert_eq!(app.streams, vec!["idle".to_string()]);
+    }
+
+    #[test]
+    fn rtmp_listener() {
+        assert_eq!(Config::default().server.rtmp, None);
+        let c = Config::parse("[server]\nrtmp = \"127.0.0.1:1936\"\n", "x.toml").expect("valid");
+        assert_eq!(c.server.rtmp, Some(SocketAddr::from(([127, 0, 0, 1], 1936))));
+        let c = Config::parse("[server]\nrtmp = \"none\"\n", "x.toml").expect("valid");
+        assert_eq!(c.server.rtmp, None);
+        let e = Config::parse("[server]\nrtmp = \"yes\"\n", "x.toml").expect_err("bad");
+        assert!(e.to_string().contains("rtmp"), "{e}");
     }
 }

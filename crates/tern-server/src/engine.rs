@@ -29,7 +29,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use mio::{Events, Poll, Token, Waker};
 
 use crate::batch::SendBatch;
-use crate::ingest::{AddError, Ingest, IngestOutput, PublisherId};
+use crate::ingest::{AddError, Ingest, IngestOutput, PublisherId, RtmpCommand};
 use crate::socket::{Route, SocketLink, SocketWorker};
 use tern_pool::{Buf, BufferPool, CountingAlloc, PoolCounter};
 use tern_proto::rtp;
@@ -131,8 +131,10 @@ pub enum Command {
         /// Its id, or why not.
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
     },
-    /// End a publisher (WHIP DELETE).
+    /// End a publisher (WHIP DELETE, RTMP connection closed, kick).
     RemovePublisher(PublisherId),
+    /// An RTMP connection's request (take a stream's publisher slot, or media).
+    Rtmp(RtmpCommand),
     /// ICE restart with new credentials.
     RestartIce {
         /// The viewer.
@@ -538,6 +540,7 @@ impl EngineHandle {
             Command::RemoveViewer(id) | Command::RestartIce { id, .. } => id.worker(),
             Command::AddPublisher { stream, .. } => stream % self.apps,
             Command::RemovePublisher(id) => id.stream % self.apps,
+            Command::Rtmp(c) => c.stream() % self.apps,
             Command::Shutdown => {
                 for h in self.hosts.iter() {
                     let _ = h.ctl(Ctl::Cmd(Command::Shutdown));
@@ -1123,6 +1126,17 @@ impl Worker {
                 }
                 let _ = reply.send(res);
             }
+            Command::Rtmp(cmd) => {
+                let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
+                let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
+                if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
+                    self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+                    self.publisher_ids[s] = Some(id.serial);
+                    let key = &self.streams[s].key;
+                    self.stats.snapshots.publisher_joined(id.serial, key, "rtmp");
+                }
+                self.apply_ingest(now, out);
+            }
             Command::RemovePublisher(id) => {
                 let mut out = Vec::new();
                 self.ingest.remove(id, &mut out);
@@ -1591,9 +1605,10 @@ impl Worker {
                     if let Some(l) = self.stats.live.get(stream) {
                         l.store(true, Ordering::Relaxed);
                     }
+                    let kind = self.ingest.kind_name(stream);
                     self.stats
                         .snapshots
-                        .stream_state(&self.streams[stream].key, "whip", true);
+                        .stream_state(&self.streams[stream].key, kind, true);
                     if let Some(id) = self.publisher_ids[stream] {
                         self.stats.snapshots.publisher_live(id);
                     }

@@ -1,5 +1,7 @@
-//! Ingest inside the media engine: WHIP publisher sessions on the shared media port, and the
-//! rewriting that keeps each stream continuous for its viewers across publishers.
+//! Ingest inside the media engine: WHIP publisher sessions on the shared media port, RTMP
+//! publishers (whose connections run on their own threads, see [`crate::rtmp`], and whose
+//! commands arrive through [`Ingest::rtmp`]), and the rewriting that keeps each stream
+//! continuous for its viewers across publishers of either kind.
 //!
 //! A stream has at most one publisher. Its packets are renumbered into the stream's own
 //! sequence and timestamp space, so when a publisher leaves and another arrives the viewers
@@ -8,11 +10,14 @@
 //! publisher's first keyframe, which is requested at once.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tern_proto::h264;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
+use tokio::sync::oneshot;
 
 /// Keyframe requests to a publisher are coalesced to one per this interval.
 const PLI_INTERVAL: Duration = Duration::from_millis(500);
@@ -32,6 +37,39 @@ pub enum AddError {
     /// The stream already has a publisher or is fed by a built-in source.
     #[error("stream already has a publisher")]
     Busy,
+}
+
+/// What an RTMP connection ([`crate::rtmp`], on its own thread) asks of the engine, which
+/// hands it to [`Ingest::rtmp`].
+#[derive(Debug)]
+pub enum RtmpCommand {
+    /// Take stream `stream`'s publisher slot; `closed` is set when the engine ends the
+    /// publisher (kick, shutdown) and the connection then closes.
+    Add {
+        /// Stream index.
+        stream: usize,
+        /// Set by the engine when the publisher is removed.
+        closed: Arc<AtomicBool>,
+        /// Its id, or why not.
+        reply: oneshot::Sender<Result<PublisherId, AddError>>,
+    },
+    /// Media from the publisher, in its own numbering, in order.
+    Media {
+        /// The publisher.
+        id: PublisherId,
+        /// Its packets.
+        packets: Vec<IngestPacket>,
+    },
+}
+
+impl RtmpCommand {
+    /// The stream it concerns.
+    pub fn stream(&self) -> usize {
+        match self {
+            RtmpCommand::Add { stream, .. } => *stream,
+            RtmpCommand::Media { id, .. } => id.stream,
+        }
+    }
 }
 
 /// One kind's mapping from the publisher's numbering to the stream's.
@@ -83,9 +121,16 @@ struct StreamMap {
     au_start: bool,
 }
 
+/// A publisher's session: WHIP ones run here, RTMP ones on their connection's thread.
+enum Session {
+    Whip(Box<Publisher>),
+    /// Set when the engine ends the publisher (kick, shutdown): the connection closes.
+    Rtmp(Arc<AtomicBool>),
+}
+
 struct PubSlot {
     id: PublisherId,
-    session: Publisher,
+    session: Session,
     timeout: Option<Instant>,
     last_pli: Option<Instant>,
     live: bool,
@@ -137,8 +182,54 @@ impl Ingest {
         self.slots.iter().flatten().count()
     }
 
-    /// Installs a publisher on a stream.
+    /// Installs a WHIP publisher on a stream.
     pub fn add(&mut self, stream: usize, session: Publisher) -> Result<PublisherId, AddError> {
+        self.install(stream, Session::Whip(Box::new(session)))
+    }
+
+    /// Carries out an RTMP connection's command on the engine thread; `free` says whether
+    /// the command's stream may take a publisher (this worker's, not a built-in source).
+    /// Returns the new publisher when one was installed.
+    pub fn rtmp(
+        &mut self,
+        cmd: RtmpCommand,
+        free: bool,
+        now: Instant,
+        out: &mut Vec<IngestOutput>,
+    ) -> Option<PublisherId> {
+        match cmd {
+            RtmpCommand::Add {
+                stream,
+                closed,
+                reply,
+            } => {
+                let res = if free {
+                    self.install(stream, Session::Rtmp(closed))
+                } else {
+                    Err(AddError::Busy)
+                };
+                let _ = reply.send(res);
+                res.ok()
+            }
+            RtmpCommand::Media { id, packets } => {
+                self.push_rtmp(id, now, packets, out);
+                None
+            }
+        }
+    }
+
+    /// `"whip"` or `"rtmp"`: the kind of the stream's publisher, for snapshots.
+    pub fn kind_name(&self, stream: usize) -> &'static str {
+        match self.slots.get(stream) {
+            Some(Some(PubSlot {
+                session: Session::Rtmp(_),
+                ..
+            })) => "rtmp",
+            _ => "whip",
+        }
+    }
+
+    fn install(&mut self, stream: usize, session: Session) -> Result<PublisherId, AddError> {
         let slot = self.slots.get_mut(stream).ok_or(AddError::Busy)?;
         if slot.is_some() {
             return Err(AddError::Busy);
@@ -171,13 +262,17 @@ impl Ingest {
         if slot.as_ref().is_none_or(|s| s.id != id) {
             return false;
         }
-        if let Some(mut s) = slot.take() {
-            s.session.close();
-            s.session.poll(&mut |e| {
-                if let PublisherEvent::Transmit(to, d) = e {
-                    out.push(IngestOutput::Transmit(to, d));
-                }
-            });
+        match slot.take().map(|s| s.session) {
+            Some(Session::Whip(mut session)) => {
+                session.close();
+                session.poll(&mut |e| {
+                    if let PublisherEvent::Transmit(to, d) = e {
+                        out.push(IngestOutput::Transmit(to, d));
+                    }
+                });
+            }
+            Some(Session::Rtmp(closed)) => closed.store(true, Ordering::Relaxed),
+            None => {}
         }
         out.push(IngestOutput::Gone(id.stream));
         true
@@ -192,10 +287,14 @@ impl Ingest {
         buf: &[u8],
         out: &mut Vec<IngestOutput>,
     ) -> bool {
-        let Some(Some(s)) = self.slots.get_mut(stream) else {
+        let Some(Some(PubSlot {
+            session: Session::Whip(w),
+            ..
+        })) = self.slots.get_mut(stream)
+        else {
             return false;
         };
-        let ok = s.session.handle_input(now, from, buf);
+        let ok = w.handle_input(now, from, buf);
         self.drain(stream, now, out);
         ok
     }
@@ -208,21 +307,29 @@ impl Ingest {
     /// Runs due timers.
     pub fn handle_timeouts(&mut self, now: Instant, out: &mut Vec<IngestOutput>) {
         for i in 0..self.slots.len() {
-            let due = self.slots[i]
-                .as_ref()
-                .is_some_and(|s| s.timeout.is_none_or(|t| t <= now));
+            let due = self.slots[i].as_ref().is_some_and(|s| {
+                matches!(s.session, Session::Whip(_)) && s.timeout.is_none_or(|t| t <= now)
+            });
             if due {
-                if let Some(s) = self.slots[i].as_mut() {
-                    s.session.handle_timeout(now);
+                if let Some(PubSlot {
+                    session: Session::Whip(w),
+                    ..
+                }) = self.slots[i].as_mut()
+                {
+                    w.handle_timeout(now);
                 }
                 self.drain(i, now, out);
             }
         }
     }
 
-    /// Asks a stream's publisher for a keyframe, at most once per [`PLI_INTERVAL`].
+    /// Asks a stream's publisher for a keyframe, at most once per [`PLI_INTERVAL`]. (RTMP
+    /// has no way to ask: an RTMP publisher's viewers wait for its next GOP.)
     pub fn request_keyframe(&mut self, stream: usize, now: Instant, out: &mut Vec<IngestOutput>) {
         let Some(Some(s)) = self.slots.get_mut(stream) else {
+            return;
+        };
+        let Session::Whip(w) = &mut s.session else {
             return;
         };
         if s.last_pli
@@ -231,55 +338,53 @@ impl Ingest {
             return;
         }
         s.last_pli = Some(now);
-        s.session.request_keyframe();
+        w.request_keyframe();
         self.drain(stream, now, out);
+    }
+
+    /// Forwards an RTMP publisher's packets (from [`crate::rtmp`]) through the same
+    /// keyframe wait and rewriting as WHIP packets. Returns false if `id` is no longer the
+    /// stream's publisher (it was kicked, or its packets arrived late).
+    fn push_rtmp(
+        &mut self,
+        id: PublisherId,
+        now: Instant,
+        packets: Vec<IngestPacket>,
+        out: &mut Vec<IngestOutput>,
+    ) -> bool {
+        let Some(Some(s)) = self.slots.get_mut(id.stream) else {
+            return false;
+        };
+        if s.id != id || !matches!(s.session, Session::Rtmp(_)) {
+            return false;
+        }
+        let map = &mut self.maps[id.stream];
+        for p in packets {
+            forward(map, &mut s.live, id.stream, p, now, out);
+        }
+        true
     }
 
     fn drain(&mut self, stream: usize, now: Instant, out: &mut Vec<IngestOutput>) {
         let Some(Some(s)) = self.slots.get_mut(stream) else {
             return;
         };
+        let Session::Whip(w) = &mut s.session else {
+            return;
+        };
         let map = &mut self.maps[stream];
         let mut closed = false;
         let mut want_key = false;
         let live = &mut s.live;
-        s.timeout = s.session.poll(&mut |e| match e {
+        s.timeout = w.poll(&mut |e| match e {
             PublisherEvent::Transmit(to, d) => out.push(IngestOutput::Transmit(to, d)),
             PublisherEvent::Connected => {}
             PublisherEvent::Closed => closed = true,
             PublisherEvent::Packet(p) => {
-                let mut keyframe = false;
-                if p.kind == MediaKind::Video {
-                    let start = map.au_start;
-                    map.au_start = p.marker;
-                    keyframe = start && h264::is_keyframe(&p.payload);
-                    if map.wait_keyframe {
-                        if !keyframe {
-                            want_key = true;
-                            return;
-                        }
-                        map.wait_keyframe = false;
-                    }
-                }
-                if !*live {
-                    *live = true;
-                    out.push(IngestOutput::Live(stream));
-                }
-                let km = match p.kind {
-                    MediaKind::Video => &mut map.video,
-                    MediaKind::Audio => &mut map.audio,
-                };
-                let (seq, ts) = km.map(&p, now);
-                out.push(IngestOutput::Media {
-                    stream,
-                    packet: p,
-                    seq,
-                    ts,
-                    keyframe,
-                });
+                want_key |= !forward(map, live, stream, p, now, out);
             }
         });
-        if s.session.is_closed() {
+        if w.is_closed() {
             closed = true;
         }
         if closed {
@@ -289,4 +394,46 @@ impl Ingest {
             self.request_keyframe(stream, now, out);
         }
     }
+}
+
+/// Sends one publisher packet on: video waits for a keyframe after a publisher change,
+/// the first packet makes the stream live, and the numbering is mapped into the stream's.
+/// Returns false when the packet was dropped while waiting for a keyframe.
+fn forward(
+    map: &mut StreamMap,
+    live: &mut bool,
+    stream: usize,
+    p: IngestPacket,
+    now: Instant,
+    out: &mut Vec<IngestOutput>,
+) -> bool {
+    let mut keyframe = false;
+    if p.kind == MediaKind::Video {
+        let start = map.au_start;
+        map.au_start = p.marker;
+        keyframe = start && h264::is_keyframe(&p.payload);
+        if map.wait_keyframe {
+            if !keyframe {
+                return false;
+            }
+            map.wait_keyframe = false;
+        }
+    }
+    if !*live {
+        *live = true;
+        out.push(IngestOutput::Live(stream));
+    }
+    let km = match p.kind {
+        MediaKind::Video => &mut map.video,
+        MediaKind::Audio => &mut map.audio,
+    };
+    let (seq, ts) = km.map(&p, now);
+    out.push(IngestOutput::Media {
+        stream,
+        packet: p,
+        seq,
+        ts,
+        keyframe,
+    });
+    true
 }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine;
 pub mod ingest;
 pub mod ome;
+pub mod rtmp;
 pub mod snapshot;
 mod socket;
 pub mod turn;
@@ -68,6 +69,8 @@ pub struct ServeOptions {
     pub candidate: Option<IpAddr>,
     /// `--config`.
     pub config: Option<PathBuf>,
+    /// `--rtmp` (`Some(None)`: `--rtmp none`), overriding the config.
+    pub rtmp: Option<Option<SocketAddr>>,
     /// Serve the built-in clip as `live/demo`.
     pub demo: bool,
     /// Which built-in clip `demo` serves.
@@ -112,6 +115,9 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     }
     if let Some(ip) = opts.candidate {
         cfg.server.candidate = Some(ip);
+    }
+    if let Some(r) = opts.rtmp {
+        cfg.server.rtmp = r;
     }
     if let Some(a) = opts.turn {
         cfg.turn.listen = Some(a);
@@ -223,6 +229,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     };
     let links = turn.as_ref().map(|(_, l)| l.clone());
     let http = cfg.server.http;
+    let rtmp_bind = cfg.server.rtmp;
+    let max_payload = cfg.tunables.max_payload;
     let state = Arc::new(
         AppState::new(
             cfg,
@@ -234,6 +242,19 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         )
         .with_turn(links),
     );
+    let rtmp = match rtmp_bind {
+        Some(addr) => Some(
+            rtmp::RtmpServer::spawn(addr, state.clone(), max_payload).map_err(|source| {
+                ServeError::Bind {
+                    what: "RTMP",
+                    addr,
+                    source,
+                }
+            })?,
+        ),
+        None => None,
+    };
+    let rtmp_addr = rtmp.as_ref().map(|r| r.addr);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("HttpWorker")
@@ -248,13 +269,16 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
                 addr: http,
                 source,
             })?;
-        info!(%http, media = %media_addr, %candidate_ip, "tern listening");
+        info!(%http, media = %media_addr, rtmp = ?rtmp_addr, %candidate_ip, "tern listening");
         let app = whep::router(state);
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())
             .await
             .map_err(|e| ServeError::Other(format!("http server: {e}")))
     });
+    if let Some(r) = rtmp {
+        r.stop();
+    }
     handle.stop_all();
     engine_threads.join();
     if let Some((t, _)) = turn {

@@ -74,6 +74,12 @@ struct ServeArgs {
     /// TOML configuration file
     #[arg(long)]
     config: Option<PathBuf>,
+    /// RTMP ingest listener, or `none`; `--rtmp` alone listens on 0.0.0.0:1935
+    /// [default: none, or `server.rtmp` in the config]
+    #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
+          default_missing_value = "0.0.0.0:1935",
+          value_parser = parse_rtmp)]
+    rtmp: Option<RtmpBind>,
     /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)
     #[arg(long, value_enum, default_value_t = tern_server::DemoClip::Standard)]
     clip: tern_server::DemoClip,
@@ -98,6 +104,14 @@ struct ServeArgs {
     /// Stream workers: per-viewer SRTP and sends (StreamWorkerCount; 0 = app workers send) [default: 1]
     #[arg(long, value_name = "N")]
     stream_worker_count: Option<usize>,
+}
+
+/// `--rtmp ADDR|none`.
+#[derive(Clone)]
+struct RtmpBind(Option<SocketAddr>);
+
+fn parse_rtmp(s: &str) -> Result<RtmpBind, String> {
+    tern_server::config::parse_rtmp(s).map(RtmpBind)
 }
 
 fn main() -> ExitCode {
@@ -156,6 +170,7 @@ fn main() -> ExitCode {
         media: args.media,
         candidate: args.candidate,
         config: args.config,
+        rtmp: args.rtmp.map(|r| r.0),
         demo,
         clip: args.clip,
         turn: args.turn,

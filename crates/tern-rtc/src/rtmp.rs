@@ -1,0 +1,482 @@
+//! The RTMP publisher session: an RTMP connection in, RTP-ready media packets out.
+//!
+//! [`RtmpPublisher`] wraps [`tern_proto::rtmp::ServerSession`] (handshake, chunks, the
+//! `connect`/`publish` flow) and turns the media it reports into [`IngestPacket`]s, the
+//! same packets a WHIP publisher produces, so the server's ingest path treats both alike:
+//!
+//! * video: AVC sequence headers give the SPS/PPS; each AVC frame becomes RTP payloads
+//!   (RFC 6184 mode 1, SPS/PPS in a STAP-A in front of keyframes) with the RTP timestamp
+//!   PTS × 90 (PTS = RTMP timestamp + composition time, in ms);
+//! * audio: AAC frames are transcoded to 20 ms Opus frames ([`crate::transcode`]) with the
+//!   RTP timestamp RTMP ms × 48 at the start of the audio, advancing by samples.
+//!
+//! Both timestamps count from the same RTMP epoch, and every packet carries a capture time
+//! on one NTP timeline (`now` at the first media message + media time), so the sender
+//! reports of the two tracks agree and the viewer's player keeps lip sync.
+//!
+//! Sans-IO: bytes in with [`RtmpPublisher::receive`], bytes out with
+//! [`RtmpPublisher::take_output`]; the caller passes the time.
+
+use std::sync::Arc;
+
+use tern_proto::rtmp::flv::{AudioTag, AvcPacketType, AvcRtp, FlvError, VideoTag};
+use tern_proto::rtmp::{Event, RtmpError, ServerSession};
+use thiserror::Error;
+
+use crate::clip::MediaKind;
+use crate::publisher::IngestPacket;
+use crate::transcode::{AacToOpus, TranscodeError};
+
+/// Why an RTMP publisher must be disconnected.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum RtmpIngestError {
+    /// The RTMP connection itself is malformed.
+    #[error(transparent)]
+    Rtmp(#[from] RtmpError),
+    /// A malformed or unsupported audio/video tag.
+    #[error(transparent)]
+    Flv(#[from] FlvError),
+    /// The audio could not be transcoded.
+    #[error(transparent)]
+    Transcode(#[from] TranscodeError),
+}
+
+/// What the caller must act on.
+#[derive(Debug)]
+pub enum RtmpEvent {
+    /// `connect` with the application (may carry `?query`) and tcUrl.
+    Connect {
+        /// The `app` property.
+        app: String,
+        /// The `tcUrl` property.
+        tc_url: Option<String>,
+    },
+    /// `publish`: answer with [`RtmpPublisher::accept_publish`] or
+    /// [`RtmpPublisher::reject_publish`].
+    Publish {
+        /// The publishing name (stream key, may carry `?query`).
+        name: String,
+    },
+    /// A media packet, numbered in this publisher's own sequence and timestamp space.
+    Packet(IngestPacket),
+    /// The client stopped publishing.
+    Unpublish,
+}
+
+/// Extends 32-bit RTMP millisecond timestamps (they wrap after ~49.7 days); a timestamp
+/// slightly behind the last one stays behind rather than jumping 49 days ahead.
+#[derive(Debug, Default)]
+struct Unwrap {
+    last: Option<(u32, i64)>,
+}
+
+impl Unwrap {
+    fn extend(&mut self, ts: u32) -> i64 {
+        let ext = match self.last {
+            None => i64::from(ts),
+            Some((raw, ext)) => ext + i64::from(ts.wrapping_sub(raw) as i32),
+        };
+        self.last = Some((ts, ext));
+        ext
+    }
+}
+
+/// One RTMP publisher.
+#[derive(Debug)]
+pub struct RtmpPublisher {
+    session: ServerSession,
+    avc: AvcRtp,
+    audio: Option<AacToOpus>,
+    video_seq: u64,
+    audio_seq: u64,
+    /// One unwrapper for both tracks: they share the RTMP clock.
+    clock: Unwrap,
+    /// NTP time of media time 0 (set at the first media message).
+    ntp_base: Option<u64>,
+    video_frames: u64,
+}
+
+/// `units` of a `rate` Hz clock as 64-bit NTP duration.
+fn ntp_of(units: i64, rate: u32) -> i64 {
+    ((i128::from(units) << 32) / i128::from(rate)) as i64
+}
+
+impl RtmpPublisher {
+    /// A new connection; `seed` fills the handshake's random bytes, `max_payload` caps RTP
+    /// payloads.
+    pub fn new(seed: u64, max_payload: usize) -> Self {
+        RtmpPublisher {
+            session: ServerSession::new(seed),
+            avc: AvcRtp::new(max_payload),
+            audio: None,
+            video_seq: 0,
+            audio_seq: 0,
+            clock: Unwrap::default(),
+            ntp_base: None,
+            video_frames: 0,
+        }
+    }
+
+    /// Bytes to send to the client; empties the buffer.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        self.session.take_output()
+    }
+
+    /// Whether a publish was accepted and is going on.
+    pub fn is_publishing(&self) -> bool {
+        self.session.is_publishing()
+    }
+
+    /// Video frames and (AAC in, Opus out) audio frames handled so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let (a, o) = self.audio.as_ref().map_or((0, 0), AacToOpus::counts);
+        (self.video_frames, a, o)
+    }
+
+    /// Accepts the pending publish (`NetStream.Publish.Start`).
+    pub fn accept_publish(&mut self) -> Result<(), RtmpError> {
+        self.session.accept_publish()
+    }
+
+    /// Refuses the pending publish with an error status; close after sending the output.
+    pub fn reject_publish(&mut self, code: &str, description: &str) -> Result<(), RtmpError> {
+        self.session.reject_publish(code, description)
+    }
+
+    /// Feeds bytes from the socket at `now_ntp` (64-bit NTP time). After an error, close
+    /// the connection.
+    pub fn receive(
+        &mut self,
+        now_ntp: u64,
+        data: &[u8],
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<(), RtmpIngestError> {
+        let mut events = Vec::new();
+        let res = self.session.receive(data, &mut |e| events.push(e));
+        for e in events {
+            match e {
+                Event::Connect { app, tc_url } => ev(RtmpEvent::Connect { app, tc_url }),
+                Event::Publish { name } => ev(RtmpEvent::Publish { name }),
+                Event::Unpublish => ev(RtmpEvent::Unpublish),
+                Event::Video { timestamp, data } => self.video(now_ntp, timestamp, &data, ev)?,
+                Event::Audio { timestamp, data } => self.audio(now_ntp, timestamp, &data, ev)?,
+            }
+        }
+        Ok(res?)
+    }
+
+    /// Capture time of media time `units` at `rate` Hz.
+    fn capture(&mut self, now_ntp: u64, ms: i64, units: i64, rate: u32) -> u64 {
+        let base = *self
+            .ntp_base
+            .get_or_insert_with(|| (now_ntp as i64).wrapping_sub(ntp_of(ms, 1000)) as u64);
+        (base as i64).wrapping_add(ntp_of(units, rate)) as u64
+    }
+
+    fn video(
+        &mut self,
+        now_ntp: u64,
+        timestamp: u32,
+        data: &[u8],
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<(), RtmpIngestError> {
+        let tag = VideoTag::parse(data)?;
+        match tag.packet_type {
+            AvcPacketType::SequenceHeader => self.avc.set_config(tag.body)?,
+            AvcPacketType::EndOfSequence => {}
+            AvcPacketType::Nalu => {
+                let dts = self.clock.extend(timestamp);
+                let pts = (dts + i64::from(tag.composition_time)).max(0);
+                let rtp_ts = pts * 90;
+                let capture_ntp = Some(self.capture(now_ntp, dts, rtp_ts, 90_000));
+                let mut packets = Vec::new();
+                self.avc.frame(tag.body, &mut |payload, last| {
+                    packets.push((Arc::<[u8]>::from(payload), last));
+                })?;
+                if !packets.is_empty() {
+                    self.video_frames += 1;
+                }
+                for (payload, marker) in packets {
+                    let seq = self.video_seq;
+                    self.video_seq += 1;
+                    ev(RtmpEvent::Packet(IngestPacket {
+                        kind: MediaKind::Video,
+                        seq,
+                        rtp_ts: rtp_ts as u64,
+                        marker,
+                        payload,
+                        capture_ntp,
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn audio(
+        &mut self,
+        now_ntp: u64,
+        timestamp: u32,
+        data: &[u8],
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<(), RtmpIngestError> {
+        let tag = AudioTag::parse(data)?;
+        if tag.sequence_header {
+            self.audio = Some(AacToOpus::new(tag.body)?);
+            return Ok(());
+        }
+        let ms = self.clock.extend(timestamp);
+        let Some(t) = self.audio.as_mut() else {
+            // Raw AAC before its sequence header cannot be decoded.
+            return Ok(());
+        };
+        let mut frames = Vec::new();
+        t.push(tag.body, ms.max(0) as u64, &mut |p, ts| {
+            frames.push((Arc::<[u8]>::from(p), ts));
+        })?;
+        for (payload, ts) in frames {
+            let capture_ntp = Some(self.capture(now_ntp, ms, ts as i64, 48_000));
+            let seq = self.audio_seq;
+            self.audio_seq += 1;
+            ev(RtmpEvent::Packet(IngestPacket {
+                kind: MediaKind::Audio,
+                seq,
+                rtp_ts: ts,
+                marker: false,
+                payload,
+                capture_ntp,
+            }));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tern_proto::h264;
+    use tern_proto::rtmp::amf0::{self, Value, object};
+    use tern_proto::rtmp::chunk::ChunkWriter;
+    use tern_proto::rtmp::{HANDSHAKE_SIZE, MSG_AUDIO, MSG_COMMAND_AMF0, MSG_VIDEO, VERSION};
+
+    const SAMPLE: &[u8] = include_bytes!("../../../assets/rtmp/sample.flv");
+
+    /// The tags of an FLV file: (type, timestamp ms, body).
+    fn flv_tags(mut f: &[u8]) -> Vec<(u8, u32, &[u8])> {
+        assert_eq!(&f[..3], b"FLV");
+        let header = u32::from_be_bytes([f[5], f[6], f[7], f[8]]) as usize;
+        f = &f[header + 4..];
+        let mut tags = Vec::new();
+        while f.len() >= 11 {
+            let size = (usize::from(f[1]) << 16) | (usize::from(f[2]) << 8) | usize::from(f[3]);
+            let ts = u32::from_be_bytes([f[7], f[4], f[5], f[6]]);
+            tags.push((f[0], ts, &f[11..11 + size]));
+            f = &f[11 + size + 4..];
+        }
+        tags
+    }
+
+    fn command(w: &mut ChunkWriter, stream: u32, vals: &[Value], out: &mut Vec<u8>) {
+        let mut body = Vec::new();
+        for v in vals {
+            amf0::encode(v, &mut body).expect("encode");
+        }
+        w.write(3, 0, MSG_COMMAND_AMF0, stream, &body, out)
+            .expect("write");
+    }
+
+    /// Goertzel power of `freq` in `x` relative to the signal's total power.
+    fn tone_share(x: &[f32], freq: f32, rate: f32) -> f32 {
+        let k = 2.0 * (2.0 * std::f32::consts::PI * freq / rate).cos();
+        let (mut s1, mut s2) = (0.0f32, 0.0f32);
+        for &v in x {
+            let s = v + k * s1 - s2;
+            s2 = s1;
+            s1 = s;
+        }
+        let p = s1 * s1 + s2 * s2 - k * s1 * s2;
+        let total: f32 = x.iter().map(|v| v * v).sum::<f32>() * x.len() as f32 / 2.0;
+        p / total.max(1e-9)
+    }
+
+    /// The sample FLV pushed over a scripted RTMP connection: H264 comes out as RTP with
+    /// keyframes led by SPS/PPS, AAC comes out as Opus that decodes back to the 440 Hz
+    /// sine, and the two tracks' timestamps and capture times agree.
+    #[test]
+    fn sample_flv_becomes_rtp() {
+        let mut p = RtmpPublisher::new(3, 1200);
+        let mut input = vec![VERSION];
+        input.extend([0u8; 2 * HANDSHAKE_SIZE]);
+        let mut w = ChunkWriter::new();
+        command(
+            &mut w,
+            0,
+            &[
+                Value::String("connect".into()),
+                Value::Number(1.0),
+                object([("app", Value::String("live".into()))]),
+            ],
+            &mut input,
+        );
+        command(
+            &mut w,
+            1,
+            &[
+                Value::String("publish".into()),
+                Value::Number(0.0),
+                Value::Null,
+                Value::String("cam".into()),
+            ],
+            &mut input,
+        );
+        let mut events = Vec::new();
+        p.receive(1 << 40, &input, &mut |e| events.push(e))
+            .expect("connect + publish");
+        assert!(matches!(events.last(), Some(RtmpEvent::Publish { name }) if name == "cam"));
+        p.accept_publish().expect("accept");
+        assert!(p.is_publishing());
+
+        let mut packets = Vec::new();
+        let mut bytes = Vec::new();
+        for (ty, ts, body) in flv_tags(SAMPLE) {
+            let (csid, mt) = match ty {
+                8 => (4, MSG_AUDIO),
+                9 => (6, MSG_VIDEO),
+                _ => continue,
+            };
+            w.write(csid, ts, mt, 1, body, &mut bytes).expect("write");
+        }
+        // Fed in uneven pieces, as a socket would.
+        for piece in bytes.chunks(1000) {
+            p.receive(1 << 40, piece, &mut |e| {
+                if let RtmpEvent::Packet(pk) = e {
+                    packets.push(pk);
+                }
+            })
+            .expect("media");
+        }
+        let video: Vec<&IngestPacket> = packets.iter().filter(|p| p.kind == MediaKind::Video).collect();
+        let audio: Vec<&IngestPacket> = packets.iter().filter(|p| p.kind == MediaKind::Audio).collect();
+        let (frames, aac, opus) = p.counts();
+        assert_eq!(frames, 30, "2 s at 15 fps");
+        assert_eq!(video.iter().filter(|p| p.marker).count(), 30);
+        // Every keyframe starts with a STAP-A holding the SPS and PPS.
+        let mut au_start = true;
+        let mut keyframes = 0;
+        for v in &video {
+            if au_start && h264::is_keyframe(&v.payload) {
+                keyframes += 1;
+                assert_eq!(h264::nal_type(&v.payload), h264::NAL_STAP_A);
+            }
+            au_start = v.marker;
+            assert!(v.payload.len() <= 1200);
+        }
+        assert_eq!(keyframes, 2);
+        // Sequence numbers are dense, video timestamps step by 90 kHz / 15 fps.
+        assert!(video.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+        // (FLV timestamps are whole ms: 1/15 s steps are 66 or 67 ms, ±90 around 6000.)
+        let ts: Vec<u64> = video.iter().filter(|p| p.marker).map(|p| p.rtp_ts).collect();
+        assert!(ts.windows(2).all(|w| w[1].abs_diff(w[0] + 6000) <= 90), "{ts:?}");
+        assert!(ts[29].abs_diff(ts[0] + 29 * 6000) <= 90, "{ts:?}");
+
+        // Audio: ~2 s of 20 ms frames.
+        assert!(aac >= 85, "{aac} AAC frames");
+        assert_eq!(opus as usize, audio.len());
+        // Every AAC sample comes out, but for the resampler's start-up delay and the last
+        // unfinished 20 ms frame.
+        let want = aac as usize * 1024 * 48_000 / 44_100 / 960;
+        assert!(
+            (want - 2..=want).contains(&audio.len()),
+            "{} Opus frames from {aac} AAC frames",
+            audio.len()
+        );
+        assert!(audio.windows(2).all(|w| w[1].rtp_ts - w[0].rtp_ts == 960));
+        // Both tracks on the RTMP epoch: the first video packet at its tag's PTS
+        // (timestamp + composition time) × 90, the first Opus frame at the first raw AAC
+        // tag's timestamp × 48.
+        let tags = flv_tags(SAMPLE);
+        let (vt, vb) = tags
+            .iter()
+            .find(|(ty, _, b)| *ty == 9 && b[1] == 1)
+            .map(|(_, t, b)| (*t, *b))
+            .expect("a video frame");
+        let cts = i64::from(i32::from_be_bytes([vb[2], vb[3], vb[4], 0]) >> 8);
+        assert_eq!(video[0].rtp_ts as i64, (i64::from(vt) + cts) * 90);
+        let at = tags
+            .iter()
+            .find(|(ty, _, b)| *ty == 8 && b[1] == 1)
+            .map(|(_, t, _)| *t)
+            .expect("an AAC frame");
+        assert_eq!(audio[0].rtp_ts, u64::from(at) * 48);
+        // One NTP timeline: capture times differ exactly as media times do (to 1 ms).
+        let ms = (1i64 << 32) / 1000;
+        for (v, a) in [(video[0], audio[0]), (video[video.len() / 2], audio[audio.len() / 2])] {
+            let (vn, an) = (v.capture_ntp.expect("ntp"), a.capture_ntp.expect("ntp"));
+            let media = ntp_of(v.rtp_ts as i64, 90_000) - ntp_of(a.rtp_ts as i64, 48_000);
+            let capture = vn.wrapping_sub(an) as i64;
+            assert!((capture - media).abs() < ms, "{capture} vs {media}");
+        }
+
+        // The Opus decodes back to the 440 Hz sine.
+        let mut dec = opus::Decoder::new(48_000, opus::Channels::Stereo).expect("decoder");
+        let mut pcm = Vec::new();
+        let mut frame = vec![0f32; 960 * 2];
+        for a in &audio {
+            let n = dec.decode_float(&a.payload, &mut frame, false).expect("decode");
+            assert_eq!(n, 960);
+            pcm.extend(frame.chunks(2).map(|s| s[0]));
+        }
+        let tail = &pcm[pcm.len() / 2..];
+        let rms = (tail.iter().map(|v| v * v).sum::<f32>() / tail.len() as f32).sqrt();
+        assert!(rms > 0.05, "audible: rms {rms}");
+        let share = tone_share(tail, 440.0, 48_000.0);
+        assert!(share > 0.9, "440 Hz holds {share:.3} of the power");
+        assert!(tone_share(tail, 1000.0, 48_000.0) < 0.01);
+    }
+
+    #[test]
+    fn unsupported_codecs_are_errors() {
+        let mut p = RtmpPublisher::new(3, 1200);
+        let mut input = vec![VERSION];
+        input.extend([0u8; 2 * HANDSHAKE_SIZE]);
+        let mut w = ChunkWriter::new();
+        command(
+            &mut w,
+            0,
+            &[
+                Value::String("connect".into()),
+                Value::Number(1.0),
+                object([("app", Value::String("live".into()))]),
+            ],
+            &mut input,
+        );
+        command(
+            &mut w,
+            1,
+            &[
+                Value::String("publish".into()),
+                Value::Number(0.0),
+                Value::Null,
+                Value::String("cam".into()),
+            ],
+            &mut input,
+        );
+        p.receive(0, &input, &mut |_| {}).expect("ok");
+        p.accept_publish().expect("accept");
+        // MP3 audio (sound format 2).
+        let mut b = Vec::new();
+        w.write(4, 0, MSG_AUDIO, 1, &[0x2f, 0xff, 0xfb], &mut b)
+            .expect("w");
+        let err = p.receive(0, &b, &mut |_| {}).expect_err("mp3 refused");
+        assert!(err.to_string().contains("sound format 2"), "{err}");
+    }
+
+    #[test]
+    fn timestamps_unwrap() {
+        let mut u = Unwrap::default();
+        assert_eq!(u.extend(u32::MAX - 10), i64::from(u32::MAX - 10));
+        assert_eq!(u.extend(5), i64::from(u32::MAX) + 6);
+        assert_eq!(u.extend(3), i64::from(u32::MAX) + 4);
+    }
+}

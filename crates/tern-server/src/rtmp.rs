@@ -1,0 +1,331 @@
+//! RTMP ingest over TCP: the listener (`--rtmp ADDR`, thread `RtmpListener`) and one thread
+//! per connection (`RtmpSession`).
+//!
+//! A connection runs [`tern_rtc::rtmp::RtmpPublisher`] (handshake, chunks, commands, H264
+//! packetization, AAC → Opus) on its own thread, so transcoding never stalls the media
+//! engine. Its packets go to the engine in one [`RtmpCommand::Media`] per socket read and
+//! through the same [`crate::ingest::Ingest`] slot as a WHIP publisher's: one publisher per
+//! stream, keyframe wait, sequence/timestamp rewriting, live and gone.
+//!
+//! Mapping: the RTMP application (`connect`'s `app`, query stripped) and the publishing
+//! name (the stream key, query stripped) name the stream `{app}/{stream}`, which must be
+//! declared in the config. If the app has a `token`, it must come as a `?token=` query on
+//! the stream key (`cam?token=T`), on the application (`rtmp://host/live?token=T/cam`), or
+//! on the tcUrl. A refused publish gets an `onStatus` error (`NetStream.Publish.BadName`
+//! for an unknown stream or one that already has a publisher,
+//! `NetStream.Publish.Unauthorized` for a missing or wrong token) and the connection is
+//! closed; every close is logged with its reason. A malformed stream closes only its own
+//! connection.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tern_rtc::publisher::IngestPacket;
+use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher};
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use crate::engine::{Command, NtpClock};
+use crate::ingest::{AddError, PublisherId, RtmpCommand};
+use crate::whep::AppState;
+
+/// Most RTMP connections at once (each is a thread and up to a few MiB of buffers).
+/// Publishers are one per stream; the rest of the room is for refusals in flight.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Time allowed from accept to an accepted `publish`.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
+/// A publisher that sends nothing for this long is dropped (encoders send ~50 messages/s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Socket read timeout: how often a connection checks for shutdown, kicks and timeouts.
+const TICK: Duration = Duration::from_millis(200);
+/// How often the listener checks for shutdown while no connection arrives.
+const ACCEPT_TICK: Duration = Duration::from_millis(50);
+
+/// The running listener; [`RtmpServer::stop`] ends it and its connections.
+pub struct RtmpServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// The bound address.
+    pub addr: SocketAddr,
+}
+
+impl RtmpServer {
+    /// Binds `bind` and starts the listener thread.
+    pub fn spawn(
+        bind: SocketAddr,
+        state: Arc<AppState>,
+        max_payload: usize,
+    ) -> io::Result<RtmpServer> {
+        let listener = TcpListener::bind(bind)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("RtmpListener".into())
+            .spawn(move || listen(listener, state, max_payload, flag))?;
+        Ok(RtmpServer {
+            stop,
+            thread: Some(thread),
+            addr,
+        })
+    }
+
+    /// Stops accepting and tells every connection to close (within one [`TICK`]).
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn listen(listener: TcpListener, state: Arc<AppState>, max_payload: usize, stop: Arc<AtomicBool>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    let clock = NtpClock::now();
+    while !stop.load(Ordering::Relaxed) {
+        let (sock, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(ACCEPT_TICK);
+                continue;
+            }
+            Err(e) => {
+                warn!("rtmp accept: {e}");
+                std::thread::sleep(ACCEPT_TICK);
+                continue;
+            }
+        };
+        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            warn!("rtmp {peer}: refused, {MAX_CONNECTIONS} connections already open");
+            continue;
+        }
+        active.fetch_add(1, Ordering::Relaxed);
+        let (st, stop, active2) = (state.clone(), stop.clone(), active.clone());
+        let spawned = std::thread::Builder::new()
+            .name("RtmpSession".into())
+            .spawn(move || {
+                let mut c = Connection {
+                    sock,
+                    peer,
+                    st,
+                    clock,
+                    stop,
+                    slot: None,
+                };
+                match c.run(max_payload) {
+                    Ok(why) => info!("rtmp {peer}: connection closed: {why}"),
+                    Err(why) => warn!("rtmp {peer}: connection closed: {why}"),
+                }
+                drop(c);
+                active2.fetch_sub(1, Ordering::Relaxed);
+            });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Ordering::Relaxed);
+            warn!("rtmp {peer}: cannot start a thread: {e}");
+        }
+    }
+}
+
+/// One RTMP connection. Dropping it ends its publisher in the engine, whatever the path
+/// out (error, close, kick, even a panic).
+struct Connection {
+    sock: TcpStream,
+    peer: SocketAddr,
+    st: Arc<AppState>,
+    clock: NtpClock,
+    stop: Arc<AtomicBool>,
+    /// Our publisher slot, its resource id in the HTTP side's map, and the kick flag.
+    slot: Option<(PublisherId, String, Arc<AtomicBool>)>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some((id, sid, _)) = self.slot.take() {
+            if let Ok(mut m) = self.st.publishers.lock() {
+                m.remove(&sid);
+            }
+            let _ = self.st.engine.send(Command::RemovePublisher(id));
+        }
+    }
+}
+
+/// The `?token=` value of a URL or name, if any.
+fn query_token(s: &str) -> Option<&str> {
+    let (_, q) = s.split_once('?')?;
+    q.split('&').find_map(|kv| kv.strip_prefix("token="))
+}
+
+/// The part before any `?query`, without slashes around it.
+fn strip_query(s: &str) -> &str {
+    s.split('?').next().unwrap_or_default().trim_matches('/')
+}
+
+/// Why a publish was refused: the status code and description sent to the client.
+struct Refusal(&'static str, String);
+
+impl Connection {
+    /// Runs until the connection ends: `Ok` for an orderly end, `Err` for a refusal, a
+    /// protocol error, a timeout or a socket error; the text is the reason.
+    fn run(&mut self, max_payload: usize) -> Result<String, String> {
+        self.sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        self.sock
+            .set_read_timeout(Some(TICK))
+            .map_err(|e| e.to_string())?;
+        self.sock
+            .set_write_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        let mut p = RtmpPublisher::new(rand::random(), max_payload);
+        let mut buf = vec![0u8; 64 * 1024];
+        let start = Instant::now();
+        let mut last_data = start;
+        let mut app = String::new();
+        let mut tc_url = None;
+        let mut events = Vec::new();
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok("server shutting down".into());
+            }
+            if let Some((_, _, kicked)) = &self.slot
+                && kicked.load(Ordering::Relaxed)
+            {
+                return Ok("publisher removed by the server".into());
+            }
+            let now = Instant::now();
+            if self.slot.is_none() && now - start > PUBLISH_TIMEOUT {
+                return Err(format!("no publish within {PUBLISH_TIMEOUT:?}"));
+            }
+            if now - last_data > IDLE_TIMEOUT {
+                return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
+            }
+            let n = match self.sock.read(&mut buf) {
+                Ok(0) => return Ok("closed by the client".into()),
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(format!("read: {e}")),
+            };
+            last_data = Instant::now();
+            let ntp = self.clock.ntp(last_data);
+            let res = p.receive(ntp, &buf[..n], &mut |e| events.push(e));
+            let mut packets: Vec<IngestPacket> = Vec::new();
+            let mut end = None;
+            for e in events.drain(..) {
+                match e {
+                    RtmpEvent::Connect { app: a, tc_url: t } => {
+                        app = a;
+                        tc_url = t;
+                    }
+                    RtmpEvent::Publish { name } => {
+                        match self.publish(&app, tc_url.as_deref(), &name) {
+                            Ok(key) => {
+                                p.accept_publish().map_err(|e| e.to_string())?;
+                                info!("rtmp {}: publishing {key}", self.peer);
+                            }
+                            Err(Refusal(code, why)) => {
+                                p.reject_publish(code, &why).map_err(|e| e.to_string())?;
+                                end = Some(Err(format!("publish refused ({code}): {why}")));
+                            }
+                        }
+                    }
+                    RtmpEvent::Packet(pk) => packets.push(pk),
+                    RtmpEvent::Unpublish => end = Some(Ok("the client unpublished".into())),
+                }
+            }
+            let out = p.take_output();
+            if !out.is_empty() {
+                self.sock
+                    .write_all(&out)
+                    .map_err(|e| format!("write: {e}"))?;
+            }
+            if let (Some((id, _, _)), false) = (&self.slot, packets.is_empty()) {
+                let cmd = Command::Rtmp(RtmpCommand::Media { id: *id, packets });
+                self.st
+                    .engine
+                    .send(cmd)
+                    .map_err(|_| "media engine stopped".to_string())?;
+            }
+            if let Err(e) = res {
+                return Err(format!("malformed RTMP stream: {e}"));
+            }
+            if let Some(end) = end {
+                return end;
+            }
+        }
+    }
+
+    /// Checks the stream and token and takes the stream's publisher slot.
+    fn publish(&mut self, app: &str, tc_url: Option<&str>, name: &str) -> Result<String, Refusal> {
+        let app_name = strip_query(app);
+        let stream = strip_query(name);
+        let key = format!("{app_name}/{stream}");
+        let Some(index) = self.st.streams.get(&key).map(|i| i.index) else {
+            return Err(Refusal(
+                "NetStream.Publish.BadName",
+                format!("stream {key} not found"),
+            ));
+        };
+        if let Some(token) = self.st.config.app(app_name).and_then(|a| a.token.as_deref()) {
+            let given = query_token(name)
+                .or_else(|| query_token(app))
+                .or_else(|| tc_url.and_then(query_token));
+            if given != Some(token) {
+                return Err(Refusal(
+                    "NetStream.Publish.Unauthorized",
+                    format!("missing or wrong token for app {app_name}"),
+                ));
+            }
+        }
+        let closed = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = oneshot::channel();
+        let cmd = Command::Rtmp(RtmpCommand::Add {
+            stream: index,
+            closed: closed.clone(),
+            reply: tx,
+        });
+        let stopped = || Refusal("NetStream.Publish.Failed", "media engine stopped".into());
+        self.st.engine.send(cmd).map_err(|_| stopped())?;
+        match rx.blocking_recv() {
+            Ok(Ok(id)) => {
+                let sid = format!("rtmp-{}", id.serial);
+                if let Ok(mut m) = self.st.publishers.lock() {
+                    m.insert(sid.clone(), id);
+                }
+                self.slot = Some((id, sid, closed));
+                Ok(key)
+            }
+            Ok(Err(AddError::Busy)) => Err(Refusal(
+                "NetStream.Publish.BadName",
+                format!("stream {key} already has a publisher (or is a built-in clip)"),
+            )),
+            Err(_) => Err(stopped()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_tokens() {
+        assert_eq!(strip_query("cam?token=x"), "cam");
+        assert_eq!(strip_query("live/"), "live");
+        assert_eq!(query_token("cam?token=x"), Some("x"));
+        assert_eq!(query_token("cam?a=1&token=y"), Some("y"));
+        assert_eq!(query_token("rtmp://h/live?token=z"), Some("z"));
+        assert_eq!(query_token("cam"), None);
+    }
+}
