@@ -19,11 +19,12 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tern_pool::{CountingAlloc, PoolCounter};
 use tern_rtc::publisher::IngestPacket;
 use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher};
 use tokio::sync::oneshot;
@@ -116,6 +117,7 @@ fn listen(listener: TcpListener, state: Arc<AppState>, max_payload: usize, stop:
                     clock,
                     stop,
                     slot: None,
+                    booked: 0,
                 };
                 match c.run(max_payload) {
                     Ok(why) => info!("rtmp {peer}: connection closed: {why}"),
@@ -141,16 +143,81 @@ struct Connection {
     stop: Arc<AtomicBool>,
     /// Our publisher slot, its resource id in the HTTP side's map, and the kick flag.
     slot: Option<(PublisherId, String, Arc<AtomicBool>)>,
+    /// Bytes booked in the `rtmp_ingest` pool for this connection.
+    booked: usize,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        counter().sub(1, self.booked);
         if let Some((id, sid, _)) = self.slot.take() {
             if let Ok(mut m) = self.st.publishers.lock() {
                 m.remove(&sid);
             }
             let _ = self.st.engine.send(Command::RemovePublisher(id));
         }
+    }
+}
+
+/// The memory line of RTMP ingest (`rtmp_ingest` in `GET /v1/memory`): one item per open
+/// connection, its bytes the heap the connection's thread allocated and still holds (socket
+/// buffer, chunk streams and partial messages, AVC configuration, the AAC decoder, the
+/// resampler and the Opus buffers), measured with the counting allocator's per-thread
+/// count. Not included: libopus's encoder state, which the C library mallocs itself.
+fn counter() -> &'static PoolCounter {
+    static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
+    COUNTER.get_or_init(|| PoolCounter::new("rtmp_ingest", 0))
+}
+
+/// Heap a `[u8]` of `len` bytes takes in an `Arc` (two counters in front, padded to 8):
+/// the packets handed to the engine leave this thread's ledger.
+fn arc_bytes(len: usize) -> i64 {
+    ((2 * std::mem::size_of::<usize>() + len).next_multiple_of(8)) as i64
+}
+
+/// What a connection's thread holds: the thread's net allocations since the connection
+/// began, less what it handed to other threads (packets, the publisher slot). The engine
+/// frees the packets on its own thread, so without the `skip`s they would count here.
+struct Ledger {
+    last: i64,
+    held: i64,
+}
+
+impl Ledger {
+    fn start() -> Self {
+        Ledger {
+            last: CountingAlloc::thread_net_bytes(),
+            held: 0,
+        }
+    }
+
+    /// `bytes` allocated here since the last mark belong to someone else.
+    fn skip(&mut self, bytes: i64) {
+        self.held -= bytes;
+    }
+
+    /// The bytes held now. Allocations between a mark and the next call go uncounted only
+    /// if skipped; the channel to the engine is left outside marks on purpose (its blocks
+    /// are allocated by senders and freed by the receiver).
+    fn mark(&mut self) -> usize {
+        let now = CountingAlloc::thread_net_bytes();
+        self.held += now - self.last;
+        self.last = now;
+        usize::try_from(self.held).unwrap_or(0)
+    }
+
+    /// Restarts the measurement here (after a section that is not ours).
+    fn resume(&mut self) {
+        self.last = CountingAlloc::thread_net_bytes();
+    }
+}
+
+impl Connection {
+    /// Sets this connection's bytes in the `rtmp_ingest` pool.
+    fn book(&mut self, bytes: usize) {
+        counter().sub(0, self.booked);
+        counter().add(0, bytes);
+        self.booked = bytes;
     }
 }
 
@@ -179,6 +246,8 @@ impl Connection {
         self.sock
             .set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
+        counter().add(1, 0);
+        let mut held = Ledger::start();
         let mut p = RtmpPublisher::new(rand::random(), max_payload);
         let mut buf = vec![0u8; 64 * 1024];
         let start = Instant::now();
@@ -229,7 +298,12 @@ impl Connection {
                         tc_url = t;
                     }
                     RtmpEvent::Publish { name } => {
-                        match self.publish(&app, tc_url.as_deref(), &name) {
+                        // Excluded from the ledger: the slot and the HTTP side's map entry
+                        // it allocates belong to the engine and the API.
+                        let outside = CountingAlloc::thread_net_bytes();
+                        let publish = self.publish(&app, tc_url.as_deref(), &name);
+                        held.skip(CountingAlloc::thread_net_bytes() - outside);
+                        match publish {
                             Ok(key) => {
                                 p.accept_publish().map_err(|e| e.to_string())?;
                                 info!("rtmp {}: publishing {key}", self.peer);
@@ -240,7 +314,10 @@ impl Connection {
                             }
                         }
                     }
-                    RtmpEvent::Packet(pk) => packets.push(pk),
+                    RtmpEvent::Packet(pk) => {
+                        held.skip(arc_bytes(pk.payload.len()));
+                        packets.push(pk);
+                    }
                     RtmpEvent::Unpublish => end = Some(Ok("the client unpublished".into())),
                 }
             }
@@ -250,6 +327,8 @@ impl Connection {
                     .write_all(&out)
                     .map_err(|e| format!("write: {e}"))?;
             }
+            held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
+            self.book(held.mark());
             if let (Some((id, _, _)), false) = (&self.slot, packets.is_empty()) {
                 let cmd = Command::Rtmp(RtmpCommand::Media { id: *id, packets });
                 self.st
@@ -257,6 +336,7 @@ impl Connection {
                     .send(cmd)
                     .map_err(|_| "media engine stopped".to_string())?;
             }
+            held.resume();
             if let Err(e) = res {
                 return Err(format!("malformed RTMP stream: {e}"));
             }
