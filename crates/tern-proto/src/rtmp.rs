@@ -720,7 +720,7 @@ mod tests {
         // Enough bytes to cross the 1000-byte window.
         bytes.extend(c.media(MSG_AUDIO, 0, &[0u8; 1200]));
         s.receive(&bytes, &mut |_| {}).expect("ok");
-        assert_eq!(s.accept_publish().is_ok(), true);
+        assert!(s.accept_publish().is_ok());
         assert_eq!(s.reject_publish("x", "y"), Err(RtmpError::NoPendingPublish));
         let msgs = c.read(&s.take_output());
         assert!(msgs.iter().any(|m| m.type_id == MSG_ACK));
@@ -769,7 +769,7 @@ mod tests {
         let mut s = ServerSession::new(1);
         handshake(&mut s);
         let garbage: Vec<u8> = (0..4000u32)
-            .map(|i| (i * 2_654_435_761 >> 13) as u8)
+            .map(|i| ((i * 2_654_435_761) >> 13) as u8)
             .collect();
         assert!(s.receive(&garbage, &mut |_| {}).is_err());
         // publish before connect.

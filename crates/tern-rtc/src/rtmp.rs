@@ -356,8 +356,14 @@ mod tests {
             })
             .expect("media");
         }
-        let video: Vec<&IngestPacket> = packets.iter().filter(|p| p.kind == MediaKind::Video).collect();
-        let audio: Vec<&IngestPacket> = packets.iter().filter(|p| p.kind == MediaKind::Audio).collect();
+        let video: Vec<&IngestPacket> = packets
+            .iter()
+            .filter(|p| p.kind == MediaKind::Video)
+            .collect();
+        let audio: Vec<&IngestPacket> = packets
+            .iter()
+            .filter(|p| p.kind == MediaKind::Audio)
+            .collect();
         let (frames, aac, opus) = p.counts();
         assert_eq!(frames, 30, "2 s at 15 fps");
         assert_eq!(video.iter().filter(|p| p.marker).count(), 30);
@@ -376,8 +382,15 @@ mod tests {
         // Sequence numbers are dense, video timestamps step by 90 kHz / 15 fps.
         assert!(video.windows(2).all(|w| w[1].seq == w[0].seq + 1));
         // (FLV timestamps are whole ms: 1/15 s steps are 66 or 67 ms, ±90 around 6000.)
-        let ts: Vec<u64> = video.iter().filter(|p| p.marker).map(|p| p.rtp_ts).collect();
-        assert!(ts.windows(2).all(|w| w[1].abs_diff(w[0] + 6000) <= 90), "{ts:?}");
+        let ts: Vec<u64> = video
+            .iter()
+            .filter(|p| p.marker)
+            .map(|p| p.rtp_ts)
+            .collect();
+        assert!(
+            ts.windows(2).all(|w| w[1].abs_diff(w[0] + 6000) <= 90),
+            "{ts:?}"
+        );
         assert!(ts[29].abs_diff(ts[0] + 29 * 6000) <= 90, "{ts:?}");
 
         // Audio: ~2 s of 20 ms frames.
@@ -411,7 +424,10 @@ mod tests {
         assert_eq!(audio[0].rtp_ts, u64::from(at) * 48);
         // One NTP timeline: capture times differ exactly as media times do (to 1 ms).
         let ms = (1i64 << 32) / 1000;
-        for (v, a) in [(video[0], audio[0]), (video[video.len() / 2], audio[audio.len() / 2])] {
+        for (v, a) in [
+            (video[0], audio[0]),
+            (video[video.len() / 2], audio[audio.len() / 2]),
+        ] {
             let (vn, an) = (v.capture_ntp.expect("ntp"), a.capture_ntp.expect("ntp"));
             let media = ntp_of(v.rtp_ts as i64, 90_000) - ntp_of(a.rtp_ts as i64, 48_000);
             let capture = vn.wrapping_sub(an) as i64;
@@ -423,7 +439,9 @@ mod tests {
         let mut pcm = Vec::new();
         let mut frame = vec![0f32; 960 * 2];
         for a in &audio {
-            let n = dec.decode_float(&a.payload, &mut frame, false).expect("decode");
+            let n = dec
+                .decode_float(&a.payload, &mut frame, false)
+                .expect("decode");
             assert_eq!(n, 960);
             pcm.extend(frame.chunks(2).map(|s| s[0]));
         }

@@ -99,8 +99,8 @@ impl std::fmt::Debug for AacToOpus {
 impl AacToOpus {
     /// A transcoder for the stream an AAC sequence header (AudioSpecificConfig) describes.
     pub fn new(asc: &[u8]) -> Result<Self, TranscodeError> {
-        let cfg = AudioSpecificConfig::parse(asc)
-            .map_err(|e| TranscodeError::Config(e.to_string()))?;
+        let cfg =
+            AudioSpecificConfig::parse(asc).map_err(|e| TranscodeError::Config(e.to_string()))?;
         if cfg.object_type != 2 {
             return Err(TranscodeError::Config(format!(
                 "audio object type {} (only AAC-LC, 2)",
@@ -225,8 +225,9 @@ impl AacToOpus {
                     .map_err(|e| TranscodeError::Encode(format!("resampler: {e}")))?;
                 let drop = self.skip.min(written);
                 self.skip -= drop;
-                self.pending
-                    .extend_from_slice(&self.resampled[drop * self.channels..written * self.channels]);
+                self.pending.extend_from_slice(
+                    &self.resampled[drop * self.channels..written * self.channels],
+                );
             }
         }
         let step = OPUS_FRAME * self.channels;

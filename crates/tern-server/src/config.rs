@@ -524,7 +524,10 @@ mod tests {
     fn rtmp_listener() {
         assert_eq!(Config::default().server.rtmp, None);
         let c = Config::parse("[server]\nrtmp = \"127.0.0.1:1936\"\n", "x.toml").expect("valid");
-        assert_eq!(c.server.rtmp, Some(SocketAddr::from(([127, 0, 0, 1], 1936))));
+        assert_eq!(
+            c.server.rtmp,
+            Some(SocketAddr::from(([127, 0, 0, 1], 1936)))
+        );
         let c = Config::parse("[server]\nrtmp = \"none\"\n", "x.toml").expect("valid");
         assert_eq!(c.server.rtmp, None);
         let e = Config::parse("[server]\nrtmp = \"yes\"\n", "x.toml").expect_err("bad");

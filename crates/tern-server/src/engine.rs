@@ -1133,7 +1133,9 @@ impl Worker {
                     self.stats.publishers.fetch_add(1, Ordering::Relaxed);
                     self.publisher_ids[s] = Some(id.serial);
                     let key = &self.streams[s].key;
-                    self.stats.snapshots.publisher_joined(id.serial, key, "rtmp");
+                    self.stats
+                        .snapshots
+                        .publisher_joined(id.serial, key, "rtmp");
                 }
                 self.apply_ingest(now, out);
             }

@@ -19,8 +19,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -357,7 +357,12 @@ impl Connection {
                 format!("stream {key} not found"),
             ));
         };
-        if let Some(token) = self.st.config.app(app_name).and_then(|a| a.token.as_deref()) {
+        if let Some(token) = self
+            .st
+            .config
+            .app(app_name)
+            .and_then(|a| a.token.as_deref())
+        {
             let given = query_token(name)
                 .or_else(|| query_token(app))
                 .or_else(|| tc_url.and_then(query_token));

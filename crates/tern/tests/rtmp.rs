@@ -1,0 +1,447 @@
+//! RTMP ingest against a real `tern serve --rtmp`: Debian's ffmpeg pushes `testsrc` (H264
+//! baseline) and `sine` (AAC) over RTMP, tern bench's viewers receive them over WebRTC (H264
+//! RTP, Opus); a malformed connection, a second publisher and a wrong token are refused
+//! alone; a publisher leaves and another arrives while the viewers stay connected.
+//!
+//! The tests here run one at a time (each runs x264 encoders and viewers on a small machine).
+
+mod common;
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::{Server, free_tcp_port, http_get};
+use tern_bench::BenchArgs;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn args(line: &str) -> BenchArgs {
+    let argv =
+        std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
+    Cli::parse_from(tern_bench::normalize_args(argv)).bench
+}
+
+fn config(name: &str, body: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("tern-rtmp-{}-{name}.toml", std::process::id()));
+    std::fs::write(&p, body).expect("write config");
+    p
+}
+
+/// `tern serve --config CFG --rtmp 127.0.0.1:PORT`; returns the server and the RTMP address.
+fn serve(cfg: &Path) -> (Server, SocketAddr) {
+    let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        cfg.to_str().expect("utf-8 path"),
+        "--candidate",
+        "127.0.0.1",
+        "--rtmp",
+        &rtmp.to_string(),
+    ]);
+    (server, rtmp)
+}
+
+/// An ffmpeg pushing `seconds` of 320x240/30 fps `testsrc` (H264 baseline, a keyframe every
+/// 30 frames) and a 440 Hz `sine` at 44.1 kHz (AAC) to `url` in real time. x264 runs with
+/// `-tune zerolatency` so that its look-ahead does not hold the first second back.
+struct Ffmpeg {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Ffmpeg {
+    fn push(url: &str, seconds: u32) -> Ffmpeg {
+        let log = std::env::temp_dir().join(format!(
+            "tern-rtmp-ffmpeg-{}-{}.log",
+            std::process::id(),
+            free_tcp_port()
+        ));
+        let file = std::fs::File::create(&log).expect("ffmpeg log");
+        let t = seconds.to_string();
+        let child = Command::new("ffmpeg")
+            .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
+            .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=30"])
+            .args([
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:sample_rate=44100",
+            ])
+            .args(["-t", &t, "-c:v", "libx264", "-profile:v", "baseline"])
+            .args(["-tune", "zerolatency", "-pix_fmt", "yuv420p", "-g", "30"])
+            .args(["-c:a", "aac", "-f", "flv", url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("spawn ffmpeg (scripts/install-deps.sh installs it)");
+        Ffmpeg { child, log }
+    }
+
+    /// Waits (at most `limit`) for ffmpeg to exit; its success, or None if still running.
+    fn wait(&mut self, limit: Duration) -> Option<bool> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st.success());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+}
+
+impl Drop for Ffmpeg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_live(url: &str, server: &Server) {
+    let whep = tern_bench::signal::Whep::new(url, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !whep.live() {
+        assert!(
+            Instant::now() < deadline,
+            "{url} did not go live; server log:\n{}",
+            server.log_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `rtmp_ingest` line of `GET /v1/memory`: (items in use, used bytes).
+fn rtmp_pool(http: SocketAddr) -> (u64, u64) {
+    let r = http_get(http, "/v1/memory").expect("GET /v1/memory");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("memory JSON");
+    let pools = v["pools"].as_array().expect("pools");
+    let p = pools
+        .iter()
+        .find(|p| p["name"] == "rtmp_ingest")
+        .expect("an rtmp_ingest pool");
+    (
+        p["items_in_use"].as_u64().expect("items"),
+        p["used_bytes"].as_u64().expect("bytes"),
+    )
+}
+
+/// Runs tern bench's WebRTC viewers on a thread.
+fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let a = args(&line);
+        let o = tern_bench::run(&a, Arc::new(AtomicBool::new(false)), &mut out).expect("bench");
+        (o, String::from_utf8_lossy(&out).into_owned())
+    })
+}
+
+/// Acceptance: ffmpeg's RTMP push (H264 + AAC) reaches WebRTC viewers as H264 and Opus,
+/// with zero loss and keyframes; the connection is accounted in `rtmp_ingest` while it
+/// lasts and given back when it ends.
+#[test]
+fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = config("push", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = serve(&cfg);
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let mut ff = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 13);
+    wait_live(&whep, &server);
+    let bench = viewers(format!(
+        "-url {whep} -n 10 -cint 20 -life 8 -sint 5000 --json"
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    let (items, first) = rtmp_pool(server.http);
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, later) = rtmp_pool(server.http);
+    let (o, text) = bench.join().expect("bench thread");
+    assert!(ff.running(), "ffmpeg ended early:\n{}", ff.log_tail());
+
+    let s = &o.summary;
+    assert_eq!(s.connected, 10, "{text}\n{}", server.log_tail(20));
+    assert_eq!(s.failed, 0, "{text}");
+    assert_eq!(s.total_losses, 0, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        let au = c.audio.as_ref().expect("audio");
+        // ~8 s at 30 fps with a keyframe every second.
+        assert!(v.frames > 180, "client_{}: {} frames", c.id, v.frames);
+        assert!(
+            v.keyframes >= 6,
+            "client_{}: {} keyframes",
+            c.id,
+            v.keyframes
+        );
+        // 20 ms Opus frames: 50 a second.
+        assert!(
+            au.packets > 300,
+            "client_{}: {} audio packets",
+            c.id,
+            au.packets
+        );
+        assert!(v.latency_n > 0, "client_{}: no capture-time latency", c.id);
+    }
+    let d = o.server.expect("server counters");
+    let unique: u64 = o
+        .clients
+        .iter()
+        .flat_map(|c| [&c.video, &c.audio])
+        .flatten()
+        .map(|t| t.packets)
+        .sum();
+    // Exact but for an invisible first-packet socket drop (see tests/bench.rs).
+    let sent_once = d.packets_out - d.retransmits;
+    assert!(unique <= sent_once && sent_once - unique <= (sent_once / 100_000).max(2));
+
+    eprintln!("rtmp_ingest: {items} connection, {first} then {later} bytes");
+    // One connection in the pool, its heap steady while it streams (no per-packet growth).
+    assert_eq!(items, 1);
+    assert!(
+        first > 64 * 1024 && first < 8 << 20,
+        "rtmp_ingest {first} bytes"
+    );
+    assert!(
+        later.abs_diff(first) < 256 * 1024,
+        "{first} -> {later} bytes"
+    );
+    assert_eq!(
+        ff.wait(Duration::from_secs(15)),
+        Some(true),
+        "{}",
+        ff.log_tail()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rtmp_pool(server.http) != (0, 0) {
+        assert!(Instant::now() < deadline, "rtmp_ingest not given back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.stop();
+}
+
+/// Reads from `s` until the server closes it (EOF or reset), at most `limit`.
+fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
+    use std::io::Read;
+    let deadline = Instant::now() + limit;
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => {}
+        }
+    }
+    false
+}
+
+/// A good plain handshake (C0 C1, S0 S1 S2, C2) on a new connection.
+fn handshake(rtmp: SocketAddr) -> TcpStream {
+    use std::io::{Read, Write};
+    use tern_proto::rtmp::{HANDSHAKE_SIZE, VERSION};
+    let mut s = TcpStream::connect(rtmp).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut c0c1 = vec![VERSION];
+    c0c1.extend((0..HANDSHAKE_SIZE).map(|i| (i * 7) as u8));
+    s.write_all(&c0c1).expect("C0 C1");
+    let mut s0s1s2 = vec![0u8; 1 + 2 * HANDSHAKE_SIZE];
+    s.read_exact(&mut s0s1s2).expect("S0 S1 S2");
+    assert_eq!(s0s1s2[0], VERSION);
+    // S2 echoes C1.
+    assert_eq!(&s0s1s2[1 + HANDSHAKE_SIZE..], &c0c1[1..]);
+    s.write_all(&s0s1s2[1..1 + HANDSHAKE_SIZE]).expect("C2");
+    s
+}
+
+/// Acceptance: garbage after a good handshake closes only that connection, with a logged
+/// reason; a second publisher to a live stream and a publisher without the app's token are
+/// refused with a clear error; the live publisher and its viewers carry on without a loss.
+#[test]
+fn malformed_and_refused_publishers_affect_nobody_else() {
+    use std::io::Write;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = config(
+        "refuse",
+        "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n\
+         [[app]]\nname = \"sec\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n",
+    );
+    let (server, rtmp) = serve(&cfg);
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let mut a = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 14);
+    wait_live(&whep, &server);
+    let bench = viewers(format!(
+        "-url {whep} -n 5 -cint 20 -life 9 -sint 5000 --json"
+    ));
+    std::thread::sleep(Duration::from_secs(1));
+
+    // Garbage after a good handshake: a chunk header of a 16 MiB message on chunk stream 3,
+    // then random bytes.
+    let mut bad = handshake(rtmp);
+    let mut junk = vec![0x03, 0, 0, 0, 0xff, 0xff, 0xff, 0x14, 0, 0, 0, 0];
+    let mut x = 0x1234_5678u32;
+    junk.extend((0..4096).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x as u8
+    }));
+    let _ = bad.write_all(&junk);
+    assert!(
+        closed_by_server(&mut bad, Duration::from_secs(5)),
+        "the malformed connection stays open"
+    );
+
+    // A second publisher on live/cam, and one without the token on sec/cam.
+    let mut second = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 3);
+    let mut untokened = Ffmpeg::push(&format!("rtmp://{rtmp}/sec/cam"), 3);
+    assert_eq!(
+        second.wait(Duration::from_secs(15)),
+        Some(false),
+        "{}",
+        second.log_tail()
+    );
+    assert_eq!(untokened.wait(Duration::from_secs(15)), Some(false));
+    // With the token, sec/cam is published (the push runs to its end).
+    let mut tokened = Ffmpeg::push(&format!("rtmp://{rtmp}/sec/cam?token=s3cret"), 2);
+    assert_eq!(
+        tokened.wait(Duration::from_secs(15)),
+        Some(true),
+        "{}",
+        tokened.log_tail()
+    );
+
+    let (o, text) = bench.join().expect("bench thread");
+    assert!(
+        a.running(),
+        "the first publisher was cut:\n{}",
+        a.log_tail()
+    );
+    let s = &o.summary;
+    assert_eq!(s.connected, 5, "{text}");
+    assert_eq!(s.total_losses, 0, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        assert!(v.frames > 200, "client_{}: {} frames", c.id, v.frames);
+        assert!(
+            v.max_gap < Duration::from_millis(500),
+            "client_{}: {:?}",
+            c.id,
+            v.max_gap
+        );
+        assert!(
+            c.audio.as_ref().expect("audio").packets > 350,
+            "client_{}",
+            c.id
+        );
+    }
+    // Every refusal and close is logged with its reason.
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    for want in [
+        "connection closed: malformed RTMP stream",
+        "NetStream.Publish.BadName): stream live/cam already has a publisher",
+        "NetStream.Publish.Unauthorized): missing or wrong token for app sec",
+        "publishing sec/cam",
+    ] {
+        assert!(log.contains(want), "no {want:?} in the server log:\n{log}");
+    }
+    assert_eq!(
+        a.wait(Duration::from_secs(10)),
+        Some(true),
+        "{}",
+        a.log_tail()
+    );
+    server.stop();
+}
+
+/// Acceptance: the RTMP publisher disconnects and another connects; the viewers stay
+/// connected and resume within one GOP of the new publisher, without renegotiation: the
+/// same SSRCs and sequence numbers without a gap (no loss counted), on both tracks.
+#[test]
+fn rtmp_publisher_reconnects_and_viewers_resume() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = config("again", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = serve(&cfg);
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let url = format!("rtmp://{rtmp}/live/cam");
+    let mut first = Ffmpeg::push(&url, 5);
+    wait_live(&whep, &server);
+    let bench = viewers(format!(
+        "-url {whep} -n 10 -cint 20 -life 12 -sint 20000 --json"
+    ));
+    assert_eq!(
+        first.wait(Duration::from_secs(15)),
+        Some(true),
+        "{}",
+        first.log_tail()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let mut second = Ffmpeg::push(&url, 12);
+    let (o, text) = bench.join().expect("bench thread");
+    assert!(second.running(), "{}", second.log_tail());
+    let s = &o.summary;
+    assert_eq!(s.connected, 10, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        let au = c.audio.as_ref().expect("audio");
+        assert_eq!(v.lost(), 0, "client_{}", c.id);
+        assert_eq!(au.lost(), 0, "client_{}", c.id);
+        // The longest silence: the 1 s without a publisher, ffmpeg's start-up, and at most a
+        // GOP (1 s; the first keyframe of the new publisher is its first frame).
+        assert!(
+            v.max_gap < Duration::from_millis(2600),
+            "client_{}: video froze for {:?}",
+            c.id,
+            v.max_gap
+        );
+        assert!(v.max_gap > Duration::from_millis(900), "the gap was seen");
+        assert!(v.frames > 250, "client_{}: {} frames", c.id, v.frames);
+        assert!(
+            v.keyframes >= 8,
+            "client_{}: {} keyframes",
+            c.id,
+            v.keyframes
+        );
+        assert!(
+            au.packets > 400,
+            "client_{}: {} audio packets",
+            c.id,
+            au.packets
+        );
+    }
+    let gaps: Vec<u128> = o
+        .clients
+        .iter()
+        .filter_map(|c| c.video.as_ref().map(|v| v.max_gap.as_millis()))
+        .collect();
+    eprintln!("longest video gap per viewer across the reconnect (ms): {gaps:?}");
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    assert_eq!(log.matches("publishing live/cam").count(), 2, "{log}");
+    server.stop();
+}
