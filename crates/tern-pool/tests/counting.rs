@@ -26,8 +26,9 @@ fn live_bytes_grow_by_a_vec_and_shrink_when_it_drops() {
     let before = CountingAlloc::stats();
     let v = black_box(vec![1u8; N]);
     let during = CountingAlloc::stats();
+    // Other threads of the harness may free a little meanwhile.
     assert!(
-        during.live_bytes >= before.live_bytes + N,
+        during.live_bytes + SLACK >= before.live_bytes + N,
         "{before:?} -> {during:?}"
     );
     assert!(during.allocations > before.allocations);
