@@ -141,6 +141,11 @@ impl PendingAllocation {
         self.client
     }
 
+    /// The username that authenticated the request.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
     /// Whether the relay port must be even (EVEN-PORT, RFC 8656 §7.2; the reservation of
     /// the next port is not offered).
     pub fn even_port(&self) -> bool {

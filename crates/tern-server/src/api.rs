@@ -37,6 +37,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
         .route("/v1/viewers/{id}", get(viewer).delete(kick_viewer))
         .route("/v1/publishers", get(publishers))
+        .route("/v1/turn/allocations", get(allocations))
+        .route("/v1/turn/allocations/{id}", get(allocation))
         .route("/v1/events", get(events))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(dashboard))
@@ -217,6 +219,35 @@ async fn publishers(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         .map(|p| p.json())
         .collect();
     json(StatusCode::OK, format!("[{}]", list.join(",")))
+}
+
+async fn allocations(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    auth!(st, headers);
+    let list: Vec<String> = st
+        .engine
+        .stats
+        .snapshots
+        .allocations()
+        .iter()
+        .map(|a| a.identity.json.clone())
+        .collect();
+    json(StatusCode::OK, format!("[{}]", list.join(",")))
+}
+
+async fn allocation(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    match id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| st.engine.stats.snapshots.allocation(id))
+    {
+        Some(a) => json(StatusCode::OK, a.identity.json.clone()),
+        None => text(StatusCode::NOT_FOUND, format!("no TURN allocation {id}")),
+    }
 }
 
 async fn stream_publisher(
@@ -556,6 +587,10 @@ pub fn openapi_doc() -> serde_json::Value {
                     "responses": {"204": status("kicked"), "404": status("no such stream or no publisher"), "401": status("API token required")}}},
             "/v1/publishers": {"get": {"summary": "Cached snapshots of every publisher (WHIP, RTMP)", "security": [{"bearer": []}],
                 "responses": {"200": ok_json("list of publisher snapshots"), "401": status("API token required")}}},
+            "/v1/turn/allocations": {"get": {"summary": "Cached snapshots of the built-in TURN server's allocations", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of allocation snapshots"), "401": status("API token required")}}},
+            "/v1/turn/allocations/{id}": {"get": {"summary": "A TURN allocation's cached snapshot", "parameters": [p("id", "allocation id")], "security": [{"bearer": []}],
+                "responses": {"200": ok_json("allocation snapshot"), "404": status("no such allocation"), "401": status("API token required")}}},
             "/v1/viewers/{id}": {
                 "get": {"summary": "A viewer's cached snapshot", "parameters": [id], "security": [{"bearer": []}],
                     "responses": {"200": ok_json("viewer snapshot"), "404": status("no such viewer"), "401": status("API token required")}},
@@ -564,7 +599,7 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
                 "parameters": [
                     {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, stream.changed, publisher.joined, publisher.live, publisher.left"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, stream.changed, publisher.joined, publisher.live, publisher.left, allocation.created, allocation.closed"},
                     {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
                 "security": [{"bearer": []}],
                 "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},

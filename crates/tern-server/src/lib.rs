@@ -224,7 +224,12 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             media.ip()
         });
     let turn = match cfg.turn.listen {
-        Some(listen) => Some(start_turn(&cfg, listen, candidate_ip)?),
+        Some(listen) => Some(start_turn(
+            &cfg,
+            listen,
+            candidate_ip,
+            handle.stats.clone(),
+        )?),
         None => None,
     };
     let links = turn.as_ref().map(|(_, l)| l.clone());
@@ -293,6 +298,7 @@ fn start_turn(
     cfg: &Config,
     listen: SocketAddr,
     candidate_ip: IpAddr,
+    stats: Arc<engine::EngineStats>,
 ) -> Result<(turn::TurnHandle, whep::TurnLinks), ServeError> {
     let t = &cfg.turn;
     let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
@@ -323,6 +329,7 @@ fn start_turn(
         relay_ip,
         relay_ports: (t.relay_port_min, t.relay_port_max),
         config,
+        stats: Some(stats),
     })
     .map_err(|source| ServeError::Bind {
         what: "TURN (UDP and TCP)",

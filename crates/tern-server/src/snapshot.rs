@@ -106,6 +106,16 @@ impl PublisherSnapshot {
     }
 }
 
+/// A TURN allocation: one segment (id, user, transport, client and relayed addresses),
+/// built when it is created. Its traffic counters are not in it.
+#[derive(Debug, Clone)]
+pub struct AllocationSnapshot {
+    /// Allocation id (unique in the process).
+    pub id: u64,
+    /// The segment.
+    pub identity: Arc<Segment>,
+}
+
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -123,6 +133,10 @@ pub enum EventKind {
     PublisherLive,
     /// A publisher left (DELETE, timeout, kicked, connection closed).
     PublisherLeft,
+    /// A TURN allocation was made.
+    AllocationCreated,
+    /// A TURN allocation ended (expired, refreshed to 0, its TCP connection closed).
+    AllocationClosed,
 }
 
 impl EventKind {
@@ -136,6 +150,8 @@ impl EventKind {
             EventKind::PublisherJoined => "publisher.joined",
             EventKind::PublisherLive => "publisher.live",
             EventKind::PublisherLeft => "publisher.left",
+            EventKind::AllocationCreated => "allocation.created",
+            EventKind::AllocationClosed => "allocation.closed",
         }
     }
 }
@@ -164,6 +180,8 @@ pub enum SnapshotRef {
     Stream(StreamSnapshot),
     /// A publisher's.
     Publisher(PublisherSnapshot),
+    /// A TURN allocation's.
+    Allocation(AllocationSnapshot),
 }
 
 impl Event {
@@ -173,6 +191,13 @@ impl Event {
             SnapshotRef::Viewer(v) => v.json(),
             SnapshotRef::Stream(s) => s.state.json.clone(),
             SnapshotRef::Publisher(p) => p.json(),
+            SnapshotRef::Allocation(a) => a.identity.json.clone(),
+        };
+        // A TURN allocation belongs to no stream.
+        let stream = if self.stream.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(&*self.stream)
         };
         let reason = self
             .reason
@@ -180,7 +205,7 @@ impl Event {
         format!(
             "{{\"type\":\"{}\",\"stream\":{},\"at_ms\":{}{reason},\"snapshot\":{snap}}}",
             self.kind.name(),
-            json!(&*self.stream),
+            stream,
             self.at_ms
         )
     }
@@ -198,6 +223,7 @@ pub struct Snapshots {
     viewers: RwLock<HashMap<u64, ViewerSnapshot>>,
     streams: RwLock<HashMap<Arc<str>, StreamSnapshot>>,
     publishers: RwLock<HashMap<u64, PublisherSnapshot>>,
+    allocations: RwLock<HashMap<u64, AllocationSnapshot>>,
     builds: AtomicU64,
     events: broadcast::Sender<Event>,
     /// The `snapshots` memory pool, and what is booked in it for the viewer cache:
@@ -212,6 +238,7 @@ impl Default for Snapshots {
             viewers: RwLock::default(),
             streams: RwLock::default(),
             publishers: RwLock::default(),
+            allocations: RwLock::default(),
             builds: AtomicU64::new(0),
             events: broadcast::channel(EVENT_BACKLOG).0,
             pool: PoolCounter::new("snapshots", std::mem::size_of::<(u64, ViewerSnapshot)>()),
@@ -470,6 +497,74 @@ impl Snapshots {
                 reason: Some(reason),
             });
         }
+    }
+
+    /// A TURN allocation was made for `user` from `client` (`udp` or `tcp`), relayed at
+    /// `relay`.
+    pub fn allocation_created(
+        &self,
+        id: u64,
+        user: &str,
+        transport: &'static str,
+        client: SocketAddr,
+        relay: SocketAddr,
+    ) {
+        let at = now_ms();
+        let identity = Segment::build(
+            json!({"id": id, "user": user, "transport": transport, "client": client.to_string(),
+                   "relayed": relay.to_string(), "created_ms": at}),
+            &self.builds,
+        );
+        let snap = AllocationSnapshot { id, identity };
+        if let Ok(mut m) = self.allocations.write() {
+            m.insert(id, snap.clone());
+        }
+        self.publish(Event {
+            kind: EventKind::AllocationCreated,
+            stream: Arc::from(""),
+            at_ms: at,
+            snapshot: SnapshotRef::Allocation(snap),
+            reason: None,
+        });
+    }
+
+    /// A TURN allocation ended; its snapshot goes out with the event, nothing is built.
+    pub fn allocation_closed(&self, id: u64, reason: &'static str) {
+        let snap = self.allocations.write().ok().and_then(|mut m| {
+            let s = m.remove(&id);
+            if m.is_empty() {
+                m.shrink_to_fit();
+            } else if m.capacity() > 4 * m.len() {
+                let keep = 2 * m.len();
+                m.shrink_to(keep);
+            }
+            s
+        });
+        if let Some(snap) = snap {
+            self.publish(Event {
+                kind: EventKind::AllocationClosed,
+                stream: Arc::from(""),
+                at_ms: now_ms(),
+                snapshot: SnapshotRef::Allocation(snap),
+                reason: Some(reason),
+            });
+        }
+    }
+
+    /// Cached TURN allocation snapshots, by id.
+    pub fn allocations(&self) -> Vec<AllocationSnapshot> {
+        let mut v: Vec<AllocationSnapshot> = self
+            .allocations
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by_key(|a| a.id);
+        v
+    }
+
+    /// A TURN allocation's cached snapshot.
+    pub fn allocation(&self, id: u64) -> Option<AllocationSnapshot> {
+        self.allocations.read().ok()?.get(&id).cloned()
     }
 
     /// Cached publisher snapshots, by id.

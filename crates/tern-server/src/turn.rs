@@ -48,6 +48,8 @@ pub struct TurnOptions {
     pub relay_ports: (u16, u16),
     /// Protocol settings.
     pub config: TurnConfig,
+    /// Where allocation snapshots and events go (the media engine's counters and cache).
+    pub stats: Option<Arc<crate::engine::EngineStats>>,
 }
 
 /// Counters shared with the HTTP side, refreshed by the worker once a second.
@@ -101,6 +103,8 @@ struct Conn {
 struct Relay {
     sock: UdpSocket,
     alloc: AllocId,
+    /// The allocation's id in the API and events.
+    serial: u64,
 }
 
 struct Worker {
@@ -118,6 +122,9 @@ struct Worker {
     max_conns: usize,
     shared: Arc<TurnShared>,
     stop: Arc<AtomicBool>,
+    stats: Option<Arc<crate::engine::EngineStats>>,
+    /// Last allocation id given.
+    serial: u64,
 }
 
 /// Binds the listeners and starts the `TurnWorker` thread.
@@ -161,6 +168,8 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         max_conns,
         shared: shared.clone(),
         stop: stop.clone(),
+        stats: opts.stats,
+        serial: 0,
     };
     let thread = std::thread::Builder::new()
         .name("TurnWorker".into())
@@ -254,6 +263,9 @@ impl Worker {
                 && let Some(mut r) = slot.take()
             {
                 let _ = self.poll.registry().deregister(&mut r.sock);
+                if let Some(st) = &self.stats {
+                    st.snapshots.allocation_closed(r.serial, "closed");
+                }
                 debug!(client = %client.addr, "TURN allocation closed");
             }
         }
@@ -296,6 +308,7 @@ impl Worker {
                 }
             }
             ClientOutput::Allocate(p) => {
+                let user: Box<str> = p.user().into();
                 let relay = self.bind_relay(p.even_port());
                 let bound = relay.as_ref().and_then(|s| s.local_addr().ok());
                 let (id, n) = self.server.finish_allocate(now, p, bound, out);
@@ -310,7 +323,26 @@ impl Worker {
                         if self.relays.len() <= id.index() {
                             self.relays.resize_with(id.index() + 1, || None);
                         }
-                        self.relays[id.index()] = Some(Relay { sock, alloc: id });
+                        self.serial += 1;
+                        if let (Some(st), Some(relayed)) = (&self.stats, self.server.relay_addr(id))
+                        {
+                            let transport = match client.transport {
+                                Transport::Udp => "udp",
+                                Transport::Tcp => "tcp",
+                            };
+                            st.snapshots.allocation_created(
+                                self.serial,
+                                &user,
+                                transport,
+                                client.addr,
+                                relayed,
+                            );
+                        }
+                        self.relays[id.index()] = Some(Relay {
+                            sock,
+                            alloc: id,
+                            serial: self.serial,
+                        });
                     } else {
                         // Cannot watch the socket: undo the allocation at once.
                         self.server.client_closed(client);

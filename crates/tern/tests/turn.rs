@@ -325,3 +325,74 @@ fn whep_answer_links_carry_working_turn_credentials() {
     );
     server.stop();
 }
+
+#[test]
+fn allocations_are_snapshots_in_the_api_and_events() {
+    let (server, turn) = turn_server(&[]);
+    let a = server.http;
+    let get = |path: &str| -> (u16, serde_json::Value) {
+        let r = common::http_get(a, path).expect("GET");
+        (
+            r.status,
+            serde_json::from_str(&r.text()).unwrap_or_default(),
+        )
+    };
+    assert_eq!(get("/v1/turn/allocations").1, serde_json::json!([]));
+    let (mut ws, _) = tungstenite::connect(format!(
+        "ws://{a}/v1/events?type=allocation.created,allocation.closed"
+    ))
+    .expect("event stream");
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+    }
+    let mut c = Udp::new(turn, USER, PASS, 42);
+    let TurnClientEvent::Allocated { .. } = c.allocate() else {
+        panic!("allocation failed");
+    };
+    let relayed = c.client.relayed().expect("relayed address");
+    let builds = |_: ()| -> u64 {
+        let r = common::http_get(a, "/metrics").expect("metrics").text();
+        r.lines()
+            .find_map(|l| l.strip_prefix("tern_snapshot_builds_total ")?.parse().ok())
+            .expect("tern_snapshot_builds_total")
+    };
+    let before = builds(());
+    let (st, list) = get("/v1/turn/allocations");
+    assert_eq!(st, 200);
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    let snap = &list[0];
+    assert_eq!(snap["user"], USER);
+    assert_eq!(snap["transport"], "udp");
+    assert_eq!(snap["relayed"], relayed.to_string());
+    assert_eq!(
+        snap["client"],
+        c.sock.local_addr().expect("addr").to_string()
+    );
+    let id = snap["id"].as_u64().expect("id");
+    assert_eq!(get(&format!("/v1/turn/allocations/{id}")).1, *snap);
+    assert_eq!(get("/v1/turn/allocations/999999").0, 404);
+    // Reads build nothing.
+    assert_eq!(builds(()), before);
+    // Refresh with lifetime 0 ends it (RFC 8656 §7.3).
+    let mut buf = [0u8; 1500];
+    let n = c
+        .client
+        .refresh(Instant::now(), 0, &mut buf)
+        .expect("refresh");
+    c.run(n, &mut buf);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        if let tungstenite::Message::Text(t) = ws.read().expect("event") {
+            got.push(serde_json::from_str::<serde_json::Value>(t.as_str()).expect("json"));
+        }
+    }
+    assert_eq!(got[0]["type"], "allocation.created");
+    assert_eq!(got[1]["type"], "allocation.closed");
+    // Both carry the one cached snapshot; an allocation belongs to no stream.
+    assert_eq!(got[0]["snapshot"], *snap);
+    assert_eq!(got[1]["snapshot"], *snap);
+    assert!(got[0]["stream"].is_null());
+    assert_eq!(get("/v1/turn/allocations").1, serde_json::json!([]));
+    server.stop();
+}
