@@ -22,6 +22,7 @@ use std::sync::Arc;
 use tern_proto::rtmp::flv::{AudioTag, AvcPacketType, AvcRtp, FlvError, VideoTag};
 use tern_proto::rtmp::{Event, RtmpError, ServerSession};
 use thiserror::Error;
+use tracing::debug;
 
 use crate::clip::MediaKind;
 use crate::publisher::IngestPacket;
@@ -95,6 +96,8 @@ pub struct RtmpPublisher {
     /// NTP time of media time 0 (set at the first media message).
     ntp_base: Option<u64>,
     video_frames: u64,
+    /// AAC frames that failed to decode and were dropped.
+    audio_dropped: u64,
 }
 
 /// `units` of a `rate` Hz clock as 64-bit NTP duration.
@@ -115,6 +118,7 @@ impl RtmpPublisher {
             clock: Unwrap::default(),
             ntp_base: None,
             video_frames: 0,
+            audio_dropped: 0,
         }
     }
 
@@ -126,6 +130,11 @@ impl RtmpPublisher {
     /// Whether a publish was accepted and is going on.
     pub fn is_publishing(&self) -> bool {
         self.session.is_publishing()
+    }
+
+    /// AAC frames dropped because they did not decode (the stream goes on without them).
+    pub fn audio_dropped(&self) -> u64 {
+        self.audio_dropped
     }
 
     /// Video frames and (AAC in, Opus out) audio frames handled so far.
@@ -232,9 +241,17 @@ impl RtmpPublisher {
             return Ok(());
         };
         let mut frames = Vec::new();
-        t.push(tag.body, ms.max(0) as u64, &mut |p, ts| {
+        let res = t.push(tag.body, ms.max(0) as u64, &mut |p, ts| {
             frames.push((Arc::<[u8]>::from(p), ts));
-        })?;
+        });
+        match res {
+            // A corrupt AAC frame is dropped and counted; the transcoder recovers.
+            Err(TranscodeError::Decode(e)) => {
+                self.audio_dropped += 1;
+                debug!("AAC frame at {ms} ms dropped: {e}");
+            }
+            res => res?,
+        }
         for (payload, ts) in frames {
             let capture_ntp = Some(self.capture(now_ntp, ms, ts as i64, 48_000));
             let seq = self.audio_seq;
@@ -339,12 +356,20 @@ mod tests {
 
         let mut packets = Vec::new();
         let mut bytes = Vec::new();
-        for (ty, ts, body) in flv_tags(SAMPLE) {
+        let mut audio_tags = 0;
+        for (ty, ts, mut body) in flv_tags(SAMPLE) {
             let (csid, mt) = match ty {
                 8 => (4, MSG_AUDIO),
                 9 => (6, MSG_VIDEO),
                 _ => continue,
             };
+            if ty == 8 {
+                audio_tags += 1;
+                // One AAC frame cut short, as a corrupt encoder might send it.
+                if audio_tags == 10 {
+                    body = &body[..4];
+                }
+            }
             w.write(csid, ts, mt, 1, body, &mut bytes).expect("write");
         }
         // Fed in uneven pieces, as a socket would.
@@ -365,6 +390,8 @@ mod tests {
             .filter(|p| p.kind == MediaKind::Audio)
             .collect();
         let (frames, aac, opus) = p.counts();
+        // The cut frame was dropped and counted, and the audio went on.
+        assert_eq!(p.audio_dropped(), 1);
         assert_eq!(frames, 30, "2 s at 15 fps");
         assert_eq!(video.iter().filter(|p| p.marker).count(), 30);
         // Every keyframe starts with a STAP-A holding the SPS and PPS.

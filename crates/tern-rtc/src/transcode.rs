@@ -66,6 +66,8 @@ fn bitrate(channels: usize) -> i32 {
 /// One AAC stream's transcoder.
 pub struct AacToOpus {
     decoder: AacDecoder,
+    /// The AudioSpecificConfig, to start a new decoder after a bad frame.
+    asc: Box<[u8]>,
     resampler: Option<Fft<f32>>,
     encoder: opus::Encoder,
     channels: usize,
@@ -148,6 +150,7 @@ impl AacToOpus {
             .map_err(|e| TranscodeError::Encode(format!("opus bitrate: {e}")))?;
         Ok(AacToOpus {
             decoder,
+            asc: asc.into(),
             resampler,
             encoder,
             channels,
@@ -261,6 +264,14 @@ impl AacToOpus {
             }
             Err(e) => Err(e.to_string()),
         }));
+        if !matches!(res, Ok(Ok(_))) {
+            // A frame that failed may leave the decoder's state half-updated (symphonia's
+            // `reset` does not clear all of it): start a new decoder, so that one bad frame
+            // does not spoil the ones after it.
+            if let Ok(d) = new_decoder(&self.asc) {
+                self.decoder = d;
+            }
+        }
         match res {
             Ok(Ok(ch)) if ch == self.channels => Ok(()),
             Ok(Ok(ch)) => Err(TranscodeError::Decode(format!(
@@ -303,11 +314,34 @@ mod tests {
         assert_eq!((t.channels(), t.sample_rate()), (2, 44100));
     }
 
+    /// The raw AAC frames of the sample FLV (audio tags after the sequence header) and its
+    /// AudioSpecificConfig.
+    fn sample_aac() -> (Vec<u8>, Vec<Vec<u8>>) {
+        let f: &[u8] = include_bytes!("../../../assets/rtmp/sample.flv");
+        let mut at = u32::from_be_bytes([f[5], f[6], f[7], f[8]]) as usize + 4;
+        let (mut asc, mut frames) = (Vec::new(), Vec::new());
+        while at + 11 <= f.len() {
+            let size = (usize::from(f[at + 1]) << 16) | (usize::from(f[at + 2]) << 8);
+            let size = size | usize::from(f[at + 3]);
+            let body = &f[at + 11..at + 11 + size];
+            if f[at] == 8 {
+                match body[1] {
+                    0 => asc = body[2..].to_vec(),
+                    _ => frames.push(body[2..].to_vec()),
+                }
+            }
+            at += 11 + size + 4;
+        }
+        (asc, frames)
+    }
+
     #[test]
-    fn garbage_frames_are_errors_not_panics() {
-        let mut t = AacToOpus::new(&[0x12, 0x10]).expect("config");
+    fn garbage_frames_are_errors_and_the_stream_goes_on() {
+        let (asc, frames) = sample_aac();
+        let mut t = AacToOpus::new(&asc).expect("config");
         let mut out = 0;
         let mut x = 12345u32;
+        let mut errors = 0;
         for len in [0usize, 1, 7, 100, 400, 1500] {
             let frame: Vec<u8> = (0..len)
                 .map(|_| {
@@ -315,7 +349,22 @@ mod tests {
                     (x >> 16) as u8
                 })
                 .collect();
-            let _ = t.push(&frame, 0, &mut |_, _| out += 1);
+            if t.push(&frame, 0, &mut |_, _| out += 1).is_err() {
+                errors += 1;
+            }
         }
+        assert!(errors >= 3, "only {errors} of 6 garbage frames refused");
+        // Real frames afterwards still decode (a new timeline: their timestamps jump).
+        let mut ts = Vec::new();
+        for (i, f) in frames.iter().enumerate().take(40) {
+            let ms = 5_000 + (i as u64 * 1024 * 1000) / 44_100;
+            t.push(f, ms, &mut |_, at| ts.push(at))
+                .unwrap_or_else(|e| panic!("good frame {i}: {e}"));
+        }
+        // 40 frames of 1024 at 44.1 kHz are ~929 ms: 45 or 46 Opus frames after the
+        // resampler's delay.
+        assert!((44..=47).contains(&ts.len()), "{} Opus frames", ts.len());
+        assert_eq!(ts[0], 5_000 * 48);
+        assert!(ts.windows(2).all(|w| w[1] == w[0] + 960));
     }
 }

@@ -439,7 +439,7 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     );
     gauge(
         "tern_publishers",
-        "WHIP publishers.",
+        "Publishers (WHIP, RTMP) connected or connecting.",
         "gauge",
         s.publishers.load(Ordering::Relaxed) as u64,
     );

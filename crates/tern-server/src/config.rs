@@ -186,9 +186,9 @@ pub struct ServerConfig {
     pub rtmp: Option<SocketAddr>,
 }
 
-/// The RTMP port publishers expect when none is given (`--rtmp` without a value).
-pub const DEFAULT_RTMP: SocketAddr =
-    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 1935);
+/// Where `--rtmp` without a value listens: all interfaces, port 1935 (RTMP's registered port,
+/// the one encoders assume when a URL names none).
+pub const DEFAULT_RTMP: &str = "0.0.0.0:1935";
 
 /// Parses an RTMP listener setting: `none` (off) or a socket address.
 pub fn parse_rtmp(s: &str) -> Result<Option<SocketAddr>, String> {
@@ -523,6 +523,10 @@ mod tests {
     #[test]
     fn rtmp_listener() {
         assert_eq!(Config::default().server.rtmp, None);
+        assert_eq!(
+            parse_rtmp(DEFAULT_RTMP),
+            Ok(Some(SocketAddr::from(([0, 0, 0, 0], 1935))))
+        );
         let c = Config::parse("[server]\nrtmp = \"127.0.0.1:1936\"\n", "x.toml").expect("valid");
         assert_eq!(
             c.server.rtmp,

@@ -193,7 +193,7 @@ pub struct EngineStats {
     pub send_errors: AtomicU64,
     /// Datagrams or packets dropped because a worker's queue was full (it fell behind).
     pub queue_full: AtomicU64,
-    /// WHIP publishers connected or connecting.
+    /// Publishers (WHIP, RTMP) connected or connecting.
     pub publishers: AtomicUsize,
     /// Media packets received from publishers.
     pub ingest_packets: AtomicU64,

@@ -77,7 +77,7 @@ struct ServeArgs {
     /// RTMP ingest listener, or `none`; `--rtmp` alone listens on 0.0.0.0:1935
     /// [default: none, or `server.rtmp` in the config]
     #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
-          default_missing_value = "0.0.0.0:1935",
+          default_missing_value = tern_server::config::DEFAULT_RTMP,
           value_parser = parse_rtmp)]
     rtmp: Option<RtmpBind>,
     /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)

@@ -294,7 +294,7 @@ fn malformed_and_refused_publishers_affect_nobody_else() {
     );
     let (server, rtmp) = serve(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
-    let mut a = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 14);
+    let mut a = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 20);
     wait_live(&whep, &server);
     let bench = viewers(format!(
         "-url {whep} -n 5 -cint 20 -life 9 -sint 5000 --json"
@@ -371,11 +371,20 @@ fn malformed_and_refused_publishers_affect_nobody_else() {
     ] {
         assert!(log.contains(want), "no {want:?} in the server log:\n{log}");
     }
-    assert_eq!(
-        a.wait(Duration::from_secs(10)),
-        Some(true),
-        "{}",
-        a.log_tail()
+    // The API lists the publisher as RTMP and kicks it: its connection closes.
+    let r = http_get(server.http, "/v1/streams/live/cam/publisher").expect("publisher");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"rtmp\""), "{}", r.text());
+    let r = common::http_delete(server.http, "/v1/streams/live/cam/publisher").expect("kick");
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert!(
+        a.wait(Duration::from_secs(10)).is_some(),
+        "ffmpeg still pushing after the kick"
+    );
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    assert!(
+        log.contains("connection closed: publisher removed by the server"),
+        "{log}"
     );
     server.stop();
 }
