@@ -259,7 +259,10 @@ impl Worker {
 
     fn events(&mut self) {
         while let Some(TurnEvent::Closed { alloc, client }) = self.server.poll_event() {
+            // The slot may already hold a newer allocation that reused the index (the old
+            // one was replaced in `client_input`): only its own relay closes.
             if let Some(slot) = self.relays.get_mut(alloc.index())
+                && slot.as_ref().is_some_and(|r| r.alloc == alloc)
                 && let Some(mut r) = slot.take()
             {
                 let _ = self.poll.registry().deregister(&mut r.sock);
@@ -322,6 +325,14 @@ impl Worker {
                     {
                         if self.relays.len() <= id.index() {
                             self.relays.resize_with(id.index() + 1, || None);
+                        }
+                        // An allocation that ended in this same turn of the loop may still
+                        // hold the slot (its Closed event comes later): it is gone now.
+                        if let Some(mut old) = self.relays[id.index()].take() {
+                            let _ = self.poll.registry().deregister(&mut old.sock);
+                            if let Some(st) = &self.stats {
+                                st.snapshots.allocation_closed(old.serial, "closed");
+                            }
                         }
                         self.serial += 1;
                         if let (Some(st), Some(relayed)) = (&self.stats, self.server.relay_addr(id))

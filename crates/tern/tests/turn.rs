@@ -396,3 +396,75 @@ fn allocations_are_snapshots_in_the_api_and_events() {
     assert_eq!(get("/v1/turn/allocations").1, serde_json::json!([]));
     server.stop();
 }
+
+/// Allocations made and deleted as fast as possible while others are held: no snapshot or
+/// relay socket is left behind, and every held allocation still relays. (A slot reused in the
+/// same turn of the worker's loop once let the old allocation's late Closed event close the
+/// new allocation's relay socket.)
+#[test]
+fn allocation_churn_leaves_nothing_and_held_relays_keep_working() {
+    let (server, turn) = turn_server(&[]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut held: Vec<Udp> = Vec::new();
+    std::thread::scope(|s| {
+        for c in 0..4u64 {
+            let stop = &stop;
+            s.spawn(move || {
+                let mut buf = [0u8; 1500];
+                let mut seed = 1000 + c * 100_000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    seed += 1;
+                    let mut u = Udp::new(turn, USER, PASS, seed);
+                    assert!(matches!(u.allocate(), TurnClientEvent::Allocated { .. }));
+                    let n = u
+                        .client
+                        .refresh(Instant::now(), 0, &mut buf)
+                        .expect("refresh");
+                    assert!(matches!(
+                        u.run(n, &mut buf),
+                        TurnClientEvent::Refreshed { lifetime: 0 }
+                    ));
+                }
+            });
+        }
+        for i in 0..20 {
+            let mut u = Udp::new(turn, USER, PASS, 77 + i);
+            assert!(matches!(u.allocate(), TurnClientEvent::Allocated { .. }));
+            held.push(u);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    // Every held allocation relays a datagram to a peer.
+    let peer = UdpSocket::bind("127.0.0.1:0").expect("peer");
+    peer.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let to = peer.local_addr().expect("addr");
+    let mut buf = [0u8; 1500];
+    for (i, u) in held.iter_mut().enumerate() {
+        let n = u
+            .client
+            .create_permission(Instant::now(), to, &mut buf)
+            .expect("permission");
+        assert!(matches!(
+            u.run(n, &mut buf),
+            TurnClientEvent::PermissionCreated { .. }
+        ));
+        let msg = format!("held {i}");
+        let n = u.client.send(to, msg.as_bytes(), &mut buf).expect("send");
+        u.sock.send_to(&buf[..n], turn).expect("send");
+        let mut got = [0u8; 64];
+        let (len, from) = peer
+            .recv_from(&mut got)
+            .unwrap_or_else(|e| panic!("held allocation {i} relayed nothing: {e}"));
+        assert_eq!(&got[..len], msg.as_bytes());
+        assert_eq!(Some(from), u.client.relayed());
+    }
+    let list = common::http_get(server.http, "/v1/turn/allocations")
+        .expect("GET")
+        .text();
+    let listed: serde_json::Value = serde_json::from_str(&list).expect("json");
+    assert_eq!(listed.as_array().map(Vec::len), Some(held.len()), "{list}");
+    drop(held);
+    server.stop();
+}
