@@ -20,6 +20,9 @@
 #   2. relay phase: `turnutils_uclient -y -c -m CLIENTS -n MESSAGES -l 172 -z 1` (UDP):
 #      server CPU per relayed packet. With -y every message crosses the server twice (client
 #      -> its relay -> the peer's relay -> the peer), so packets = 2 x messages sent.
+#   3. allocation-rate phase: crates/tern-rtc/examples/turn_alloc_rate, RATE_CLIENTS (8)
+#      concurrent clients each looping Allocate (401, then signed) + Refresh(0) for RATE_SECS
+#      (10) s: allocations per second the server sustains, and server CPU per allocation.
 # The two servers run alone on the machine in turn; uclient runs on the other core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +30,13 @@ ALLOCS=${1:-400}
 CLIENTS=${2:-50}
 MSGS=${3:-4000}
 TARGET=${CARGO_TARGET_DIR:-target}
+RATE_CLIENTS=${RATE_CLIENTS:-8}
+RATE_SECS=${RATE_SECS:-10}
 cargo build --release -p tern >/dev/null 2>&1 || cargo build --release -p tern
+cargo build --release -p tern-rtc --example turn_alloc_rate >/dev/null 2>&1 ||
+    cargo build --release -p tern-rtc --example turn_alloc_rate
 BIN=$TARGET/release/tern
+RATE=$TARGET/release/examples/turn_alloc_rate
 command -v turnutils_uclient >/dev/null || ./scripts/install-deps.sh
 tmp=$(mktemp -d)
 PIDS=()
@@ -99,6 +107,25 @@ measure() { # measure NAME PID PORT [HTTP]
     }'
 }
 
+alloc_rate() { # alloc_rate NAME PID PORT [HTTP]
+    local name=$1 pid=$2 port=$3 http=${4:-} c0 c1 w0=0 w1=0 out
+    c0=$(cpu_ns "$pid")
+    [ -n "$http" ] && w0=$(thread_ns "$pid" TurnWorker)
+    out=$(timeout $((RATE_SECS + 30)) "$RATE" "127.0.0.1:$port" "$USER" "$PASS" "$RATE_CLIENTS" "$RATE_SECS")
+    c1=$(cpu_ns "$pid")
+    [ -n "$http" ] && w1=$(thread_ns "$pid" TurnWorker)
+    python3 - "$name" "$out" "$c0" "$c1" "$w0" "$w1" "$http" <<'PY'
+import json, sys
+name, out, c0, c1, w0, w1, http = sys.argv[1:]
+r = json.loads(out)
+n = max(r["allocations"], 1)
+print("%s: allocation rate %.0f allocations/s (%d clients, Allocate + Refresh(0) loop, %.0f s): %d made, %d deleted, %d failed; server CPU per allocation %.1f us (whole process)" % (
+    name, r["allocations_per_s"], r["clients"], r["seconds"], r["allocations"], r["deleted"], r["failed"], (float(c1) - float(c0)) / 1000 / n))
+if http:
+    print("%s: TurnWorker thread CPU per allocation (rate phase) %.1f us" % (name, (float(w1) - float(w0)) / 1000 / n))
+PY
+}
+
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
 echo "== load: allocation phase uclient -y -c -m $ALLOCS -n 1; relay phase uclient -y -c -m $CLIENTS -n $MSGS -l 172 -z 1"
 
@@ -117,6 +144,7 @@ RUST_LOG=warn "$BIN" serve --http "$http" --media "127.0.0.1:$(free_port)" --can
     --turn-relay-ip 127.0.0.1 2>"$tmp/tern.log" &
 PIDS+=($!)
 measure tern "$!" "$port" "$http"
+alloc_rate tern "${PIDS[-1]}" "$port" "$http"
 kill "${PIDS[-1]}"
 wait "${PIDS[-1]}" 2>/dev/null || true
 
@@ -127,4 +155,5 @@ turnserver -n --listening-ip 127.0.0.1 -p "$port" -E 127.0.0.1 --min-port 48000 
     --log-file stdout --simple-log >"$tmp/coturn.log" 2>&1 &
 PIDS+=($!)
 measure coturn "$!" "$port"   # per-allocation figures divided by tern's count ($HELD): same uclient run
+alloc_rate coturn "${PIDS[-1]}" "$port"
 echo "coturn: $(grep -c . "$tmp/coturn.log") log lines; threads $(ls /proc/"${PIDS[-1]}"/task | wc -l)"
