@@ -8,7 +8,8 @@
 //!   (RFC 6184 mode 1, SPS/PPS in a STAP-A in front of keyframes) with the RTP timestamp
 //!   PTS × 90 (PTS = RTMP timestamp + composition time, in ms);
 //! * audio: AAC frames are transcoded to 20 ms Opus frames ([`crate::transcode`]) with the
-//!   RTP timestamp RTMP ms × 48 at the start of the audio, advancing by samples.
+//!   RTP timestamp RTMP ms × 48 at the start of the audio, advancing by samples; an AAC
+//!   frame that does not decode is dropped and counted ([`RtmpPublisher::audio_dropped`]).
 //!
 //! Both timestamps count from the same RTMP epoch, and every packet carries a capture time
 //! on one NTP timeline (`now` at the first media message + media time), so the sender

@@ -16,6 +16,9 @@
 //! `NetStream.Publish.Unauthorized` for a missing or wrong token) and the connection is
 //! closed; every close is logged with its reason. A malformed stream closes only its own
 //! connection.
+//!
+//! Memory: each connection's heap is booked in the `rtmp_ingest` pool (`GET /v1/memory`),
+//! measured on its own thread with the counting allocator (see `Ledger`).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
