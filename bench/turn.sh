@@ -121,6 +121,8 @@ r = json.loads(out)
 n = max(r["allocations"], 1)
 print("%s: allocation rate %.0f allocations/s (%d clients, Allocate + Refresh(0) loop, %.0f s): %d made, %d deleted, %d failed; server CPU per allocation %.1f us (whole process)" % (
     name, r["allocations_per_s"], r["clients"], r["seconds"], r["allocations"], r["deleted"], r["failed"], (float(c1) - float(c0)) / 1000 / n))
+if r["failed"]:
+    print("%s: first failure: %s" % (name, r["first_failure"]))
 if http:
     print("%s: TurnWorker thread CPU per allocation (rate phase) %.1f us" % (name, (float(w1) - float(w0)) / 1000 / n))
 PY
