@@ -179,11 +179,12 @@ pub struct ServerConfig {
     /// per-core knob: raise it up to the core count when one stream worker is saturated).
     #[serde(default = "default_one")]
     pub stream_worker_count: usize,
-    /// RTMP ingest listener (`--rtmp`), e.g. `"0.0.0.0:1935"`; `"none"` or absent: no RTMP
-    /// listener. Off unless asked for, so that several tern processes (tests, a demo beside
-    /// a server) never fight over port 1935.
+    /// RTMP ingest listener (`--rtmp`), e.g. `"0.0.0.0:1935"`, or `"none"` for no RTMP.
+    /// Absent (`None`): [`DEFAULT_RTMP`] when that port is free; when it is taken (another
+    /// tern, a test beside a server) start-up goes on without RTMP and says so. An address set
+    /// here or on the command line that cannot be bound stops start-up.
     #[serde(default, deserialize_with = "de_rtmp")]
-    pub rtmp: Option<SocketAddr>,
+    pub rtmp: Option<Option<SocketAddr>>,
 }
 
 /// Where `--rtmp` without a value listens: all interfaces, port 1935 (RTMP's registered port,
@@ -200,9 +201,9 @@ pub fn parse_rtmp(s: &str) -> Result<Option<SocketAddr>, String> {
         .map_err(|_| format!("`{s}` is neither `none` nor an address like 0.0.0.0:1935"))
 }
 
-fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<SocketAddr>>, D::Error> {
     let s = String::deserialize(d)?;
-    parse_rtmp(&s).map_err(serde::de::Error::custom)
+    parse_rtmp(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
 fn default_one() -> usize {
@@ -530,10 +531,10 @@ mod tests {
         let c = Config::parse("[server]\nrtmp = \"127.0.0.1:1936\"\n", "x.toml").expect("valid");
         assert_eq!(
             c.server.rtmp,
-            Some(SocketAddr::from(([127, 0, 0, 1], 1936)))
+            Some(Some(SocketAddr::from(([127, 0, 0, 1], 1936))))
         );
         let c = Config::parse("[server]\nrtmp = \"none\"\n", "x.toml").expect("valid");
-        assert_eq!(c.server.rtmp, None);
+        assert_eq!(c.server.rtmp, Some(None));
         let e = Config::parse("[server]\nrtmp = \"yes\"\n", "x.toml").expect_err("bad");
         assert!(e.to_string().contains("rtmp"), "{e}");
     }

@@ -117,7 +117,7 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
         cfg.server.candidate = Some(ip);
     }
     if let Some(r) = opts.rtmp {
-        cfg.server.rtmp = r;
+        cfg.server.rtmp = Some(r);
     }
     if let Some(a) = opts.turn {
         cfg.turn.listen = Some(a);
@@ -248,7 +248,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .with_turn(links),
     );
     let rtmp = match rtmp_bind {
-        Some(addr) => Some(
+        Some(Some(addr)) => Some(
             rtmp::RtmpServer::spawn(addr, state.clone(), max_payload).map_err(|source| {
                 ServeError::Bind {
                     what: "RTMP",
@@ -257,7 +257,20 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
                 }
             })?,
         ),
-        None => None,
+        Some(None) => None,
+        // Not configured: the default port if it is free.
+        None => {
+            let addr: SocketAddr = config::DEFAULT_RTMP.parse().expect("a valid address");
+            match rtmp::RtmpServer::spawn(addr, state.clone(), max_payload) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(
+                        "RTMP ingest is off: cannot bind the default {addr} ({e}); set server.rtmp or --rtmp"
+                    );
+                    None
+                }
+            }
+        }
     };
     let rtmp_addr = rtmp.as_ref().map(|r| r.addr);
     let rt = tokio::runtime::Builder::new_multi_thread()

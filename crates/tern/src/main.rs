@@ -75,7 +75,7 @@ struct ServeArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// RTMP ingest listener, or `none`; `--rtmp` alone listens on 0.0.0.0:1935
-    /// [default: none, or `server.rtmp` in the config]
+    /// [default: `server.rtmp` in the config, else 0.0.0.0:1935 when that port is free]
     #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
           default_missing_value = tern_server::config::DEFAULT_RTMP,
           value_parser = parse_rtmp)]
