@@ -322,6 +322,7 @@ def bench_run(bins, server, n, cint, life, tmp, extra_wait=60):
         "server_cpu_s_per_mpkt": cpu * 1e6 / packets if packets else None,
         "server_thread_groups_cpu_s": group_delta(th0, th1),
         "server_packets_out": tserver.get("packets_out"),
+        "server_bytes_out": tserver.get("bytes_out"),
         "server_egress_pkts_per_cpu_s": (tserver.get("packets_out") or packets) / cpu if cpu else None,
         "rss_idle_kib": idle_rss, "rss_steady_kib": rss_steady, "rss_peak_kib": rss_peak,
         "vmhwm_kib": hwm,
@@ -561,23 +562,46 @@ def largest_clean(rows, kind):
     return best
 
 
-def step_up(bins, rows, kind, steps, cint, hold, tmp, budget_s):
-    """Steps N up from the largest clean N measured so far until a run is not clean,
-    the steps run out or the time budget does."""
+def step_up(bins, rows, kind, steps, cint, hold, tmp, budget_s, bisect=2):
+    """Brackets the largest clean N: steps N up from the largest clean N measured so far
+    until a run is not clean, then halves the gap between the last clean and the first
+    failed N (at most `bisect` times, while the gap is over 10 %). Bounded by the steps,
+    the bisections and the time budget."""
     t_end = time.monotonic() + budget_s
-    if any(not r["clean"] for r in rows if r["server"] == kind):
-        return
-    for n in steps:
-        if any(r["server"] == kind and r["n"] >= n for r in rows):
-            continue
+
+    def bracket():
+        ok, bad = None, None
+        for r in sorted((r for r in rows if r["server"] == kind), key=lambda r: r["n"]):
+            if r["clean"] and bad is None:
+                ok = r["n"]
+            elif not r["clean"] and bad is None:
+                bad = r["n"]
+        return ok, bad
+
+    def try_n(n):
         est = n * cint / 1000 + hold + 12
         if time.monotonic() + est > t_end:
-            log("%s: step to N=%d skipped (time budget)" % (kind, n))
-            return
+            log("%s: N=%d skipped (time budget)" % (kind, n))
+            return False
         row = scenario(bins, kind, n, cint, hold, tmp)
         row["step_up"] = True
         rows.append(row)
-        if not row["clean"]:
+        return True
+
+    for n in steps:
+        ok, bad = bracket()
+        if bad is not None:
+            break
+        if ok is not None and n <= ok:
+            continue
+        if not try_n(n):
+            return
+    for _ in range(bisect):
+        ok, bad = bracket()
+        if ok is None or bad is None or (bad - ok) <= ok * 0.1:
+            return
+        mid = int(round((ok + bad) / 2, -1))
+        if not try_n(mid):
             return
 
 
@@ -679,9 +703,16 @@ def tables(doc, plot_rel, json_rel):
                     fnum(at("pion", nmax, "server_cpu_s_per_mpkt"), 2),
                     fnum(1e6 / doc["raw_udp"]["max"]["packets_per_cpu_s"], 2) if doc.get("raw_udp", {}).get("max") else "–"))
     lc = doc["largest_clean_n"]
-    L.append("| largest N with 0 loss, all connected, min fps ≥ 29 (steps tried: %s) | 10,000 | %s | %s | %s | | |"
-             % ("; ".join("%s %s" % (k, ",".join(str(n) for n in v)) for k, v in doc["whep"]["tried"].items()),
-                fnum(lc.get("tern")), fnum(lc.get("str0m")), fnum(lc.get("pion"))))
+
+    def largest(k):
+        v = lc.get(k)
+        if v is None:
+            return "–"
+        failed = [r["n"] for r in rows if r["server"] == k and not r["clean"] and r["n"] > v]
+        return "%s (%s)" % (fnum(v), "fails at %s" % fnum(min(failed)) if failed else "none failed: bounded by the steps/time")
+    L.append("| largest N with 0 loss, all connected, min fps ≥ 29 (N tried: %s) | 10,000 | %s | %s | %s | | |"
+             % ("; ".join("%s %s" % (k, ", ".join(str(n) for n in v)) for k, v in doc["whep"]["tried"].items()),
+                largest("tern"), largest("str0m"), largest("pion")))
     L.append("| handshakes per second per core (`tern lab`) | | %s | | | | |" % fnum(core.get("handshakes_per_s_per_core")))
     pool = doc.get("pool", {})
     if pool.get("pool_same_thread_ns"):
@@ -722,7 +753,7 @@ def tables(doc, plot_rel, json_rel):
         L.append("")
         L.append("`udp-blaster --mode clip --receivers N`: the lite clip's packets (payload + 44 bytes: RTP header, extension, SRTP tag) in real time to N loopback sockets through tern's own `sendmmsg` batch, no crypto, no sessions; packets per CPU-second of the sending thread. tern: packets it sent (`packets_out`) per CPU-second of the whole server, same N, same clip.")
         L.append("")
-        L.append("| N | tern packets / server CPU-s | raw UDP packets / sender CPU-s | tern ÷ raw | tern mean datagram B | raw mean datagram B |")
+        L.append("| N | tern packets / server CPU-s | raw UDP packets / sender CPU-s | tern ÷ raw | tern bytes out / media packet | raw mean datagram B |")
         L.append("|---:|---:|---:|---:|---:|---:|")
         for x in ru["clip"]:
             tr = next((r for r in rows if r["server"] == "tern" and r["n"] == x["receivers"]), None)
@@ -730,7 +761,8 @@ def tables(doc, plot_rel, json_rel):
             L.append("| %s | %s | %s | %s | %s | %s |" % (
                 fnum(x["receivers"]), fnum(tp), fnum(x["packets_per_cpu_s"]),
                 "%.2f" % (tp / x["packets_per_cpu_s"]) if tp else "–",
-                fnum(tr["bytes"] / tr["packets"]) if tr and tr["packets"] else "–", fnum(x["mean_datagram_bytes"])))
+                fnum(tr["server_bytes_out"] / tr["server_packets_out"]) if tr and tr.get("server_bytes_out") and tr.get("server_packets_out") else "–",
+                fnum(x["mean_datagram_bytes"])))
         for k, label in (("max", "same datagrams back to back (one core's sendmmsg limit)"),
                          ("gso", "UDP GSO, 14 × 1200-byte segments per message (the kernel's ceiling; not usable for a fan-out)")):
             if ru.get(k):
@@ -841,14 +873,22 @@ def main():
     raw["gso"] = step("udp-blaster gso", lambda: blaster(bins, "gso", 1000, 3 if q else 5))
     doc["raw_udp"] = raw
     doc["turn"] = step("TURN (bench/turn.sh)", lambda: turn([40, 10, 500] if q else [400, 50, 4000])) or {}
-    doc["api_overhead"] = step("API overhead (bench/api-overhead.sh)", lambda: api_overhead(500 if q else 5000, 1 if q else 3, 5 if q else 10)) or {}
+    # Issue 7 asks for 5,000 viewers; on a machine (or a load) where tern does not hold
+    # 5,000 cleanly the figure would measure an overloaded server, so it is taken at the
+    # largest scale point that was clean, and the table says which.
+    api_n = 500 if q else 5000
+    held = [r["n"] for r in rows if r["server"] == "tern" and r["clean"] and r["cint_ms"] == 2]
+    if not q and not any(r["server"] == "tern" and r["n"] == 5000 and r["clean"] for r in rows) and held:
+        api_n = max(held)
+        log("tern did not hold 5,000 viewers cleanly here: API overhead at %d" % api_n)
+    doc["api_overhead"] = step("API overhead (bench/api-overhead.sh)", lambda: api_overhead(api_n, 1 if q else 3, 5 if q else 10)) or {}
     # Largest clean N: step each server up from where the matrix left it, within what is
-    # left of the suite's 28 minutes (the whole run must stay under 30 with the build).
+    # left of the suite's 26 minutes (the whole run must stay under 30 with the build).
     if not q:
-        left = lambda: 28 * 60 - (time.monotonic() - T0)
-        step("step up pion", lambda: step_up(bins, rows, "pion", [600, 800, 1000, 1300], 10, 15, tmp, min(150, left() / 3)))
-        step("step up str0m", lambda: step_up(bins, rows, "str0m", [600, 800, 1000, 1300, 1600], 10, 15, tmp, min(150, left() / 2)))
-        step("step up tern", lambda: step_up(bins, rows, "tern", [6000, 7000, 8000], 2, 15, tmp, min(150, left())))
+        left = lambda: 26 * 60 - (time.monotonic() - T0)
+        step("step up pion", lambda: step_up(bins, rows, "pion", [600, 800, 1000, 1300], 10, 15, tmp, min(200, left() / 3)))
+        step("step up str0m", lambda: step_up(bins, rows, "str0m", [600, 800, 1000, 1300, 1600, 2000, 2500], 10, 15, tmp, min(260, left() / 2)))
+        step("step up tern", lambda: step_up(bins, rows, "tern", [6000, 7000, 8000], 2, 15, tmp, min(240, left())))
     tried = {}
     for kind in ("pion", "str0m", "tern"):
         tried[kind] = sorted(r["n"] for r in rows if r["server"] == kind)
