@@ -99,10 +99,23 @@ fi
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! have cargo; then
     if ! have rustup; then
+        # rustup-init straight from static.rust-lang.org, checked against its published
+        # SHA-256: sh.rustup.rs (the usual installer script) does not resolve from every
+        # network these machines are on, static.rust-lang.org does.
         log "installing rustup with the stable toolchain"
-        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
-            sh -s -- -y --no-modify-path --profile minimal --default-toolchain stable \
-                -c rustfmt -c clippy
+        url=https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init
+        tmp=$(mktemp -d)
+        curl --proto '=https' --tlsv1.2 -sSf -o "$tmp/rustup-init" "$url"
+        want=$(curl --proto '=https' --tlsv1.2 -sSf "$url.sha256" | awk '{print $1}')
+        got=$(sha256sum "$tmp/rustup-init" | awk '{print $1}')
+        if [ -z "$want" ] || [ "$want" != "$got" ]; then
+            log "rustup-init checksum mismatch (want '$want', got '$got')"
+            exit 1
+        fi
+        chmod +x "$tmp/rustup-init"
+        "$tmp/rustup-init" -y --no-modify-path --profile minimal --default-toolchain stable \
+            -c rustfmt -c clippy
+        rm -rf "$tmp"
     else
         rustup toolchain install stable --profile minimal -c rustfmt -c clippy
     fi
