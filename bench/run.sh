@@ -7,11 +7,10 @@
 #   bench/run.sh --no-update   measure and write results, leave BENCHMARKS.md alone
 #
 # 1. Installs what is missing, pinned: Debian packages valgrind (3.19), coturn (4.6.1, for
-#    turnserver and turnutils_uclient), python3-matplotlib (3.6.3), nodejs (the /v1/events
-#    subscriber), iproute2; Rust stable through scripts/install-deps.sh --rust; Go 1.26.8
-#    when no Go >= 1.26 is installed (Debian's Go fetches the pinned toolchain, which the
-#    Go module proxy serves as the module golang.org/toolchain); pion/webrtc v4.2.26 via
-#    bench/pion-whep/go.sum.
+#    turnserver and turnutils_uclient), python3-matplotlib (3.6.3), iproute2; Rust stable
+#    through scripts/install-deps.sh --rust; Go 1.26.8 when no Go >= 1.26 is installed
+#    (Debian's Go fetches the pinned toolchain, which the Go module proxy serves as the
+#    module golang.org/toolchain); pion/webrtc v4.2.26 via bench/pion-whep/go.sum.
 # 2. Builds tern, bench/baselines (str0m-fanout, udp-blaster) and the cargo benches in
 #    release mode, and bench/pion-whep.
 # 3. Runs bench/suite.py inside a private network namespace (unshare -n, loopback only, so
@@ -59,7 +58,6 @@ if [ -z "${TERN_SUITE_INSIDE:-}" ]; then
         have valgrind || apt_pkgs+=(valgrind:'^1:3\.19')
         have turnutils_uclient || apt_pkgs+=(coturn:'^4\.6\.1')
         /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || apt_pkgs+=(python3-matplotlib:'^3\.6\.3')
-        have node || apt_pkgs+=(nodejs:.)
         have ip || apt_pkgs+=(iproute2:.)
         have unshare || apt_pkgs+=(util-linux:.)
         have curl || apt_pkgs+=(curl:.)
