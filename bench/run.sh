@@ -86,8 +86,18 @@ if [ -z "${TERN_SUITE_INSIDE:-}" ]; then
         log "fetching Go $GO_PIN (module golang.org/toolchain from the Go module proxy)"
         dir=$(cd /tmp && GOFLAGS= GO111MODULE=on go mod download -json \
             "golang.org/toolchain@v0.0.1-go$GO_PIN.linux-amd64" | awk -F'"' '/"Dir"/ {print $4}')
-        GO=$dir/bin/go
-        go_ok "$GO" || { log "no usable Go toolchain at $GO"; exit 1; }
+        # A module zip keeps no file modes: copy the tree out of the read-only module cache
+        # and make its programs executable (what `go` itself does when it switches toolchains).
+        goroot=$HOME/.local/go$GO_PIN
+        if [ -n "$dir" ] && [ ! -x "$goroot/bin/go" ]; then
+            rm -rf "$goroot"
+            mkdir -p "$(dirname "$goroot")"
+            cp -r "$dir" "$goroot"
+            chmod -R u+w "$goroot"
+            chmod +x "$goroot"/bin/* "$goroot"/pkg/tool/*/*
+        fi
+        GO=$goroot/bin/go
+        go_ok "$GO" || { log "no usable Go toolchain at $GO (from ${dir:-nothing})"; exit 1; }
     fi
     export GO
 
