@@ -157,4 +157,4 @@ else
     NETWORK="host loopback"
 fi
 exec /usr/bin/python3 bench/suite.py "${QUICK[@]}" "${UPDATE[@]}" --target "$TARGET" --pion "$PION" \
-    --network "$NETWORK" --command "bench/run.sh"
+    --network "$NETWORK" --command "${TERN_SUITE_COMMAND:-bench/run.sh}"

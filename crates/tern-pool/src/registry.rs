@@ -320,7 +320,12 @@ impl PoolCounter {
 }
 
 fn saturating_sub(a: &AtomicUsize, n: usize) {
-    let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
+    // A compare-exchange loop rather than `fetch_update`, which newer toolchains deprecate
+    // under another name that older ones lack: this builds warning-free on both.
+    let mut v = a.load(Relaxed);
+    while let Err(now) = a.compare_exchange_weak(v, v.saturating_sub(n), Relaxed, Relaxed) {
+        v = now;
+    }
 }
 
 #[cfg(test)]
