@@ -45,6 +45,9 @@ done
 log() { echo "[run.sh] $*" >&2; }
 
 if [ -z "${TERN_SUITE_INSIDE:-}" ]; then
+    # The whole run (installs and build included) must end within 30 minutes; the suite
+    # fits its open-ended part (stepping each server up to its largest clean N) to this.
+    export TERN_SUITE_DEADLINE=$(( $(date +%s) + 29 * 60 ))
     # ---------------------------------------------------------------- install (host network)
     export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
     apt_pkgs=()
