@@ -50,6 +50,9 @@ pub struct Summary {
     pub video_latency: Stat,
     /// End-to-end audio latency from capture time, ms.
     pub audio_latency: Stat,
+    /// Packets captured before their client connected (a keyframe cache replayed at join),
+    /// kept out of the latency figures.
+    pub catchup_packets: u64,
     /// Duplicate packets.
     pub duplicates: u64,
     /// Packets arriving after a later one.
@@ -227,6 +230,7 @@ pub fn summarize(
         s.recovered += sum_tracks(c, |t| t.recovered);
         s.nacks += sum_tracks(c, |t| t.nacks_sent);
         s.srtp_failures += sum_tracks(c, |t| t.bad);
+        s.catchup_packets += sum_tracks(c, |t| t.catchup_packets);
         s.datagrams += c.datagrams;
     }
     s.fps = Stat::of(fps);
@@ -296,6 +300,11 @@ impl Summary {
         }
         let _ = writeln!(
             o,
+            "Join catch-up packets, captured before their viewer connected and not in the latency({})",
+            self.catchup_packets
+        );
+        let _ = writeln!(
+            o,
             "Avg FPS({:.2}) Max FPS({:.2}) Min FPS({:.2})",
             self.fps.avg, self.fps.max, self.fps.min
         );
@@ -336,6 +345,11 @@ impl Summary {
                 st.avg, st.max, st.min
             );
         }
+        let _ = writeln!(
+            o,
+            "Join catch-up packets, captured before their viewer connected and not in the latency({})",
+            self.catchup_packets
+        );
         let _ = writeln!(
             o,
             "Duplicates({}) Reordered({}) Recovered by NACK({}) NACKs sent({}) SRTP auth failures({})",
@@ -384,6 +398,7 @@ impl Summary {
             "total_losses": self.total_losses,
             "video_latency_ms": self.video_latency.json(),
             "audio_latency_ms": self.audio_latency.json(),
+            "catchup_packets": self.catchup_packets,
             "duplicates": self.duplicates,
             "reordered": self.reordered,
             "recovered": self.recovered,
@@ -508,6 +523,7 @@ pub fn detail_json(c: &Sample, now: Instant) -> Value {
                     "avg": a, "min": t.latency_min, "max": t.latency_max,
                     "last": t.latency_last, "n": t.latency_n,
                 })),
+                "catchup_packets": t.catchup_packets,
             })
         })
     };

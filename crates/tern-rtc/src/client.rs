@@ -128,6 +128,12 @@ pub struct TrackStats {
     pub latency_max: f64,
     /// The latest latency sample (ms).
     pub latency_last: f64,
+    /// Packets captured before this client's DTLS handshake completed. No server can have
+    /// sent those live: they come from a keyframe cache replayed at join, and their age is
+    /// how long ago the cached frame was captured, not forwarding latency. They are counted
+    /// here and kept out of `latency_*` (a server without a cache has none of them and
+    /// makes its viewers wait for the next keyframe instead: see the first-frame time).
+    pub catchup_packets: u64,
     /// OvenRtcTester's "delay", kept for comparison: wall time since this track's first
     /// packet minus RTP time since it, in ms, at the latest packet. It shows queueing and
     /// clock drift after the first packet, not latency (that is `latency_*`).
@@ -654,6 +660,7 @@ impl Client {
             self.times.first_packet = Some(now - self.created);
         }
         let ntp_now = self.ntp(now);
+        let connected = self.times.dtls.map(|d| self.ntp(self.created + d));
         let capture = self
             .p
             .abs_capture_time_ext
@@ -739,7 +746,9 @@ impl Client {
         });
         if let Some(c) = capture {
             let ms = (ntp_now.wrapping_sub(c) as i64) as f64 / 4_294_967_296.0 * 1000.0;
-            if ms.abs() < 60_000.0 {
+            if connected.is_some_and(|at| (at.wrapping_sub(c) as i64) > 0) {
+                st.catchup_packets += 1;
+            } else if ms.abs() < 60_000.0 {
                 if st.latency_n == 0 {
                     st.latency_min = ms;
                     st.latency_max = ms;

@@ -89,6 +89,13 @@ fn five_hundred_viewers_for_twenty_seconds() {
             v.keyframes
         );
         assert!(v.latency_n > 0, "client_{}: no latency samples", c.id);
+        // The server replays the cached keyframe at join: those packets were captured
+        // before the client connected and are counted apart from the latency.
+        assert!(
+            v.catchup_packets > 0,
+            "client_{}: no join catch-up packets seen",
+            c.id
+        );
     }
     // The bench's totals agree with the server's counters: each packet the server sent
     // once (all it sent minus its retransmissions) arrived exactly once. Retransmissions
