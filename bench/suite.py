@@ -314,6 +314,7 @@ def bench_run(bins, server, n, cint, life, tmp, extra_wait=60):
         "fps": fps, "bps": summary.get("bps"),
         "video_latency_ms": summary.get("video_latency_ms"),
         "audio_latency_ms": summary.get("audio_latency_ms"),
+        "catchup_packets": summary.get("catchup_packets"),
         "video_jitter_ms": summary.get("video_jitter_ms"),
         "dtls_ms_p50": p50("dtls_ms"), "first_frame_ms_p50": p50("first_frame_ms"),
         "bench_cpu_us_per_packet": summary.get("cpu_us_per_packet"),
@@ -734,14 +735,15 @@ def tables(doc, plot_rel, json_rel):
     L.append("")
     L.append("### WHEP servers under `tern bench` (lite clip, ~94 packets/s per viewer)")
     L.append("")
-    L.append("CPU is the server's run time summed over its threads (`/proc/PID/task/*/schedstat`) while the bench runs, per million packets the bench received; heap and RSS are medians of 1 s samples in the steady window (3 s after the last connect to 2 s before the end) minus the idle value before the bench.")
+    L.append("CPU is the server's run time summed over its threads (`/proc/PID/task/*/schedstat`) while the bench runs, per million packets the bench received; heap and RSS are medians of 1 s samples in the steady window (3 s after the last connect to 2 s before the end) minus the idle value before the bench. Video latency is from each packet's capture time (abs-capture-time) to its kernel arrival time, over packets captured after the viewer connected; the catch-up column counts those captured before (a keyframe cache replayed at join: tern has one, the str0m and pion fan-outs make a new viewer wait for the next keyframe, which shows in the first-frame time).")
     L.append("")
-    L.append("| server | N | connected | lost | fps min | video latency ms | jitter ms | first frame p50 ms | server CPU s / M packets | server CPU | heap / viewer | RSS / viewer | RSS peak MiB | clean |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("| server | N | connected | lost | fps min | video latency ms | catch-up packets | jitter ms | first frame p50 ms | server CPU s / M packets | server CPU | heap / viewer | RSS / viewer | RSS peak MiB | clean |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in sorted(rows, key=lambda r: (r["n"], r["server"])):
-        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s B | %s B | %s | %s |" % (
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s B | %s B | %s | %s |" % (
             r["server"], fnum(r["n"]), fnum(r["connected"]), fnum(r["losses"]), fnum((r["fps"] or {}).get("min"), 2),
-            fnum((r["video_latency_ms"] or {}).get("avg"), 1), fnum((r["video_jitter_ms"] or {}).get("avg"), 2),
+            fnum((r["video_latency_ms"] or {}).get("avg"), 1), fnum(r.get("catchup_packets")),
+            fnum((r["video_jitter_ms"] or {}).get("avg"), 2),
             fnum(r["first_frame_ms_p50"]), fnum(r["server_cpu_s_per_mpkt"], 2),
             "%.0f%%" % (100 * r["server_cpu_share"]) if r["server_cpu_share"] else "–",
             fnum(r["heap_per_viewer_bytes"]), fnum(r["rss_per_viewer_bytes"]),
