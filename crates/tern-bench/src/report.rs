@@ -300,11 +300,6 @@ impl Summary {
         }
         let _ = writeln!(
             o,
-            "Join catch-up packets, captured before their viewer connected and not in the latency({})",
-            self.catchup_packets
-        );
-        let _ = writeln!(
-            o,
             "Avg FPS({:.2}) Max FPS({:.2}) Min FPS({:.2})",
             self.fps.avg, self.fps.max, self.fps.min
         );
@@ -720,6 +715,43 @@ pub fn html(points: &[Point], samples: &[Sample], title: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `<Summary>` block opens with OvenRtcTester's ten lines in its order (the shape of
+    /// its output on OvenMediaEngine's tuning page), so tools that read its output read ours;
+    /// tern's own lines come after them.
+    #[test]
+    fn summary_opens_with_ovenrtctesters_lines_in_order() {
+        let s = Summary {
+            running_secs: 5.0,
+            clients: 5,
+            connected: 5,
+            total_bytes: 12_163_482,
+            total_packets: 13_897,
+            ..Summary::default()
+        };
+        let text = s.text();
+        let lines: Vec<&str> = text.lines().collect();
+        let prefixes = [
+            "<Summary>",
+            "Running time : 5s",
+            "Number of clients : 5",
+            "ICE Connection State : New(0), Checking(0) Connected(5) Completed(0) Disconnected(0) Failed(0) Closed(0)",
+            "Avg Video Delay(",
+            "Avg Audio Delay(",
+            "Avg FPS(",
+            "Avg BPS(",
+            "Total Bytes(11.6 MBytes) Avg Bytes(",
+            "Total Packets(13897) Avg Packets(2779)",
+            "Total Packet Losses(0) Avg Packet Losses(0)",
+        ];
+        for (i, p) in prefixes.iter().enumerate() {
+            assert!(
+                lines.get(i).is_some_and(|l| l.starts_with(p)),
+                "line {i}: want {p:?}, got {:?}\n{text}",
+                lines.get(i)
+            );
+        }
+    }
 
     #[test]
     fn units_print_like_ovenrtctester() {
