@@ -433,7 +433,7 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     );
     gauge(
         "tern_queue_full_total",
-        "Datagrams or packets dropped because a media worker's queue was full.",
+        "Datagrams or packets dropped because a media worker's queue was full, and RTMP publishers closed because it stayed full.",
         "counter",
         l(&s.queue_full),
     );

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 use mio::{Events, Poll, Token, Waker};
 
 use crate::batch::SendBatch;
@@ -191,7 +191,8 @@ pub struct EngineStats {
     pub dropped_in: AtomicU64,
     /// Sends that failed (socket buffer full or error).
     pub send_errors: AtomicU64,
-    /// Datagrams or packets dropped because a worker's queue was full (it fell behind).
+    /// Datagrams or packets dropped because a worker's queue was full (it fell behind), and
+    /// RTMP publishers closed because their app worker's queue stayed full.
     pub queue_full: AtomicU64,
     /// Publishers (WHIP, RTMP) connected or connecting.
     pub publishers: AtomicUsize,
@@ -455,6 +456,10 @@ pub(crate) enum Data {
     },
     /// The stream's publisher left: clear the copies of its rings (app -> stream workers).
     Reset(usize),
+    /// Media from an RTMP connection's thread (-> the stream's app worker). Bounded like
+    /// the rest, so a worker that falls behind stalls the sending thread, which stops
+    /// reading its TCP socket and so pushes back on the encoder.
+    Rtmp(RtmpCommand),
 }
 
 /// Control messages (unbounded queue; rare).
@@ -550,6 +555,25 @@ impl EngineHandle {
         };
         let link = self.hosts.get(host).ok_or("no such media worker")?;
         link.ctl(Ctl::Cmd(cmd))
+    }
+
+    /// Sends an RTMP publisher's media to its stream's app worker over the bounded data
+    /// queue, waiting up to `timeout` for room (the caller is the connection's own thread:
+    /// waiting is its back-pressure on the encoder). Errs if the engine stopped or the
+    /// queue stayed full for `timeout`.
+    pub fn send_rtmp_media(&self, cmd: RtmpCommand, timeout: Duration) -> Result<(), &'static str> {
+        let link = self
+            .hosts
+            .get(cmd.stream() % self.apps)
+            .ok_or("no such media worker")?;
+        match link.data.send_timeout(Data::Rtmp(cmd), timeout) {
+            Ok(()) => link.waker.wake().map_err(|_| "media engine stopped"),
+            Err(SendTimeoutError::Timeout(_)) => {
+                self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+                Err("media engine queue full")
+            }
+            Err(SendTimeoutError::Disconnected(_)) => Err("media engine stopped"),
+        }
     }
 
     /// Every viewer's memory as its worker accounts it (for `GET /v1/memory?sessions=1`).
@@ -950,6 +974,7 @@ impl Worker {
                             self.fan_out(stream, &pkt);
                         }
                     }
+                    Ok(Data::Rtmp(cmd)) => self.handle_command(Command::Rtmp(cmd)),
                     Ok(Data::Reset(stream)) => {
                         self.streams[stream].stream.video.clear();
                         self.streams[stream].stream.audio.clear();

@@ -46,6 +46,10 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Socket read timeout: how often a connection checks for shutdown, kicks and timeouts.
 const TICK: Duration = Duration::from_millis(200);
+/// How long a connection's thread waits for room in its app worker's bounded queue before
+/// it gives up on the publisher. While it waits it reads nothing, so TCP pushes back on the
+/// encoder; a worker that takes nothing for this long is overloaded or stuck.
+const MEDIA_STALL: Duration = Duration::from_secs(2);
 /// How often the listener checks for shutdown while no connection arrives.
 const ACCEPT_TICK: Duration = Duration::from_millis(50);
 
@@ -333,11 +337,11 @@ impl Connection {
             held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
             self.book(held.mark());
             if let (Some((id, _, _)), false) = (&self.slot, packets.is_empty()) {
-                let cmd = Command::Rtmp(RtmpCommand::Media { id: *id, packets });
+                let cmd = RtmpCommand::Media { id: *id, packets };
                 self.st
                     .engine
-                    .send(cmd)
-                    .map_err(|_| "media engine stopped".to_string())?;
+                    .send_rtmp_media(cmd, MEDIA_STALL)
+                    .map_err(|e| format!("{e} for {MEDIA_STALL:?}: closing the publisher"))?;
             }
             held.resume();
             if let Err(e) = res {
