@@ -67,9 +67,19 @@ fn utilization(used: usize, allocated: usize) -> f64 {
 /// `new_in` a registry of the caller's choice, which tests use to stay isolated). The registry
 /// holds weak references only: a source disappears from the report when it is dropped.
 /// Registration and [`reports`](Self::reports) take a lock; nothing on a packet path does.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct MemoryRegistry {
     sources: Mutex<Vec<Weak<dyn MemorySource>>>,
+    /// The live counters by name, so that every owner of one class shares one line.
+    counters: Mutex<Vec<Weak<CounterInner>>>,
+}
+
+impl std::fmt::Debug for MemoryRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegistry")
+            .field("reports", &self.reports())
+            .finish()
+    }
 }
 
 static GLOBAL: MemoryRegistry = MemoryRegistry::new();
@@ -79,6 +89,7 @@ impl MemoryRegistry {
     pub const fn new() -> Self {
         Self {
             sources: Mutex::new(Vec::new()),
+            counters: Mutex::new(Vec::new()),
         }
     }
 
@@ -94,9 +105,21 @@ impl MemoryRegistry {
         sources.push(Arc::downgrade(source));
     }
 
-    /// A new [`PoolCounter`] named `name` for items of nominally `item_size` bytes, registered
-    /// here.
+    /// A [`PoolCounter`] named `name` for items of nominally `item_size` bytes: the live
+    /// counter of that name in this registry if there is one (so the owners of one class,
+    /// such as the viewer tables of several media workers, add up on one line of the report,
+    /// with one peak), else a new one registered here. A shared counter keeps the item size
+    /// it was first created with.
     pub fn counter(&self, name: &'static str, item_size: usize) -> PoolCounter {
+        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters.retain(|c| c.strong_count() > 0);
+        if let Some(inner) = counters
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|c| c.name == name)
+        {
+            return PoolCounter { inner };
+        }
         let counter = PoolCounter {
             inner: Arc::new(CounterInner {
                 name,
@@ -108,6 +131,7 @@ impl MemoryRegistry {
                 reserved: AtomicUsize::new(0),
             }),
         };
+        counters.push(Arc::downgrade(&counter.inner));
         let source: Arc<dyn MemorySource> = counter.inner.clone();
         self.register(&source);
         counter
@@ -365,6 +389,26 @@ mod tests {
         assert_eq!(reg.reports().len(), 2, "a clone keeps the line");
         drop((a2, b));
         assert!(reg.reports().is_empty());
+    }
+
+    #[test]
+    fn owners_of_one_class_share_its_counter_and_line() {
+        let reg = MemoryRegistry::new();
+        // Two workers, each with its own handle on the class.
+        let w0 = reg.counter("viewer_sessions", 100);
+        let w1 = reg.counter("viewer_sessions", 100);
+        w0.add_items(3);
+        w1.add_items(2);
+        w0.sub_items(3);
+        let reports = reg.reports();
+        assert_eq!(reports.len(), 1, "one line for the class");
+        let r = &reports[0];
+        assert_eq!((r.items_in_use, r.items_peak), (2, 5));
+        assert_eq!(r.used_bytes, 200);
+        drop((w0, w1));
+        assert!(reg.reports().is_empty());
+        // Once every owner is gone the name starts afresh.
+        assert_eq!(reg.counter("viewer_sessions", 100).report().items_peak, 0);
     }
 
     #[test]

@@ -100,14 +100,19 @@ fn read_memory(http: SocketAddr) -> Memory {
         }
         let f: Vec<&str> = line.split_whitespace().collect();
         if in_table && f.len() == 7 {
-            m.pools.insert(
-                f[0].to_string(),
-                Pool {
-                    used: num(f[1]),
-                    allocated: num(f[2]),
-                    items: num(f[5]),
-                },
-            );
+            let fresh = m
+                .pools
+                .insert(
+                    f[0].to_string(),
+                    Pool {
+                        used: num(f[1]),
+                        allocated: num(f[2]),
+                        items: num(f[5]),
+                    },
+                )
+                .is_none();
+            // One line per class, however many workers own a share of it.
+            assert!(fresh, "pool {} listed twice:\n{text}", f[0]);
             m.peaks.insert(f[0].to_string(), (num(f[4]), num(f[6])));
         }
         if let Some(rest) = line.strip_prefix("allocator: live ") {
