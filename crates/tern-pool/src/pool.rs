@@ -365,12 +365,22 @@ impl Inner {
 
     /// Take up to `want` units of `budget`; returns how many were taken.
     fn reserve(&self, want: usize) -> usize {
-        let mut got = 0;
-        let _ = self.budget.fetch_update(Relaxed, Relaxed, |b| {
-            got = b.min(want);
-            (got > 0).then_some(b - got)
-        });
-        got
+        // A compare-exchange loop rather than `fetch_update`, which newer toolchains deprecate
+        // under a name older ones lack.
+        let mut b = self.budget.load(Relaxed);
+        loop {
+            let got = b.min(want);
+            if got == 0 {
+                return 0;
+            }
+            match self
+                .budget
+                .compare_exchange_weak(b, b - got, Relaxed, Relaxed)
+            {
+                Ok(_) => return got,
+                Err(now) => b = now,
+            }
+        }
     }
 
     /// A buffer for `alloc`: from this thread's cache (refilled from the shared list a batch
