@@ -347,7 +347,7 @@ impl Config {
                 message: message.to_string(),
             })
         };
-        let max = crate::engine::MAX_WORKERS;
+        let max = crate::media::MAX_WORKERS;
         let s = &self.server;
         if !(1..=max).contains(&s.worker_count) {
             return bad(

@@ -7,18 +7,12 @@
 
 #![forbid(unsafe_code)]
 
-pub mod api;
-pub mod batch;
 pub mod config;
-pub mod engine;
-pub mod ingest;
-pub mod ome;
+pub mod http;
+pub mod media;
 pub mod rtmp;
 pub mod snapshot;
-mod socket;
 pub mod turn;
-pub mod whep;
-pub mod whip;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -33,8 +27,8 @@ use tern_rtc::viewer::DtlsContext;
 use tracing::info;
 
 use crate::config::Config;
-use crate::engine::{Engine, EngineConfig, EngineStream, WorkerCounts};
-use crate::whep::{AppState, StreamInfo};
+use crate::http::{AppState, StreamInfo};
+use crate::media::{Engine, EngineConfig, EngineStream, WorkerCounts};
 
 /// Start-up errors.
 #[non_exhaustive]
@@ -288,7 +282,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
                 source,
             })?;
         info!(%http, media = %media_addr, rtmp = ?rtmp_addr, %candidate_ip, "tern listening");
-        let app = whep::router(state);
+        let app = http::whep::router(state);
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())
             .await
@@ -311,8 +305,8 @@ fn start_turn(
     cfg: &Config,
     listen: SocketAddr,
     candidate_ip: IpAddr,
-    stats: Arc<engine::EngineStats>,
-) -> Result<(turn::TurnHandle, whep::TurnLinks), ServeError> {
+    stats: Arc<media::EngineStats>,
+) -> Result<(turn::TurnHandle, http::whep::TurnLinks), ServeError> {
     let t = &cfg.turn;
     let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
         candidate_ip
@@ -349,7 +343,7 @@ fn start_turn(
         addr: listen,
         source,
     })?;
-    let links = whep::TurnLinks {
+    let links = http::whep::TurnLinks {
         host: relay_ip,
         port: handle.addr.port(),
         secret,

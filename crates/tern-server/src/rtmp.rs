@@ -4,7 +4,7 @@
 //! A connection runs [`tern_rtc::rtmp::RtmpPublisher`] (handshake, chunks, commands, H264
 //! packetization, AAC → Opus) on its own thread, so transcoding never stalls the media
 //! engine. Its packets go to the engine in one [`RtmpCommand::Media`] per socket read and
-//! through the same [`crate::ingest::Ingest`] slot as a WHIP publisher's: one publisher per
+//! through the same [`crate::media::Ingest`] slot as a WHIP publisher's: one publisher per
 //! stream, keyframe wait, sequence/timestamp rewriting, live and gone.
 //!
 //! Mapping: the RTMP application (`connect`'s `app`, query stripped) and the publishing
@@ -33,9 +33,9 @@ use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
-use crate::engine::{Command, NtpClock};
-use crate::ingest::{AddError, PublisherId, RtmpCommand};
-use crate::whep::AppState;
+use crate::http::AppState;
+use crate::media::{AddError, PublisherId, RtmpCommand};
+use crate::media::{Command, NtpClock};
 
 /// Most RTMP connections at once (each is a thread and up to a few MiB of buffers).
 /// Publishers are one per stream; the rest of the room is for refusals in flight.

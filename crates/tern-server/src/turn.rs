@@ -24,7 +24,7 @@ use tern_rtc::turn::{
 };
 use tracing::{debug, info, warn};
 
-use crate::batch::SendBatch;
+use crate::media::batch::SendBatch;
 
 const UDP: Token = Token(0);
 const TCP: Token = Token(1);
@@ -53,7 +53,7 @@ pub struct TurnOptions {
     /// Protocol settings.
     pub config: TurnConfig,
     /// Where allocation snapshots and events go (the media engine's counters and cache).
-    pub stats: Option<Arc<crate::engine::EngineStats>>,
+    pub stats: Option<Arc<crate::media::EngineStats>>,
 }
 
 /// Counters shared with the HTTP side, refreshed by the worker once a second.
@@ -126,7 +126,7 @@ struct Worker {
     max_conns: usize,
     shared: Arc<TurnShared>,
     stop: Arc<AtomicBool>,
-    stats: Option<Arc<crate::engine::EngineStats>>,
+    stats: Option<Arc<crate::media::EngineStats>>,
     /// Last allocation id given.
     serial: u64,
 }

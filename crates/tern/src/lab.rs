@@ -28,7 +28,7 @@ use tern_rtc::clip::MediaKind;
 use tern_rtc::session::{self, ClientOffer, LocalInfo};
 use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{DtlsContext, Viewer, ViewerEvent, ViewerState};
-use tern_server::batch::SendBatch;
+use tern_server::media::batch::SendBatch;
 
 /// Options of `tern lab`.
 #[derive(Debug, Clone, clap::Args)]

@@ -5,7 +5,7 @@
 //! packet of the source written to every connected viewer with `StreamTx::write_rtp` (the
 //! payload is one `Arc<[u8]>` shared by all viewers, as str0m allows). Everything str0m
 //! then sends goes out through the same `sendmmsg` batch tern's engine uses
-//! ([`tern_server::batch::SendBatch`]), so the two differ only in the per-viewer session.
+//! ([`tern_server::media::batch::SendBatch`]), so the two differ only in the per-viewer session.
 //!
 //! What it reports, for `bench/run.sh`:
 //! - `GET /stats`: the counting allocator's live bytes (tern's `CountingAlloc`, with aws-lc's
@@ -46,7 +46,7 @@ use str0m::net::{Protocol, Receive};
 use str0m::rtp::{AbsCaptureTime, Extension, ExtensionValues, RtpWrite, SeqNo};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
 use tern_rtc::clip::{Clip, ClipSource, MediaKind};
-use tern_server::batch::SendBatch;
+use tern_server::media::batch::SendBatch;
 
 /// Counting allocator: live heap bytes for `/stats`, aws-lc's included.
 #[global_allocator]

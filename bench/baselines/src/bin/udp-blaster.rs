@@ -10,7 +10,7 @@
 //! Modes:
 //! - `clip`: tern's lite clip in real time, each packet (payload + `--overhead` bytes for
 //!   the RTP header, the abs-capture-time extension and the SRTP tag) written to each
-//!   receiver in turn through tern's own `sendmmsg` batch ([`tern_server::batch::SendBatch`],
+//!   receiver in turn through tern's own `sendmmsg` batch ([`tern_server::media::batch::SendBatch`],
 //!   64 datagrams a call): tern's egress pattern and rate at N viewers, minus SRTP and
 //!   sessions. The ratio of tern's packets per server CPU-second to this one is how close
 //!   tern is to the kernel.
@@ -39,7 +39,7 @@ use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
 };
 use tern_rtc::clip::{Clip, ClipSource};
-use tern_server::batch::SendBatch;
+use tern_server::media::batch::SendBatch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mode {

@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
-use crate::engine::Command;
-use crate::ingest::AddError;
-use crate::whep::{AppState, content_type_is, cors, lookup, text};
+use crate::http::whep::{AppState, content_type_is, cors, lookup, text};
+use crate::media::AddError;
+use crate::media::Command;
 
 /// `POST /{app}/{stream}/whip`: SDP offer in, `201 Created` with the answer and the
 /// session's `Location`.

@@ -1,6 +1,6 @@
 //! The media engine: OvenMediaEngine's three kinds of worker threads around the one UDP port.
 //!
-//! - **socket workers** (`worker_count`, threads `SPICE-{i}`; see [`crate::socket`]) receive
+//! - **socket workers** (`worker_count`, threads `SPICE-{i}`; see [`crate::media::socket`]) receive
 //!   on the media port and hand each datagram to the worker that owns its session;
 //! - **app workers** (`app_worker_count`, threads `AW-WebRTC{i}`) do the per-stream work: the
 //!   clip sources, WHIP publisher sessions, the stream's ring and keyframe cache. Stream `s`
@@ -28,9 +28,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 use mio::{Events, Poll, Token, Waker};
 
-use crate::batch::SendBatch;
-use crate::ingest::{AddError, Ingest, IngestOutput, PublisherId, RtmpCommand};
-use crate::socket::{Route, SocketLink, SocketWorker};
+use crate::media::batch::SendBatch;
+use crate::media::ingest::{AddError, Ingest, IngestOutput, PublisherId, RtmpCommand};
+use crate::media::socket::{Route, SocketLink, SocketWorker};
 use tern_pool::{Buf, BufferPool, CountingAlloc, PoolCounter};
 use tern_proto::rtp;
 use tern_proto::stun;

@@ -18,8 +18,8 @@ use axum::routing::get;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::engine::{Command, ViewerId};
-use crate::whep::{AppState, text};
+use crate::http::whep::{AppState, text};
+use crate::media::{Command, ViewerId};
 
 const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 

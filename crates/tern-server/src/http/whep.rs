@@ -19,7 +19,7 @@ use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
 use crate::config::Config;
-use crate::engine::{Command, EngineHandle, SessionMemory, ViewerId};
+use crate::media::{Command, EngineHandle, SessionMemory, ViewerId};
 
 /// A stream known to the HTTP side.
 #[derive(Debug, Clone)]
@@ -170,7 +170,7 @@ pub struct AppState {
     pub turn: Option<TurnLinks>,
     sessions: Mutex<SessionTable>,
     /// WHIP sessions: resource id → publisher.
-    pub(crate) publishers: Mutex<HashMap<String, crate::ingest::PublisherId>>,
+    pub(crate) publishers: Mutex<HashMap<String, crate::media::PublisherId>>,
 }
 
 impl AppState {
@@ -406,13 +406,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route(
             "/{app}/{stream}/whip",
-            axum::routing::post(crate::whip::post).options(crate::whip::options),
+            axum::routing::post(crate::http::whip::post).options(crate::http::whip::options),
         )
         .route(
             "/{app}/{stream}/whip/{session}",
-            axum::routing::delete(crate::whip::delete)
-                .patch(crate::whip::patch)
-                .options(crate::whip::options),
+            axum::routing::delete(crate::http::whip::delete)
+                .patch(crate::http::whip::patch)
+                .options(crate::http::whip::options),
         )
         .route(
             "/{app}/{stream}/whep/{session}",
@@ -420,7 +420,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(whep_delete)
                 .options(whep_options),
         )
-        .merge(crate::api::routes())
+        .merge(crate::http::api::routes())
         .with_state(state)
 }
 
@@ -836,7 +836,7 @@ async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
 }
 
 /// `GET /{app}/{stream}`: the player page, or, with `Upgrade: websocket`, the
-/// OvenMediaEngine-compatible signalling socket (see [`crate::ome`]).
+/// OvenMediaEngine-compatible signalling socket (see [`crate::http::ome`]).
 async fn player(
     State(st): State<Arc<AppState>>,
     Path((app, stream)): Path<(String, String)>,
@@ -848,7 +848,7 @@ async fn player(
     >,
 ) -> Response {
     if let Ok(ws) = ws {
-        return crate::ome::upgrade(st, ws, app, stream, query, &headers);
+        return crate::http::ome::upgrade(st, ws, app, stream, query, &headers);
     }
     let page = PLAYER_HTML
         .replace("{{APP}}", &html_escape(&app))

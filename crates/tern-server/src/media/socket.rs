@@ -25,7 +25,7 @@ use tern_proto::stun;
 use tern_rtc::viewer::UFRAG_LEN;
 use tracing::warn;
 
-use crate::engine::{Data, EngineStats, Target, ViewerId, WorkerLink};
+use crate::media::engine::{Data, EngineStats, Target, ViewerId, WorkerLink};
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -288,17 +288,17 @@ impl SocketWorker {
 
     /// Trims tables left mostly empty and books them in the `session_index` pool.
     fn housekeeping(&mut self) {
-        crate::engine::shrink_map(&mut self.by_addr);
-        crate::engine::shrink_map(&mut self.by_ufrag);
+        crate::media::engine::shrink_map(&mut self.by_addr);
+        crate::media::engine::shrink_map(&mut self.by_ufrag);
         let used = self.by_addr.len() * (std::mem::size_of::<(SocketAddr, Target)>() + 1)
             + self.by_ufrag.len() * (std::mem::size_of::<([u8; UFRAG_LEN], ViewerId)>() + 1);
-        let allocated =
-            crate::engine::map_bytes(&self.by_addr) + crate::engine::map_bytes(&self.by_ufrag);
+        let allocated = crate::media::engine::map_bytes(&self.by_addr)
+            + crate::media::engine::map_bytes(&self.by_ufrag);
         let now = (0, used, allocated);
-        crate::engine::book_set(&self.index, &mut self.index_booked, now);
+        crate::media::engine::book_set(&self.index, &mut self.index_booked, now);
     }
 
     fn unbook(&mut self) {
-        crate::engine::book_set(&self.index, &mut self.index_booked, (0, 0, 0));
+        crate::media::engine::book_set(&self.index, &mut self.index_booked, (0, 0, 0));
     }
 }

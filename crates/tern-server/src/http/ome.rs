@@ -34,8 +34,8 @@ use tern_proto::ome::{self, Command, IceServer, OfferCandidate, SignalError};
 use tern_rtc::session::{self, LocalInfo, ServerAnswerError, ServerOffer};
 use tracing::{debug, info};
 
-use crate::engine::{Command as EngineCommand, ViewerId};
-use crate::whep::AppState;
+use crate::http::whep::AppState;
+use crate::media::{Command as EngineCommand, ViewerId};
 
 /// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`): one
 /// item per socket, its bytes the socket's state and pending offer. A process-wide counter
