@@ -227,8 +227,8 @@ fn openapi_document_matches_the_routes() {
     // `.route("...")` calls in its source, so a new route without documentation fails here.
     let mut routes = 0;
     for src in [
-        include_str!("../../tern-server/src/api.rs"),
-        include_str!("../../tern-server/src/whep.rs"),
+        include_str!("../../tern-server/src/http/api.rs"),
+        include_str!("../../tern-server/src/http/whep.rs"),
     ] {
         for tail in src.split(".route(").skip(1) {
             let Some(path) = tail
