@@ -1,17 +1,34 @@
-//! The media path: the engine's threads around the one UDP port (see [`engine`]), the
-//! publisher slots that feed each stream ([`ingest`]) and the batched sends ([`batch`]).
+//! The media path: the engine's threads around the one UDP port.
+//!
+//! Imports point one way, top to bottom:
+//!
+//! - [`engine`]: [`Engine::spawn`] starts the threads; [`EngineHandle`] is the HTTP side's
+//!   handle on them (commands, RTMP media, session reports);
+//! - `worker`: the app and stream workers (viewers, publishers, timers and RTCP);
+//! - `socket`: the socket workers that receive on the media port and route each datagram;
+//! - `table` (the viewer session table), `ledger` (memory booking), [`ingest`] (publisher
+//!   slots: handover, sequence and timestamp rewriting), [`batch`] (`sendmmsg`);
+//! - `link`: the messages and ids every thread speaks, [`stats`] the counters they share,
+//!   [`clock`] NTP time.
 //!
 //! Code outside this folder names what it needs through the re-exports below, so the files
 //! inside can be arranged without touching the HTTP side.
 
 pub mod batch;
+pub mod clock;
 pub mod engine;
 pub mod ingest;
+mod ledger;
+pub mod link;
 mod socket;
+pub mod stats;
+mod table;
+mod worker;
 
 pub use batch::SendBatch;
-pub use engine::{
-    Command, Engine, EngineConfig, EngineHandle, EngineStats, EngineStream, MAX_WORKERS, NtpClock,
-    SessionMemory, ViewerId, WorkerCounts,
-};
+pub use clock::NtpClock;
+pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
 pub use ingest::{AddError, PublisherId, RtmpCommand};
+pub use link::{Command, MAX_WORKERS, SessionMemory, ViewerId};
+pub use stats::EngineStats;
+pub use worker::EngineStream;

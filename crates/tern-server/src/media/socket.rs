@@ -25,7 +25,9 @@ use tern_proto::stun;
 use tern_rtc::viewer::UFRAG_LEN;
 use tracing::warn;
 
-use crate::media::engine::{Data, EngineStats, Target, ViewerId, WorkerLink};
+use crate::media::ledger::{book_set, map_bytes, shrink_map};
+use crate::media::link::{Data, Target, ViewerId, WorkerLink};
+use crate::media::stats::EngineStats;
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -288,17 +290,16 @@ impl SocketWorker {
 
     /// Trims tables left mostly empty and books them in the `session_index` pool.
     fn housekeeping(&mut self) {
-        crate::media::engine::shrink_map(&mut self.by_addr);
-        crate::media::engine::shrink_map(&mut self.by_ufrag);
+        shrink_map(&mut self.by_addr);
+        shrink_map(&mut self.by_ufrag);
         let used = self.by_addr.len() * (std::mem::size_of::<(SocketAddr, Target)>() + 1)
             + self.by_ufrag.len() * (std::mem::size_of::<([u8; UFRAG_LEN], ViewerId)>() + 1);
-        let allocated = crate::media::engine::map_bytes(&self.by_addr)
-            + crate::media::engine::map_bytes(&self.by_ufrag);
+        let allocated = map_bytes(&self.by_addr) + map_bytes(&self.by_ufrag);
         let now = (0, used, allocated);
-        crate::media::engine::book_set(&self.index, &mut self.index_booked, now);
+        book_set(&self.index, &mut self.index_booked, now);
     }
 
     fn unbook(&mut self) {
-        crate::media::engine::book_set(&self.index, &mut self.index_booked, (0, 0, 0));
+        book_set(&self.index, &mut self.index_booked, (0, 0, 0));
     }
 }

@@ -1,0 +1,36 @@
+//! Wall-clock time for RTP: instants mapped to NTP timestamps (RTCP sender reports,
+//! abs-capture-time), read from the system clock once.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tern_proto::rtp;
+
+/// Maps instants to 64-bit NTP time (read from the wall clock once at start).
+#[derive(Debug, Clone, Copy)]
+pub struct NtpClock {
+    base: Instant,
+    base_ntp: u64,
+}
+
+impl NtpClock {
+    /// Reads the clocks now.
+    pub fn now() -> Self {
+        let base = Instant::now();
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        NtpClock {
+            base,
+            base_ntp: rtp::ntp_from_unix(unix),
+        }
+    }
+
+    /// NTP time of `t`.
+    pub fn ntp(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.base);
+        let frac = (u64::from(d.subsec_nanos()) << 32) / 1_000_000_000;
+        self.base_ntp
+            .wrapping_add(d.as_secs() << 32)
+            .wrapping_add(frac)
+    }
+}

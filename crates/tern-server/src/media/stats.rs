@@ -1,0 +1,53 @@
+//! The counters the media threads share with the HTTP side (metrics, API, limits): relaxed
+//! atomics, added once per batch on the per-packet path.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+
+/// Counters shared with the HTTP side (metrics, API, limits).
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    /// Viewers currently held.
+    pub viewers: AtomicUsize,
+    /// Viewers whose DTLS handshake is not finished.
+    pub handshakes: AtomicUsize,
+    /// Viewers that completed the handshake, ever.
+    pub handshakes_done: AtomicU64,
+    /// Viewers that failed or timed out before connecting, ever.
+    pub handshakes_failed: AtomicU64,
+    /// SRTP packets sent.
+    pub packets_out: AtomicU64,
+    /// Bytes sent (SRTP/SRTCP/DTLS/STUN).
+    pub bytes_out: AtomicU64,
+    /// Packets retransmitted on NACK.
+    pub retransmits: AtomicU64,
+    /// Keyframe requests (PLI/FIR) received, before coalescing.
+    pub keyframe_requests: AtomicU64,
+    /// Datagrams received.
+    pub packets_in: AtomicU64,
+    /// Datagrams dropped: malformed, unknown sender, failed authentication.
+    pub dropped_in: AtomicU64,
+    /// Sends that failed (socket buffer full or error).
+    pub send_errors: AtomicU64,
+    /// Datagrams or packets dropped because a worker's queue was full (it fell behind), and
+    /// RTMP publishers closed because their app worker's queue stayed full.
+    pub queue_full: AtomicU64,
+    /// Publishers (WHIP, RTMP) connected or connecting.
+    pub publishers: AtomicUsize,
+    /// Media packets received from publishers.
+    pub ingest_packets: AtomicU64,
+    /// Whether each stream is live (index as in the engine's streams).
+    pub live: Vec<AtomicBool>,
+    /// Media packets sent per stream (index as in the engine's streams).
+    pub stream_packets: Vec<AtomicU64>,
+    /// Media bytes sent per stream.
+    pub stream_bytes: Vec<AtomicU64>,
+    /// Sequence numbers viewers of each stream NACKed.
+    pub stream_nacks: Vec<AtomicU64>,
+    /// PLI/FIR requests from viewers of each stream.
+    pub stream_keyframe_requests: Vec<AtomicU64>,
+    /// Packets viewers of each stream reported lost in their receiver reports (the growth
+    /// of each viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
+    pub stream_reported_lost: Vec<AtomicU64>,
+    /// Cached snapshots of viewers and streams, and the event bus.
+    pub snapshots: crate::snapshot::Snapshots,
+}

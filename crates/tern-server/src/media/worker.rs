@@ -1,0 +1,366 @@
+//! The app and stream workers: one thread each, the same type in two roles (see
+//! [`crate::media::engine`]). This file holds the worker's state and its loop; what it does
+//! lives beside it by concern:
+//!
+//! - `worker/viewers.rs`: viewers joining, leaving, ICE and DTLS, and media out to them;
+//! - `worker/publishers.rs`: publishers (WHIP, RTMP), clip sources, the ring and fan-out to
+//!   the stream workers;
+//! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping.
+//!
+//! One loop turn: control messages, then up to a queue's worth of datagrams and packets,
+//! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
+//! one wake per stream worker handed packets.
+
+mod publishers;
+mod timers;
+mod viewers;
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use mio::{Events, Poll};
+use tern_pool::{BufferPool, CountingAlloc};
+use tern_proto::rtp;
+use tern_rtc::clip::ClipSource;
+use tern_rtc::stream::Stream;
+use tern_rtc::viewer::{CloseReason, DtlsContext};
+use tracing::{info, warn};
+
+use crate::media::batch::SendBatch;
+use crate::media::clock::NtpClock;
+use crate::media::ingest::Ingest;
+use crate::media::ledger::Pools;
+use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};
+use crate::media::socket::{Route, SocketLink};
+use crate::media::stats::EngineStats;
+use crate::media::table::Slot;
+
+/// How often every viewer's timers are checked. 20 ms keeps DTLS retransmission and SR
+/// timing accurate to well under their own granularity (1 s) at O(viewers) cost per sweep.
+const SWEEP: Duration = Duration::from_millis(20);
+
+/// A stream as the engine runs it.
+pub struct EngineStream {
+    /// `app/stream`.
+    pub key: String,
+    /// Ring of packets.
+    pub stream: Stream,
+    /// The clip source feeding it, if it is a clip stream.
+    pub source: Option<ClipSource>,
+    viewers: Vec<ViewerId>,
+}
+
+impl EngineStream {
+    /// A stream with the given rings and optional source.
+    pub fn new(key: String, stream: Stream, source: Option<ClipSource>) -> Self {
+        EngineStream {
+            key,
+            stream,
+            source,
+            viewers: Vec::new(),
+        }
+    }
+}
+
+/// A worker's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// App worker `i`: owns the streams `s` with `s % apps == i`.
+    App,
+    /// Stream worker: hosts viewers of any stream.
+    Stream,
+}
+
+/// What a worker thread is built from.
+pub(super) struct WorkerInit {
+    pub(super) index: usize,
+    pub(super) role: Role,
+    pub(super) apps: usize,
+    pub(super) poll: Poll,
+    pub(super) data_rx: Receiver<Data>,
+    pub(super) ctl_rx: Receiver<Ctl>,
+    pub(super) send: std::net::UdpSocket,
+    pub(super) streams: Vec<EngineStream>,
+    pub(super) dtls: Arc<DtlsContext>,
+    pub(super) pool: BufferPool,
+    pub(super) clock: NtpClock,
+    pub(super) stats: Arc<EngineStats>,
+    pub(super) cname: String,
+    pub(super) hosts: Arc<[WorkerLink]>,
+    pub(super) peers: Vec<WorkerLink>,
+    pub(super) sockets: Arc<[SocketLink]>,
+    pub(super) loads: Arc<[AtomicUsize]>,
+}
+
+/// An app or stream worker; runs on its own thread.
+pub(super) struct Worker {
+    index: usize,
+    role: Role,
+    apps: usize,
+    poll: Poll,
+    data_rx: Receiver<Data>,
+    ctl_rx: Receiver<Ctl>,
+    socket: std::net::UdpSocket,
+    streams: Vec<EngineStream>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    dtls: Arc<DtlsContext>,
+    pool: BufferPool,
+    clock: NtpClock,
+    stats: Arc<EngineStats>,
+    cname: String,
+    batch: SendBatch,
+    next_sweep: Instant,
+    ingest: Ingest,
+    pools: Pools,
+    /// Generation given to new slots: above every generation a removed slot had, so an old
+    /// [`ViewerId`] never names a viewer in a slot that was freed and made again.
+    next_generation: u32,
+    hosts: Arc<[WorkerLink]>,
+    /// Stream workers this app worker hands its packets to.
+    peers: Vec<WorkerLink>,
+    /// Peers handed packets since they were last woken.
+    peers_woken: Vec<bool>,
+    sockets: Arc<[SocketLink]>,
+    loads: Arc<[AtomicUsize]>,
+    /// Media packets sent since the last flush (added to the shared counter per batch).
+    sent_packets: u64,
+    /// The id of each owned stream's publisher (for its snapshot).
+    publisher_ids: Vec<Option<u64>>,
+}
+
+impl Worker {
+    /// Builds the worker on its own thread: the send batch holds raw `sendmmsg` headers,
+    /// which may not cross threads.
+    pub(super) fn new(w: WorkerInit) -> Worker {
+        let pools = Pools::new();
+        // Measured: the batch is allocated here on this thread, in one go.
+        let before = CountingAlloc::thread_net_bytes();
+        let batch = SendBatch::new();
+        let bytes = usize::try_from(CountingAlloc::thread_net_bytes() - before).unwrap_or(0);
+        pools.batch.add(1, bytes);
+        let n_streams = w.streams.len();
+        let peers_woken = vec![false; w.peers.len()];
+        Worker {
+            index: w.index,
+            role: w.role,
+            apps: w.apps,
+            poll: w.poll,
+            data_rx: w.data_rx,
+            ctl_rx: w.ctl_rx,
+            socket: w.send,
+            streams: w.streams,
+            slots: Vec::new(),
+            free: Vec::new(),
+            dtls: w.dtls,
+            pool: w.pool,
+            clock: w.clock,
+            stats: w.stats,
+            cname: w.cname,
+            batch,
+            next_sweep: Instant::now(),
+            ingest: Ingest::new(n_streams),
+            pools,
+            next_generation: 0,
+            hosts: w.hosts,
+            peers: w.peers,
+            peers_woken,
+            sockets: w.sockets,
+            loads: w.loads,
+            sent_packets: 0,
+            publisher_ids: vec![None; n_streams],
+        }
+    }
+
+    /// Whether this worker runs stream `s`'s ingest and source.
+    fn owns(&self, s: usize) -> bool {
+        self.role == Role::App && s % self.apps == self.index
+    }
+
+    /// Tells every socket worker about a table change.
+    fn route(&self, r: impl Fn() -> Route) {
+        for s in self.sockets.iter() {
+            s.send(r());
+        }
+    }
+
+    /// Runs until [`Command::Shutdown`] or the queues close.
+    pub(super) fn run(mut self) {
+        let mut events = Events::with_capacity(16);
+        loop {
+            let now = Instant::now();
+            let deadline = self.next_deadline();
+            let timeout = deadline.saturating_duration_since(now);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                warn!("media worker poll failed: {e}");
+                return;
+            }
+            loop {
+                match self.ctl_rx.try_recv() {
+                    Ok(Ctl::Cmd(Command::Shutdown)) => {
+                        self.shutdown();
+                        return;
+                    }
+                    Ok(Ctl::Cmd(cmd)) => self.handle_command(cmd),
+                    Ok(Ctl::Sessions(reply)) => {
+                        let _ = reply.send(self.sessions());
+                    }
+                    Ok(Ctl::Keyframe(stream)) => self.keyframe_request(stream, Instant::now()),
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                        self.shutdown();
+                        return;
+                    }
+                }
+            }
+            // Bounded, so commands and timers are served between bursts.
+            for _ in 0..QUEUE {
+                match self.data_rx.try_recv() {
+                    Ok(Data::Datagram { to, from, mut buf }) => {
+                        self.handle_datagram(Instant::now(), to, &mut buf, from);
+                    }
+                    Ok(Data::Media { stream, pkt }) => {
+                        if self.streams[stream].stream.push(pkt.clone()) {
+                            self.fan_out(stream, &pkt);
+                        }
+                    }
+                    Ok(Data::Rtmp(cmd)) => self.handle_rtmp(cmd),
+                    Ok(Data::Reset(stream)) => {
+                        self.streams[stream].stream.video.clear();
+                        self.streams[stream].stream.audio.clear();
+                    }
+                    Err(_) => break,
+                }
+            }
+            let now = Instant::now();
+            self.run_sources(now);
+            if self.ingest.next_timeout().is_some_and(|t| t <= now) {
+                let mut out = Vec::new();
+                self.ingest.handle_timeouts(now, &mut out);
+                self.apply_ingest(now, out);
+            }
+            if now >= self.next_sweep {
+                self.sweep(now);
+                self.next_sweep = now + SWEEP;
+                // Low-water refill and the dry-pool warning clock, off the per-packet path.
+                if self.index == 0 {
+                    self.pool.maintain(now);
+                }
+            }
+            self.flush();
+            self.wake_peers();
+        }
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut d = self.next_sweep;
+        if let Some(t) = self.ingest.next_timeout() {
+            d = d.min(t);
+        }
+        for s in &self.streams {
+            if let Some(src) = &s.source {
+                d = d.min(src.poll_timeout());
+            }
+        }
+        d
+    }
+
+    fn shutdown(&mut self) {
+        let ids: Vec<ViewerId> = self.ids().collect();
+        for id in ids {
+            self.remove(id, CloseReason::Local);
+        }
+        self.flush();
+        info!("media worker {} stopped", self.index);
+    }
+
+    /// Carries out a command from the HTTP side.
+    fn handle_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::AddViewer {
+                stream,
+                params,
+                reply,
+            } => self.add_viewer(stream, *params, reply),
+            Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
+            Command::AddPublisher {
+                stream,
+                publisher,
+                reply,
+            } => self.add_publisher(stream, publisher, reply),
+            Command::Rtmp(cmd) => self.handle_rtmp(cmd),
+            Command::RemovePublisher(id) => self.remove_publisher(id),
+            Command::RestartIce {
+                id,
+                ufrag,
+                pwd,
+                remote_ufrag,
+            } => self.restart_ice(id, ufrag, pwd, remote_ufrag),
+            Command::Shutdown => {}
+        }
+    }
+
+    /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
+    fn send_to(&mut self, data: &[u8], to: SocketAddr) {
+        if self.batch.is_full() {
+            self.flush();
+        }
+        if !self.batch.push(data, to) {
+            self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands the send batch to the kernel.
+    fn flush(&mut self) {
+        if self.sent_packets > 0 {
+            self.stats
+                .packets_out
+                .fetch_add(std::mem::take(&mut self.sent_packets), Ordering::Relaxed);
+        }
+        if self.batch.is_empty() {
+            return;
+        }
+        let f = self.batch.flush(self.socket.as_raw_fd());
+        self.stats
+            .bytes_out
+            .fetch_add(f.bytes as u64, Ordering::Relaxed);
+        if f.dropped > 0 {
+            self.stats
+                .send_errors
+                .fetch_add(f.dropped as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn handle_datagram(&mut self, now: Instant, to: Target, buf: &mut [u8], from: SocketAddr) {
+        let id = match to {
+            Target::Publisher(stream) => {
+                let mut out = Vec::new();
+                if !self.owns(stream) || !self.ingest.input(stream, now, from, buf, &mut out) {
+                    self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+                }
+                self.apply_ingest(now, out);
+                return;
+            }
+            Target::Viewer(id) => id,
+        };
+        let Some(&first) = buf.first() else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        match first {
+            0..=3 => self.handle_stun(now, id, buf, from),
+            20..=63 => self.handle_dtls(now, id, buf, from),
+            128..=191 if rtp::is_rtcp(buf) => self.handle_rtcp(now, id, buf, from),
+            _ => {
+                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! A worker's publishers and sources: WHIP and RTMP publishers through [`Ingest`], the
+//! built-in clip sources, keyframe requests upstream, and each new packet into the stream's
+//! ring, out to this worker's viewers and over to the stream workers.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crossbeam_channel::TrySendError;
+use tern_rtc::clip::MediaKind;
+use tern_rtc::publisher::Publisher;
+use tern_rtc::stream::RingPacket;
+use tokio::sync::oneshot;
+use tracing::info;
+
+use super::Worker;
+use crate::media::ingest::{AddError, IngestOutput, PublisherId, RtmpCommand};
+use crate::media::link::Data;
+use crate::media::socket::Route;
+
+/// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
+struct Head {
+    kind: MediaKind,
+    seq: u64,
+    rtp_ts: u32,
+    marker: bool,
+    keyframe: bool,
+    capture_ntp: u64,
+}
+
+impl Worker {
+    /// Installs a WHIP publisher on an owned stream that has none (and is no clip).
+    pub(super) fn add_publisher(
+        &mut self,
+        stream: usize,
+        publisher: Box<Publisher>,
+        reply: oneshot::Sender<Result<PublisherId, AddError>>,
+    ) {
+        let res =
+            if !self.owns(stream) || self.streams.get(stream).is_none_or(|s| s.source.is_some()) {
+                Err(AddError::Busy)
+            } else {
+                let ufrag: Box<str> = publisher.local_ufrag().into();
+                let r = self.ingest.add(stream, *publisher);
+                if r.is_ok() {
+                    self.route(|| Route::Publisher {
+                        ufrag: ufrag.clone(),
+                        stream,
+                        add: true,
+                    });
+                }
+                r
+            };
+        if let Ok(id) = &res {
+            self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+            self.publisher_ids[stream] = Some(id.serial);
+            self.stats
+                .snapshots
+                .publisher_joined(id.serial, &self.streams[stream].key, "whip");
+            info!("publisher on {} connecting", self.streams[stream].key);
+        }
+        let _ = reply.send(res);
+    }
+
+    /// An RTMP connection's request: take the stream's publisher slot, or media for it.
+    pub(super) fn handle_rtmp(&mut self, cmd: RtmpCommand) {
+        let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
+        let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
+        if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
+            self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+            self.publisher_ids[s] = Some(id.serial);
+            let key = &self.streams[s].key;
+            self.stats
+                .snapshots
+                .publisher_joined(id.serial, key, "rtmp");
+        }
+        self.apply_ingest(now, out);
+    }
+
+    /// Ends a publisher (WHIP DELETE, RTMP connection closed, kick).
+    pub(super) fn remove_publisher(&mut self, id: PublisherId) {
+        let mut out = Vec::new();
+        self.ingest.remove(id, &mut out);
+        self.apply_ingest(Instant::now(), out);
+    }
+
+    /// A viewer of an owned stream asked for a keyframe: the clip source sends one every
+    /// second; ingest coalesces these into one upstream request.
+    pub(super) fn keyframe_request(&mut self, stream: usize, now: Instant) {
+        let mut out = Vec::new();
+        self.ingest.request_keyframe(stream, now, &mut out);
+        self.apply_ingest(now, out);
+    }
+
+    /// Takes the packets now due from each clip source this worker runs.
+    pub(super) fn run_sources(&mut self, now: Instant) {
+        for si in 0..self.streams.len() {
+            let Some(mut src) = self.streams[si].source.take() else {
+                continue;
+            };
+            src.poll(now, &mut |mp| {
+                let head = Head {
+                    kind: mp.kind,
+                    seq: mp.seq,
+                    rtp_ts: mp.rtp_ts,
+                    marker: mp.marker,
+                    keyframe: mp.keyframe,
+                    capture_ntp: self.clock.ntp(mp.capture_time),
+                };
+                self.accept(si, head, mp.payload);
+            });
+            self.streams[si].source = Some(src);
+        }
+    }
+
+    /// A new packet of an owned stream, from a source or a publisher: its payload is copied
+    /// once into a pooled buffer, the ring packet made around it (the one place ring packets
+    /// are made), then pushed into the ring and, unless the ring refused it, published.
+    fn accept(&mut self, stream: usize, head: Head, payload: &[u8]) {
+        let mut b = self.pool.alloc(payload.len());
+        b.copy_from_slice(payload);
+        let pkt = RingPacket {
+            kind: head.kind,
+            seq: head.seq,
+            rtp_ts: head.rtp_ts,
+            marker: head.marker,
+            keyframe: head.keyframe,
+            capture_ntp: head.capture_ntp,
+            payload: b.freeze(),
+        };
+        if self.streams[stream].stream.push(pkt.clone()) {
+            self.publish(stream, pkt);
+        }
+    }
+
+    /// A new packet of an owned stream: to this worker's viewers and to the stream workers.
+    pub(super) fn publish(&mut self, stream: usize, pkt: RingPacket) {
+        self.fan_out(stream, &pkt);
+        for i in 0..self.peers.len() {
+            match self.peers[i].data.try_send(Data::Media {
+                stream,
+                pkt: pkt.clone(),
+            }) {
+                Ok(()) => self.peers_woken[i] = true,
+                Err(TrySendError::Full(_)) => {
+                    self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+                    self.peers_woken[i] = true;
+                }
+                Err(TrySendError::Disconnected(_)) => {}
+            }
+        }
+    }
+
+    pub(super) fn wake_peers(&mut self) {
+        for i in 0..self.peers.len() {
+            if std::mem::take(&mut self.peers_woken[i]) {
+                self.peers[i].wake();
+            }
+        }
+    }
+
+    /// Carries out what ingest asked for: datagrams to publishers, media into the rings
+    /// and out to the viewers, liveness changes.
+    pub(super) fn apply_ingest(&mut self, now: Instant, out: Vec<IngestOutput>) {
+        for o in out {
+            match o {
+                IngestOutput::Transmit(to, d) => self.send_to(&d, to),
+                IngestOutput::Media {
+                    stream,
+                    packet,
+                    seq,
+                    ts,
+                    keyframe,
+                } => {
+                    self.stats.ingest_packets.fetch_add(1, Ordering::Relaxed);
+                    let head = Head {
+                        kind: packet.kind,
+                        seq,
+                        rtp_ts: ts,
+                        marker: packet.marker,
+                        keyframe,
+                        capture_ntp: packet.capture_ntp.unwrap_or_else(|| self.clock.ntp(now)),
+                    };
+                    self.accept(stream, head, &packet.payload);
+                }
+                IngestOutput::Live(stream) => {
+                    if let Some(l) = self.stats.live.get(stream) {
+                        l.store(true, Ordering::Relaxed);
+                    }
+                    let kind = self.ingest.kind_name(stream);
+                    self.stats
+                        .snapshots
+                        .stream_state(&self.streams[stream].key, kind, true);
+                    if let Some(id) = self.publisher_ids[stream] {
+                        self.stats.snapshots.publisher_live(id);
+                    }
+                    info!("{} is live (publisher)", self.streams[stream].key);
+                }
+                IngestOutput::Gone(stream) => {
+                    if let Some(l) = self.stats.live.get(stream) {
+                        l.store(false, Ordering::Relaxed);
+                    }
+                    self.stats
+                        .snapshots
+                        .stream_state(&self.streams[stream].key, "none", false);
+                    if let Some(id) = self.publisher_ids[stream].take() {
+                        self.stats.snapshots.publisher_left(id, "ended");
+                    }
+                    // Viewers stay; a later publisher continues the same RTP streams.
+                    self.streams[stream].stream.video.clear();
+                    self.streams[stream].stream.audio.clear();
+                    for i in 0..self.peers.len() {
+                        if self.peers[i].data.try_send(Data::Reset(stream)).is_ok() {
+                            self.peers_woken[i] = true;
+                        }
+                    }
+                    self.route(|| Route::Publisher {
+                        ufrag: Box::default(),
+                        stream,
+                        add: false,
+                    });
+                    self.stats.publishers.fetch_sub(1, Ordering::Relaxed);
+                    info!("publisher of {} left", self.streams[stream].key);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! A worker's timers and RTCP: receiver reports, NACKs answered from the stream's ring,
+//! keyframe requests; the periodic sweep of every viewer's timers (DTLS retransmission,
+//! consent, sender reports); and the housekeeping that gives memory back and books it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tern_rtc::clip::MediaKind;
+use tern_rtc::viewer::ViewerEvent;
+
+use super::Worker;
+use crate::media::ledger::{book_set, ledger, shrink_vec, vec_bytes};
+use crate::media::link::{Ctl, ViewerId};
+use crate::media::table::{SLOT_BYTES, confirmed, entry_in};
+
+impl Worker {
+    pub(super) fn handle_rtcp(
+        &mut self,
+        now: Instant,
+        id: ViewerId,
+        buf: &mut [u8],
+        from: SocketAddr,
+    ) {
+        let mut nacks: Vec<(MediaKind, u64)> = Vec::new();
+        let mut keyframe = false;
+        let Some(e) = confirmed(&mut self.slots, id, from) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let stream = e.stream;
+        let res = ledger(e, |v| {
+            v.handle_rtcp(now, buf, &mut |ev| match ev {
+                ViewerEvent::Nack { kind, seq } => nacks.push((kind, seq)),
+                ViewerEvent::KeyframeRequest => keyframe = true,
+            })
+        });
+        // The NACK list is the driver's, not the session's.
+        e.heap = e
+            .heap
+            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u64)>());
+        self.pools.book(e);
+        let lost: i64 = [MediaKind::Video, MediaKind::Audio]
+            .into_iter()
+            .filter_map(|k| e.viewer.reported_loss(k))
+            .map(|(_, cumulative, _)| i64::from(cumulative))
+            .sum();
+        if lost > e.reported_lost {
+            let grew = (lost - e.reported_lost) as u64;
+            e.reported_lost = lost;
+            self.stats.stream_reported_lost[stream].fetch_add(grew, Ordering::Relaxed);
+        }
+        if !nacks.is_empty() {
+            self.stats.stream_nacks[stream].fetch_add(nacks.len() as u64, Ordering::Relaxed);
+        }
+        if res.is_err() {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+        }
+        if keyframe {
+            self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
+            self.stats.stream_keyframe_requests[stream].fetch_add(1, Ordering::Relaxed);
+            if self.owns(stream) {
+                self.keyframe_request(stream, now);
+            } else if let Some(app) = self.hosts.get(stream % self.apps) {
+                let _ = app.ctl(Ctl::Keyframe(stream));
+            }
+        }
+        for (kind, seq) in nacks {
+            let Some(p) = self.streams[stream].stream.ring(kind).get(seq).cloned() else {
+                continue;
+            };
+            self.send_media(id, &p);
+            self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.after_io(id);
+    }
+
+    pub(super) fn sweep(&mut self, now: Instant) {
+        let ids: Vec<ViewerId> = self.ids().collect();
+        let mut out = [0u8; 512];
+        let mut flights: Vec<Vec<u8>> = Vec::new();
+        for id in ids {
+            let Some(e) = entry_in(&mut self.slots, id) else {
+                continue;
+            };
+            let due = e.viewer.poll_timeout().is_some_and(|(t, _)| t <= now);
+            if !due {
+                continue;
+            }
+            flights.clear();
+            let kept = vec_bytes(&flights);
+            let cname = &self.cname;
+            let sr = ledger(e, |v| {
+                v.handle_timeout(now, &mut |p| flights.push(p.to_vec()));
+                v.poll_sender_report(now, cname, &mut out)
+            });
+            // The flights are the driver's, not the session's.
+            e.heap = e.heap.saturating_sub(vec_bytes(&flights) - kept);
+            self.pools.book(e);
+            if let Some(to) = e.viewer.remote_addr() {
+                for f in &flights {
+                    self.send_to(f, to);
+                }
+                if let Some(n) = sr {
+                    self.send_to(&out[..n], to);
+                }
+            }
+            self.after_io(id);
+        }
+        self.trim_and_book();
+    }
+
+    /// Books the session table's capacity in the `viewer_sessions` pool.
+    pub(super) fn book_slots(&mut self) {
+        let bytes = self.slots.capacity() * SLOT_BYTES;
+        self.pools.sessions.unreserve(self.pools.slots_reserved);
+        self.pools.sessions.reserve(bytes);
+        self.pools.slots_reserved = bytes;
+    }
+
+    /// Gives back memory a wave of departed viewers left behind (trailing empty slots,
+    /// mostly empty lists) and refreshes the ring and index pools. Runs in the sweep, off
+    /// the per-packet path.
+    pub(super) fn trim_and_book(&mut self) {
+        while self.slots.last().is_some_and(|s| s.entry.is_none()) {
+            if let Some(s) = self.slots.pop() {
+                self.next_generation = self.next_generation.max(s.generation.wrapping_add(1));
+            }
+        }
+        let len = self.slots.len();
+        self.free.retain(|&i| (i as usize) < len);
+        shrink_vec(&mut self.slots);
+        shrink_vec(&mut self.free);
+        for s in &mut self.streams {
+            shrink_vec(&mut s.viewers);
+        }
+        self.book_slots();
+        let (mut items, mut used, mut allocated) = (0, 0, 0);
+        for s in &self.streams {
+            for ring in [&s.stream.video, &s.stream.audio] {
+                let (u, a) = ring.memory();
+                items += ring.len();
+                used += u;
+                allocated += a;
+            }
+        }
+        let now = (items, used, allocated);
+        book_set(&self.pools.rings, &mut self.pools.rings_booked, now);
+        let id = std::mem::size_of::<ViewerId>();
+        let viewers: usize = self.streams.iter().map(|s| s.viewers.len()).sum();
+        let used = viewers * id + self.free.len() * 4;
+        let allocated = self
+            .streams
+            .iter()
+            .map(|s| s.viewers.capacity() * id)
+            .sum::<usize>()
+            + self.free.capacity() * 4;
+        let now = (viewers, used, allocated);
+        book_set(&self.pools.index, &mut self.pools.index_booked, now);
+    }
+}

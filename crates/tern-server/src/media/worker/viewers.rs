@@ -1,0 +1,345 @@
+//! A worker's viewers: joining (a slot in the table, a route for its ICE ufrag), ICE and
+//! DTLS, the keyframe cache at connect, media written into the send batch, and leaving.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tern_proto::stun;
+use tern_rtc::stream::RingPacket;
+use tern_rtc::viewer::{CloseReason, PWD_LEN, UFRAG_LEN, Viewer, ViewerParams, ViewerState};
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use super::{Role, Worker};
+use crate::media::ledger::{ledger, vec_bytes};
+use crate::media::link::{SessionMemory, Target, ViewerId};
+use crate::media::socket::Route;
+use crate::media::table::{Entry, SLOT_BYTES, Slot, confirmed, entry_in};
+
+impl Worker {
+    /// Adds a viewer of `stream` (the WHEP or OME side made its parameters) and replies
+    /// with its id; a dropped reply means the worker could not take it.
+    pub(super) fn add_viewer(
+        &mut self,
+        stream: usize,
+        params: ViewerParams,
+        reply: oneshot::Sender<ViewerId>,
+    ) {
+        if stream >= self.streams.len() {
+            self.unplace();
+            return;
+        }
+        if self.free.is_empty() && self.slots.len() >= 1 << 24 {
+            // A ViewerId holds 24 bits of slot index; the reply is dropped, which the
+            // HTTP side reports as unavailable.
+            warn!("media worker {} is full", self.index);
+            self.unplace();
+            return;
+        }
+        let ufrag = params.local_ufrag;
+        // The ufrag was allocated on the HTTP side; the viewer owns it from here.
+        let heap = params.remote_ufrag.len();
+        let viewer = Viewer::new(params, Instant::now());
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: self.next_generation,
+                    entry: None,
+                });
+                self.book_slots();
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        let id = ViewerId::new(self.index, index, slot.generation);
+        let pos = self.streams[stream].viewers.len();
+        self.streams[stream].viewers.push(id);
+        let mut entry = Entry {
+            viewer,
+            stream,
+            pos,
+            handshaking: true,
+            heap,
+            booked: (false, 0),
+            reported_lost: 0,
+        };
+        self.pools.sessions.add(1, SLOT_BYTES);
+        self.pools.book(&mut entry);
+        slot.entry = Some(entry);
+        // The route is queued before the reply, so it is in place before the
+        // viewer's first check can arrive.
+        self.route(|| Route::Ufrag {
+            ufrag,
+            id,
+            add: true,
+        });
+        self.stats
+            .snapshots
+            .viewer_joined(id.raw(), &self.streams[stream].key);
+        self.stats.viewers.fetch_add(1, Ordering::Relaxed);
+        self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        let _ = reply.send(id);
+    }
+
+    pub(super) fn remove(&mut self, id: ViewerId, reason: CloseReason) {
+        let Some(slot) = self.slots.get_mut(id.index()) else {
+            return;
+        };
+        if slot.generation != id.generation() {
+            return;
+        }
+        let Some(mut e) = slot.entry.take() else {
+            return;
+        };
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.index() as u32);
+        ledger(&mut e, |v| v.close(reason));
+        self.stats.snapshots.viewer_left(
+            id.raw(),
+            match reason {
+                CloseReason::ConnectTimeout => "connect timeout",
+                CloseReason::ConsentExpired => "consent expired",
+                CloseReason::DtlsFailed => "DTLS failed",
+                CloseReason::PeerClosed => "closed by peer",
+                CloseReason::Local => "closed by server",
+            },
+        );
+        self.pools.unbook(&mut e);
+        if e.handshaking {
+            self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
+            if reason != CloseReason::Local {
+                self.stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.viewers.fetch_sub(1, Ordering::Relaxed);
+        self.unplace();
+        let ufrag = *e.viewer.local_ufrag();
+        self.route(|| Route::Ufrag {
+            ufrag,
+            id,
+            add: false,
+        });
+        if let Some(addr) = e.viewer.remote_addr() {
+            self.route(|| Route::Addr {
+                addr,
+                to: Target::Viewer(id),
+                add: false,
+            });
+        }
+        let list = &mut self.streams[e.stream].viewers;
+        list.swap_remove(e.pos);
+        if let Some(&moved) = list.get(e.pos)
+            && let Some(m) = self.entry(moved)
+        {
+            m.pos = e.pos;
+        }
+        debug!(?reason, "viewer removed");
+    }
+
+    /// ICE restart (WHEP PATCH): new local credentials, the viewer's new ufrag.
+    pub(super) fn restart_ice(
+        &mut self,
+        id: ViewerId,
+        ufrag: [u8; UFRAG_LEN],
+        pwd: [u8; PWD_LEN],
+        remote_ufrag: Box<str>,
+    ) {
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return;
+        };
+        let old = *e.viewer.local_ufrag();
+        let added = remote_ufrag.len();
+        ledger(e, |v| v.restart_ice(ufrag, pwd, remote_ufrag));
+        e.heap += added;
+        self.pools.book(e);
+        self.route(|| Route::Ufrag {
+            ufrag: old,
+            id,
+            add: false,
+        });
+        self.route(|| Route::Ufrag {
+            ufrag,
+            id,
+            add: true,
+        });
+    }
+
+    /// A viewer placed here by [`EngineHandle::place`] is gone (or was never made).
+    pub(super) fn unplace(&self) {
+        if self.role == Role::Stream {
+            self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn ids(&self) -> impl Iterator<Item = ViewerId> + '_ {
+        let w = self.index;
+        self.slots.iter().enumerate().filter_map(move |(i, s)| {
+            s.entry
+                .as_ref()
+                .map(|_| ViewerId::new(w, i as u32, s.generation))
+        })
+    }
+
+    pub(super) fn entry(&mut self, id: ViewerId) -> Option<&mut Entry> {
+        entry_in(&mut self.slots, id)
+    }
+
+    pub(super) fn sessions(&self) -> Vec<SessionMemory> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let e = s.entry.as_ref()?;
+                Some(SessionMemory {
+                    id: ViewerId::new(self.index, i as u32, s.generation),
+                    state: format!("{:?}", e.viewer.state()),
+                    handshake: e.viewer.has_handshake(),
+                    inline_bytes: SLOT_BYTES,
+                    heap_bytes: e.heap,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn handle_stun(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
+        let Ok(msg) = stun::Message::parse(buf) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut out = [0u8; 256];
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let before = e.viewer.remote_addr();
+        let res = ledger(e, |v| v.handle_stun(now, &msg, from, &mut out));
+        self.pools.book(e);
+        match res {
+            Ok(n) => {
+                let after = e.viewer.remote_addr();
+                if before != after {
+                    let to = Target::Viewer(id);
+                    if let Some(addr) = before {
+                        self.route(|| Route::Addr {
+                            addr,
+                            to,
+                            add: false,
+                        });
+                    }
+                    if let Some(addr) = after {
+                        self.route(|| Route::Addr {
+                            addr,
+                            to,
+                            add: true,
+                        });
+                    }
+                }
+                self.send_to(&out[..n], from);
+            }
+            Err(err) => {
+                debug!("stun from {from} dropped: {err}");
+                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(super) fn handle_dtls(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
+        let dtls = self.dtls.clone();
+        let mut flights: Vec<Vec<u8>> = Vec::new();
+        let Some(e) = confirmed(&mut self.slots, id, from) else {
+            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let res = ledger(e, |v| {
+            v.handle_dtls(now, buf, &dtls, &mut |p| flights.push(p.to_vec()))
+        });
+        // The flights are the driver's, not the session's.
+        e.heap = e.heap.saturating_sub(vec_bytes(&flights));
+        self.pools.book(e);
+        for f in &flights {
+            self.send_to(f, from);
+        }
+        if let Err(err) = res {
+            debug!("dtls from {from}: {err}");
+        }
+        self.after_io(id);
+    }
+
+    /// Reacts to state changes after input: handshake completion (start media from the
+    /// latest keyframe) or closure.
+    pub(super) fn after_io(&mut self, id: ViewerId) {
+        let Some(e) = self.entry(id) else { return };
+        match e.viewer.state() {
+            ViewerState::Connected if e.handshaking => {
+                e.handshaking = false;
+                let stream = e.stream;
+                let remote = e.viewer.remote_addr();
+                self.stats.snapshots.viewer_connected(id.raw(), remote);
+                self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
+                self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
+                self.start_viewer(id, stream);
+            }
+            ViewerState::Closed(reason) => self.remove(id, reason),
+            _ => {}
+        }
+    }
+
+    /// Sends a new viewer the video from the latest keyframe held (the keyframe cache), so
+    /// it shows a picture at once instead of waiting for the next GOP.
+    pub(super) fn start_viewer(&mut self, id: ViewerId, stream: usize) {
+        let Some(from) = self.streams[stream].stream.video.last_keyframe() else {
+            return;
+        };
+        let pkts: Vec<RingPacket> = self.streams[stream]
+            .stream
+            .video
+            .range_from(from)
+            .cloned()
+            .collect();
+        for p in &pkts {
+            self.send_media(id, p);
+        }
+    }
+
+    /// Writes a media packet for a viewer into the send batch; returns its size.
+    pub(super) fn send_media(&mut self, id: ViewerId, pkt: &RingPacket) -> Option<usize> {
+        if self.batch.is_full() {
+            self.flush();
+        }
+        let e = entry_in(&mut self.slots, id)?;
+        let to = e.viewer.remote_addr()?;
+        let slot = self.batch.slot()?;
+        match e.viewer.write_media(pkt, slot) {
+            Ok(Some(n)) => {
+                self.batch.commit(n, to);
+                self.sent_packets += 1;
+                Some(n)
+            }
+            Ok(None) => None,
+            Err(err) => {
+                debug!("write_media: {err}");
+                None
+            }
+        }
+    }
+
+    pub(super) fn fan_out(&mut self, stream: usize, pkt: &RingPacket) {
+        let n = self.streams[stream].viewers.len();
+        if n == 0 {
+            return;
+        }
+        let (mut packets, mut bytes) = (0u64, 0u64);
+        for i in 0..n {
+            let id = self.streams[stream].viewers[i];
+            if let Some(b) = self.send_media(id, pkt) {
+                packets += 1;
+                bytes += b as u64;
+            }
+        }
+        // Per-stream counters: one update per packet fanned out, not per viewer.
+        self.stats.stream_packets[stream].fetch_add(packets, Ordering::Relaxed);
+        self.stats.stream_bytes[stream].fetch_add(bytes, Ordering::Relaxed);
+    }
+}
