@@ -437,3 +437,183 @@ fn forward(
     });
     true
 }
+
+#[cfg(test)]
+mod tests {
+    //! Ingest driven on simulated time: publisher handover, the keyframe wait, and the
+    //! sequence/timestamp rewriting that keeps a stream continuous across publishers.
+
+    use super::*;
+
+    const IDR: &[u8] = &[0x65, 0x88, 0x84];
+    const SLICE: &[u8] = &[0x41, 0x9a, 0x02];
+
+    fn packet(kind: MediaKind, seq: u64, rtp_ts: u64, payload: &[u8]) -> IngestPacket {
+        IngestPacket {
+            kind,
+            seq,
+            rtp_ts,
+            marker: kind == MediaKind::Video,
+            payload: payload.into(),
+            capture_ntp: None,
+        }
+    }
+
+    /// Takes stream 0's slot for an RTMP publisher; returns its id (or the refusal) and the
+    /// flag the engine sets when it ends the publisher.
+    fn add_rtmp(
+        ingest: &mut Ingest,
+        free: bool,
+        now: Instant,
+    ) -> (Result<PublisherId, AddError>, Arc<AtomicBool>) {
+        let closed = Arc::new(AtomicBool::new(false));
+        let (reply, mut rx) = oneshot::channel();
+        let cmd = RtmpCommand::Add {
+            stream: 0,
+            closed: closed.clone(),
+            reply,
+        };
+        let mut out = Vec::new();
+        let installed = ingest.rtmp(cmd, free, now, &mut out);
+        assert!(out.is_empty(), "taking a slot emits nothing: {out:?}");
+        let res = rx.try_recv().expect("the reply is sent at once");
+        assert_eq!(installed, res.ok());
+        (res, closed)
+    }
+
+    /// Feeds an RTMP publisher's packets; returns what ingest emitted as (kind, seq, ts,
+    /// keyframe) for media and markers for liveness.
+    fn media(
+        ingest: &mut Ingest,
+        id: PublisherId,
+        now: Instant,
+        packets: Vec<IngestPacket>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        assert_eq!(
+            ingest.rtmp(RtmpCommand::Media { id, packets }, true, now, &mut out),
+            None
+        );
+        out.iter()
+            .map(|o| match o {
+                IngestOutput::Media {
+                    stream,
+                    packet,
+                    seq,
+                    ts,
+                    keyframe,
+                } => format!(
+                    "{stream} {:?} seq {seq} ts {ts} key {keyframe}",
+                    packet.kind
+                ),
+                IngestOutput::Live(s) => format!("live {s}"),
+                IngestOutput::Gone(s) => format!("gone {s}"),
+                IngestOutput::Transmit(to, _) => format!("transmit {to}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_second_publisher_continues_the_numbering_and_the_timeline_after_a_keyframe() {
+        let t0 = Instant::now();
+        let mut ingest = Ingest::new(1);
+        let (a, a_closed) = add_rtmp(&mut ingest, true, t0);
+        let a = a.expect("the slot is free");
+        assert_eq!(ingest.kind_name(0), "rtmp");
+        let out = media(
+            &mut ingest,
+            a,
+            t0,
+            vec![
+                packet(MediaKind::Video, 1000, 500_000, IDR),
+                packet(MediaKind::Video, 1001, 503_000, SLICE),
+                packet(MediaKind::Audio, 7, 960, &[1, 2]),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                "live 0",
+                "0 Video seq 0 ts 0 key true",
+                "0 Video seq 1 ts 3000 key false",
+                "0 Audio seq 0 ts 0 key false",
+            ]
+        );
+
+        let mut out = Vec::new();
+        assert!(ingest.remove(a, &mut out));
+        assert!(matches!(out[..], [IngestOutput::Gone(0)]), "{out:?}");
+        assert!(
+            a_closed.load(Ordering::Relaxed),
+            "the RTMP connection is told to close"
+        );
+        assert!(!ingest.remove(a, &mut out), "removing twice is a no-op");
+        assert_eq!(ingest.count(), 0);
+
+        // Two seconds later another publisher arrives with its own numbering.
+        let t1 = t0 + Duration::from_secs(2);
+        let (b, _) = add_rtmp(&mut ingest, true, t1);
+        let b = b.expect("the slot was freed");
+        assert_ne!(a, b, "every publisher gets a new serial");
+        let out = media(
+            &mut ingest,
+            b,
+            t1,
+            vec![
+                packet(MediaKind::Video, 50, 10, SLICE),
+                packet(MediaKind::Video, 51, 3010, IDR),
+                packet(MediaKind::Video, 52, 6010, SLICE),
+                packet(MediaKind::Audio, 90, 48_000, &[3]),
+            ],
+        );
+        // Video before the first keyframe is dropped; then sequence numbers go on from
+        // the first publisher's and timestamps advance by the wall-clock gap (2 s at
+        // 90 kHz video, 48 kHz audio) plus one tick.
+        assert_eq!(
+            out,
+            [
+                "live 0",
+                "0 Video seq 2 ts 183001 key true",
+                "0 Video seq 3 ts 186001 key false",
+                "0 Audio seq 1 ts 96001 key false",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_takes_one_publisher_and_ignores_a_removed_ones_late_media() {
+        let t0 = Instant::now();
+        let mut ingest = Ingest::new(1);
+        let (a, _) = add_rtmp(&mut ingest, true, t0);
+        let a = a.expect("the slot is free");
+        let (second, _) = add_rtmp(&mut ingest, true, t0);
+        assert_eq!(second, Err(AddError::Busy));
+        let (builtin, _) = add_rtmp(&mut ingest, false, t0);
+        assert_eq!(
+            builtin,
+            Err(AddError::Busy),
+            "a stream that is not free refuses"
+        );
+
+        let mut out = Vec::new();
+        ingest.remove(a, &mut out);
+        let (b, _) = add_rtmp(&mut ingest, true, t0);
+        let b = b.expect("the slot was freed");
+        let late = vec![packet(MediaKind::Video, 1, 0, IDR)];
+        assert!(
+            media(&mut ingest, a, t0, late).is_empty(),
+            "the old publisher's packets are dropped"
+        );
+        let mine = vec![packet(MediaKind::Video, 9, 0, IDR)];
+        assert_eq!(
+            media(&mut ingest, b, t0, mine),
+            ["live 0", "0 Video seq 0 ts 0 key true"]
+        );
+        let mut out = Vec::new();
+        assert!(
+            !ingest.remove(a, &mut out),
+            "a stale id cannot end the new publisher"
+        );
+        assert_eq!(ingest.count(), 1);
+    }
+}
