@@ -185,6 +185,14 @@ pub struct ServerConfig {
     /// here or on the command line that cannot be bound stops start-up.
     #[serde(default, deserialize_with = "de_rtmp")]
     pub rtmp: Option<Option<SocketAddr>>,
+    /// Seconds a WHIP publisher has from its answer to the end of ICE and DTLS before it is
+    /// ended and its stream freed. Default 10 (see `PublisherTimeouts`); 1 to 300.
+    #[serde(default = "default_publisher_timeout")]
+    pub publisher_connect_timeout: u64,
+    /// Seconds a WHIP or RTMP publisher may go without sending media before it is ended and
+    /// its stream freed. Default 10; 1 to 300.
+    #[serde(default = "default_publisher_timeout")]
+    pub publisher_timeout: u64,
 }
 
 /// Where `--rtmp` without a value listens: all interfaces, port 1935 (RTMP's registered port,
@@ -210,6 +218,10 @@ fn default_one() -> usize {
     1
 }
 
+fn default_publisher_timeout() -> u64 {
+    crate::media::PublisherTimeouts::default().media.as_secs()
+}
+
 fn default_http() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 8080))
 }
@@ -232,6 +244,8 @@ impl Default for ServerConfig {
             app_worker_count: 1,
             stream_worker_count: 1,
             rtmp: None,
+            publisher_connect_timeout: default_publisher_timeout(),
+            publisher_timeout: default_publisher_timeout(),
         }
     }
 }
@@ -367,6 +381,17 @@ impl Config {
                 &format!("must be between 0 and {max} (0: app workers send)"),
             );
         }
+        for (key, v) in [
+            (
+                "server.publisher_connect_timeout",
+                s.publisher_connect_timeout,
+            ),
+            ("server.publisher_timeout", s.publisher_timeout),
+        ] {
+            if !(1..=300).contains(&v) {
+                return bad(key, "must be between 1 and 300 (seconds)");
+            }
+        }
         let t = &self.tunables;
         if !(200..=1400).contains(&t.max_payload) {
             return bad("tunables.max_payload", "must be between 200 and 1400");
@@ -454,6 +479,14 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// When publishers that do not connect or stop sending are ended.
+    pub fn publisher_timeouts(&self) -> crate::media::PublisherTimeouts {
+        crate::media::PublisherTimeouts {
+            connect: std::time::Duration::from_secs(self.server.publisher_connect_timeout),
+            media: std::time::Duration::from_secs(self.server.publisher_timeout),
+        }
     }
 
     /// The app named `name`, if configured.

@@ -198,6 +198,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         dtls: dtls.clone(),
         pool,
         cname: cfg.server.cname.clone(),
+        publisher_timeouts: cfg.publisher_timeouts(),
         workers: WorkerCounts {
             socket: cfg.server.worker_count,
             app: cfg.server.app_worker_count,

@@ -9,13 +9,12 @@ mod common;
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Server, free_tcp_port, http_get};
+use common::{Ffmpeg, Server, free_tcp_port, http_get};
 use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -51,76 +50,6 @@ fn serve(cfg: &Path) -> (Server, SocketAddr) {
         &rtmp.to_string(),
     ]);
     (server, rtmp)
-}
-
-/// An ffmpeg pushing `seconds` of 320x240/30 fps `testsrc` (H264 baseline, a keyframe every
-/// 30 frames) and a 440 Hz `sine` at 44.1 kHz (AAC) to `url` in real time. x264 runs with
-/// `-tune zerolatency` so that its look-ahead does not hold the first second back.
-struct Ffmpeg {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Ffmpeg {
-    fn push(url: &str, seconds: u32) -> Ffmpeg {
-        let log = std::env::temp_dir().join(format!(
-            "tern-rtmp-ffmpeg-{}-{}.log",
-            std::process::id(),
-            free_tcp_port()
-        ));
-        let file = std::fs::File::create(&log).expect("ffmpeg log");
-        let t = seconds.to_string();
-        let child = Command::new("ffmpeg")
-            .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
-            .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=30"])
-            .args([
-                "-re",
-                "-f",
-                "lavfi",
-                "-i",
-                "sine=frequency=440:sample_rate=44100",
-            ])
-            .args(["-t", &t, "-c:v", "libx264", "-profile:v", "baseline"])
-            .args(["-tune", "zerolatency", "-pix_fmt", "yuv420p", "-g", "30"])
-            .args(["-c:a", "aac", "-f", "flv", url])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("spawn ffmpeg (scripts/install-deps.sh installs it)");
-        Ffmpeg { child, log }
-    }
-
-    /// Waits (at most `limit`) for ffmpeg to exit; its success, or None if still running.
-    fn wait(&mut self, limit: Duration) -> Option<bool> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return Some(st.success());
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
-    }
-}
-
-impl Drop for Ffmpeg {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn wait_live(url: &str, server: &Server) {
@@ -407,8 +336,7 @@ fn rtmp_publisher_reconnects_and_viewers_resume() {
     // The first encoder dies (SIGKILL: no unpublish, the TCP connection just ends).
     std::thread::sleep(Duration::from_secs(4));
     assert!(first.running(), "{}", first.log_tail());
-    first.child.kill().expect("kill ffmpeg");
-    let _ = first.child.wait();
+    first.kill();
     std::thread::sleep(Duration::from_secs(1));
     let mut second = Ffmpeg::push(&url, 12);
     let (o, text) = bench.join().expect("bench thread");

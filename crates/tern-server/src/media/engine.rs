@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::media::clock::NtpClock;
-use crate::media::ingest::RtmpCommand;
+use crate::media::ingest::{PublisherTimeouts, RtmpCommand};
 use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, WorkerLink};
 use crate::media::socket::{Route, SocketLink, SocketWorker};
 use crate::media::stats::EngineStats;
@@ -75,6 +75,8 @@ pub struct EngineConfig {
     pub cname: String,
     /// Thread counts.
     pub workers: WorkerCounts,
+    /// When publishers that do not connect or stop sending are ended.
+    pub publisher_timeouts: PublisherTimeouts,
 }
 
 /// The engine's threads; [`EngineThreads::join`] waits for them after a shutdown.
@@ -193,6 +195,7 @@ impl Engine {
             pool,
             cname,
             workers,
+            publisher_timeouts,
         } = cfg;
         let sockets = bind_sockets(bind, workers.socket)?;
         let local = sockets[0].local_addr()?;
@@ -302,6 +305,7 @@ impl Engine {
                     peers,
                     sockets: sockets.clone(),
                     loads: loads.clone(),
+                    timeouts: publisher_timeouts,
                 };
                 let name = match role {
                     Role::App => format!("AW-WebRTC{i}"),

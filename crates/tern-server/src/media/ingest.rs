@@ -22,6 +22,53 @@ use tokio::sync::oneshot;
 /// Keyframe requests to a publisher are coalesced to one per this interval.
 const PLI_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How long a publisher may hold its stream without doing its part: the `[server]` keys
+/// `publisher_connect_timeout` and `publisher_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublisherTimeouts {
+    /// From a WHIP offer's answer to the end of ICE and DTLS. A session that never connects
+    /// (an offer the encoder could not use, a bare `curl`) would otherwise keep the stream's
+    /// slot, and the real encoder would get 409 all that time.
+    pub connect: Duration,
+    /// From the last media packet (or from connecting, or from an RTMP `publish`): a
+    /// publisher that stops sending is ended and frees its stream.
+    pub media: Duration,
+}
+
+impl Default for PublisherTimeouts {
+    /// 10 s each: ICE and DTLS take well under a second on any working path (a WHIP client
+    /// retransmits its checks every 50-500 ms), and an encoder sends dozens of packets a
+    /// second, so 10 s of nothing is a dead or stalled publisher, not a slow one.
+    fn default() -> Self {
+        PublisherTimeouts {
+            connect: Duration::from_secs(10),
+            media: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a publisher ended (the `reason` of its `publisher.left` event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftReason {
+    /// WHIP DELETE, the RTMP connection closed, a kick, or the session closed.
+    Ended,
+    /// ICE and DTLS did not complete within [`PublisherTimeouts::connect`].
+    ConnectTimeout,
+    /// No media for [`PublisherTimeouts::media`].
+    MediaTimeout,
+}
+
+impl LeftReason {
+    /// The reason as events and logs give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeftReason::Ended => "ended",
+            LeftReason::ConnectTimeout => "connect timeout",
+            LeftReason::MediaTimeout => "media timeout",
+        }
+    }
+}
+
 /// Handle of a publisher (stream index and a serial number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PublisherId {
@@ -131,7 +178,12 @@ enum Session {
 struct PubSlot {
     id: PublisherId,
     session: Session,
+    /// The session's own next timer (WHIP).
     timeout: Option<Instant>,
+    /// When the publisher is ended unless it connects or sends media first.
+    watchdog: Instant,
+    /// ICE and DTLS done (RTMP publishers are connected when they take the slot).
+    connected: bool,
     last_pli: Option<Instant>,
     live: bool,
 }
@@ -157,7 +209,12 @@ pub enum IngestOutput {
     /// Stream `stream` went live (its publisher connected and sent media).
     Live(usize),
     /// Stream `stream` lost its publisher.
-    Gone(usize),
+    Gone {
+        /// Stream index.
+        stream: usize,
+        /// Why.
+        reason: LeftReason,
+    },
 }
 
 /// All publishers.
@@ -165,16 +222,23 @@ pub struct Ingest {
     slots: Vec<Option<PubSlot>>,
     maps: Vec<StreamMap>,
     serial: u64,
+    timeouts: PublisherTimeouts,
 }
 
 impl Ingest {
-    /// Room for publishers of `streams` streams.
-    pub fn new(streams: usize) -> Self {
+    /// Room for publishers of `streams` streams, each ended after `timeouts`.
+    pub fn new(streams: usize, timeouts: PublisherTimeouts) -> Self {
         Ingest {
             slots: (0..streams).map(|_| None).collect(),
             maps: (0..streams).map(|_| StreamMap::default()).collect(),
             serial: 0,
+            timeouts,
         }
+    }
+
+    /// The timeouts publishers are ended after.
+    pub fn timeouts(&self) -> PublisherTimeouts {
+        self.timeouts
     }
 
     /// Publishers connected or connecting.
@@ -182,9 +246,15 @@ impl Ingest {
         self.slots.iter().flatten().count()
     }
 
-    /// Installs a WHIP publisher on a stream.
-    pub fn add(&mut self, stream: usize, session: Publisher) -> Result<PublisherId, AddError> {
-        self.install(stream, Session::Whip(Box::new(session)))
+    /// Installs a WHIP publisher on a stream; it has [`PublisherTimeouts::connect`] from
+    /// `now` to complete ICE and DTLS.
+    pub fn add(
+        &mut self,
+        stream: usize,
+        session: Publisher,
+        now: Instant,
+    ) -> Result<PublisherId, AddError> {
+        self.install(stream, Session::Whip(Box::new(session)), now)
     }
 
     /// Carries out an RTMP connection's command on the engine thread; `free` says whether
@@ -204,7 +274,7 @@ impl Ingest {
                 reply,
             } => {
                 let res = if free {
-                    self.install(stream, Session::Rtmp(closed))
+                    self.install(stream, Session::Rtmp(closed), now)
                 } else {
                     Err(AddError::Busy)
                 };
@@ -229,7 +299,12 @@ impl Ingest {
         }
     }
 
-    fn install(&mut self, stream: usize, session: Session) -> Result<PublisherId, AddError> {
+    fn install(
+        &mut self,
+        stream: usize,
+        session: Session,
+        now: Instant,
+    ) -> Result<PublisherId, AddError> {
         let slot = self.slots.get_mut(stream).ok_or(AddError::Busy)?;
         if slot.is_some() {
             return Err(AddError::Busy);
@@ -239,10 +314,18 @@ impl Ingest {
             stream,
             serial: self.serial,
         };
+        let connected = matches!(session, Session::Rtmp(_));
+        let wait = if connected {
+            self.timeouts.media
+        } else {
+            self.timeouts.connect
+        };
         *slot = Some(PubSlot {
             id,
             session,
             timeout: None,
+            watchdog: now + wait,
+            connected,
             last_pli: None,
             live: false,
         });
@@ -254,8 +337,14 @@ impl Ingest {
         Ok(id)
     }
 
-    /// Ends a publisher (WHIP DELETE, or its session closed). Returns whether it existed.
-    pub fn remove(&mut self, id: PublisherId, out: &mut Vec<IngestOutput>) -> bool {
+    /// Ends a publisher (WHIP DELETE, its session closed, a timeout). Returns whether it
+    /// existed.
+    pub fn remove(
+        &mut self,
+        id: PublisherId,
+        reason: LeftReason,
+        out: &mut Vec<IngestOutput>,
+    ) -> bool {
         let Some(slot) = self.slots.get_mut(id.stream) else {
             return false;
         };
@@ -274,7 +363,10 @@ impl Ingest {
             Some(Session::Rtmp(closed)) => closed.store(true, Ordering::Relaxed),
             None => {}
         }
-        out.push(IngestOutput::Gone(id.stream));
+        out.push(IngestOutput::Gone {
+            stream: id.stream,
+            reason,
+        });
         true
     }
 
@@ -299,13 +391,36 @@ impl Ingest {
         ok
     }
 
-    /// When a publisher's timer is next due.
+    /// When a publisher's timer or watchdog is next due.
     pub fn next_timeout(&self) -> Option<Instant> {
-        self.slots.iter().flatten().filter_map(|s| s.timeout).min()
+        self.slots
+            .iter()
+            .flatten()
+            .map(|s| s.timeout.map_or(s.watchdog, |t| t.min(s.watchdog)))
+            .min()
     }
 
-    /// Runs due timers.
+    /// Ends the publishers whose watchdog expired, then runs due session timers.
     pub fn handle_timeouts(&mut self, now: Instant, out: &mut Vec<IngestOutput>) {
+        for i in 0..self.slots.len() {
+            let Some(&PubSlot {
+                id,
+                watchdog,
+                connected,
+                ..
+            }) = self.slots[i].as_ref()
+            else {
+                continue;
+            };
+            if watchdog <= now {
+                let reason = if connected {
+                    LeftReason::MediaTimeout
+                } else {
+                    LeftReason::ConnectTimeout
+                };
+                self.remove(id, reason, out);
+            }
+        }
         for i in 0..self.slots.len() {
             let due = self.slots[i].as_ref().is_some_and(|s| {
                 matches!(s.session, Session::Whip(_)) && s.timeout.is_none_or(|t| t <= now)
@@ -358,6 +473,9 @@ impl Ingest {
         if s.id != id || !matches!(s.session, Session::Rtmp(_)) {
             return false;
         }
+        if !packets.is_empty() {
+            s.watchdog = now + self.timeouts.media;
+        }
         let map = &mut self.maps[id.stream];
         for p in packets {
             forward(map, &mut s.live, id.stream, p, now, out);
@@ -375,12 +493,19 @@ impl Ingest {
         let map = &mut self.maps[stream];
         let mut closed = false;
         let mut want_key = false;
-        let live = &mut s.live;
+        let (live, connected, watchdog) = (&mut s.live, &mut s.connected, &mut s.watchdog);
+        let media = self.timeouts.media;
         s.timeout = w.poll(&mut |e| match e {
             PublisherEvent::Transmit(to, d) => out.push(IngestOutput::Transmit(to, d)),
-            PublisherEvent::Connected => {}
+            PublisherEvent::Connected => {
+                *connected = true;
+                *watchdog = now + media;
+            }
             PublisherEvent::Closed => closed = true,
             PublisherEvent::Packet(p) => {
+                if *connected {
+                    *watchdog = now + media;
+                }
                 want_key |= !forward(map, live, stream, p, now, out);
             }
         });
@@ -389,7 +514,7 @@ impl Ingest {
         }
         if closed {
             let id = s.id;
-            self.remove(id, out);
+            self.remove(id, LeftReason::Ended, out);
         } else if want_key {
             self.request_keyframe(stream, now, out);
         }
@@ -507,7 +632,9 @@ mod tests {
                     packet.kind
                 ),
                 IngestOutput::Live(s) => format!("live {s}"),
-                IngestOutput::Gone(s) => format!("gone {s}"),
+                IngestOutput::Gone { stream, reason } => {
+                    format!("gone {stream}: {}", reason.as_str())
+                }
                 IngestOutput::Transmit(to, _) => format!("transmit {to}"),
             })
             .collect()
@@ -516,7 +643,7 @@ mod tests {
     #[test]
     fn a_second_publisher_continues_the_numbering_and_the_timeline_after_a_keyframe() {
         let t0 = Instant::now();
-        let mut ingest = Ingest::new(1);
+        let mut ingest = Ingest::new(1, PublisherTimeouts::default());
         let (a, a_closed) = add_rtmp(&mut ingest, true, t0);
         let a = a.expect("the slot is free");
         assert_eq!(ingest.kind_name(0), "rtmp");
@@ -541,13 +668,25 @@ mod tests {
         );
 
         let mut out = Vec::new();
-        assert!(ingest.remove(a, &mut out));
-        assert!(matches!(out[..], [IngestOutput::Gone(0)]), "{out:?}");
+        assert!(ingest.remove(a, LeftReason::Ended, &mut out));
+        assert!(
+            matches!(
+                out[..],
+                [IngestOutput::Gone {
+                    stream: 0,
+                    reason: LeftReason::Ended
+                }]
+            ),
+            "{out:?}"
+        );
         assert!(
             a_closed.load(Ordering::Relaxed),
             "the RTMP connection is told to close"
         );
-        assert!(!ingest.remove(a, &mut out), "removing twice is a no-op");
+        assert!(
+            !ingest.remove(a, LeftReason::Ended, &mut out),
+            "removing twice is a no-op"
+        );
         assert_eq!(ingest.count(), 0);
 
         // Two seconds later another publisher arrives with its own numbering.
@@ -583,7 +722,7 @@ mod tests {
     #[test]
     fn a_stream_takes_one_publisher_and_ignores_a_removed_ones_late_media() {
         let t0 = Instant::now();
-        let mut ingest = Ingest::new(1);
+        let mut ingest = Ingest::new(1, PublisherTimeouts::default());
         let (a, _) = add_rtmp(&mut ingest, true, t0);
         let a = a.expect("the slot is free");
         let (second, _) = add_rtmp(&mut ingest, true, t0);
@@ -596,7 +735,7 @@ mod tests {
         );
 
         let mut out = Vec::new();
-        ingest.remove(a, &mut out);
+        ingest.remove(a, LeftReason::Ended, &mut out);
         let (b, _) = add_rtmp(&mut ingest, true, t0);
         let b = b.expect("the slot was freed");
         let late = vec![packet(MediaKind::Video, 1, 0, IDR)];
@@ -611,9 +750,65 @@ mod tests {
         );
         let mut out = Vec::new();
         assert!(
-            !ingest.remove(a, &mut out),
+            !ingest.remove(a, LeftReason::Ended, &mut out),
             "a stale id cannot end the new publisher"
         );
         assert_eq!(ingest.count(), 1);
+    }
+
+    /// Runs ingest's timers at `now` and describes what they emitted.
+    fn timers(ingest: &mut Ingest, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        ingest.handle_timeouts(now, &mut out);
+        out.iter()
+            .map(|o| match o {
+                IngestOutput::Gone { stream, reason } => {
+                    format!("gone {stream}: {}", reason.as_str())
+                }
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_publisher_that_stops_sending_media_is_ended_and_frees_its_stream() {
+        let t0 = Instant::now();
+        let media_timeout = Duration::from_secs(3);
+        let timeouts = PublisherTimeouts {
+            connect: Duration::from_secs(5),
+            media: media_timeout,
+        };
+        let mut ingest = Ingest::new(1, timeouts);
+        assert_eq!(ingest.next_timeout(), None, "no publisher, no timer");
+        let (a, closed) = add_rtmp(&mut ingest, true, t0);
+        let a = a.expect("the slot is free");
+        // An RTMP publisher is connected when it takes the slot: its media clock starts.
+        assert_eq!(ingest.next_timeout(), Some(t0 + media_timeout));
+
+        // Media keeps it: each packet pushes the deadline on.
+        let t1 = t0 + Duration::from_secs(2);
+        media(
+            &mut ingest,
+            a,
+            t1,
+            vec![packet(MediaKind::Video, 1, 0, IDR)],
+        );
+        assert_eq!(ingest.next_timeout(), Some(t1 + media_timeout));
+        assert!(
+            timers(&mut ingest, t0 + media_timeout).is_empty(),
+            "still sending"
+        );
+        assert_eq!(ingest.count(), 1);
+
+        // Then silence: at the deadline it is ended, its connection told to close, and the
+        // stream is free for the next publisher.
+        let t2 = t1 + media_timeout;
+        assert!(timers(&mut ingest, t2 - Duration::from_millis(1)).is_empty());
+        assert_eq!(timers(&mut ingest, t2), ["gone 0: media timeout"]);
+        assert!(closed.load(Ordering::Relaxed));
+        assert_eq!(ingest.count(), 0);
+        assert_eq!(ingest.next_timeout(), None);
+        let (b, _) = add_rtmp(&mut ingest, true, t2);
+        assert!(b.is_ok(), "the stream was freed");
     }
 }

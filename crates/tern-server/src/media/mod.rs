@@ -28,7 +28,7 @@ mod worker;
 pub use batch::SendBatch;
 pub use clock::NtpClock;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
-pub use ingest::{AddError, PublisherId, RtmpCommand};
+pub use ingest::{AddError, PublisherId, PublisherTimeouts, RtmpCommand};
 pub use link::{Command, MAX_WORKERS, SessionMemory, ViewerId};
 pub use stats::EngineStats;
 pub use worker::EngineStream;

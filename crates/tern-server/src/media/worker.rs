@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 use crate::media::batch::SendBatch;
 use crate::media::clock::NtpClock;
-use crate::media::ingest::Ingest;
+use crate::media::ingest::{Ingest, PublisherTimeouts};
 use crate::media::ledger::Pools;
 use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink};
@@ -95,6 +95,7 @@ pub(super) struct WorkerInit {
     pub(super) peers: Vec<WorkerLink>,
     pub(super) sockets: Arc<[SocketLink]>,
     pub(super) loads: Arc<[AtomicUsize]>,
+    pub(super) timeouts: PublisherTimeouts,
 }
 
 /// An app or stream worker; runs on its own thread.
@@ -164,7 +165,7 @@ impl Worker {
             cname: w.cname,
             batch,
             next_sweep: Instant::now(),
-            ingest: Ingest::new(n_streams),
+            ingest: Ingest::new(n_streams, w.timeouts),
             pools,
             next_generation: 0,
             hosts: w.hosts,

@@ -382,3 +382,88 @@ pub fn udp_socket_drops() -> HashMap<u16, u64> {
     }
     out
 }
+
+/// An ffmpeg pushing `seconds` of 320x240/30 fps `testsrc` (H264 baseline, a keyframe every
+/// 30 frames) and a 440 Hz `sine` at 44.1 kHz (AAC) to `url` in real time. x264 runs with
+/// `-tune zerolatency` so that its look-ahead does not hold the first second back.
+pub struct Ffmpeg {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Ffmpeg {
+    /// Pushes `testsrc` (H264 baseline, GOP 30) and a sine (AAC) to `url` for `seconds`.
+    pub fn push(url: &str, seconds: u32) -> Ffmpeg {
+        let log = std::env::temp_dir().join(format!(
+            "tern-rtmp-ffmpeg-{}-{}.log",
+            std::process::id(),
+            free_tcp_port()
+        ));
+        let file = std::fs::File::create(&log).expect("ffmpeg log");
+        let t = seconds.to_string();
+        let child = Command::new("ffmpeg")
+            .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
+            .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=30"])
+            .args([
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:sample_rate=44100",
+            ])
+            .args(["-t", &t, "-c:v", "libx264", "-profile:v", "baseline"])
+            .args(["-tune", "zerolatency", "-pix_fmt", "yuv420p", "-g", "30"])
+            .args(["-c:a", "aac", "-f", "flv", url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("spawn ffmpeg (scripts/install-deps.sh installs it)");
+        Ffmpeg { child, log }
+    }
+
+    /// Waits (at most `limit`) for ffmpeg to exit; its success, or None if still running.
+    pub fn wait(&mut self, limit: Duration) -> Option<bool> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st.success());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether ffmpeg is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills ffmpeg at once (an encoder that dies: its TCP connection closes abruptly).
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill ffmpeg");
+        let _ = self.child.wait();
+    }
+
+    /// Stops ffmpeg without ending it (SIGSTOP): its TCP connection stays open and it sends
+    /// nothing, as a stalled encoder does.
+    pub fn pause(&self) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGSTOP);
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+}
+
+impl Drop for Ffmpeg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

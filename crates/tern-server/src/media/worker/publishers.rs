@@ -10,10 +10,10 @@ use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::Publisher;
 use tern_rtc::stream::RingPacket;
 use tokio::sync::oneshot;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::Worker;
-use crate::media::ingest::{AddError, IngestOutput, PublisherId, RtmpCommand};
+use crate::media::ingest::{AddError, IngestOutput, LeftReason, PublisherId, RtmpCommand};
 use crate::media::link::Data;
 use crate::media::socket::Route;
 
@@ -40,7 +40,7 @@ impl Worker {
                 Err(AddError::Busy)
             } else {
                 let ufrag: Box<str> = publisher.local_ufrag().into();
-                let r = self.ingest.add(stream, *publisher);
+                let r = self.ingest.add(stream, *publisher, Instant::now());
                 if r.is_ok() {
                     self.route(|| Route::Publisher {
                         ufrag: ufrag.clone(),
@@ -79,7 +79,7 @@ impl Worker {
     /// Ends a publisher (WHIP DELETE, RTMP connection closed, kick).
     pub(super) fn remove_publisher(&mut self, id: PublisherId) {
         let mut out = Vec::new();
-        self.ingest.remove(id, &mut out);
+        self.ingest.remove(id, LeftReason::Ended, &mut out);
         self.apply_ingest(Instant::now(), out);
     }
 
@@ -195,7 +195,7 @@ impl Worker {
                     }
                     info!("{} is live (publisher)", self.streams[stream].key);
                 }
-                IngestOutput::Gone(stream) => {
+                IngestOutput::Gone { stream, reason } => {
                     if let Some(l) = self.stats.live.get(stream) {
                         l.store(false, Ordering::Relaxed);
                     }
@@ -203,7 +203,7 @@ impl Worker {
                         .snapshots
                         .stream_state(&self.streams[stream].key, "none", false);
                     if let Some(id) = self.publisher_ids[stream].take() {
-                        self.stats.snapshots.publisher_left(id, "ended");
+                        self.stats.snapshots.publisher_left(id, reason.as_str());
                     }
                     // Viewers stay; a later publisher continues the same RTP streams.
                     self.streams[stream].stream.video.clear();
@@ -219,7 +219,18 @@ impl Worker {
                         add: false,
                     });
                     self.stats.publishers.fetch_sub(1, Ordering::Relaxed);
-                    info!("publisher of {} left", self.streams[stream].key);
+                    let key = &self.streams[stream].key;
+                    match reason {
+                        LeftReason::Ended => info!("publisher of {key} left"),
+                        LeftReason::ConnectTimeout => warn!(
+                            "publisher of {key} ended: ICE and DTLS did not complete within {:?}",
+                            self.ingest.timeouts().connect
+                        ),
+                        LeftReason::MediaTimeout => warn!(
+                            "publisher of {key} ended: no media for {:?}",
+                            self.ingest.timeouts().media
+                        ),
+                    }
                 }
             }
         }
