@@ -385,3 +385,145 @@ fn rtmp_publisher_reconnects_and_viewers_resume() {
     );
     server.stop();
 }
+
+/// One abusive connection: what it sends after connecting, and the reason the server must
+/// log when it closes it.
+struct Abuse {
+    what: &'static str,
+    handshake: bool,
+    bytes: Vec<u8>,
+    reason: &'static str,
+}
+
+/// An AMF0 command message (`connect`, transaction 1) whose argument is `arg` (raw AMF0).
+fn command(arg: &[u8]) -> Vec<u8> {
+    use tern_proto::rtmp::amf0::{Value, encode};
+    let mut payload = Vec::new();
+    encode(&Value::String("connect".into()), &mut payload).expect("encode");
+    encode(&Value::Number(1.0), &mut payload).expect("encode");
+    payload.extend_from_slice(arg);
+    let mut out = Vec::new();
+    tern_proto::rtmp::chunk::ChunkWriter::new()
+        .write(3, 0, 20, 0, &payload, &mut out)
+        .expect("chunk");
+    out
+}
+
+/// A Set Chunk Size message (protocol control, chunk stream 2) announcing `size`.
+fn set_chunk_size(size: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    tern_proto::rtmp::chunk::ChunkWriter::new()
+        .write(2, 0, 1, 0, &size.to_be_bytes(), &mut out)
+        .expect("chunk");
+    out
+}
+
+/// Acceptance (hardening): chunk sizes of 0 and 2^31, a huge AMF string, AMF nested
+/// 1,000 deep, a message header claiming 16 MiB, and connections that go silent before or
+/// after the handshake are each closed with a logged reason within a bounded time, while a
+/// live publisher's viewers lose nothing.
+#[test]
+fn rtmp_abuse_closes_only_the_abusive_connection() {
+    use std::io::Write;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = config("abuse", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = serve(&cfg);
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let mut publisher = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 30);
+    wait_live(&whep, &server);
+    let bench = viewers(format!(
+        "-url {whep} -n 5 -cint 20 -life 20 -sint 5000 --json"
+    ));
+    std::thread::sleep(Duration::from_secs(1));
+
+    // A long string (AMF0 type 0x0c) that claims 2^31 - 1 bytes and brings 16.
+    let mut huge_string = vec![0x0c, 0x7f, 0xff, 0xff, 0xff];
+    huge_string.extend_from_slice(&[b'x'; 16]);
+    // An object holding an object holding ... 1,000 deep.
+    let mut deep = Vec::new();
+    for _ in 0..1000 {
+        deep.extend_from_slice(&[0x03, 0x00, 0x01, b'a']);
+    }
+    deep.push(0x05);
+    let cases = [
+        Abuse {
+            what: "chunk size 0",
+            handshake: true,
+            bytes: set_chunk_size(0),
+            reason: "malformed RTMP stream: invalid chunk size 0",
+        },
+        Abuse {
+            what: "chunk size 2^31",
+            handshake: true,
+            bytes: set_chunk_size(0x8000_0000),
+            reason: "malformed RTMP stream: invalid chunk size 2147483648",
+        },
+        Abuse {
+            what: "an AMF string claiming 2 GiB",
+            handshake: true,
+            bytes: command(&huge_string),
+            reason: "malformed RTMP stream: command: AMF0 value truncated",
+        },
+        Abuse {
+            what: "AMF nested 1,000 deep",
+            handshake: true,
+            bytes: command(&deep),
+            reason: "malformed RTMP stream: command: AMF0 values nested too deeply",
+        },
+        Abuse {
+            what: "a 16 MiB message header",
+            handshake: true,
+            bytes: vec![0x03, 0, 0, 0, 0xff, 0xff, 0xff, 0x14, 0, 0, 0, 0],
+            reason: "malformed RTMP stream: message of 16777215 bytes is too large",
+        },
+        Abuse {
+            what: "silence after the handshake",
+            handshake: true,
+            bytes: Vec::new(),
+            reason: "no publish within 15s",
+        },
+        Abuse {
+            what: "silence after connecting",
+            handshake: false,
+            bytes: Vec::new(),
+            reason: "no publish within 15s",
+        },
+    ];
+    let started = Instant::now();
+    let mut conns = Vec::new();
+    for case in &cases {
+        let mut s = if case.handshake {
+            handshake(rtmp)
+        } else {
+            TcpStream::connect(rtmp).expect("connect")
+        };
+        s.write_all(&case.bytes).expect("send");
+        conns.push(s);
+    }
+    // The silent ones wait out the 15 s publish timeout; the rest go at once.
+    for (case, s) in cases.iter().zip(&mut conns) {
+        let limit = Duration::from_secs(20).saturating_sub(started.elapsed());
+        assert!(
+            closed_by_server(s, limit),
+            "{}: the connection is still open after {:?}",
+            case.what,
+            started.elapsed()
+        );
+    }
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    for (case, s) in cases.iter().zip(&conns) {
+        let me = s.local_addr().expect("local address");
+        let want = format!("rtmp {me}: connection closed: {}", case.reason);
+        assert!(log.contains(&want), "{}: no `{want}` in the log", case.what);
+    }
+
+    let (o, text) = bench.join().expect("bench thread");
+    assert!(
+        publisher.running(),
+        "the publisher was cut:\n{}",
+        publisher.log_tail()
+    );
+    assert_eq!(o.summary.connected, 5, "{text}");
+    assert_eq!(o.summary.total_losses, 0, "{text}");
+    server.stop();
+}
