@@ -55,6 +55,64 @@ pub struct Config {
     /// The built-in STUN/TURN server (off unless `turn.listen` is set).
     #[serde(default)]
     pub turn: TurnSection,
+    /// Limits per client address (IPv4 address or IPv6 /64).
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// The `[limits]` section: what one client address (IPv4, or IPv6 /64) may hold at once.
+/// Past a limit HTTP answers 429 with `Retry-After`, RTMP and TURN refuse; the global caps
+/// (`tunables.max_handshakes`, `tunables.max_viewers`, `turn.max_allocations`, the RTMP
+/// connection cap) still apply on top.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// WHEP, WHIP and OME-signalled sessions that have not finished ICE and DTLS. Default 50:
+    /// a page starts one at a time, and a whole office behind one NAT rarely starts 50 in the
+    /// same second, while one address alone can no longer fill the global handshake cap.
+    #[serde(default = "d_pending_sessions_per_ip")]
+    pub pending_sessions_per_ip: usize,
+    /// Open HTTP connections (WHEP, WHIP, API, pages, WebSockets). Default 64: a browser
+    /// opens at most 6 per origin, so this leaves room for a NAT with a dozen browsers.
+    #[serde(default = "d_http_connections_per_ip")]
+    pub http_connections_per_ip: usize,
+    /// Open OvenMediaEngine signalling WebSockets. Default 32: one per playing tab.
+    #[serde(default = "d_ome_connections_per_ip")]
+    pub ome_connections_per_ip: usize,
+    /// Open RTMP connections. Default 8: an encoder publishes one stream per connection.
+    #[serde(default = "d_rtmp_connections_per_ip")]
+    pub rtmp_connections_per_ip: usize,
+    /// TURN allocations (UDP and TCP together). Default 64: a viewer uses one or two.
+    #[serde(default = "d_turn_allocations_per_ip")]
+    pub turn_allocations_per_ip: usize,
+}
+
+fn d_pending_sessions_per_ip() -> usize {
+    50
+}
+fn d_http_connections_per_ip() -> usize {
+    64
+}
+fn d_ome_connections_per_ip() -> usize {
+    32
+}
+fn d_rtmp_connections_per_ip() -> usize {
+    8
+}
+fn d_turn_allocations_per_ip() -> usize {
+    64
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            pending_sessions_per_ip: d_pending_sessions_per_ip(),
+            http_connections_per_ip: d_http_connections_per_ip(),
+            ome_connections_per_ip: d_ome_connections_per_ip(),
+            rtmp_connections_per_ip: d_rtmp_connections_per_ip(),
+            turn_allocations_per_ip: d_turn_allocations_per_ip(),
+        }
+    }
 }
 
 /// The `[turn]` section: the built-in STUN/TURN server (RFC 8489, RFC 8656).
@@ -413,6 +471,18 @@ impl Config {
         }
         if t.max_viewers == 0 {
             return bad("tunables.max_viewers", "must be at least 1");
+        }
+        let l = &self.limits;
+        for (key, v) in [
+            ("limits.pending_sessions_per_ip", l.pending_sessions_per_ip),
+            ("limits.http_connections_per_ip", l.http_connections_per_ip),
+            ("limits.ome_connections_per_ip", l.ome_connections_per_ip),
+            ("limits.rtmp_connections_per_ip", l.rtmp_connections_per_ip),
+            ("limits.turn_allocations_per_ip", l.turn_allocations_per_ip),
+        ] {
+            if !(1..=100_000).contains(&v) {
+                return bad(key, "must be between 1 and 100000");
+            }
         }
         let turn = &self.turn;
         for (i, u) in turn.users.iter().enumerate() {

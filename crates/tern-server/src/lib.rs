@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod media;
 pub mod rtmp;
 pub mod snapshot;
@@ -231,6 +232,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let http = cfg.server.http;
     let rtmp_bind = cfg.server.rtmp;
     let max_payload = cfg.tunables.max_payload;
+    let rtmp_per_ip =
+        limits::PerAddress::new("RTMP connections", cfg.limits.rtmp_connections_per_ip);
     let state = Arc::new(
         AppState::new(
             cfg,
@@ -242,21 +245,19 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         )
         .with_turn(links),
     );
+    let spawn_rtmp =
+        |addr| rtmp::RtmpServer::spawn(addr, state.clone(), max_payload, rtmp_per_ip.clone());
     let rtmp = match rtmp_bind {
-        Some(Some(addr)) => Some(
-            rtmp::RtmpServer::spawn(addr, state.clone(), max_payload).map_err(|source| {
-                ServeError::Bind {
-                    what: "RTMP",
-                    addr,
-                    source,
-                }
-            })?,
-        ),
+        Some(Some(addr)) => Some(spawn_rtmp(addr).map_err(|source| ServeError::Bind {
+            what: "RTMP",
+            addr,
+            source,
+        })?),
         Some(None) => None,
         // Not configured: the default port if it is free.
         None => {
             let addr: SocketAddr = config::DEFAULT_RTMP.parse().expect("a valid address");
-            match rtmp::RtmpServer::spawn(addr, state.clone(), max_payload) {
+            match spawn_rtmp(addr) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     tracing::warn!(

@@ -34,6 +34,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::http::AppState;
+use crate::limits::PerAddress;
 use crate::media::{AddError, PublisherId, RtmpCommand};
 use crate::media::{Command, NtpClock};
 
@@ -62,11 +63,13 @@ pub struct RtmpServer {
 }
 
 impl RtmpServer {
-    /// Binds `bind` and starts the listener thread.
+    /// Binds `bind` and starts the listener thread; `per_ip` caps the connections of each
+    /// client address.
     pub fn spawn(
         bind: SocketAddr,
         state: Arc<AppState>,
         max_payload: usize,
+        per_ip: Arc<PerAddress>,
     ) -> io::Result<RtmpServer> {
         let listener = TcpListener::bind(bind)?;
         listener.set_nonblocking(true)?;
@@ -75,7 +78,7 @@ impl RtmpServer {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("RtmpListener".into())
-            .spawn(move || listen(listener, state, max_payload, flag))?;
+            .spawn(move || listen(listener, state, max_payload, per_ip, flag))?;
         Ok(RtmpServer {
             stop,
             thread: Some(thread),
@@ -92,7 +95,13 @@ impl RtmpServer {
     }
 }
 
-fn listen(listener: TcpListener, state: Arc<AppState>, max_payload: usize, stop: Arc<AtomicBool>) {
+fn listen(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    max_payload: usize,
+    per_ip: Arc<PerAddress>,
+    stop: Arc<AtomicBool>,
+) {
     let active = Arc::new(AtomicUsize::new(0));
     let clock = NtpClock::now();
     while !stop.load(Ordering::Relaxed) {
@@ -112,6 +121,13 @@ fn listen(listener: TcpListener, state: Arc<AppState>, max_payload: usize, stop:
             warn!("rtmp {peer}: refused, {MAX_CONNECTIONS} connections already open");
             continue;
         }
+        let permit = match per_ip.acquire(peer.ip()) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!("rtmp {peer}: refused: {e}");
+                continue;
+            }
+        };
         active.fetch_add(1, Ordering::Relaxed);
         let (st, stop, active2) = (state.clone(), stop.clone(), active.clone());
         let spawned = std::thread::Builder::new()
@@ -131,6 +147,7 @@ fn listen(listener: TcpListener, state: Arc<AppState>, max_payload: usize, stop:
                     Err(why) => warn!("rtmp {peer}: connection closed: {why}"),
                 }
                 drop(c);
+                drop(permit);
                 active2.fetch_sub(1, Ordering::Relaxed);
             });
         if let Err(e) = spawned {

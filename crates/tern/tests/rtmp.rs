@@ -527,3 +527,54 @@ fn rtmp_abuse_closes_only_the_abusive_connection() {
     assert_eq!(o.summary.total_losses, 0, "{text}");
     server.stop();
 }
+
+/// Acceptance (hardening): one address holds at most `limits.rtmp_connections_per_ip` RTMP
+/// connections; the next is closed at once with a logged reason, and a place comes back
+/// when a connection ends.
+#[test]
+fn rtmp_connections_are_limited_per_address() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = config(
+        "per-ip",
+        "[limits]\nrtmp_connections_per_ip = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
+    );
+    let (server, rtmp) = serve(&cfg);
+    let first = handshake(rtmp);
+    let _second = handshake(rtmp);
+    let mut third = TcpStream::connect(rtmp).expect("connect");
+    assert!(
+        closed_by_server(&mut third, Duration::from_secs(5)),
+        "a third connection from the same address is let in"
+    );
+    let me = third.local_addr().expect("local address");
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    let want =
+        format!("rtmp {me}: refused: too many RTMP connections from this address (at most 2)");
+    assert!(log.contains(&want), "no `{want}` in the log:\n{log}");
+
+    // The first goes away; its place is given back.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if handshake_or_refused(rtmp).is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place did not come back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.stop();
+}
+
+/// A handshake on a new connection, or None when the server closes it instead.
+fn handshake_or_refused(rtmp: SocketAddr) -> Option<TcpStream> {
+    use std::io::{Read, Write};
+    use tern_proto::rtmp::{HANDSHAKE_SIZE, VERSION};
+    let mut s = TcpStream::connect(rtmp).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut c0c1 = vec![VERSION];
+    c0c1.extend(std::iter::repeat_n(7u8, HANDSHAKE_SIZE));
+    s.write_all(&c0c1).ok()?;
+    let mut s0s1s2 = vec![0u8; 1 + 2 * HANDSHAKE_SIZE];
+    s.read_exact(&mut s0s1s2).ok()?;
+    Some(s)
+}
