@@ -8,6 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use serde::Deserialize;
+use tern_rtc::peer_policy::Cidr;
 
 /// Errors loading or validating the configuration.
 #[non_exhaustive]
@@ -154,6 +155,20 @@ pub struct TurnSection {
     /// how long a viewer can stay on the relay.
     #[serde(default = "d_credential_lifetime")]
     pub credential_lifetime: u64,
+    /// Peer ranges (CIDR) the relay may reach even where the defaults refuse them, e.g.
+    /// `["10.0.0.0/8"]` for a deployment whose peers are on its private network. Wins over
+    /// `denied_peers`, as in coturn. Default: none.
+    #[serde(default)]
+    pub allowed_peers: Vec<String>,
+    /// Peer ranges (CIDR) refused on top of the defaults (loopback, unspecified, link-local,
+    /// private, CGNAT, multicast, reserved, broadcast and the server's own addresses; see
+    /// `tern_rtc::peer_policy`). Default: none.
+    #[serde(default)]
+    pub denied_peers: Vec<String>,
+    /// Relayed bandwidth cap per allocation, bits per second, both directions together
+    /// (coturn's `max-bps`); datagrams over it are dropped. Default 0: no cap.
+    #[serde(default)]
+    pub max_bps: u64,
 }
 
 fn d_relay_port_min() -> u16 {
@@ -188,11 +203,20 @@ impl Default for TurnSection {
             max_allocations: d_max_allocations(),
             max_allocations_per_user: d_max_allocations_per_user(),
             credential_lifetime: d_credential_lifetime(),
+            allowed_peers: Vec::new(),
+            denied_peers: Vec::new(),
+            max_bps: 0,
         }
     }
 }
 
 impl TurnSection {
+    /// The peer policy's extra ranges: (allowed, denied); validated to parse.
+    pub fn peer_ranges(&self) -> (Vec<Cidr>, Vec<Cidr>) {
+        let parse = |v: &Vec<String>| v.iter().filter_map(|s| s.parse().ok()).collect();
+        (parse(&self.allowed_peers), parse(&self.denied_peers))
+    }
+
     /// The users as `(name, password)`; validated to contain a `:`.
     pub fn user_pairs(&self) -> Vec<(String, String)> {
         self.users
@@ -493,6 +517,16 @@ impl Config {
                 return bad(&format!("turn.users[{i}]"), "must be NAME:PASSWORD");
             }
         }
+        for (list, name) in [
+            (&turn.allowed_peers, "allowed_peers"),
+            (&turn.denied_peers, "denied_peers"),
+        ] {
+            for (i, s) in list.iter().enumerate() {
+                if let Err(e) = s.parse::<Cidr>() {
+                    return bad(&format!("turn.{name}[{i}]"), &e.to_string());
+                }
+            }
+        }
         if turn.secret.as_deref().is_some_and(str::is_empty) {
             return bad("turn.secret", "must not be empty");
         }
@@ -606,6 +640,30 @@ mod tests {
             ("[turn]\nrelay_ip = \"0.0.0.0\"\n", "turn.relay_ip"),
             ("[turn]\nlisten = \"nonsense\"\n", "listen"),
             ("[turn]\nlisen = \"1.2.3.4:5\"\n", "lisen"),
+            (
+                "[turn]\nallowed_peers = [\"10.0.0.0/8\", \"10.0.0.0/40\"]\n",
+                "turn.allowed_peers[1]",
+            ),
+            (
+                "[turn]\ndenied_peers = [\"nonsense\"]\n",
+                "turn.denied_peers[0]",
+            ),
+            (
+                "[limits]\npending_sessions_per_ip = 0\n",
+                "limits.pending_sessions_per_ip",
+            ),
+            (
+                "[limits]\nrtmp_connections_per_ip = 0\n",
+                "limits.rtmp_connections_per_ip",
+            ),
+            (
+                "[server]\npublisher_timeout = 0\n",
+                "server.publisher_timeout",
+            ),
+            (
+                "[server]\npublisher_connect_timeout = 301\n",
+                "server.publisher_connect_timeout",
+            ),
         ] {
             let e = Config::parse(text, "x.toml").expect_err(text);
             assert!(e.to_string().contains(key), "{text}: {e}");
