@@ -285,11 +285,29 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             })?;
         info!(%http, media = %media_addr, rtmp = ?rtmp_addr, %candidate_ip, "tern listening");
         let app = http::whep::router(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .map_err(|e| ServeError::Other(format!("http server: {e}")))
+        let (stopping, stopped) = tokio::sync::oneshot::channel();
+        let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            let _ = stopping.send(());
+        });
+        // Graceful shutdown waits for every open connection; a WebSocket (events, OME
+        // signalling) or a slow client would hold the process. Past the grace they are cut
+        // (the runtime is dropped below).
+        tokio::select! {
+            r = graceful => r.map_err(|e| ServeError::Other(format!("http server: {e}"))),
+            _ = async {
+                if stopped.await.is_ok() {
+                    tokio::time::sleep(HTTP_GRACE).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            } => {
+                tracing::warn!("HTTP connections still open {HTTP_GRACE:?} after the signal: closing them");
+                Ok(())
+            }
+        }
     });
+    drop(rt);
     if let Some(r) = rtmp {
         r.stop();
     }
@@ -301,6 +319,11 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     info!("tern stopped");
     res
 }
+
+/// How long open HTTP connections get to finish after SIGTERM/SIGINT before they are cut:
+/// short enough that the whole process stops within 5 s (the media threads take under a
+/// second), long enough for a WHEP POST or DELETE in flight to finish.
+const HTTP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Starts the TURN worker; returns it and what WHEP `Link` headers announce.
 fn start_turn(

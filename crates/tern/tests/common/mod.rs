@@ -227,6 +227,11 @@ impl Server {
     pub fn start(args: &[&str]) -> Server {
         let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
         let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
+        Server::start_on(args, http, media)
+    }
+
+    /// Runs `tern ARGS --http HTTP --media MEDIA` and waits (≤ 20 s) until `GET /` answers.
+    pub fn start_on(args: &[&str], http: SocketAddr, media: SocketAddr) -> Server {
         let log = std::env::temp_dir().join(format!(
             "tern-test-{}-{}.log",
             std::process::id(),
@@ -305,6 +310,14 @@ impl Server {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, and reap the process.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 

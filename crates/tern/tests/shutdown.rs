@@ -1,0 +1,171 @@
+//! Stopping and restarting a real `tern serve`: SIGTERM ends the process within 5 s even with
+//! long-lived connections open (an event WebSocket, an OME signalling socket, a request half
+//! sent, an RTMP publisher, WebRTC viewers), and after SIGKILL a new process binds the same HTTP, media,
+//! RTMP and TURN ports at once, although the killed one left connections behind.
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::{Ffmpeg, Server, free_tcp_port, free_udp_port, http_get};
+use tern_bench::BenchArgs;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn config() -> PathBuf {
+    let p = std::env::temp_dir().join(format!("tern-shutdown-{}.toml", std::process::id()));
+    std::fs::write(&p, "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n").expect("write config");
+    p
+}
+
+/// `tern demo` with RTMP and TURN on the given ports (HTTP and media too).
+fn start(ports: &Ports) -> Server {
+    let cfg = config();
+    Server::start_on(
+        &[
+            "demo",
+            "--config",
+            cfg.to_str().expect("utf-8 path"),
+            "--candidate",
+            "127.0.0.1",
+            "--rtmp",
+            &ports.rtmp.to_string(),
+            "--turn",
+            &ports.turn.to_string(),
+            "--turn-user",
+            "u:p",
+            "--turn-relay-ip",
+            "127.0.0.1",
+        ],
+        ports.http,
+        ports.media,
+    )
+}
+
+struct Ports {
+    http: SocketAddr,
+    media: SocketAddr,
+    rtmp: SocketAddr,
+    turn: SocketAddr,
+}
+
+impl Ports {
+    fn free() -> Ports {
+        let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        Ports {
+            http: local(free_tcp_port()),
+            media: local(free_udp_port()),
+            rtmp: local(free_tcp_port()),
+            turn: local(free_udp_port()),
+        }
+    }
+}
+
+/// Opens what a running service has open: an event WebSocket, an OME signalling socket that
+/// asked for an offer, a keep-alive HTTP connection, an RTMP publisher and a TURN TCP
+/// connection. Returns what must stay alive.
+fn long_lived(server: &Server, ports: &Ports) -> Vec<Box<dyn std::any::Any>> {
+    let a = server.http;
+    let (events, _) = tungstenite::connect(format!("ws://{a}/v1/events")).expect("events");
+    let (mut ome, _) = tungstenite::connect(format!("ws://{a}/live/demo")).expect("ome");
+    ome.send(tungstenite::Message::text(r#"{"command":"request_offer"}"#))
+        .expect("request_offer");
+    let offer = ome.read().expect("offer");
+    assert!(offer.to_string().contains("\"offer\""), "{offer}");
+    let mut keep_alive = TcpStream::connect(a).expect("http");
+    keep_alive
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    // A client in the middle of sending its request headers (slow, or a slowloris).
+    let mut half = TcpStream::connect(a).expect("http");
+    half.write_all(b"POST /live/cam/whep HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .expect("half a request");
+    let turn_tcp = TcpStream::connect(ports.turn).expect("TURN over TCP");
+    let ffmpeg = Ffmpeg::push(&format!("rtmp://{}/live/cam", ports.rtmp), 60);
+    let whep = format!("http://{a}/live/cam/whep");
+    let w = tern_bench::signal::Whep::new(&whep, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !w.live() {
+        assert!(Instant::now() < deadline, "live/cam did not go live");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    vec![
+        Box::new(events),
+        Box::new(ome),
+        Box::new(keep_alive),
+        Box::new(half),
+        Box::new(turn_tcp),
+        Box::new(ffmpeg),
+    ]
+}
+
+#[test]
+fn sigterm_stops_the_process_within_5_s_with_connections_open() {
+    let ports = Ports::free();
+    let mut server = start(&ports);
+    let open = long_lived(&server, &ports);
+    // Viewers playing the demo while the signal arrives.
+    let line = format!(
+        "bench -url http://{}/live/demo/whep -n 10 -cint 10 -life 30 -sint 60000",
+        server.http
+    );
+    let args: BenchArgs = Cli::parse_from(tern_bench::normalize_args(
+        line.split_whitespace().map(String::from),
+    ))
+    .bench;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let bench = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = tern_bench::run(&args, flag, &mut out);
+    });
+    std::thread::sleep(Duration::from_secs(3));
+
+    let t = Instant::now();
+    let status = server.terminate();
+    let took = t.elapsed();
+    let log = server.log_tail(30);
+    let status = status.unwrap_or_else(|| panic!("no exit within 10 s of SIGTERM:\n{log}"));
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?} to exit:\n{log}"
+    );
+    assert!(log.contains("tern stopped"), "{log}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = bench.join();
+    drop(open);
+}
+
+#[test]
+fn after_sigkill_a_restart_binds_the_same_ports_at_once() {
+    let ports = Ports::free();
+    let mut first = start(&ports);
+    let open = long_lived(&first, &ports);
+    first.kill();
+    drop(open);
+    // The killed process's TCP connections linger in the kernel (TIME_WAIT and friends);
+    // the new one must bind the same ports anyway, at once.
+    let second = start(&ports);
+    assert_eq!(http_get(second.http, "/").expect("GET /").status, 200);
+    let log = second.log_tail(30);
+    assert!(
+        log.contains(&format!("Some({})", ports.rtmp)),
+        "RTMP did not come back on its port:\n{log}"
+    );
+    assert!(
+        log.contains(&ports.turn.to_string()),
+        "TURN not on its port:\n{log}"
+    );
+    second.stop();
+}
