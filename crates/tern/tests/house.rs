@@ -1,0 +1,741 @@
+//! The house rules of the source tree, checked on every test run (issue 17): **no module
+//! imports one that imports it** (directly or around a longer circle), and **no source file
+//! passes 1,000 lines before its tests**. A circle means two files cannot be read, tested or
+//! changed apart; a file past a thousand lines holds more than one idea.
+//!
+//! What counts, per crate (every `lib.rs`, `main.rs` and `src/bin/*.rs` is the root of a
+//! module tree found by following its `mod name;` lines):
+//! - a file's code is what stands before its tests: the first column-0 `#[cfg(test)]` whose
+//!   next item is a `mod`. Comments, strings and character literals are blanked first.
+//! - file A imports file B when that code names a path into B: a `use` (brace groups
+//!   expanded), or an inline `crate::…`, `super::…`, `self::…`, or `child::…` for a child
+//!   module A declares. A path resolves to the longest module prefix that is a file, so
+//!   `crate::Foo` (an item of the root) imports the root file and `super::Foo` the parent
+//!   file. `mod child;` lines are not imports: a parent may declare children and re-export
+//!   from them, as long as the children then take nothing from the parent file.
+//!
+//! The checker works on an in-memory map of files so that its own tests below can feed it
+//! small crates with and without circles; the two real tests load the workspace from disk.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Most lines a source file may hold before its tests.
+const MAX_LINES: usize = 1000;
+
+/// A module path inside one crate: `[]` is the root, `["media", "engine"]` is
+/// `crate::media::engine`.
+type ModPath = Vec<String>;
+
+/// One file of a module tree.
+#[derive(Debug)]
+struct ModFile {
+    /// Its path relative to the crate's `src/`.
+    file: PathBuf,
+    /// Where it sits in the tree.
+    module: ModPath,
+    /// Its code before its tests, with comments and literals blanked.
+    code: String,
+}
+
+/// An import of one file by another, with the line that shows it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Edge {
+    from: PathBuf,
+    to: PathBuf,
+    line: usize,
+    path: String,
+}
+
+/// The line at which a file's tests begin (0-based), or its length.
+fn tests_start(src: &str) -> usize {
+    let lines: Vec<&str> = src.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_end() != "#[cfg(test)]" {
+            continue;
+        }
+        let next = lines[i + 1..]
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty() && !l.starts_with("#["));
+        if next.is_some_and(|l| l.starts_with("mod ") || l.starts_with("pub mod ")) {
+            return i;
+        }
+    }
+    lines.len()
+}
+
+/// The code before the tests, with comments, strings and character literals replaced by
+/// spaces (newlines kept, so line numbers stay right). Lifetimes are kept.
+fn strip(src: &str) -> String {
+    let head: Vec<&str> = src.lines().take(tests_start(src)).collect();
+    let c: Vec<char> = head.join("\n").chars().collect();
+    let mut out = String::with_capacity(c.len());
+    let blank = |out: &mut String, ch: char| out.push(if ch == '\n' { '\n' } else { ' ' });
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut i = 0;
+    while i < c.len() {
+        let prev_ident = i > 0 && ident(c[i - 1]);
+        match c[i] {
+            '/' if c.get(i + 1) == Some(&'/') => {
+                while i < c.len() && c[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if c.get(i + 1) == Some(&'*') => {
+                let mut depth = 0;
+                while i < c.len() {
+                    if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        blank(&mut out, c[i]);
+                        i += 1;
+                    }
+                }
+            }
+            'r' | 'b' if !prev_ident && raw_string_start(&c, i).is_some() => {
+                let (hashes, body) = raw_string_start(&c, i).unwrap_or_default();
+                i = body;
+                while i < c.len() {
+                    if c[i] == '"' && (0..hashes).all(|k| c.get(i + 1 + k) == Some(&'#')) {
+                        i += 1 + hashes;
+                        break;
+                    }
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+            }
+            '"' => {
+                i += 1;
+                while i < c.len() && c[i] != '"' {
+                    if c[i] == '\\' {
+                        blank(&mut out, c[i]);
+                        i += 1;
+                    }
+                    if i < c.len() {
+                        blank(&mut out, c[i]);
+                        i += 1;
+                    }
+                }
+                i += 1;
+            }
+            '\'' if c.get(i + 1) == Some(&'\\') => {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            '\'' if c.get(i + 2) == Some(&'\'') => i += 3,
+            ch => {
+                out.push(ch);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// At `c[i]`, the start of a raw string (`r"`, `r#"`, `br"`): the number of `#`s and the
+/// index of its first character.
+fn raw_string_start(c: &[char], i: usize) -> Option<(usize, usize)> {
+    let mut j = i;
+    if c.get(j) == Some(&'b') {
+        j += 1;
+    }
+    if c.get(j) != Some(&'r') {
+        return None;
+    }
+    j += 1;
+    let mut hashes = 0;
+    while c.get(j) == Some(&'#') {
+        hashes += 1;
+        j += 1;
+    }
+    (c.get(j) == Some(&'"')).then_some((hashes, j + 1))
+}
+
+/// `mod name;` declarations in stripped code (any visibility, attributes ignored).
+fn declared_children(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in code.lines() {
+        let mut t = line.trim();
+        if let Some(rest) = t.strip_prefix("pub") {
+            t = rest.trim_start();
+            if t.starts_with('(') {
+                t = t.split_once(')').map_or("", |(_, r)| r.trim_start());
+            }
+        }
+        if let Some(rest) = t.strip_prefix("mod ")
+            && let Some(name) = rest.trim().strip_suffix(';')
+        {
+            out.push(name.trim().to_string());
+        }
+    }
+    out
+}
+
+/// The module tree under `roots` (paths relative to `src/`), following `mod` lines through
+/// the files in `files`.
+fn module_tree(files: &BTreeMap<PathBuf, String>, root: &Path) -> Vec<ModFile> {
+    let mut out = Vec::new();
+    let mut todo = vec![(root.to_path_buf(), ModPath::new())];
+    while let Some((file, module)) = todo.pop() {
+        let Some(src) = files.get(&file) else {
+            continue;
+        };
+        let code = strip(src);
+        // Children of `a.rs` live in `a/`; of `lib.rs`, `main.rs`, `mod.rs`, beside them.
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let dir = file.parent().unwrap_or(Path::new("")).to_path_buf();
+        let child_dir = if module.is_empty() || stem == "mod" {
+            dir
+        } else {
+            dir.join(stem)
+        };
+        for child in declared_children(&code) {
+            let flat = child_dir.join(format!("{child}.rs"));
+            let nested = child_dir.join(&child).join("mod.rs");
+            let path = if files.contains_key(&flat) {
+                flat
+            } else {
+                nested
+            };
+            let mut m = module.clone();
+            m.push(child);
+            todo.push((path, m));
+        }
+        out.push(ModFile { file, module, code });
+    }
+    out
+}
+
+/// Expands one `use` tree (`a::{b, c::{d as e, *}}`) into its paths.
+fn expand_use(tree: &str) -> Vec<String> {
+    fn go(prefix: &str, t: &str, out: &mut Vec<String>) {
+        let t = t.trim();
+        if let Some(open) = t.find('{') {
+            let head = t[..open].trim().trim_end_matches("::").trim();
+            let inner = t[open + 1..t.rfind('}').unwrap_or(t.len())].to_string();
+            let base = join(prefix, head);
+            let mut depth = 0;
+            let mut start = 0;
+            let b = inner.as_bytes();
+            for k in 0..=b.len() {
+                let at_end = k == b.len();
+                if !at_end && b[k] == b'{' {
+                    depth += 1;
+                } else if !at_end && b[k] == b'}' {
+                    depth -= 1;
+                } else if at_end || (b[k] == b',' && depth == 0) {
+                    let part = inner[start..k].trim();
+                    if !part.is_empty() {
+                        go(&base, part, out);
+                    }
+                    start = k + 1;
+                }
+            }
+        } else {
+            let t = t.split(" as ").next().unwrap_or(t).trim();
+            let t = t.trim_end_matches("::*").trim_end_matches('*');
+            if t == "self" {
+                out.push(prefix.to_string());
+            } else {
+                out.push(join(prefix, t));
+            }
+        }
+    }
+    fn join(a: &str, b: &str) -> String {
+        match (a.is_empty(), b.is_empty()) {
+            (true, _) => b.to_string(),
+            (_, true) => a.to_string(),
+            _ => format!("{a}::{b}"),
+        }
+    }
+    let mut out = Vec::new();
+    go("", tree, &mut out);
+    out
+}
+
+/// The paths a file's code names, with their (1-based) lines: every `use` path and every
+/// inline path that starts at `crate`, `super`, `self` or one of the file's child modules.
+fn named_paths(code: &str, children: &[String]) -> Vec<(usize, String)> {
+    let line_of = |pos: usize| code[..pos].matches('\n').count() + 1;
+    // `pub(in crate::x)` is visibility, not a path to import.
+    let code_nv = blank_visibility(code);
+    let code = code_nv.as_str();
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        if !ident(bytes[i]) || (i > 0 && (ident(bytes[i - 1]) || bytes[i - 1] == b'$')) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && ident(bytes[i]) {
+            i += 1;
+        }
+        let word = &code[start..i];
+        if word == "use" {
+            let end = code[i..].find(';').map_or(code.len(), |e| i + e);
+            for p in expand_use(&code[i..end]) {
+                out.push((line_of(start), p));
+            }
+            i = end;
+            continue;
+        }
+        let preceded_by_path = code[..start].trim_end().ends_with("::");
+        let leads =
+            matches!(word, "crate" | "super" | "self") || children.iter().any(|c| c == word);
+        if !leads || preceded_by_path || !code[i..].trim_start().starts_with("::") {
+            continue;
+        }
+        // Collect `word::seg::seg`.
+        let mut path = word.to_string();
+        let mut j = i;
+        loop {
+            let rest = &code[j..];
+            let trimmed = rest.trim_start();
+            let Some(after) = trimmed.strip_prefix("::") else {
+                break;
+            };
+            let after_ws = after.trim_start();
+            let seg: String = after_ws
+                .bytes()
+                .take_while(|&b| ident(b))
+                .map(char::from)
+                .collect();
+            if seg.is_empty() {
+                break;
+            }
+            j += rest.len() - after_ws.len() + seg.len();
+            path.push_str("::");
+            path.push_str(&seg);
+        }
+        out.push((line_of(start), path));
+        i = j;
+    }
+    out
+}
+
+/// `pub(in path)` with the path blanked.
+fn blank_visibility(code: &str) -> String {
+    let mut out = code.to_string();
+    let mut from = 0;
+    while let Some(k) = out[from..].find("pub(in ") {
+        let s = from + k;
+        let e = out[s..].find(')').map_or(out.len(), |e| s + e);
+        let blanked: String = out[s..e]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        out.replace_range(s..e, &blanked);
+        from = e;
+    }
+    out
+}
+
+/// Resolves `path`, named in module `at`, to the module file it reaches (the longest
+/// prefix that is a module), or None for a path that leaves the crate.
+fn resolve(
+    path: &str,
+    at: &ModPath,
+    modules: &BTreeSet<ModPath>,
+    children: &[String],
+) -> Option<ModPath> {
+    let segs: Vec<&str> = path.split("::").map(str::trim).collect();
+    let mut m: ModPath;
+    let mut k = 0;
+    match segs.first().copied()? {
+        "crate" => {
+            m = ModPath::new();
+            k = 1;
+        }
+        "super" | "self" => {
+            m = at.clone();
+            while k < segs.len() && matches!(segs[k], "super" | "self") {
+                if segs[k] == "super" {
+                    m.pop()?;
+                }
+                k += 1;
+            }
+        }
+        first if children.iter().any(|c| c == first) => m = at.clone(),
+        _ => return None,
+    }
+    for s in &segs[k..] {
+        let mut next = m.clone();
+        next.push((*s).to_string());
+        if !modules.contains(&next) {
+            break;
+        }
+        m = next;
+    }
+    Some(m)
+}
+
+/// Every import between two files of one module tree.
+fn edges(tree: &[ModFile]) -> Vec<Edge> {
+    let modules: BTreeSet<ModPath> = tree.iter().map(|f| f.module.clone()).collect();
+    let file_of: BTreeMap<&ModPath, &PathBuf> = tree.iter().map(|f| (&f.module, &f.file)).collect();
+    let mut out = BTreeMap::new();
+    for f in tree {
+        let children = declared_children(&f.code);
+        for (line, path) in named_paths(&f.code, &children) {
+            let Some(target) = resolve(&path, &f.module, &modules, &children) else {
+                continue;
+            };
+            let Some(&to) = file_of.get(&target) else {
+                continue;
+            };
+            if *to == f.file {
+                continue;
+            }
+            out.entry((f.file.clone(), to.clone())).or_insert(Edge {
+                from: f.file.clone(),
+                to: to.clone(),
+                line,
+                path,
+            });
+        }
+    }
+    out.into_values().collect()
+}
+
+/// The circles among `edges`: each strongly connected set of more than one file, with the
+/// edges inside it (Tarjan's algorithm).
+fn circles(edges: &[Edge]) -> Vec<Vec<Edge>> {
+    let nodes: BTreeSet<&PathBuf> = edges.iter().flat_map(|e| [&e.from, &e.to]).collect();
+    let idx: BTreeMap<&PathBuf, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let n = nodes.len();
+    let mut adj = vec![Vec::new(); n];
+    for e in edges {
+        adj[idx[&e.from]].push(idx[&e.to]);
+    }
+    struct T {
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        sccs: Vec<Vec<usize>>,
+    }
+    fn visit(v: usize, adj: &[Vec<usize>], t: &mut T) {
+        t.index[v] = Some(t.next);
+        t.low[v] = t.next;
+        t.next += 1;
+        t.stack.push(v);
+        t.on[v] = true;
+        for &w in &adj[v] {
+            match t.index[w] {
+                None => {
+                    visit(w, adj, t);
+                    t.low[v] = t.low[v].min(t.low[w]);
+                }
+                Some(iw) if t.on[w] => t.low[v] = t.low[v].min(iw),
+                Some(_) => {}
+            }
+        }
+        if Some(t.low[v]) == t.index[v] {
+            let mut scc = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on[w] = false;
+                scc.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            t.sccs.push(scc);
+        }
+    }
+    let mut t = T {
+        index: vec![None; n],
+        low: vec![0; n],
+        on: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        sccs: Vec::new(),
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            visit(v, &adj, &mut t);
+        }
+    }
+    let names: Vec<&PathBuf> = nodes.into_iter().collect();
+    t.sccs
+        .into_iter()
+        .filter(|s| s.len() > 1)
+        .map(|s| {
+            let set: BTreeSet<&PathBuf> = s.iter().map(|&i| names[i]).collect();
+            edges
+                .iter()
+                .filter(|e| set.contains(&e.from) && set.contains(&e.to))
+                .cloned()
+                .collect()
+        })
+        .collect()
+}
+
+/// The roots of a crate's module trees: `lib.rs`, `main.rs`, `bin/*.rs`.
+fn roots(files: &BTreeMap<PathBuf, String>) -> Vec<PathBuf> {
+    files
+        .keys()
+        .filter(|p| {
+            let s = p.to_string_lossy();
+            s == "lib.rs" || s == "main.rs" || (p.parent() == Some(Path::new("bin")))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The circles of one crate (files relative to its `src/`), described for a reader.
+fn crate_circles(files: &BTreeMap<PathBuf, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for root in roots(files) {
+        let tree = module_tree(files, &root);
+        for circle in circles(&edges(&tree)) {
+            let mut text = String::from("circle:");
+            for e in circle {
+                text.push_str(&format!(
+                    "\n    {} -> {} ({}:{}: `{}`)",
+                    e.from.display(),
+                    e.to.display(),
+                    e.from.display(),
+                    e.line,
+                    e.path
+                ));
+            }
+            out.push(text);
+        }
+    }
+    out
+}
+
+/// Files with more than [`MAX_LINES`] lines before their tests, as `(file, lines)`.
+fn long_files(files: &BTreeMap<PathBuf, String>) -> Vec<(PathBuf, usize)> {
+    files
+        .iter()
+        .map(|(p, src)| (p.clone(), tests_start(src)))
+        .filter(|&(_, n)| n > MAX_LINES)
+        .collect()
+}
+
+/// Every `.rs` file under `dir`, keyed by its path relative to `dir`.
+fn load(dir: &Path) -> BTreeMap<PathBuf, String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && let (Ok(rel), Ok(text)) = (p.strip_prefix(base), std::fs::read_to_string(&p))
+            {
+                out.insert(rel.to_path_buf(), text);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The workspace's source folders: each crate's `src/` and the bench baselines'.
+fn source_dirs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.push(root.join("bench/baselines/src"));
+    dirs.sort();
+    assert!(dirs.len() >= 7, "found only {dirs:?}");
+    dirs
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it() {
+    let mut found = Vec::new();
+    let mut files = 0;
+    for dir in source_dirs() {
+        let crate_files = load(&dir);
+        files += crate_files.len();
+        for c in crate_circles(&crate_files) {
+            found.push(format!("{}: {c}", dir.display()));
+        }
+    }
+    assert!(files > 50, "read only {files} files");
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn no_source_file_passes_1000_lines_before_its_tests() {
+    let mut dirs = source_dirs();
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/fuzz_targets"));
+    let mut long = Vec::new();
+    for dir in dirs {
+        for (file, n) in long_files(&load(&dir)) {
+            long.push(format!("{}: {n} lines", dir.join(file).display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines before their tests:\n{}",
+        long.join("\n")
+    );
+}
+
+// The checker's own tests: it must find what it is for and nothing else.
+
+fn crate_of(files: &[(&str, &str)]) -> BTreeMap<PathBuf, String> {
+    files
+        .iter()
+        .map(|(p, s)| (PathBuf::from(p), (*s).to_string()))
+        .collect()
+}
+
+#[test]
+fn checker_finds_a_direct_circle() {
+    let c = crate_of(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", "use crate::b::Thing;\npub struct A;\n"),
+        (
+            "b.rs",
+            "pub struct Thing;\nfn f() -> crate::a::A { todo!() }\n",
+        ),
+    ]);
+    let found = crate_circles(&c);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("a.rs -> b.rs (a.rs:1: `crate::b::Thing`)"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[0].contains("b.rs -> a.rs (b.rs:2: `crate::a::A`)"),
+        "{}",
+        found[0]
+    );
+}
+
+#[test]
+fn checker_finds_a_circle_of_three_through_a_brace_group() {
+    let c = crate_of(&[
+        ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\n"),
+        ("a.rs", "use crate::{b::X, c::{self as cc}};\n"),
+        ("b.rs", "use crate::c::Y;\n"),
+        ("c.rs", "use crate::a;\n"),
+    ]);
+    let found = crate_circles(&c);
+    assert_eq!(found.len(), 1, "{found:?}");
+    for e in ["a.rs -> b.rs", "b.rs -> c.rs", "c.rs -> a.rs"] {
+        assert!(found[0].contains(e), "{e} missing: {}", found[0]);
+    }
+}
+
+#[test]
+fn checker_sees_a_child_taking_from_the_parent_that_reexports_it() {
+    let c = crate_of(&[
+        ("lib.rs", "pub mod sdp;\n"),
+        (
+            "sdp.rs",
+            "mod parse;\npub use parse::Thing;\npub struct Item;\n",
+        ),
+        ("sdp/parse.rs", "use super::Item;\npub struct Thing;\n"),
+    ]);
+    let found = crate_circles(&c);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("sdp/parse.rs -> sdp.rs"), "{}", found[0]);
+}
+
+#[test]
+fn checker_accepts_children_that_use_siblings_only() {
+    let c = crate_of(&[
+        ("lib.rs", "pub mod sdp;\nuse sdp::Thing;\n"),
+        (
+            "sdp/mod.rs",
+            "mod model;\nmod parse;\npub use model::Item;\npub use parse::*;\n",
+        ),
+        ("sdp/model.rs", "pub struct Item;\n"),
+        (
+            "sdp/parse.rs",
+            "use super::model::Item;\npub fn p() -> super::model::Item { Item }\npub struct Thing;\n",
+        ),
+    ]);
+    assert_eq!(crate_circles(&c), Vec::<String>::new());
+}
+
+#[test]
+fn checker_ignores_comments_strings_and_tests() {
+    let c = crate_of(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", "use crate::b::B;\n"),
+        (
+            "b.rs",
+            concat!(
+                "//! See [`crate::a::A`].\n",
+                "/// Like `crate::a::A`. /* crate::a::A */\n",
+                "pub struct B<'a>(&'a str);\n",
+                "const S: &str = \"crate::a::A\";\n",
+                "const R: &str = r#\"use crate::a::A; \"quoted\"\"#;\n",
+                "const C: char = '\"';\n",
+                "#[cfg(test)]\n",
+                "mod tests {\n",
+                "    use crate::a::A;\n",
+                "}\n",
+            ),
+        ),
+    ]);
+    assert_eq!(crate_circles(&c), Vec::<String>::new());
+}
+
+#[test]
+fn checker_does_not_mistake_other_crates_paths_for_children() {
+    // `stream` is a child of lib.rs, but `tern_rtc::stream::X` is another crate's.
+    let c = crate_of(&[
+        ("lib.rs", "mod stream;\nmod a;\nuse a::A;\n"),
+        (
+            "a.rs",
+            "use other::stream::X;\npub struct A(other::stream::Y);\n",
+        ),
+        ("stream.rs", "use crate::a::A;\n"),
+    ]);
+    assert_eq!(crate_circles(&c), Vec::<String>::new());
+}
+
+#[test]
+fn checker_counts_lines_before_the_tests_only() {
+    let body = |n: usize| "fn f() {}\n".repeat(n);
+    let tests = "#[cfg(test)]\nmod tests {\n}\n".to_string() + &body(2000);
+    let c = crate_of(&[
+        ("lib.rs", &(body(1000) + &tests)),
+        ("long.rs", &body(1001)),
+        (
+            "gated.rs",
+            &(body(990) + "#[cfg(test)]\nfn helper() {}\n" + &body(20)),
+        ),
+    ]);
+    assert_eq!(
+        long_files(&c),
+        vec![
+            (PathBuf::from("gated.rs"), 1012),
+            (PathBuf::from("long.rs"), 1001)
+        ]
+    );
+}
