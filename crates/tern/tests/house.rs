@@ -264,9 +264,59 @@ fn expand_use(tree: &str) -> Vec<String> {
     out
 }
 
-/// The paths a file's code names, with their (1-based) lines: every `use` path and every
-/// inline path that starts at `crate`, `super`, `self` or one of the file's child modules.
-fn named_paths(code: &str, children: &[String]) -> Vec<(usize, String)> {
+/// Inline modules (`mod name { … }`) of stripped code: (start, end, name) byte spans.
+fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("mod ") {
+        let s = from + k;
+        from = s + 4;
+        if s > 0 && (b[s - 1].is_ascii_alphanumeric() || b[s - 1] == b'_') {
+            continue;
+        }
+        let rest = code[s + 4..].trim_start();
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let after = rest[name.len()..].trim_start();
+        if name.is_empty() || !after.starts_with('{') {
+            continue;
+        }
+        let open = code.len() - after.len();
+        let mut depth = 0;
+        let mut end = code.len();
+        for (i, ch) in code[open..].char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push((open, end, name));
+    }
+    out
+}
+
+/// The paths a file's code names, with their (1-based) lines and the inline modules they
+/// stand in: every `use` path and every inline path that starts at `crate`, `super`, `self`
+/// or one of the file's child modules.
+fn named_paths(code: &str, children: &[String]) -> Vec<(usize, String, Vec<String>)> {
+    let inline = inline_modules(code);
+    let inside = |pos: usize| -> Vec<String> {
+        inline
+            .iter()
+            .filter(|(s, e, _)| *s < pos && pos < *e)
+            .map(|(_, _, n)| n.clone())
+            .collect()
+    };
     let line_of = |pos: usize| code[..pos].matches('\n').count() + 1;
     // `pub(in crate::x)` is visibility, not a path to import.
     let code_nv = blank_visibility(code);
@@ -288,7 +338,7 @@ fn named_paths(code: &str, children: &[String]) -> Vec<(usize, String)> {
         if word == "use" {
             let end = code[i..].find(';').map_or(code.len(), |e| i + e);
             for p in expand_use(&code[i..end]) {
-                out.push((line_of(start), p));
+                out.push((line_of(start), p, inside(start)));
             }
             i = end;
             continue;
@@ -321,7 +371,7 @@ fn named_paths(code: &str, children: &[String]) -> Vec<(usize, String)> {
             path.push_str("::");
             path.push_str(&seg);
         }
-        out.push((line_of(start), path));
+        out.push((line_of(start), path, inside(start)));
         i = j;
     }
     out
@@ -373,12 +423,11 @@ fn resolve(
         _ => return None,
     }
     for s in &segs[k..] {
-        let mut next = m.clone();
-        next.push((*s).to_string());
-        if !modules.contains(&next) {
-            break;
-        }
-        m = next;
+        m.push((*s).to_string());
+    }
+    // The longest prefix that is a module file (inline modules belong to their file).
+    while !modules.contains(&m) {
+        m.pop()?;
     }
     Some(m)
 }
@@ -390,8 +439,10 @@ fn edges(tree: &[ModFile]) -> Vec<Edge> {
     let mut out = BTreeMap::new();
     for f in tree {
         let children = declared_children(&f.code);
-        for (line, path) in named_paths(&f.code, &children) {
-            let Some(target) = resolve(&path, &f.module, &modules, &children) else {
+        for (line, path, inline) in named_paths(&f.code, &children) {
+            let mut at = f.module.clone();
+            at.extend(inline);
+            let Some(target) = resolve(&path, &at, &modules, &children) else {
                 continue;
             };
             let Some(&to) = file_of.get(&target) else {
@@ -703,6 +754,27 @@ fn checker_ignores_comments_strings_and_tests() {
         ),
     ]);
     assert_eq!(crate_circles(&c), Vec::<String>::new());
+}
+
+#[test]
+fn checker_resolves_super_inside_an_inline_module_to_its_own_file() {
+    let c = crate_of(&[
+        ("lib.rs", "mod sys;\npub use sys::Alloc;\n"),
+        (
+            "sys.rs",
+            "pub struct Alloc;\nmod inner {\n    use super::Alloc;\n    fn f() -> super::Alloc { Alloc }\n}\n",
+        ),
+    ]);
+    assert_eq!(crate_circles(&c), Vec::<String>::new());
+    // While the same line at the top of sys.rs reaches the root.
+    let c = crate_of(&[
+        (
+            "lib.rs",
+            "mod sys;\npub use sys::Alloc;\npub struct Root;\n",
+        ),
+        ("sys.rs", "pub struct Alloc;\nuse super::Root;\n"),
+    ]);
+    assert_eq!(crate_circles(&c).len(), 1);
 }
 
 #[test]
