@@ -284,7 +284,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
                 source,
             })?;
         info!(%http, media = %media_addr, rtmp = ?rtmp_addr, %candidate_ip, "tern listening");
-        let app = http::whep::router(state);
+        let app = http::router(state);
         let (stopping, stopped) = tokio::sync::oneshot::channel();
         let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown_signal().await;
@@ -331,7 +331,7 @@ fn start_turn(
     listen: SocketAddr,
     candidate_ip: IpAddr,
     stats: Arc<media::EngineStats>,
-) -> Result<(turn::TurnHandle, http::whep::TurnLinks), ServeError> {
+) -> Result<(turn::TurnHandle, http::TurnLinks), ServeError> {
     let t = &cfg.turn;
     let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
         candidate_ip
@@ -368,7 +368,7 @@ fn start_turn(
         addr: listen,
         source,
     })?;
-    let links = http::whep::TurnLinks {
+    let links = http::TurnLinks {
         host: relay_ip,
         port: handle.addr.port(),
         secret,

@@ -1,5 +1,5 @@
-//! The management API under `/v1`, the event stream, Prometheus `/metrics` and the
-//! dashboard page.
+//! The management API under `/v1`, the event stream, Prometheus `/metrics` and the OpenAPI
+//! document.
 //!
 //! Reads return cached snapshots ([`crate::snapshot`]) and live counters; nothing is built
 //! on a read. When `server.api_token` is configured, these routes require it as a Bearer
@@ -9,40 +9,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::http::whep::{AppState, text};
+use crate::http::reply::text;
+use crate::http::state::AppState;
 use crate::media::{Command, ViewerId};
-
-const DASHBOARD_HTML: &str = include_str!("dashboard.html");
-
-/// The API routes (merged into the main router).
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/openapi.json", get(openapi))
-        .route("/v1/apps", get(apps))
-        .route("/v1/streams", get(streams))
-        .route("/v1/streams/{app}/{stream}", get(stream))
-        .route("/v1/streams/{app}/{stream}/viewers", get(stream_viewers))
-        .route(
-            "/v1/streams/{app}/{stream}/publisher",
-            get(stream_publisher).delete(kick_publisher),
-        )
-        .route("/v1/viewers/{id}", get(viewer).delete(kick_viewer))
-        .route("/v1/publishers", get(publishers))
-        .route("/v1/turn/allocations", get(allocations))
-        .route("/v1/turn/allocations/{id}", get(allocation))
-        .route("/v1/events", get(events))
-        .route("/metrics", get(metrics))
-        .route("/dashboard", get(dashboard))
-}
 
 fn json(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
@@ -96,7 +72,7 @@ fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
     )
 }
 
-async fn apps(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(super) async fn apps(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let mut apps: Vec<(&str, Vec<&str>)> = Vec::new();
     let mut keys: Vec<&String> = st.streams.keys().collect();
@@ -115,7 +91,7 @@ async fn apps(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     json(StatusCode::OK, serde_json::Value::from(body).to_string())
 }
 
-async fn streams(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(super) async fn streams(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let list: Vec<String> = st
         .engine
@@ -128,7 +104,7 @@ async fn streams(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     json(StatusCode::OK, format!("[{}]", list.join(",")))
 }
 
-async fn stream(
+pub(super) async fn stream(
     State(st): State<Arc<AppState>>,
     Path((app, stream)): Path<(String, String)>,
     headers: HeaderMap,
@@ -148,7 +124,7 @@ async fn stream(
     }
 }
 
-async fn stream_viewers(
+pub(super) async fn stream_viewers(
     State(st): State<Arc<AppState>>,
     Path((app, stream)): Path<(String, String)>,
     headers: HeaderMap,
@@ -169,7 +145,7 @@ async fn stream_viewers(
     json(StatusCode::OK, format!("[{}]", list.join(",")))
 }
 
-async fn viewer(
+pub(super) async fn viewer(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -185,7 +161,7 @@ async fn viewer(
     }
 }
 
-async fn kick_viewer(
+pub(super) async fn kick_viewer(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -208,7 +184,7 @@ async fn kick_viewer(
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn publishers(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(super) async fn publishers(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let list: Vec<String> = st
         .engine
@@ -221,7 +197,7 @@ async fn publishers(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     json(StatusCode::OK, format!("[{}]", list.join(",")))
 }
 
-async fn allocations(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(super) async fn allocations(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let list: Vec<String> = st
         .engine
@@ -234,7 +210,7 @@ async fn allocations(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Res
     json(StatusCode::OK, format!("[{}]", list.join(",")))
 }
 
-async fn allocation(
+pub(super) async fn allocation(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -250,7 +226,7 @@ async fn allocation(
     }
 }
 
-async fn stream_publisher(
+pub(super) async fn stream_publisher(
     State(st): State<Arc<AppState>>,
     Path((app, stream)): Path<(String, String)>,
     headers: HeaderMap,
@@ -276,7 +252,7 @@ async fn stream_publisher(
     }
 }
 
-async fn kick_publisher(
+pub(super) async fn kick_publisher(
     State(st): State<Arc<AppState>>,
     Path((app, stream)): Path<(String, String)>,
     headers: HeaderMap,
@@ -304,13 +280,13 @@ async fn kick_publisher(
 
 /// `?type=viewer.joined,viewer.left&stream=live/demo`
 #[derive(Debug, Deserialize)]
-struct EventFilter {
+pub(super) struct EventFilter {
     #[serde(rename = "type")]
     types: Option<String>,
     stream: Option<String>,
 }
 
-async fn events(
+pub(super) async fn events(
     State(st): State<Arc<AppState>>,
     Query(f): Query<EventFilter>,
     headers: HeaderMap,
@@ -357,7 +333,7 @@ async fn forward_events(
     }
 }
 
-async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let s = &st.engine.stats;
     let mut o = String::with_capacity(4096);
@@ -548,11 +524,7 @@ async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Respons
     r
 }
 
-async fn dashboard() -> Html<&'static str> {
-    Html(DASHBOARD_HTML)
-}
-
-async fn openapi() -> Response {
+pub(super) async fn openapi() -> Response {
     json(StatusCode::OK, openapi_doc().to_string())
 }
 

@@ -1,8 +1,24 @@
-//! The HTTP side: WHEP, WHIP, OvenMediaEngine signalling, the REST API, events and pages.
+//! The HTTP side, one file per surface over one shared state:
+//!
+//! - [`router`]: every route in one place;
+//! - surfaces: `whep.rs` (WHEP), [`whip`] (WHIP ingest), [`ome`] (OvenMediaEngine
+//!   signalling), [`api`] (REST API, events, metrics, OpenAPI), `pages.rs` (index, player,
+//!   dashboard), `memory.rs` (`/v1/memory`, `/v1/stats/current`);
+//! - `state.rs`: [`AppState`], the WHEP session table and the stream lookup; `reply.rs`:
+//!   the responses every surface shares.
+//!
+//! Imports point down: router → surfaces → state → reply. No surface imports another,
+//! except the player page handing a WebSocket upgrade to `ome`.
 
 pub mod api;
+mod memory;
 pub mod ome;
-pub mod whep;
+mod pages;
+mod reply;
+pub mod router;
+mod state;
+mod whep;
 pub mod whip;
 
-pub use whep::{AppState, StreamInfo};
+pub use router::router;
+pub use state::{AppState, StreamInfo, TurnLinks};

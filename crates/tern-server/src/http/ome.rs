@@ -34,7 +34,7 @@ use tern_proto::ome::{self, Command, IceServer, OfferCandidate, SignalError};
 use tern_rtc::session::{self, LocalInfo, ServerAnswerError, ServerOffer};
 use tracing::{debug, info};
 
-use crate::http::whep::AppState;
+use crate::http::state::AppState;
 use crate::media::{Command as EngineCommand, ViewerId};
 
 /// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`): one

@@ -14,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
-use crate::http::whep::{AppState, content_type_is, cors, lookup, text};
+use crate::http::reply::{content_type_is, cors, text};
+use crate::http::state::{AppState, lookup};
 use crate::media::AddError;
 use crate::media::Command;
 

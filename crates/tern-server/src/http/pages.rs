@@ -1,0 +1,86 @@
+//! The pages: the index of live streams, the player (`GET /{app}/{stream}`, which also
+//! takes the OvenMediaEngine signalling upgrade) and the dashboard.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{Html, IntoResponse, Response};
+
+use crate::http::ome;
+use crate::http::state::AppState;
+
+/// `GET /`: the live streams, each a link to its player.
+pub(super) async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
+    let mut live: Vec<&String> = st
+        .streams
+        .iter()
+        .filter(|(_, i)| {
+            st.engine
+                .stats
+                .live
+                .get(i.index)
+                .is_some_and(|l| l.load(Ordering::Relaxed))
+        })
+        .map(|(k, _)| k)
+        .collect();
+    live.sort();
+    let items: String = live
+        .iter()
+        .map(|k| format!("<li><a href=\"/{k}\">{k}</a></li>"))
+        .collect();
+    let list = if items.is_empty() {
+        "<p>No live streams.</p>".to_string()
+    } else {
+        format!("<ul>{items}</ul>")
+    };
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>tern</title></head>\
+         <body><h1>tern: live streams</h1>{list}</body></html>"
+    ))
+}
+
+/// `GET /{app}/{stream}`: the player page, or, with `Upgrade: websocket`, the
+/// OvenMediaEngine-compatible signalling socket (see [`crate::http::ome`]).
+pub(super) async fn player(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream)): Path<(String, String)>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    ws: Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
+) -> Response {
+    if let Ok(ws) = ws {
+        return ome::upgrade(st, ws, app, stream, query, &headers);
+    }
+    let page = PLAYER_HTML
+        .replace("{{APP}}", &html_escape(&app))
+        .replace("{{STREAM}}", &html_escape(&stream));
+    Html(page).into_response()
+}
+
+fn html_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '<' => "&lt;".into(),
+            '>' => "&gt;".into(),
+            '&' => "&amp;".into(),
+            '"' => "&quot;".into(),
+            '\'' => "&#39;".into(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+const PLAYER_HTML: &str = include_str!("player.html");
+
+const DASHBOARD_HTML: &str = include_str!("dashboard.html");
+
+/// `GET /dashboard`: viewers, egress, streams, memory pools and a live chart, read from
+/// the API by the page itself.
+pub(super) async fn dashboard() -> Html<&'static str> {
+    Html(DASHBOARD_HTML)
+}

@@ -1,0 +1,58 @@
+//! The responses every surface shares: plain-text errors with CORS headers, the 409 of a
+//! stream that is not live, content-type checks and random tokens.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rand::Rng;
+
+/// A plain-text response (the message and a newline) with the CORS headers.
+pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+    let mut r = (status, format!("{}\n", msg.into())).into_response();
+    cors(r.headers_mut());
+    r
+}
+
+/// The CORS headers every WHEP/WHIP response carries (players run on other origins).
+pub(crate) fn cors(h: &mut HeaderMap) {
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Location, ETag, Link, Accept-Patch, Retry-After"),
+    );
+}
+
+/// `n` random characters of `[A-Za-z0-9]` (session ids, ETags, ICE credentials).
+pub(super) fn random_token(n: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// The first `N` bytes of `s` (which has at least `N`).
+pub(super) fn to_array<const N: usize>(s: &str) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&s.as_bytes()[..N]);
+    a
+}
+
+/// Whether the request's `Content-Type` (without parameters) is `want`.
+pub(super) fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+}
+
+/// 409 for a stream that exists but has no media yet, with `Retry-After`.
+pub(super) fn not_live(key: &str) -> Response {
+    let mut r = text(StatusCode::CONFLICT, format!("stream {key} is not live"));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
+}

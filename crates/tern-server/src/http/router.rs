@@ -1,0 +1,65 @@
+//! Every route of the HTTP server, in one place: the pages, WHEP, WHIP, the OvenMediaEngine
+//! signalling upgrade (on the player's path), the management API, events and metrics.
+//! `GET /v1/openapi.json` documents each of them (a test reads this file to check).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{delete, get, patch, post};
+
+use crate::http::state::AppState;
+use crate::http::{api, memory, pages, whep, whip};
+
+/// The server's router over the shared state.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(pages::index))
+        .route("/dashboard", get(pages::dashboard))
+        .route("/{app}/{stream}", get(pages::player))
+        .route(
+            "/{app}/{stream}/whep",
+            post(whep::whep_post)
+                .options(whep::whep_options_links)
+                .head(whep::whep_head),
+        )
+        .route(
+            "/{app}/{stream}/whep/{session}",
+            patch(whep::whep_patch)
+                .delete(whep::whep_delete)
+                .options(whep::whep_options),
+        )
+        .route(
+            "/{app}/{stream}/whip",
+            post(whip::post).options(whip::options),
+        )
+        .route(
+            "/{app}/{stream}/whip/{session}",
+            delete(whip::delete)
+                .patch(whip::patch)
+                .options(whip::options),
+        )
+        .route("/v1/memory", get(memory::memory))
+        .route("/v1/stats/current", get(memory::stats_current))
+        .route("/v1/openapi.json", get(api::openapi))
+        .route("/v1/apps", get(api::apps))
+        .route("/v1/streams", get(api::streams))
+        .route("/v1/streams/{app}/{stream}", get(api::stream))
+        .route(
+            "/v1/streams/{app}/{stream}/viewers",
+            get(api::stream_viewers),
+        )
+        .route(
+            "/v1/streams/{app}/{stream}/publisher",
+            get(api::stream_publisher).delete(api::kick_publisher),
+        )
+        .route(
+            "/v1/viewers/{id}",
+            get(api::viewer).delete(api::kick_viewer),
+        )
+        .route("/v1/publishers", get(api::publishers))
+        .route("/v1/turn/allocations", get(api::allocations))
+        .route("/v1/turn/allocations/{id}", get(api::allocation))
+        .route("/v1/events", get(api::events))
+        .route("/metrics", get(api::metrics))
+        .with_state(state)
+}
