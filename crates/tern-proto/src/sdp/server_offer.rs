@@ -20,10 +20,13 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    ABS_CAPTURE_TIME_URI, Candidate, Direction, MediaDescription, Negotiated, NegotiatedMedia,
-    OPUS_FMTP, Out, SdpError, SessionDescription, Setup, is_srtp, parse_candidate, transport_lines,
+use super::model::{
+    ABS_CAPTURE_TIME_URI, Candidate, Direction, MediaDescription, PayloadType, SdpError,
+    SessionDescription, Setup,
 };
+use super::negotiate::{Negotiated, NegotiatedMedia, OPUS_FMTP, is_srtp};
+use super::parse::parse_candidate;
+use super::write::{Out, sdp_line, transport_lines};
 
 /// Payload type of H264 in a server offer.
 pub const SERVER_VIDEO_PT: u8 = 96;
@@ -79,20 +82,20 @@ fn server_sections(video: Option<u32>, audio: Option<u32>) -> Vec<(&'static str,
 pub fn write_server_offer(p: &ServerOfferParams<'_>) -> String {
     let sections = server_sections(p.video_ssrc, p.audio_ssrc);
     let mut o = Out(String::with_capacity(1536));
-    line!(o, "v=0");
-    line!(o, "o=- {} 2 IN IP4 127.0.0.1", p.session_id);
-    line!(o, "s=-");
-    line!(o, "t=0 0");
+    sdp_line!(o, "v=0");
+    sdp_line!(o, "o=- {} 2 IN IP4 127.0.0.1", p.session_id);
+    sdp_line!(o, "s=-");
+    sdp_line!(o, "t=0 0");
     if !sections.is_empty() {
         let mids: Vec<&str> = (0..sections.len()).map(server_mid).collect();
-        line!(o, "a=group:BUNDLE {}", mids.join(" "));
+        sdp_line!(o, "a=group:BUNDLE {}", mids.join(" "));
     }
-    line!(o, "a=ice-lite");
-    line!(o, "a=msid-semantic: WMS tern");
+    sdp_line!(o, "a=ice-lite");
+    sdp_line!(o, "a=msid-semantic: WMS tern");
     for (i, (kind, pt, ssrc)) in sections.into_iter().enumerate() {
-        line!(o, "m={kind} 9 UDP/TLS/RTP/SAVPF {pt}");
-        line!(o, "c=IN IP4 0.0.0.0");
-        line!(o, "a=mid:{}", server_mid(i));
+        sdp_line!(o, "m={kind} 9 UDP/TLS/RTP/SAVPF {pt}");
+        sdp_line!(o, "c=IN IP4 0.0.0.0");
+        sdp_line!(o, "a=mid:{}", server_mid(i));
         transport_lines(
             &mut o,
             p.ice_ufrag,
@@ -100,26 +103,26 @@ pub fn write_server_offer(p: &ServerOfferParams<'_>) -> String {
             p.fingerprint_sha256,
             "passive",
         );
-        line!(o, "a=sendonly");
-        line!(o, "a=rtcp-mux");
-        line!(o, "a=rtcp-rsize");
-        line!(
+        sdp_line!(o, "a=sendonly");
+        sdp_line!(o, "a=rtcp-mux");
+        sdp_line!(o, "a=rtcp-rsize");
+        sdp_line!(
             o,
             "a=extmap:{SERVER_ABS_CAPTURE_TIME_ID} {ABS_CAPTURE_TIME_URI}"
         );
         if kind == "video" {
-            line!(o, "a=rtpmap:{pt} H264/90000");
-            line!(o, "a=fmtp:{pt} {SERVER_H264_FMTP}");
-            line!(o, "a=rtcp-fb:{pt} nack");
-            line!(o, "a=rtcp-fb:{pt} nack pli");
-            line!(o, "a=rtcp-fb:{pt} ccm fir");
+            sdp_line!(o, "a=rtpmap:{pt} H264/90000");
+            sdp_line!(o, "a=fmtp:{pt} {SERVER_H264_FMTP}");
+            sdp_line!(o, "a=rtcp-fb:{pt} nack");
+            sdp_line!(o, "a=rtcp-fb:{pt} nack pli");
+            sdp_line!(o, "a=rtcp-fb:{pt} ccm fir");
         } else {
-            line!(o, "a=rtpmap:{pt} opus/48000/2");
-            line!(o, "a=fmtp:{pt} {OPUS_FMTP}");
+            sdp_line!(o, "a=rtpmap:{pt} opus/48000/2");
+            sdp_line!(o, "a=fmtp:{pt} {OPUS_FMTP}");
         }
-        line!(o, "a=msid:tern {kind}");
-        line!(o, "a=ssrc:{ssrc} cname:{}", p.cname);
-        line!(o, "a=ssrc:{ssrc} msid:tern {kind}");
+        sdp_line!(o, "a=msid:tern {kind}");
+        sdp_line!(o, "a=ssrc:{ssrc} cname:{}", p.cname);
+        sdp_line!(o, "a=ssrc:{ssrc} msid:tern {kind}");
     }
     o.0
 }
@@ -298,7 +301,7 @@ pub struct ClientChoice {
 /// The first payload type of `m` that the lean client takes: H264 with
 /// packetization-mode=1 for video, opus/48000 for audio.
 fn client_pick(m: &MediaDescription) -> Option<u8> {
-    let want = |p: &&super::PayloadType| match m.kind.as_str() {
+    let want = |p: &&PayloadType| match m.kind.as_str() {
         "video" => {
             p.codec.eq_ignore_ascii_case("H264")
                 && p.clock_rate == 90_000
@@ -353,10 +356,10 @@ pub fn write_client_answer(
         accepted.push(pick);
     }
     let mut o = Out(String::with_capacity(1536));
-    line!(o, "v=0");
-    line!(o, "o=- 2 2 IN IP4 127.0.0.1");
-    line!(o, "s=-");
-    line!(o, "t=0 0");
+    sdp_line!(o, "v=0");
+    sdp_line!(o, "o=- 2 2 IN IP4 127.0.0.1");
+    sdp_line!(o, "s=-");
+    sdp_line!(o, "t=0 0");
     let bundled: Vec<&str> = offer
         .media
         .iter()
@@ -366,19 +369,19 @@ pub fn write_client_answer(
         .filter(|mid| offer.bundle.iter().any(|b| b == mid))
         .collect();
     if !bundled.is_empty() {
-        line!(o, "a=group:BUNDLE {}", bundled.join(" "));
+        sdp_line!(o, "a=group:BUNDLE {}", bundled.join(" "));
     }
-    line!(o, "a=msid-semantic: WMS");
+    sdp_line!(o, "a=msid-semantic: WMS");
     for (m, pick) in offer.media.iter().zip(&accepted) {
         let fmt = match pick {
             Some(pt) => pt.to_string(),
             None => m.fmt.first().cloned().unwrap_or_else(|| "0".into()),
         };
         let port = if pick.is_some() { 9 } else { 0 };
-        line!(o, "m={} {port} {} {fmt}", m.kind, m.proto);
-        line!(o, "c=IN IP4 0.0.0.0");
+        sdp_line!(o, "m={} {port} {} {fmt}", m.kind, m.proto);
+        sdp_line!(o, "c=IN IP4 0.0.0.0");
         if let Some(mid) = &m.mid {
-            line!(o, "a=mid:{mid}");
+            sdp_line!(o, "a=mid:{mid}");
         }
         transport_lines(
             &mut o,
@@ -388,32 +391,32 @@ pub fn write_client_answer(
             "active",
         );
         let Some(pt) = *pick else {
-            line!(o, "a=inactive");
+            sdp_line!(o, "a=inactive");
             continue;
         };
-        line!(o, "a=recvonly");
-        line!(o, "a=rtcp-mux");
+        sdp_line!(o, "a=recvonly");
+        sdp_line!(o, "a=rtcp-mux");
         if m.rtcp_rsize {
-            line!(o, "a=rtcp-rsize");
+            sdp_line!(o, "a=rtcp-rsize");
         }
         if let Some(id) = choice.abs_capture_time_ext.filter(|_| p.abs_capture_time)
             && m.extmap_id(ABS_CAPTURE_TIME_URI) == Some(id)
         {
-            line!(o, "a=extmap:{id} {ABS_CAPTURE_TIME_URI}");
+            sdp_line!(o, "a=extmap:{id} {ABS_CAPTURE_TIME_URI}");
         }
         if let Some(pl) = m.payload(pt) {
             let mut rtpmap = format!("a=rtpmap:{pt} {}/{}", pl.codec, pl.clock_rate);
             if let Some(c) = pl.channels {
                 let _ = write!(rtpmap, "/{c}");
             }
-            line!(o, "{rtpmap}");
+            sdp_line!(o, "{rtpmap}");
             if let Some(f) = &pl.fmtp {
-                line!(o, "a=fmtp:{pt} {f}");
+                sdp_line!(o, "a=fmtp:{pt} {f}");
             }
             if p.rtcp_feedback {
                 for fb in ["nack", "nack pli", "ccm fir"] {
                     if pl.has_fb(fb) {
-                        line!(o, "a=rtcp-fb:{pt} {fb}");
+                        sdp_line!(o, "a=rtcp-fb:{pt} {fb}");
                     }
                 }
             }

@@ -1,0 +1,220 @@
+//! Negotiation: what the server can send for an offer (H264 video and Opus audio,
+//! send-only), and why not when it cannot.
+
+use super::model::{ABS_CAPTURE_TIME_URI, Direction, PayloadType, SessionDescription, Setup};
+
+/// Why the server cannot serve an offer. Display is a sentence for the HTTP error body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NegotiateError {
+    /// No usable section has an ICE username fragment.
+    #[error("offer has no a=ice-ufrag")]
+    NoIceUfrag,
+    /// No usable section has an ICE password.
+    #[error("offer has no a=ice-pwd")]
+    NoIcePwd,
+    /// No SHA-256 DTLS fingerprint.
+    #[error("offer has no sha-256 a=fingerprint")]
+    NoFingerprint,
+    /// A usable section lacks `a=rtcp-mux`.
+    #[error("offer's media has no a=rtcp-mux")]
+    NoRtcpMux,
+    /// `a=setup:passive` (or holdconn) leaves the server, which is DTLS-passive, no role.
+    #[error("offer's a=setup must be actpass or active")]
+    Setup,
+    /// Audio/video sections with a usable codec exist, but none wants to receive.
+    #[error("offer's media must be recvonly or sendrecv")]
+    Direction,
+    /// No video section with H264 packetization-mode=1 and no audio section with Opus.
+    #[error("offer has no H264 packetization-mode=1 or Opus payload")]
+    NoCodec,
+}
+
+/// What was agreed for one media section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NegotiatedMedia {
+    /// The section's mid ("" when the offer gave none).
+    pub mid: String,
+    /// Index of the section among the offer's m-lines.
+    pub index: usize,
+    /// The chosen payload type.
+    pub pt: u8,
+    /// `a=rtcp-fb:<pt> nack` was offered.
+    pub nack: bool,
+    /// `a=rtcp-fb:<pt> nack pli` was offered.
+    pub pli: bool,
+    /// `a=rtcp-fb:<pt> ccm fir` was offered.
+    pub fir: bool,
+    /// Extension id of abs-capture-time, when offered with an id of 1–14.
+    pub abs_capture_time_ext: Option<u8>,
+    /// The fmtp the answer carries: the offer's for H264, ours for Opus.
+    pub fmtp: String,
+}
+
+/// The result of [`negotiate`]: the peer's transport parameters and the accepted sections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The offerer's ICE username fragment.
+    pub remote_ufrag: String,
+    /// The offerer's ICE password.
+    pub remote_pwd: String,
+    /// SHA-256 of the offerer's DTLS certificate.
+    pub remote_fingerprint: [u8; 32],
+    pub(super) video: Option<NegotiatedMedia>,
+    pub(super) audio: Option<NegotiatedMedia>,
+    /// Whether the answer carries a BUNDLE group.
+    pub(super) bundle: bool,
+}
+
+impl Negotiated {
+    /// The accepted video section.
+    pub fn video(&self) -> Option<&NegotiatedMedia> {
+        self.video.as_ref()
+    }
+
+    /// The accepted audio section.
+    pub fn audio(&self) -> Option<&NegotiatedMedia> {
+        self.audio.as_ref()
+    }
+
+    pub(super) fn accepted(&self) -> impl Iterator<Item = &NegotiatedMedia> {
+        let mut v: Vec<&NegotiatedMedia> = self.video.iter().chain(self.audio.iter()).collect();
+        v.sort_by_key(|m| m.index);
+        v.into_iter()
+    }
+}
+
+/// Our Opus parameters (RFC 7587): 10 ms minimum packets, in-band FEC.
+pub(super) const OPUS_FMTP: &str = "minptime=10;useinbandfec=1";
+
+/// Whether an H264 payload type carries what the server sends.
+///
+/// The rule: H264/90000, `packetization-mode=1`, and a `profile-level-id` whose
+/// profile_idc is 0x42 (Baseline; any constraint flags, since a Baseline decoder decodes
+/// the Constrained Baseline stream we send) and whose level_idc is at least 31 (level 3.1).
+/// A missing `profile-level-id` is accepted: browsers that omit it decode far more than
+/// the RFC 6184 default of Baseline level 1.0.
+pub(super) fn h264_ok(p: &PayloadType) -> bool {
+    if !p.codec.eq_ignore_ascii_case("H264") || p.clock_rate != 90_000 {
+        return false;
+    }
+    if p.fmtp_param("packetization-mode") != Some("1") {
+        return false;
+    }
+    match p.fmtp_param("profile-level-id") {
+        None => true,
+        Some(id) => {
+            let Ok(v) = u32::from_str_radix(id, 16) else {
+                return false;
+            };
+            id.len() == 6 && (v >> 16) == 0x42 && (v & 0xFF) >= 31
+        }
+    }
+}
+
+pub(super) fn opus_ok(p: &PayloadType) -> bool {
+    p.codec.eq_ignore_ascii_case("opus") && p.clock_rate == 48_000 && p.channels == Some(2)
+}
+
+pub(super) fn is_srtp(proto: &str) -> bool {
+    proto.ends_with("RTP/SAVPF") || proto.ends_with("RTP/SAVP")
+}
+
+/// Decides what the server sends for `offer`: H264 video and Opus audio, sendonly.
+///
+/// The first video section with an acceptable H264 payload type (see the rule on
+/// `h264_ok` in the source: Baseline profile_idc 0x42, level ≥ 3.1, packetization-mode=1;
+/// the first such payload type in the offer's order wins) and the first audio section with
+/// opus/48000/2 are accepted when they are recvonly or sendrecv, have a non-zero port and
+/// an SRTP profile. Every other section is rejected in the answer (port 0). When more than
+/// one section is accepted they must all be in the offer's BUNDLE group; otherwise only the
+/// first is kept, since the server has one ICE/DTLS transport per viewer.
+///
+/// Errors when nothing is usable, or when the accepted sections lack `a=ice-ufrag`,
+/// `a=ice-pwd`, a sha-256 `a=fingerprint` or `a=rtcp-mux`, or offer `a=setup:passive`.
+pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateError> {
+    let mut video: Option<NegotiatedMedia> = None;
+    let mut audio: Option<NegotiatedMedia> = None;
+    let mut wrong_direction = false;
+    for (index, m) in offer.media.iter().enumerate() {
+        if m.port == 0 || !is_srtp(&m.proto) {
+            continue;
+        }
+        let (slot, pick): (&mut Option<NegotiatedMedia>, fn(&PayloadType) -> bool) =
+            match m.kind.as_str() {
+                "video" => (&mut video, h264_ok),
+                "audio" => (&mut audio, opus_ok),
+                _ => continue,
+            };
+        if slot.is_some() {
+            continue;
+        }
+        let Some(p) = m.payloads.iter().find(|p| pick(p)) else {
+            continue;
+        };
+        if !matches!(m.direction(), Direction::RecvOnly | Direction::SendRecv) {
+            wrong_direction = true;
+            continue;
+        }
+        let is_video = m.kind == "video";
+        *slot = Some(NegotiatedMedia {
+            mid: m.mid.clone().unwrap_or_default(),
+            index,
+            pt: p.pt,
+            nack: p.has_fb("nack"),
+            pli: is_video && p.has_fb("nack pli"),
+            fir: is_video && p.has_fb("ccm fir"),
+            abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
+            fmtp: if is_video {
+                p.fmtp.clone().unwrap_or_default()
+            } else {
+                OPUS_FMTP.to_string()
+            },
+        });
+    }
+    let in_bundle = |m: &Option<NegotiatedMedia>| {
+        m.as_ref()
+            .is_none_or(|m| !m.mid.is_empty() && offer.bundle.contains(&m.mid))
+    };
+    let bundle = in_bundle(&video) && in_bundle(&audio) && !offer.bundle.is_empty();
+    if !bundle && let (Some(v), Some(a)) = (&video, &audio) {
+        // One transport only: keep the earlier section.
+        if v.index < a.index {
+            audio = None;
+        } else {
+            video = None;
+        }
+    }
+    let first = match (&video, &audio) {
+        (None, None) if wrong_direction => return Err(NegotiateError::Direction),
+        (None, None) => return Err(NegotiateError::NoCodec),
+        (Some(v), Some(a)) => v.index.min(a.index),
+        (Some(m), None) | (None, Some(m)) => m.index,
+    };
+    let Some(t) = offer.media.get(first) else {
+        return Err(NegotiateError::NoCodec);
+    };
+    let remote_ufrag = t.ice_ufrag().ok_or(NegotiateError::NoIceUfrag)?.to_string();
+    let remote_pwd = t.ice_pwd().ok_or(NegotiateError::NoIcePwd)?.to_string();
+    let remote_fingerprint = t
+        .fingerprint()
+        .filter(|(algo, _)| *algo == "sha-256")
+        .and_then(|(_, b)| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .ok_or(NegotiateError::NoFingerprint)?;
+    if matches!(t.setup(), Some(Setup::Passive | Setup::HoldConn)) {
+        return Err(NegotiateError::Setup);
+    }
+    for m in video.iter().chain(audio.iter()) {
+        if !offer.media.get(m.index).is_some_and(|s| s.rtcp_mux) {
+            return Err(NegotiateError::NoRtcpMux);
+        }
+    }
+    Ok(Negotiated {
+        remote_ufrag,
+        remote_pwd,
+        remote_fingerprint,
+        video,
+        audio,
+        bundle,
+    })
+}

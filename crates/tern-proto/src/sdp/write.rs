@@ -1,0 +1,239 @@
+//! Writing SDP: the ICE-lite, DTLS-passive answer for a negotiated offer, and the recvonly
+//! offer of a lean test client.
+
+use std::fmt::{self, Write as _};
+use std::net::IpAddr;
+
+use super::model::{ABS_CAPTURE_TIME_URI, MediaDescription, SessionDescription};
+use super::negotiate::{Negotiated, NegotiatedMedia, OPUS_FMTP};
+use super::parse::pt_of;
+
+/// Our side of the answer.
+#[derive(Debug, Clone)]
+pub struct AnswerParams<'a> {
+    /// Our ICE username fragment.
+    pub ice_ufrag: &'a str,
+    /// Our ICE password.
+    pub ice_pwd: &'a str,
+    /// SHA-256 of our DTLS certificate.
+    pub fingerprint_sha256: &'a [u8; 32],
+    /// Address of our single host candidate.
+    pub candidate_ip: IpAddr,
+    /// Port of our single host candidate.
+    pub candidate_port: u16,
+    /// SSRC of the video we send.
+    pub video_ssrc: u32,
+    /// SSRC of the audio we send.
+    pub audio_ssrc: u32,
+    /// RTCP CNAME.
+    pub cname: &'a str,
+    /// The o= line session id.
+    pub session_id: u64,
+}
+
+/// An SDP body being written, CRLF line ends.
+pub(super) struct Out(pub(super) String);
+
+impl Out {
+    pub(super) fn line(&mut self, args: fmt::Arguments<'_>) {
+        // Writing into a String cannot fail.
+        let _ = self.0.write_fmt(args);
+        self.0.push_str("\r\n");
+    }
+}
+
+macro_rules! sdp_line {
+    ($o:expr, $($t:tt)*) => { $o.line(format_args!($($t)*)) };
+}
+pub(super) use sdp_line;
+
+/// `AA:BB:...` uppercase hex.
+pub(super) fn fingerprint_hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 3);
+    for (i, x) in b.iter().enumerate() {
+        if i > 0 {
+            s.push(':');
+        }
+        let _ = write!(s, "{x:02X}");
+    }
+    s
+}
+
+pub(super) fn transport_lines(o: &mut Out, ufrag: &str, pwd: &str, fp: &[u8], setup: &str) {
+    sdp_line!(o, "a=ice-ufrag:{ufrag}");
+    sdp_line!(o, "a=ice-pwd:{pwd}");
+    sdp_line!(o, "a=fingerprint:sha-256 {}", fingerprint_hex(fp));
+    sdp_line!(o, "a=setup:{setup}");
+}
+
+/// Writes the answer to `offer` for what [`negotiate`] agreed.
+///
+/// The server is ICE-lite with one host candidate, DTLS passive, and sends only. Accepted
+/// sections echo the offer's mid, proto, chosen payload type (H264 with the offer's fmtp,
+/// Opus with `minptime=10;useinbandfec=1`), the nack / nack pli / ccm fir feedback and the
+/// abs-capture-time extension when offered, and `a=rtcp-rsize` when offered. Every other
+/// section is rejected: port 0, its first format, `a=inactive`.
+pub fn write_answer(offer: &SessionDescription, neg: &Negotiated, p: &AnswerParams<'_>) -> String {
+    let mut o = Out(String::with_capacity(2048));
+    sdp_line!(o, "v=0");
+    sdp_line!(o, "o=- {} 2 IN IP4 127.0.0.1", p.session_id);
+    sdp_line!(o, "s=-");
+    sdp_line!(o, "t=0 0");
+    if neg.bundle {
+        let mids: Vec<&str> = neg.accepted().map(|m| m.mid.as_str()).collect();
+        sdp_line!(o, "a=group:BUNDLE {}", mids.join(" "));
+    }
+    sdp_line!(o, "a=ice-lite");
+    sdp_line!(o, "a=msid-semantic: WMS tern");
+    for (i, m) in offer.media.iter().enumerate() {
+        let accepted = [(neg.video(), p.video_ssrc), (neg.audio(), p.audio_ssrc)]
+            .into_iter()
+            .find_map(|(n, ssrc)| n.filter(|n| n.index == i).map(|n| (n, ssrc)));
+        match accepted {
+            Some((n, ssrc)) => write_accepted(&mut o, m, n, ssrc, p),
+            None => write_rejected(&mut o, m, p),
+        }
+    }
+    o.0
+}
+
+fn write_accepted(
+    o: &mut Out,
+    m: &MediaDescription,
+    n: &NegotiatedMedia,
+    ssrc: u32,
+    p: &AnswerParams<'_>,
+) {
+    let pt = n.pt;
+    sdp_line!(o, "m={} 9 {} {pt}", m.kind, m.proto);
+    sdp_line!(o, "c=IN IP4 0.0.0.0");
+    if let Some(mid) = &m.mid {
+        sdp_line!(o, "a=mid:{mid}");
+    }
+    transport_lines(o, p.ice_ufrag, p.ice_pwd, p.fingerprint_sha256, "passive");
+    sdp_line!(o, "a=sendonly");
+    sdp_line!(o, "a=rtcp-mux");
+    if m.rtcp_rsize {
+        sdp_line!(o, "a=rtcp-rsize");
+    }
+    if let Some(pl) = m.payload(pt) {
+        match pl.channels {
+            Some(c) => sdp_line!(o, "a=rtpmap:{pt} {}/{}/{c}", pl.codec, pl.clock_rate),
+            None => sdp_line!(o, "a=rtpmap:{pt} {}/{}", pl.codec, pl.clock_rate),
+        }
+    }
+    if !n.fmtp.is_empty() {
+        sdp_line!(o, "a=fmtp:{pt} {}", n.fmtp);
+    }
+    if n.nack {
+        sdp_line!(o, "a=rtcp-fb:{pt} nack");
+    }
+    if n.pli {
+        sdp_line!(o, "a=rtcp-fb:{pt} nack pli");
+    }
+    if n.fir {
+        sdp_line!(o, "a=rtcp-fb:{pt} ccm fir");
+    }
+    if let Some(id) = n.abs_capture_time_ext {
+        sdp_line!(o, "a=extmap:{id} {ABS_CAPTURE_TIME_URI}");
+    }
+    sdp_line!(o, "a=msid:tern {}", m.kind);
+    sdp_line!(o, "a=ssrc:{ssrc} cname:{}", p.cname);
+    sdp_line!(
+        o,
+        "a=candidate:1 1 udp 2130706431 {} {} typ host",
+        p.candidate_ip,
+        p.candidate_port
+    );
+    sdp_line!(o, "a=end-of-candidates");
+}
+
+fn write_rejected(o: &mut Out, m: &MediaDescription, p: &AnswerParams<'_>) {
+    let fmt = m.fmt.first().map_or("0", String::as_str);
+    sdp_line!(o, "m={} 0 {} {fmt}", m.kind, m.proto);
+    sdp_line!(o, "c=IN IP4 0.0.0.0");
+    if let Some(mid) = &m.mid {
+        sdp_line!(o, "a=mid:{mid}");
+    }
+    transport_lines(o, p.ice_ufrag, p.ice_pwd, p.fingerprint_sha256, "passive");
+    sdp_line!(o, "a=inactive");
+    if let Some(pl) = pt_of(fmt).and_then(|pt| m.payload(pt)) {
+        match pl.channels {
+            Some(c) => sdp_line!(o, "a=rtpmap:{} {}/{}/{c}", pl.pt, pl.codec, pl.clock_rate),
+            None => sdp_line!(o, "a=rtpmap:{} {}/{}", pl.pt, pl.codec, pl.clock_rate),
+        }
+    }
+}
+
+/// What a lean test client puts in its offer.
+#[derive(Debug, Clone)]
+pub struct OfferParams<'a> {
+    /// Our ICE username fragment.
+    pub ice_ufrag: &'a str,
+    /// Our ICE password.
+    pub ice_pwd: &'a str,
+    /// SHA-256 of our DTLS certificate.
+    pub fingerprint_sha256: &'a [u8; 32],
+    /// Offer a video section.
+    pub video: bool,
+    /// Offer an audio section.
+    pub audio: bool,
+    /// Offer the abs-capture-time extension (id 4).
+    pub abs_capture_time: bool,
+}
+
+/// Writes a recvonly offer: H264 pt 96 (packetization-mode=1, profile-level-id=42e01f,
+/// nack / nack pli / ccm fir) and Opus pt 111, BUNDLE, rtcp-mux, `a=setup:actpass`, mids
+/// "0" and "1" in order. [`negotiate`] accepts it.
+pub fn write_offer(p: &OfferParams<'_>) -> String {
+    let mut o = Out(String::with_capacity(1536));
+    let mut mids = Vec::new();
+    if p.video {
+        mids.push(("video", mids.len()));
+    }
+    if p.audio {
+        mids.push(("audio", mids.len()));
+    }
+    sdp_line!(o, "v=0");
+    sdp_line!(o, "o=- 1 2 IN IP4 127.0.0.1");
+    sdp_line!(o, "s=-");
+    sdp_line!(o, "t=0 0");
+    if !mids.is_empty() {
+        let list: Vec<String> = mids.iter().map(|(_, i)| i.to_string()).collect();
+        sdp_line!(o, "a=group:BUNDLE {}", list.join(" "));
+    }
+    sdp_line!(o, "a=msid-semantic: WMS");
+    for (kind, mid) in mids {
+        let pt = if kind == "video" { 96 } else { 111 };
+        sdp_line!(o, "m={kind} 9 UDP/TLS/RTP/SAVPF {pt}");
+        sdp_line!(o, "c=IN IP4 0.0.0.0");
+        sdp_line!(o, "a=mid:{mid}");
+        transport_lines(
+            &mut o,
+            p.ice_ufrag,
+            p.ice_pwd,
+            p.fingerprint_sha256,
+            "actpass",
+        );
+        sdp_line!(o, "a=recvonly");
+        sdp_line!(o, "a=rtcp-mux");
+        sdp_line!(o, "a=rtcp-rsize");
+        if p.abs_capture_time {
+            sdp_line!(o, "a=extmap:4 {ABS_CAPTURE_TIME_URI}");
+        }
+        if kind == "video" {
+            sdp_line!(o, "a=rtpmap:96 H264/90000");
+            sdp_line!(o, "a=rtcp-fb:96 nack");
+            sdp_line!(o, "a=rtcp-fb:96 nack pli");
+            sdp_line!(o, "a=rtcp-fb:96 ccm fir");
+            sdp_line!(
+                o,
+                "a=fmtp:96 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
+            );
+        } else {
+            sdp_line!(o, "a=rtpmap:111 opus/48000/2");
+            sdp_line!(o, "a=fmtp:111 {OPUS_FMTP}");
+        }
+    }
+    o.0
+}
