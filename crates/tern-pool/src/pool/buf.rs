@@ -1,0 +1,170 @@
+//! [`Buf`] and [`SharedBuf`]: a pooled buffer while it is written, and once frozen and
+//! shared by every viewer of a stream.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::inner::*;
+
+/// An owned, mutable buffer from a [`BufferPool`]; returns to it when dropped, on any thread.
+///
+/// Dereferences to its current length (`..len()`); [`Buf::as_mut_full`] exposes the whole
+/// capacity, e.g. for `recv` before [`Buf::set_len`].
+pub struct Buf {
+    pub(super) storage: Storage,
+    pub(super) len: usize,
+    /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
+    pub(super) pooled: bool,
+    /// `Some` until dropped. For a pooled buffer, the reference its free entry carried.
+    pub(super) pool: Option<Arc<Inner>>,
+}
+
+impl Buf {
+    /// Current length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the length is zero.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Capacity: `upper` for pooled buffers, the requested length for fallback buffers.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.storage.as_slice().len()
+    }
+
+    /// Set the length (bytes between the old and new length keep whatever they held).
+    ///
+    /// # Panics
+    ///
+    /// If `len > capacity()`.
+    #[inline]
+    pub fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.capacity(),
+            "Buf::set_len({len}) beyond capacity {}",
+            self.capacity()
+        );
+        self.len = len;
+    }
+
+    /// The whole capacity, regardless of the current length.
+    #[inline]
+    pub fn as_mut_full(&mut self) -> &mut [u8] {
+        self.storage.as_mut_slice()
+    }
+
+    /// Whether this buffer returns to the pool when dropped (as opposed to a fallback for a
+    /// length outside `[lower, upper]`).
+    #[inline]
+    pub fn is_pooled(&self) -> bool {
+        self.pooled
+    }
+
+    pub(super) fn pool_name(&self) -> &'static str {
+        self.pool.as_ref().map_or("", |p| p.cfg.name)
+    }
+
+    /// Make the buffer immutable and shareable; it returns to the pool when the last clone of
+    /// the [`SharedBuf`] drops. Costs one small allocation (the `Arc`).
+    pub fn freeze(self) -> SharedBuf {
+        SharedBuf(Arc::new(self))
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else {
+            return;
+        };
+        let storage = std::mem::take(&mut self.storage);
+        if self.pooled {
+            Inner::put(pool, storage);
+        } else {
+            pool.fallback_in_use.fetch_sub(1, Relaxed);
+            pool.fallback_bytes
+                .fetch_sub(storage.as_slice().len(), Relaxed);
+        }
+    }
+}
+
+impl Deref for Buf {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        &self.storage.as_slice()[..self.len]
+    }
+}
+
+impl DerefMut for Buf {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut self.storage.as_mut_slice()[..len]
+    }
+}
+
+impl AsRef<[u8]> for Buf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for Buf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl fmt::Debug for Buf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buf")
+            .field("pool", &self.pool_name())
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+/// An immutable, reference-counted pool buffer, shared by every viewer a packet fans out to.
+/// The buffer returns to its pool when the last clone drops.
+#[derive(Clone)]
+pub struct SharedBuf(pub(super) Arc<Buf>);
+
+impl SharedBuf {
+    /// Number of live clones (for tests and diagnostics).
+    pub fn ref_count(this: &Self) -> usize {
+        Arc::strong_count(&this.0)
+    }
+}
+
+impl Deref for SharedBuf {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for SharedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl fmt::Debug for SharedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedBuf")
+            .field("pool", &self.0.pool_name())
+            .field("len", &self.0.len)
+            .field("refs", &Arc::strong_count(&self.0))
+            .finish()
+    }
+}

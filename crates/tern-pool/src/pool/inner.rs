@@ -1,0 +1,701 @@
+//! The pool proper: storage (pooled or heap), the shared free list, per-thread caches,
+//! refill and warnings, and the handle the memory registry sees.
+
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::io::Write as _;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use crate::config::PoolConfig;
+use crate::registry::{MemorySource, PoolReport};
+use crate::sys::{Backing, Chunk, map_chunks};
+
+use super::stats::PoolStats;
+
+/// Most free buffers one thread keeps cached per pool before spilling a batch to the shared
+/// list.
+pub const THREAD_CACHE: usize = 32;
+/// Buffers moved at once between a thread cache and the shared list (under its lock).
+pub const BATCH: usize = 16;
+/// Minimum time, on the pool clock, between two empty-pool warnings of one pool.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(super) const WARN_INTERVAL_MS: u64 = WARN_INTERVAL.as_millis() as u64;
+pub(super) const NEVER: u64 = u64::MAX;
+/// Page size assumed when prefaulting heap buffers (the smallest page on tern's targets).
+pub(super) const PAGE: usize = 4096;
+/// Smallest batch (in bytes) worth its own anonymous mapping; smaller prefaulted batches are
+/// heap buffers touched page by page. A mapping costs a syscall and rounds up to whole pages.
+pub(super) const REGION_MIN_BYTES: usize = 64 * 1024;
+
+pub(super) static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The hook called with the pool name and a statistics snapshot when a pool runs dry.
+pub type WarnHook = dyn Fn(&str, &PoolStats) + Send + Sync;
+
+/// What the buffers allocated by [`BufferPool::new`] live in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PoolBacking {
+    /// One heap allocation per buffer (no `prefault` or `huge_pages`, a batch below 64 KiB,
+    /// or mapping failed).
+    Heap,
+    /// One anonymous mapping of normal pages.
+    Pages,
+    /// One anonymous mapping advised for transparent huge pages (`MADV_HUGEPAGE`).
+    TransparentHugePages,
+    /// One anonymous mapping of reserved huge pages (`MAP_HUGETLB`).
+    HugeTlbPages,
+}
+
+impl From<Backing> for PoolBacking {
+    fn from(b: Backing) -> Self {
+        match b {
+            Backing::HugeTlb => PoolBacking::HugeTlbPages,
+            Backing::Transparent => PoolBacking::TransparentHugePages,
+            Backing::Normal => PoolBacking::Pages,
+        }
+    }
+}
+
+/// Memory behind one buffer.
+pub(super) enum Storage {
+    Heap(Box<[u8]>),
+    Chunk(Chunk),
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage::Heap(Box::default())
+    }
+}
+
+impl Storage {
+    #[inline]
+    pub(super) fn as_slice(&self) -> &[u8] {
+        match self {
+            Storage::Heap(b) => b,
+            Storage::Chunk(c) => c.as_slice(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Storage::Heap(b) => b,
+            Storage::Chunk(c) => c.as_mut_slice(),
+        }
+    }
+
+    pub(super) fn is_heap(&self) -> bool {
+        matches!(self, Storage::Heap(_))
+    }
+
+    /// One heap buffer of `len` zeroed bytes, every page touched if `prefault`.
+    pub(super) fn heap(len: usize, prefault: bool) -> Storage {
+        let mut b = vec![0u8; len].into_boxed_slice();
+        if prefault {
+            touch_pages(&mut b);
+        }
+        Storage::Heap(b)
+    }
+
+    /// `n` pooled buffers: carved from one anonymous mapping when `prefault` (and the batch is
+    /// at least [`REGION_MIN_BYTES`]) or `huge_pages`, else (or if mapping fails) one heap
+    /// allocation each.
+    pub(super) fn batch(cfg: &PoolConfig, n: usize) -> (Vec<Storage>, PoolBacking) {
+        let region =
+            cfg.huge_pages || (cfg.prefault && n.saturating_mul(cfg.upper) >= REGION_MIN_BYTES);
+        if region
+            && n > 0
+            && let Some((chunks, backing)) = map_chunks(cfg.upper, n, cfg.prefault, cfg.huge_pages)
+        {
+            return (
+                chunks.into_iter().map(Storage::Chunk).collect(),
+                backing.into(),
+            );
+        }
+        let bufs = (0..n)
+            .map(|_| Storage::heap(cfg.upper, cfg.prefault))
+            .collect();
+        (bufs, PoolBacking::Heap)
+    }
+}
+
+/// Write one byte per page so the kernel backs the whole buffer now, not on the first packet.
+/// (`vec![0; n]` uses `calloc`, whose pages may still be unmapped zero pages.)
+pub(super) fn touch_pages(buf: &mut [u8]) {
+    // An opaque zero: the compiler cannot prove the stores redundant and drop them.
+    let z = black_box(0u8);
+    for i in (0..buf.len()).step_by(PAGE) {
+        buf[i] = z;
+    }
+    if let Some(last) = buf.last_mut() {
+        *last = z;
+    }
+    black_box(buf);
+}
+
+/// Keeps a value on its own cache lines, away from counters written by other threads.
+#[repr(align(128))]
+#[derive(Default)]
+pub(super) struct Padded<T>(pub(super) T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Per-thread counters of one pool, written by their thread only (a plain load and store, no
+/// locked instruction) and summed by `stats` from any thread.
+#[repr(align(128))]
+#[derive(Default)]
+pub(super) struct ThreadCounters {
+    pub(super) hits: AtomicU64,
+    /// Mirror of `LocalCache::unflushed`.
+    pub(super) unflushed: AtomicIsize,
+}
+
+/// A free pooled buffer, together with the strong reference to its pool that the [`Buf`] it
+/// becomes will carry. Handing a buffer out or taking it back moves that reference along, so
+/// the hot path updates no reference count.
+///
+/// Free entries therefore keep their pool alive; [`Handle`]'s drop (the last [`BufferPool`]
+/// clone going away) closes the pool and drops the shared list to break that cycle.
+pub(super) struct Entry {
+    pub(super) storage: Storage,
+    pub(super) pool: Arc<Inner>,
+}
+
+impl Entry {
+    pub(super) fn is_heap(&self) -> bool {
+        self.storage.is_heap()
+    }
+}
+
+/// The shared free list, and whether the pool was closed (after which nothing may join it).
+pub(super) struct SharedList {
+    /// LIFO: the top is the most recently freed buffer.
+    pub(super) bufs: Vec<Entry>,
+    pub(super) closed: bool,
+}
+
+/// The pool proper, shared by its handle, its free entries and every outstanding [`Buf`].
+///
+/// # Accounting without a shared counter on the hot path
+///
+/// - *In use*: each thread counts the pooled buffers it hands out minus those it takes back
+///   in a local `unflushed` delta (published in its [`ThreadCounters`]) and folds it into
+///   `in_use` once it reaches [`BATCH`] either way. The exact count is `in_use` plus every
+///   thread's delta; `stats` sums them.
+/// - *`max_free`*: the right to hold a free buffer is a unit of `budget`. Invariant:
+///   `free + budget + (units reserved by threads) == max_free`, so `free <= max_free` always.
+///   A thread reserves `chunk` units at a time when it returns buffers, earns one back per
+///   buffer it takes, and gives a chunk back once it holds more than two. A return finding no
+///   unit frees the buffer. Threads can hold at most `2 * chunk` unused units each, which only
+///   ever makes the pool free a buffer early, never keep one too many.
+pub(super) struct Inner {
+    pub(super) id: u64,
+    pub(super) cfg: PoolConfig,
+    pub(super) backing: PoolBacking,
+    /// Units of `budget` a thread reserves at once: `max_free / 16`, at least 1, at most
+    /// [`BATCH`].
+    pub(super) chunk: usize,
+    /// Free buffers not in any thread cache.
+    pub(super) shared: Padded<Mutex<SharedList>>,
+    /// Counters of the threads that have a cache for this pool.
+    pub(super) threads: Mutex<Vec<Arc<ThreadCounters>>>,
+    /// Pooled buffers handed out, as of each thread's last flush (may dip below zero while
+    /// frees on one thread are flushed before the allocations on another).
+    pub(super) in_use: Padded<AtomicIsize>,
+    /// Free-buffer units not reserved by any thread (see above).
+    pub(super) budget: Padded<AtomicUsize>,
+    // Read on every alloc, written rarely.
+    /// Mirrors `SharedList::closed` for checks that don't take the lock.
+    pub(super) closed: AtomicBool,
+    /// Pooled buffers in existence: free (shared or thread-cached) plus in use.
+    pub(super) total: AtomicUsize,
+    /// Fallback (heap, unpooled) buffers handed out, and their bytes.
+    pub(super) fallback_in_use: AtomicUsize,
+    pub(super) fallback_bytes: AtomicUsize,
+    /// Peak of the number of buffers handed out (pooled and fallback).
+    pub(super) high_water: AtomicUsize,
+    pub(super) peak_used_bytes: AtomicUsize,
+    /// Set by a dry miss, cleared by a hit or a refill: counts empty *events*.
+    pub(super) dry: AtomicBool,
+    pub(super) needs_refill: AtomicBool,
+    // Cold counters.
+    /// Hits of threads that exited, and hits made without a thread cache.
+    pub(super) retired_hits: AtomicU64,
+    pub(super) misses: AtomicU64,
+    pub(super) bypasses: AtomicU64,
+    pub(super) empty_events: AtomicU64,
+    pub(super) warnings: AtomicU64,
+    pub(super) warnings_suppressed: AtomicU64,
+    pub(super) refills: AtomicU64,
+    pub(super) refilled_buffers: AtomicU64,
+    pub(super) released: AtomicU64,
+    pub(super) clock_base: OnceLock<Instant>,
+    pub(super) clock_ms: AtomicU64,
+    pub(super) last_warn_ms: AtomicU64,
+    pub(super) hook: RwLock<Arc<WarnHook>>,
+}
+
+/// One pool's buffers and counts on one thread.
+pub(super) struct LocalCache {
+    pub(super) id: u64,
+    pub(super) pool: Weak<Inner>,
+    /// LIFO: the top is the most recently freed buffer.
+    pub(super) bufs: Vec<Entry>,
+    /// Budget units reserved and not yet used (see [`Inner`]).
+    pub(super) allowance: usize,
+    /// Pooled buffers this thread handed out minus those it took back, not yet in
+    /// `Inner::in_use`.
+    pub(super) unflushed: isize,
+    pub(super) counters: Arc<ThreadCounters>,
+}
+
+impl LocalCache {
+    pub(super) fn is_closed(&self) -> bool {
+        self.pool.upgrade().is_none_or(|p| p.closed.load(Relaxed))
+    }
+
+    /// Count `n` buffers handed out (or taken back, if negative); returns the local delta.
+    #[inline]
+    pub(super) fn count_out(&mut self, pool: &Inner, n: isize) -> isize {
+        self.unflushed += n;
+        if self.unflushed.unsigned_abs() >= BATCH {
+            pool.in_use.fetch_add(self.unflushed, Relaxed);
+            self.unflushed = 0;
+        }
+        self.counters.unflushed.store(self.unflushed, Relaxed);
+        self.unflushed
+    }
+
+    /// Give everything back to the pool: buffers to the shared list, budget units, the
+    /// in-use delta.
+    pub(super) fn flush(&mut self, pool: &Inner) {
+        pool.push_shared(self.bufs.drain(..));
+        pool.budget
+            .fetch_add(std::mem::take(&mut self.allowance), Relaxed);
+        pool.in_use
+            .fetch_add(std::mem::take(&mut self.unflushed), Relaxed);
+        self.counters.unflushed.store(0, Relaxed);
+    }
+}
+
+impl Drop for LocalCache {
+    fn drop(&mut self) {
+        // Thread exit (or a closed pool pruned): hand everything back (cached buffers are freed
+        // if the pool is closed) and fold this thread's hits into the pool's.
+        if let Some(pool) = self.pool.upgrade() {
+            let mut threads = pool.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            self.flush(&pool);
+            threads.retain(|t| !Arc::ptr_eq(t, &self.counters));
+            pool.retired_hits
+                .fetch_add(self.counters.hits.load(Relaxed), Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    pub(super) static LOCAL: RefCell<Vec<LocalCache>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's cache for `pool`, created on first use (closed pools' caches are pruned
+/// then).
+pub(super) fn local_entry<'a>(
+    caches: &'a mut Vec<LocalCache>,
+    pool: &Arc<Inner>,
+) -> &'a mut LocalCache {
+    let pos = match caches.iter().position(|c| c.id == pool.id) {
+        Some(pos) => pos,
+        None => {
+            caches.retain(|c| !c.is_closed());
+            let counters = Arc::new(ThreadCounters::default());
+            pool.threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(Arc::clone(&counters));
+            caches.push(LocalCache {
+                id: pool.id,
+                pool: Arc::downgrade(pool),
+                bufs: Vec::with_capacity(THREAD_CACHE),
+                allowance: 0,
+                unflushed: 0,
+                counters,
+            });
+            caches.len() - 1
+        }
+    };
+    &mut caches[pos]
+}
+
+/// The default warn hook: one line on stderr (the pool crate has no logging dependency).
+pub(super) fn warn_to_stderr(name: &str, s: &PoolStats) {
+    // Never panic on the packet path if stderr is gone.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "tern-pool: buffer pool `{name}` ran dry, allocating from the heap \
+         ({} in use, high water {}, {} misses, {} empty events); raise `initial` or `low_water`",
+        s.in_use,
+        s.high_water,
+        s.misses,
+        s.empty_events,
+    );
+}
+
+impl Inner {
+    pub(super) fn lock_shared(&self) -> MutexGuard<'_, SharedList> {
+        // A panic while holding the lock cannot leave a Vec of buffers inconsistent.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Put free entries on the shared list, or free them if the pool is closed. The caller
+    /// holds a strong reference of its own, so dropping entries never drops `self`.
+    pub(super) fn push_shared(&self, bufs: impl Iterator<Item = Entry>) {
+        let mut list = self.lock_shared();
+        if list.closed {
+            drop(list);
+            bufs.for_each(drop);
+        } else {
+            list.bufs.extend(bufs);
+        }
+    }
+
+    /// Take up to `want` units of `budget`; returns how many were taken.
+    pub(super) fn reserve(&self, want: usize) -> usize {
+        // A compare-exchange loop rather than `fetch_update`, which newer toolchains deprecate
+        // under a name older ones lack.
+        let mut b = self.budget.load(Relaxed);
+        loop {
+            let got = b.min(want);
+            if got == 0 {
+                return 0;
+            }
+            match self
+                .budget
+                .compare_exchange_weak(b, b - got, Relaxed, Relaxed)
+            {
+                Ok(_) => return got,
+                Err(now) => b = now,
+            }
+        }
+    }
+
+    /// A buffer for `alloc`: from this thread's cache (refilled from the shared list a batch
+    /// at a time), else a new one. Also whether the pool was dry.
+    #[inline]
+    pub(super) fn take(self: &Arc<Self>) -> (Entry, bool) {
+        let got = LOCAL.try_with(|caches| {
+            let mut caches = caches.try_borrow_mut().ok()?;
+            let cache = local_entry(&mut caches, self);
+            if cache.bufs.is_empty() {
+                let mut shared = self.lock_shared();
+                let start = shared.bufs.len().saturating_sub(BATCH);
+                // Keeps order: the most recently freed buffer ends on top of the thread cache.
+                cache.bufs.extend(shared.bufs.drain(start..));
+            }
+            let got = match cache.bufs.pop() {
+                Some(entry) => {
+                    cache.allowance += 1;
+                    if cache.allowance > 2 * self.chunk {
+                        cache.allowance -= self.chunk;
+                        self.budget.fetch_add(self.chunk, Relaxed);
+                    }
+                    let hits = &cache.counters.hits;
+                    hits.store(hits.load(Relaxed) + 1, Relaxed);
+                    if self.dry.load(Relaxed) {
+                        self.dry.store(false, Relaxed);
+                    }
+                    (entry, false)
+                }
+                None => (self.miss(), true),
+            };
+            let local = cache.count_out(self, 1);
+            self.note_out(local);
+            Some(got)
+        });
+        match got {
+            Ok(Some(got)) => got,
+            // TLS torn down or re-entered: use the shared list directly.
+            _ => self.take_without_cache(),
+        }
+    }
+
+    #[cold]
+    pub(super) fn take_without_cache(self: &Arc<Self>) -> (Entry, bool) {
+        let popped = self.lock_shared().bufs.pop();
+        let got = match popped {
+            Some(entry) => {
+                self.budget.fetch_add(1, Relaxed);
+                self.retired_hits.fetch_add(1, Relaxed);
+                self.dry.store(false, Relaxed);
+                (entry, false)
+            }
+            None => (self.miss(), true),
+        };
+        self.in_use.fetch_add(1, Relaxed);
+        self.note_out(0);
+        got
+    }
+
+    /// Return a pooled buffer (from `Buf::drop`, on any thread) with the pool reference the
+    /// `Buf` carried.
+    #[inline]
+    pub(super) fn put(pool: Arc<Inner>, storage: Storage) {
+        let mut slot = Some(Entry { storage, pool });
+        // Dropped after the thread-local borrow ends: dropping an entry may drop the pool,
+        // whose drop looks at this thread's caches.
+        let mut freed = None;
+        let mut stale = None;
+        let _ = LOCAL.try_with(|caches| {
+            let Ok(mut caches) = caches.try_borrow_mut() else {
+                return;
+            };
+            let Some(entry) = slot.take() else {
+                return;
+            };
+            if entry.pool.closed.load(Relaxed) {
+                // Closed while this buffer was out: free it, and this thread's cache for the
+                // pool.
+                stale = caches
+                    .iter()
+                    .position(|c| c.id == entry.pool.id)
+                    .map(|i| caches.swap_remove(i));
+                slot = Some(entry);
+                return;
+            }
+            let cache = local_entry(&mut caches, &entry.pool);
+            let inner: &Inner = &entry.pool;
+            cache.count_out(inner, -1);
+            if cache.allowance == 0 {
+                cache.allowance = inner.reserve(inner.chunk);
+            }
+            if cache.allowance == 0 {
+                // `max_free` buffers are free: this one goes back to the system. Prefer a heap
+                // buffer from the cache over a region chunk: dropping a chunk returns only the
+                // whole pages inside it (none, for packet-sized buffers) until its whole region
+                // is free.
+                inner.total.fetch_sub(1, Relaxed);
+                inner.released.fetch_add(1, Relaxed);
+                let victim = if entry.is_heap() {
+                    None
+                } else {
+                    cache.bufs.iter().rposition(Entry::is_heap)
+                };
+                freed = Some(match victim {
+                    Some(i) => {
+                        let heap = cache.bufs.remove(i);
+                        cache.bufs.push(entry);
+                        heap
+                    }
+                    None => entry,
+                });
+                return;
+            }
+            cache.allowance -= 1;
+            if cache.bufs.len() >= THREAD_CACHE {
+                // Spill the coldest (bottom) buffers; the hot ones stay on top.
+                inner.push_shared(cache.bufs.drain(..BATCH));
+            }
+            cache.bufs.push(entry);
+        });
+        drop(freed);
+        drop(stale);
+        if let Some(entry) = slot {
+            Inner::put_without_cache(entry);
+        }
+    }
+
+    #[cold]
+    pub(super) fn put_without_cache(entry: Entry) {
+        let pool = Arc::clone(&entry.pool);
+        pool.in_use.fetch_sub(1, Relaxed);
+        if pool.reserve(1) == 1 {
+            pool.push_shared(std::iter::once(entry));
+        } else {
+            pool.total.fetch_sub(1, Relaxed);
+            pool.released.fetch_add(1, Relaxed);
+            drop(entry);
+        }
+    }
+
+    /// Bookkeeping for a buffer handed out: high-water marks and the low-water flag, from
+    /// `in_use` plus this thread's unflushed delta `local` (other threads' deltas, at most
+    /// [`BATCH`] each, are not seen here; `stats` folds the exact count in).
+    #[inline]
+    pub(super) fn note_out(&self, local: isize) {
+        let pooled = usize::try_from(self.in_use.load(Relaxed) + local).unwrap_or(0);
+        self.note_peaks(pooled);
+        if self.cfg.low_water > 0
+            && self.total.load(Relaxed).saturating_sub(pooled) < self.cfg.low_water
+            && !self.needs_refill.load(Relaxed)
+        {
+            self.needs_refill.store(true, Relaxed);
+        }
+    }
+
+    #[inline]
+    pub(super) fn note_peaks(&self, pooled: usize) {
+        let items = pooled + self.fallback_in_use.load(Relaxed);
+        if items > self.high_water.load(Relaxed) {
+            self.high_water.fetch_max(items, Relaxed);
+        }
+        let used = pooled
+            .saturating_mul(self.cfg.upper)
+            .saturating_add(self.fallback_bytes.load(Relaxed));
+        if used > self.peak_used_bytes.load(Relaxed) {
+            self.peak_used_bytes.fetch_max(used, Relaxed);
+        }
+    }
+
+    /// The pool was empty: count it and allocate a heap buffer that joins the pool when freed
+    /// (unless `max_free` buffers are free by then). The caller then calls `maybe_warn`.
+    #[cold]
+    pub(super) fn miss(self: &Arc<Self>) -> Entry {
+        self.misses.fetch_add(1, Relaxed);
+        self.total.fetch_add(1, Relaxed);
+        if !self.dry.load(Relaxed) && !self.dry.swap(true, Relaxed) {
+            self.empty_events.fetch_add(1, Relaxed);
+        }
+        if self.cfg.low_water > 0 {
+            self.needs_refill.store(true, Relaxed);
+        }
+        Entry {
+            storage: Storage::heap(self.cfg.upper, false),
+            pool: Arc::clone(self),
+        }
+    }
+
+    #[cold]
+    pub(super) fn maybe_warn(&self) {
+        let now = self.clock_ms.load(Relaxed);
+        let last = self.last_warn_ms.load(Relaxed);
+        let due = last == NEVER || now.saturating_sub(last) >= WARN_INTERVAL_MS;
+        if !due
+            || self
+                .last_warn_ms
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            self.warnings_suppressed.fetch_add(1, Relaxed);
+            return;
+        }
+        self.warnings.fetch_add(1, Relaxed);
+        let hook = Arc::clone(&self.hook.read().unwrap_or_else(PoisonError::into_inner));
+        hook(self.cfg.name, &self.stats());
+    }
+
+    /// Exact pooled buffers in use and hits: the flushed counts plus every thread's.
+    pub(super) fn sum_threads(&self) -> (usize, u64) {
+        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut in_use = self.in_use.load(Relaxed);
+        let mut hits = self.retired_hits.load(Relaxed);
+        for t in threads.iter() {
+            in_use += t.unflushed.load(Relaxed);
+            hits += t.hits.load(Relaxed);
+        }
+        (usize::try_from(in_use).unwrap_or(0), hits)
+    }
+
+    pub(super) fn stats(&self) -> PoolStats {
+        let upper = self.cfg.upper;
+        let (pooled, hits) = self.sum_threads();
+        self.note_peaks(pooled);
+        let total = self.total.load(Relaxed);
+        let fallback = self.fallback_in_use.load(Relaxed);
+        let fallback_bytes = self.fallback_bytes.load(Relaxed);
+        PoolStats {
+            hits,
+            misses: self.misses.load(Relaxed),
+            empty_events: self.empty_events.load(Relaxed),
+            refills: self.refills.load(Relaxed),
+            in_use: pooled + fallback,
+            high_water: self.high_water.load(Relaxed),
+            free: total.saturating_sub(pooled),
+            allocated_bytes: total.saturating_mul(upper).saturating_add(fallback_bytes),
+            used_bytes: pooled.saturating_mul(upper).saturating_add(fallback_bytes),
+            peak_used_bytes: self.peak_used_bytes.load(Relaxed),
+            bypasses: self.bypasses.load(Relaxed),
+            fallback_in_use: fallback,
+            released: self.released.load(Relaxed),
+            refilled_buffers: self.refilled_buffers.load(Relaxed),
+            warnings: self.warnings.load(Relaxed),
+            warnings_suppressed: self.warnings_suppressed.load(Relaxed),
+            needs_refill: self.needs_refill.load(Relaxed),
+        }
+    }
+
+    pub(super) fn report(&self) -> PoolReport {
+        let s = self.stats();
+        PoolReport::new(
+            self.cfg.name,
+            s.used_bytes,
+            s.allocated_bytes,
+            s.peak_used_bytes,
+            s.in_use,
+            s.high_water,
+        )
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Forget this thread's (by now empty) cache entry for the pool.
+        let id = self.id;
+        let _ = LOCAL.try_with(|caches| {
+            if let Ok(mut caches) = caches.try_borrow_mut() {
+                caches.retain(|c| c.id != id);
+            }
+        });
+    }
+}
+
+/// The pool's owner, shared by every [`BufferPool`] clone; what the memory registry sees.
+/// Dropping it closes the pool.
+pub(super) struct Handle {
+    pub(super) inner: Arc<Inner>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        // Close under the lock, so no buffer can join the shared list afterwards: free entries
+        // hold references to `Inner`, and this breaks the cycle.
+        let free = {
+            let mut list = inner.lock_shared();
+            list.closed = true;
+            inner.closed.store(true, Relaxed);
+            std::mem::take(&mut list.bufs)
+        };
+        drop(free);
+        // This thread's cached buffers too; other threads free theirs when they exit, return a
+        // buffer of this pool, or first use another pool.
+        let id = inner.id;
+        let _ = LOCAL.try_with(|caches| {
+            let stale: Vec<LocalCache> = match caches.try_borrow_mut() {
+                Ok(mut caches) => {
+                    let (stale, keep) = std::mem::take(&mut *caches)
+                        .into_iter()
+                        .partition(|c| c.id == id);
+                    *caches = keep;
+                    stale
+                }
+                Err(_) => Vec::new(),
+            };
+            drop(stale);
+        });
+    }
+}
+
+impl MemorySource for Handle {
+    fn memory_report(&self) -> PoolReport {
+        self.inner.report()
+    }
+}
