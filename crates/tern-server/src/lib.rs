@@ -1,9 +1,38 @@
-//! tern's IO driver: the media engine thread on the shared UDP port, the HTTP server
-//! (WHEP, OvenMediaEngine-style WebSocket signalling, pages, API), configuration and
-//! start-up/shutdown.
+//! tern's IO driver: the media engine threads on the shared UDP port, the HTTP server
+//! (WHEP, WHIP, OvenMediaEngine-style WebSocket signalling, pages, API), RTMP ingest, the
+//! TURN server's sockets, configuration and start-up/shutdown.
 //!
 //! The protocol work happens in the sans-IO crates (`tern-proto`, `tern-rtc`); this crate
 //! owns sockets, threads and the clock.
+//!
+//! # Module map
+//!
+//! | where | what |
+//! | --- | --- |
+//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, with `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep); `socket.rs` receives and routes datagrams; `batch.rs` sends with `sendmmsg`; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
+//! | `http/` | `router.rs` (every route) over the surfaces `whep.rs`, `whip.rs`, `ome.rs`, `api.rs`, `pages.rs`, `memory.rs`, which share `state.rs` (AppState, sessions, lookup) and `reply.rs` |
+//! | `rtmp.rs` | the RTMP listener and one thread per connection |
+//! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
+//! | `snapshot.rs` | cached snapshots and the event bus |
+//! | `limits.rs` | limits per client address |
+//! | `config.rs` | the TOML configuration and its validation |
+//!
+//! Imports point one way: `http` and `rtmp` use `media` through its re-exports, `media`
+//! never uses `http`; inside each folder, surfaces sit above shared state and nothing
+//! imports what imports it (`crates/tern/tests/house.rs` checks this).
+//!
+//! # One packet, from ingest to socket
+//!
+//! 1. A publisher's packet arrives: an RTMP connection's thread (`rtmp.rs`) hands it over
+//!    the bounded data queue ([`media::link`]), a WHIP datagram comes from a socket worker
+//!    (`media/socket.rs`), a clip source produces it in place.
+//! 2. The stream's app worker runs it through `media/ingest.rs` (keyframe wait, sequence and
+//!    timestamp rewriting into the stream's numbering).
+//! 3. `worker/publishers.rs` copies the payload once into a pooled buffer, pushes the packet
+//!    into the stream's ring (`tern_rtc::stream`) and hands it to every stream worker.
+//! 4. Each worker rewrites the header per viewer and SRTP-protects it straight into a slot of
+//!    its send batch (`worker/viewers.rs`, `tern_rtc::viewer`).
+//! 5. `media/batch.rs` sends the batch with one `sendmmsg` on the shared UDP port.
 
 #![forbid(unsafe_code)]
 

@@ -4,7 +4,7 @@
 //! A connection runs [`tern_rtc::rtmp::RtmpPublisher`] (handshake, chunks, commands, H264
 //! packetization, AAC → Opus) on its own thread, so transcoding never stalls the media
 //! engine. Its packets go to the engine in one [`RtmpCommand::Media`] per socket read and
-//! through the same [`crate::media::Ingest`] slot as a WHIP publisher's: one publisher per
+//! through the same [`crate::media::ingest::Ingest`] slot as a WHIP publisher's: one publisher per
 //! stream, keyframe wait, sequence/timestamp rewriting, live and gone.
 //!
 //! Mapping: the RTMP application (`connect`'s `app`, query stripped) and the publishing

@@ -1,6 +1,6 @@
 //! The HTTP side, one file per surface over one shared state:
 //!
-//! - [`router`]: every route in one place;
+//! - `router.rs`: every route in one place ([`router()`]);
 //! - surfaces: `whep.rs` (WHEP), [`whip`] (WHIP ingest), [`ome`] (OvenMediaEngine
 //!   signalling), [`api`] (REST API, events, metrics, OpenAPI), `pages.rs` (index, player,
 //!   dashboard), `memory.rs` (`/v1/memory`, `/v1/stats/current`);

@@ -1,6 +1,6 @@
 //! The media engine: OvenMediaEngine's three kinds of worker threads around the one UDP port.
 //!
-//! - **socket workers** (`worker_count`, threads `SPICE-{i}`; see [`crate::media::socket`]) receive
+//! - **socket workers** (`worker_count`, threads `SPICE-{i}`; see `socket.rs`) receive
 //!   on the media port and hand each datagram to the worker that owns its session;
 //! - **app workers** (`app_worker_count`, threads `AW-WebRTC{i}`) do the per-stream work: the
 //!   clip sources, WHIP publisher sessions, the stream's ring and keyframe cache. Stream `s`
