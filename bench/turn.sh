@@ -140,6 +140,12 @@ relay_port_min = 40000
 relay_port_max = 47999
 max_allocations = 20000
 max_allocations_per_user = 20000
+# The clients and peers of this benchmark all live on loopback, which the relay refuses by
+# default; every allocation comes from 127.0.0.1.
+allowed_peers = ["127.0.0.0/8"]
+
+[limits]
+turn_allocations_per_ip = 100000
 EOF
 RUST_LOG=warn "$BIN" serve --http "$http" --media "127.0.0.1:$(free_port)" --candidate 127.0.0.1 \
     --config "$tmp/tern.toml" --turn "127.0.0.1:$port" --turn-user "$USER:$PASS" \

@@ -18,12 +18,16 @@
 //! | the server's own addresses | its listen, relay and candidate addresses |
 //!
 //! IPv4-mapped IPv6 peers (`::ffff:a.b.c.d`) are judged as the IPv4 address they carry.
+//!
+//! Exceptions are exact transport addresses the relay may reach whatever the ranges say:
+//! tern's own WebRTC media port, the peer of every relayed viewer. Permissions (by IP) for
+//! an exception's address are granted, but data goes only to the exception's port.
 //! `allowed_peers` (CIDR list) lets ranges through whatever else says; `denied_peers` adds
 //! ranges to the refused ones. As in coturn, a peer in both lists is allowed, so a private
 //! deployment opens its own network with one `allowed_peers` entry.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 
 /// An address range in CIDR notation (`10.0.0.0/8`, `2001:db8::/32`; a bare address is a
@@ -124,6 +128,7 @@ pub const DEFAULT_DENIED: &[&str] = &[
 pub struct PeerPolicy {
     allowed: Vec<Cidr>,
     denied: Vec<Cidr>,
+    exceptions: Vec<SocketAddr>,
 }
 
 impl PeerPolicy {
@@ -143,7 +148,18 @@ impl PeerPolicy {
         PeerPolicy {
             allowed,
             denied: all,
+            exceptions: Vec::new(),
         }
+    }
+
+    /// Lets the relay reach exactly these transport addresses (IP and port) whatever the
+    /// ranges say, e.g. the server's own media port.
+    pub fn with_exceptions(mut self, exceptions: Vec<SocketAddr>) -> PeerPolicy {
+        self.exceptions = exceptions
+            .into_iter()
+            .map(|a| SocketAddr::new(canonical(a.ip()), a.port()))
+            .collect();
+        self
     }
 
     /// A policy that allows every peer (tests of the relay path itself, on loopback).
@@ -151,12 +167,24 @@ impl PeerPolicy {
         PeerPolicy {
             allowed: Vec::new(),
             denied: Vec::new(),
+            exceptions: Vec::new(),
         }
     }
 
-    /// Whether the relay may exchange datagrams with `peer`.
-    pub fn allows(&self, peer: IpAddr) -> bool {
-        let ip = canonical(peer);
+    /// Whether a permission (CreatePermission, by IP) may be installed for `ip`: its ranges
+    /// allow it, or it is an exception's address.
+    pub fn allows_ip(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.range_allows(ip) || self.exceptions.iter().any(|e| e.ip() == ip)
+    }
+
+    /// Whether the relay may exchange datagrams with `peer` (ChannelBind, Send).
+    pub fn allows(&self, peer: SocketAddr) -> bool {
+        let peer = SocketAddr::new(canonical(peer.ip()), peer.port());
+        self.range_allows(peer.ip()) || self.exceptions.contains(&peer)
+    }
+
+    fn range_allows(&self, ip: IpAddr) -> bool {
         if self.allowed.iter().any(|c| c.contains(ip)) {
             return true;
         }
@@ -226,7 +254,7 @@ mod tests {
             "::ffff:169.254.169.254",
             "::ffff:203.0.113.10",
         ] {
-            assert!(!p.allows(ip(bad)), "{bad} is allowed");
+            assert!(!p.allows_ip(ip(bad)), "{bad} is allowed");
         }
     }
 
@@ -244,7 +272,7 @@ mod tests {
             "2606:4700::1111",
             "::ffff:8.8.8.8",
         ] {
-            assert!(p.allows(ip(good)), "{good} is refused");
+            assert!(p.allows_ip(ip(good)), "{good} is refused");
         }
     }
 
@@ -259,14 +287,36 @@ mod tests {
             ],
         );
         assert!(
-            p.allows(ip("10.1.2.3")),
+            p.allows_ip(ip("10.1.2.3")),
             "allowed wins over denied, as in coturn"
         );
-        assert!(p.allows(ip("10.1.200.1")));
-        assert!(!p.allows(ip("10.2.0.1")), "the rest of 10/8 stays refused");
-        assert!(!p.allows(ip("198.51.100.7")));
-        assert!(p.allows(ip("198.51.101.7")));
-        assert!(PeerPolicy::allow_all().allows(ip("127.0.0.1")));
+        assert!(p.allows_ip(ip("10.1.200.1")));
+        assert!(
+            !p.allows_ip(ip("10.2.0.1")),
+            "the rest of 10/8 stays refused"
+        );
+        assert!(!p.allows_ip(ip("198.51.100.7")));
+        assert!(p.allows_ip(ip("198.51.101.7")));
+        assert!(PeerPolicy::allow_all().allows_ip(ip("127.0.0.1")));
+    }
+
+    #[test]
+    fn an_exception_opens_one_port_of_a_refused_address() {
+        let media: SocketAddr = "127.0.0.1:10000".parse().expect("addr");
+        let p = policy().with_exceptions(vec![media]);
+        assert!(
+            p.allows_ip(ip("127.0.0.1")),
+            "a permission for the media address"
+        );
+        assert!(p.allows(media));
+        assert!(p.allows("[::ffff:127.0.0.1]:10000".parse().expect("mapped")));
+        assert!(
+            !p.allows("127.0.0.1:22".parse().expect("addr")),
+            "other ports stay shut"
+        );
+        assert!(!p.allows_ip(ip("127.0.0.2")));
+        assert!(p.allows("8.8.8.8:53".parse().expect("addr")));
+        assert!(!p.allows("10.0.0.1:10000".parse().expect("addr")));
     }
 
     #[test]

@@ -592,3 +592,126 @@ fn mutated_input_never_panics() {
         let _ = c.handle_input(h.now, &b, &mut out);
     }
 }
+
+/// Acceptance (hardening): the default policy refuses internal peers on UDP and TCP
+/// allocations alike: 403 on CreatePermission and ChannelBind, Send indications dropped,
+/// each counted.
+#[test]
+fn internal_peers_are_refused_over_udp_and_tcp() {
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let mut h = Harness::new(config());
+        let from = ClientAddr {
+            transport,
+            addr: "198.51.100.1:40000".parse().unwrap(),
+        };
+        let mut c = TurnClient::new("alice", "wonderland", transport, 1);
+        allocate(&mut h, &mut c, from);
+        let mut buf = [0u8; 512];
+        for peer in ["127.0.0.1:22", "10.1.2.3:80", "[::ffff:169.254.169.254]:80"] {
+            let peer: SocketAddr = peer.parse().unwrap();
+            let n = c.create_permission(h.now, peer, &mut buf).unwrap();
+            match h.transact(&mut c, from, n, &mut buf) {
+                TurnClientEvent::Failed { code: 403, .. } => {}
+                e => panic!("{transport:?} CreatePermission {peer}: {e:?}"),
+            }
+        }
+        let peer: SocketAddr = "192.168.0.10:5000".parse().unwrap();
+        let n = c.channel_bind(h.now, 0x4000, peer, &mut buf).unwrap();
+        assert!(matches!(
+            h.transact(&mut c, from, n, &mut buf),
+            TurnClientEvent::Failed { code: 403, .. }
+        ));
+        let n = c
+            .send("169.254.169.254:80".parse().unwrap(), b"GET /", &mut buf)
+            .unwrap();
+        assert!(matches!(
+            h.client_sends(from, &buf[..n]),
+            ServerSaid::Dropped(DropReason::PeerRefused)
+        ));
+        assert_eq!(h.server.stats().peer_refused, 5, "{transport:?}");
+    }
+}
+
+/// Acceptance (hardening): `max_bytes_per_sec` caps what one allocation relays in a second,
+/// both directions together; the next second starts afresh.
+#[test]
+fn the_bandwidth_cap_drops_what_passes_it_within_a_second() {
+    let mut h = Harness::new(TurnConfig {
+        max_bytes_per_sec: 1000,
+        ..config()
+    });
+    let from = udp(40000);
+    let mut c = TurnClient::new("alice", "wonderland", Transport::Udp, 1);
+    allocate(&mut h, &mut c, from);
+    let peer: SocketAddr = "192.0.2.9:7000".parse().unwrap();
+    let mut buf = [0u8; 512];
+    let n = c.create_permission(h.now, peer, &mut buf).unwrap();
+    h.transact(&mut c, from, n, &mut buf);
+    let payload = [0x55u8; 300];
+    for i in 0..3 {
+        let n = c.send(peer, &payload, &mut buf).unwrap();
+        assert!(
+            matches!(h.client_sends(from, &buf[..n]), ServerSaid::Relay(..)),
+            "datagram {i}"
+        );
+    }
+    let n = c.send(peer, &payload, &mut buf).unwrap();
+    assert!(matches!(
+        h.client_sends(from, &buf[..n]),
+        ServerSaid::Dropped(DropReason::RateLimited)
+    ));
+    assert!(
+        h.peer_sends(from, peer, &payload).is_none(),
+        "the cap counts both ways"
+    );
+    h.now += Duration::from_secs(1);
+    assert!(h.peer_sends(from, peer, &payload).is_some(), "a new second");
+    assert_eq!(h.server.stats().rate_limited, 2);
+}
+
+/// Acceptance (hardening): one client address (an IPv6 client: its /64) holds at most
+/// `max_allocations_per_ip` allocations; more get 486.
+#[test]
+fn allocations_per_client_address_are_capped() {
+    let mut h = Harness::new(TurnConfig {
+        max_allocations_per_ip: 2,
+        ..config()
+    });
+    let alloc = |h: &mut Harness, addr: &str, seed: u64| {
+        let from = ClientAddr {
+            transport: Transport::Udp,
+            addr: addr.parse().unwrap(),
+        };
+        let mut c = TurnClient::new("alice", "wonderland", Transport::Udp, seed);
+        let mut buf = [0u8; 512];
+        let n = c.allocate(h.now, &mut buf).unwrap();
+        h.transact(&mut c, from, n, &mut buf)
+    };
+    for (i, addr) in ["203.0.113.1:1000", "203.0.113.1:1001"].iter().enumerate() {
+        assert!(matches!(
+            alloc(&mut h, addr, i as u64),
+            TurnClientEvent::Allocated { .. }
+        ));
+    }
+    assert!(matches!(
+        alloc(&mut h, "203.0.113.1:1002", 9),
+        TurnClientEvent::Failed { code: 486, .. }
+    ));
+    assert!(matches!(
+        alloc(&mut h, "203.0.113.2:1000", 10),
+        TurnClientEvent::Allocated { .. }
+    ));
+    for (i, addr) in ["[2001:db8:1:2::1]:1000", "[2001:db8:1:2::99]:1000"]
+        .iter()
+        .enumerate()
+    {
+        assert!(matches!(
+            alloc(&mut h, addr, 20 + i as u64),
+            TurnClientEvent::Allocated { .. }
+        ));
+    }
+    assert!(matches!(
+        alloc(&mut h, "[2001:db8:1:2:ffff::1]:1000", 30),
+        TurnClientEvent::Failed { code: 486, .. }
+    ));
+}

@@ -253,6 +253,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             &cfg,
             listen,
             candidate_ip,
+            media_addr.port(),
             handle.stats.clone(),
         )?),
         None => None,
@@ -359,6 +360,7 @@ fn start_turn(
     cfg: &Config,
     listen: SocketAddr,
     candidate_ip: IpAddr,
+    media_port: u16,
     stats: Arc<media::EngineStats>,
 ) -> Result<(turn::TurnHandle, http::TurnLinks), ServeError> {
     let t = &cfg.turn;
@@ -376,12 +378,23 @@ fn start_turn(
             .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
             .collect()
     });
+    // The relay never reaches the server's own addresses or internal ranges unless allowed.
+    let own: Vec<IpAddr> = [listen.ip(), relay_ip, candidate_ip]
+        .into_iter()
+        .filter(|ip| !ip.is_unspecified())
+        .collect();
+    let (allowed, denied) = t.peer_ranges();
     let config = tern_rtc::turn::TurnConfig {
         realm: t.realm.clone(),
         users: t.user_pairs(),
         secret: Some(secret.clone()),
         max_allocations: t.max_allocations,
         max_allocations_per_user: t.max_allocations_per_user,
+        // Relayed viewers reach tern's own media port, and only that port of its address.
+        peers: tern_rtc::peer_policy::PeerPolicy::new(&own, allowed, denied)
+            .with_exceptions(vec![SocketAddr::new(candidate_ip, media_port)]),
+        max_allocations_per_ip: cfg.limits.turn_allocations_per_ip,
+        max_bytes_per_sec: u32::try_from(t.max_bps / 8).unwrap_or(u32::MAX),
         nonce_seed: rand::random(),
         ..tern_rtc::turn::TurnConfig::default()
     };

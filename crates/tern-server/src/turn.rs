@@ -266,6 +266,14 @@ impl Worker {
         sh.unauthorized.store(s.unauthorized, Ordering::Relaxed);
         sh.quota_refusals.store(s.quota_refusals, Ordering::Relaxed);
         sh.dropped.store(s.dropped, Ordering::Relaxed);
+        if let Some(st) = &self.stats {
+            st.turn_peer_refused
+                .store(s.peer_refused, Ordering::Relaxed);
+            st.turn_rate_limited
+                .store(s.rate_limited, Ordering::Relaxed);
+            st.turn_quota_refusals
+                .store(s.quota_refusals, Ordering::Relaxed);
+        }
     }
 
     fn events(&mut self) {

@@ -17,10 +17,25 @@ const USER: &str = "alice";
 const PASS: &str = "wonderland";
 const SECRET: &str = "north";
 
-fn turn_server(extra: &[&str]) -> (Server, SocketAddr) {
+/// Most tests relay between clients and peers on loopback, which the relay refuses by
+/// default: they allow 127.0.0.0/8 and lift the per-address allocation quota (every client
+/// here is 127.0.0.1). `toml` adds keys (and may override these).
+const LOOPBACK_PEERS: &str =
+    "[turn]\nallowed_peers = [\"127.0.0.0/8\"]\n\n[limits]\nturn_allocations_per_ip = 100000\n";
+
+/// `tern demo` with TURN on, configured by `toml` (a whole config file).
+fn turn_server(toml: &str) -> (Server, SocketAddr) {
     let turn: SocketAddr = ([127, 0, 0, 1], common::free_udp_port()).into();
-    let mut args: Vec<String> = [
+    let cfg = std::env::temp_dir().join(format!(
+        "tern-turn-test-{}-{}.toml",
+        std::process::id(),
+        turn.port()
+    ));
+    std::fs::write(&cfg, toml).expect("write config");
+    let args = [
         "demo",
+        "--config",
+        cfg.to_str().expect("utf-8 path"),
         "--candidate",
         "127.0.0.1",
         "--turn",
@@ -31,12 +46,7 @@ fn turn_server(extra: &[&str]) -> (Server, SocketAddr) {
         SECRET,
         "--turn-relay-ip",
         "127.0.0.1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ];
     (Server::start(&args), turn)
 }
 
@@ -90,7 +100,7 @@ fn uclient(
 
 #[test]
 fn uclient_relays_through_tern_with_zero_loss() {
-    let (server, turn) = turn_server(&[]);
+    let (server, turn) = turn_server(LOOPBACK_PEERS);
     let (clients, messages) = (20, 100);
     for (tcp, rest) in [(false, false), (true, false), (false, true), (true, true)] {
         let (sent, recv, lost) = uclient(turn, tcp, rest, clients, messages);
@@ -184,7 +194,7 @@ fn pool_items(text: &str, pool: &str) -> u64 {
 
 #[test]
 fn bad_credentials_get_401_and_nothing_is_allocated() {
-    let (server, turn) = turn_server(&[]);
+    let (server, turn) = turn_server(LOOPBACK_PEERS);
     for (i, (u, p)) in [(USER, "wrong"), ("nobody", PASS), ("1:bob", "x")]
         .into_iter()
         .enumerate()
@@ -206,15 +216,9 @@ fn bad_credentials_get_401_and_nothing_is_allocated() {
 #[test]
 fn allocation_flood_beyond_quota_is_refused_without_growing_memory() {
     const QUOTA: usize = 200;
-    let dir = std::env::temp_dir().join(format!("tern-turn-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let cfg = dir.join("turn.toml");
-    std::fs::write(
-        &cfg,
-        format!("[turn]\nmax_allocations = {QUOTA}\nmax_allocations_per_user = 1000\n"),
-    )
-    .expect("write config");
-    let (server, turn) = turn_server(&["--config", cfg.to_str().expect("utf-8 path")]);
+    let (server, turn) = turn_server(&format!(
+        "[turn]\nmax_allocations = {QUOTA}\nmax_allocations_per_user = 1000\n\n[limits]\nturn_allocations_per_ip = 100000\n"
+    ));
 
     let mut held = Vec::new();
     for i in 0..QUOTA {
@@ -259,7 +263,8 @@ fn allocation_flood_beyond_quota_is_refused_without_growing_memory() {
 
 #[test]
 fn whep_answer_links_carry_working_turn_credentials() {
-    let (server, turn) = turn_server(&[]);
+    // The default policy: the relay reaches tern's media port, its one exception.
+    let (server, turn) = turn_server("");
     let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
         ice_ufrag: "abcd",
         ice_pwd: "0123456789abcdefghijklmn",
@@ -328,7 +333,7 @@ fn whep_answer_links_carry_working_turn_credentials() {
 
 #[test]
 fn allocations_are_snapshots_in_the_api_and_events() {
-    let (server, turn) = turn_server(&[]);
+    let (server, turn) = turn_server(LOOPBACK_PEERS);
     let a = server.http;
     let get = |path: &str| -> (u16, serde_json::Value) {
         let r = common::http_get(a, path).expect("GET");
@@ -403,7 +408,7 @@ fn allocations_are_snapshots_in_the_api_and_events() {
 /// new allocation's relay socket.)
 #[test]
 fn allocation_churn_leaves_nothing_and_held_relays_keep_working() {
-    let (server, turn) = turn_server(&[]);
+    let (server, turn) = turn_server(LOOPBACK_PEERS);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut held: Vec<Udp> = Vec::new();
     std::thread::scope(|s| {
@@ -465,6 +470,146 @@ fn allocation_churn_leaves_nothing_and_held_relays_keep_working() {
         .text();
     let listed: serde_json::Value = serde_json::from_str(&list).expect("json");
     assert_eq!(listed.as_array().map(Vec::len), Some(held.len()), "{list}");
+    drop(held);
+    server.stop();
+}
+
+impl Udp {
+    fn create_permission(&mut self, peer: SocketAddr) -> TurnClientEvent {
+        let mut buf = [0u8; 1500];
+        let n = self
+            .client
+            .create_permission(Instant::now(), peer, &mut buf)
+            .expect("create_permission");
+        self.run(n, &mut buf)
+    }
+
+    fn channel_bind(&mut self, number: u16, peer: SocketAddr) -> TurnClientEvent {
+        let mut buf = [0u8; 1500];
+        let n = self
+            .client
+            .channel_bind(Instant::now(), number, peer, &mut buf)
+            .expect("channel_bind");
+        self.run(n, &mut buf)
+    }
+}
+
+/// A counter from `/metrics`.
+fn metric(server: &Server, name: &str) -> u64 {
+    let r = common::http_get(server.http, "/metrics").expect("GET /metrics");
+    r.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// Acceptance (hardening): with the default policy the relay cannot reach inside. Loopback,
+/// unspecified, private, CGNAT, link-local (the metadata service) and multicast peers get
+/// 403 on CreatePermission and ChannelBind, a Send indication to them is dropped, and each
+/// refusal is counted; tern's own media port (every relayed viewer's peer) stays reachable,
+/// but no other port of its address.
+#[test]
+fn the_relay_refuses_internal_peers_and_reaches_only_the_media_port() {
+    let (server, turn) = turn_server("");
+    let mut c = Udp::new(turn, USER, PASS, 1);
+    assert!(matches!(c.allocate(), TurnClientEvent::Allocated { .. }));
+    let mut refused = 0;
+    for peer in [
+        "127.0.0.2:22",
+        "127.8.0.1:9",
+        "0.0.0.0:9",
+        "10.1.2.3:9",
+        "172.16.0.1:9",
+        "192.168.1.1:53",
+        "100.64.0.1:9",
+        "169.254.169.254:80",
+        "224.0.0.251:5353",
+        "255.255.255.255:9",
+    ] {
+        let peer: SocketAddr = peer.parse().expect("peer");
+        match c.create_permission(peer) {
+            TurnClientEvent::Failed { code: 403, .. } => refused += 1,
+            e => panic!("CreatePermission {peer}: {e:?}"),
+        }
+    }
+    let internal: SocketAddr = "10.0.0.1:5000".parse().expect("peer");
+    match c.channel_bind(0x4000, internal) {
+        TurnClientEvent::Failed { code: 403, .. } => refused += 1,
+        e => panic!("ChannelBind {internal}: {e:?}"),
+    }
+    // A public peer is fine (nothing is sent to it).
+    let public: SocketAddr = "198.51.100.7:5000".parse().expect("peer");
+    assert!(matches!(
+        c.create_permission(public),
+        TurnClientEvent::PermissionCreated { .. }
+    ));
+    // tern's own media port: the permission (by IP) is granted and data flows; a Send to
+    // another port of the same address is dropped and counted.
+    let media = server.media;
+    assert!(matches!(
+        c.create_permission(media),
+        TurnClientEvent::PermissionCreated { .. }
+    ));
+    let mut buf = [0u8; 1500];
+    let n = c
+        .client
+        .send(
+            "127.0.0.1:22".parse().expect("peer"),
+            b"SSH-2.0-probe\r\n",
+            &mut buf,
+        )
+        .expect("send");
+    c.sock.send_to(&buf[..n], turn).expect("send");
+    refused += 1;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let counted = metric(&server, "tern_turn_peer_refused_total");
+        if counted == refused {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tern_turn_peer_refused_total is {counted}, want {refused}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server.stop();
+}
+
+/// Acceptance (hardening): one client address holds at most `limits.turn_allocations_per_ip`
+/// allocations; the next gets 486, and ending one makes room.
+#[test]
+fn allocations_are_limited_per_client_address() {
+    let (server, turn) = turn_server("[limits]\nturn_allocations_per_ip = 3\n");
+    let mut held: Vec<Udp> = (0..3)
+        .map(|i| {
+            let mut c = Udp::new(turn, USER, PASS, 100 + i);
+            assert!(matches!(c.allocate(), TurnClientEvent::Allocated { .. }));
+            c
+        })
+        .collect();
+    let mut fourth = Udp::new(turn, USER, PASS, 200);
+    assert!(matches!(
+        fourth.allocate(),
+        TurnClientEvent::Failed { code: 486, .. }
+    ));
+    // Refresh with lifetime 0 ends one allocation; the fourth client now gets its own.
+    let mut buf = [0u8; 1500];
+    let n = held[0]
+        .client
+        .refresh(Instant::now(), 0, &mut buf)
+        .expect("refresh");
+    assert!(matches!(
+        held[0].run(n, &mut buf),
+        TurnClientEvent::Refreshed { lifetime: 0 }
+    ));
+    let mut fifth = Udp::new(turn, USER, PASS, 300);
+    assert!(matches!(
+        fifth.allocate(),
+        TurnClientEvent::Allocated { .. }
+    ));
+    assert!(metric(&server, "tern_turn_quota_refusals_total") >= 1);
     drop(held);
     server.stop();
 }

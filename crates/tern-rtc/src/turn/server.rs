@@ -58,6 +58,7 @@ impl TurnServer {
             heap,
             by_client: HashMap::new(),
             per_user: HashMap::new(),
+            per_ip: HashMap::new(),
             events: VecDeque::new(),
             next_sweep: now + Duration::from_secs(1),
             indication_seq: 0,
@@ -167,6 +168,13 @@ impl TurnServer {
                 self.per_user.remove(&a.user);
             }
         }
+        let ip = client_ip_key(a.client.addr.ip());
+        if let Some(n) = self.per_ip.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
         self.events.push_back(TurnEvent::Closed {
             alloc: id,
             client: a.client,
@@ -210,15 +218,22 @@ impl TurnServer {
             return self.dropped(DropReason::NoAllocation);
         };
         let t = self.secs(now);
-        let found = self.allocs.get(id.0).and_then(|a| {
+        let cap = self.cfg.max_bytes_per_sec;
+        let found = self.allocs.get_mut(id.0).and_then(|a| {
             let c = a
                 .channels
                 .iter()
                 .find(|c| c.number == cd.number && c.expires > t)?;
-            a.permitted(c.peer.ip(), t).then_some(c.peer)
+            let peer = c.peer;
+            a.permitted(peer.ip(), t)
+                .then(|| (peer, a.within(cap, cd.data.len(), t)))
         });
         match found {
-            Some(peer) => {
+            Some((_, false)) => {
+                self.stats.rate_limited += 1;
+                self.dropped(DropReason::RateLimited)
+            }
+            Some((peer, true)) => {
                 self.stats.to_peer += 1;
                 ClientOutput::Relay {
                     alloc: id,
@@ -288,13 +303,21 @@ impl TurnServer {
         ) else {
             return self.dropped(DropReason::Malformed);
         };
+        if !self.cfg.peers.allows(peer) {
+            self.stats.peer_refused += 1;
+            return self.dropped(DropReason::PeerRefused);
+        }
         let t = self.secs(now);
-        if !self
-            .allocs
-            .get(id.0)
-            .is_some_and(|a| a.permitted(peer.ip(), t))
-        {
+        let cap = self.cfg.max_bytes_per_sec;
+        let Some(a) = self.allocs.get_mut(id.0) else {
+            return self.dropped(DropReason::NoAllocation);
+        };
+        if !a.permitted(peer.ip(), t) {
             return self.dropped(DropReason::NoPermission);
+        }
+        if !a.within(cap, data.len(), t) {
+            self.stats.rate_limited += 1;
+            return self.dropped(DropReason::RateLimited);
         }
         // `data` borrows `input`: its offset is the distance between the two starts.
         let start = (data.as_ptr() as usize).saturating_sub(input.as_ptr() as usize);
@@ -405,6 +428,10 @@ impl TurnServer {
                             Some(&auth.key),
                         );
                     }
+                    if !self.cfg.peers.allows_ip(peer.ip()) {
+                        self.stats.peer_refused += 1;
+                        return self.error(now, from, m, out, Code::Forbidden, Some(&auth.key));
+                    }
                     ips[k] = Some(peer.ip().to_canonical());
                     k += 1;
                 }
@@ -437,6 +464,10 @@ impl TurnServer {
                         Code::PeerFamilyMismatch,
                         Some(&auth.key),
                     );
+                }
+                if !self.cfg.peers.allows(peer) {
+                    self.stats.peer_refused += 1;
+                    return self.error(now, from, m, out, Code::Forbidden, Some(&auth.key));
                 }
                 let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 let code = self.install_channel(id, number, peer, t);
@@ -603,8 +634,14 @@ impl TurnServer {
             self.stats.quota_refusals += 1;
             return self.error(now, from, m, out, Code::Capacity, Some(&auth.key));
         }
+        let per_ip = self
+            .per_ip
+            .get(&client_ip_key(from.addr.ip()))
+            .copied()
+            .unwrap_or(0) as usize;
         if self.per_user.get(user.as_ref()).copied().unwrap_or(0) as usize
             >= self.cfg.max_allocations_per_user
+            || per_ip >= self.cfg.max_allocations_per_ip
         {
             self.stats.quota_refusals += 1;
             return self.error(now, from, m, out, Code::Quota, Some(&auth.key));
@@ -652,9 +689,14 @@ impl TurnServer {
             user: p.user,
             perms: Vec::new(),
             channels: Vec::new(),
+            window: (0, 0),
         };
         self.heap.add(1, a.heap_bytes());
         *self.per_user.entry(a.user.clone()).or_insert(0) += 1;
+        *self
+            .per_ip
+            .entry(client_ip_key(p.client.addr.ip()))
+            .or_insert(0) += 1;
         let id = AllocId(self.allocs.insert(a));
         self.by_client.insert(p.client, id);
         self.stats.allocations_total += 1;
@@ -679,12 +721,18 @@ impl TurnServer {
     ) -> Option<(ClientAddr, Range<usize>)> {
         let t = self.secs(now);
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-        let Some(a) = self.allocs.get(alloc.0) else {
+        let cap = self.cfg.max_bytes_per_sec;
+        let Some(a) = self.allocs.get_mut(alloc.0) else {
             self.stats.dropped += 1;
             return None;
         };
         if !a.permitted(peer.ip(), t) {
             self.stats.dropped += 1;
+            return None;
+        }
+        if !a.within(cap, len, t) {
+            self.stats.dropped += 1;
+            self.stats.rate_limited += 1;
             return None;
         }
         let client = a.client;

@@ -11,6 +11,8 @@ use tern_pool::{PoolCounter, Slab, SlabId};
 use tern_proto::stun;
 use tern_proto::turn;
 
+use crate::peer_policy::PeerPolicy;
+
 /// Permission lifetime, fixed by RFC 8656 §9.
 pub const PERMISSION_LIFETIME: u32 = 300;
 /// Channel binding lifetime, fixed by RFC 8656 §12.
@@ -46,6 +48,14 @@ pub struct TurnConfig {
     pub nonce_lifetime: u32,
     /// Key for nonce MACs; take it from a random source (the driver) or a seed (tests).
     pub nonce_seed: [u8; 32],
+    /// Which peers relays may reach. Default: [`PeerPolicy`]'s refusals of loopback,
+    /// private, link-local and other internal ranges (the driver adds its own addresses).
+    pub peers: PeerPolicy,
+    /// Allocations per client IP (IPv6: per /64); more are refused with 486. Default 64.
+    pub max_allocations_per_ip: usize,
+    /// Relayed bytes per second per allocation, both directions together (coturn's
+    /// `max-bps` / 8); datagrams over it in the current second are dropped. 0: no cap.
+    pub max_bytes_per_sec: u32,
 }
 
 impl Default for TurnConfig {
@@ -62,6 +72,9 @@ impl Default for TurnConfig {
             max_lifetime: 3600,
             nonce_lifetime: 600,
             nonce_seed: [0; 32],
+            peers: PeerPolicy::new(&[], Vec::new(), Vec::new()),
+            max_allocations_per_ip: 64,
+            max_bytes_per_sec: 0,
         }
     }
 }
@@ -138,6 +151,10 @@ pub enum DropReason {
     NoAllocation,
     /// No permission (or channel) for the peer.
     NoPermission,
+    /// A Send indication to a peer the policy refuses.
+    PeerRefused,
+    /// Over the allocation's bandwidth cap this second.
+    RateLimited,
 }
 
 /// What to do with a client's input.
@@ -191,6 +208,10 @@ pub struct TurnStats {
     pub to_client: u64,
     /// Inputs dropped (malformed, no allocation, no permission).
     pub dropped: u64,
+    /// CreatePermission, ChannelBind (403) and Send indications refused by the peer policy.
+    pub peer_refused: u64,
+    /// Datagrams dropped by an allocation's bandwidth cap.
+    pub rate_limited: u64,
 }
 
 /// Seconds since the server's epoch: 4 bytes instead of an `Instant`'s 16 per timestamp.
@@ -219,6 +240,8 @@ pub(super) struct Allocation {
     pub(super) user: Box<str>,
     pub(super) perms: Vec<Permission>,
     pub(super) channels: Vec<Channel>,
+    /// The second the bandwidth cap is counting, and the bytes relayed in it.
+    pub(super) window: (Secs, u32),
 }
 
 impl Allocation {
@@ -228,9 +251,43 @@ impl Allocation {
             + self.channels.capacity() * size_of::<Channel>()
     }
 
+    /// Counts `len` relayed bytes against a cap of `cap` per second (0: none); false when
+    /// the datagram would pass it.
+    pub(super) fn within(&mut self, cap: u32, len: usize, now: Secs) -> bool {
+        if cap == 0 {
+            return true;
+        }
+        if self.window.0 != now {
+            self.window = (now, 0);
+        }
+        let used = self
+            .window
+            .1
+            .saturating_add(u32::try_from(len).unwrap_or(u32::MAX));
+        if used > cap {
+            return false;
+        }
+        self.window.1 = used;
+        true
+    }
+
     pub(super) fn permitted(&self, ip: IpAddr, now: Secs) -> bool {
         let ip = ip.to_canonical();
         self.perms.iter().any(|p| p.ip == ip && p.expires > now)
+    }
+}
+
+/// The key a client's allocations are counted under for the per-IP quota: an IPv4 address
+/// (also IPv4-mapped), or an IPv6 address's /64, the prefix one host or customer usually
+/// holds whole.
+pub(super) fn client_ip_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            IpAddr::from(o)
+        }
+        v4 => v4,
     }
 }
 
@@ -252,6 +309,7 @@ pub(super) enum Code {
     WrongCredentials,
     UnsupportedTransport,
     PeerFamilyMismatch,
+    Forbidden,
     Quota,
     Capacity,
 }
@@ -268,6 +326,7 @@ impl Code {
             Code::WrongCredentials => (441, "Wrong Credentials"),
             Code::UnsupportedTransport => (442, "Unsupported Transport Protocol"),
             Code::PeerFamilyMismatch => (443, "Peer Address Family Mismatch"),
+            Code::Forbidden => (403, "Forbidden"),
             Code::Quota => (486, "Allocation Quota Reached"),
             Code::Capacity => (508, "Insufficient Capacity"),
         }
@@ -303,6 +362,8 @@ pub struct TurnServer {
     pub(super) heap: PoolCounter,
     pub(super) by_client: HashMap<ClientAddr, AllocId>,
     pub(super) per_user: HashMap<Box<str>, u32>,
+    /// Allocations per client IP (IPv6: per /64), see [`client_ip_key`].
+    pub(super) per_ip: HashMap<IpAddr, u32>,
     pub(super) events: VecDeque<TurnEvent>,
     pub(super) next_sweep: Instant,
     pub(super) indication_seq: u64,

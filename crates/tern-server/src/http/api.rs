@@ -348,6 +348,24 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
         s.viewers.load(Ordering::Relaxed) as u64,
     );
     gauge(
+        "tern_turn_peer_refused_total",
+        "TURN permissions, channels and Send indications refused by the peer policy.",
+        "counter",
+        l(&s.turn_peer_refused),
+    );
+    gauge(
+        "tern_turn_rate_limited_total",
+        "TURN datagrams dropped by an allocation's bandwidth cap (turn.max_bps).",
+        "counter",
+        l(&s.turn_rate_limited),
+    );
+    gauge(
+        "tern_turn_quota_refusals_total",
+        "TURN allocations refused by a quota (total, per user, per address).",
+        "counter",
+        l(&s.turn_quota_refusals),
+    );
+    gauge(
         "tern_handshakes_in_progress",
         "DTLS handshakes in progress.",
         "gauge",

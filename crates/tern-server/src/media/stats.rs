@@ -48,6 +48,13 @@ pub struct EngineStats {
     /// Packets viewers of each stream reported lost in their receiver reports (the growth
     /// of each viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
     pub stream_reported_lost: Vec<AtomicU64>,
+    /// TURN CreatePermission/ChannelBind (403) and Send indications refused by the peer
+    /// policy (copied from the TURN worker once a second).
+    pub turn_peer_refused: AtomicU64,
+    /// TURN datagrams dropped by an allocation's bandwidth cap.
+    pub turn_rate_limited: AtomicU64,
+    /// TURN allocations refused by a quota (total, per user, per address).
+    pub turn_quota_refusals: AtomicU64,
     /// Cached snapshots of viewers and streams, and the event bus.
     pub snapshots: crate::snapshot::Snapshots,
 }
