@@ -262,6 +262,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let http = cfg.server.http;
     let rtmp_bind = cfg.server.rtmp;
     let max_payload = cfg.tunables.max_payload;
+    let http_per_ip =
+        limits::PerAddress::new("HTTP connections", cfg.limits.http_connections_per_ip);
     let rtmp_per_ip =
         limits::PerAddress::new("RTMP connections", cfg.limits.rtmp_connections_per_ip);
     let state = Arc::new(
@@ -314,7 +316,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
                 source,
             })?;
         info!(%http, media = %media_addr, rtmp = ?rtmp_addr, %candidate_ip, "tern listening");
-        let app = http::router(state);
+        let app = http::router(state).into_make_service_with_connect_info::<http::Peer>();
+        let listener = http::LimitedListener::new(listener, http_per_ip);
         let (stopping, stopped) = tokio::sync::oneshot::channel();
         let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown_signal().await;

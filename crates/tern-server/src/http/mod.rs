@@ -11,6 +11,7 @@
 //! except the player page handing a WebSocket upgrade to `ome`.
 
 pub mod api;
+mod listener;
 mod memory;
 pub mod ome;
 mod pages;
@@ -20,5 +21,6 @@ mod state;
 mod whep;
 pub mod whip;
 
+pub use listener::{LimitedListener, Peer};
 pub use router::router;
 pub use state::{AppState, StreamInfo, TurnLinks};

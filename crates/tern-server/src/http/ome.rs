@@ -22,6 +22,7 @@
 //! (OME closes after every error too; unlike OME, a frame that is not JSON also gets an error
 //! message before the close rather than a bare close).
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
@@ -34,6 +35,8 @@ use tern_proto::ome::{self, Command, IceServer, OfferCandidate, SignalError};
 use tern_rtc::session::{self, LocalInfo, ServerAnswerError, ServerOffer};
 use tracing::{debug, info};
 
+use crate::http::listener::Peer;
+use crate::http::reply::too_many;
 use crate::http::state::AppState;
 use crate::media::{Command as EngineCommand, ViewerId};
 
@@ -49,6 +52,7 @@ fn counter() -> &'static PoolCounter {
 pub fn upgrade(
     st: Arc<AppState>,
     ws: WebSocketUpgrade,
+    peer: Peer,
     app: String,
     stream: String,
     query: Option<String>,
@@ -60,12 +64,17 @@ pub fn upgrade(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
+    let socket_permit = match st.ome_sockets.acquire(peer.0.ip()) {
+        Ok(p) => p,
+        Err(e) => return too_many(e),
+    };
     ws.max_message_size(ome::MAX_MESSAGE_LEN)
         .max_frame_size(ome::MAX_MESSAGE_LEN)
         .on_upgrade(move |socket| async move {
-            let mut sig = Signalling::new(app, stream, params, bearer);
+            let mut sig = Signalling::new(app, stream, params, bearer, peer.0.ip());
             sig.run(&st, socket).await;
             sig.end(&st);
+            drop(socket_permit);
         })
 }
 
@@ -136,6 +145,8 @@ enum Phase {
 
 /// One signalling socket's state.
 struct Signalling {
+    /// The client's address (its pending sessions are limited).
+    client: IpAddr,
     app: String,
     stream: String,
     params: Params,
@@ -153,8 +164,15 @@ fn new_id() -> i64 {
 }
 
 impl Signalling {
-    fn new(app: String, stream: String, params: Params, bearer: Option<String>) -> Self {
+    fn new(
+        app: String,
+        stream: String,
+        params: Params,
+        bearer: Option<String>,
+        client: IpAddr,
+    ) -> Self {
         let mut s = Signalling {
+            client,
             app,
             stream,
             params,
@@ -332,6 +350,10 @@ impl Signalling {
             return Err(SignalError::new(404, "Cannot create offer"));
         };
         check_capacity(st)?;
+        let permit = st
+            .pending
+            .acquire(self.client)
+            .map_err(|e| SignalError::new(429, e.to_string()))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let unavailable = || SignalError::new(503, "media engine is not running");
         st.engine
@@ -339,6 +361,7 @@ impl Signalling {
                 stream: info.index,
                 params: Box::new(params),
                 reply: tx,
+                permit: Some(permit),
             })
             .map_err(|_| unavailable())?;
         let viewer = rx.await.map_err(|_| unavailable())?;

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 
+use crate::http::listener::Peer;
 use crate::http::ome;
 use crate::http::state::AppState;
 
@@ -45,6 +46,7 @@ pub(super) async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
 /// OvenMediaEngine-compatible signalling socket (see [`crate::http::ome`]).
 pub(super) async fn player(
     State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     Path((app, stream)): Path<(String, String)>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
@@ -54,7 +56,7 @@ pub(super) async fn player(
     >,
 ) -> Response {
     if let Ok(ws) = ws {
-        return ome::upgrade(st, ws, app, stream, query, &headers);
+        return ome::upgrade(st, ws, peer, app, stream, query, &headers);
     }
     let page = PLAYER_HTML
         .replace("{{APP}}", &html_escape(&app))

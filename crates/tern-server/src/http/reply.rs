@@ -5,6 +5,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::Rng;
 
+use crate::limits::LimitReached;
+
 /// A plain-text response (the message and a newline) with the CORS headers.
 pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut r = (status, format!("{}\n", msg.into())).into_response();
@@ -47,6 +49,14 @@ pub(super) fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+}
+
+/// 429 with `Retry-After` for a client address over one of its limits.
+pub(super) fn too_many(e: LimitReached) -> Response {
+    let mut r = text(StatusCode::TOO_MANY_REQUESTS, format!("{e}; retry"));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
 }
 
 /// 409 for a stream that exists but has no media yet, with `Retry-After`.

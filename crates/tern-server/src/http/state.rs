@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -14,6 +14,7 @@ use tern_pool::PoolCounter;
 
 use crate::config::Config;
 use crate::http::reply::text;
+use crate::limits::PerAddress;
 use crate::media::{EngineHandle, PublisherId, ViewerId};
 
 /// A stream known to the HTTP side.
@@ -166,6 +167,12 @@ pub struct AppState {
     pub(super) sessions: Mutex<SessionTable>,
     /// WHIP sessions: resource id → publisher.
     pub(crate) publishers: Mutex<HashMap<String, PublisherId>>,
+    /// Sessions (WHEP, WHIP, OME) each client address has that have not finished ICE and
+    /// DTLS (`limits.pending_sessions_per_ip`); the engine drops a session's permit when it
+    /// connects or ends.
+    pub pending: Arc<PerAddress>,
+    /// Open OME signalling sockets per client address (`limits.ome_connections_per_ip`).
+    pub ome_sockets: Arc<PerAddress>,
 }
 
 impl AppState {
@@ -178,7 +185,14 @@ impl AppState {
         candidate_ip: IpAddr,
         candidate_port: u16,
     ) -> Self {
+        let pending = PerAddress::new("pending sessions", config.limits.pending_sessions_per_ip);
+        let ome_sockets = PerAddress::new(
+            "signalling connections",
+            config.limits.ome_connections_per_ip,
+        );
         AppState {
+            pending,
+            ome_sockets,
             config,
             streams,
             engine,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::Rng;
@@ -13,13 +13,15 @@ use tern_proto::sdp::{self, SessionDescription};
 use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
-use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array};
+use crate::http::listener::Peer;
+use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array, too_many};
 use crate::http::state::{AppState, Session, lookup};
 use crate::media::Command;
 
 /// `POST /{app}/{stream}/whep`: the offer in, the answer and the session's `Location` out.
 pub(super) async fn whep_post(
     State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     Path((app, stream)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
@@ -66,6 +68,10 @@ pub(super) async fn whep_post(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     }
+    let permit = match st.pending.acquire(peer.0.ip()) {
+        Ok(p) => p,
+        Err(e) => return too_many(e),
+    };
 
     let acc = session::accept(
         &offer,
@@ -89,6 +95,7 @@ pub(super) async fn whep_post(
             stream: info.index,
             params: Box::new(vp),
             reply: tx,
+            permit: Some(permit),
         })
         .is_err()
     {

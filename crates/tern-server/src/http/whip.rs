@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
-use crate::http::reply::{content_type_is, cors, text};
+use crate::http::listener::Peer;
+use crate::http::reply::{content_type_is, cors, text, too_many};
 use crate::http::state::{AppState, lookup};
 use crate::media::AddError;
 use crate::media::Command;
@@ -23,6 +24,7 @@ use crate::media::Command;
 /// session's `Location`.
 pub async fn post(
     State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     Path((app, stream)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
@@ -40,6 +42,10 @@ pub async fn post(
     let Ok(offer) = std::str::from_utf8(&body) else {
         return text(StatusCode::BAD_REQUEST, "SDP offer is not valid UTF-8");
     };
+    let permit = match st.pending.acquire(peer.0.ip()) {
+        Ok(p) => p,
+        Err(e) => return too_many(e),
+    };
     let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
     let (publisher, answer) = match Publisher::accept(offer, local, Instant::now()) {
         Ok(x) => x,
@@ -51,6 +57,7 @@ pub async fn post(
         stream: info.index,
         publisher: Box::new(publisher),
         reply: tx,
+        permit: Some(permit),
     };
     if st.engine.send(cmd).is_err() {
         return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");

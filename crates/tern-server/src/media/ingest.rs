@@ -19,6 +19,8 @@ use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
 use tokio::sync::oneshot;
 
+use crate::limits::AddrPermit;
+
 /// Keyframe requests to a publisher are coalesced to one per this interval.
 const PLI_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -184,6 +186,8 @@ struct PubSlot {
     watchdog: Instant,
     /// ICE and DTLS done (RTMP publishers are connected when they take the slot).
     connected: bool,
+    /// The client address's place among its pending sessions, until it connects.
+    permit: Option<AddrPermit>,
     last_pli: Option<Instant>,
     live: bool,
 }
@@ -253,8 +257,13 @@ impl Ingest {
         stream: usize,
         session: Publisher,
         now: Instant,
+        permit: Option<AddrPermit>,
     ) -> Result<PublisherId, AddError> {
-        self.install(stream, Session::Whip(Box::new(session)), now)
+        let id = self.install(stream, Session::Whip(Box::new(session)), now)?;
+        if let Some(Some(s)) = self.slots.get_mut(stream) {
+            s.permit = permit;
+        }
+        Ok(id)
     }
 
     /// Carries out an RTMP connection's command on the engine thread; `free` says whether
@@ -326,6 +335,7 @@ impl Ingest {
             timeout: None,
             watchdog: now + wait,
             connected,
+            permit: None,
             last_pli: None,
             live: false,
         });
@@ -494,11 +504,13 @@ impl Ingest {
         let mut closed = false;
         let mut want_key = false;
         let (live, connected, watchdog) = (&mut s.live, &mut s.connected, &mut s.watchdog);
+        let permit = &mut s.permit;
         let media = self.timeouts.media;
         s.timeout = w.poll(&mut |e| match e {
             PublisherEvent::Transmit(to, d) => out.push(IngestOutput::Transmit(to, d)),
             PublisherEvent::Connected => {
                 *connected = true;
+                *permit = None;
                 *watchdog = now + media;
             }
             PublisherEvent::Closed => closed = true,

@@ -14,6 +14,7 @@ use tern_rtc::stream::RingPacket;
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN, ViewerParams};
 use tokio::sync::oneshot;
 
+use crate::limits::AddrPermit;
 use crate::media::ingest::{AddError, PublisherId, RtmpCommand};
 
 /// Packets and datagrams a worker's queue holds. 4096 is more than a second of a 4 Mbps
@@ -65,6 +66,9 @@ pub enum Command {
         params: Box<ViewerParams>,
         /// Where the new id goes.
         reply: oneshot::Sender<ViewerId>,
+        /// The client address's place among its pending sessions, held until the viewer
+        /// connects or ends.
+        permit: Option<AddrPermit>,
     },
     /// End a viewer (WHEP DELETE).
     RemoveViewer(ViewerId),
@@ -76,6 +80,9 @@ pub enum Command {
         publisher: Box<Publisher>,
         /// Its id, or why not.
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
+        /// The client address's place among its pending sessions, held until the publisher
+        /// connects or ends.
+        permit: Option<AddrPermit>,
     },
     /// End a publisher (WHIP DELETE, RTMP connection closed, kick).
     RemovePublisher(PublisherId),

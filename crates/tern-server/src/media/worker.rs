@@ -15,6 +15,7 @@ mod publishers;
 mod timers;
 mod viewers;
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -31,6 +32,7 @@ use tern_rtc::stream::Stream;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
+use crate::limits::AddrPermit;
 use crate::media::batch::SendBatch;
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{Ingest, PublisherTimeouts};
@@ -131,6 +133,9 @@ pub(super) struct Worker {
     loads: Arc<[AtomicUsize]>,
     /// Media packets sent since the last flush (added to the shared counter per batch).
     sent_packets: u64,
+    /// Per-address permits of viewers still handshaking (dropped when they connect or go):
+    /// only pending viewers have an entry, so connected ones cost nothing here.
+    pending: HashMap<ViewerId, AddrPermit>,
     /// The id of each owned stream's publisher (for its snapshot).
     publisher_ids: Vec<Option<u64>>,
 }
@@ -175,6 +180,7 @@ impl Worker {
             loads: w.loads,
             sent_packets: 0,
             publisher_ids: vec![None; n_streams],
+            pending: HashMap::new(),
         }
     }
 
@@ -289,13 +295,15 @@ impl Worker {
                 stream,
                 params,
                 reply,
-            } => self.add_viewer(stream, *params, reply),
+                permit,
+            } => self.add_viewer(stream, *params, reply, permit),
             Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
             Command::AddPublisher {
                 stream,
                 publisher,
                 reply,
-            } => self.add_publisher(stream, publisher, reply),
+                permit,
+            } => self.add_publisher(stream, publisher, reply, permit),
             Command::Rtmp(cmd) => self.handle_rtmp(cmd),
             Command::RemovePublisher(id) => self.remove_publisher(id),
             Command::RestartIce {

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::Worker;
+use crate::limits::AddrPermit;
 use crate::media::ingest::{AddError, IngestOutput, LeftReason, PublisherId, RtmpCommand};
 use crate::media::link::Data;
 use crate::media::socket::Route;
@@ -34,13 +35,14 @@ impl Worker {
         stream: usize,
         publisher: Box<Publisher>,
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
+        permit: Option<AddrPermit>,
     ) {
         let res =
             if !self.owns(stream) || self.streams.get(stream).is_none_or(|s| s.source.is_some()) {
                 Err(AddError::Busy)
             } else {
                 let ufrag: Box<str> = publisher.local_ufrag().into();
-                let r = self.ingest.add(stream, *publisher, Instant::now());
+                let r = self.ingest.add(stream, *publisher, Instant::now(), permit);
                 if r.is_ok() {
                     self.route(|| Route::Publisher {
                         ufrag: ufrag.clone(),

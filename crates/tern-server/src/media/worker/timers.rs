@@ -10,7 +10,7 @@ use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::ViewerEvent;
 
 use super::Worker;
-use crate::media::ledger::{book_set, ledger, shrink_vec, vec_bytes};
+use crate::media::ledger::{book_set, ledger, shrink_map, shrink_vec, vec_bytes};
 use crate::media::link::{Ctl, ViewerId};
 use crate::media::table::{SLOT_BYTES, confirmed, entry_in};
 
@@ -129,6 +129,7 @@ impl Worker {
         }
         let len = self.slots.len();
         self.free.retain(|&i| (i as usize) < len);
+        shrink_map(&mut self.pending);
         shrink_vec(&mut self.slots);
         shrink_vec(&mut self.free);
         for s in &mut self.streams {

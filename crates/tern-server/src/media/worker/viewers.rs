@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::{Role, Worker};
+use crate::limits::AddrPermit;
 use crate::media::ledger::{ledger, vec_bytes};
 use crate::media::link::{SessionMemory, Target, ViewerId};
 use crate::media::socket::Route;
@@ -25,6 +26,7 @@ impl Worker {
         stream: usize,
         params: ViewerParams,
         reply: oneshot::Sender<ViewerId>,
+        permit: Option<AddrPermit>,
     ) {
         if stream >= self.streams.len() {
             self.unplace();
@@ -80,6 +82,9 @@ impl Worker {
             .viewer_joined(id.raw(), &self.streams[stream].key);
         self.stats.viewers.fetch_add(1, Ordering::Relaxed);
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = permit {
+            self.pending.insert(id, p);
+        }
         let _ = reply.send(id);
     }
 
@@ -95,6 +100,7 @@ impl Worker {
         };
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.index() as u32);
+        self.pending.remove(&id);
         ledger(&mut e, |v| v.close(reason));
         self.stats.snapshots.viewer_left(
             id.raw(),
@@ -276,6 +282,7 @@ impl Worker {
                 e.handshaking = false;
                 let stream = e.stream;
                 let remote = e.viewer.remote_addr();
+                self.pending.remove(&id);
                 self.stats.snapshots.viewer_connected(id.raw(), remote);
                 self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
                 self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
