@@ -571,3 +571,72 @@ fn transport_tcp_offers_turn_over_tcp() {
     assert_eq!(v["ice_servers"][0]["credential"], s["credential"]);
     server.stop();
 }
+
+/// Acceptance (hardening): a 10 MB frame, and a socket that connects and then says nothing,
+/// are each closed with a logged reason within a bounded time (junk JSON is covered above),
+/// while WHEP viewers of the same stream lose nothing.
+#[test]
+fn abusive_signalling_sockets_are_closed_and_nobody_else_notices() {
+    let server = Server::demo();
+    let http = server.http;
+    let line =
+        format!("bench -url http://{http}/live/demo/whep -n 5 -cint 20 -life 16 -sint 60000");
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: tern_bench::BenchArgs,
+    }
+    let bench = std::thread::spawn(move || {
+        let args = <Cli as clap::Parser>::parse_from(tern_bench::normalize_args(
+            line.split_whitespace().map(String::from),
+        ))
+        .bench;
+        let mut out = Vec::new();
+        let o = tern_bench::run(
+            &args,
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            &mut out,
+        )
+        .expect("bench");
+        (o, String::from_utf8_lossy(&out).into_owned())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+
+    // 10 MB in one frame: closed at once, without the server buffering it.
+    let mut big = connect(http, "/live/demo");
+    let t = Instant::now();
+    let _ = big.send(Message::text("x".repeat(10 << 20)));
+    // Closed (a close frame, or a reset: the server stops reading mid-frame).
+    loop {
+        match big.read() {
+            Ok(Message::Text(t)) => panic!("the socket answered a 10 MB frame: {t}"),
+            Ok(Message::Close(_)) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+
+    // Connected, then silent: an error and a close after the 10 s idle timeout.
+    let mut quiet = connect(http, "/live/demo");
+    let t = Instant::now();
+    expect_error(&mut quiet, 408, "Request timeout", "silence");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(15),
+        "closed after {took:?}"
+    );
+
+    let log = server.log_tail(200);
+    assert!(
+        log.contains("OME signalling closed: nothing asked for 10s"),
+        "{log}"
+    );
+    assert!(
+        log.matches("OME signalling closed:").count() >= 2,
+        "the oversized frame's close is not logged:\n{log}"
+    );
+    let (o, text) = bench.join().expect("bench thread");
+    assert_eq!(o.summary.connected, 5, "{text}");
+    assert_eq!(o.summary.total_losses, 0, "{text}");
+    server.stop();
+}

@@ -25,6 +25,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, header};
@@ -158,6 +159,10 @@ struct Signalling {
     counted: usize,
 }
 
+/// How long a socket may stay silent before it plays (no `request_offer`, or no `answer`
+/// to an offer): OME players ask at once, so 10 s is generous.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A fresh offer id: 1..=i32::MAX, as OME mints them (players keep it as a JS number).
 fn new_id() -> i64 {
     rand::rng().random_range(1..=i64::from(i32::MAX))
@@ -200,13 +205,31 @@ impl Signalling {
     }
 
     async fn run(&mut self, st: &AppState, mut socket: WebSocket) {
-        while let Some(frame) = socket.recv().await {
+        loop {
+            // Until a viewer plays, the player must keep asking: a socket that goes silent
+            // before then is closed, so silent sockets cannot pile up.
+            let next = if matches!(self.phase, Phase::Playing(_)) {
+                socket.recv().await
+            } else {
+                match tokio::time::timeout(IDLE_TIMEOUT, socket.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        info!(client = %self.client, "OME signalling closed: nothing asked for {IDLE_TIMEOUT:?}");
+                        close_with(&mut socket, &SignalError::new(408, "Request timeout")).await;
+                        return;
+                    }
+                }
+            };
+            let Some(frame) = next else {
+                return;
+            };
             let text = match frame {
                 Ok(Message::Text(t)) => t.as_str().to_owned(),
                 Ok(Message::Binary(b)) => match String::from_utf8(b.to_vec()) {
                     Ok(t) => t,
                     Err(_) => {
                         let e = SignalError::bad_request("Invalid request message");
+                        info!(client = %self.client, "OME signalling closed: {e}");
                         close_with(&mut socket, &e).await;
                         return;
                     }
@@ -214,7 +237,11 @@ impl Signalling {
                 // After a Close, reading on lets the WebSocket send its closing reply; the
                 // stream then ends.
                 Ok(Message::Ping(_) | Message::Pong(_) | Message::Close(_)) => continue,
-                Err(_) => return,
+                Err(e) => {
+                    // Oversized frames and protocol violations end here.
+                    info!(client = %self.client, "OME signalling closed: {e}");
+                    return;
+                }
             };
             match self.handle(st, &text).await {
                 Ok(Some(reply)) => {
@@ -224,7 +251,7 @@ impl Signalling {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    debug!(app = %self.app, stream = %self.stream, error = %e, "signalling error");
+                    info!(client = %self.client, app = %self.app, stream = %self.stream, "OME signalling closed: {e}");
                     close_with(&mut socket, &e).await;
                     return;
                 }
