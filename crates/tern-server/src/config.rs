@@ -86,6 +86,23 @@ pub struct LimitsSection {
     /// TURN allocations (UDP and TCP together). Default 64: a viewer uses one or two.
     #[serde(default = "d_turn_allocations_per_ip")]
     pub turn_allocations_per_ip: usize,
+    /// Client ranges (CIDR) none of these limits count, except the TURN allocation quota.
+    /// Default loopback (`127.0.0.0/8`, `::1/128`): a load tester on the same host, or a
+    /// reverse proxy in front of tern, whose clients all share its address (limit them at
+    /// the proxy). `[]` counts everyone.
+    #[serde(default = "d_exempt")]
+    pub exempt: Vec<String>,
+}
+
+fn d_exempt() -> Vec<String> {
+    vec!["127.0.0.0/8".into(), "::1/128".into()]
+}
+
+impl LimitsSection {
+    /// The exempt ranges; validated to parse.
+    pub fn exempt_ranges(&self) -> Vec<Cidr> {
+        self.exempt.iter().filter_map(|s| s.parse().ok()).collect()
+    }
 }
 
 fn d_pending_sessions_per_ip() -> usize {
@@ -112,6 +129,7 @@ impl Default for LimitsSection {
             ome_connections_per_ip: d_ome_connections_per_ip(),
             rtmp_connections_per_ip: d_rtmp_connections_per_ip(),
             turn_allocations_per_ip: d_turn_allocations_per_ip(),
+            exempt: d_exempt(),
         }
     }
 }
@@ -506,6 +524,11 @@ impl Config {
         ] {
             if !(1..=100_000).contains(&v) {
                 return bad(key, "must be between 1 and 100000");
+            }
+        }
+        for (i, s) in l.exempt.iter().enumerate() {
+            if let Err(e) = s.parse::<Cidr>() {
+                return bad(&format!("limits.exempt[{i}]"), &e.to_string());
             }
         }
         let turn = &self.turn;

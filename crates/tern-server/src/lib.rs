@@ -262,10 +262,16 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let http = cfg.server.http;
     let rtmp_bind = cfg.server.rtmp;
     let max_payload = cfg.tunables.max_payload;
-    let http_per_ip =
-        limits::PerAddress::new("HTTP connections", cfg.limits.http_connections_per_ip);
-    let rtmp_per_ip =
-        limits::PerAddress::new("RTMP connections", cfg.limits.rtmp_connections_per_ip);
+    let http_per_ip = limits::PerAddress::new(
+        "HTTP connections",
+        cfg.limits.http_connections_per_ip,
+        &cfg.limits.exempt_ranges(),
+    );
+    let rtmp_per_ip = limits::PerAddress::new(
+        "RTMP connections",
+        cfg.limits.rtmp_connections_per_ip,
+        &cfg.limits.exempt_ranges(),
+    );
     let state = Arc::new(
         AppState::new(
             cfg,

@@ -6,6 +6,10 @@
 //! or one customer usually holds whole (counting single IPv6 addresses would let one host
 //! take a fresh address per connection). IPv4-mapped IPv6 addresses count as IPv4.
 //!
+//! Exempt ranges (`limits.exempt`, by default loopback) are not counted: a load tester on
+//! the same host, or a reverse proxy in front of tern (whose clients all arrive from its
+//! address, so a per-address limit would lump them together; limit them at the proxy).
+//!
 //! A [`PerAddress`] limiter hands out an [`AddrPermit`] per admitted connection or session;
 //! dropping the permit gives the place back. The table holds only addresses with a permit
 //! out, so its size is bounded by what the global caps admit. The lock is taken once per
@@ -15,6 +19,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use tern_rtc::peer_policy::Cidr;
 
 /// The part of an address a limit counts: an IPv4 address or an IPv6 /64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,16 +64,19 @@ pub struct LimitReached {
 pub struct PerAddress {
     what: &'static str,
     max: usize,
+    exempt: Vec<Cidr>,
     held: Mutex<HashMap<ClientKey, usize>>,
     refused: AtomicU64,
 }
 
 impl PerAddress {
-    /// A limiter of `max` per address for `what` (named in refusals and metrics).
-    pub fn new(what: &'static str, max: usize) -> Arc<PerAddress> {
+    /// A limiter of `max` per address for `what` (named in refusals and metrics); addresses
+    /// in `exempt` are not counted.
+    pub fn new(what: &'static str, max: usize, exempt: &[Cidr]) -> Arc<PerAddress> {
         Arc::new(PerAddress {
             what,
             max,
+            exempt: exempt.to_vec(),
             held: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
         })
@@ -96,6 +105,13 @@ impl PerAddress {
 
     /// Takes one place for `ip`, or says the limit is reached (and counts the refusal).
     pub fn acquire(self: &Arc<Self>, ip: IpAddr) -> Result<AddrPermit, LimitReached> {
+        let canonical = ip.to_canonical();
+        if self.exempt.iter().any(|c| c.contains(canonical)) {
+            return Ok(AddrPermit {
+                limiter: self.clone(),
+                key: None,
+            });
+        }
         let key = ClientKey::of(ip);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(key).or_insert(0);
@@ -110,7 +126,7 @@ impl PerAddress {
         *n += 1;
         Ok(AddrPermit {
             limiter: self.clone(),
-            key,
+            key: Some(key),
         })
     }
 
@@ -129,12 +145,15 @@ impl PerAddress {
 #[derive(Debug)]
 pub struct AddrPermit {
     limiter: Arc<PerAddress>,
-    key: ClientKey,
+    /// None for an exempt address (nothing was counted).
+    key: Option<ClientKey>,
 }
 
 impl Drop for AddrPermit {
     fn drop(&mut self) {
-        self.limiter.release(self.key);
+        if let Some(key) = self.key {
+            self.limiter.release(key);
+        }
     }
 }
 
@@ -148,7 +167,7 @@ mod tests {
 
     #[test]
     fn each_address_gets_its_own_allowance_and_dropping_a_permit_gives_it_back() {
-        let l = PerAddress::new("connections", 2);
+        let l = PerAddress::new("connections", 2, &[]);
         let a1 = l.acquire(ip("192.0.2.1")).expect("first");
         let _a2 = l.acquire(ip("192.0.2.1")).expect("second");
         assert_eq!(
@@ -167,7 +186,7 @@ mod tests {
 
     #[test]
     fn ipv6_counts_by_slash_64_and_mapped_ipv4_as_ipv4() {
-        let l = PerAddress::new("sessions", 1);
+        let l = PerAddress::new("sessions", 1, &[]);
         let _p = l.acquire(ip("2001:db8:1:2::1")).expect("first");
         assert!(
             l.acquire(ip("2001:db8:1:2:ffff::9")).is_err(),
@@ -182,8 +201,26 @@ mod tests {
     }
 
     #[test]
+    fn exempt_ranges_are_not_counted() {
+        let loopback: Cidr = "127.0.0.0/8".parse().expect("cidr");
+        let l = PerAddress::new("sessions", 1, &[loopback]);
+        let held: Vec<AddrPermit> = (0..10)
+            .map(|_| l.acquire(ip("127.0.0.1")).expect("exempt"))
+            .collect();
+        assert_eq!(l.held(ip("127.0.0.1")), 0);
+        assert!(
+            l.acquire(ip("::ffff:127.0.0.1")).is_ok(),
+            "mapped loopback too"
+        );
+        let _p = l.acquire(ip("192.0.2.1")).expect("first");
+        assert!(l.acquire(ip("192.0.2.1")).is_err());
+        drop(held);
+        assert_eq!(l.refused(), 1);
+    }
+
+    #[test]
     fn the_table_forgets_addresses_that_hold_nothing() {
-        let l = PerAddress::new("sessions", 5);
+        let l = PerAddress::new("sessions", 5, &[]);
         for i in 0..100u8 {
             drop(l.acquire(IpAddr::from([10, 0, 0, i])).expect("place"));
         }

@@ -1,7 +1,8 @@
 //! Limits per client address against a real `tern demo`: pending sessions (WHEP and WHIP
 //! offers whose ICE never completes), open HTTP connections and OME signalling sockets.
 //! Past a limit the client gets `429 Too Many Requests` with `Retry-After`, and a place
-//! comes back when a session or connection ends. Every client here is 127.0.0.1.
+//! comes back when a session or connection ends. Every client here is 127.0.0.1, which is
+//! exempt by default (`limits.exempt`): each test counts everyone (`exempt = []`).
 
 mod common;
 
@@ -41,7 +42,7 @@ fn offer(i: u32) -> String {
 fn pending_sessions_are_limited_per_address() {
     let server = demo_with(
         "pending",
-        "[limits]\npending_sessions_per_ip = 3\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
+        "[limits]\nexempt = []\npending_sessions_per_ip = 3\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
     let post = |i: u32| {
         http_post(
@@ -95,7 +96,10 @@ fn pending_sessions_are_limited_per_address() {
 
 #[test]
 fn http_connections_are_limited_per_address() {
-    let server = demo_with("http", "[limits]\nhttp_connections_per_ip = 4\n");
+    let server = demo_with(
+        "http",
+        "[limits]\nexempt = []\nhttp_connections_per_ip = 4\n",
+    );
     // Four idle connections hold the allowance (the harness's own requests came and went).
     let held: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.http).expect("connect"))
@@ -125,7 +129,7 @@ fn http_connections_are_limited_per_address() {
 
 #[test]
 fn ome_signalling_sockets_are_limited_per_address() {
-    let server = demo_with("ome", "[limits]\nome_connections_per_ip = 2\n");
+    let server = demo_with("ome", "[limits]\nexempt = []\nome_connections_per_ip = 2\n");
     let url = format!("ws://{}/live/demo", server.http);
     let a = tungstenite::connect(&url).expect("first socket");
     let _b = tungstenite::connect(&url).expect("second socket");

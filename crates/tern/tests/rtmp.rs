@@ -536,7 +536,7 @@ fn rtmp_connections_are_limited_per_address() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = config(
         "per-ip",
-        "[limits]\nrtmp_connections_per_ip = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
+        "[limits]\nexempt = []\nrtmp_connections_per_ip = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
     let (server, rtmp) = serve(&cfg);
     let first = handshake(rtmp);

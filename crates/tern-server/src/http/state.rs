@@ -185,10 +185,16 @@ impl AppState {
         candidate_ip: IpAddr,
         candidate_port: u16,
     ) -> Self {
-        let pending = PerAddress::new("pending sessions", config.limits.pending_sessions_per_ip);
+        let exempt = config.limits.exempt_ranges();
+        let pending = PerAddress::new(
+            "pending sessions",
+            config.limits.pending_sessions_per_ip,
+            &exempt,
+        );
         let ome_sockets = PerAddress::new(
             "signalling connections",
             config.limits.ome_connections_per_ip,
+            &exempt,
         );
         AppState {
             pending,
