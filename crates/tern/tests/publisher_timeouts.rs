@@ -7,34 +7,13 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Ffmpeg, Server, free_tcp_port, http_get, http_post};
+use common::{Ffmpeg, Server, http_get, http_post};
 use str0m::media::{Direction, MediaKind};
 use str0m::{Candidate, RtcConfig};
 
 type Events = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
-
-fn config(name: &str, body: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("tern-timeouts-{}-{name}.toml", std::process::id()));
-    std::fs::write(&p, body).expect("write config");
-    p
-}
-
-fn serve(cfg: &Path) -> (Server, SocketAddr) {
-    let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
-    let server = Server::start(&[
-        "serve",
-        "--config",
-        cfg.to_str().expect("utf-8 path"),
-        "--candidate",
-        "127.0.0.1",
-        "--rtmp",
-        &rtmp.to_string(),
-    ]);
-    (server, rtmp)
-}
 
 /// The server's publisher events for `live/cam`.
 fn events(server: &Server) -> Events {
@@ -91,11 +70,11 @@ fn post_offer(server: &Server, offer: &str) -> u16 {
 
 #[test]
 fn a_whip_offer_that_never_connects_frees_its_stream_after_the_connect_timeout() {
-    let cfg = config(
+    let cfg = common::config_file(
         "whip",
         "[server]\npublisher_connect_timeout = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
-    let (server, _) = serve(&cfg);
+    let (server, _) = Server::serve_rtmp(&cfg);
     let mut ws = events(&server);
     let offer = silent_offer();
     let posted = Instant::now();
@@ -134,11 +113,11 @@ fn a_whip_offer_that_never_connects_frees_its_stream_after_the_connect_timeout()
 
 #[test]
 fn an_rtmp_encoder_that_stalls_is_ended_after_the_media_timeout() {
-    let cfg = config(
+    let cfg = common::config_file(
         "rtmp",
         "[server]\npublisher_timeout = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
-    let (server, rtmp) = serve(&cfg);
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
     let mut ws = events(&server);
     let url = format!("rtmp://{rtmp}/live/cam");
     let mut first = Ffmpeg::push(&url, 60);

@@ -8,13 +8,12 @@
 mod common;
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, free_tcp_port, http_get};
+use common::{Ffmpeg, Server, http_get};
 use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -29,27 +28,6 @@ fn args(line: &str) -> BenchArgs {
     let argv =
         std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
     Cli::parse_from(tern_bench::normalize_args(argv)).bench
-}
-
-fn config(name: &str, body: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("tern-rtmp-{}-{name}.toml", std::process::id()));
-    std::fs::write(&p, body).expect("write config");
-    p
-}
-
-/// `tern serve --config CFG --rtmp 127.0.0.1:PORT`; returns the server and the RTMP address.
-fn serve(cfg: &Path) -> (Server, SocketAddr) {
-    let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
-    let server = Server::start(&[
-        "serve",
-        "--config",
-        cfg.to_str().expect("utf-8 path"),
-        "--candidate",
-        "127.0.0.1",
-        "--rtmp",
-        &rtmp.to_string(),
-    ]);
-    (server, rtmp)
 }
 
 fn wait_live(url: &str, server: &Server) {
@@ -96,8 +74,8 @@ fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String
 #[test]
 fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config("push", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let (server, rtmp) = serve(&cfg);
+    let cfg = common::config_file("push", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let mut ff = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 13);
     wait_live(&whep, &server);
@@ -216,12 +194,12 @@ fn handshake(rtmp: SocketAddr) -> TcpStream {
 fn malformed_and_refused_publishers_affect_nobody_else() {
     use std::io::Write;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config(
+    let cfg = common::config_file(
         "refuse",
         "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n\
          [[app]]\nname = \"sec\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n",
     );
-    let (server, rtmp) = serve(&cfg);
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let mut a = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 20);
     wait_live(&whep, &server);
@@ -324,8 +302,8 @@ fn malformed_and_refused_publishers_affect_nobody_else() {
 #[test]
 fn rtmp_publisher_reconnects_and_viewers_resume() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config("again", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let (server, rtmp) = serve(&cfg);
+    let cfg = common::config_file("again", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let url = format!("rtmp://{rtmp}/live/cam");
     let mut first = Ffmpeg::push(&url, 30);
@@ -426,8 +404,8 @@ fn set_chunk_size(size: u32) -> Vec<u8> {
 fn rtmp_abuse_closes_only_the_abusive_connection() {
     use std::io::Write;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config("abuse", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let (server, rtmp) = serve(&cfg);
+    let cfg = common::config_file("abuse", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let mut publisher = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 30);
     wait_live(&whep, &server);
@@ -534,11 +512,11 @@ fn rtmp_abuse_closes_only_the_abusive_connection() {
 #[test]
 fn rtmp_connections_are_limited_per_address() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config(
+    let cfg = common::config_file(
         "per-ip",
         "[limits]\nexempt = []\nrtmp_connections_per_ip = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
-    let (server, rtmp) = serve(&cfg);
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
     let first = handshake(rtmp);
     let _second = handshake(rtmp);
     let mut third = TcpStream::connect(rtmp).expect("connect");

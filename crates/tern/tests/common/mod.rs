@@ -15,6 +15,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// Writes `body` to a configuration file for this test process, named by `name`.
+pub fn config_file(name: &str, body: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("tern-test-{}-{name}.toml", std::process::id()));
+    std::fs::write(&p, body).expect("write config");
+    p
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_tcp_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral TCP port");
@@ -220,6 +227,22 @@ impl Server {
     pub fn serve(config: &std::path::Path) -> Server {
         let config = config.to_str().expect("utf-8 path");
         Server::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
+    }
+
+    /// `tern serve --config CFG --rtmp 127.0.0.1:PORT` on free loopback ports, announcing
+    /// 127.0.0.1; returns the server and its RTMP address.
+    pub fn serve_rtmp(config: &std::path::Path) -> (Server, SocketAddr) {
+        let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+        let server = Server::start(&[
+            "serve",
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--candidate",
+            "127.0.0.1",
+            "--rtmp",
+            &rtmp.to_string(),
+        ]);
+        (server, rtmp)
     }
 
     /// Runs `tern ARGS --http ... --media ...` on free loopback ports and waits (≤ 20 s)
