@@ -29,8 +29,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use rand::Rng;
 use serde_json::Value;
 use tern_proto::sdp;
-use tern_rtc::client::Client;
-use tern_rtc::session::{self, ClientOffer};
+use tern_rtc::client::{Client, ClientOffer, answer_offer, client_params};
+use tern_rtc::session;
 use tern_rtc::viewer::DtlsContext;
 
 pub use args::{BenchArgs, normalize_args};
@@ -154,7 +154,7 @@ impl Signaller {
         let t0 = Instant::now();
         let (answer, location, links) = self.whep.offer(&offer)?;
         let signalling = t0.elapsed();
-        let params = session::client_params(&answer, &client_offer)
+        let params = client_params(&answer, &client_offer)
             .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
         let relay = if self.relay {
             let (turn, user, pass) = signal::turn_from_links(&links).ok_or_else(|| {
@@ -197,7 +197,7 @@ impl Signaller {
         let mut params = None;
         let fp = *self.ctx.fingerprint();
         let sess = signal::ome_exchange(&self.url, Duration::from_secs(10), &mut |sdp, cands| {
-            let a = session::answer_offer(sdp, cands, client_offer, &fp)
+            let a = answer_offer(sdp, cands, client_offer, &fp)
                 .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
             params = Some(a.params);
             Ok(a.answer)

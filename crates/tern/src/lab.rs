@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use tern_pool::{BufferPool, CountingAlloc, PoolConfig};
 use tern_proto::sdp::{self, SessionDescription};
 use tern_proto::stun;
-use tern_rtc::client::{Client, ClientState};
+use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::clip::MediaKind;
-use tern_rtc::session::{self, ClientOffer, LocalInfo};
+use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{DtlsContext, Viewer, ViewerEvent, ViewerState};
 use tern_server::media::batch::SendBatch;
@@ -267,7 +267,7 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
             let v = Viewer::new(acc.params, now);
             Ok::<_, String>((acc.answer, v))
         })?;
-        let cp = session::client_params(
+        let cp = client_params(
             &answer,
             &ClientOffer {
                 ufrag,

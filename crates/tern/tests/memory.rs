@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::{Server, http_delete, http_get, http_post};
 use tern_proto::sdp;
-use tern_rtc::client::{Client, ClientState};
-use tern_rtc::session::{self, ClientOffer};
+use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::viewer::DtlsContext;
 
 /// One line of the memory report.
@@ -165,7 +164,7 @@ fn join(http: SocketAddr, ctx: &Arc<DtlsContext>, n: usize, seed: &mut u64) -> V
                 .expect("WHEP POST");
             assert_eq!(r.status, 201, "{}", r.text());
             let location = r.header("location").expect("Location").to_string();
-            let cp = session::client_params(
+            let cp = client_params(
                 &r.text(),
                 &ClientOffer {
                     ufrag,

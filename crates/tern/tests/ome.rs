@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tern_proto::sdp::SessionDescription;
 use tern_proto::stun;
-use tern_rtc::client::{Client, ClientState};
+use tern_rtc::client::{Client, ClientOffer, ClientState, answer_offer};
 use tern_rtc::clip::MediaKind;
-use tern_rtc::session::{self, ClientOffer};
 use tern_rtc::viewer::DtlsContext;
 use tungstenite::{Message, WebSocket};
 
@@ -121,7 +120,7 @@ fn answer(offer: &Offer, n: u64) -> (String, Client, String) {
         ntp_base: (Instant::now(), 0),
     };
     let cands: Vec<&str> = offer.candidates.iter().map(String::as_str).collect();
-    let ca = session::answer_offer(&offer.sdp, &cands, &co, ctx.fingerprint())
+    let ca = answer_offer(&offer.sdp, &cands, &co, ctx.fingerprint())
         .expect("the lean client answers the offer");
     let client = Client::new(ca.params, ctx, Instant::now(), n);
     (ca.answer, client, ufrag)
