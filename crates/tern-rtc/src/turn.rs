@@ -26,19 +26,32 @@
 //! `turn_allocations`), its username and its permission/channel vectors on the heap
 //! (reported as `turn_allocation_heap`), one entry in the client map, and the driver's relay
 //! socket.
-
 //!
-//! Files: `types.rs` (configuration, handles, outputs, the table's records), `server.rs`
-//! (message handling, relaying, timers), `auth.rs` (credentials and nonces); this file
-//! only declares and re-exports them.
+//! Files, each importing only its siblings: `config.rs` (settings), `driver.rs` (what the
+//! server and its driver hand each other), `table.rs` (the server's state, allocation
+//! records, expiry and removal), `auth.rs` (credentials and stateless nonces), `reply.rs`
+//! (error codes and the responses written), `request.rs` (client input checked and
+//! dispatched), `allocate.rs` (Allocate, quotas, Refresh), `permission.rs` (permissions and
+//! channels), `relay.rs` (the data path both ways and the bandwidth cap); this file only
+//! declares and re-exports them.
+//!
+//! [`Slab`]: tern_pool::Slab
 
+mod allocate;
 mod auth;
-mod server;
-mod types;
+mod config;
+mod driver;
+mod permission;
+mod relay;
+mod reply;
+mod request;
+mod table;
 
 pub use auth::rest_credentials;
-pub use types::{
-    AllocId, CHANNEL_LIFETIME, ClientAddr, ClientOutput, DropReason, MAX_REPLY,
-    PERMISSION_LIFETIME, PendingAllocation, Transport, TurnConfig, TurnEvent, TurnServer,
-    TurnStats,
+pub use config::TurnConfig;
+pub use driver::{
+    AllocId, ClientAddr, ClientOutput, DropReason, MAX_REPLY, PendingAllocation, Transport,
+    TurnEvent, TurnStats,
 };
+pub use permission::{CHANNEL_LIFETIME, PERMISSION_LIFETIME};
+pub use table::TurnServer;

@@ -8,7 +8,15 @@ use aws_lc_rs::{constant_time, hmac};
 use base64::Engine as _;
 use tern_proto::stun::{self, Message};
 
-use super::types::*;
+use super::driver::ClientAddr;
+use super::reply::Code;
+use super::table::{Secs, TurnServer};
+
+/// Credentials a request proved.
+pub(super) struct Auth<'m> {
+    pub(super) user: &'m [u8],
+    pub(super) key: [u8; 16],
+}
 
 /// REST credentials in coturn's `use-auth-secret` format: username `expires:user` (or just
 /// `expires` when `user` is empty), password `base64(HMAC-SHA1(secret, username))`.
