@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::inner::*;
+use super::storage::Storage;
 
 /// An owned, mutable buffer from a [`BufferPool`]; returns to it when dropped, on any thread.
 ///
 /// Dereferences to its current length (`..len()`); [`Buf::as_mut_full`] exposes the whole
 /// capacity, e.g. for `recv` before [`Buf::set_len`].
+///
+/// [`BufferPool`]: super::BufferPool
 pub struct Buf {
     pub(super) storage: Storage,
     pub(super) len: usize,

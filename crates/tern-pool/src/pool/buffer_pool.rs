@@ -11,6 +11,7 @@ use crate::registry::{MemoryRegistry, MemorySource, PoolReport};
 use super::buf::Buf;
 use super::inner::*;
 use super::stats::PoolStats;
+use super::storage::{PoolBacking, Storage};
 
 /// A pool of equally sized packet buffers (spead2 `memory_pool` semantics).
 ///

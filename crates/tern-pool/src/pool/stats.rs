@@ -2,6 +2,8 @@
 
 /// Statistics of one [`BufferPool`]: a snapshot of atomics, each exact once the pool is
 /// quiescent (while threads allocate, fields are read one by one and may disagree slightly).
+///
+/// [`BufferPool`]: super::BufferPool
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct PoolStats {
@@ -15,13 +17,15 @@ pub struct PoolStats {
     /// Times the pool went dry: a dry miss after the last hit or refill. A run of consecutive
     /// dry misses counts once.
     pub empty_events: u64,
-    /// [`BufferPool::refill`] calls that added buffers.
+    /// [`BufferPool::refill`](super::BufferPool::refill) calls that added buffers.
     pub refills: u64,
     /// Buffers handed out and not yet dropped (pooled and fallback).
     pub in_use: usize,
     /// Highest `in_use` seen: checked on every allocation (with other threads' counts as of
     /// their last batch, so a brief peak may be missed by up to [`BATCH`] buffers per other
     /// thread) and exactly at every `stats` call.
+    ///
+    /// [`BATCH`]: super::BATCH
     pub high_water: usize,
     /// Free pooled buffers (shared list plus every thread's cache).
     pub free: usize,
