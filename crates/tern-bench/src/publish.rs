@@ -29,6 +29,8 @@ pub struct PublisherStats {
     pub packets: AtomicU64,
     /// Set when the publisher failed, with the reason printed to stderr.
     pub failed: AtomicBool,
+    /// Set when the server ended the session with a DTLS close_notify.
+    pub closed_by_server: AtomicBool,
 }
 
 /// A running publisher thread.
@@ -207,6 +209,10 @@ impl Session {
                     Ok(Output::Event(Event::Connected)) => {
                         stats.connected.store(true, Ordering::Relaxed);
                         source = Some(ClipSource::new(clip.clone(), Instant::now()));
+                    }
+                    Ok(Output::Event(Event::Closed)) => {
+                        stats.closed_by_server.store(true, Ordering::Relaxed);
+                        return;
                     }
                     Ok(Output::Event(Event::IceConnectionStateChange(
                         IceConnectionState::Disconnected,

@@ -73,6 +73,8 @@ pub struct Summary {
     pub cpu_cores: Option<f64>,
     /// Failures by reason.
     pub failures: BTreeMap<String, usize>,
+    /// Clients whose session the server ended with a DTLS close_notify.
+    pub closed_by_server: usize,
 }
 
 /// Average, maximum and minimum over clients.
@@ -174,6 +176,7 @@ pub fn summarize(
         if let Some(r) = c.failure {
             *s.failures.entry(r.to_string()).or_default() += 1;
         }
+        s.closed_by_server += usize::from(c.closed_by_server);
         if prev.len() <= c.id {
             prev.resize(c.id + 1, Prev::default());
         }
@@ -370,6 +373,13 @@ impl Summary {
                 .collect();
             let _ = writeln!(o, "Failures : {}", list.join(" "));
         }
+        if self.closed_by_server > 0 {
+            let _ = writeln!(
+                o,
+                "Closed by server (DTLS close_notify) : {}",
+                self.closed_by_server
+            );
+        }
         o
     }
 
@@ -403,6 +413,7 @@ impl Summary {
             "datagrams": self.datagrams,
             "cpu_us_per_packet": self.cpu_us_per_packet,
             "failures": self.failures,
+            "closed_by_server": self.closed_by_server,
         })
     }
 }

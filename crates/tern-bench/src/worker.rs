@@ -259,6 +259,8 @@ pub struct Sample {
     pub fps: Range,
     /// Datagrams the client could not use.
     pub dropped: u64,
+    /// Whether the server ended the session with a DTLS close_notify.
+    pub closed_by_server: bool,
     /// Datagrams received (everything, before any check).
     pub datagrams: u64,
     /// Bytes of those datagrams.
@@ -408,6 +410,7 @@ impl Slot {
             bps: self.bps,
             fps: self.fps,
             dropped: self.client.dropped,
+            closed_by_server: self.client.close_notify,
             datagrams: self.datagrams,
             datagram_bytes: self.datagram_bytes,
         }

@@ -188,9 +188,12 @@ impl Publisher {
         }
     }
 
-    /// Ends the session.
+    /// Ends the session cleanly: str0m queues RTCP BYE and a DTLS close_notify, which the
+    /// next [`Publisher::poll`] hands out as transmits, so the encoder learns at once.
     pub fn close(&mut self) {
-        self.rtc.disconnect();
+        if self.rtc.close().is_err() {
+            self.rtc.disconnect();
+        }
         self.closed = true;
     }
 
@@ -204,7 +207,9 @@ impl Publisher {
                 }
                 Ok(Output::Event(e)) => match e {
                     Event::Connected => ev(PublisherEvent::Connected),
-                    Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                    // The encoder closed DTLS (close_notify), or ICE gave up.
+                    Event::Closed
+                    | Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
                         self.closed = true;
                         ev(PublisherEvent::Closed);
                         return None;

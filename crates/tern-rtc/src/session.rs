@@ -252,7 +252,7 @@ mod tests {
 
     use super::*;
     use crate::client::{AnswerError, Client, ClientOffer, ClientState, answer_offer};
-    use crate::viewer::{DtlsContext, Viewer, ViewerState};
+    use crate::viewer::{CloseReason, DtlsContext, Viewer, ViewerState};
 
     fn rng(mut seed: u64) -> impl FnMut() -> u64 {
         move || {
@@ -348,7 +348,10 @@ mod tests {
                 client.handle_input(now, d);
             }
             to_client.clear();
-            if viewer.state() == ViewerState::Connected && client.state() == ClientState::Connected
+            // Run on until the client's first SRTCP has let the viewer drop its DTLS engine.
+            if viewer.state() == ViewerState::Connected
+                && client.state() == ClientState::Connected
+                && !viewer.has_handshake()
             {
                 break;
             }
@@ -356,6 +359,23 @@ mod tests {
         }
         assert_eq!(viewer.state(), ViewerState::Connected);
         assert_eq!(client.state(), ClientState::Connected);
+        assert!(!viewer.has_handshake());
+
+        // Closed from the server's side, the viewer still tells the client with the
+        // close_notify it sealed before dropping the engine, and the client's DTLS accepts it.
+        let mut alerts: Vec<Vec<u8>> = Vec::new();
+        viewer.close_locally(&mut |p| alerts.push(p.to_vec()));
+        assert_eq!(viewer.state(), ViewerState::Closed(CloseReason::Local));
+        assert_eq!(alerts.len(), 1, "one close_notify record");
+        assert!(!client.close_notify);
+        for a in &mut alerts {
+            client.handle_input(now, a);
+        }
+        assert!(client.close_notify, "the client saw close_notify");
+        // Once closed there is nothing more to send.
+        let mut again = 0;
+        viewer.close_locally(&mut |_| again += 1);
+        assert_eq!(again, 0);
     }
 
     /// The same tracks reached by WHEP (`accept`) and by the server offer give viewer

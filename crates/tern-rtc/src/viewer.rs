@@ -231,6 +231,41 @@ struct Srtp {
     rtcp_rx: RtcpReceiver,
 }
 
+/// A sealed DTLS close_notify record, inline (one alert is 24-39 bytes: DTLS 1.3 or 1.2
+/// with AES-GCM). Empty when none was sealed or it did not fit.
+#[derive(Clone, Copy)]
+struct CloseAlert {
+    len: u8,
+    buf: [u8; CLOSE_ALERT_MAX],
+}
+
+/// Room for the sealed alert: the largest tern's DTLS suites produce, with margin.
+const CLOSE_ALERT_MAX: usize = 47;
+
+impl Default for CloseAlert {
+    fn default() -> Self {
+        CloseAlert {
+            len: 0,
+            buf: [0; CLOSE_ALERT_MAX],
+        }
+    }
+}
+
+impl CloseAlert {
+    fn new(rec: &[u8]) -> Self {
+        let mut a = CloseAlert::default();
+        if let Some(dst) = a.buf.get_mut(..rec.len()) {
+            dst.copy_from_slice(rec);
+            a.len = rec.len() as u8;
+        }
+        a
+    }
+
+    fn record(&self) -> Option<&[u8]> {
+        (self.len > 0).then(|| &self.buf[..usize::from(self.len)])
+    }
+}
+
 /// Per-track state: a few integers.
 #[derive(Debug, Clone, Copy)]
 struct Track {
@@ -319,6 +354,10 @@ pub struct Viewer {
     next_sr: Option<Instant>,
     timeouts: ViewerTimeouts,
     handshake: Option<Box<Handshake>>,
+    /// The DTLS close_notify alert, sealed before the handshake state is dropped so that a
+    /// connected viewer can still be told the session ends (RFC 6347 §4.1: the alert is one
+    /// record of the DTLS connection; without the engine its keys are gone).
+    close_alert: CloseAlert,
     /// Inline: a connected viewer always has it, and it is small (no expanded RTCP keys).
     srtp: Option<Srtp>,
     video: Option<Track>,
@@ -341,6 +380,7 @@ impl Viewer {
             next_sr: None,
             timeouts: p.timeouts,
             handshake: None,
+            close_alert: CloseAlert::default(),
             srtp: None,
             video: p.video.map(Track::new),
             audio: p.audio.map(Track::new),
@@ -411,7 +451,51 @@ impl Viewer {
     pub fn close(&mut self, reason: CloseReason) {
         self.state = ViewerState::Closed(reason);
         self.handshake = None;
+        self.close_alert = CloseAlert::default();
         self.srtp = None;
+    }
+
+    /// Ends the session from our side ([`CloseReason::Local`]: DELETE, kick, shutdown) and
+    /// passes the DTLS close_notify alert to `send` when the viewer is connected, so that
+    /// it learns at once that the session is over instead of waiting for media to stop.
+    pub fn close_locally(&mut self, send: &mut dyn FnMut(&[u8])) {
+        if self.state == ViewerState::Connected {
+            if self.handshake.is_some() {
+                self.seal_close_alert();
+            }
+            if let Some(rec) = self.close_alert.record() {
+                send(rec);
+            }
+        }
+        self.close(CloseReason::Local);
+    }
+
+    /// Drops the transient handshake state, keeping only the sealed close_notify alert.
+    fn drop_handshake(&mut self) {
+        if self.handshake.is_some() {
+            self.seal_close_alert();
+        }
+        self.handshake = None;
+    }
+
+    /// Has the DTLS engine seal its close_notify alert (the engine is not used again).
+    fn seal_close_alert(&mut self) {
+        let Some(hs) = self.handshake.as_mut() else {
+            return;
+        };
+        if hs.connected_at.is_none() || hs.dtls.close().is_err() {
+            return;
+        }
+        let mut buf = [0u8; 256];
+        loop {
+            match hs.dtls.poll_output(&mut buf) {
+                dimpl::Output::Packet(p) => {
+                    self.close_alert = CloseAlert::new(p);
+                }
+                dimpl::Output::Timeout(_) | dimpl::Output::BufferTooSmall { .. } => break,
+                _ => {}
+            }
+        }
     }
 
     /// Answers a STUN binding request from `from`, writing the success response into `out`
@@ -578,7 +662,7 @@ impl Viewer {
             }
         };
         // The peer has proven it holds the keys: the handshake state can go.
-        self.handshake = None;
+        self.drop_handshake();
         for pkt in rtcp::iter_compound(&data[..plain]) {
             let Ok(pkt) = pkt else {
                 self.counters.dropped += 1;
@@ -792,7 +876,7 @@ impl Viewer {
             }
         }
         if drop_hs {
-            self.handshake = None;
+            self.drop_handshake();
         } else if failed {
             self.close(CloseReason::DtlsFailed);
         } else if self.handshake.is_some() {

@@ -51,12 +51,19 @@ const TICK: Duration = Duration::from_millis(200);
 /// it gives up on the publisher. While it waits it reads nothing, so TCP pushes back on the
 /// encoder; a worker that takes nothing for this long is overloaded or stuck.
 const MEDIA_STALL: Duration = Duration::from_secs(2);
+/// How long a closing connection reads (and discards) what the encoder still sends after
+/// our FIN, so that the close is an orderly one (closing with unread data sends a reset).
+const CLOSE_DRAIN: Duration = Duration::from_millis(500);
+/// How long [`RtmpServer::stop`] waits for connections to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// How often the listener checks for shutdown while no connection arrives.
 const ACCEPT_TICK: Duration = Duration::from_millis(50);
 
 /// The running listener; [`RtmpServer::stop`] ends it and its connections.
 pub struct RtmpServer {
     stop: Arc<AtomicBool>,
+    /// Connections open (each on its own thread).
+    active: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
     /// The bound address.
     pub addr: SocketAddr,
@@ -75,22 +82,29 @@ impl RtmpServer {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let active = Arc::new(AtomicUsize::new(0));
+        let (flag, count) = (stop.clone(), active.clone());
         let thread = std::thread::Builder::new()
             .name("RtmpListener".into())
-            .spawn(move || listen(listener, state, max_payload, per_ip, flag))?;
+            .spawn(move || listen(listener, state, max_payload, per_ip, flag, count))?;
         Ok(RtmpServer {
             stop,
+            active,
             thread: Some(thread),
             addr,
         })
     }
 
-    /// Stops accepting and tells every connection to close (within one [`TICK`]).
+    /// Stops accepting, tells every connection to close (within one [`TICK`]) and waits up
+    /// to [`CLOSE_WAIT`] for them to finish their clean close.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        let deadline = Instant::now() + CLOSE_WAIT;
+        while self.active.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
@@ -101,8 +115,8 @@ fn listen(
     max_payload: usize,
     per_ip: Arc<PerAddress>,
     stop: Arc<AtomicBool>,
+    active: Arc<AtomicUsize>,
 ) {
-    let active = Arc::new(AtomicUsize::new(0));
     let clock = NtpClock::now();
     while !stop.load(Ordering::Relaxed) {
         let (sock, peer) = match listener.accept() {
@@ -146,13 +160,43 @@ fn listen(
                     Ok(why) => info!("rtmp {peer}: connection closed: {why}"),
                     Err(why) => warn!("rtmp {peer}: connection closed: {why}"),
                 }
+                // The publisher slot goes first (dropping the connection), the socket
+                // (a second handle to it) after its clean close.
+                let sock = c.sock.try_clone();
                 drop(c);
+                if let Ok(sock) = sock {
+                    close_cleanly(&sock);
+                }
                 drop(permit);
                 active2.fetch_sub(1, Ordering::Relaxed);
             });
         if let Err(e) = spawned {
             active.fetch_sub(1, Ordering::Relaxed);
             warn!("rtmp {peer}: cannot start a thread: {e}");
+        }
+    }
+}
+
+/// Ends a connection with a FIN rather than a reset: shut our side, then read and discard
+/// until the encoder closes its side or [`CLOSE_DRAIN`] passes.
+fn close_cleanly(sock: &TcpStream) {
+    if sock.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + CLOSE_DRAIN;
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = [0u8; 4096];
+    let mut r = sock;
+    while Instant::now() < deadline {
+        match r.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
         }
     }
 }

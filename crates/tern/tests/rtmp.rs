@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, http_get};
+use common::{Ffmpeg, Server, http_get, rtmp_handshake as handshake};
 use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -166,25 +166,6 @@ fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
         }
     }
     false
-}
-
-/// A good plain handshake (C0 C1, S0 S1 S2, C2) on a new connection.
-fn handshake(rtmp: SocketAddr) -> TcpStream {
-    use std::io::{Read, Write};
-    use tern_proto::rtmp::{HANDSHAKE_SIZE, VERSION};
-    let mut s = TcpStream::connect(rtmp).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let mut c0c1 = vec![VERSION];
-    c0c1.extend((0..HANDSHAKE_SIZE).map(|i| (i * 7) as u8));
-    s.write_all(&c0c1).expect("C0 C1");
-    let mut s0s1s2 = vec![0u8; 1 + 2 * HANDSHAKE_SIZE];
-    s.read_exact(&mut s0s1s2).expect("S0 S1 S2");
-    assert_eq!(s0s1s2[0], VERSION);
-    // S2 echoes C1.
-    assert_eq!(&s0s1s2[1 + HANDSHAKE_SIZE..], &c0c1[1..]);
-    s.write_all(&s0s1s2[1..1 + HANDSHAKE_SIZE]).expect("C2");
-    s
 }
 
 /// Acceptance: garbage after a good handshake closes only that connection, with a logged

@@ -1,11 +1,12 @@
 //! Stopping and restarting a real `tern serve`: SIGTERM ends the process within 5 s even with
 //! long-lived connections open (an event WebSocket, an OME signalling socket, a request half
-//! sent, an RTMP publisher, WebRTC viewers), and after SIGKILL a new process binds the same HTTP, media,
+//! sent, an RTMP publisher, WebRTC viewers); viewers and the WHIP publisher get a DTLS
+//! close_notify and RTMP connections an orderly close (FIN, not a reset). After SIGKILL a new process binds the same HTTP, media,
 //! RTMP and TURN ports at once, although the killed one left connections behind.
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,8 +14,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, free_tcp_port, free_udp_port, http_get};
+use common::{Ffmpeg, Server, free_tcp_port, free_udp_port, http_get, rtmp_handshake};
 use tern_bench::BenchArgs;
+use tern_rtc::clip::Clip;
 
 #[derive(Parser)]
 struct Cli {
@@ -24,7 +26,11 @@ struct Cli {
 
 fn config() -> PathBuf {
     let p = std::env::temp_dir().join(format!("tern-shutdown-{}.toml", std::process::id()));
-    std::fs::write(&p, "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n").expect("write config");
+    std::fs::write(
+        &p,
+        "[[app]]\nname = \"live\"\nstreams = [\"cam\", \"desk\"]\n",
+    )
+    .expect("write config");
     p
 }
 
@@ -114,6 +120,12 @@ fn sigterm_stops_the_process_within_5_s_with_connections_open() {
     let ports = Ports::free();
     let mut server = start(&ports);
     let open = long_lived(&server, &ports);
+    // A WHIP publisher (str0m) and an RTMP connection past its handshake.
+    let clip = Arc::new(Clip::builtin_lite().expect("clip"));
+    let whip = format!("http://{}/live/desk/whip", server.http);
+    let mut publisher =
+        tern_bench::publish::start(&whip, "127.0.0.1".parse().expect("ip"), clip).expect("WHIP");
+    let mut rtmp = rtmp_handshake(ports.rtmp);
     // Viewers playing the demo while the signal arrives.
     let line = format!(
         "bench -url http://{}/live/demo/whep -n 10 -cint 10 -life 30 -sint 60000",
@@ -128,8 +140,17 @@ fn sigterm_stops_the_process_within_5_s_with_connections_open() {
     let bench = std::thread::spawn(move || {
         let mut out = Vec::new();
         let _ = tern_bench::run(&args, flag, &mut out);
+        String::from_utf8_lossy(&out).into_owned()
     });
     std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        publisher
+            .stats
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "the WHIP publisher did not connect:\n{}",
+        server.log_tail(30)
+    );
 
     let t = Instant::now();
     let status = server.terminate();
@@ -143,7 +164,32 @@ fn sigterm_stops_the_process_within_5_s_with_connections_open() {
     );
     assert!(log.contains("tern stopped"), "{log}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = bench.join();
+    let report = bench.join().expect("bench thread");
+    // Every viewer was told: its DTLS engine accepted the server's close_notify.
+    assert!(
+        report.contains("Closed by server (DTLS close_notify) : 10"),
+        "{report}\n{log}"
+    );
+    assert!(
+        publisher
+            .stats
+            .closed_by_server
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "the WHIP publisher got no close_notify:\n{log}"
+    );
+    publisher.stop();
+    // The RTMP connection ended with a FIN: reading gives end-of-file, not a reset.
+    rtmp.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        match rtmp.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    assert!(end.is_ok(), "RTMP connection not closed cleanly: {end:?}");
     drop(open);
 }
 

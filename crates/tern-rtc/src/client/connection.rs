@@ -87,6 +87,8 @@ pub struct Client {
     out: Vec<Vec<u8>>,
     /// SR packets received.
     pub sender_reports: u64,
+    /// Whether the server ended the session with a DTLS close_notify alert.
+    pub close_notify: bool,
     /// Datagrams that could not be used (bad STUN, failed SRTCP, unknown).
     pub dropped: u64,
 }
@@ -113,6 +115,7 @@ impl Client {
             times: ConnectTimes::default(),
             out: Vec::new(),
             sender_reports: 0,
+            close_notify: false,
             dropped: 0,
         };
         c.send_check(now);
@@ -349,6 +352,7 @@ impl Client {
                 dimpl::Output::KeyingMaterial(km, profile) => {
                     keys = Some((km.to_vec(), profile));
                 }
+                dimpl::Output::CloseNotify => self.close_notify = true,
                 dimpl::Output::BufferTooSmall { .. } => {
                     bad_cert = true;
                     break;

@@ -58,6 +58,8 @@ pub enum LeftReason {
     ConnectTimeout,
     /// No media for [`PublisherTimeouts::media`].
     MediaTimeout,
+    /// The server is stopping.
+    Shutdown,
 }
 
 impl LeftReason {
@@ -67,6 +69,7 @@ impl LeftReason {
             LeftReason::Ended => "ended",
             LeftReason::ConnectTimeout => "connect timeout",
             LeftReason::MediaTimeout => "media timeout",
+            LeftReason::Shutdown => "server shutdown",
         }
     }
 }
@@ -248,6 +251,11 @@ impl Ingest {
     /// Publishers connected or connecting.
     pub fn count(&self) -> usize {
         self.slots.iter().flatten().count()
+    }
+
+    /// The publishers connected or connecting.
+    pub fn ids(&self) -> Vec<PublisherId> {
+        self.slots.iter().flatten().map(|s| s.id).collect()
     }
 
     /// Installs a WHIP publisher on a stream; it has [`PublisherTimeouts::connect`] from

@@ -35,7 +35,7 @@ use tracing::{info, warn};
 use crate::limits::AddrPermit;
 use crate::media::batch::SendBatch;
 use crate::media::clock::NtpClock;
-use crate::media::ingest::{Ingest, PublisherTimeouts};
+use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
 use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink};
@@ -284,6 +284,9 @@ impl Worker {
         for id in ids {
             self.remove(id, CloseReason::Local);
         }
+        for id in self.ingest.ids() {
+            self.remove_publisher(id, LeftReason::Shutdown);
+        }
         self.flush();
         info!("media worker {} stopped", self.index);
     }
@@ -305,7 +308,7 @@ impl Worker {
                 permit,
             } => self.add_publisher(stream, publisher, reply, permit),
             Command::Rtmp(cmd) => self.handle_rtmp(cmd),
-            Command::RemovePublisher(id) => self.remove_publisher(id),
+            Command::RemovePublisher(id) => self.remove_publisher(id, LeftReason::Ended),
             Command::RestartIce {
                 id,
                 ufrag,

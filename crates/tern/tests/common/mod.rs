@@ -503,3 +503,22 @@ impl Drop for Ffmpeg {
         let _ = self.child.wait();
     }
 }
+
+/// A good plain handshake (C0 C1, S0 S1 S2, C2) on a new connection.
+pub fn rtmp_handshake(rtmp: SocketAddr) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    use tern_proto::rtmp::{HANDSHAKE_SIZE, VERSION};
+    let mut s = std::net::TcpStream::connect(rtmp).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut c0c1 = vec![VERSION];
+    c0c1.extend((0..HANDSHAKE_SIZE).map(|i| (i * 7) as u8));
+    s.write_all(&c0c1).expect("C0 C1");
+    let mut s0s1s2 = vec![0u8; 1 + 2 * HANDSHAKE_SIZE];
+    s.read_exact(&mut s0s1s2).expect("S0 S1 S2");
+    assert_eq!(s0s1s2[0], VERSION);
+    // S2 echoes C1.
+    assert_eq!(&s0s1s2[1 + HANDSHAKE_SIZE..], &c0c1[1..]);
+    s.write_all(&s0s1s2[1..1 + HANDSHAKE_SIZE]).expect("C2");
+    s
+}

@@ -78,10 +78,11 @@ impl Worker {
         self.apply_ingest(now, out);
     }
 
-    /// Ends a publisher (WHIP DELETE, RTMP connection closed, kick).
-    pub(super) fn remove_publisher(&mut self, id: PublisherId) {
+    /// Ends a publisher (WHIP DELETE, RTMP connection closed, kick, shutdown). A WHIP
+    /// publisher gets RTCP BYE and DTLS close_notify; an RTMP one's connection closes.
+    pub(super) fn remove_publisher(&mut self, id: PublisherId, reason: LeftReason) {
         let mut out = Vec::new();
-        self.ingest.remove(id, LeftReason::Ended, &mut out);
+        self.ingest.remove(id, reason, &mut out);
         self.apply_ingest(Instant::now(), out);
     }
 
@@ -224,6 +225,7 @@ impl Worker {
                     let key = &self.streams[stream].key;
                     match reason {
                         LeftReason::Ended => info!("publisher of {key} left"),
+                        LeftReason::Shutdown => info!("publisher of {key} closed: shutdown"),
                         LeftReason::ConnectTimeout => warn!(
                             "publisher of {key} ended: ICE and DTLS did not complete within {:?}",
                             self.ingest.timeouts().connect

@@ -101,7 +101,26 @@ impl Worker {
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.index() as u32);
         self.pending.remove(&id);
-        ledger(&mut e, |v| v.close(reason));
+        // Closing from our side tells a connected viewer with DTLS close_notify.
+        let mut alert = [0u8; 64];
+        let mut alert_len = 0;
+        ledger(&mut e, |v| {
+            if reason == CloseReason::Local {
+                v.close_locally(&mut |rec| {
+                    if let Some(dst) = alert.get_mut(..rec.len()) {
+                        dst.copy_from_slice(rec);
+                        alert_len = rec.len();
+                    }
+                });
+            } else {
+                v.close(reason);
+            }
+        });
+        if alert_len > 0
+            && let Some(to) = e.viewer.remote_addr()
+        {
+            self.send_to(&alert[..alert_len], to);
+        }
         self.stats.snapshots.viewer_left(
             id.raw(),
             match reason {

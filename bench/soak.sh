@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Churn soak (issue 18): one `tern demo` on loopback under steady and churning load for
+# MINUTES, then the heap, RSS and open file descriptors compared with their idle values.
+#
+#   bench/soak.sh [MINUTES] [STEADY] [CHURN_PER_S]       (defaults 30 1000 50)
+#
+# Load, all at once for MINUTES:
+#   - STEADY viewers of live/demo (tern bench, WHEP), connected for the whole run;
+#   - churn: viewers joining at CHURN_PER_S and leaving after ~4 s, from two staggered loops
+#     of `tern bench -n N -cint C -life 4` (each run's viewers join over 2 s, stay, and are
+#     DELETEd at its end); the second loop's viewers go through tern's TURN server
+#     (`--relay`), so TURN allocations are made and released at half the churn rate;
+#   - publishers coming and going: ffmpeg pushing RTMP to live/cam for 20 s at a time, and a
+#     WHIP publisher (tern bench --publish 1) on live/desk for 15 s at a time.
+# Idle is measured after a warm-up (one round of each kind of load, then every session gone),
+# so one-time initialisation counts as idle. After the load the script waits (≤ 60 s) for the
+# memory report to return to idle, then reads the figures again. Every loop is bounded by
+# the run's deadline; everything runs on 127.0.0.1.
+#
+# Output: a Markdown table on stdout and bench/results/soak-<date>.json; exit 1 if heap or
+# descriptors did not return to idle or a steady viewer failed (RSS is reported, not judged:
+# the C allocator keeps freed pages for reuse).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=${1:-30}
+STEADY=${2:-1000}
+RATE=${3:-50}
+DUR=$((MINUTES * 60))
+TARGET=${CARGO_TARGET_DIR:-target}
+cargo build --release -p tern >/dev/null 2>&1 || cargo build --release -p tern
+command -v ffmpeg >/dev/null || ./scripts/install-deps.sh
+BIN=$TARGET/release/tern
+tmp=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_tcp() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_udp() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+HTTP=127.0.0.1:$(free_tcp)
+MEDIA=127.0.0.1:$(free_udp)
+RTMP=127.0.0.1:$(free_tcp)
+TURN=127.0.0.1:$(free_udp)
+cat >"$tmp/soak.toml" <<EOF
+[[app]]
+name = "live"
+streams = ["cam", "desk"]
+
+[limits]
+# The relayed churn viewers all come from 127.0.0.1; the TURN quota is not exempt.
+turn_allocations_per_ip = 10000
+EOF
+"$BIN" demo --config "$tmp/soak.toml" --http "$HTTP" --media "$MEDIA" --candidate 127.0.0.1 \
+    --rtmp "$RTMP" --turn "$TURN" --turn-user u:p --turn-relay-ip 127.0.0.1 \
+    >"$tmp/server.log" 2>&1 &
+SERVER=$!
+PIDS+=("$SERVER")
+for _ in $(seq 100); do
+    curl -sf "http://$HTTP/v1/stats/current" >/dev/null && break
+    sleep 0.1
+done
+
+# memory: "live mapped" bytes from the counting allocator; rss in KiB; fds open.
+memory() { curl -sf "http://$HTTP/v1/memory" | python3 -c 'import json,sys; a=json.load(sys.stdin)["allocator"]; print(a["live_bytes"], a["mapped_bytes"])'; }
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$SERVER/status"; }
+fds() { ls "/proc/$SERVER/fd" | wc -l; }
+sessions() {
+    python3 - "$HTTP" <<'PY'
+import json, sys, urllib.request
+h = sys.argv[1]
+s = json.load(urllib.request.urlopen(f"http://{h}/v1/stats/current"))["response"]
+t = json.load(urllib.request.urlopen(f"http://{h}/v1/turn/allocations"))
+print(s["totalConnections"], s["publishers"], len(t))
+PY
+}
+# Waits (≤ $1 s) until no viewer, publisher or allocation is left.
+wait_empty() {
+    local end=$((SECONDS + $1))
+    while [ $SECONDS -lt $end ]; do
+        [ "$(sessions)" = "0 0 0" ] && return 0
+        sleep 0.5
+    done
+    echo "still open after $1 s (viewers publishers allocations): $(sessions)" >&2
+    return 1
+}
+# A memory reading that holds for 1 s (≤ 20 s of trying); prints it.
+stable_memory() {
+    local a b
+    a=$(memory)
+    for _ in $(seq 20); do
+        sleep 1
+        b=$(memory)
+        [ "$a" = "$b" ] && break
+        a=$b
+    done
+    echo "$a"
+}
+# Waits (≤ $1 s) for the memory report to read "$2"; prints the last reading.
+wait_memory() {
+    local end=$((SECONDS + $1)) m
+    while :; do
+        m=$(memory)
+        if [ "$m" = "$2" ] || [ $SECONDS -ge $end ]; then
+            echo "$m"
+            return
+        fi
+        sleep 0.5
+    done
+}
+
+bench() { "$BIN" bench -url "http://$HTTP/live/$1/whep" "${@:2}"; }
+push_rtmp() {
+    timeout $(($1 + 10)) ffmpeg -nostdin -loglevel error -re \
+        -f lavfi -i "testsrc=size=320x240:rate=15" -f lavfi -i "sine=frequency=440" \
+        -t "$1" -c:v libx264 -preset ultrafast -tune zerolatency -g 15 -pix_fmt yuv420p \
+        -c:a aac -b:a 64k -f flv "rtmp://$RTMP/live/cam" >>"$tmp/ffmpeg.log" 2>&1 || true
+}
+
+# Warm-up: one round of everything, then idle.
+echo "warm-up..." >&2
+push_rtmp 4 &
+WARM=$!
+bench desk -n 1 -life 4 --publish 1 --json >/dev/null 2>&1 || true
+bench demo -n 20 -cint 20 -life 3 --json >/dev/null 2>&1 || true
+bench demo -n 20 -cint 20 -life 3 --relay --json >/dev/null 2>&1 || true
+wait "$WARM" || true
+wait_empty 60
+IDLE_MEM=$(stable_memory)
+read -r IDLE_LIVE IDLE_MAPPED <<<"$IDLE_MEM"
+IDLE_RSS=$(rss)
+IDLE_FDS=$(fds)
+echo "idle: live $IDLE_LIVE B, mapped $IDLE_MAPPED B, RSS $IDLE_RSS KiB, fds $IDLE_FDS" >&2
+
+START=$SECONDS
+END=$((START + DUR))
+# Steady viewers, for the whole run.
+bench demo -n "$STEADY" -cint 5 -life "$DUR" -sint 60000 --json >"$tmp/steady.jsonl" 2>"$tmp/steady.err" &
+STEADY_PID=$!
+PIDS+=("$STEADY_PID")
+# Churn: two staggered loops, each joining RATE/2 viewers per second for 2 s of every 4 s.
+HALF=$((RATE * 2))
+CINT=$((2000 / HALF))
+churn() {
+    local flag=$1 out=$2
+    while [ $((SECONDS + 5)) -lt "$END" ]; do
+        bench demo -n "$HALF" -cint "$CINT" -life 4 -sint 60000 --json $flag 2>/dev/null |
+            grep '"type":"summary"' | tail -1 >>"$out" || true
+    done
+}
+LOOPS=()
+churn "" "$tmp/churn-direct.jsonl" &
+LOOPS+=($!)
+sleep 2
+churn --relay "$tmp/churn-relay.jsonl" &
+LOOPS+=($!)
+# Publishers coming and going.
+(
+    while [ $((SECONDS + 25)) -lt "$END" ]; do
+        push_rtmp 20
+        echo x >>"$tmp/rtmp-cycles"
+        sleep 2
+    done
+) &
+LOOPS+=($!)
+(
+    while [ $((SECONDS + 20)) -lt "$END" ]; do
+        bench desk -n 1 -life 15 --publish 1 --json >/dev/null 2>&1 || true
+        echo x >>"$tmp/whip-cycles"
+        sleep 2
+    done
+) &
+LOOPS+=($!)
+PIDS+=("${LOOPS[@]}")
+# Sample the server while the load runs.
+PEAK_RSS=0
+PEAK_FDS=0
+while [ $SECONDS -lt "$END" ]; do
+    r=$(rss)
+    f=$(fds)
+    [ "$r" -gt "$PEAK_RSS" ] && PEAK_RSS=$r
+    [ "$f" -gt "$PEAK_FDS" ] && PEAK_FDS=$f
+    sleep 5
+done
+wait "$STEADY_PID" || true
+# Let the loops finish their last rounds (each is bounded by END plus its own run time).
+for _ in $(seq 60); do
+    running=0
+    for p in "${LOOPS[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
+    [ $running -eq 0 ] && break
+    sleep 1
+done
+LOAD_SECS=$((SECONDS - START))
+wait_empty 90 || true
+AFTER_MEM=$(wait_memory 60 "$IDLE_MEM")
+read -r AFTER_LIVE AFTER_MAPPED <<<"$AFTER_MEM"
+AFTER_RSS=$(rss)
+AFTER_FDS=$(fds)
+LEFT=$(sessions)
+
+python3 - "$tmp" "$LOAD_SECS" "$MINUTES" "$STEADY" "$RATE" "$IDLE_LIVE" "$IDLE_MAPPED" "$IDLE_RSS" "$IDLE_FDS" \
+    "$AFTER_LIVE" "$AFTER_MAPPED" "$AFTER_RSS" "$AFTER_FDS" "$PEAK_RSS" "$PEAK_FDS" "$LEFT" <<'PY'
+import json, os, sys, time
+(tmp, load_secs, minutes, steady, rate, il, im, ir, ifd, al, am, ar, afd, pr, pfd, left) = sys.argv[1:]
+load_secs, minutes, steady, rate = int(load_secs), int(minutes), int(steady), int(rate)
+il, im, ir, ifd, al, am, ar, afd, pr, pfd = map(int, (il, im, ir, ifd, al, am, ar, afd, pr, pfd))
+
+def finals(path):
+    out = []
+    if os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line:
+                out.append(json.loads(line))
+    return out
+
+def lines(path):
+    return sum(1 for _ in open(path)) if os.path.exists(path) else 0
+
+steady_runs = [s for s in finals(f"{tmp}/steady.jsonl") if s.get("type") == "summary"]
+st = steady_runs[-1] if steady_runs else {}
+churn = {}
+for kind in ("direct", "relay"):
+    runs = finals(f"{tmp}/churn-{kind}.jsonl")
+    churn[kind] = {
+        "runs": len(runs),
+        "clients": sum(r["clients"] for r in runs),
+        "connected": sum(r["states"]["connected"] for r in runs),
+        "failed": sum(r["states"]["failed"] for r in runs),
+        "failures": {},
+    }
+    for r in runs:
+        for k, v in r.get("failures", {}).items():
+            churn[kind]["failures"][k] = churn[kind]["failures"].get(k, 0) + v
+result = {
+    "minutes": minutes, "steady": steady, "churn_per_s": rate, "load_secs": load_secs,
+    "idle": {"live_bytes": il, "mapped_bytes": im, "rss_kib": ir, "fds": ifd},
+    "after": {"live_bytes": al, "mapped_bytes": am, "rss_kib": ar, "fds": afd},
+    "peak": {"rss_kib": pr, "fds": pfd},
+    "left_open": left,
+    "steady_final": {k: st.get(k) for k in ("clients", "states", "total_losses", "failures")},
+    "churn": churn,
+    "rtmp_cycles": lines(f"{tmp}/rtmp-cycles"),
+    "whip_cycles": lines(f"{tmp}/whip-cycles"),
+}
+os.makedirs("bench/results", exist_ok=True)
+path = time.strftime("bench/results/soak-%Y-%m-%d-%H%M.json")
+json.dump(result, open(path, "w"), indent=1)
+print(f"| figure | idle | peak under load | after | after − idle |")
+print(f"|---|---:|---:|---:|---:|")
+print(f"| allocator live bytes | {il} | | {al} | {al - il:+} |")
+print(f"| allocator mapped bytes | {im} | | {am} | {am - im:+} |")
+print(f"| RSS (KiB) | {ir} | {pr} | {ar} | {ar - ir:+} |")
+print(f"| open fds | {ifd} | {pfd} | {afd} | {afd - ifd:+} |")
+print()
+sv = st.get("states", {})
+print(f"steady: {st.get('clients')} viewers, {sv.get('connected')} connected at the end, "
+      f"{sv.get('failed')} failed, losses {st.get('total_losses')}, failures {st.get('failures')}")
+for kind, c in churn.items():
+    print(f"churn ({kind}): {c['runs']} runs, {c['clients']} viewers joined and left "
+          f"({c['clients'] / max(load_secs, 1):.1f}/s), "
+          f"{c['connected']} connected, {c['failed']} failed {c['failures'] or ''}")
+print(f"publishers: {result['rtmp_cycles']} RTMP and {result['whip_cycles']} WHIP cycles; "
+      f"open at the end (viewers publishers allocations): {left}")
+print(f"result: {path}")
+ok = (al, am) == (il, im) and afd == ifd and left == "0 0 0" \
+    and sv.get("failed", 1) == 0 and sv.get("connected") == steady
+sys.exit(0 if ok else 1)
+PY
