@@ -3,7 +3,7 @@
 # after a failure so that one run shows them all. Exits non-zero if any stage failed.
 #
 #   ./scripts/test.sh                 everything (CI runs this through .ci/run)
-#   ./scripts/test.sh --quick         no fuzz runs, no browser tests
+#   ./scripts/test.sh --quick         no fuzz runs, no browser tests, no soak
 #   ./scripts/test.sh --only STAGE    just STAGE (a comma-separated list works too)
 #   ./scripts/test.sh --no-deps       skip scripts/install-deps.sh
 #
@@ -16,8 +16,10 @@
 #   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
 #               network namespace (scripts/netns-run.sh)
+#   soak        bench/soak.sh $SOAK_MINUTES (default 5): 1,000 steady viewers, 50/s churning,
+#               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 20), CARGO_TARGET_DIR (respected by every stage; the fuzz
+# Environment: FUZZ_SECONDS (default 20), SOAK_MINUTES (default 5), CARGO_TARGET_DIR (respected by every stage; the fuzz
 # build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
 # eating the CI budget.
@@ -29,8 +31,10 @@ SELF="$ROOT/scripts/test.sh"
 export PATH="$HOME/.cargo/bin:$PATH"
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 export FUZZ_SECONDS
+SOAK_MINUTES="${SOAK_MINUTES:-5}"
+export SOAK_MINUTES
 
-ALL_STAGES=(deps fmt clippy test fuzz-build fuzz browser)
+ALL_STAGES=(deps fmt clippy test fuzz-build fuzz browser soak)
 
 fuzz_targets() {
     local f
@@ -57,6 +61,7 @@ describe_stage() {
         fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
         fuzz) echo "cargo +nightly fuzz run -O TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
+        soak) echo "bench/soak.sh $SOAK_MINUTES 1000 50" ;;
     esac
 }
 
@@ -68,6 +73,7 @@ stage_limit() {
         clippy | test | fuzz-build) echo 2400 ;;
         fuzz) echo $(($(fuzz_targets | wc -l) * (FUZZ_SECONDS + 90) + 60)) ;;
         browser) echo 1800 ;;
+        soak) echo $((SOAK_MINUTES * 60 + 900)) ;;
     esac
 }
 
@@ -109,6 +115,9 @@ run_stage_body() {
         browser)
             cargo build --release -p tern
             "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/"
+            ;;
+        soak)
+            "$ROOT/bench/soak.sh" "$SOAK_MINUTES" 1000 50
             ;;
         *)
             echo "unknown stage $1" >&2
@@ -176,6 +185,7 @@ else
     if [ "$QUICK" -eq 1 ]; then
         SKIP[fuzz]=1
         SKIP[browser]=1
+        SKIP[soak]=1
     fi
 fi
 [ "$DEPS" -eq 1 ] || SKIP[deps]=1

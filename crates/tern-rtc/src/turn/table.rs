@@ -243,6 +243,12 @@ impl TurnServer {
         };
         self.heap.sub(1, a.heap_bytes());
         self.by_client.remove(&a.client);
+        // A wave of allocations leaves no table sized for it behind (amortised: the map
+        // shrinks to twice its length once under a quarter full).
+        let n = self.by_client.len();
+        if self.by_client.capacity() > 4 * n.max(8) {
+            self.by_client.shrink_to(2 * n);
+        }
         if let Some(n) = self.per_user.get_mut(&a.user) {
             *n = n.saturating_sub(1);
             if *n == 0 {
