@@ -317,8 +317,9 @@ print(f"publishers: {result['rtmp_cycles']} RTMP and {result['whip_cycles']} WHI
       f"open at the end (viewers publishers allocations): {left}")
 print(f"result: {path}")
 # Tolerance: packets in flight in the demo stream's ring and queues at the moment of
-# reading, and slot tables that keep their peak length (viewer slots, TURN relays): 64 KiB.
-ok = abs(ao - io) <= 64 * 1024 and afd == ifd and left == "0 0 0" \
+# reading, and tables that keep their peak size (viewer slots, TURN relays, the runtime's I/O
+# slab): 256 KiB. A leak of 20 B per churned session trips it in the 5-minute CI run.
+ok = abs(ao - io) <= 256 * 1024 and afd == ifd and left == "0 0 0" \
     and sv.get("failed", 1) == 0 and sv.get("connected") == steady
 sys.exit(0 if ok else 1)
 PY

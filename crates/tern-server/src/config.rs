@@ -86,6 +86,10 @@ pub struct LimitsSection {
     /// TURN allocations (UDP and TCP together). Default 64: a viewer uses one or two.
     #[serde(default = "d_turn_allocations_per_ip")]
     pub turn_allocations_per_ip: usize,
+    /// Streams publishers may make on names not declared in any app's `streams` (each a
+    /// slot reserved at start; a publish past them gets 503). Default 1024.
+    #[serde(default = "d_dynamic_streams")]
+    pub dynamic_streams: usize,
     /// Client ranges (CIDR) none of these limits count, except the TURN allocation quota.
     /// Default loopback (`127.0.0.0/8`, `::1/128`): a load tester on the same host, or a
     /// reverse proxy in front of tern, whose clients all share its address (limit them at
@@ -105,6 +109,9 @@ impl LimitsSection {
     }
 }
 
+fn d_dynamic_streams() -> usize {
+    1024
+}
 fn d_pending_sessions_per_ip() -> usize {
     50
 }
@@ -129,6 +136,7 @@ impl Default for LimitsSection {
             ome_connections_per_ip: d_ome_connections_per_ip(),
             rtmp_connections_per_ip: d_rtmp_connections_per_ip(),
             turn_allocations_per_ip: d_turn_allocations_per_ip(),
+            dynamic_streams: d_dynamic_streams(),
             exempt: d_exempt(),
         }
     }
@@ -431,7 +439,74 @@ pub struct AppConfig {
     /// Declared streams: they exist (WHEP answers 409 while not live) without a publisher.
     #[serde(default)]
     pub streams: Vec<String>,
+    /// Whether publishers (RTMP, WHIP) may publish to names not in `streams`, making the
+    /// stream while they are live. Default true; false keeps the closed list.
+    #[serde(default = "d_true")]
+    pub dynamic: bool,
+    /// Seconds a publisher-made stream outlives its publisher (a reconnecting encoder keeps
+    /// its viewers); then it is removed and its viewers ended. Default 10.
+    #[serde(default = "d_idle_grace_s")]
+    pub idle_grace_s: u64,
+    /// HS256 secret: when set, every publish and play needs a JWT (Bearer for WHEP/WHIP,
+    /// `?token=` for RTMP and OME signalling) with `sub` = `app/stream`, `act` = `publish`
+    /// or `play`, and `exp`.
+    #[serde(default)]
+    pub jwt_secret: Option<String>,
+    /// End a session admitted by JWT when its token expires. Default false.
+    #[serde(default)]
+    pub end_at_exp: bool,
+    /// Admission webhook, asked before every publish and play.
+    #[serde(default)]
+    pub admission: Option<AdmissionConfig>,
 }
+
+/// `[app.admission]`: the operator's HTTP service that decides who may publish and play.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionConfig {
+    /// `http://host:port/path` the request is POSTed to.
+    pub url: String,
+    /// Time allowed for the answer. Default 2000 ms.
+    #[serde(default = "d_admission_timeout_ms")]
+    pub timeout_ms: u64,
+    /// What a timeout, a connection error or a non-200 answer means: `deny` (default) or
+    /// `allow`.
+    #[serde(default = "d_on_error")]
+    pub on_error: String,
+    /// Requests to the webhook at once; past it new sessions get 503. Default 256.
+    #[serde(default = "d_max_in_flight")]
+    pub max_in_flight: usize,
+}
+
+fn d_true() -> bool {
+    true
+}
+/// Default `idle_grace_s`.
+pub const DEFAULT_IDLE_GRACE_S: u64 = 10;
+
+fn d_idle_grace_s() -> u64 {
+    DEFAULT_IDLE_GRACE_S
+}
+fn d_admission_timeout_ms() -> u64 {
+    2000
+}
+fn d_on_error() -> String {
+    "deny".into()
+}
+fn d_max_in_flight() -> usize {
+    256
+}
+
+/// Whether `s` is a valid app or stream name: 1-64 characters of `A-Z a-z 0-9 . _ -`.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// The rule [`valid_name`] checks, as errors state it.
+pub const NAME_RULE: &str = "must be 1-64 characters of [A-Za-z0-9._-]";
 
 impl Config {
     /// Reads and validates a TOML file.
@@ -577,18 +652,30 @@ impl Config {
         {
             return bad("turn.relay_ip", "must be a unicast address");
         }
-        let valid_name = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 64
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        };
         for (i, app) in self.apps.iter().enumerate() {
             if !valid_name(&app.name) {
-                return bad(
-                    &format!("app[{i}].name"),
-                    "must be 1-64 characters of [A-Za-z0-9._-]",
-                );
+                return bad(&format!("app[{i}].name"), NAME_RULE);
+            }
+            if app.jwt_secret.as_deref().is_some_and(str::is_empty) {
+                return bad(&format!("app[{i}].jwt_secret"), "must not be empty");
+            }
+            if app.end_at_exp && app.jwt_secret.is_none() {
+                return bad(&format!("app[{i}].end_at_exp"), "needs jwt_secret");
+            }
+            if let Some(a) = &app.admission {
+                let key = |k: &str| format!("app[{i}].admission.{k}");
+                if crate::admission::parse_url(&a.url).is_none() {
+                    return bad(&key("url"), "must be http://host[:port][/path]");
+                }
+                if !(1..=60_000).contains(&a.timeout_ms) {
+                    return bad(&key("timeout_ms"), "must be 1-60000");
+                }
+                if a.on_error != "deny" && a.on_error != "allow" {
+                    return bad(&key("on_error"), "must be \"deny\" or \"allow\"");
+                }
+                if a.max_in_flight == 0 {
+                    return bad(&key("max_in_flight"), "must be at least 1");
+                }
             }
             if self.apps[..i].iter().any(|a| a.name == app.name) {
                 return bad(&format!("app[{i}].name"), "duplicate app name");
@@ -598,10 +685,7 @@ impl Config {
             }
             for (j, s) in app.streams.iter().enumerate() {
                 if !valid_name(s) {
-                    return bad(
-                        &format!("app[{i}].streams[{j}]"),
-                        "must be 1-64 characters of [A-Za-z0-9._-]",
-                    );
+                    return bad(&format!("app[{i}].streams[{j}]"), NAME_RULE);
                 }
             }
         }

@@ -36,7 +36,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod config;
+pub mod directory;
 pub mod http;
 pub mod limits;
 pub mod media;
@@ -57,7 +59,7 @@ use tern_rtc::viewer::DtlsContext;
 use tracing::info;
 
 use crate::config::Config;
-use crate::http::{AppState, StreamInfo};
+use crate::http::AppState;
 use crate::media::{Engine, EngineConfig, EngineStream, WorkerCounts};
 
 /// Start-up errors.
@@ -185,7 +187,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 
     // Streams: the demo clip, then declared streams (not live until a publisher arrives).
     let mut engine_streams = Vec::new();
-    let mut infos = HashMap::new();
+    let mut infos: HashMap<String, usize> = HashMap::new();
     if opts.demo {
         let clip = match opts.clip {
             DemoClip::Standard => Clip::builtin(),
@@ -193,7 +195,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         }
         .map_err(|e| ServeError::Other(format!("demo clip: {e}")))?;
         let src = ClipSource::new(Arc::new(clip), Instant::now());
-        infos.insert("live/demo".to_string(), StreamInfo { index: 0 });
+        infos.insert("live/demo".to_string(), 0);
         engine_streams.push(EngineStream::new(
             "live/demo".into(),
             Stream::new(t.video_ring, t.audio_ring),
@@ -206,12 +208,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             if infos.contains_key(&key) {
                 continue;
             }
-            infos.insert(
-                key.clone(),
-                StreamInfo {
-                    index: engine_streams.len(),
-                },
-            );
+            infos.insert(key.clone(), engine_streams.len());
             engine_streams.push(EngineStream::new(
                 key,
                 Stream::new(t.video_ring, t.audio_ring),
@@ -219,6 +216,14 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             ));
         }
     }
+
+    // Then the spare slots publishers make streams in: named and given rings when made.
+    let spare: Vec<usize> =
+        (engine_streams.len()..engine_streams.len() + cfg.limits.dynamic_streams).collect();
+    for _ in &spare {
+        engine_streams.push(EngineStream::new(String::new(), Stream::new(1, 1), None));
+    }
+    let directory = directory::Directory::new(infos, spare);
 
     let dtls = Arc::new(DtlsContext::generate().map_err(|e| ServeError::Other(e.to_string()))?);
     let media = cfg.server.media;
@@ -229,6 +234,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         pool,
         cname: cfg.server.cname.clone(),
         publisher_timeouts: cfg.publisher_timeouts(),
+        rings: (t.video_ring, t.audio_ring),
         workers: WorkerCounts {
             socket: cfg.server.worker_count,
             app: cfg.server.app_worker_count,
@@ -275,7 +281,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     let state = Arc::new(
         AppState::new(
             cfg,
-            infos,
+            directory,
             handle.clone(),
             *dtls.fingerprint(),
             candidate_ip,
@@ -313,7 +319,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .enable_all()
         .build()
         .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
+    let _ = state.runtime.set(rt.handle().clone());
     let res = rt.block_on(async move {
+        start_service_tasks(&state);
         let listener = tokio::net::TcpListener::bind(http)
             .await
             .map_err(|source| ServeError::Bind {
@@ -357,6 +365,56 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     }
     info!("tern stopped");
     res
+}
+
+/// The HTTP side's background work: the sweep that removes publisher-made streams past
+/// their grace (once a second), and, with an admission webhook, the close notifications
+/// (admitted sessions' ends, read off the event stream).
+fn start_service_tasks(state: &Arc<AppState>) {
+    let st = state.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            http::sweep_streams(&st);
+        }
+    });
+    if !state.admission.has_webhooks() {
+        return;
+    }
+    state.admission.start();
+    let st = state.clone();
+    let mut events = state.engine.stats.snapshots.subscribe();
+    tokio::spawn(async move {
+        use snapshot::{EventKind, SnapshotRef};
+        loop {
+            match events.recv().await {
+                Ok(e) => {
+                    let key = match (&e.kind, &e.snapshot) {
+                        (EventKind::ViewerLeft, SnapshotRef::Viewer(v)) => {
+                            admission::SessionKey::Viewer(v.id)
+                        }
+                        (EventKind::PublisherLeft, SnapshotRef::Publisher(p)) => {
+                            admission::SessionKey::Publisher(p.id)
+                        }
+                        _ => continue,
+                    };
+                    st.admission.ended(key, e.reason.unwrap_or("ended"));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(
+                        "admission: {n} session events missed; their close notifications are lost"
+                    );
+                    st.admission
+                        .stats
+                        .closes_dropped
+                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
 }
 
 /// How long open HTTP connections get to finish after SIGTERM/SIGINT before they are cut:

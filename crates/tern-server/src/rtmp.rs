@@ -33,7 +33,8 @@ use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
-use crate::http::AppState;
+use crate::admission::{Action, Ask, Verdict};
+use crate::http::{AppState, PublishRefusal, admitted_publisher, claim_stream, may_publish};
 use crate::limits::PerAddress;
 use crate::media::{AddError, PublisherId, RtmpCommand};
 use crate::media::{Command, NtpClock};
@@ -419,12 +420,9 @@ impl Connection {
         let app_name = strip_query(app);
         let stream = strip_query(name);
         let key = format!("{app_name}/{stream}");
-        let Some(index) = self.st.streams.get(&key).map(|i| i.index) else {
-            return Err(Refusal(
-                "NetStream.Publish.BadName",
-                format!("stream {key} not found"),
-            ));
-        };
+        if let Err(e) = may_publish(&self.st, app_name, stream) {
+            return Err(Refusal("NetStream.Publish.BadName", e.to_string()));
+        }
         if let Some(token) = self
             .st
             .config
@@ -441,6 +439,45 @@ impl Connection {
                 ));
             }
         }
+        let sid = format!("rtmp-{}", crate::http::session_token(16));
+        let ask = Ask {
+            action: Action::Publish,
+            protocol: "rtmp",
+            app: app_name.to_string(),
+            stream: stream.to_string(),
+            client: self.peer,
+            token: [Some(name), Some(app), tc_url]
+                .into_iter()
+                .flatten()
+                .find_map(query_token)
+                .map(str::to_string),
+            query: name.split_once('?').map_or("", |(_, q)| q).to_string(),
+            session: sid.clone(),
+        };
+        let verdict = if !self.st.admission.guards(app_name) {
+            Verdict::Allow { lifetime: None }
+        } else if let Some(rt) = self.st.runtime.get() {
+            // This connection's own thread waits; the media threads never do.
+            rt.block_on(self.st.admission.admit(&ask))
+        } else {
+            Verdict::Deny {
+                status: 503,
+                reason: "admission is not running".into(),
+            }
+        };
+        let lifetime = match verdict {
+            Verdict::Allow { lifetime } => lifetime,
+            Verdict::Deny { reason, .. } => {
+                return Err(Refusal("NetStream.Publish.Unauthorized", reason));
+            }
+        };
+        let index = match claim_stream(&self.st, app_name, stream) {
+            Ok(i) => i.index,
+            Err(e @ PublishRefusal::Full(_)) => {
+                return Err(Refusal("NetStream.Publish.Failed", e.to_string()));
+            }
+            Err(e) => return Err(Refusal("NetStream.Publish.BadName", e.to_string())),
+        };
         let closed = Arc::new(AtomicBool::new(false));
         let (tx, rx) = oneshot::channel();
         let cmd = Command::Rtmp(RtmpCommand::Add {
@@ -452,7 +489,7 @@ impl Connection {
         self.st.engine.send(cmd).map_err(|_| stopped())?;
         match rx.blocking_recv() {
             Ok(Ok(id)) => {
-                let sid = format!("rtmp-{}", id.serial);
+                admitted_publisher(&self.st, id, ask, lifetime);
                 if let Ok(mut m) = self.st.publishers.lock() {
                     m.insert(sid.clone(), id);
                 }

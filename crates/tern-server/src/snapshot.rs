@@ -127,6 +127,10 @@ pub enum EventKind {
     ViewerLeft,
     /// A stream went live or stopped being live.
     StreamChanged,
+    /// A publisher made a stream on an undeclared name.
+    StreamCreated,
+    /// A publisher-made stream was removed (no publisher for its grace).
+    StreamRemoved,
     /// A publisher session was created (offer answered, or RTMP publish accepted).
     PublisherJoined,
     /// A publisher's media started flowing.
@@ -147,6 +151,8 @@ impl EventKind {
             EventKind::ViewerConnected => "viewer.connected",
             EventKind::ViewerLeft => "viewer.left",
             EventKind::StreamChanged => "stream.changed",
+            EventKind::StreamCreated => "stream.created",
+            EventKind::StreamRemoved => "stream.removed",
             EventKind::PublisherJoined => "publisher.joined",
             EventKind::PublisherLive => "publisher.live",
             EventKind::PublisherLeft => "publisher.left",
@@ -422,6 +428,50 @@ impl Snapshots {
             snapshot: SnapshotRef::Stream(snap),
             reason: None,
         });
+    }
+
+    /// A publisher made stream `key`: cached (not live yet) and announced.
+    pub fn stream_created(&self, key: &str) {
+        let key: Arc<str> = key.into();
+        let state = Segment::build(
+            json!({"key": &*key, "source": "none", "live": false, "changed_ms": now_ms()}),
+            &self.builds,
+        );
+        let snap = StreamSnapshot {
+            key: key.clone(),
+            state,
+        };
+        if let Ok(mut m) = self.streams.write() {
+            m.insert(key.clone(), snap.clone());
+        }
+        self.publish(Event {
+            kind: EventKind::StreamCreated,
+            stream: key,
+            at_ms: now_ms(),
+            snapshot: SnapshotRef::Stream(snap),
+            reason: None,
+        });
+    }
+
+    /// Stream `key` was removed: out of the cache, announced with its last snapshot.
+    pub fn stream_removed(&self, key: &str) {
+        let snap = self.streams.write().ok().and_then(|mut m| {
+            let s = m.remove(key);
+            if m.capacity() > 4 * m.len().max(8) {
+                let n = m.len();
+                m.shrink_to(2 * n);
+            }
+            s
+        });
+        if let Some(snap) = snap {
+            self.publish(Event {
+                kind: EventKind::StreamRemoved,
+                stream: snap.key.clone(),
+                at_ms: now_ms(),
+                snapshot: SnapshotRef::Stream(snap),
+                reason: Some("no publisher for the idle grace"),
+            });
+        }
     }
 
     /// A publisher session was created on `stream`; `protocol` is `whip` or `rtmp`.

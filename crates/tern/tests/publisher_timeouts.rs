@@ -6,12 +6,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Ffmpeg, Server, http_get, http_post};
-use str0m::media::{Direction, MediaKind};
-use str0m::{Candidate, RtcConfig};
+use common::{Ffmpeg, Server, http_get, http_post, silent_offer};
 
 type Events = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
 
@@ -38,23 +35,6 @@ fn next_event(ws: &mut Events) -> (String, String) {
             return (field("type"), field("reason"));
         }
     }
-}
-
-/// A real WHIP offer (str0m: H264 and Opus, send-only) from a peer that will never answer
-/// a connectivity check.
-fn silent_offer() -> String {
-    let mut rtc = RtcConfig::new()
-        .clear_codecs()
-        .enable_h264(true)
-        .enable_opus(true, false)
-        .build(Instant::now());
-    let addr: SocketAddr = ([127, 0, 0, 1], 9).into();
-    rtc.add_local_candidate(Candidate::host(addr, "udp").expect("candidate"));
-    let mut api = rtc.sdp_api();
-    api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
-    api.add_media(MediaKind::Audio, Direction::SendOnly, None, None, None);
-    let (offer, _pending) = api.apply().expect("an offer");
-    offer.to_sdp_string()
 }
 
 fn post_offer(server: &Server, offer: &str) -> u16 {

@@ -75,9 +75,8 @@ fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
 pub(super) async fn apps(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let mut apps: Vec<(&str, Vec<&str>)> = Vec::new();
-    let mut keys: Vec<&String> = st.streams.keys().collect();
-    keys.sort();
-    for k in keys {
+    let keys = st.streams.list();
+    for (k, _) in &keys {
         let (app, stream) = k.split_once('/').unwrap_or((k, ""));
         match apps.iter_mut().find(|(a, _)| *a == app) {
             Some((_, v)) => v.push(stream),
@@ -131,7 +130,7 @@ pub(super) async fn stream_viewers(
 ) -> Response {
     auth!(st, headers);
     let key = format!("{app}/{stream}");
-    if !st.streams.contains_key(&key) {
+    if !st.streams.contains(&key) {
         return text(StatusCode::NOT_FOUND, format!("stream {key} not found"));
     }
     let list: Vec<String> = st
@@ -233,7 +232,7 @@ pub(super) async fn stream_publisher(
 ) -> Response {
     auth!(st, headers);
     let key = format!("{app}/{stream}");
-    if !st.streams.contains_key(&key) {
+    if !st.streams.contains(&key) {
         return text(StatusCode::NOT_FOUND, format!("stream {key} not found"));
     }
     match st
@@ -455,8 +454,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
         "gauge",
         s.snapshots.subscribers() as u64,
     );
-    let mut keys: Vec<(&String, usize)> = st.streams.iter().map(|(k, i)| (k, i.index)).collect();
-    keys.sort();
+    let keys = st.streams.list();
     let per_stream: [(&str, &str, &str); 7] = [
         ("tern_stream_live", "Whether the stream is live.", "gauge"),
         ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
@@ -505,6 +503,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }
     }
+    st.admission.stats.render(&mut o);
     let reports = tern_pool::MemoryRegistry::global().reports();
     for (name, help, f) in [
         (

@@ -22,5 +22,9 @@ mod whep;
 pub mod whip;
 
 pub use listener::{LimitedListener, Peer};
+pub(crate) use reply::random_token as session_token;
 pub use router::router;
-pub use state::{AppState, StreamInfo, TurnLinks};
+pub(crate) use state::admitted_publisher;
+pub use state::{
+    AppState, PublishRefusal, StreamInfo, TurnLinks, claim_stream, may_publish, sweep_streams,
+};

@@ -22,7 +22,7 @@
 //! (OME closes after every error too; unlike OME, a frame that is not JSON also gets an error
 //! message before the close rather than a bare close).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -36,9 +36,10 @@ use tern_proto::ome::{self, Command, IceServer, OfferCandidate, SignalError};
 use tern_rtc::session::{self, LocalInfo, ServerAnswerError, ServerOffer};
 use tracing::{debug, info};
 
+use crate::admission::{Action, Ask, SessionKey, Verdict};
 use crate::http::listener::Peer;
 use crate::http::reply::too_many;
-use crate::http::state::AppState;
+use crate::http::state::{AppState, admitted};
 use crate::media::{Command as EngineCommand, ViewerId};
 
 /// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`): one
@@ -72,7 +73,8 @@ pub fn upgrade(
     ws.max_message_size(ome::MAX_MESSAGE_LEN)
         .max_frame_size(ome::MAX_MESSAGE_LEN)
         .on_upgrade(move |socket| async move {
-            let mut sig = Signalling::new(app, stream, params, bearer, peer.0.ip());
+            let mut sig = Signalling::new(app, stream, params, bearer, peer.0);
+            sig.query = query.unwrap_or_default();
             sig.run(&st, socket).await;
             sig.end(&st);
             drop(socket_permit);
@@ -148,6 +150,12 @@ enum Phase {
 struct Signalling {
     /// The client's address (its pending sessions are limited).
     client: IpAddr,
+    /// The client's address and port (for the admission webhook).
+    peer: SocketAddr,
+    /// The URL's query string.
+    query: String,
+    /// The admission of the current offer: what was asked, and the session's lifetime.
+    admitted: Option<(Ask, Option<Duration>)>,
     app: String,
     stream: String,
     params: Params,
@@ -174,10 +182,13 @@ impl Signalling {
         stream: String,
         params: Params,
         bearer: Option<String>,
-        client: IpAddr,
+        peer: SocketAddr,
     ) -> Self {
         let mut s = Signalling {
-            client,
+            client: peer.ip(),
+            peer,
+            query: String::new(),
+            admitted: None,
             app,
             stream,
             params,
@@ -264,7 +275,7 @@ impl Signalling {
     async fn handle(&mut self, st: &AppState, text: &str) -> Result<Option<String>, SignalError> {
         let msg = ome::parse_message(text)?;
         if *msg.command() == Command::RequestOffer {
-            return self.request_offer(st).map(Some);
+            return self.request_offer(st).await.map(Some);
         }
         // Every other command names the offer it belongs to (OME checks this first).
         if self.id.is_none() || msg.id() != self.id {
@@ -297,7 +308,7 @@ impl Signalling {
         }
     }
 
-    fn request_offer(&mut self, st: &AppState) -> Result<String, SignalError> {
+    async fn request_offer(&mut self, st: &AppState) -> Result<String, SignalError> {
         // A new offer replaces whatever the socket had (OvenPlayer asks again after a stop).
         self.stop(st);
         let key = format!("{}/{}", self.app, self.stream);
@@ -329,6 +340,23 @@ impl Signalling {
             ));
         }
         check_capacity(st)?;
+        let id = new_id();
+        let ask = Ask {
+            action: Action::Play,
+            protocol: "ome",
+            app: self.app.clone(),
+            stream: self.stream.clone(),
+            client: self.peer,
+            token: self.params.token.clone().or_else(|| self.bearer.clone()),
+            query: self.query.clone(),
+            session: id.to_string(),
+        };
+        self.admitted = match st.admission.admit(&ask).await {
+            Verdict::Allow { lifetime } => Some((ask, lifetime)),
+            Verdict::Deny { status, reason } => {
+                return Err(SignalError::new(status, reason));
+            }
+        };
         let offer = session::offer(
             &LocalInfo {
                 fingerprint: &st.fingerprint,
@@ -340,7 +368,6 @@ impl Signalling {
             true,
             &mut || rand::rng().random(),
         );
-        let id = new_id();
         let text = ome::write_offer(
             id,
             &offer.sdp,
@@ -393,6 +420,9 @@ impl Signalling {
             .map_err(|_| unavailable())?;
         let viewer = rx.await.map_err(|_| unavailable())?;
         info!(%key, ?viewer, "OME-signalled viewer added");
+        if let Some((ask, lifetime)) = self.admitted.take() {
+            admitted(st, SessionKey::Viewer(viewer.raw()), ask, lifetime);
+        }
         self.phase = Phase::Playing(viewer);
         self.recount();
         Ok(())

@@ -14,19 +14,19 @@ use crate::http::state::AppState;
 
 /// `GET /`: the live streams, each a link to its player.
 pub(super) async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
-    let mut live: Vec<&String> = st
+    let live: Vec<String> = st
         .streams
-        .iter()
+        .list()
+        .into_iter()
         .filter(|(_, i)| {
             st.engine
                 .stats
                 .live
-                .get(i.index)
+                .get(*i)
                 .is_some_and(|l| l.load(Ordering::Relaxed))
         })
         .map(|(k, _)| k)
         .collect();
-    live.sort();
     let items: String = live
         .iter()
         .map(|k| format!("<li><a href=\"/{k}\">{k}</a></li>"))

@@ -27,7 +27,7 @@ pub(crate) fn cors(h: &mut HeaderMap) {
 }
 
 /// `n` random characters of `[A-Za-z0-9]` (session ids, ETags, ICE credentials).
-pub(super) fn random_token(n: usize) -> String {
+pub(crate) fn random_token(n: usize) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
     (0..n)
@@ -56,6 +56,25 @@ pub(super) fn too_many(e: LimitReached) -> Response {
     let mut r = text(StatusCode::TOO_MANY_REQUESTS, format!("{e}; retry"));
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
+}
+
+/// An admission refusal: 401 (with `WWW-Authenticate: Bearer`), 403 or 503 (with
+/// `Retry-After`), the reason as the body.
+pub(super) fn denied(status: u16, reason: String) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+    let mut r = text(code, reason);
+    match status {
+        401 => {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        503 => {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        _ => {}
+    }
     r
 }
 

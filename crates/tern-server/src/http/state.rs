@@ -7,22 +7,21 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tern_pool::PoolCounter;
 
+use crate::admission::Admission;
+use crate::admission::{Ask, SessionKey};
 use crate::config::Config;
+use crate::directory::Directory;
 use crate::http::reply::text;
 use crate::limits::PerAddress;
-use crate::media::{EngineHandle, PublisherId, ViewerId};
+use crate::media::{Command, EngineHandle, PublisherId, ViewerId};
 
-/// A stream known to the HTTP side.
-#[derive(Debug, Clone)]
-pub struct StreamInfo {
-    /// Index in the engine's streams.
-    pub index: usize,
-}
+pub use crate::directory::StreamInfo;
 
 /// What WHEP answers announce in `Link: rel="ice-server"` headers when TURN is on.
 #[derive(Debug, Clone)]
@@ -152,8 +151,13 @@ impl SessionTable {
 pub struct AppState {
     /// Configuration.
     pub config: Config,
-    /// `app/stream` → stream.
-    pub streams: HashMap<String, StreamInfo>,
+    /// `app/stream` → stream: declared ones and those publishers made.
+    pub streams: Directory,
+    /// Who may publish and play (JWT, admission webhook), per app.
+    pub admission: Admission,
+    /// The HTTP runtime (RTMP connection threads block on it for admission; lifetimes are
+    /// timed on it).
+    pub runtime: std::sync::OnceLock<tokio::runtime::Handle>,
     /// The media engine.
     pub engine: EngineHandle,
     /// Our DTLS certificate fingerprint.
@@ -179,7 +183,7 @@ impl AppState {
     /// New state.
     pub fn new(
         config: Config,
-        streams: HashMap<String, StreamInfo>,
+        streams: Directory,
         engine: EngineHandle,
         fingerprint: [u8; 32],
         candidate_ip: IpAddr,
@@ -199,6 +203,8 @@ impl AppState {
         AppState {
             pending,
             ome_sockets,
+            admission: Admission::new(&config.apps),
+            runtime: std::sync::OnceLock::new(),
             config,
             streams,
             engine,
@@ -232,21 +238,167 @@ impl AppState {
     }
 }
 
-/// Checks app existence, stream existence and the Bearer token; returns the stream.
-#[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
-pub(super) fn lookup(
-    st: &AppState,
-    headers: &HeaderMap,
-    app: &str,
-    stream: &str,
-) -> Result<(StreamInfo, bool), Response> {
-    let key = format!("{app}/{stream}");
-    let Some(info) = st.streams.get(&key).cloned() else {
-        return Err(text(
-            StatusCode::NOT_FOUND,
-            format!("stream {key} not found"),
-        ));
+/// The runtime to spawn on: the one set at start, or the caller's.
+fn runtime(st: &AppState) -> Option<tokio::runtime::Handle> {
+    st.runtime
+        .get()
+        .cloned()
+        .or_else(|| tokio::runtime::Handle::try_current().ok())
+}
+
+/// An admitted session now exists as `key`: its end will be told to the webhook, and with a
+/// `lifetime` the engine ends it then (a viewer with DTLS close_notify, a publisher's
+/// session or connection closed).
+pub(crate) fn admitted(st: &AppState, key: SessionKey, ask: Ask, lifetime: Option<Duration>) {
+    st.admission.admitted(key, ask);
+    let Some(after) = lifetime else {
+        return;
     };
+    let Some(rt) = runtime(st) else {
+        return;
+    };
+    let engine = st.engine.clone();
+    rt.spawn(async move {
+        tokio::time::sleep(after).await;
+        let cmd = match key {
+            SessionKey::Viewer(raw) => Command::RemoveViewer(ViewerId::from_raw(raw)),
+            SessionKey::Publisher(_) => return,
+        };
+        let _ = engine.send(cmd);
+    });
+}
+
+/// As [`admitted`], for a publisher (its id is needed to end it).
+pub(crate) fn admitted_publisher(
+    st: &AppState,
+    id: PublisherId,
+    ask: Ask,
+    lifetime: Option<Duration>,
+) {
+    st.admission.admitted(SessionKey::Publisher(id.serial), ask);
+    let (Some(after), Some(rt)) = (lifetime, runtime(st)) else {
+        return;
+    };
+    let engine = st.engine.clone();
+    rt.spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = engine.send(Command::RemovePublisher(id));
+    });
+}
+
+/// Why a publisher cannot have a stream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishRefusal {
+    /// The name breaks the naming rule.
+    #[error("stream name {0:?} {rule}", rule = crate::config::NAME_RULE)]
+    BadName(String),
+    /// No such app, or the app takes only its declared streams.
+    #[error("stream {0} not found")]
+    NotFound(String),
+    /// Every dynamic stream slot is taken.
+    #[error("{0}")]
+    Full(crate::directory::ClaimError),
+}
+
+impl PublishRefusal {
+    /// The HTTP status for it.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            PublishRefusal::BadName(_) => StatusCode::BAD_REQUEST,
+            PublishRefusal::NotFound(_) => StatusCode::NOT_FOUND,
+            PublishRefusal::Full(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// Whether a publisher may have stream `app/stream` (before admission): it exists, or its
+/// app makes streams on any valid name.
+pub fn may_publish(st: &AppState, app: &str, stream: &str) -> Result<(), PublishRefusal> {
+    let key = format!("{app}/{stream}");
+    if st.streams.contains(&key) {
+        return Ok(());
+    }
+    if !crate::config::valid_name(stream) {
+        return Err(PublishRefusal::BadName(stream.to_string()));
+    }
+    match st.config.app(app) {
+        Some(a) if a.dynamic => Ok(()),
+        _ => Err(PublishRefusal::NotFound(key)),
+    }
+}
+
+/// The stream `app/stream` for an admitted publisher, made (and announced to the engine
+/// and the event stream) if it does not exist yet.
+pub fn claim_stream(st: &AppState, app: &str, stream: &str) -> Result<StreamInfo, PublishRefusal> {
+    may_publish(st, app, stream)?;
+    let key = format!("{app}/{stream}");
+    let (info, made) = st
+        .streams
+        .claim(&key, std::time::Instant::now())
+        .map_err(PublishRefusal::Full)?;
+    if made {
+        let _ = st.engine.send(Command::BindStream {
+            index: info.index,
+            key: key.as_str().into(),
+        });
+        st.engine.stats.snapshots.stream_created(&key);
+        tracing::info!("stream {key} created by a publisher");
+    }
+    Ok(info)
+}
+
+/// Removes publisher-made streams past their app's grace with no publisher: their viewers
+/// end, their rings and counters are freed, `stream.removed` goes out. Run once a second.
+pub fn sweep_streams(st: &AppState) {
+    let stats = &st.engine.stats;
+    let gone = st.streams.expired(
+        std::time::Instant::now(),
+        |app| {
+            Duration::from_secs(
+                st.config
+                    .app(app)
+                    .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s),
+            )
+        },
+        |i| {
+            stats
+                .publishing
+                .get(i)
+                .is_some_and(|f| f.load(Ordering::Relaxed))
+        },
+    );
+    for (key, index) in gone {
+        let _ = st.engine.send(Command::UnbindStream { index });
+        for v in [
+            &stats.stream_packets,
+            &stats.stream_bytes,
+            &stats.stream_nacks,
+            &stats.stream_keyframe_requests,
+            &stats.stream_reported_lost,
+        ] {
+            if let Some(c) = v.get(index) {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        stats.snapshots.stream_removed(&key);
+        st.streams.release(index);
+        tracing::info!("stream {key} removed: no publisher for its grace");
+    }
+}
+
+/// The token a request carries for admission: its Bearer token, else its `?token=` value.
+pub(crate) fn request_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+        .or_else(|| query.and_then(crate::admission::query_token))
+}
+
+/// Checks the app's static Bearer token (`app.token`), if it has one.
+#[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
+pub(super) fn check_token(st: &AppState, headers: &HeaderMap, app: &str) -> Result<(), Response> {
     if let Some(token) = st.config.app(app).and_then(|a| a.token.as_deref()) {
         let given = headers
             .get(header::AUTHORIZATION)
@@ -259,6 +411,25 @@ pub(super) fn lookup(
             return Err(r);
         }
     }
+    Ok(())
+}
+
+/// Checks app existence, stream existence and the Bearer token; returns the stream.
+#[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
+pub(super) fn lookup(
+    st: &AppState,
+    headers: &HeaderMap,
+    app: &str,
+    stream: &str,
+) -> Result<(StreamInfo, bool), Response> {
+    let key = format!("{app}/{stream}");
+    let Some(info) = st.streams.get(&key) else {
+        return Err(text(
+            StatusCode::NOT_FOUND,
+            format!("stream {key} not found"),
+        ));
+    };
+    check_token(st, headers, app)?;
     let live = st
         .engine
         .stats

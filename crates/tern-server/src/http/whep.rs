@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::Rng;
@@ -13,9 +13,12 @@ use tern_proto::sdp::{self, SessionDescription};
 use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
+use crate::admission::{Action, Ask, SessionKey, Verdict};
 use crate::http::listener::Peer;
-use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array, too_many};
-use crate::http::state::{AppState, Session, lookup};
+use crate::http::reply::{
+    content_type_is, cors, denied, not_live, random_token, text, to_array, too_many,
+};
+use crate::http::state::{AppState, Session, admitted, lookup, request_token};
 use crate::media::Command;
 
 /// `POST /{app}/{stream}/whep`: the offer in, the answer and the session's `Location` out.
@@ -23,6 +26,7 @@ pub(super) async fn whep_post(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     Path((app, stream)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -72,6 +76,21 @@ pub(super) async fn whep_post(
         Ok(p) => p,
         Err(e) => return too_many(e),
     };
+    let sid = random_token(22);
+    let ask = Ask {
+        action: Action::Play,
+        protocol: "whep",
+        app: app.clone(),
+        stream: stream.clone(),
+        client: peer.0,
+        token: request_token(&headers, query.as_deref()),
+        query: query.unwrap_or_default(),
+        session: sid.clone(),
+    };
+    let lifetime = match st.admission.admit(&ask).await {
+        Verdict::Allow { lifetime } => lifetime,
+        Verdict::Deny { status, reason } => return denied(status, reason),
+    };
 
     let acc = session::accept(
         &offer,
@@ -110,7 +129,7 @@ pub(super) async fn whep_post(
             "media engine is not running",
         );
     };
-    let sid = random_token(22);
+    admitted(&st, SessionKey::Viewer(viewer.raw()), ask, lifetime);
     let etag = format!("\"{}\"", random_token(12));
     let location = format!("/{app}/{stream}/whep/{sid}");
     if let Ok(mut s) = st.sessions.lock() {

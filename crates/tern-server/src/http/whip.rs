@@ -8,15 +8,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
+use crate::admission::{Action, Ask, Verdict};
 use crate::http::listener::Peer;
-use crate::http::reply::{content_type_is, cors, text, too_many};
-use crate::http::state::{AppState, lookup};
+use crate::http::reply::{content_type_is, cors, denied, random_token, text, too_many};
+use crate::http::state::{
+    AppState, admitted_publisher, check_token, claim_stream, lookup, may_publish, request_token,
+};
 use crate::media::AddError;
 use crate::media::Command;
 
@@ -26,13 +29,16 @@ pub async fn post(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     Path((app, stream)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (info, _live) = match lookup(&st, &headers, &app, &stream) {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    if let Err(e) = may_publish(&st, &app, &stream) {
+        return text(e.status(), e.to_string());
+    }
+    if let Err(r) = check_token(&st, &headers, &app) {
+        return r;
+    }
     if !content_type_is(&headers, "application/sdp") {
         return text(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -45,6 +51,25 @@ pub async fn post(
     let permit = match st.pending.acquire(peer.0.ip()) {
         Ok(p) => p,
         Err(e) => return too_many(e),
+    };
+    let sid = random_token(22);
+    let ask = Ask {
+        action: Action::Publish,
+        protocol: "whip",
+        app: app.clone(),
+        stream: stream.clone(),
+        client: peer.0,
+        token: request_token(&headers, query.as_deref()),
+        query: query.unwrap_or_default(),
+        session: sid.clone(),
+    };
+    let lifetime = match st.admission.admit(&ask).await {
+        Verdict::Allow { lifetime } => lifetime,
+        Verdict::Deny { status, reason } => return denied(status, reason),
+    };
+    let info = match claim_stream(&st, &app, &stream) {
+        Ok(i) => i,
+        Err(e) => return text(e.status(), e.to_string()),
     };
     let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
     let (publisher, answer) = match Publisher::accept(offer, local, Instant::now()) {
@@ -72,7 +97,7 @@ pub async fn post(
         }
         Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped"),
     };
-    let sid = id.serial.to_string();
+    admitted_publisher(&st, id, ask, lifetime);
     if let Ok(mut m) = st.publishers.lock() {
         m.insert(sid.clone(), id);
     }

@@ -77,6 +77,8 @@ pub struct EngineConfig {
     pub workers: WorkerCounts,
     /// When publishers that do not connect or stop sending are ended.
     pub publisher_timeouts: PublisherTimeouts,
+    /// Video and audio ring lengths (packets) of a served stream.
+    pub rings: (usize, usize),
 }
 
 /// The engine's threads; [`EngineThreads::join`] waits for them after a shutdown.
@@ -122,6 +124,22 @@ impl EngineHandle {
             Command::Shutdown => {
                 for h in self.hosts.iter() {
                     let _ = h.ctl(Ctl::Cmd(Command::Shutdown));
+                }
+                return Ok(());
+            }
+            // Every worker keeps a copy of every stream slot.
+            Command::BindStream { index, key } => {
+                for h in self.hosts.iter() {
+                    h.ctl(Ctl::Cmd(Command::BindStream {
+                        index: *index,
+                        key: key.clone(),
+                    }))?;
+                }
+                return Ok(());
+            }
+            Command::UnbindStream { index } => {
+                for h in self.hosts.iter() {
+                    h.ctl(Ctl::Cmd(Command::UnbindStream { index: *index }))?;
                 }
                 return Ok(());
             }
@@ -196,6 +214,7 @@ impl Engine {
             cname,
             workers,
             publisher_timeouts,
+            rings,
         } = cfg;
         let sockets = bind_sockets(bind, workers.socket)?;
         let local = sockets[0].local_addr()?;
@@ -205,6 +224,7 @@ impl Engine {
                 .iter()
                 .map(|s| AtomicBool::new(s.source.is_some()))
                 .collect(),
+            publishing: streams.iter().map(|_| AtomicBool::new(false)).collect(),
             stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -250,10 +270,7 @@ impl Engine {
         }
         let sockets: Arc<[SocketLink]> = socket_links.into();
         let loads: Arc<[AtomicUsize]> = (0..n_hosts).map(|_| AtomicUsize::new(0)).collect();
-        let (vcap, acap) = streams
-            .first()
-            .map(|s| (s.stream.video.capacity(), s.stream.audio.capacity()))
-            .unwrap_or((1, 1));
+        let (vcap, acap) = rings;
         let keys: Vec<String> = streams.iter().map(|s| s.key.clone()).collect();
         let mut owned: Vec<Option<EngineStream>> = streams.into_iter().map(Some).collect();
         let clock = NtpClock::now();
@@ -270,14 +287,15 @@ impl Engine {
                 polls.into_iter().zip(rxs).zip(send_sockets).enumerate()
             {
                 let role = if i < apps { Role::App } else { Role::Stream };
-                // Streams this worker serves get rings; the others a one-slot placeholder.
+                // Streams this worker serves get rings; the others, and the slots publishers
+                // may make streams in (no name yet), a one-slot placeholder.
                 let wstreams: Vec<EngineStream> = (0..n_streams)
                     .map(|s| {
                         let mine = role == Role::App && s % apps == i;
                         if mine && let Some(es) = owned[s].take() {
                             return es;
                         }
-                        let serves = role == Role::Stream || mine;
+                        let serves = (role == Role::Stream || mine) && !keys[s].is_empty();
                         let (v, a) = if serves { (vcap, acap) } else { (1, 1) };
                         EngineStream::new(keys[s].clone(), Stream::new(v, a), None)
                     })
@@ -306,6 +324,7 @@ impl Engine {
                     sockets: sockets.clone(),
                     loads: loads.clone(),
                     timeouts: publisher_timeouts,
+                    rings,
                 };
                 let name = match role {
                     Role::App => format!("AW-WebRTC{i}"),

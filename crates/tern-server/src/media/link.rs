@@ -99,6 +99,19 @@ pub enum Command {
         /// The viewer's new ufrag.
         remote_ufrag: Box<str>,
     },
+    /// A publisher-made stream takes slot `index` under `key` (every worker: the slot's
+    /// name, and rings where the worker serves it).
+    BindStream {
+        /// Stream index.
+        index: usize,
+        /// `app/stream`.
+        key: Arc<str>,
+    },
+    /// Slot `index`'s stream is removed: its viewers end, its rings go.
+    UnbindStream {
+        /// Stream index.
+        index: usize,
+    },
     /// Stop the engine.
     Shutdown,
 }

@@ -37,6 +37,8 @@ pub struct EngineStats {
     pub ingest_packets: AtomicU64,
     /// Whether each stream is live (index as in the engine's streams).
     pub live: Vec<AtomicBool>,
+    /// Whether each stream has a publisher, connected or connecting.
+    pub publishing: Vec<AtomicBool>,
     /// Media packets sent per stream (index as in the engine's streams).
     pub stream_packets: Vec<AtomicU64>,
     /// Media bytes sent per stream.

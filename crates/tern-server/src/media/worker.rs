@@ -98,6 +98,8 @@ pub(super) struct WorkerInit {
     pub(super) sockets: Arc<[SocketLink]>,
     pub(super) loads: Arc<[AtomicUsize]>,
     pub(super) timeouts: PublisherTimeouts,
+    /// Video and audio ring lengths of a stream this worker serves.
+    pub(super) rings: (usize, usize),
 }
 
 /// An app or stream worker; runs on its own thread.
@@ -138,6 +140,8 @@ pub(super) struct Worker {
     pending: HashMap<ViewerId, AddrPermit>,
     /// The id of each owned stream's publisher (for its snapshot).
     publisher_ids: Vec<Option<u64>>,
+    /// Video and audio ring lengths of a stream this worker serves.
+    rings: (usize, usize),
 }
 
 impl Worker {
@@ -181,6 +185,42 @@ impl Worker {
             sent_packets: 0,
             publisher_ids: vec![None; n_streams],
             pending: HashMap::new(),
+            rings: w.rings,
+        }
+    }
+
+    /// Whether this worker keeps stream `s`'s ring: its owner, and every stream worker.
+    fn serves(&self, s: usize) -> bool {
+        self.role == Role::Stream || self.owns(s)
+    }
+
+    /// A publisher-made stream takes slot `index`: its name, and rings where served.
+    fn bind_stream(&mut self, index: usize, key: &str) {
+        let serves = self.serves(index);
+        let (v, a) = self.rings;
+        let Some(s) = self.streams.get_mut(index) else {
+            return;
+        };
+        s.key = key.to_string();
+        if serves {
+            s.stream = Stream::new(v, a);
+        }
+    }
+
+    /// Slot `index`'s stream is removed: its viewers here end (DTLS close_notify) and its
+    /// rings and name go.
+    fn unbind_stream(&mut self, index: usize) {
+        let Some(s) = self.streams.get(index) else {
+            return;
+        };
+        let viewers = s.viewers.clone();
+        for id in viewers {
+            self.remove(id, CloseReason::Local);
+        }
+        if let Some(s) = self.streams.get_mut(index) {
+            s.key = String::new();
+            s.stream = Stream::new(1, 1);
+            s.viewers = Vec::new();
         }
     }
 
@@ -315,6 +355,8 @@ impl Worker {
                 pwd,
                 remote_ufrag,
             } => self.restart_ice(id, ufrag, pwd, remote_ufrag),
+            Command::BindStream { index, key } => self.bind_stream(index, &key),
+            Command::UnbindStream { index } => self.unbind_stream(index),
             Command::Shutdown => {}
         }
     }

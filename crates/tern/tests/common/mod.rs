@@ -68,6 +68,18 @@ pub fn http_request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> io::Result<HttpResponse> {
+    http_request_with(addr, method, path, &[], content_type, body)
+}
+
+/// [`http_request`] with extra header lines (`("Authorization", "Bearer x")`).
+pub fn http_request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+    content_type: Option<&str>,
+    body: &[u8],
+) -> io::Result<HttpResponse> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(15)))?;
     s.set_write_timeout(Some(Duration::from_secs(15)))?;
@@ -78,6 +90,9 @@ pub fn http_request(
     );
     if let Some(ct) = content_type {
         req.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
     let mut msg = req.into_bytes();
@@ -521,4 +536,35 @@ pub fn rtmp_handshake(rtmp: SocketAddr) -> std::net::TcpStream {
     assert_eq!(&s0s1s2[1 + HANDSHAKE_SIZE..], &c0c1[1..]);
     s.write_all(&s0s1s2[1..1 + HANDSHAKE_SIZE]).expect("C2");
     s
+}
+
+/// A real WHIP offer (str0m: H264 and Opus, send-only) from a peer that will never answer
+/// a connectivity check.
+pub fn silent_offer() -> String {
+    use str0m::media::{Direction, MediaKind};
+    use str0m::{Candidate, RtcConfig};
+    let mut rtc = RtcConfig::new()
+        .clear_codecs()
+        .enable_h264(true)
+        .enable_opus(true, false)
+        .build(std::time::Instant::now());
+    let addr: SocketAddr = ([127, 0, 0, 1], 9).into();
+    rtc.add_local_candidate(Candidate::host(addr, "udp").expect("candidate"));
+    let mut api = rtc.sdp_api();
+    api.add_media(MediaKind::Video, Direction::SendOnly, None, None, None);
+    api.add_media(MediaKind::Audio, Direction::SendOnly, None, None, None);
+    let (offer, _pending) = api.apply().expect("an offer");
+    offer.to_sdp_string()
+}
+
+/// A WHEP offer (video and audio, receive-only) as tern bench's clients make it.
+pub fn whep_offer() -> String {
+    tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
+        ice_ufrag: "cliU",
+        ice_pwd: "clientPasswordClientPw",
+        fingerprint_sha256: &[3u8; 32],
+        video: true,
+        audio: true,
+        abs_capture_time: true,
+    })
 }

@@ -54,6 +54,7 @@ impl Worker {
             };
         if let Ok(id) = &res {
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+            set_flag(&self.stats.publishing, stream, true);
             self.publisher_ids[stream] = Some(id.serial);
             self.stats
                 .snapshots
@@ -69,6 +70,7 @@ impl Worker {
         let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
         if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
+            set_flag(&self.stats.publishing, s, true);
             self.publisher_ids[s] = Some(id.serial);
             let key = &self.streams[s].key;
             self.stats
@@ -199,9 +201,8 @@ impl Worker {
                     info!("{} is live (publisher)", self.streams[stream].key);
                 }
                 IngestOutput::Gone { stream, reason } => {
-                    if let Some(l) = self.stats.live.get(stream) {
-                        l.store(false, Ordering::Relaxed);
-                    }
+                    set_flag(&self.stats.live, stream, false);
+                    set_flag(&self.stats.publishing, stream, false);
                     self.stats
                         .snapshots
                         .stream_state(&self.streams[stream].key, "none", false);
@@ -238,5 +239,11 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+fn set_flag(flags: &[std::sync::atomic::AtomicBool], i: usize, v: bool) {
+    if let Some(f) = flags.get(i) {
+        f.store(v, Ordering::Relaxed);
     }
 }

@@ -1,0 +1,709 @@
+//! Admission: who may publish and play, decided per app by a signed token (JWT, HS256) and
+//! by the operator's own HTTP service (the admission webhook), before any session is made.
+//!
+//! The contract (README "Admission"): before every publish (RTMP, WHIP) and play (WHEP, OME
+//! signalling) tern POSTs `{"action", "protocol", "app", "stream", "client": {"address"},
+//! "token", "query", "session"}` and the webhook answers 200 with `{"allow", "reason"?,
+//! "lifetime_s"?}`. A timeout, an error or another status means `on_error`. Requests in
+//! flight are capped per app (`max_in_flight`, past it 503). When an admitted session ends,
+//! the same fields go out again with `"action": "close"` and a `"reason"`, fire and forget
+//! through a bounded queue (a full queue drops and counts).
+//!
+//! The webhook client is hyper's (plain HTTP/1.1, pooled connections): a webhook is an
+//! internal service next to tern, so TLS is left to a local proxy if wanted. Everything here
+//! runs on the HTTP runtime (RTMP connection threads block on it); the media threads never
+//! wait for it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, mpsc};
+use tracing::{debug, warn};
+
+use crate::config::{AdmissionConfig, AppConfig};
+
+/// What a session wants to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Publish a stream (RTMP, WHIP).
+    Publish,
+    /// Play a stream (WHEP, OME signalling).
+    Play,
+}
+
+impl Action {
+    /// The action as the webhook and JWT `act` claim spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Publish => "publish",
+            Action::Play => "play",
+        }
+    }
+}
+
+/// One admission question.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    /// Publish or play.
+    pub action: Action,
+    /// `rtmp`, `whip`, `whep` or `ome`.
+    pub protocol: &'static str,
+    /// App name.
+    pub app: String,
+    /// Stream name.
+    pub stream: String,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// The Bearer token, or the `?token=` value.
+    pub token: Option<String>,
+    /// The request's query string, "" if none.
+    pub query: String,
+    /// The id the session gets (WHEP/WHIP resource id, OME offer id, RTMP connection id).
+    pub session: String,
+}
+
+/// The answer to an [`Ask`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go ahead; end the session after `lifetime` if set.
+    Allow {
+        /// When the session must end (webhook `lifetime_s`, or the JWT's `exp` with
+        /// `end_at_exp`).
+        lifetime: Option<Duration>,
+    },
+    /// Refused: `status` is 401 (no or bad token), 403 (refused) or 503 (webhook busy).
+    Deny {
+        /// HTTP status to answer with.
+        status: u16,
+        /// Why, for the client.
+        reason: String,
+    },
+}
+
+/// Which session a close notification is for: the engine's ids, as its events carry them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionKey {
+    /// A viewer (`ViewerId::raw`).
+    Viewer(u64),
+    /// A publisher (`PublisherId::serial`).
+    Publisher(u64),
+}
+
+/// Results counted in `tern_admission_total{action,result}`.
+const RESULTS: [&str; 4] = ["allow", "deny", "error", "busy"];
+/// Upper bounds (seconds) of the webhook latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+/// Close notifications waiting to be sent; past it they are dropped and counted.
+const CLOSE_QUEUE: usize = 4096;
+/// Largest webhook answer read.
+const MAX_ANSWER: usize = 16 * 1024;
+
+/// Counters for the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct AdmissionStats {
+    /// `[action][result]`: publish/play × allow/deny/error/busy.
+    totals: [[AtomicU64; 4]; 2],
+    /// Webhook latency: count per bucket (cumulative at render), sum in microseconds.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_us: AtomicU64,
+    /// Close notifications sent, failed, and dropped because the queue was full.
+    pub closes_sent: AtomicU64,
+    /// Close notifications the webhook did not take (error or timeout).
+    pub closes_failed: AtomicU64,
+    /// Close notifications dropped (queue full).
+    pub closes_dropped: AtomicU64,
+}
+
+impl AdmissionStats {
+    fn count(&self, action: Action, result: &str) {
+        let a = match action {
+            Action::Publish => 0,
+            Action::Play => 1,
+        };
+        if let Some(r) = RESULTS.iter().position(|x| *x == result) {
+            self.totals[a][r].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn latency(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|b| s <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text of these counters.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "# HELP tern_admission_total Admission decisions (JWT and webhook) by action and result.\n# TYPE tern_admission_total counter"
+        );
+        for (ai, action) in ["publish", "play"].iter().enumerate() {
+            for (ri, result) in RESULTS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "tern_admission_total{{action=\"{action}\",result=\"{result}\"}} {}",
+                    self.totals[ai][ri].load(Ordering::Relaxed)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tern_admission_webhook_seconds Time the admission webhook took to answer.\n# TYPE tern_admission_webhook_seconds histogram"
+        );
+        let mut cum = 0;
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            cum += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "tern_admission_webhook_seconds_bucket{{le=\"{b}\"}} {cum}"
+            );
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "tern_admission_webhook_seconds_bucket{{le=\"+Inf\"}} {count}\ntern_admission_webhook_seconds_sum {}\ntern_admission_webhook_seconds_count {count}",
+            self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tern_admission_close_notifications_total Close notifications to the webhook by outcome.\n# TYPE tern_admission_close_notifications_total counter"
+        );
+        for (what, v) in [
+            ("sent", &self.closes_sent),
+            ("failed", &self.closes_failed),
+            ("dropped", &self.closes_dropped),
+        ] {
+            let _ = writeln!(
+                out,
+                "tern_admission_close_notifications_total{{outcome=\"{what}\"}} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// `http://host[:port][/path]` → (authority, path and query). Only plain HTTP.
+pub fn parse_url(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (auth, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if auth.is_empty() || auth.contains('@') {
+        return None;
+    }
+    let uri: hyper::Uri = url.parse().ok()?;
+    uri.host()?;
+    Some((auth.to_string(), path.to_string()))
+}
+
+/// One app's webhook.
+struct Webhook {
+    uri: hyper::Uri,
+    timeout: Duration,
+    allow_on_error: bool,
+    slots: Arc<Semaphore>,
+}
+
+/// One app's signed-token check.
+struct Jwt {
+    key: jsonwebtoken::DecodingKey,
+    end_at_exp: bool,
+}
+
+#[derive(Default)]
+struct Gate {
+    webhook: Option<Webhook>,
+    jwt: Option<Jwt>,
+}
+
+/// The claims tern reads from a token.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    /// `app/stream`.
+    pub sub: String,
+    /// `publish` or `play`.
+    pub act: String,
+    /// Expiry, seconds since the Unix epoch.
+    pub exp: u64,
+}
+
+/// A close notification: the ask that was admitted, and why the session ended.
+struct CloseNote {
+    uri: hyper::Uri,
+    timeout: Duration,
+    body: Vec<u8>,
+}
+
+/// Every app's gate, the webhook client, the close queue and the counters.
+pub struct Admission {
+    gates: HashMap<String, Gate>,
+    client: Client<HttpConnector, Full<Bytes>>,
+    /// Counters for `/metrics`.
+    pub stats: Arc<AdmissionStats>,
+    /// Admitted sessions of apps with a webhook, waiting for their end.
+    admitted: Mutex<HashMap<SessionKey, (String, Ask)>>,
+    closes: Mutex<Option<mpsc::Sender<CloseNote>>>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("apps", &self.gates.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Admission {
+    /// The gates of `apps` (validated config). The close queue starts with
+    /// [`Admission::start`].
+    pub fn new(apps: &[AppConfig]) -> Self {
+        let mut gates = HashMap::new();
+        for a in apps {
+            let mut g = Gate::default();
+            if let Some(AdmissionConfig {
+                url,
+                timeout_ms,
+                on_error,
+                max_in_flight,
+            }) = &a.admission
+                && let Ok(uri) = url.parse::<hyper::Uri>()
+            {
+                g.webhook = Some(Webhook {
+                    uri,
+                    timeout: Duration::from_millis(*timeout_ms),
+                    allow_on_error: on_error == "allow",
+                    slots: Arc::new(Semaphore::new(*max_in_flight)),
+                });
+            }
+            if let Some(secret) = &a.jwt_secret {
+                g.jwt = Some(Jwt {
+                    key: jsonwebtoken::DecodingKey::from_secret(secret.as_bytes()),
+                    end_at_exp: a.end_at_exp,
+                });
+            }
+            if g.webhook.is_some() || g.jwt.is_some() {
+                gates.insert(a.name.clone(), g);
+            }
+        }
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(2)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(http);
+        Admission {
+            gates,
+            client,
+            stats: Arc::new(AdmissionStats::default()),
+            admitted: Mutex::new(HashMap::new()),
+            closes: Mutex::new(None),
+        }
+    }
+
+    /// Whether any app asks a webhook (then session ends are watched for close
+    /// notifications).
+    pub fn has_webhooks(&self) -> bool {
+        self.gates.values().any(|g| g.webhook.is_some())
+    }
+
+    /// Whether `app` checks anything (token or webhook) at all.
+    pub fn guards(&self, app: &str) -> bool {
+        self.gates.contains_key(app)
+    }
+
+    /// Starts the close-notification sender on the current runtime.
+    pub fn start(&self) {
+        if !self.has_webhooks() {
+            return;
+        }
+        let (tx, mut rx) = mpsc::channel::<CloseNote>(CLOSE_QUEUE);
+        if let Ok(mut c) = self.closes.lock() {
+            *c = Some(tx);
+        }
+        let client = self.client.clone();
+        let stats = self.stats.clone();
+        tokio::spawn(async move {
+            while let Some(n) = rx.recv().await {
+                let req = request(&n.uri, n.body);
+                let ok = matches!(
+                    tokio::time::timeout(n.timeout, client.request(req)).await,
+                    Ok(Ok(r)) if r.status().is_success()
+                );
+                let c = if ok {
+                    &stats.closes_sent
+                } else {
+                    &stats.closes_failed
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Decides `ask`: the app's JWT first (if set), then its webhook (if set).
+    pub async fn admit(&self, ask: &Ask) -> Verdict {
+        let Some(gate) = self.gates.get(&ask.app) else {
+            return Verdict::Allow { lifetime: None };
+        };
+        let mut lifetime = None;
+        if let Some(jwt) = &gate.jwt {
+            match check_jwt(jwt, ask) {
+                Ok(exp_in) => {
+                    if jwt.end_at_exp {
+                        lifetime = Some(exp_in);
+                    }
+                }
+                Err(v) => {
+                    self.stats.count(ask.action, "deny");
+                    return v;
+                }
+            }
+        }
+        if let Some(w) = &gate.webhook {
+            match self.ask_webhook(w, ask).await {
+                Verdict::Allow { lifetime: l } => {
+                    lifetime = match (lifetime, l) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                deny => return deny,
+            }
+        } else {
+            self.stats.count(ask.action, "allow");
+        }
+        Verdict::Allow { lifetime }
+    }
+
+    async fn ask_webhook(&self, w: &Webhook, ask: &Ask) -> Verdict {
+        let Ok(_slot) = w.slots.clone().try_acquire_owned() else {
+            self.stats.count(ask.action, "busy");
+            return Verdict::Deny {
+                status: 503,
+                reason: "admission webhook busy; retry".into(),
+            };
+        };
+        let body = body_of(ask, ask.action.as_str(), None);
+        let t0 = Instant::now();
+        let answer = tokio::time::timeout(w.timeout, async {
+            let r = self
+                .client
+                .request(request(&w.uri, body))
+                .await
+                .map_err(|e| format!("webhook unreachable: {e}"))?;
+            if r.status() != hyper::StatusCode::OK {
+                return Err(format!("webhook answered {}", r.status()));
+            }
+            let bytes = Limited::new(r.into_body(), MAX_ANSWER)
+                .collect()
+                .await
+                .map_err(|e| format!("webhook answer: {e}"))?
+                .to_bytes();
+            serde_json::from_slice::<WebhookAnswer>(&bytes)
+                .map_err(|e| format!("webhook answer is not the expected JSON: {e}"))
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("webhook timed out after {:?}", w.timeout)));
+        self.stats.latency(t0.elapsed());
+        match answer {
+            Ok(a) if a.allow => {
+                self.stats.count(ask.action, "allow");
+                Verdict::Allow {
+                    lifetime: a.lifetime_s.map(Duration::from_secs),
+                }
+            }
+            Ok(a) => {
+                self.stats.count(ask.action, "deny");
+                Verdict::Deny {
+                    status: 403,
+                    reason: a
+                        .reason
+                        .unwrap_or_else(|| "refused by the admission webhook".into()),
+                }
+            }
+            Err(e) => {
+                self.stats.count(ask.action, "error");
+                warn!(
+                    "admission {} {}/{} from {}: {e}; on_error = {}",
+                    ask.action.as_str(),
+                    ask.app,
+                    ask.stream,
+                    ask.client,
+                    if w.allow_on_error { "allow" } else { "deny" }
+                );
+                if w.allow_on_error {
+                    Verdict::Allow { lifetime: None }
+                } else {
+                    Verdict::Deny {
+                        status: 403,
+                        reason: format!("admission check failed: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// An admitted session now exists as `key`: its end will be notified to the webhook.
+    pub fn admitted(&self, key: SessionKey, ask: Ask) {
+        if self
+            .gates
+            .get(&ask.app)
+            .is_some_and(|g| g.webhook.is_some())
+            && let Ok(mut m) = self.admitted.lock()
+        {
+            m.insert(key, (ask.app.clone(), ask));
+        }
+    }
+
+    /// Session `key` ended for `reason`: tells the webhook if it was admitted by one.
+    pub fn ended(&self, key: SessionKey, reason: &str) {
+        let Some((app, ask)) = self.admitted.lock().ok().and_then(|mut m| {
+            let e = m.remove(&key);
+            if m.capacity() > 4 * m.len().max(8) {
+                let n = m.len();
+                m.shrink_to(2 * n);
+            }
+            e
+        }) else {
+            return;
+        };
+        let Some(w) = self.gates.get(&app).and_then(|g| g.webhook.as_ref()) else {
+            return;
+        };
+        let note = CloseNote {
+            uri: w.uri.clone(),
+            timeout: w.timeout,
+            body: body_of(&ask, "close", Some(reason)),
+        };
+        let sent = self
+            .closes
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(|tx| tx.try_send(note).is_ok()));
+        if sent != Some(true) {
+            self.stats.closes_dropped.fetch_add(1, Ordering::Relaxed);
+            debug!("admission close notification dropped (queue full)");
+        }
+    }
+
+    /// Admitted sessions waiting for their end (for tests and the memory report).
+    pub fn watched(&self) -> usize {
+        self.admitted.lock().map_or(0, |m| m.len())
+    }
+}
+
+#[derive(Deserialize)]
+struct WebhookAnswer {
+    allow: bool,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    lifetime_s: Option<u64>,
+}
+
+fn request(uri: &hyper::Uri, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
+    let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
+    *req.method_mut() = hyper::Method::POST;
+    *req.uri_mut() = uri.clone();
+    let h = req.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    if let Some(a) = uri.authority()
+        && let Ok(v) = hyper::header::HeaderValue::from_str(a.as_str())
+    {
+        h.insert(hyper::header::HOST, v);
+    }
+    req
+}
+
+fn body_of(ask: &Ask, action: &str, reason: Option<&str>) -> Vec<u8> {
+    let mut v = serde_json::json!({
+        "action": action,
+        "protocol": ask.protocol,
+        "app": ask.app,
+        "stream": ask.stream,
+        "client": {"address": ask.client.to_string()},
+        "token": ask.token,
+        "query": ask.query,
+        "session": ask.session,
+    });
+    if let Some(r) = reason {
+        v["reason"] = serde_json::Value::from(r);
+    }
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Checks the ask's token against the app's secret: Ok(time left until `exp`).
+fn check_jwt(jwt: &Jwt, ask: &Ask) -> Result<Duration, Verdict> {
+    let deny = |status: u16, reason: &str| Verdict::Deny {
+        status,
+        reason: reason.to_string(),
+    };
+    let Some(token) = ask.token.as_deref() else {
+        return Err(deny(401, "a signed token (JWT) is required"));
+    };
+    let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+    v.leeway = 0;
+    v.set_required_spec_claims(&["exp", "sub"]);
+    let data = jsonwebtoken::decode::<Claims>(token, &jwt.key, &v).map_err(|e| {
+        use jsonwebtoken::errors::ErrorKind as K;
+        match e.kind() {
+            K::ExpiredSignature => deny(401, "token expired"),
+            K::InvalidSignature => deny(401, "token signature does not verify"),
+            _ => deny(401, &format!("token not valid: {e}")),
+        }
+    })?;
+    let c = data.claims;
+    let want = format!("{}/{}", ask.app, ask.stream);
+    if c.sub != want {
+        return Err(deny(
+            403,
+            &format!("token is for stream {}, not {want}", c.sub),
+        ));
+    }
+    if c.act != ask.action.as_str() {
+        return Err(deny(
+            403,
+            &format!("token allows {}, not {}", c.act, ask.action.as_str()),
+        ));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Duration::from_secs(c.exp.saturating_sub(now)))
+}
+
+/// The `token` query parameter of `query` (RTMP, OME), percent-decoding not needed for JWTs
+/// (base64url and dots).
+pub fn query_token(query: &str) -> Option<String> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("token="))
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(token: Option<String>, stream: &str, action: Action) -> Ask {
+        Ask {
+            action,
+            protocol: "whep",
+            app: "live".into(),
+            stream: stream.into(),
+            client: "127.0.0.1:5000".parse().expect("addr"),
+            token,
+            query: String::new(),
+            session: "s1".into(),
+        }
+    }
+
+    fn token(secret: &str, sub: &str, act: &str, exp: u64) -> String {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &Claims {
+                sub: sub.into(),
+                act: act.into(),
+                exp,
+            },
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .expect("encode")
+    }
+
+    #[test]
+    fn jwt_checks_signature_expiry_stream_and_action() {
+        let jwt = Jwt {
+            key: jsonwebtoken::DecodingKey::from_secret(b"s3cret"),
+            end_at_exp: true,
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        let good = token("s3cret", "live/cam", "play", now + 60);
+        let left = check_jwt(&jwt, &ask(Some(good.clone()), "cam", Action::Play)).expect("valid");
+        assert!(left <= Duration::from_secs(60) && left >= Duration::from_secs(58));
+        let status = |r: Result<Duration, Verdict>| match r {
+            Err(Verdict::Deny { status, reason }) => (status, reason),
+            other => panic!("expected a denial, got {other:?}"),
+        };
+        let (s, r) = status(check_jwt(&jwt, &ask(None, "cam", Action::Play)));
+        assert_eq!((s, r.as_str()), (401, "a signed token (JWT) is required"));
+        let (s, r) = status(check_jwt(
+            &jwt,
+            &ask(Some(good.clone()), "desk", Action::Play),
+        ));
+        assert_eq!(s, 403);
+        assert!(r.contains("live/cam"), "{r}");
+        let (s, r) = status(check_jwt(&jwt, &ask(Some(good), "cam", Action::Publish)));
+        assert_eq!(s, 403);
+        assert!(r.contains("allows play"), "{r}");
+        let old = token("s3cret", "live/cam", "play", now - 10);
+        let (s, r) = status(check_jwt(&jwt, &ask(Some(old), "cam", Action::Play)));
+        assert_eq!((s, r.as_str()), (401, "token expired"));
+        let forged = token("other", "live/cam", "play", now + 60);
+        let (s, r) = status(check_jwt(&jwt, &ask(Some(forged), "cam", Action::Play)));
+        assert_eq!((s, r.as_str()), (401, "token signature does not verify"));
+        let (s, _) = status(check_jwt(
+            &jwt,
+            &ask(Some("not.a.jwt".into()), "cam", Action::Play),
+        ));
+        assert_eq!(s, 401);
+    }
+
+    #[test]
+    fn urls_and_query_tokens() {
+        assert_eq!(
+            parse_url("http://127.0.0.1:9000/admit"),
+            Some(("127.0.0.1:9000".into(), "/admit".into()))
+        );
+        assert_eq!(
+            parse_url("http://hooks.local"),
+            Some(("hooks.local".into(), "/".into()))
+        );
+        assert_eq!(parse_url("https://x/admit"), None);
+        assert_eq!(parse_url("http:///admit"), None);
+        assert_eq!(parse_url("http://user@x/admit"), None);
+        assert_eq!(
+            query_token("a=1&token=abc.def&b=2").as_deref(),
+            Some("abc.def")
+        );
+        assert_eq!(query_token("token="), None);
+        assert_eq!(query_token(""), None);
+    }
+
+    #[test]
+    fn metrics_text_has_every_series() {
+        let s = AdmissionStats::default();
+        s.count(Action::Play, "deny");
+        s.latency(Duration::from_millis(3));
+        let mut out = String::new();
+        s.render(&mut out);
+        assert!(out.contains("tern_admission_total{action=\"play\",result=\"deny\"} 1"));
+        assert!(out.contains("tern_admission_total{action=\"publish\",result=\"allow\"} 0"));
+        assert!(out.contains("tern_admission_webhook_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(out.contains("tern_admission_webhook_seconds_count 1"));
+    }
+}

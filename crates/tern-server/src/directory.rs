@@ -1,0 +1,223 @@
+//! The stream directory: `app/stream` → the engine's stream slot.
+//!
+//! Declared streams (the demo clip, each app's `streams`) hold their slots for the life of
+//! the process. The engine also has `limits.dynamic_streams` spare slots: a publisher on an
+//! undeclared name of a dynamic app claims one, and the stream exists while it has a
+//! publisher and for the app's `idle_grace_s` after (so a reconnecting encoder keeps its
+//! viewers). [`Directory::expired`] hands back the streams past their grace; the caller
+//! tells the engine (which ends their viewers and frees their rings) and then
+//! [`Directory::release`]s the slot, so a slot is never named twice in the engine's queues.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A stream known to the HTTP side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// Index in the engine's streams.
+    pub index: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    index: usize,
+    /// Made by a publisher (removed after its grace), not declared.
+    dynamic: bool,
+    /// Last time it had a publisher (or was made).
+    active: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_key: HashMap<String, Entry>,
+    /// Spare slots, the lowest index last (taken first).
+    free: Vec<usize>,
+}
+
+/// Why a stream could not be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// Every spare slot holds a stream.
+    #[error("too many streams: every one of the server's dynamic stream slots is in use")]
+    Full,
+}
+
+/// The directory. Locked briefly on each signalling request and once a second by the sweep.
+#[derive(Debug, Default)]
+pub struct Directory {
+    inner: Mutex<Inner>,
+}
+
+impl Directory {
+    /// The declared streams and the spare slots `spare` (engine indices).
+    pub fn new(declared: impl IntoIterator<Item = (String, usize)>, spare: Vec<usize>) -> Self {
+        let now = Instant::now();
+        let by_key = declared
+            .into_iter()
+            .map(|(k, index)| {
+                (
+                    k,
+                    Entry {
+                        index,
+                        dynamic: false,
+                        active: now,
+                    },
+                )
+            })
+            .collect();
+        let mut free = spare;
+        free.sort_unstable_by(|a, b| b.cmp(a));
+        Directory {
+            inner: Mutex::new(Inner { by_key, free }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stream `key`, if it exists.
+    pub fn get(&self, key: &str) -> Option<StreamInfo> {
+        self.lock()
+            .by_key
+            .get(key)
+            .map(|e| StreamInfo { index: e.index })
+    }
+
+    /// Whether `key` exists.
+    pub fn contains(&self, key: &str) -> bool {
+        self.lock().by_key.contains_key(key)
+    }
+
+    /// Every stream: (key, index), sorted by key.
+    pub fn list(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = self
+            .lock()
+            .by_key
+            .iter()
+            .map(|(k, e)| (k.clone(), e.index))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Number of streams.
+    pub fn len(&self) -> usize {
+        self.lock().by_key.len()
+    }
+
+    /// Whether there is no stream.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The stream `key`, made in a spare slot if it does not exist: `(info, made)`. A made
+    /// stream must be announced to the engine before it is used.
+    pub fn claim(&self, key: &str, now: Instant) -> Result<(StreamInfo, bool), ClaimError> {
+        let mut g = self.lock();
+        if let Some(e) = g.by_key.get_mut(key) {
+            e.active = now;
+            return Ok((StreamInfo { index: e.index }, false));
+        }
+        let index = g.free.pop().ok_or(ClaimError::Full)?;
+        g.by_key.insert(
+            key.to_string(),
+            Entry {
+                index,
+                dynamic: true,
+                active: now,
+            },
+        );
+        Ok((StreamInfo { index }, true))
+    }
+
+    /// Publisher-made streams with no publisher (`busy(index)` false) for longer than
+    /// `grace(app)`: removed from the directory and returned as (key, index). Their slots
+    /// stay taken until [`Directory::release`].
+    pub fn expired(
+        &self,
+        now: Instant,
+        grace: impl Fn(&str) -> Duration,
+        busy: impl Fn(usize) -> bool,
+    ) -> Vec<(String, usize)> {
+        let mut g = self.lock();
+        let mut out = Vec::new();
+        for (k, e) in g.by_key.iter_mut() {
+            if !e.dynamic {
+                continue;
+            }
+            if busy(e.index) {
+                e.active = now;
+                continue;
+            }
+            let app = k.split('/').next().unwrap_or("");
+            if now.duration_since(e.active) >= grace(app) {
+                out.push((k.clone(), e.index));
+            }
+        }
+        for (k, _) in &out {
+            g.by_key.remove(k);
+        }
+        if !out.is_empty() {
+            let n = g.by_key.len();
+            if g.by_key.capacity() > 4 * n.max(8) {
+                g.by_key.shrink_to(2 * n);
+            }
+        }
+        out
+    }
+
+    /// Gives back a slot returned by [`Directory::expired`], once the engine has been told.
+    pub fn release(&self, index: usize) {
+        let mut g = self.lock();
+        g.free.push(index);
+        // Lowest index taken first keeps the streams that are used together close.
+        g.free.sort_unstable_by(|a, b| b.cmp(a));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_reuse_and_expire_after_the_grace() {
+        let d = Directory::new([("live/demo".to_string(), 0)], vec![1, 2]);
+        let t0 = Instant::now();
+        assert_eq!(
+            d.claim("live/demo", t0),
+            Ok((StreamInfo { index: 0 }, false))
+        );
+        assert_eq!(d.claim("live/a", t0), Ok((StreamInfo { index: 1 }, true)));
+        assert_eq!(d.claim("live/a", t0), Ok((StreamInfo { index: 1 }, false)));
+        assert_eq!(d.claim("live/b", t0), Ok((StreamInfo { index: 2 }, true)));
+        assert_eq!(d.claim("live/c", t0), Err(ClaimError::Full));
+        let grace = |_: &str| Duration::from_secs(10);
+        // A publisher keeps a stream; declared streams never expire.
+        assert!(
+            d.expired(t0 + Duration::from_secs(20), grace, |_| true)
+                .is_empty()
+        );
+        let t1 = t0 + Duration::from_secs(20);
+        assert!(
+            d.expired(t1 + Duration::from_secs(9), grace, |i| i == 2)
+                .is_empty()
+        );
+        let gone = d.expired(t1 + Duration::from_secs(10), grace, |i| i == 2);
+        assert_eq!(gone, vec![("live/a".to_string(), 1)]);
+        assert!(!d.contains("live/a") && d.contains("live/b") && d.contains("live/demo"));
+        // The slot is not reused before it is released.
+        assert_eq!(d.claim("live/c", t1), Err(ClaimError::Full));
+        d.release(1);
+        assert_eq!(d.claim("live/c", t1), Ok((StreamInfo { index: 1 }, true)));
+        assert_eq!(
+            d.list(),
+            vec![
+                ("live/b".to_string(), 2),
+                ("live/c".to_string(), 1),
+                ("live/demo".to_string(), 0)
+            ]
+        );
+    }
+}

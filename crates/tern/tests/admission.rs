@@ -1,0 +1,512 @@
+//! Any stream name, the admission webhook and signed tokens (issue 19), against a real
+//! `tern serve`: the webhook is a small HTTP/1.1 server in this test that records every
+//! request and answers from a policy; publishers are ffmpeg (RTMP) and str0m (WHIP),
+//! viewers tern bench's WebRTC clients and plain WHEP POSTs.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::{
+    Ffmpeg, Server, config_file, free_tcp_port, http_delete, http_get, http_request_with,
+    silent_offer, whep_offer,
+};
+use serde_json::{Value, json};
+use tern_bench::BenchArgs;
+
+type Policy = dyn Fn(&Value) -> Value + Send + Sync;
+
+/// The test's admission webhook: every request body it got, answered by `policy` (its
+/// answer's `_delay_ms` is slept first and left out).
+struct Hook {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Hook {
+    fn start(policy: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Hook {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind webhook");
+        let addr = l.local_addr().expect("addr");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let policy: Arc<Policy> = Arc::new(policy);
+        let (s2, p2) = (seen.clone(), policy.clone());
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                let (s3, p3) = (s2.clone(), p2.clone());
+                std::thread::spawn(move || serve_conn(c, &s3, &*p3));
+            }
+        });
+        Hook { addr, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/admit", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Value> {
+        self.seen.lock().expect("seen").clone()
+    }
+
+    /// Waits (≤ `limit`) for a request matching `f`.
+    fn wait_for(&self, limit: Duration, f: impl Fn(&Value) -> bool) -> Option<Value> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(v) = self.seen().into_iter().find(|v| f(v)) {
+                return Some(v);
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Serves keep-alive HTTP/1.1 requests on one connection until it closes.
+fn serve_conn(mut c: TcpStream, seen: &Mutex<Vec<Value>>, policy: &Policy) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i;
+            }
+            match c.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + 4 + len {
+            match c.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body: Value =
+            serde_json::from_slice(&buf[head_end + 4..head_end + 4 + len]).unwrap_or(Value::Null);
+        buf.drain(..head_end + 4 + len);
+        seen.lock().expect("seen").push(body.clone());
+        let mut answer = policy(&body);
+        if let Some(ms) = answer.get("_delay_ms").and_then(Value::as_u64) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        if let Some(o) = answer.as_object_mut() {
+            o.remove("_delay_ms");
+        }
+        let text = answer.to_string();
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
+            text.len()
+        );
+        if c.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn bench(line: &str) -> String {
+    let argv =
+        std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
+    let args = Cli::parse_from(tern_bench::normalize_args(argv)).bench;
+    let mut out = Vec::new();
+    let _ = tern_bench::run(&args, Arc::new(AtomicBool::new(false)), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn whep_post(server: &Server, path: &str, bearer: Option<&str>) -> (u16, String) {
+    let auth = bearer.map(|t| format!("Bearer {t}"));
+    let extra: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("Authorization", a)])
+        .unwrap_or_default();
+    let r = http_request_with(
+        server.http,
+        "POST",
+        path,
+        &extra,
+        Some("application/sdp"),
+        whep_offer().as_bytes(),
+    )
+    .expect("WHEP POST");
+    (r.status, r.text())
+}
+
+fn stream_keys(server: &Server) -> Vec<String> {
+    let r = http_get(server.http, "/v1/streams").expect("GET /v1/streams");
+    let v: Value = serde_json::from_slice(&r.body).expect("streams JSON");
+    v.as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|s| s["snapshot"]["key"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn wait_live(server: &Server, key: &str) {
+    let w = tern_bench::signal::Whep::new(
+        &format!("http://{}/{key}/whep", server.http),
+        Duration::from_secs(2),
+    );
+    let end = Instant::now() + Duration::from_secs(20);
+    while !w.live() {
+        assert!(
+            Instant::now() < end,
+            "{key} did not go live:\n{}",
+            server.log_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An undeclared name goes live (RTMP) and plays (WHEP); the webhook sees both, with the
+/// token and query; a denied publish (RTMP and WHIP) and a denied play get the reason; the
+/// stream leaves /v1/streams after its grace, and close notifications arrive.
+#[test]
+fn undeclared_names_go_live_and_the_webhook_decides() {
+    let hook = Hook::start(|v| {
+        if v["stream"] == "blocked" || v["token"] == "bad" {
+            json!({"allow": false, "reason": "not today"})
+        } else {
+            json!({"allow": true})
+        }
+    });
+    let cfg = config_file(
+        "admission",
+        &format!(
+            "[[app]]\nname = \"live\"\nidle_grace_s = 2\n\n[app.admission]\nurl = \"{}\"\n",
+            hook.url()
+        ),
+    );
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    assert!(stream_keys(&server).is_empty());
+
+    // Publish by RTMP to a name nobody declared.
+    let mut ff = Ffmpeg::push(&format!("rtmp://{rtmp}/live/anyname?token=abc"), 10);
+    wait_live(&server, "live/anyname");
+    assert!(stream_keys(&server).contains(&"live/anyname".to_string()));
+    let publish = hook
+        .wait_for(Duration::from_secs(1), |v| v["action"] == "publish")
+        .expect("the webhook was asked about the publish");
+    assert_eq!(publish["protocol"], "rtmp");
+    assert_eq!(publish["app"], "live");
+    assert_eq!(publish["stream"], "anyname");
+    assert_eq!(publish["token"], "abc");
+    assert_eq!(publish["query"], "token=abc");
+    assert!(
+        publish["session"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("rtmp-"))
+    );
+    assert!(
+        publish["client"]["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:"))
+    );
+
+    // A viewer plays it; the webhook sees the play with its Bearer token.
+    let out = bench(&format!(
+        "-url http://{}/live/anyname/whep -n 2 -cint 10 -life 3 -sint 60000",
+        server.http
+    ));
+    assert!(
+        out.contains("Connected(2)") || out.contains("connected(2)"),
+        "{out}"
+    );
+    let (status, body) = whep_post(&server, "/live/anyname/whep", Some("viewer-token"));
+    assert_eq!(status, 201, "{body}");
+    let play = hook
+        .wait_for(Duration::from_secs(1), |v| {
+            v["action"] == "play" && v["token"] == "viewer-token"
+        })
+        .expect("the webhook was asked about the play");
+    assert_eq!(play["protocol"], "whep");
+    assert_eq!(play["query"], "");
+
+    // Denials carry the webhook's reason.
+    let (status, body) = whep_post(&server, "/live/anyname/whep", Some("bad"));
+    assert_eq!((status, body.as_str()), (403, "not today"));
+    let r = http_request_with(
+        server.http,
+        "POST",
+        "/live/blocked/whip",
+        &[],
+        Some("application/sdp"),
+        silent_offer().as_bytes(),
+    )
+    .expect("WHIP POST");
+    assert_eq!((r.status, r.text().as_str()), (403, "not today"));
+    assert!(!stream_keys(&server).contains(&"live/blocked".to_string()));
+    let mut denied = Ffmpeg::push(&format!("rtmp://{rtmp}/live/blocked"), 5);
+    assert_eq!(
+        denied.wait(Duration::from_secs(10)),
+        Some(false),
+        "denied ffmpeg should fail"
+    );
+    let log = server.log_tail(200);
+    assert!(
+        log.contains("NetStream.Publish.Unauthorized") && log.contains("not today"),
+        "{log}"
+    );
+    // Bad names are refused naming the rule, before the webhook is asked.
+    let r = http_request_with(
+        server.http,
+        "POST",
+        "/live/bad%20name/whip",
+        &[],
+        Some("application/sdp"),
+        silent_offer().as_bytes(),
+    )
+    .expect("WHIP POST");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("[A-Za-z0-9._-]"), "{}", r.text());
+
+    // The publisher ends: the stream stays for its 2 s grace, then leaves with its viewers.
+    ff.kill();
+    let close = hook
+        .wait_for(Duration::from_secs(5), |v| {
+            v["action"] == "close" && v["protocol"] == "rtmp"
+        })
+        .expect("a close notification for the publisher");
+    assert_eq!(close["stream"], "anyname");
+    assert!(close["reason"].is_string(), "{close}");
+    assert!(stream_keys(&server).contains(&"live/anyname".to_string()));
+    let end = Instant::now() + Duration::from_secs(10);
+    while stream_keys(&server).contains(&"live/anyname".to_string()) {
+        assert!(Instant::now() < end, "stream not removed after its grace");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _) = whep_post(&server, "/live/anyname/whep", None);
+    assert_eq!(status, 404);
+    assert!(server.log_tail(200).contains("stream live/anyname removed"));
+    server.stop();
+}
+
+/// `lifetime_s` ends a viewer on time with DTLS close_notify, and the close notification
+/// arrives; with the webhook down, sessions are denied (`on_error = "deny"`).
+#[test]
+fn lifetime_ends_a_viewer_and_a_dead_webhook_denies() {
+    let hook = Hook::start(|v| {
+        if v["action"] == "play" {
+            json!({"allow": true, "lifetime_s": 2})
+        } else {
+            json!({"allow": true})
+        }
+    });
+    let dead = format!("http://127.0.0.1:{}/admit", free_tcp_port());
+    let cfg = config_file(
+        "lifetime",
+        &format!(
+            "[[app]]\nname = \"live\"\n\n[app.admission]\nurl = \"{}\"\n\n\
+             [[app]]\nname = \"down\"\nstreams = [\"cam\"]\n\n[app.admission]\nurl = \"{dead}\"\ntimeout_ms = 500\n\n\
+             [[app]]\nname = \"lenient\"\nstreams = [\"cam\"]\n\n[app.admission]\nurl = \"{dead}\"\non_error = \"allow\"\n",
+            hook.url()
+        ),
+    );
+    let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
+    let t0 = Instant::now();
+    let out = bench(&format!(
+        "-url http://{}/live/demo/whep -n 1 -life 6 -sint 60000",
+        server.http
+    ));
+    assert!(
+        out.contains("Closed by server (DTLS close_notify) : 1"),
+        "the viewer was not ended by the server:\n{out}"
+    );
+    let close = hook
+        .wait_for(Duration::from_secs(3), |v| v["action"] == "close")
+        .expect("a close notification");
+    assert_eq!(close["protocol"], "whep");
+    assert_eq!(close["stream"], "demo");
+    assert_eq!(close["reason"], "closed by server");
+    let play = hook
+        .wait_for(Duration::from_secs(1), |v| v["action"] == "play")
+        .expect("play asked");
+    assert_eq!(play["session"], close["session"]);
+    assert!(t0.elapsed() >= Duration::from_secs(2));
+
+    // Webhook unreachable: deny (default) or allow (on_error = "allow").
+    let t = Instant::now();
+    let r = http_request_with(
+        server.http,
+        "POST",
+        "/down/cam/whip",
+        &[],
+        Some("application/sdp"),
+        silent_offer().as_bytes(),
+    )
+    .expect("WHIP POST");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("admission check failed"), "{}", r.text());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let r = http_request_with(
+        server.http,
+        "POST",
+        "/lenient/cam/whip",
+        &[],
+        Some("application/sdp"),
+        silent_offer().as_bytes(),
+    )
+    .expect("WHIP POST");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let metrics = http_get(server.http, "/metrics").expect("metrics").text();
+    assert!(
+        metrics.contains("tern_admission_total{action=\"publish\",result=\"error\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tern_admission_total{action=\"play\",result=\"allow\"} 1"));
+    assert!(metrics.contains("tern_admission_webhook_seconds_count"));
+    if let Some(loc) = r.header("location") {
+        let _ = http_delete(server.http, loc);
+    }
+    server.stop();
+}
+
+fn jwt(secret: &str, sub: &str, act: &str, exp_in: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": sub, "act": act, "exp": now + exp_in}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("encode")
+}
+
+/// JWT without a webhook: valid, expired, other stream, other action, bad signature; and a
+/// valid token's session ends at `exp` with `end_at_exp`.
+#[test]
+fn signed_tokens_admit_and_refuse_with_reasons() {
+    let cfg = config_file(
+        "jwt",
+        "[[app]]\nname = \"live\"\njwt_secret = \"s3cret\"\nend_at_exp = true\n",
+    );
+    let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
+    let path = "/live/demo/whep";
+    let cases = [
+        (jwt("s3cret", "live/demo", "play", 60), 201, ""),
+        (
+            jwt("s3cret", "live/demo", "play", -10),
+            401,
+            "token expired",
+        ),
+        (
+            jwt("s3cret", "live/other", "play", 60),
+            403,
+            "token is for stream live/other",
+        ),
+        (
+            jwt("s3cret", "live/demo", "publish", 60),
+            403,
+            "token allows publish, not play",
+        ),
+        (
+            jwt("wrong", "live/demo", "play", 60),
+            401,
+            "token signature does not verify",
+        ),
+    ];
+    for (token, status, reason) in cases {
+        let (s, body) = whep_post(&server, path, Some(&token));
+        assert_eq!(s, status, "{body}");
+        assert!(body.contains(reason), "{body}");
+    }
+    let (s, body) = whep_post(&server, path, None);
+    assert_eq!(
+        (s, body.as_str()),
+        (401, "a signed token (JWT) is required")
+    );
+    // end_at_exp: a viewer with a 2 s token is ended by the server.
+    let token = jwt("s3cret", "live/demo", "play", 2);
+    let out = bench(&format!(
+        "-url http://{}/live/demo/whep?token={token} -n 1 -life 5 -sint 60000",
+        server.http
+    ));
+    assert!(
+        out.contains("Closed by server (DTLS close_notify) : 1"),
+        "{out}"
+    );
+    server.stop();
+}
+
+/// 1,000 publisher-made streams (WHIP offers to new names, then DELETE) come and go: after
+/// their grace every one is removed and the server's heap is back at its idle value.
+#[test]
+fn a_thousand_dynamic_streams_leave_the_heap_at_idle() {
+    let cfg = config_file(
+        "dynamic",
+        "[server]\npublisher_connect_timeout = 30\n\n[[app]]\nname = \"live\"\nidle_grace_s = 1\n",
+    );
+    let server = Server::serve(&cfg);
+    let live_bytes = || -> i64 {
+        let r = http_get(server.http, "/v1/memory").expect("memory");
+        let v: Value = serde_json::from_slice(&r.body).expect("JSON");
+        v["allocator"]["live_bytes"].as_i64().expect("live_bytes")
+    };
+    let offer = silent_offer();
+    let wave = |n: usize, tag: &str| {
+        let mut locations = Vec::with_capacity(n);
+        for i in 0..n {
+            let r = http_request_with(
+                server.http,
+                "POST",
+                &format!("/live/{tag}-{i}/whip"),
+                &[],
+                Some("application/sdp"),
+                offer.as_bytes(),
+            )
+            .expect("WHIP POST");
+            assert_eq!(r.status, 201, "{}", r.text());
+            locations.push(r.header("location").expect("Location").to_string());
+        }
+        assert_eq!(stream_keys(&server).len(), n);
+        for l in locations {
+            assert_eq!(http_delete(server.http, &l).expect("DELETE").status, 200);
+        }
+        let end = Instant::now() + Duration::from_secs(20);
+        while !stream_keys(&server).is_empty() {
+            assert!(
+                Instant::now() < end,
+                "streams not removed after their grace"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // Warm-up: one-time initialisation belongs to idle.
+    wave(20, "warm");
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = live_bytes();
+    for w in 0..10 {
+        wave(100, &format!("s{w}"));
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut after = live_bytes();
+    while after != idle && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+        after = live_bytes();
+    }
+    assert_eq!(
+        after,
+        idle,
+        "heap after 1,000 dynamic streams: {after} B, idle {idle} B ({:+})",
+        after - idle
+    );
+    server.stop();
+}
