@@ -476,8 +476,10 @@ impl Admission {
     pub fn ended(&self, key: SessionKey, reason: &str) {
         let Some((app, ask)) = self.admitted.lock().ok().and_then(|mut m| {
             let e = m.remove(&key);
-            if m.capacity() > 4 * m.len().max(8) {
-                let n = m.len();
+            let n = m.len();
+            if n == 0 {
+                m.shrink_to_fit();
+            } else if m.capacity() > 4 * n {
                 m.shrink_to(2 * n);
             }
             e

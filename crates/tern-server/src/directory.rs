@@ -161,7 +161,9 @@ impl Directory {
         }
         if !out.is_empty() {
             let n = g.by_key.len();
-            if g.by_key.capacity() > 4 * n.max(8) {
+            if n == 0 {
+                g.by_key.shrink_to_fit();
+            } else if g.by_key.capacity() > 4 * n {
                 g.by_key.shrink_to(2 * n);
             }
         }

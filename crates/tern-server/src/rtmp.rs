@@ -220,9 +220,7 @@ impl Drop for Connection {
     fn drop(&mut self) {
         counter().sub(1, self.booked);
         if let Some((id, sid, _)) = self.slot.take() {
-            if let Ok(mut m) = self.st.publishers.lock() {
-                m.remove(&sid);
-            }
+            crate::http::forget_publisher(&self.st, &sid);
             let _ = self.st.engine.send(Command::RemovePublisher(id));
         }
     }

@@ -457,8 +457,10 @@ impl Snapshots {
     pub fn stream_removed(&self, key: &str) {
         let snap = self.streams.write().ok().and_then(|mut m| {
             let s = m.remove(key);
-            if m.capacity() > 4 * m.len().max(8) {
-                let n = m.len();
+            let n = m.len();
+            if n == 0 {
+                m.shrink_to_fit();
+            } else if m.capacity() > 4 * n {
                 m.shrink_to(2 * n);
             }
             s

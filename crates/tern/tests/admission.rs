@@ -145,7 +145,7 @@ fn whep_post(server: &Server, path: &str, bearer: Option<&str>) -> (u16, String)
         whep_offer().as_bytes(),
     )
     .expect("WHEP POST");
-    (r.status, r.text())
+    (r.status, r.text().trim().to_string())
 }
 
 fn stream_keys(server: &Server) -> Vec<String> {
@@ -250,7 +250,7 @@ fn undeclared_names_go_live_and_the_webhook_decides() {
         silent_offer().as_bytes(),
     )
     .expect("WHIP POST");
-    assert_eq!((r.status, r.text().as_str()), (403, "not today"));
+    assert_eq!((r.status, r.text().trim()), (403, "not today"));
     assert!(!stream_keys(&server).contains(&"live/blocked".to_string()));
     let mut denied = Ffmpeg::push(&format!("rtmp://{rtmp}/live/blocked"), 5);
     assert_eq!(

@@ -246,7 +246,9 @@ impl TurnServer {
         // A wave of allocations leaves no table sized for it behind (amortised: the map
         // shrinks to twice its length once under a quarter full).
         let n = self.by_client.len();
-        if self.by_client.capacity() > 4 * n.max(8) {
+        if n == 0 {
+            self.by_client.shrink_to_fit();
+        } else if self.by_client.capacity() > 4 * n {
             self.by_client.shrink_to(2 * n);
         }
         if let Some(n) = self.per_user.get_mut(&a.user) {

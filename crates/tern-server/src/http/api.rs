@@ -261,10 +261,12 @@ pub(super) async fn kick_publisher(
     let Some(index) = st.streams.get(&key).map(|i| i.index) else {
         return text(StatusCode::NOT_FOUND, format!("stream {key} not found"));
     };
-    let found = st.publishers.lock().ok().and_then(|mut m| {
-        let sid = m.iter().find(|(_, p)| p.stream == index)?.0.clone();
-        m.remove(&sid)
+    let sid = st.publishers.lock().ok().and_then(|m| {
+        m.iter()
+            .find(|(_, p)| p.stream == index)
+            .map(|(s, _)| s.clone())
     });
+    let found = sid.and_then(|sid| crate::http::state::forget_publisher(&st, &sid));
     let Some(id) = found else {
         return text(
             StatusCode::NOT_FOUND,

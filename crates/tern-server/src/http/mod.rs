@@ -26,5 +26,6 @@ pub(crate) use reply::random_token as session_token;
 pub use router::router;
 pub(crate) use state::admitted_publisher;
 pub use state::{
-    AppState, PublishRefusal, StreamInfo, TurnLinks, claim_stream, may_publish, sweep_streams,
+    AppState, PublishRefusal, StreamInfo, TurnLinks, claim_stream, forget_publisher, may_publish,
+    sweep_streams,
 };

@@ -238,6 +238,20 @@ impl AppState {
     }
 }
 
+/// Removes a WHIP/RTMP session from [`AppState::publishers`]; a wave of departed
+/// publishers leaves no table sized for it behind.
+pub fn forget_publisher(st: &AppState, sid: &str) -> Option<PublisherId> {
+    let mut m = st.publishers.lock().ok()?;
+    let id = m.remove(sid);
+    let n = m.len();
+    if n == 0 {
+        m.shrink_to_fit();
+    } else if m.capacity() > 4 * n {
+        m.shrink_to(2 * n);
+    }
+    id
+}
+
 /// The runtime to spawn on: the one set at start, or the caller's.
 fn runtime(st: &AppState) -> Option<tokio::runtime::Handle> {
     st.runtime

@@ -18,7 +18,8 @@ use crate::admission::{Action, Ask, Verdict};
 use crate::http::listener::Peer;
 use crate::http::reply::{content_type_is, cors, denied, random_token, text, too_many};
 use crate::http::state::{
-    AppState, admitted_publisher, check_token, claim_stream, lookup, may_publish, request_token,
+    AppState, admitted_publisher, check_token, claim_stream, forget_publisher, lookup, may_publish,
+    request_token,
 };
 use crate::media::AddError;
 use crate::media::Command;
@@ -128,7 +129,7 @@ pub async fn delete(
     if let Err(r) = lookup(&st, &headers, &app, &stream) {
         return r;
     }
-    let id = st.publishers.lock().ok().and_then(|mut m| m.remove(&sid));
+    let id = forget_publisher(&st, &sid);
     let Some(id) = id else {
         return text(StatusCode::NOT_FOUND, "no such WHIP session");
     };

@@ -232,7 +232,8 @@ impl Engine {
             stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             ..EngineStats::default()
         });
-        for s in &streams {
+        // Spare slots (no name yet) are not streams until a publisher makes one.
+        for s in streams.iter().filter(|s| !s.key.is_empty()) {
             let source = if s.source.is_some() { "clip" } else { "none" };
             stats
                 .snapshots

@@ -25,7 +25,7 @@ use tern_proto::stun;
 use tern_rtc::viewer::UFRAG_LEN;
 use tracing::warn;
 
-use crate::media::ledger::{book_set, map_bytes, shrink_map};
+use crate::media::ledger::{book_set, map_bytes, shrink_map, shrink_vec};
 use crate::media::link::{Data, Target, ViewerId, WorkerLink};
 use crate::media::stats::EngineStats;
 
@@ -292,6 +292,7 @@ impl SocketWorker {
     fn housekeeping(&mut self) {
         shrink_map(&mut self.by_addr);
         shrink_map(&mut self.by_ufrag);
+        shrink_vec(&mut self.publishers);
         let used = self.by_addr.len() * (std::mem::size_of::<(SocketAddr, Target)>() + 1)
             + self.by_ufrag.len() * (std::mem::size_of::<([u8; UFRAG_LEN], ViewerId)>() + 1);
         let allocated = map_bytes(&self.by_addr) + map_bytes(&self.by_ufrag);
