@@ -505,6 +505,18 @@ pub fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
+/// Whether `url` is a webhook tern can call: `http://host[:port][/path]` (plain HTTP; put
+/// a local proxy in front for TLS), no user info.
+pub fn webhook_url_ok(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let auth = rest.split('/').next().unwrap_or("");
+    !auth.is_empty()
+        && !auth.contains('@')
+        && url.parse::<hyper::Uri>().is_ok_and(|u| u.host().is_some())
+}
+
 /// The rule [`valid_name`] checks, as errors state it.
 pub const NAME_RULE: &str = "must be 1-64 characters of [A-Za-z0-9._-]";
 
@@ -664,7 +676,7 @@ impl Config {
             }
             if let Some(a) = &app.admission {
                 let key = |k: &str| format!("app[{i}].admission.{k}");
-                if crate::admission::parse_url(&a.url).is_none() {
+                if !webhook_url_ok(&a.url) {
                     return bad(&key("url"), "must be http://host[:port][/path]");
                 }
                 if !(1..=60_000).contains(&a.timeout_ms) {

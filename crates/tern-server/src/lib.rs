@@ -15,6 +15,8 @@
 //! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
 //! | `snapshot.rs` | cached snapshots and the event bus |
 //! | `limits.rs` | limits per client address |
+//! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
+//! | `admission.rs` | who may publish and play: JWT and the admission webhook, close notifications |
 //! | `config.rs` | the TOML configuration and its validation |
 //!
 //! Imports point one way: `http` and `rtmp` use `media` through its re-exports, `media`

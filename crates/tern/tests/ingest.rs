@@ -195,7 +195,10 @@ fn req(
 
 #[test]
 fn whip_errors() {
-    let cfg = config("[[app]]\nname = \"live\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n");
+    let cfg = config(
+        "[[app]]\nname = \"live\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n\n\
+         [[app]]\nname = \"closed\"\ndynamic = false\nstreams = [\"cam\"]\n",
+    );
     let server = Server::serve(&cfg);
     let a = server.http;
     let path = "/live/cam/whip";
@@ -222,8 +225,10 @@ fn whip_errors() {
         b"v=0",
     );
     assert_eq!(st, 415);
-    let (st, _) = req(a, "POST", "/live/nope/whip", &[auth, sdp], b"v=0");
-    assert_eq!(st, 404);
+    let (st, _) = req(a, "POST", "/nope/cam/whip", &[auth, sdp], b"v=0");
+    assert_eq!(st, 404, "no such app");
+    let (st, body) = req(a, "POST", "/closed/other/whip", &[sdp], b"v=0");
+    assert_eq!(st, 404, "dynamic = false keeps the declared list: {body}");
     // An offer with only a data channel: nothing to publish.
     let dc = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n\
               m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\nc=IN IP4 0.0.0.0\r\n\

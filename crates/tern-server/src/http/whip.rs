@@ -68,15 +68,16 @@ pub async fn post(
         Verdict::Allow { lifetime } => lifetime,
         Verdict::Deny { status, reason } => return denied(status, reason),
     };
-    let info = match claim_stream(&st, &app, &stream) {
-        Ok(i) => i,
-        Err(e) => return text(e.status(), e.to_string()),
-    };
     let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
     let (publisher, answer) = match Publisher::accept(offer, local, Instant::now()) {
         Ok(x) => x,
         Err(e @ PublishError::BadOffer(_)) => return text(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => return text(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    // The stream is made (if new) only for an offer that can publish.
+    let info = match claim_stream(&st, &app, &stream) {
+        Ok(i) => i,
+        Err(e) => return text(e.status(), e.to_string()),
     };
     let (tx, rx) = oneshot::channel();
     let cmd = Command::AddPublisher {
