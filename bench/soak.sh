@@ -276,6 +276,9 @@ for kind in ("direct", "relay"):
         "runs": len(runs),
         "clients": sum(r["clients"] for r in runs),
         "connected": sum(r["states"]["connected"] for r in runs),
+        # Silent for 5 s when the run's final count was taken (their session was deleted).
+        "disconnected": sum(r["states"]["disconnected"] for r in runs),
+        "still_connecting": sum(r["states"]["checking"] + r["states"]["new"] for r in runs),
         "failed": sum(r["states"]["failed"] for r in runs),
         "failures": {},
     }
@@ -312,7 +315,9 @@ print(f"steady: {st.get('clients')} viewers, {sv.get('connected')} connected at 
 for kind, c in churn.items():
     print(f"churn ({kind}): {c['runs']} runs, {c['clients']} viewers joined and left "
           f"({c['clients'] / max(load_secs, 1):.1f}/s), "
-          f"{c['connected']} connected, {c['failed']} failed {c['failures'] or ''}")
+          f"at each run's end {c['connected']} connected, {c['disconnected']} disconnected "
+          f"(deleted, silent 5 s), {c['still_connecting']} still connecting, "
+          f"{c['failed']} failed {c['failures'] or ''}")
 print(f"publishers: {result['rtmp_cycles']} RTMP and {result['whip_cycles']} WHIP cycles; "
       f"open at the end (viewers publishers allocations): {left}")
 print(f"result: {path}")

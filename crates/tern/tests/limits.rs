@@ -104,7 +104,8 @@ fn http_connections_are_limited_per_address() {
     let held: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.http).expect("connect"))
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Time for the server to accept them (a loaded machine accepts late).
+    std::thread::sleep(Duration::from_secs(1));
     let mut fifth = TcpStream::connect(server.http).expect("connect");
     fifth
         .set_read_timeout(Some(Duration::from_secs(5)))
