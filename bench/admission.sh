@@ -36,7 +36,7 @@ run() {
     for _ in $(seq 100); do curl -sf "http://$http/v1/stats/current" >/dev/null && break; sleep 0.1; done
     local line
     line=$("$BIN" bench -url "http://$http/live/demo/whep" -n "$VIEWERS" -cint "$CINT" -life "$LIFE" \
-        -sint 600000 --details false 2>/dev/null | grep '^signalling')
+        -sint 600000 --details false 2>"$tmp/bench.err" | grep '^signalling' || echo "bench failed: $(tail -3 "$tmp/bench.err")")
     local admitted
     admitted=$(curl -sf "http://$http/metrics" | awk '/^tern_admission_total\{action="play",result="allow"\}/ {print $2}')
     kill "$pid"
