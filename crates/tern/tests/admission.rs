@@ -131,21 +131,7 @@ fn bench(line: &str) -> String {
 }
 
 fn whep_post(server: &Server, path: &str, bearer: Option<&str>) -> (u16, String) {
-    let auth = bearer.map(|t| format!("Bearer {t}"));
-    let extra: Vec<(&str, &str)> = auth
-        .as_deref()
-        .map(|a| vec![("Authorization", a)])
-        .unwrap_or_default();
-    let r = http_request_with(
-        server.http,
-        "POST",
-        path,
-        &extra,
-        Some("application/sdp"),
-        whep_offer().as_bytes(),
-    )
-    .expect("WHEP POST");
-    (r.status, r.text().trim().to_string())
+    whep_post_to(server.http, path, bearer)
 }
 
 fn stream_keys(server: &Server) -> Vec<String> {
@@ -509,4 +495,94 @@ fn a_thousand_dynamic_streams_leave_the_heap_at_idle() {
         after - idle
     );
     server.stop();
+}
+
+/// One OME signalling exchange: `request_offer` on `ws://HTTP/PATH`; the first frame back.
+fn ome_request_offer(http: SocketAddr, path: &str) -> Value {
+    let tcp = TcpStream::connect_timeout(&http, Duration::from_secs(5)).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let (mut ws, _) =
+        tungstenite::client(format!("ws://{http}{path}"), tcp).expect("WebSocket handshake");
+    ws.send(tungstenite::Message::text(
+        json!({"command": "request_offer"}).to_string(),
+    ))
+    .expect("send");
+    loop {
+        match ws.read().expect("a reply") {
+            tungstenite::Message::Text(t) => return serde_json::from_str(&t).expect("JSON"),
+            _ => continue,
+        }
+    }
+}
+
+/// OME signalling asks the webhook too (token from `?token=`), and gets its refusal as an
+/// error message; past `max_in_flight` a play is refused with 503 at once.
+#[test]
+fn ome_signalling_is_admitted_and_the_webhook_has_a_cap() {
+    let hook = Hook::start(|v| {
+        if v["token"] == "slow" {
+            json!({"allow": true, "_delay_ms": 1500})
+        } else if v["token"] == "bad" {
+            json!({"allow": false, "reason": "no seat for you"})
+        } else {
+            json!({"allow": true})
+        }
+    });
+    let cfg = config_file(
+        "ome-admission",
+        &format!(
+            "[[app]]\nname = \"live\"\n\n[app.admission]\nurl = \"{}\"\nmax_in_flight = 1\n",
+            hook.url()
+        ),
+    );
+    let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
+    let offer = ome_request_offer(server.http, "/live/demo?token=t1");
+    assert_eq!(offer["command"], "offer", "{offer}");
+    let asked = hook
+        .wait_for(Duration::from_secs(1), |v| v["protocol"] == "ome")
+        .expect("the webhook was asked about the OME play");
+    assert_eq!(asked["token"], "t1");
+    assert_eq!(asked["query"], "token=t1");
+    assert_eq!(asked["session"], offer["id"].to_string());
+    let refused = ome_request_offer(server.http, "/live/demo?token=bad");
+    assert_eq!(refused["code"], 403, "{refused}");
+    assert_eq!(refused["error"], "no seat for you", "{refused}");
+
+    // A slow answer holds the one place; the next play is refused at once.
+    let http = server.http;
+    let slow = std::thread::spawn(move || whep_post_to(http, "/live/demo/whep", Some("slow")));
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let (status, body) = whep_post_to(server.http, "/live/demo/whep", Some("quick"));
+    assert_eq!(
+        (status, body.as_str()),
+        (503, "admission webhook busy; retry")
+    );
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert_eq!(slow.join().expect("slow POST").0, 201);
+    let metrics = http_get(server.http, "/metrics").expect("metrics").text();
+    assert!(
+        metrics.contains("tern_admission_total{action=\"play\",result=\"busy\"} 1"),
+        "{metrics}"
+    );
+    server.stop();
+}
+
+fn whep_post_to(http: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, String) {
+    let auth = bearer.map(|t| format!("Bearer {t}"));
+    let extra: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|a| vec![("Authorization", a)])
+        .unwrap_or_default();
+    let r = http_request_with(
+        http,
+        "POST",
+        path,
+        &extra,
+        Some("application/sdp"),
+        whep_offer().as_bytes(),
+    )
+    .expect("WHEP POST");
+    (r.status, r.text().trim().to_string())
 }
