@@ -24,14 +24,27 @@ pub fn config_file(name: &str, body: &str) -> PathBuf {
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_tcp_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral TCP port");
-    l.local_addr().expect("local addr of TCP listener").port()
+    free_port(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
 }
 
 /// A UDP port on 127.0.0.1 that was free a moment ago.
 pub fn free_udp_port() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral UDP port");
-    s.local_addr().expect("local addr of UDP socket").port()
+    free_port(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok())
+}
+
+/// A port that `free` finds free, drawn at random from 20000-32767: below Linux's ephemeral
+/// range (32768-60999), so the thousands of client sockets a load test opens (each given an
+/// ephemeral port by the kernel) cannot take it between this check and the server's bind.
+fn free_port(free: impl Fn(u16) -> bool) -> u16 {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    for _ in 0..1000 {
+        let p = rng.random_range(20000..32768);
+        if free(p) {
+            return p;
+        }
+    }
+    panic!("no free port found in 20000-32767 after 1000 tries");
 }
 
 /// A parsed HTTP/1.1 response.
