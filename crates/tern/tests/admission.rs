@@ -305,26 +305,34 @@ fn lifetime_ends_a_viewer_and_a_dead_webhook_denies() {
         ),
     );
     let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
-    let t0 = Instant::now();
-    let out = bench(&format!(
+    // The viewer plays for 6 s unless the server ends it: the 2 s lifetime must, well before
+    // the tester's own end (which would delete the session).
+    let line = format!(
         "-url http://{}/live/demo/whep -n 1 -life 6 -sint 60000",
         server.http
-    ));
-    assert!(
-        out.contains("Closed by server (DTLS close_notify) : 1"),
-        "the viewer was not ended by the server:\n{out}"
     );
+    let viewer = std::thread::spawn(move || bench(&line));
+    let play = hook
+        .wait_for(Duration::from_secs(5), |v| v["action"] == "play")
+        .expect("play asked");
+    let asked_at = Instant::now();
     let close = hook
-        .wait_for(Duration::from_secs(3), |v| v["action"] == "close")
+        .wait_for(Duration::from_secs(5), |v| v["action"] == "close")
         .expect("a close notification");
+    let after = asked_at.elapsed();
+    assert!(
+        after >= Duration::from_millis(1800) && after < Duration::from_millis(3500),
+        "the viewer ended {after:?} after admission (lifetime 2 s)"
+    );
     assert_eq!(close["protocol"], "whep");
     assert_eq!(close["stream"], "demo");
     assert_eq!(close["reason"], "closed by server");
-    let play = hook
-        .wait_for(Duration::from_secs(1), |v| v["action"] == "play")
-        .expect("play asked");
     assert_eq!(play["session"], close["session"]);
-    assert!(t0.elapsed() >= Duration::from_secs(2));
+    let out = viewer.join().expect("bench");
+    assert!(
+        out.contains("Closed by server (DTLS close_notify) : 1"),
+        "the viewer did not get close_notify:\n{out}"
+    );
 
     // Webhook unreachable: deny (default) or allow (on_error = "allow").
     let t = Instant::now();
@@ -419,12 +427,30 @@ fn signed_tokens_admit_and_refuse_with_reasons() {
         (s, body.as_str()),
         (401, "a signed token (JWT) is required")
     );
-    // end_at_exp: a viewer with a 2 s token is ended by the server.
+    // end_at_exp: a viewer with a 2 s token is ended by the server at exp, while the tester
+    // would keep it for 6 s.
     let token = jwt("s3cret", "live/demo", "play", 2);
-    let out = bench(&format!(
-        "-url http://{}/live/demo/whep?token={token} -n 1 -life 5 -sint 60000",
+    let line = format!(
+        "-url http://{}/live/demo/whep?token={token} -n 1 -life 6 -sint 60000",
         server.http
-    ));
+    );
+    let viewers = |http| {
+        let r = http_get(http, "/v1/stats/current").expect("stats");
+        let v: Value = serde_json::from_slice(&r.body).expect("JSON");
+        v["response"]["totalConnections"].as_u64().expect("count")
+    };
+    // The sessions the cases above made (never connecting) are still there.
+    let before = viewers(server.http);
+    let viewer = std::thread::spawn(move || bench(&line));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(viewers(server.http), before + 1, "the viewer plays at 1 s");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        viewers(server.http),
+        before,
+        "the viewer is ended at exp (2 s)"
+    );
+    let out = viewer.join().expect("bench");
     assert!(
         out.contains("Closed by server (DTLS close_notify) : 1"),
         "{out}"
