@@ -291,6 +291,16 @@ impl Worker {
                 debug!(client = %client.addr, "TURN allocation closed");
             }
         }
+        // A wave of allocations leaves no slot table sized for it behind.
+        while self.relays.last().is_some_and(Option::is_none) {
+            self.relays.pop();
+        }
+        let n = self.relays.len();
+        if n == 0 {
+            self.relays.shrink_to_fit();
+        } else if self.relays.capacity() > 4 * n {
+            self.relays.shrink_to(2 * n);
+        }
     }
 
     fn read_udp(&mut self, buf: &mut [u8], out: &mut [u8; MAX_REPLY], batch: &mut SendBatch) {

@@ -188,7 +188,12 @@ impl TurnServer {
 
     /// The next event for the driver.
     pub fn poll_event(&mut self) -> Option<TurnEvent> {
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        // Drained after a burst (a wave of allocations ending): give the room back.
+        if e.is_none() && self.events.capacity() > 32 {
+            self.events.shrink_to_fit();
+        }
+        e
     }
 
     /// Expires allocations, permissions and channels (a sweep at most once a second).
