@@ -409,6 +409,16 @@ impl Snapshots {
 
     /// A stream's state: `source` is `clip`, `whip`, `rtmp` or `none`.
     pub fn stream_state(&self, key: &str, source: &str, live: bool) {
+        self.put_stream(key, source, live, EventKind::StreamChanged);
+    }
+
+    /// A publisher made stream `key`: cached (not live yet) and announced.
+    pub fn stream_created(&self, key: &str) {
+        self.put_stream(key, "none", false, EventKind::StreamCreated);
+    }
+
+    /// Builds and caches a stream's snapshot and announces it as `kind`.
+    fn put_stream(&self, key: &str, source: &str, live: bool, kind: EventKind) {
         let key: Arc<str> = key.into();
         let state = Segment::build(
             json!({"key": &*key, "source": source, "live": live, "changed_ms": now_ms()}),
@@ -422,30 +432,7 @@ impl Snapshots {
             m.insert(key.clone(), snap.clone());
         }
         self.publish(Event {
-            kind: EventKind::StreamChanged,
-            stream: key,
-            at_ms: now_ms(),
-            snapshot: SnapshotRef::Stream(snap),
-            reason: None,
-        });
-    }
-
-    /// A publisher made stream `key`: cached (not live yet) and announced.
-    pub fn stream_created(&self, key: &str) {
-        let key: Arc<str> = key.into();
-        let state = Segment::build(
-            json!({"key": &*key, "source": "none", "live": false, "changed_ms": now_ms()}),
-            &self.builds,
-        );
-        let snap = StreamSnapshot {
-            key: key.clone(),
-            state,
-        };
-        if let Ok(mut m) = self.streams.write() {
-            m.insert(key.clone(), snap.clone());
-        }
-        self.publish(Event {
-            kind: EventKind::StreamCreated,
+            kind,
             stream: key,
             at_ms: now_ms(),
             snapshot: SnapshotRef::Stream(snap),

@@ -14,7 +14,7 @@ use axum::response::Response;
 use tern_pool::PoolCounter;
 
 use crate::admission::Admission;
-use crate::admission::{Ask, SessionKey};
+use crate::admission::{Action, Ask, SessionKey, Verdict};
 use crate::config::Config;
 use crate::directory::Directory;
 use crate::http::reply::text;
@@ -408,6 +408,37 @@ pub(crate) fn request_token(headers: &HeaderMap, query: Option<&str>) -> Option<
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string)
         .or_else(|| query.and_then(crate::admission::query_token))
+}
+
+/// The admission step of a WHEP or WHIP POST: asks the app's gate (JWT, webhook) about
+/// `action` by `client`, with the request's token and query, for a session that will be
+/// called `session`. The ask (kept for the close notification) and the session's lifetime,
+/// or the refusal as the response.
+#[allow(clippy::too_many_arguments, clippy::result_large_err)] // the request's parts; the error is the response
+pub(super) async fn admit_request(
+    st: &AppState,
+    action: Action,
+    protocol: &'static str,
+    (app, stream): (&str, &str),
+    client: std::net::SocketAddr,
+    headers: &HeaderMap,
+    query: Option<String>,
+    session: &str,
+) -> Result<(Ask, Option<Duration>), Response> {
+    let ask = Ask {
+        action,
+        protocol,
+        app: app.to_string(),
+        stream: stream.to_string(),
+        client,
+        token: request_token(headers, query.as_deref()),
+        query: query.unwrap_or_default(),
+        session: session.to_string(),
+    };
+    match st.admission.admit(&ask).await {
+        Verdict::Allow { lifetime } => Ok((ask, lifetime)),
+        Verdict::Deny { status, reason } => Err(crate::http::reply::denied(status, reason)),
+    }
 }
 
 /// Checks the app's static Bearer token (`app.token`), if it has one.

@@ -13,12 +13,10 @@ use tern_proto::sdp::{self, SessionDescription};
 use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
-use crate::admission::{Action, Ask, SessionKey, Verdict};
+use crate::admission::{Action, SessionKey};
 use crate::http::listener::Peer;
-use crate::http::reply::{
-    content_type_is, cors, denied, not_live, random_token, text, to_array, too_many,
-};
-use crate::http::state::{AppState, Session, admitted, lookup, request_token};
+use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array, too_many};
+use crate::http::state::{AppState, Session, admit_request, admitted, lookup};
 use crate::media::Command;
 
 /// `POST /{app}/{stream}/whep`: the offer in, the answer and the session's `Location` out.
@@ -77,19 +75,19 @@ pub(super) async fn whep_post(
         Err(e) => return too_many(e),
     };
     let sid = random_token(22);
-    let ask = Ask {
-        action: Action::Play,
-        protocol: "whep",
-        app: app.clone(),
-        stream: stream.clone(),
-        client: peer.0,
-        token: request_token(&headers, query.as_deref()),
-        query: query.unwrap_or_default(),
-        session: sid.clone(),
-    };
-    let lifetime = match st.admission.admit(&ask).await {
-        Verdict::Allow { lifetime } => lifetime,
-        Verdict::Deny { status, reason } => return denied(status, reason),
+    let admission = admit_request(
+        &st,
+        Action::Play,
+        "whep",
+        (&app, &stream),
+        peer.0,
+        &headers,
+        query,
+        &sid,
+    );
+    let (ask, lifetime) = match admission.await {
+        Ok(x) => x,
+        Err(r) => return r,
     };
 
     let acc = session::accept(

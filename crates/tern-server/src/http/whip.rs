@@ -14,12 +14,12 @@ use axum::response::{IntoResponse, Response};
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
-use crate::admission::{Action, Ask, Verdict};
+use crate::admission::Action;
 use crate::http::listener::Peer;
-use crate::http::reply::{content_type_is, cors, denied, random_token, text, too_many};
+use crate::http::reply::{content_type_is, cors, random_token, text, too_many};
 use crate::http::state::{
-    AppState, admitted_publisher, check_token, claim_stream, forget_publisher, lookup, may_publish,
-    request_token,
+    AppState, admit_request, admitted_publisher, check_token, claim_stream, forget_publisher,
+    lookup, may_publish,
 };
 use crate::media::AddError;
 use crate::media::Command;
@@ -54,19 +54,19 @@ pub async fn post(
         Err(e) => return too_many(e),
     };
     let sid = random_token(22);
-    let ask = Ask {
-        action: Action::Publish,
-        protocol: "whip",
-        app: app.clone(),
-        stream: stream.clone(),
-        client: peer.0,
-        token: request_token(&headers, query.as_deref()),
-        query: query.unwrap_or_default(),
-        session: sid.clone(),
-    };
-    let lifetime = match st.admission.admit(&ask).await {
-        Verdict::Allow { lifetime } => lifetime,
-        Verdict::Deny { status, reason } => return denied(status, reason),
+    let admission = admit_request(
+        &st,
+        Action::Publish,
+        "whip",
+        (&app, &stream),
+        peer.0,
+        &headers,
+        query,
+        &sid,
+    );
+    let (ask, lifetime) = match admission.await {
+        Ok(x) => x,
+        Err(r) => return r,
     };
     let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
     let (publisher, answer) = match Publisher::accept(offer, local, Instant::now()) {
