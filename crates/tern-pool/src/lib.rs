@@ -43,4 +43,4 @@ pub use registry::{MemoryRegistry, PoolCounter, PoolReport, format_dd};
 pub use slab::{Slab, SlabId};
 #[cfg(feature = "aws-lc")]
 pub use sys::count_crypto_allocations;
-pub use sys::{AllocStats, CountingAlloc};
+pub use sys::{AllocStats, CountingAlloc, release_free_memory, set_mmap_threshold};

@@ -295,6 +295,51 @@ mod crypto_mem {
     }
 }
 
+/// Ask the C allocator to give freed memory back to the system: on glibc, `malloc_trim(0)`,
+/// which returns the free pages inside every arena as well as the top of the heap. Freed
+/// memory otherwise stays in the process (and in its RSS) after a burst of sessions.
+///
+/// Returns whether any memory was released. Elsewhere (musl, other systems) it does nothing
+/// and returns `false`. It walks the allocator's free lists under its locks, so call it from a
+/// housekeeping task after something large was freed, not on a packet path.
+pub fn release_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `malloc_trim` takes no pointers and only rearranges glibc's own free lists;
+        // it is safe to call from any thread at any time.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// Serve allocations of `bytes` or more from mappings of their own, unmapped when freed
+/// (glibc's `M_MMAP_THRESHOLD`). Setting it also stops glibc from raising the threshold each
+/// time a mapped block is freed: after a burst of large frees that sliding threshold moves
+/// later large blocks (handshake state, grown tables) into the arenas, where a few live
+/// objects keep their pages resident, and RSS creeps up round after round of the same load.
+///
+/// Returns whether the allocator took the setting; elsewhere it does nothing and returns
+/// `false`. Call it once at start-up, before the threads that allocate most are spawned.
+pub fn set_mmap_threshold(bytes: usize) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let Ok(bytes) = libc::c_int::try_from(bytes) else {
+            return false;
+        };
+        // SAFETY: `mallopt` takes two integers and only changes glibc's own tuning; glibc
+        // documents it as safe to call at any time.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = bytes;
+        false
+    }
+}
+
 /// Which kind of pages back a region of pool buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Backing {

@@ -352,6 +352,168 @@ fn refill_never_passes_max_free() {
 }
 
 #[test]
+fn trim_gives_a_burst_back_once_it_has_passed() {
+    const UPPER: usize = 16 * 1024;
+    let p = pool(PoolConfig {
+        prefault: true,
+        low_water: 2,
+        ..cfg("trim", UPPER, 8, 64)
+    });
+    quiet(&p);
+    let region: HashSet<usize> = {
+        let first: Vec<Buf> = (0..8).map(|_| p.alloc(UPPER)).collect();
+        first.iter().map(|b| b.as_ptr() as usize).collect()
+    };
+    // A burst of 40: 8 from the initial mapping, 32 missed onto the heap.
+    let burst: Vec<Buf> = (0..40).map(|_| p.alloc(UPPER)).collect();
+    drop(burst);
+    p.flush_thread_cache();
+    let s = p.stats();
+    assert_eq!((s.free, s.in_use), (40, 0), "{s:?}");
+    // The first trim keeps room for the burst it has seen since the last one.
+    assert_eq!(p.trim(), 0);
+    assert_eq!(p.stats().free, 40);
+    // With no new peak, the heap buffers go: the pool is back to `initial`.
+    assert_eq!(p.trim(), 32);
+    let s = p.stats();
+    assert_eq!((s.free, s.released), (8, 32), "{s:?}");
+    assert_eq!(s.allocated_bytes, 8 * UPPER);
+    assert_eq!(p.trim(), 0, "nothing left above initial");
+    // What stayed is the prefaulted mapping, served without a miss.
+    let misses = p.stats().misses;
+    let again: Vec<Buf> = (0..8).map(|_| p.alloc(UPPER)).collect();
+    assert_eq!(p.stats().misses, misses);
+    let got: HashSet<usize> = again.iter().map(|b| b.as_ptr() as usize).collect();
+    assert_eq!(got, region);
+    // The `max_free` budget came back with the trimmed buffers: a new burst of 64 is kept
+    // whole when it returns (only this thread's small reserve can free one or two early).
+    let more: Vec<Buf> = (0..56).map(|_| p.alloc(UPPER)).collect();
+    drop((again, more));
+    p.flush_thread_cache();
+    let s = p.stats();
+    assert_eq!((s.free, s.released), (64, 32), "{s:?}");
+}
+
+#[test]
+fn trim_frees_heap_buffers_cycling_through_a_ring_as_they_come_back() {
+    const UPPER: usize = 16 * 1024;
+    let p = pool(PoolConfig {
+        prefault: true,
+        low_water: 2,
+        ..cfg("trim_ring", UPPER, 16, 64)
+    });
+    quiet(&p);
+    // A burst of 24: 16 from the mapping, 8 from the heap. The mapping's buffers come back;
+    // the heap ones stay in a ring that keeps cycling (freed at one end, refilled at the
+    // other), so they never rest on the free list.
+    let mut all: VecDeque<Buf> = (0..24).map(|_| p.alloc(UPPER)).collect();
+    let region: HashSet<usize> = all.iter().take(16).map(|b| b.as_ptr() as usize).collect();
+    let mut ring: VecDeque<Buf> = all.split_off(16);
+    drop(all);
+    p.flush_thread_cache();
+    assert_eq!(p.trim(), 0, "the burst is recent");
+    assert_eq!(
+        p.trim(),
+        0,
+        "no heap buffer is free: the excess is freed as it comes back"
+    );
+    assert_eq!(p.stats().allocated_bytes, 24 * UPPER);
+    let misses = p.stats().misses;
+    for _ in 0..8 {
+        ring.pop_front();
+        ring.push_back(p.alloc(UPPER));
+    }
+    let s = p.stats();
+    assert_eq!((s.released, s.misses, s.in_use), (8, misses, 8), "{s:?}");
+    assert_eq!(s.allocated_bytes, 16 * UPPER, "back to the mapping alone");
+    assert!(ring.iter().all(|b| region.contains(&(b.as_ptr() as usize))));
+    // The count is spent: later heap buffers rejoin the pool as usual.
+    let burst: Vec<Buf> = (0..10).map(|_| p.alloc(UPPER)).collect();
+    drop(burst);
+    p.flush_thread_cache();
+    assert_eq!(p.stats().released, 8);
+}
+
+#[test]
+fn trim_keeps_what_is_in_use_plus_low_water() {
+    let p = pool(PoolConfig {
+        low_water: 4,
+        ..cfg("trim_busy", 1024, 4, 64)
+    });
+    quiet(&p);
+    let held: Vec<Buf> = (0..20).map(|_| p.alloc(1024)).collect();
+    let extra: Vec<Buf> = (0..20).map(|_| p.alloc(1024)).collect();
+    drop(extra);
+    p.flush_thread_cache();
+    assert_eq!(p.trim(), 0, "the peak of 40 is still recent");
+    // 20 stay in use: the pool keeps them and `low_water` free ones, 24 in all.
+    assert_eq!(p.trim(), 16);
+    let s = p.stats();
+    assert_eq!((s.in_use, s.free), (20, 4), "{s:?}");
+    drop(held);
+}
+
+#[test]
+fn trim_races_with_allocating_threads_and_counts_stay_exact() {
+    let p = pool(PoolConfig {
+        low_water: 8,
+        ..cfg("trim_race", 256, 16, 128)
+    });
+    quiet(&p);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let p = p.clone();
+            thread::spawn(move || {
+                let mut rng = Lcg(t + 1);
+                let mut held: VecDeque<Buf> = VecDeque::new();
+                let mut allocs = 0u64;
+                for i in 0..20_000u64 {
+                    let want = (rng.next() % 64) as usize;
+                    while held.len() < want {
+                        let mut b = p.alloc(256);
+                        tag(&mut b, i);
+                        held.push_back(b);
+                        allocs += 1;
+                    }
+                    while held.len() > want / 2 {
+                        held.pop_front();
+                    }
+                }
+                drop(held);
+                p.flush_thread_cache();
+                allocs
+            })
+        })
+        .collect();
+    let trimmer = {
+        let (p, stop) = (p.clone(), Arc::clone(&stop));
+        thread::spawn(move || {
+            let mut freed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                freed += p.trim();
+                assert!(p.stats().free <= 128);
+                thread::yield_now();
+            }
+            freed
+        })
+    };
+    let allocs: u64 = workers.into_iter().map(|w| w.join().expect("join")).sum();
+    stop.store(true, Ordering::Relaxed);
+    let trimmed = trimmer.join().expect("join");
+    let s = p.stats();
+    assert_eq!(s.in_use, 0, "{s:?}");
+    assert_eq!(s.hits + s.misses, allocs, "{s:?}");
+    assert!(s.free <= 128, "{s:?}");
+    assert_eq!(s.allocated_bytes, s.free * 256, "{s:?}");
+    assert!(s.released >= trimmed as u64);
+    // Quiet now: two trims bring the pool back to `initial`.
+    p.trim();
+    p.trim();
+    assert_eq!(p.stats().free, 16, "{:?}", p.stats());
+}
+
+#[test]
 fn stats_match_outstanding_buffers() {
     const UPPER: usize = 512;
     let p = pool(PoolConfig {

@@ -380,6 +380,12 @@ pub struct Tunables {
     /// Free packet buffers kept before returning extras to the system. Default 8192.
     #[serde(default = "d_pool_max_free")]
     pub pool_max_free: usize,
+    /// Seconds between housekeeping passes that give back what a burst left: packet buffers
+    /// above `pool_initial` that the period since the last pass did not need, then the C
+    /// allocator's free pages (glibc `malloc_trim`) once a MiB or more of heap was freed.
+    /// Default 10; 0 keeps everything.
+    #[serde(default = "d_pool_trim_s")]
+    pub pool_trim_s: u64,
     /// Maximum concurrent DTLS handshakes; further WHEP requests get 503 + Retry-After.
     /// Default 2000: at ~5 ms per handshake a burst of this size completes within seconds and
     /// bounds transient handshake memory (tens of KiB each) to tens of MiB.
@@ -406,6 +412,9 @@ fn d_pool_initial() -> usize {
 fn d_pool_max_free() -> usize {
     8192
 }
+fn d_pool_trim_s() -> u64 {
+    10
+}
 fn d_max_handshakes() -> usize {
     2000
 }
@@ -421,6 +430,7 @@ impl Default for Tunables {
             audio_ring: d_audio_ring(),
             pool_initial: d_pool_initial(),
             pool_max_free: d_pool_max_free(),
+            pool_trim_s: d_pool_trim_s(),
             max_handshakes: d_max_handshakes(),
             max_viewers: d_max_viewers(),
         }
@@ -594,6 +604,9 @@ impl Config {
                 "tunables.pool_max_free",
                 "must be at least tunables.pool_initial",
             );
+        }
+        if t.pool_trim_s > 86_400 {
+            return bad("tunables.pool_trim_s", "must be at most 86400 (a day)");
         }
         if t.max_handshakes == 0 {
             return bad("tunables.max_handshakes", "must be at least 1");

@@ -44,6 +44,7 @@ pub mod directory;
 pub mod http;
 pub mod limits;
 pub mod media;
+pub mod reclaim;
 pub mod rtmp;
 pub mod snapshot;
 pub mod turn;
@@ -186,6 +187,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         huge_pages: false,
     })
     .map_err(|e| ServeError::Other(format!("packet pool: {e}")))?;
+    let reclaimer = reclaim::Reclaimer::new(pool.clone(), t.pool_trim_s, Instant::now());
 
     // Streams: the demo clip, then declared streams (not live until a publisher arrives).
     let mut engine_streams = Vec::new();
@@ -323,7 +325,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
     let _ = state.runtime.set(rt.handle().clone());
     let res = rt.block_on(async move {
-        start_service_tasks(&state);
+        start_service_tasks(&state, reclaimer);
         let listener = tokio::net::TcpListener::bind(http)
             .await
             .map_err(|source| ServeError::Bind {
@@ -369,10 +371,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     res
 }
 
-/// The HTTP side's background work: the sweep that removes publisher-made streams past
-/// their grace (once a second), and, with an admission webhook, the close notifications
-/// (admitted sessions' ends, read off the event stream).
-fn start_service_tasks(state: &Arc<AppState>) {
+/// The HTTP side's background work, once a second: the sweep that removes publisher-made
+/// streams past their grace and the reclaim pass (when due); and, with an admission webhook,
+/// the close notifications (admitted sessions' ends, read off the event stream).
+fn start_service_tasks(state: &Arc<AppState>, mut reclaim: Option<reclaim::Reclaimer>) {
     let st = state.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -380,6 +382,10 @@ fn start_service_tasks(state: &Arc<AppState>) {
         loop {
             tick.tick().await;
             http::sweep_streams(&st);
+            if let Some(r) = reclaim.as_mut() {
+                // malloc_trim can take milliseconds on a large heap: not on a runtime thread.
+                let _ = tokio::task::block_in_place(|| r.tick(Instant::now()));
+            }
         }
     });
     if !state.admission.has_webhooks() {

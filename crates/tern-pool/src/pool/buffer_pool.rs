@@ -27,6 +27,8 @@ use super::storage::{PoolBacking, Storage};
 /// - When the free count drops below `low_water` the pool sets
 ///   [`BufferPool::needs_refill`]; [`BufferPool::refill`], run off the packet path (by
 ///   [`BufferPool::maintain`]), tops the free count back up to `low_water`.
+/// - [`BufferPool::trim`], on a housekeeping tick, gives back the free heap buffers a burst
+///   left once it has passed, so an idle pool returns to `initial`.
 /// - An `alloc` that finds the pool dry still serves, with a new heap buffer that joins the
 ///   pool when freed. It counts a miss and, on the first dry miss since buffers were last
 ///   available, an empty event, and calls the warn hook (by default a line on stderr) at most
@@ -105,6 +107,8 @@ impl BufferPool {
             fallback_in_use: AtomicUsize::new(0),
             fallback_bytes: AtomicUsize::new(0),
             high_water: AtomicUsize::new(0),
+            recent_peak: AtomicUsize::new(0),
+            shrink: AtomicUsize::new(0),
             peak_used_bytes: AtomicUsize::new(0),
             dry: AtomicBool::new(false),
             needs_refill: AtomicBool::new(cfg.initial < cfg.low_water),
@@ -181,6 +185,10 @@ impl BufferPool {
     /// Top the free count up to `low_water` (never past `max_free`). Returns the number of
     /// buffers added. Allocates (and prefaults) outside the lock; meant for a background
     /// thread, never the packet path. Clears [`BufferPool::needs_refill`].
+    ///
+    /// Refilled buffers are heap buffers, never a new mapping: [`trim`](Self::trim) can give
+    /// a heap buffer back on its own, while a mapping returns its memory only once every
+    /// buffer carved from it is freed.
     pub fn refill(&self) -> usize {
         let inner = &self.handle.inner;
         let cfg = &inner.cfg;
@@ -193,7 +201,9 @@ impl BufferPool {
             return 0;
         }
         inner.total.fetch_add(want, Relaxed);
-        let (fresh, _) = Storage::batch(cfg, want);
+        let fresh: Vec<Storage> = (0..want)
+            .map(|_| Storage::heap(cfg.upper, cfg.prefault))
+            .collect();
         inner.push_shared(fresh.into_iter().map(|storage| Entry {
             storage,
             pool: Arc::clone(inner),
@@ -202,6 +212,53 @@ impl BufferPool {
         inner.refills.fetch_add(1, Relaxed);
         inner.refilled_buffers.fetch_add(want as u64, Relaxed);
         want
+    }
+
+    /// Give back the free buffers a past burst left, keeping what the period since the last
+    /// trim needed: the pool shrinks to `max(initial, peak in use since the last trim +
+    /// low_water)` buffers, or as near as it can. Returns the number of buffers freed.
+    ///
+    /// Only heap buffers (misses and refills) go: the `initial` mapping stays whole. Those on
+    /// the shared free list are freed now; for the rest of the excess, as many heap buffers
+    /// are freed as they come back from use or leave a thread cache, until the next trim
+    /// sets a new count (buffers cycling through a stream's ring never rest on the free
+    /// list). Meant for a housekeeping tick every few seconds, off the packet path; the first
+    /// call after a burst keeps room for that burst, and a later call with no new peak gives
+    /// its buffers back.
+    pub fn trim(&self) -> usize {
+        let inner = &self.handle.inner;
+        let cfg = &inner.cfg;
+        let (in_use, _) = inner.sum_threads();
+        let peak = inner.recent_peak.swap(in_use, Relaxed).max(in_use);
+        let keep = cfg.initial.max(peak.saturating_add(cfg.low_water));
+        let excess = inner.total.load(Relaxed).saturating_sub(keep);
+        if excess == 0 {
+            inner.shrink.store(0, Relaxed);
+            return 0;
+        }
+        let freed: Vec<Entry> = {
+            let mut list = inner.lock_shared();
+            if list.closed {
+                return 0;
+            }
+            let mut n = 0;
+            // The coldest (bottom) heap buffers first.
+            list.bufs
+                .extract_if(.., |e| {
+                    let take = n < excess && e.is_heap();
+                    n += usize::from(take);
+                    take
+                })
+                .collect()
+        };
+        let n = freed.len();
+        inner.shrink.store(excess - n, Relaxed);
+        // Each buffer leaving the free list hands its unit back to the `max_free` budget.
+        inner.total.fetch_sub(n, Relaxed);
+        inner.budget.fetch_add(n, Relaxed);
+        inner.released.fetch_add(n as u64, Relaxed);
+        drop(freed);
+        n
     }
 
     /// Whether the free count fell below `low_water` (or the pool ran dry) since the last

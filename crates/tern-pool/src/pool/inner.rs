@@ -114,6 +114,13 @@ pub(super) struct Inner {
     pub(super) fallback_bytes: AtomicUsize,
     /// Peak of the number of buffers handed out (pooled and fallback).
     pub(super) high_water: AtomicUsize,
+    /// Peak of the pooled buffers handed out since the last `trim`: what the pool must keep
+    /// room for.
+    pub(super) recent_peak: AtomicUsize,
+    /// Heap buffers `trim` wanted to free but found in use or in a thread cache: each is freed
+    /// as it comes back instead of rejoining the pool (the ones cycling through a stream's
+    /// ring never sit on the shared list).
+    pub(super) shrink: AtomicUsize,
     pub(super) peak_used_bytes: AtomicUsize,
     /// Set by a dry miss, cleared by a hit or a refill: counts empty *events*.
     pub(super) dry: AtomicBool,
@@ -257,6 +264,26 @@ impl Inner {
         }
     }
 
+    /// Whether a returning heap buffer is to be freed for a pending trim; counts it freed.
+    #[inline]
+    pub(super) fn take_shrink(&self) -> bool {
+        let mut n = self.shrink.load(Relaxed);
+        while n > 0 {
+            match self
+                .shrink
+                .compare_exchange_weak(n, n - 1, Relaxed, Relaxed)
+            {
+                Ok(_) => {
+                    self.total.fetch_sub(1, Relaxed);
+                    self.released.fetch_add(1, Relaxed);
+                    return true;
+                }
+                Err(now) => n = now,
+            }
+        }
+        false
+    }
+
     /// Take up to `want` units of `budget`; returns how many were taken.
     pub(super) fn reserve(&self, want: usize) -> usize {
         // A compare-exchange loop rather than `fetch_update`, which newer toolchains deprecate
@@ -363,6 +390,10 @@ impl Inner {
             let cache = local_entry(&mut caches, &entry.pool);
             let inner: &Inner = &entry.pool;
             cache.count_out(inner, -1);
+            if entry.is_heap() && inner.take_shrink() {
+                freed = Some(entry);
+                return;
+            }
             if cache.allowance == 0 {
                 cache.allowance = inner.reserve(inner.chunk);
             }
@@ -406,7 +437,9 @@ impl Inner {
     pub(super) fn put_without_cache(entry: Entry) {
         let pool = Arc::clone(&entry.pool);
         pool.in_use.fetch_sub(1, Relaxed);
-        if pool.reserve(1) == 1 {
+        if entry.is_heap() && pool.take_shrink() {
+            drop(entry);
+        } else if pool.reserve(1) == 1 {
             pool.push_shared(std::iter::once(entry));
         } else {
             pool.total.fetch_sub(1, Relaxed);
@@ -432,6 +465,9 @@ impl Inner {
 
     #[inline]
     pub(super) fn note_peaks(&self, pooled: usize) {
+        if pooled > self.recent_peak.load(Relaxed) {
+            self.recent_peak.fetch_max(pooled, Relaxed);
+        }
         let items = pooled + self.fallback_in_use.load(Relaxed);
         if items > self.high_water.load(Relaxed) {
             self.high_water.fetch_max(items, Relaxed);
