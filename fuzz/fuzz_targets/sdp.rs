@@ -1,5 +1,6 @@
 //! SDP offer and trickle sdpfrag parsers: arbitrary UTF-8 must never panic, and an answer
-//! written for an offer that negotiates must parse back.
+//! written for an offer that negotiates (for a stream of unknown or known H264 profile) must
+//! parse back.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, Ipv4Addr};
@@ -32,6 +33,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = (m.candidates(), m.ssrcs(), m.extmaps(), m.rtcp_mux());
         let _ = m.extmap_id(sdp::ABS_CAPTURE_TIME_URI);
     }
+    // A stream whose SPS says High 4.0: the profile is chosen, or the Baseline rule applies.
+    let _ = sdp::negotiate_for(&offer, Some([0x64, 0x00, 0x28]));
     let Ok(neg) = sdp::negotiate(&offer) else {
         return;
     };

@@ -39,6 +39,34 @@ pub fn nal_type(nal: &[u8]) -> u8 {
     nal.first().map_or(0, |b| b & 0x1f)
 }
 
+/// The `profile-level-id` of the sequence parameter set an RTP payload carries, whole or in
+/// a STAP-A: its `profile_idc`, constraint flags and `level_idc` (RFC 6184 §8.1: the three
+/// bytes after the SPS's NAL header). `None` for any other payload, or one cut short.
+pub fn sps_profile_level_id(payload: &[u8]) -> Option<[u8; 3]> {
+    let sps = |nal: &[u8]| -> Option<[u8; 3]> {
+        if nal_type(nal) != NAL_SPS {
+            return None;
+        }
+        nal.get(1..4)?.try_into().ok()
+    };
+    match nal_type(payload) {
+        NAL_SPS => sps(payload),
+        NAL_STAP_A => {
+            let mut rest = payload.get(1..)?;
+            while rest.len() >= 2 {
+                let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+                let nal = rest.get(2..2 + n)?;
+                if let Some(id) = sps(nal) {
+                    return Some(id);
+                }
+                rest = &rest[2 + n..];
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
 /// Position of the first `00 00 01` in `data`.
 fn find_start_code(data: &[u8]) -> Option<usize> {
     let mut i = 0;
@@ -536,6 +564,24 @@ impl Depacketizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profile_level_id_from_an_sps_alone_or_in_a_stap_a() {
+        // x264 High 4.0: 67 64 00 28 ...
+        let sps = [0x67, 0x64, 0x00, 0x28, 0xac, 0xd9];
+        let pps = [0x68, 0xeb, 0xe3];
+        assert_eq!(sps_profile_level_id(&sps), Some([0x64, 0x00, 0x28]));
+        let mut stap = vec![0x78, 0x00, pps.len() as u8];
+        stap.extend_from_slice(&pps);
+        stap.extend_from_slice(&[0x00, sps.len() as u8]);
+        stap.extend_from_slice(&sps);
+        assert_eq!(sps_profile_level_id(&stap), Some([0x64, 0x00, 0x28]));
+        // Not an SPS, cut short, a STAP-A whose length runs past the end: none.
+        assert_eq!(sps_profile_level_id(&pps), None);
+        assert_eq!(sps_profile_level_id(&sps[..3]), None);
+        assert_eq!(sps_profile_level_id(&[0x78, 0x00, 0x09, 0x67]), None);
+        assert_eq!(sps_profile_level_id(&[]), None);
+    }
 
     /// Small deterministic PRNG (xorshift64*), so tests need no dependency.
     struct Rng(u64);

@@ -29,7 +29,7 @@ pub use model::{
     ABS_CAPTURE_TIME_URI, Candidate, Direction, Extmap, MAX_MEDIA, MAX_SDP_LEN, MediaDescription,
     PayloadType, SdpError, SessionDescription, Setup,
 };
-pub use negotiate::{NegotiateError, Negotiated, NegotiatedMedia, negotiate};
+pub use negotiate::{NegotiateError, Negotiated, NegotiatedMedia, negotiate, negotiate_for};
 pub use parse::parse;
 pub use server_offer::{
     AnswerMismatch, ClientAnswerParams, ClientChoice, SERVER_ABS_CAPTURE_TIME_ID, SERVER_AUDIO_PT,

@@ -32,6 +32,16 @@ pub enum PublishError {
     /// The offer has nothing we can forward.
     #[error("offer has no H264 video and no Opus audio to receive")]
     NoMedia,
+    /// A media section offers only codecs tern does not take.
+    #[error("offer's {kind} section has {offered}; tern takes {takes}")]
+    Unsupported {
+        /// `video` or `audio`.
+        kind: String,
+        /// The codecs offered there, e.g. `VP8, VP9`.
+        offered: String,
+        /// What tern takes for that kind.
+        takes: &'static str,
+    },
     /// str0m refused the offer.
     #[error("cannot accept the offer: {0}")]
     Rejected(String),
@@ -70,12 +80,83 @@ pub enum PublisherEvent {
 /// One WHIP publisher.
 pub struct Publisher {
     rtc: Rtc,
+    /// The encoder's offer, kept to restart ICE: a restart is this offer again with the
+    /// encoder's new credentials (what a full re-offer would say; WHIP sends only those).
+    offer: String,
+    /// The encoder's ICE ufrag (a PATCH with another one is an ICE restart).
+    remote_ufrag: String,
     ufrag: String,
     local: SocketAddr,
     video_pts: Vec<u8>,
     audio_pts: Vec<u8>,
     video_ssrc: Option<Ssrc>,
     closed: bool,
+}
+
+/// Refuses an offer whose video or audio section offers nothing tern takes (H264 with
+/// packetization-mode 1; Opus), naming what it offers: accepting the rest would leave a
+/// stream without its video (or audio), and str0m's answer to such a section is one
+/// browsers reject.
+fn check_codecs(offer: &sdp::SessionDescription) -> Result<(), PublishError> {
+    for m in offer.media() {
+        let (takes, ok): (&'static str, fn(&sdp::PayloadType) -> bool) = match m.kind() {
+            "video" => ("H264 (packetization-mode=1)", |p| {
+                p.codec.eq_ignore_ascii_case("H264")
+                    && p.fmtp_param("packetization-mode") == Some("1")
+            }),
+            "audio" => ("Opus", |p| p.codec.eq_ignore_ascii_case("opus")),
+            _ => continue,
+        };
+        if m.port() == 0 || m.payloads().iter().any(ok) {
+            continue;
+        }
+        let mut offered: Vec<String> = Vec::new();
+        for p in m.payloads() {
+            let name = if p.codec.eq_ignore_ascii_case("H264") {
+                format!(
+                    "H264 (packetization-mode={})",
+                    p.fmtp_param("packetization-mode").unwrap_or("0")
+                )
+            } else {
+                p.codec.clone()
+            };
+            let repair = ["rtx", "red", "ulpfec", "flexfec-03"];
+            if !repair.iter().any(|r| name.eq_ignore_ascii_case(r)) && !offered.contains(&name) {
+                offered.push(name);
+            }
+        }
+        let offered = if offered.is_empty() {
+            "no codec".to_string()
+        } else {
+            offered.join(", ")
+        };
+        return Err(PublishError::Unsupported {
+            kind: m.kind().to_string(),
+            offered,
+            takes,
+        });
+    }
+    Ok(())
+}
+
+/// `offer` with every `a=ice-ufrag` and `a=ice-pwd` value replaced.
+fn replace_ice_credentials(offer: &str, ufrag: &str, pwd: &str) -> String {
+    let mut out = String::with_capacity(offer.len() + 64);
+    for line in offer.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\r', '\n']);
+        if body.starts_with("a=ice-ufrag:") {
+            out.push_str("a=ice-ufrag:");
+            out.push_str(ufrag);
+            out.push_str("\r\n");
+        } else if body.starts_with("a=ice-pwd:") {
+            out.push_str("a=ice-pwd:");
+            out.push_str(pwd);
+            out.push_str("\r\n");
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 fn ntp_of(t: SystemTime) -> u64 {
@@ -100,6 +181,14 @@ impl Publisher {
         if !has_media {
             return Err(PublishError::NoMedia);
         }
+        check_codecs(&parsed)?;
+        let remote_ufrag = parsed
+            .media()
+            .iter()
+            .find_map(|m| m.ice_ufrag())
+            .unwrap_or_default()
+            .to_string();
+        let remote_offer = offer.to_string();
         let offer =
             SdpOffer::from_sdp_string(offer).map_err(|e| PublishError::BadOffer(e.to_string()))?;
         let mut rtc = RtcConfig::new()
@@ -143,6 +232,8 @@ impl Publisher {
         Ok((
             Publisher {
                 rtc,
+                offer: remote_offer,
+                remote_ufrag,
                 ufrag,
                 local,
                 video_pts,
@@ -157,6 +248,58 @@ impl Publisher {
     /// Our ICE ufrag (STUN `USERNAME` starts with it).
     pub fn local_ufrag(&self) -> &str {
         &self.ufrag
+    }
+
+    /// ICE restart (RFC 9725 §4.3.2): the encoder's new `ufrag` and `pwd` are put in its
+    /// offer in place of the old ones and the offer is accepted again, which restarts ICE in
+    /// str0m with new local credentials; DTLS and the media streams stay as they are.
+    /// Returns the new local ufrag and password.
+    pub fn restart_ice(
+        &mut self,
+        ufrag: &str,
+        pwd: &str,
+    ) -> Result<(String, String), PublishError> {
+        let valid = |s: &str, min: usize| {
+            (min..=256).contains(&s.len())
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+        };
+        if !valid(ufrag, 4) || !valid(pwd, 22) {
+            return Err(PublishError::BadOffer(
+                "ICE restart needs an ice-ufrag of 4-256 and an ice-pwd of 22-256 ice-chars".into(),
+            ));
+        }
+        let offer = replace_ice_credentials(&self.offer, ufrag, pwd);
+        let sdp =
+            SdpOffer::from_sdp_string(&offer).map_err(|e| PublishError::BadOffer(e.to_string()))?;
+        let answer = self
+            .rtc
+            .sdp_api()
+            .accept_offer(sdp)
+            .map_err(|e| PublishError::Rejected(e.to_string()))?
+            .to_sdp_string();
+        let parsed = sdp::SessionDescription::parse(&answer)
+            .map_err(|e| PublishError::Rejected(format!("own answer: {e}")))?;
+        let m = parsed
+            .media()
+            .iter()
+            .find(|m| m.port() != 0)
+            .ok_or_else(|| PublishError::Rejected("answer without media".into()))?;
+        let (Some(new_ufrag), Some(new_pwd)) = (m.ice_ufrag(), m.ice_pwd()) else {
+            return Err(PublishError::Rejected(
+                "answer without ICE credentials".into(),
+            ));
+        };
+        let creds = (new_ufrag.to_string(), new_pwd.to_string());
+        self.ufrag = creds.0.clone();
+        self.remote_ufrag = ufrag.to_string();
+        self.offer = offer;
+        Ok(creds)
+    }
+
+    /// The encoder's ICE ufrag, as of its offer or its last ICE restart.
+    pub fn remote_ufrag(&self) -> &str {
+        &self.remote_ufrag
     }
 
     /// Whether the session has ended.

@@ -34,7 +34,9 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::admission::{Action, Ask, Verdict};
-use crate::http::{AppState, PublishRefusal, admitted_publisher, claim_stream, may_publish};
+use crate::http::{
+    AppState, PublishRefusal, PublisherSession, admitted_publisher, claim_stream, may_publish,
+};
 use crate::limits::PerAddress;
 use crate::media::{AddError, PublisherId, RtmpCommand};
 use crate::media::{Command, NtpClock};
@@ -489,7 +491,14 @@ impl Connection {
             Ok(Ok(id)) => {
                 admitted_publisher(&self.st, id, ask, lifetime);
                 if let Ok(mut m) = self.st.publishers.lock() {
-                    m.insert(sid.clone(), id);
+                    m.insert(
+                        sid.clone(),
+                        PublisherSession {
+                            id,
+                            etag: String::new(),
+                            remote_ufrag: String::new(),
+                        },
+                    );
                 }
                 self.slot = Some((id, sid, closed));
                 Ok(key)

@@ -47,7 +47,8 @@ pub struct NegotiatedMedia {
     pub fir: bool,
     /// Extension id of abs-capture-time, when offered with an id of 1–14.
     pub abs_capture_time_ext: Option<u8>,
-    /// The fmtp the answer carries: the offer's for H264, ours for Opus.
+    /// The fmtp the answer carries: the offer's for H264 (with the stream's own
+    /// profile-level-id when its SPS is known), ours for Opus.
     pub fmtp: String,
 }
 
@@ -112,6 +113,60 @@ pub(super) fn h264_ok(p: &PayloadType) -> bool {
     }
 }
 
+/// H264/90000 with `packetization-mode=1`, whatever its profile.
+fn h264_mode1(p: &PayloadType) -> bool {
+    p.codec.eq_ignore_ascii_case("H264")
+        && p.clock_rate == 90_000
+        && p.fmtp_param("packetization-mode") == Some("1")
+}
+
+/// The offered `profile_idc` of an H264 payload type (`None` without a readable
+/// `profile-level-id`).
+fn offered_profile_idc(p: &PayloadType) -> Option<u8> {
+    let id = p.fmtp_param("profile-level-id")?;
+    let v = u32::from_str_radix(id, 16).ok().filter(|_| id.len() == 6)?;
+    u8::try_from(v >> 16).ok()
+}
+
+/// `fmtp` with its `profile-level-id` set to `id` (added when absent).
+fn with_profile_level_id(fmtp: &str, id: [u8; 3]) -> String {
+    let hex = format!("{:02x}{:02x}{:02x}", id[0], id[1], id[2]);
+    let mut parts: Vec<String> = fmtp
+        .split(';')
+        .map(str::trim)
+        .filter(|kv| !kv.is_empty())
+        .filter(|kv| {
+            !kv.split_once('=')
+                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("profile-level-id"))
+        })
+        .map(str::to_string)
+        .collect();
+    parts.push(format!("profile-level-id={hex}"));
+    parts.join(";")
+}
+
+/// The H264 payload type to send on, and the fmtp the answer gives it.
+///
+/// With the stream's SPS known (`stream`: its profile-level-id), the first offered payload
+/// type of the stream's profile (`profile_idc`) is chosen, and the answer states the
+/// stream's real profile-level-id (its level too: browsers offer
+/// `level-asymmetry-allowed=1`). Otherwise, or when the viewer offers no such profile, the
+/// Baseline rule of [`h264_ok`] applies and the offer's fmtp is echoed.
+fn pick_h264(payloads: &[PayloadType], stream: Option<[u8; 3]>) -> Option<(&PayloadType, String)> {
+    if let Some(id) = stream
+        && let Some(p) = payloads
+            .iter()
+            .find(|p| h264_mode1(p) && offered_profile_idc(p) == Some(id[0]))
+    {
+        return Some((
+            p,
+            with_profile_level_id(p.fmtp.as_deref().unwrap_or(""), id),
+        ));
+    }
+    let p = payloads.iter().find(|p| h264_ok(p))?;
+    Some((p, p.fmtp.clone().unwrap_or_default()))
+}
+
 pub(super) fn opus_ok(p: &PayloadType) -> bool {
     p.codec.eq_ignore_ascii_case("opus") && p.clock_rate == 48_000 && p.channels == Some(2)
 }
@@ -120,11 +175,19 @@ pub(super) fn is_srtp(proto: &str) -> bool {
     proto.ends_with("RTP/SAVPF") || proto.ends_with("RTP/SAVP")
 }
 
+/// [`negotiate_for`] a stream whose SPS is not known yet: Baseline, the offer's fmtp.
+pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateError> {
+    negotiate_for(offer, None)
+}
+
 /// Decides what the server sends for `offer`: H264 video and Opus audio, sendonly.
+/// `stream` is the profile-level-id of the stream's SPS, when known.
 ///
-/// The first video section with an acceptable H264 payload type (see the rule on
-/// `h264_ok` in the source: Baseline profile_idc 0x42, level ≥ 3.1, packetization-mode=1;
-/// the first such payload type in the offer's order wins) and the first audio section with
+/// The first video section with an acceptable H264 payload type (with `stream`, the first
+/// offered payload type of the stream's profile_idc, answered with the stream's own
+/// profile-level-id; else the rule on `h264_ok` in the source: Baseline profile_idc 0x42,
+/// level ≥ 3.1, packetization-mode=1; the first such payload type in the offer's order
+/// wins) and the first audio section with
 /// opus/48000/2 are accepted when they are recvonly or sendrecv, have a non-zero port and
 /// an SRTP profile. Every other section is rejected in the answer (port 0). When more than
 /// one section is accepted they must all be in the offer's BUNDLE group; otherwise only the
@@ -132,7 +195,10 @@ pub(super) fn is_srtp(proto: &str) -> bool {
 ///
 /// Errors when nothing is usable, or when the accepted sections lack `a=ice-ufrag`,
 /// `a=ice-pwd`, a sha-256 `a=fingerprint` or `a=rtcp-mux`, or offer `a=setup:passive`.
-pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateError> {
+pub fn negotiate_for(
+    offer: &SessionDescription,
+    stream: Option<[u8; 3]>,
+) -> Result<Negotiated, NegotiateError> {
     let mut video: Option<NegotiatedMedia> = None;
     let mut audio: Option<NegotiatedMedia> = None;
     let mut wrong_direction = false;
@@ -140,16 +206,21 @@ pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateErro
         if m.port == 0 || !is_srtp(&m.proto) {
             continue;
         }
-        let (slot, pick): (&mut Option<NegotiatedMedia>, fn(&PayloadType) -> bool) =
-            match m.kind.as_str() {
-                "video" => (&mut video, h264_ok),
-                "audio" => (&mut audio, opus_ok),
-                _ => continue,
-            };
+        let (slot, chosen) = match m.kind.as_str() {
+            "video" => (&mut video, pick_h264(&m.payloads, stream)),
+            "audio" => (
+                &mut audio,
+                m.payloads
+                    .iter()
+                    .find(|p| opus_ok(p))
+                    .map(|p| (p, OPUS_FMTP.to_string())),
+            ),
+            _ => continue,
+        };
         if slot.is_some() {
             continue;
         }
-        let Some(p) = m.payloads.iter().find(|p| pick(p)) else {
+        let Some((p, fmtp)) = chosen else {
             continue;
         };
         if !matches!(m.direction(), Direction::RecvOnly | Direction::SendRecv) {
@@ -165,11 +236,7 @@ pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateErro
             pli: is_video && p.has_fb("nack pli"),
             fir: is_video && p.has_fb("ccm fir"),
             abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
-            fmtp: if is_video {
-                p.fmtp.clone().unwrap_or_default()
-            } else {
-                OPUS_FMTP.to_string()
-            },
+            fmtp,
         });
     }
     let in_bundle = |m: &Option<NegotiatedMedia>| {

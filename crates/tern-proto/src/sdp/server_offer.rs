@@ -34,8 +34,9 @@ pub const SERVER_VIDEO_PT: u8 = 96;
 pub const SERVER_AUDIO_PT: u8 = 111;
 /// Extension id of abs-capture-time in a server offer (one-byte header form, 1–14).
 pub const SERVER_ABS_CAPTURE_TIME_ID: u8 = 4;
-/// The H264 format the server sends: Constrained Baseline level 3.1, non-interleaved
-/// (the demo clip, see scripts/make-clip.sh; what every WebRTC browser decodes).
+/// The H264 format the server offers when the stream's SPS is not known yet: Constrained
+/// Baseline level 3.1, non-interleaved (the demo clip, see scripts/make-clip.sh; what every
+/// WebRTC browser decodes).
 const SERVER_H264_FMTP: &str =
     "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f";
 /// Mid of the video section in a server offer (audio is "1", or "0" without video).
@@ -60,6 +61,9 @@ pub struct ServerOfferParams<'a> {
     pub cname: &'a str,
     /// The o= line session id.
     pub session_id: u64,
+    /// The profile-level-id of the stream's SPS, when known: the offer states it instead
+    /// of Constrained Baseline 3.1.
+    pub h264_profile: Option<[u8; 3]>,
 }
 
 /// The sections of a server offer in m-line order: (kind, payload type, ssrc).
@@ -112,7 +116,13 @@ pub fn write_server_offer(p: &ServerOfferParams<'_>) -> String {
         );
         if kind == "video" {
             sdp_line!(o, "a=rtpmap:{pt} H264/90000");
-            sdp_line!(o, "a=fmtp:{pt} {SERVER_H264_FMTP}");
+            match p.h264_profile {
+                Some([a, b, c]) => sdp_line!(
+                    o,
+                    "a=fmtp:{pt} level-asymmetry-allowed=1;packetization-mode=1;profile-level-id={a:02x}{b:02x}{c:02x}"
+                ),
+                None => sdp_line!(o, "a=fmtp:{pt} {SERVER_H264_FMTP}"),
+            }
             sdp_line!(o, "a=rtcp-fb:{pt} nack");
             sdp_line!(o, "a=rtcp-fb:{pt} nack pli");
             sdp_line!(o, "a=rtcp-fb:{pt} ccm fir");
@@ -459,6 +469,7 @@ mod tests {
             audio_ssrc: audio.then_some(2222),
             cname: "tern",
             session_id: 42,
+            h264_profile: None,
         }
     }
 

@@ -357,6 +357,38 @@ fn answer_to_chrome_offer() {
 }
 
 #[test]
+fn h264_answer_states_the_streams_own_profile_when_its_sps_is_known() {
+    let sd = SessionDescription::parse(&chrome_offer()).unwrap();
+    // A High 4.0 stream (x264's default): the offer's High payload type, with the stream's
+    // profile-level-id, not the Baseline one.
+    let n = negotiate_for(&sd, Some([0x64, 0x00, 0x28])).unwrap();
+    let v = n.video().unwrap();
+    assert_eq!(v.pt, 112, "{v:?}");
+    assert_eq!(
+        v.fmtp,
+        "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=640028"
+    );
+    let text = write_answer(&sd, &n, &answer_params());
+    assert!(text.contains("a=fmtp:112 "), "{text}");
+    assert!(text.contains("profile-level-id=640028"), "{text}");
+    assert!(!text.contains("42001f"), "{text}");
+    // A Constrained Baseline 3.1 stream (Chromium's encoder): the first Baseline payload
+    // type, its fmtp saying 42e01f.
+    let n = negotiate_for(&sd, Some([0x42, 0xe0, 0x1f])).unwrap();
+    assert_eq!(n.video().unwrap().pt, 102);
+    assert!(n.video().unwrap().fmtp.ends_with("profile-level-id=42e01f"));
+    // A viewer that offers no High profile keeps the Baseline rule and its own fmtp.
+    let baseline_only =
+        chrome_offer().replace("profile-level-id=640c1f", "profile-level-id=42e01f");
+    let sd = SessionDescription::parse(&baseline_only).unwrap();
+    let n = negotiate_for(&sd, Some([0x64, 0x00, 0x28])).unwrap();
+    assert_eq!(n.video().unwrap().pt, 102);
+    assert!(n.video().unwrap().fmtp.ends_with("profile-level-id=42001f"));
+    // Unknown SPS: as before.
+    assert_eq!(negotiate(&sd).unwrap(), negotiate_for(&sd, None).unwrap());
+}
+
+#[test]
 fn h264_choice_follows_the_rule() {
     let base = chrome_offer();
     // Without the 42001f mode-1 entry the constrained-baseline 42e01f one wins; Main and

@@ -263,7 +263,7 @@ pub(super) async fn kick_publisher(
     };
     let sid = st.publishers.lock().ok().and_then(|m| {
         m.iter()
-            .find(|(_, p)| p.stream == index)
+            .find(|(_, p)| p.id.stream == index)
             .map(|(s, _)| s.clone())
     });
     let found = sid.and_then(|sid| crate::http::state::forget_publisher(&st, &sid));
@@ -631,8 +631,10 @@ pub fn openapi_doc() -> serde_json::Value {
             "/{app}/{stream}/whip/{session}": {
                 "delete": {"summary": "Stop publishing", "parameters": [app, stream, p("session", "session id")],
                     "responses": {"200": status("ended"), "404": status("no such session")}},
-                "patch": {"summary": "Not supported", "parameters": [app, stream, p("session", "session id")],
-                    "responses": {"405": status("no trickle ICE for WHIP")}},
+                "patch": {"summary": "Trickle ICE or ICE restart", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"204": status("trickled"), "200": status("ICE restarted"), "404": status("no such session"),
+                        "400": status("malformed sdpfrag"), "415": status("not application/trickle-ice-sdpfrag"),
+                        "412": status("ETag mismatch"), "428": status("If-Match required"), "422": status("restart refused")}},
                 "options": {"summary": "CORS preflight", "parameters": [app, stream, p("session", "session id")], "responses": {"204": status("allowed")}}}
         }
     })

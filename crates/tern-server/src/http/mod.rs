@@ -24,8 +24,8 @@ pub mod whip;
 pub use listener::{LimitedListener, Peer};
 pub(crate) use reply::random_token as session_token;
 pub use router::router;
-pub(crate) use state::admitted_publisher;
 pub use state::{
     AppState, PublishRefusal, StreamInfo, TurnLinks, claim_stream, forget_publisher, may_publish,
     sweep_streams,
 };
+pub(crate) use state::{PublisherSession, admitted_publisher};

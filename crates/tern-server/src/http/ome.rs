@@ -366,6 +366,7 @@ impl Signalling {
             },
             true,
             true,
+            st.engine.stats.h264_profile(info.index),
             &mut || rand::rng().random(),
         );
         let text = ome::write_offer(

@@ -170,7 +170,7 @@ pub struct AppState {
     pub turn: Option<TurnLinks>,
     pub(super) sessions: Mutex<SessionTable>,
     /// WHIP sessions: resource id → publisher.
-    pub(crate) publishers: Mutex<HashMap<String, PublisherId>>,
+    pub(crate) publishers: Mutex<HashMap<String, PublisherSession>>,
     /// Sessions (WHEP, WHIP, OME) each client address has that have not finished ICE and
     /// DTLS (`limits.pending_sessions_per_ip`); the engine drops a session's permit when it
     /// connects or ends.
@@ -238,11 +238,23 @@ impl AppState {
     }
 }
 
+/// A publisher session as the HTTP side knows it (WHIP's resource, or an RTMP connection,
+/// whose ETag and ufrag stay empty).
+#[derive(Debug, Clone)]
+pub(crate) struct PublisherSession {
+    /// The publisher in the engine.
+    pub(crate) id: PublisherId,
+    /// The resource's entity tag (`If-Match` of an ICE restart).
+    pub(crate) etag: String,
+    /// The encoder's ICE ufrag: a PATCH with another one is an ICE restart.
+    pub(crate) remote_ufrag: String,
+}
+
 /// Removes a WHIP/RTMP session from [`AppState::publishers`]; a wave of departed
 /// publishers leaves no table sized for it behind.
 pub fn forget_publisher(st: &AppState, sid: &str) -> Option<PublisherId> {
     let mut m = st.publishers.lock().ok()?;
-    let id = m.remove(sid);
+    let id = m.remove(sid).map(|s| s.id);
     let n = m.len();
     if n == 0 {
         m.shrink_to_fit();
@@ -385,6 +397,7 @@ pub fn sweep_streams(st: &AppState) {
         let _ = st.engine.send(Command::UnbindStream { index });
         for v in [
             &stats.stream_packets,
+            &stats.stream_h264_profile,
             &stats.stream_bytes,
             &stats.stream_nacks,
             &stats.stream_keyframe_requests,

@@ -1,4 +1,5 @@
-//! WHIP (RFC 9725) over HTTP: POST an offer to publish a stream, DELETE to stop.
+//! WHIP (RFC 9725) over HTTP: POST an offer to publish a stream, PATCH to trickle
+//! candidates or restart ICE, DELETE to stop.
 //!
 //! The session itself is a str0m peer ([`tern_rtc::publisher::Publisher`]) driven by the
 //! media engine on the shared UDP port; this module only does the HTTP exchange.
@@ -11,6 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use tern_proto::sdp;
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
@@ -18,8 +20,8 @@ use crate::admission::Action;
 use crate::http::listener::Peer;
 use crate::http::reply::{content_type_is, cors, random_token, text, too_many};
 use crate::http::state::{
-    AppState, admit_request, admitted_publisher, check_token, claim_stream, forget_publisher,
-    lookup, may_publish,
+    AppState, PublisherSession, admit_request, admitted_publisher, check_token, claim_stream,
+    forget_publisher, lookup, may_publish,
 };
 use crate::media::AddError;
 use crate::media::Command;
@@ -74,6 +76,7 @@ pub async fn post(
         Err(e @ PublishError::BadOffer(_)) => return text(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => return text(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
+    let remote_ufrag = publisher.remote_ufrag().to_string();
     // The stream is made (if new) only for an offer that can publish.
     let info = match claim_stream(&st, &app, &stream) {
         Ok(i) => i,
@@ -100,8 +103,16 @@ pub async fn post(
         Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped"),
     };
     admitted_publisher(&st, id, ask, lifetime);
+    let etag = format!("\"{}\"", random_token(12));
     if let Ok(mut m) = st.publishers.lock() {
-        m.insert(sid.clone(), id);
+        m.insert(
+            sid.clone(),
+            PublisherSession {
+                id,
+                etag: etag.clone(),
+                remote_ufrag,
+            },
+        );
     }
     let mut r = (StatusCode::CREATED, answer).into_response();
     let h = r.headers_mut();
@@ -113,9 +124,12 @@ pub async fn post(
     if let Ok(v) = HeaderValue::from_str(&format!("/{app}/{stream}/whip/{sid}")) {
         h.insert(header::LOCATION, v);
     }
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
     h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location, Link"),
+        "Accept-Patch",
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
     );
     st.add_links(h);
     r
@@ -140,15 +154,106 @@ pub async fn delete(
     r
 }
 
-/// `PATCH <Location>`: the server is ICE-lite with all candidates in its answer and does
-/// not take trickled candidates or ICE restarts from publishers (RFC 9725 §4.3.1: 405).
-pub async fn patch() -> Response {
-    let mut r = text(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "trickle ICE and ICE restart are not supported for WHIP sessions",
+/// `PATCH <Location>` (RFC 9725 §4.3): trickled candidates are taken and need no action
+/// (the server is ICE-lite and learns the encoder's address from its checks); new ICE
+/// credentials are an ICE restart, which needs `If-Match` with the resource's ETag and is
+/// answered with the server's new credentials and candidate.
+pub async fn patch(
+    State(st): State<Arc<AppState>>,
+    Path((app, stream, sid)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = lookup(&st, &headers, &app, &stream) {
+        return r;
+    }
+    if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/trickle-ice-sdpfrag",
+        );
+    }
+    let Ok(body) = std::str::from_utf8(&body) else {
+        return text(StatusCode::BAD_REQUEST, "body is not valid UTF-8");
+    };
+    let frag = match sdp::parse_sdpfrag(body) {
+        Ok(f) => f,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("malformed sdpfrag: {e}")),
+    };
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let Some(sess) = st.publishers.lock().ok().and_then(|m| m.get(&sid).cloned()) else {
+        return text(StatusCode::NOT_FOUND, "no such WHIP session");
+    };
+    let restart = frag
+        .ice_ufrag
+        .as_deref()
+        .is_some_and(|u| u != sess.remote_ufrag);
+    match (&if_match, restart) {
+        (None, true) => {
+            return text(
+                StatusCode::PRECONDITION_REQUIRED,
+                "If-Match is required for an ICE restart",
+            );
+        }
+        (Some(m), _) if m != "*" && *m != sess.etag => {
+            return text(
+                StatusCode::PRECONDITION_FAILED,
+                "ETag does not match the session",
+            );
+        }
+        _ => {}
+    }
+    if !restart {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        cors(r.headers_mut());
+        return r;
+    }
+    let (Some(ufrag), Some(pwd)) = (frag.ice_ufrag.clone(), frag.ice_pwd.clone()) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "ICE restart needs both a=ice-ufrag and a=ice-pwd",
+        );
+    };
+    let (tx, rx) = oneshot::channel();
+    let cmd = Command::RestartPublisherIce {
+        id: sess.id,
+        ufrag: ufrag.clone(),
+        pwd,
+        reply: tx,
+    };
+    if st.engine.send(cmd).is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");
+    }
+    let (local_ufrag, local_pwd) = match rx.await {
+        Ok(Ok(creds)) => creds,
+        Ok(Err(e)) => return text(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped"),
+    };
+    let etag = format!("\"{}\"", random_token(12));
+    if let Ok(mut m) = st.publishers.lock()
+        && let Some(s) = m.get_mut(&sid)
+    {
+        s.remote_ufrag = ufrag;
+        s.etag = etag.clone();
+    }
+    let mid = frag.mids.first().map_or("0", String::as_str);
+    let body = format!(
+        "a=ice-lite\r\na=ice-ufrag:{local_ufrag}\r\na=ice-pwd:{local_pwd}\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{mid}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
+        st.candidate_ip, st.candidate_port
     );
-    r.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("OPTIONS, DELETE"));
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
     r
 }
 
@@ -159,16 +264,24 @@ pub async fn options() -> Response {
     cors(h);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("OPTIONS, POST, DELETE"),
+        HeaderValue::from_static("OPTIONS, POST, PATCH, DELETE"),
     );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("Authorization, Content-Type"),
+        HeaderValue::from_static("Authorization, Content-Type, If-Match"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
     );
     h.insert("Accept-Post", HeaderValue::from_static("application/sdp"));
     h.insert(
+        "Accept-Patch",
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    h.insert(
         header::ALLOW,
-        HeaderValue::from_static("OPTIONS, POST, DELETE"),
+        HeaderValue::from_static("OPTIONS, POST, PATCH, DELETE"),
     );
     r
 }

@@ -119,7 +119,9 @@ impl EngineHandle {
             Command::AddViewer { stream, .. } => self.place(*stream),
             Command::RemoveViewer(id) | Command::RestartIce { id, .. } => id.worker(),
             Command::AddPublisher { stream, .. } => stream % self.apps,
-            Command::RemovePublisher(id) => id.stream % self.apps,
+            Command::RemovePublisher(id) | Command::RestartPublisherIce { id, .. } => {
+                id.stream % self.apps
+            }
             Command::Rtmp(c) => c.stream() % self.apps,
             Command::Shutdown => {
                 for h in self.hosts.iter() {
@@ -227,6 +229,7 @@ impl Engine {
             publishing: streams.iter().map(|_| AtomicBool::new(false)).collect(),
             stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_h264_profile: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_keyframe_requests: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),

@@ -274,6 +274,24 @@ impl Ingest {
         Ok(id)
     }
 
+    /// ICE restart of WHIP publisher `id` with the encoder's new credentials; returns the
+    /// server's new ufrag and password.
+    pub fn restart_ice(
+        &mut self,
+        id: PublisherId,
+        ufrag: &str,
+        pwd: &str,
+    ) -> Result<(String, String), String> {
+        match self.slots.get_mut(id.stream) {
+            Some(Some(PubSlot {
+                id: slot_id,
+                session: Session::Whip(p),
+                ..
+            })) if *slot_id == id => p.restart_ice(ufrag, pwd).map_err(|e| e.to_string()),
+            _ => Err("no such WHIP publisher".into()),
+        }
+    }
+
     /// Carries out an RTMP connection's command on the engine thread; `free` says whether
     /// the command's stream may take a publisher (this worker's, not a built-in source).
     /// Returns the new publisher when one was installed.

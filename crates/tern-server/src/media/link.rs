@@ -99,6 +99,18 @@ pub enum Command {
         /// The viewer's new ufrag.
         remote_ufrag: Box<str>,
     },
+    /// ICE restart of a WHIP publisher: the encoder's new credentials in, the server's new
+    /// ones (ufrag, password) out.
+    RestartPublisherIce {
+        /// The publisher.
+        id: PublisherId,
+        /// The encoder's new ufrag.
+        ufrag: String,
+        /// The encoder's new password.
+        pwd: String,
+        /// The server's new ufrag and password, or why not.
+        reply: oneshot::Sender<Result<(String, String), String>>,
+    },
     /// A publisher-made stream takes slot `index` under `key` (every worker: the slot's
     /// name, and rings where the worker serves it).
     BindStream {

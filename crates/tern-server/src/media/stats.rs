@@ -43,6 +43,9 @@ pub struct EngineStats {
     pub stream_packets: Vec<AtomicU64>,
     /// Media bytes sent per stream.
     pub stream_bytes: Vec<AtomicU64>,
+    /// The H264 profile-level-id of each stream's last SPS (the three bytes in the low 24
+    /// bits, bit 24 set once one was seen; 0 before): what viewers' answers state.
+    pub stream_h264_profile: Vec<AtomicU64>,
     /// Sequence numbers viewers of each stream NACKed.
     pub stream_nacks: Vec<AtomicU64>,
     /// PLI/FIR requests from viewers of each stream.
@@ -59,4 +62,27 @@ pub struct EngineStats {
     pub turn_quota_refusals: AtomicU64,
     /// Cached snapshots of viewers and streams, and the event bus.
     pub snapshots: crate::snapshot::Snapshots,
+}
+
+/// Bit 24 of [`EngineStats::stream_h264_profile`]: a profile-level-id was seen.
+const PROFILE_SEEN: u64 = 1 << 24;
+
+impl EngineStats {
+    /// The profile-level-id of stream `index`'s last SPS, if one was seen.
+    pub fn h264_profile(&self, index: usize) -> Option<[u8; 3]> {
+        let v = self
+            .stream_h264_profile
+            .get(index)?
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (v & PROFILE_SEEN != 0).then_some([(v >> 16) as u8, (v >> 8) as u8, v as u8])
+    }
+
+    /// Records the profile-level-id of an SPS of stream `index`.
+    pub fn set_h264_profile(&self, index: usize, id: [u8; 3]) {
+        if let Some(a) = self.stream_h264_profile.get(index) {
+            let v =
+                PROFILE_SEEN | u64::from(id[0]) << 16 | u64::from(id[1]) << 8 | u64::from(id[2]);
+            a.store(v, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }

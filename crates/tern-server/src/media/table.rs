@@ -28,6 +28,10 @@ pub(super) struct Entry {
     pub(super) booked: (bool, usize),
     /// The highest total of its receiver reports' cumulative-lost fields seen.
     pub(super) reported_lost: i64,
+    /// While it catches up from the keyframe cache: the source sequence number of the next
+    /// video packet to send it from the ring (live video waits until the cursor passes the
+    /// head). `None` once it is live.
+    pub(super) catchup: Option<u64>,
 }
 
 /// Bytes of one slot of the session table.

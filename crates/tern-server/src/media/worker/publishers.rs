@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crossbeam_channel::TrySendError;
+use tern_proto::h264;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::Publisher;
 use tern_rtc::stream::RingPacket;
@@ -60,6 +61,29 @@ impl Worker {
                 .snapshots
                 .publisher_joined(id.serial, &self.streams[stream].key, "whip");
             info!("publisher on {} connecting", self.streams[stream].key);
+        }
+        let _ = reply.send(res);
+    }
+
+    /// ICE restart of a WHIP publisher (a PATCH with the encoder's new credentials): the
+    /// media port learns the new server ufrag; the addresses already learned stay, so media
+    /// keeps flowing until the encoder's checks move it.
+    pub(super) fn restart_publisher_ice(
+        &mut self,
+        id: PublisherId,
+        ufrag: &str,
+        pwd: &str,
+        reply: oneshot::Sender<Result<(String, String), String>>,
+    ) {
+        let res = self.ingest.restart_ice(id, ufrag, pwd);
+        if let Ok((local, _)) = &res {
+            let ufrag: Box<str> = local.as_str().into();
+            self.route(|| Route::Publisher {
+                ufrag: ufrag.clone(),
+                stream: id.stream,
+                add: true,
+            });
+            info!("publisher of {}: ICE restart", self.streams[id.stream].key);
         }
         let _ = reply.send(res);
     }
@@ -121,6 +145,12 @@ impl Worker {
     /// once into a pooled buffer, the ring packet made around it (the one place ring packets
     /// are made), then pushed into the ring and, unless the ring refused it, published.
     fn accept(&mut self, stream: usize, head: Head, payload: &[u8]) {
+        if head.kind == MediaKind::Video
+            && let Some(id) = h264::sps_profile_level_id(payload)
+        {
+            // What viewers' answers state from now on (one byte test for other packets).
+            self.stats.set_h264_profile(stream, id);
+        }
         let mut b = self.pool.alloc(payload.len());
         b.copy_from_slice(payload);
         let pkt = RingPacket {

@@ -11,7 +11,7 @@ use tern_rtc::viewer::ViewerEvent;
 
 use super::Worker;
 use crate::media::ledger::{book_set, ledger, shrink_map, shrink_vec, vec_bytes};
-use crate::media::link::{Ctl, ViewerId};
+use crate::media::link::ViewerId;
 use crate::media::table::{SLOT_BYTES, confirmed, entry_in};
 
 impl Worker {
@@ -59,17 +59,13 @@ impl Worker {
         if keyframe {
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
             self.stats.stream_keyframe_requests[stream].fetch_add(1, Ordering::Relaxed);
-            if self.owns(stream) {
-                self.keyframe_request(stream, now);
-            } else if let Some(app) = self.hosts.get(stream % self.apps) {
-                let _ = app.ctl(Ctl::Keyframe(stream));
-            }
+            self.ask_keyframe(stream, now);
         }
         for (kind, seq) in nacks {
             let Some(p) = self.streams[stream].stream.ring(kind).get(seq).cloned() else {
                 continue;
             };
-            self.send_media(id, &p);
+            self.send_media(id, &p, false);
             self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
         }
         self.after_io(id);

@@ -6,14 +6,16 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tern_proto::stun;
+use tern_rtc::clip::MediaKind;
 use tern_rtc::stream::RingPacket;
 use tern_rtc::viewer::{CloseReason, PWD_LEN, UFRAG_LEN, Viewer, ViewerParams, ViewerState};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use super::{Role, Worker};
+use super::{CATCHUP_BURST, CATCHUP_TICK, Role, Worker};
 use crate::limits::AddrPermit;
 use crate::media::ledger::{ledger, vec_bytes};
+use crate::media::link::Ctl;
 use crate::media::link::{SessionMemory, Target, ViewerId};
 use crate::media::socket::Route;
 use crate::media::table::{Entry, SLOT_BYTES, Slot, confirmed, entry_in};
@@ -66,6 +68,7 @@ impl Worker {
             heap,
             booked: (false, 0),
             reported_lost: 0,
+            catchup: None,
         };
         self.pools.sessions.add(1, SLOT_BYTES);
         self.pools.book(&mut entry);
@@ -312,29 +315,103 @@ impl Worker {
         }
     }
 
-    /// Sends a new viewer the video from the latest keyframe held (the keyframe cache), so
-    /// it shows a picture at once instead of waiting for the next GOP.
+    /// Starts a new viewer's video at the latest keyframe held (the keyframe cache), so it
+    /// shows a picture at once instead of waiting for the next GOP. The GOP so far is sent
+    /// paced (see [`Worker::catch_up`]), not in one burst: a long GOP is hundreds of packets,
+    /// more than a receiver's socket buffer takes at once, and the ones it dropped would be
+    /// a hole in the viewer's sequence. With no keyframe held (the GOP outgrew the ring, or
+    /// none came yet) the viewer starts at the next keyframe, asked for at once.
     pub(super) fn start_viewer(&mut self, id: ViewerId, stream: usize) {
         let Some(from) = self.streams[stream].stream.video.last_keyframe() else {
+            self.ask_keyframe(stream, Instant::now());
             return;
         };
-        let pkts: Vec<RingPacket> = self.streams[stream]
-            .stream
-            .video
-            .range_from(from)
-            .cloned()
-            .collect();
-        for p in &pkts {
-            self.send_media(id, p);
+        if let Some(e) = entry_in(&mut self.slots, id) {
+            e.catchup = Some(from);
+            self.catching.push(id);
+            self.catch_up_one(id);
+            self.next_catchup
+                .get_or_insert_with(|| Instant::now() + CATCHUP_TICK);
         }
     }
 
-    /// Writes a media packet for a viewer into the send batch; returns its size.
-    pub(super) fn send_media(&mut self, id: ViewerId, pkt: &RingPacket) -> Option<usize> {
+    /// Sends each catching-up viewer its next [`CATCHUP_BURST`] packets of the keyframe
+    /// cache; a viewer whose cursor passed the ring's head is live from then on. Runs every
+    /// [`CATCHUP_TICK`] while anyone catches up.
+    pub(super) fn catch_up(&mut self, now: Instant) {
+        if self.next_catchup.is_none_or(|t| now < t) {
+            return;
+        }
+        let mut i = 0;
+        while i < self.catching.len() {
+            let id = self.catching[i];
+            if self.catch_up_one(id) {
+                i += 1;
+            } else {
+                self.catching.swap_remove(i);
+            }
+        }
+        self.next_catchup = (!self.catching.is_empty()).then(|| now + CATCHUP_TICK);
+        if self.catching.is_empty() && self.catching.capacity() > 64 {
+            self.catching = Vec::new();
+        }
+    }
+
+    /// One step of a viewer's catch-up; false once it is live (or gone).
+    fn catch_up_one(&mut self, id: ViewerId) -> bool {
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return false;
+        };
+        let (stream, Some(mut next)) = (e.stream, e.catchup) else {
+            return false;
+        };
+        let ring = &self.streams[stream].stream.video;
+        let Some(head) = ring.head() else {
+            e.catchup = None;
+            return false;
+        };
+        let mut pkts: [Option<RingPacket>; CATCHUP_BURST] = Default::default();
+        let mut n = 0;
+        while next <= head && n < CATCHUP_BURST {
+            if let Some(p) = ring.get(next) {
+                pkts[n] = Some(p.clone());
+                n += 1;
+            }
+            next += 1;
+        }
+        let done = next > head;
+        e.catchup = (!done).then_some(next);
+        for p in pkts.iter().flatten() {
+            self.send_media(id, p, false);
+        }
+        !done
+    }
+
+    /// Asks the publisher of `stream` for a keyframe: here if this worker owns the stream,
+    /// else through its app worker (which coalesces the requests).
+    pub(super) fn ask_keyframe(&mut self, stream: usize, now: Instant) {
+        if self.owns(stream) {
+            self.keyframe_request(stream, now);
+        } else if let Some(app) = self.hosts.get(stream % self.apps) {
+            let _ = app.ctl(Ctl::Keyframe(stream));
+        }
+    }
+
+    /// Writes a media packet for a viewer into the send batch; returns its size. A `live`
+    /// video packet is skipped for a viewer still catching up: its cursor will reach it.
+    pub(super) fn send_media(
+        &mut self,
+        id: ViewerId,
+        pkt: &RingPacket,
+        live: bool,
+    ) -> Option<usize> {
         if self.batch.is_full() {
             self.flush();
         }
         let e = entry_in(&mut self.slots, id)?;
+        if live && e.catchup.is_some() && pkt.kind == MediaKind::Video {
+            return None;
+        }
         let to = e.viewer.remote_addr()?;
         let slot = self.batch.slot()?;
         match e.viewer.write_media(pkt, slot) {
@@ -359,7 +436,7 @@ impl Worker {
         let (mut packets, mut bytes) = (0u64, 0u64);
         for i in 0..n {
             let id = self.streams[stream].viewers[i];
-            if let Some(b) = self.send_media(id, pkt) {
+            if let Some(b) = self.send_media(id, pkt, true) {
                 packets += 1;
                 bytes += b as u64;
             }
