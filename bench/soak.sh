@@ -22,10 +22,11 @@
 #
 # Output: a Markdown table on stdout and bench/results/soak-<date>.json; exit 1 if the heap,
 # the packet pool, RSS or the descriptors did not return to idle or a steady viewer failed.
-# RSS has a tolerance of 4 MiB: the heap is back to the byte, but objects allocated during
+# RSS has a tolerance of 8 MiB: the heap is back to the byte, but objects allocated during
 # the load and still live (snapshots rebuilt, tables reallocated) sit scattered in the arena
 # the load grew, and malloc_trim can return only whole free pages between them. glibc's
-# malloc_stats after a 2-minute run: one arena of 3.4 MB system, 0.38 MB in use, RSS +3 MB.
+# malloc_stats after a 2-minute run: one arena of 3.4 MB system, 0.38 MB in use, RSS +3 MB;
+# after 30 minutes at 1,000 + 50/s RSS was +4.6 MB. A leak shows in the heap figure first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${1:-30}
@@ -342,8 +343,8 @@ print(f"result: {path}")
 # Tolerance: packets in flight in the demo stream's ring and queues at the moment of
 # reading, and tables that keep their peak size (viewer slots, TURN relays, the runtime's I/O
 # slab): 256 KiB. A leak of 20 B per churned session trips it in the 5-minute CI run. The
-# packet pool must be back at (or below) its idle size, RSS within 4 MiB of idle.
-ok = abs(ao - io) <= 256 * 1024 and ap <= ip and ar - ir <= 4096 and afd == ifd \
+# packet pool must be back at (or below) its idle size, RSS within 8 MiB of idle.
+ok = abs(ao - io) <= 256 * 1024 and ap <= ip and ar - ir <= 8192 and afd == ifd \
     and left == "0 0 0" \
     and sv.get("failed", 1) == 0 and sv.get("connected") == steady
 sys.exit(0 if ok else 1)
