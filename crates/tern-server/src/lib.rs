@@ -187,7 +187,13 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         huge_pages: false,
     })
     .map_err(|e| ServeError::Other(format!("packet pool: {e}")))?;
-    let reclaimer = reclaim::Reclaimer::new(pool.clone(), t.pool_trim_s, Instant::now());
+    let _reclaim = match reclaim::Reclaimer::new(pool.clone(), t.pool_trim_s, Instant::now()) {
+        Some(r) => Some(
+            r.spawn()
+                .map_err(|e| ServeError::Other(format!("reclaim thread: {e}")))?,
+        ),
+        None => None,
+    };
 
     // Streams: the demo clip, then declared streams (not live until a publisher arrives).
     let mut engine_streams = Vec::new();
@@ -325,7 +331,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
     let _ = state.runtime.set(rt.handle().clone());
     let res = rt.block_on(async move {
-        start_service_tasks(&state, reclaimer);
+        start_service_tasks(&state);
         let listener = tokio::net::TcpListener::bind(http)
             .await
             .map_err(|source| ServeError::Bind {
@@ -372,9 +378,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 }
 
 /// The HTTP side's background work, once a second: the sweep that removes publisher-made
-/// streams past their grace and the reclaim pass (when due); and, with an admission webhook,
-/// the close notifications (admitted sessions' ends, read off the event stream).
-fn start_service_tasks(state: &Arc<AppState>, mut reclaim: Option<reclaim::Reclaimer>) {
+/// streams past their grace; and, with an admission webhook, the close notifications
+/// (admitted sessions' ends, read off the event stream).
+fn start_service_tasks(state: &Arc<AppState>) {
     let st = state.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -382,10 +388,6 @@ fn start_service_tasks(state: &Arc<AppState>, mut reclaim: Option<reclaim::Recla
         loop {
             tick.tick().await;
             http::sweep_streams(&st);
-            if let Some(r) = reclaim.as_mut() {
-                // malloc_trim can take milliseconds on a large heap: not on a runtime thread.
-                let _ = tokio::task::block_in_place(|| r.tick(Instant::now()));
-            }
         }
     });
     if !state.admission.has_webhooks() {

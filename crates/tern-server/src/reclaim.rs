@@ -18,6 +18,8 @@
 //! with glibc's sliding threshold RSS rose by 0.3-0.9 MiB after every round; with the fixed
 //! one it stays within 0.1 MiB of where the first round left it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tern_pool::{BufferPool, CountingAlloc, release_free_memory, set_mmap_threshold};
@@ -31,7 +33,7 @@ pub const RELEASE_AFTER_BYTES: usize = 1 << 20;
 /// tables grown for a peak are what crosses it.
 pub const MMAP_THRESHOLD_BYTES: usize = 32 * 1024;
 
-/// The pass's state, ticked by the HTTP side's once-a-second housekeeping task.
+/// The pass's state, ticked once a second on a thread of its own ([`Reclaimer::spawn`]).
 pub struct Reclaimer {
     pool: BufferPool,
     every: Duration,
@@ -78,5 +80,46 @@ impl Reclaimer {
             );
         }
         (buffers, released)
+    }
+
+    /// Run the pass on a thread of its own, ticked once a second, until the returned handle
+    /// is dropped. Not a runtime task: `malloc_trim` can take milliseconds on a large heap,
+    /// and `block_in_place` would start a fresh runtime thread each time (whose own
+    /// allocations then come and go with the pass). The thread waits with `park_timeout`,
+    /// which allocates nothing, so the heap figures it reads are not moved by its waiting.
+    pub fn spawn(mut self) -> std::io::Result<ReclaimThread> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("tern-reclaim".into())
+            .spawn(move || {
+                loop {
+                    std::thread::park_timeout(Duration::from_secs(1));
+                    if stopping.load(Ordering::Acquire) {
+                        return;
+                    }
+                    self.tick(Instant::now());
+                }
+            })?;
+        Ok(ReclaimThread {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The reclaim pass's thread; dropping it stops the thread and waits for it.
+pub struct ReclaimThread {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ReclaimThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
     }
 }

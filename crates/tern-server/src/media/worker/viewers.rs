@@ -352,7 +352,8 @@ impl Worker {
             }
         }
         self.next_catchup = (!self.catching.is_empty()).then(|| now + CATCHUP_TICK);
-        if self.catching.is_empty() && self.catching.capacity() > 64 {
+        if self.catching.is_empty() {
+            // Nothing kept sized for the last wave of joins: idle holds no list.
             self.catching = Vec::new();
         }
     }
