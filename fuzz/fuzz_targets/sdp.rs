@@ -34,7 +34,16 @@ fuzz_target!(|data: &[u8]| {
         let _ = m.extmap_id(sdp::ABS_CAPTURE_TIME_URI);
     }
     // A stream whose SPS says High 4.0: the profile is chosen, or the Baseline rule applies.
-    let _ = sdp::negotiate_for(&offer, Some([0x64, 0x00, 0x28]));
+    let _ = sdp::negotiate_for(&offer, sdp::StreamVideo::h264(Some([0x64, 0x00, 0x28])));
+    for codec in tern_proto::codec::VideoCodec::ALL {
+        let _ = sdp::negotiate_for(
+            &offer,
+            sdp::StreamVideo {
+                codec,
+                h264_profile: None,
+            },
+        );
+    }
     let Ok(neg) = sdp::negotiate(&offer) else {
         return;
     };

@@ -3,7 +3,8 @@
 //! - [`SessionDescription::parse`] reads an offer (or, in a test client, an answer) into
 //!   owned media sections. Errors name the line and the problem ("line 7: m= line has no
 //!   port"). Input is capped at [`MAX_SDP_LEN`] bytes and [`MAX_MEDIA`] media sections.
-//! - [`negotiate`] decides what the server can send: H264 video and Opus audio, sendonly.
+//! - [`negotiate`] decides what the server can send: the stream's video codec (H264, VP8,
+//!   VP9, AV1 or H265) and Opus audio, sendonly.
 //! - [`write_answer`] writes the ICE-lite, DTLS-passive answer for a negotiated offer.
 //! - [`parse_sdpfrag`] reads trickle-ICE PATCH bodies (RFC 8840).
 //! - [`write_offer`] writes the recvonly offer of a lean test client.
@@ -29,7 +30,9 @@ pub use model::{
     ABS_CAPTURE_TIME_URI, Candidate, Direction, Extmap, MAX_MEDIA, MAX_SDP_LEN, MediaDescription,
     PayloadType, SdpError, SessionDescription, Setup,
 };
-pub use negotiate::{NegotiateError, Negotiated, NegotiatedMedia, negotiate, negotiate_for};
+pub use negotiate::{
+    NegotiateError, Negotiated, NegotiatedMedia, StreamVideo, carries, negotiate, negotiate_for,
+};
 pub use parse::parse;
 pub use server_offer::{
     AnswerMismatch, ClientAnswerParams, ClientChoice, SERVER_ABS_CAPTURE_TIME_ID, SERVER_AUDIO_PT,

@@ -18,6 +18,7 @@ use str0m::media::KeyframeRequestKind;
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{Extension, Ssrc};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
+use tern_proto::codec::VideoCodec;
 use tern_proto::rtp::ntp_from_unix;
 use tern_proto::sdp;
 
@@ -30,7 +31,7 @@ pub enum PublishError {
     #[error("malformed SDP offer: {0}")]
     BadOffer(String),
     /// The offer has nothing we can forward.
-    #[error("offer has no H264 video and no Opus audio to receive")]
+    #[error("offer has no video and no audio to receive")]
     NoMedia,
     /// A media section offers only codecs tern does not take.
     #[error("offer's {kind} section has {offered}; tern takes {takes}")]
@@ -89,25 +90,44 @@ pub struct Publisher {
     local: SocketAddr,
     video_pts: Vec<u8>,
     audio_pts: Vec<u8>,
+    /// The codec of the video it sends (H264 when it sends none).
+    video_codec: VideoCodec,
     video_ssrc: Option<Ssrc>,
     closed: bool,
 }
 
-/// Refuses an offer whose video or audio section offers nothing tern takes (H264 with
-/// packetization-mode 1; Opus), naming what it offers: accepting the rest would leave a
-/// stream without its video (or audio), and str0m's answer to such a section is one
-/// browsers reject.
-fn check_codecs(offer: &sdp::SessionDescription) -> Result<(), PublishError> {
+/// What tern takes in a publisher's video section, for the refusal's message.
+const VIDEO_TAKES: &str =
+    "H264 (packetization-mode=1), VP8, VP9 (profile 0), AV1 (profile 0), H265";
+
+/// Picks the video codec of a WHIP offer (the first of [`VideoCodec::ALL`] its video
+/// section carries; `None` without a video section) and refuses an offer whose video or
+/// audio section offers nothing tern takes (see [`sdp::carries`]; Opus), naming what it
+/// offers: accepting the rest would leave a stream without its video (or audio), and
+/// str0m's answer to such a section is one browsers reject.
+fn check_codecs(offer: &sdp::SessionDescription) -> Result<Option<VideoCodec>, PublishError> {
+    let mut video = None;
     for m in offer.media() {
-        let (takes, ok): (&'static str, fn(&sdp::PayloadType) -> bool) = match m.kind() {
-            "video" => ("H264 (packetization-mode=1)", |p| {
-                p.codec.eq_ignore_ascii_case("H264")
-                    && p.fmtp_param("packetization-mode") == Some("1")
-            }),
-            "audio" => ("Opus", |p| p.codec.eq_ignore_ascii_case("opus")),
+        if m.port() == 0 {
+            continue;
+        }
+        let (takes, ok) = match m.kind() {
+            "video" => {
+                let codec = VideoCodec::ALL
+                    .into_iter()
+                    .find(|&c| m.payloads().iter().any(|p| sdp::carries(c, p)));
+                video = video.or(codec);
+                (VIDEO_TAKES, codec.is_some())
+            }
+            "audio" => (
+                "Opus",
+                m.payloads()
+                    .iter()
+                    .any(|p| p.codec.eq_ignore_ascii_case("opus")),
+            ),
             _ => continue,
         };
-        if m.port() == 0 || m.payloads().iter().any(ok) {
+        if ok {
             continue;
         }
         let mut offered: Vec<String> = Vec::new();
@@ -136,7 +156,7 @@ fn check_codecs(offer: &sdp::SessionDescription) -> Result<(), PublishError> {
             takes,
         });
     }
-    Ok(())
+    Ok(video)
 }
 
 /// `offer` with every `a=ice-ufrag` and `a=ice-pwd` value replaced.
@@ -181,7 +201,7 @@ impl Publisher {
         if !has_media {
             return Err(PublishError::NoMedia);
         }
-        check_codecs(&parsed)?;
+        let video_codec = check_codecs(&parsed)?;
         let remote_ufrag = parsed
             .media()
             .iter()
@@ -191,11 +211,18 @@ impl Publisher {
         let remote_offer = offer.to_string();
         let offer =
             SdpOffer::from_sdp_string(offer).map_err(|e| PublishError::BadOffer(e.to_string()))?;
+        // Only the chosen video codec: the answer then has no other, so the encoder sends
+        // that one (it sends with the first payload type the answer lists).
+        let is = |c| video_codec == Some(c);
         let mut rtc = RtcConfig::new()
             .set_ice_lite(true)
             .set_rtp_mode(true)
             .clear_codecs()
-            .enable_h264(true)
+            .enable_h264(is(VideoCodec::H264))
+            .enable_vp8(is(VideoCodec::Vp8))
+            .enable_vp9(is(VideoCodec::Vp9))
+            .enable_av1(is(VideoCodec::Av1))
+            .enable_h265(is(VideoCodec::H265))
             .enable_opus(true, false)
             .set_extension(15, Extension::AbsoluteCaptureTime)
             .set_stats_interval(None)
@@ -238,11 +265,17 @@ impl Publisher {
                 local,
                 video_pts,
                 audio_pts,
+                video_codec: video_codec.unwrap_or_default(),
                 video_ssrc: None,
                 closed: false,
             },
             answer,
         ))
+    }
+
+    /// The codec of the video the encoder sends (H264 when it sends no video).
+    pub fn video_codec(&self) -> VideoCodec {
+        self.video_codec
     }
 
     /// Our ICE ufrag (STUN `USERNAME` starts with it).

@@ -168,13 +168,13 @@ pub enum ServerAnswerError {
 
 /// Mints credentials, SSRCs and offsets and writes the server's offer for a stream with video
 /// (`video`) and audio (`audio`): ICE-lite, `a=setup:passive`, sendonly H264 and Opus (see
-/// [`sdp::write_server_offer`]); `h264_profile` is the profile-level-id of the stream's SPS
-/// when known.
+/// [`sdp::write_server_offer`]); `stream` is the stream's video codec and, for H264, the
+/// profile-level-id of its SPS when known.
 pub fn offer(
     local: &LocalInfo<'_>,
     video: bool,
     audio: bool,
-    h264_profile: Option<[u8; 3]>,
+    stream: sdp::StreamVideo,
     rand: &mut dyn FnMut() -> u64,
 ) -> ServerOffer {
     let mut ufrag = [0u8; UFRAG_LEN];
@@ -201,7 +201,7 @@ pub fn offer(
         audio_ssrc: audio_seed.map(|s| s.ssrc),
         cname: local.cname,
         session_id: rand() >> 2,
-        h264_profile,
+        video: stream,
     });
     ServerOffer {
         sdp,
@@ -288,7 +288,7 @@ mod tests {
             candidate_port: 10000,
             cname: "tern-test",
         };
-        let so = offer(&local, true, true, None, &mut rand);
+        let so = offer(&local, true, true, sdp::StreamVideo::default(), &mut rand);
         assert!(
             !so.sdp.contains("a=candidate"),
             "candidates go beside the SDP"
@@ -403,7 +403,7 @@ mod tests {
         });
         let o = SessionDescription::parse(&whep_offer).unwrap();
         let whep = accept(&o, &sdp::negotiate(&o).unwrap(), &local, &mut rng(1)).params;
-        let so = offer(&local, true, true, None, &mut rng(2));
+        let so = offer(&local, true, true, sdp::StreamVideo::default(), &mut rng(2));
         let ca = answer_offer(
             &so.sdp,
             &[&so.candidate],
@@ -432,7 +432,13 @@ mod tests {
             candidate_port: 1,
             cname: "c",
         };
-        let so = offer(&local, true, true, Some([0x64, 0x00, 0x28]), &mut rng(3));
+        let so = offer(
+            &local,
+            true,
+            true,
+            sdp::StreamVideo::h264(Some([0x64, 0x00, 0x28])),
+            &mut rng(3),
+        );
         // The stream's own profile, from its SPS.
         assert!(so.sdp.contains("profile-level-id=640028"), "{}", so.sdp);
         assert!(!so.sdp.contains("42e01f"), "{}", so.sdp);

@@ -237,14 +237,17 @@ fn whip_errors() {
               a=setup:actpass\r\na=mid:0\r\na=sctp-port:5000\r\n";
     let (st, body) = req(a, "POST", path, &[auth, sdp], dc.as_bytes());
     assert_eq!(st, 422, "{body}");
-    // VP8-only video (what some WHIP pages send): refused naming what was offered and what
-    // tern takes, holding nothing (the stream stays free for the next offer).
+    // Video tern cannot pass through (VP9 profile 2, H264 packetization-mode 0): refused
+    // naming what was offered and what tern takes, holding nothing (the stream stays free
+    // for the next offer).
     let vp8 = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\n\
-               m=video 9 UDP/TLS/RTP/SAVPF 96 97\r\nc=IN IP4 0.0.0.0\r\n\
+               m=video 9 UDP/TLS/RTP/SAVPF 96 97 98\r\nc=IN IP4 0.0.0.0\r\n\
                a=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n\
                a=fingerprint:sha-256 00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF\r\n\
                a=setup:actpass\r\na=mid:0\r\na=sendonly\r\na=rtcp-mux\r\n\
-               a=rtpmap:96 VP8/90000\r\na=rtpmap:97 rtx/90000\r\na=fmtp:97 apt=96\r\n\
+               a=rtpmap:96 VP9/90000\r\na=fmtp:96 profile-id=2\r\n\
+               a=rtpmap:97 rtx/90000\r\na=fmtp:97 apt=96\r\n\
+               a=rtpmap:98 H264/90000\r\na=fmtp:98 packetization-mode=0\r\n\
                m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 0.0.0.0\r\n\
                a=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n\
                a=fingerprint:sha-256 00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF\r\n\
@@ -253,7 +256,8 @@ fn whip_errors() {
     let (st, body) = req(a, "POST", path, &[auth, sdp], vp8.as_bytes());
     assert_eq!(st, 422, "{body}");
     assert!(
-        body.contains("video section has VP8;") && body.contains("tern takes H264"),
+        body.contains("video section has VP9, H264 (packetization-mode=0);")
+            && body.contains("tern takes H264 (packetization-mode=1), VP8, VP9 (profile 0)"),
         "{body}"
     );
     let (st, _) = req(a, "PATCH", "/live/cam/whip/1", &[auth], b"");

@@ -1,7 +1,8 @@
-//! Negotiation: what the server can send for an offer (H264 video and Opus audio,
-//! send-only), and why not when it cannot.
+//! Negotiation: what the server can send for an offer (the stream's video codec and Opus
+//! audio, send-only), and why not when it cannot.
 
 use super::model::{ABS_CAPTURE_TIME_URI, Direction, PayloadType, SessionDescription, Setup};
+use crate::codec::VideoCodec;
 
 /// Why the server cannot serve an offer. Display is a sentence for the HTTP error body.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +29,68 @@ pub enum NegotiateError {
     /// No video section with H264 packetization-mode=1 and no audio section with Opus.
     #[error("offer has no H264 packetization-mode=1 or Opus payload")]
     NoCodec,
+    /// The stream's video is in a codec the offer's video section does not take.
+    #[error("the stream's video is {stream}; the offer's video section has {offered}")]
+    StreamCodec {
+        /// The stream's codec.
+        stream: VideoCodec,
+        /// The video codecs offered, e.g. `H264, VP8`.
+        offered: String,
+    },
+}
+
+/// What a stream's video is, as far as negotiation cares: its codec and, for H264, the
+/// profile-level-id of its SPS once one was seen. The default (H264, profile unknown) is
+/// what a stream without a publisher yet is served as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamVideo {
+    /// The codec the publisher sends.
+    pub codec: VideoCodec,
+    /// The H264 SPS's profile-level-id, when known.
+    pub h264_profile: Option<[u8; 3]>,
+}
+
+impl StreamVideo {
+    /// An H264 stream with this SPS profile-level-id (if known).
+    pub fn h264(profile: Option<[u8; 3]>) -> StreamVideo {
+        StreamVideo {
+            codec: VideoCodec::H264,
+            h264_profile: profile,
+        }
+    }
+}
+
+/// Whether payload type `p` carries `codec` as tern forwards it: H264 with
+/// packetization-mode 1 (any profile), VP8, VP9 profile 0, AV1 profile 0 (main), H265; each
+/// at 90 kHz. A missing VP9 `profile-id` or AV1 `profile` means 0 (RFC 9628 §6, AV1 RTP
+/// §7.2).
+pub fn carries(codec: VideoCodec, p: &PayloadType) -> bool {
+    if p.clock_rate != 90_000 || VideoCodec::from_sdp_name(&p.codec) != Some(codec) {
+        return false;
+    }
+    match codec {
+        VideoCodec::H264 => p.fmtp_param("packetization-mode") == Some("1"),
+        VideoCodec::Vp9 => p.fmtp_param("profile-id").is_none_or(|v| v == "0"),
+        VideoCodec::Av1 => p.fmtp_param("profile").is_none_or(|v| v == "0"),
+        VideoCodec::Vp8 | VideoCodec::H265 => true,
+    }
+}
+
+/// The video codecs of `payloads` (repair formats left out), for error messages.
+pub(crate) fn offered_video(payloads: &[PayloadType]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for p in payloads {
+        let n = p.codec.as_str();
+        let repair = ["rtx", "red", "ulpfec", "flexfec-03"];
+        if !repair.iter().any(|r| n.eq_ignore_ascii_case(r)) && !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    if names.is_empty() {
+        "no codec".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// What was agreed for one media section.
@@ -175,15 +238,28 @@ pub(super) fn is_srtp(proto: &str) -> bool {
     proto.ends_with("RTP/SAVPF") || proto.ends_with("RTP/SAVP")
 }
 
-/// [`negotiate_for`] a stream whose SPS is not known yet: Baseline, the offer's fmtp.
+/// [`negotiate_for`] an H264 stream whose SPS is not known yet: Baseline, the offer's fmtp.
 pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateError> {
-    negotiate_for(offer, None)
+    negotiate_for(offer, StreamVideo::default())
 }
 
-/// Decides what the server sends for `offer`: H264 video and Opus audio, sendonly.
-/// `stream` is the profile-level-id of the stream's SPS, when known.
+/// The payload type to send `stream`'s video on, and the fmtp the answer gives it: for
+/// H264 see [`pick_h264`]; for the other codecs the first offered payload type that
+/// [`carries`] it, with the offer's fmtp.
+fn pick_video(payloads: &[PayloadType], stream: StreamVideo) -> Option<(&PayloadType, String)> {
+    if stream.codec == VideoCodec::H264 {
+        return pick_h264(payloads, stream.h264_profile);
+    }
+    let p = payloads.iter().find(|p| carries(stream.codec, p))?;
+    Some((p, p.fmtp.clone().unwrap_or_default()))
+}
+
+/// Decides what the server sends for `offer`: the stream's video and Opus audio, sendonly.
+/// `stream` is the stream's video codec and, for H264, its SPS's profile-level-id when
+/// known. A video section that does not take the stream's codec (a VP8 stream, a viewer
+/// offering only H264) is an error naming both, rather than an answer without video.
 ///
-/// The first video section with an acceptable H264 payload type (with `stream`, the first
+/// For H264: the first video section with an acceptable H264 payload type (with a profile, the first
 /// offered payload type of the stream's profile_idc, answered with the stream's own
 /// profile-level-id; else the rule on `h264_ok` in the source: Baseline profile_idc 0x42,
 /// level ≥ 3.1, packetization-mode=1; the first such payload type in the offer's order
@@ -197,17 +273,20 @@ pub fn negotiate(offer: &SessionDescription) -> Result<Negotiated, NegotiateErro
 /// `a=ice-pwd`, a sha-256 `a=fingerprint` or `a=rtcp-mux`, or offer `a=setup:passive`.
 pub fn negotiate_for(
     offer: &SessionDescription,
-    stream: Option<[u8; 3]>,
+    stream: StreamVideo,
 ) -> Result<Negotiated, NegotiateError> {
     let mut video: Option<NegotiatedMedia> = None;
     let mut audio: Option<NegotiatedMedia> = None;
     let mut wrong_direction = false;
+    // A usable video section that lacks the stream's codec, when the codec is not H264
+    // (H264 keeps its old rule: such a section is left out and audio may still be served).
+    let mut codec_missing: Option<String> = None;
     for (index, m) in offer.media.iter().enumerate() {
         if m.port == 0 || !is_srtp(&m.proto) {
             continue;
         }
         let (slot, chosen) = match m.kind.as_str() {
-            "video" => (&mut video, pick_h264(&m.payloads, stream)),
+            "video" => (&mut video, pick_video(&m.payloads, stream)),
             "audio" => (
                 &mut audio,
                 m.payloads
@@ -221,6 +300,9 @@ pub fn negotiate_for(
             continue;
         }
         let Some((p, fmtp)) = chosen else {
+            if m.kind == "video" && stream.codec != VideoCodec::H264 && codec_missing.is_none() {
+                codec_missing = Some(offered_video(&m.payloads));
+            }
             continue;
         };
         if !matches!(m.direction(), Direction::RecvOnly | Direction::SendRecv) {
@@ -251,6 +333,12 @@ pub fn negotiate_for(
         } else {
             video = None;
         }
+    }
+    if let (None, Some(offered)) = (&video, codec_missing) {
+        return Err(NegotiateError::StreamCodec {
+            stream: stream.codec,
+            offered,
+        });
     }
     let first = match (&video, &audio) {
         (None, None) if wrong_direction => return Err(NegotiateError::Direction),

@@ -24,9 +24,10 @@ use super::model::{
     ABS_CAPTURE_TIME_URI, Candidate, Direction, MediaDescription, PayloadType, SdpError,
     SessionDescription, Setup,
 };
-use super::negotiate::{Negotiated, NegotiatedMedia, OPUS_FMTP, is_srtp};
+use super::negotiate::{Negotiated, NegotiatedMedia, OPUS_FMTP, StreamVideo, is_srtp};
 use super::parse::parse_candidate;
 use super::write::{Out, sdp_line, transport_lines};
+use crate::codec::VideoCodec;
 
 /// Payload type of H264 in a server offer.
 pub const SERVER_VIDEO_PT: u8 = 96;
@@ -61,9 +62,9 @@ pub struct ServerOfferParams<'a> {
     pub cname: &'a str,
     /// The o= line session id.
     pub session_id: u64,
-    /// The profile-level-id of the stream's SPS, when known: the offer states it instead
-    /// of Constrained Baseline 3.1.
-    pub h264_profile: Option<[u8; 3]>,
+    /// The stream's video codec and, for H264, the profile-level-id of its SPS when known
+    /// (the offer states it instead of Constrained Baseline 3.1).
+    pub video: StreamVideo,
 }
 
 /// The sections of a server offer in m-line order: (kind, payload type, ssrc).
@@ -79,7 +80,8 @@ fn server_sections(video: Option<u32>, audio: Option<u32>) -> Vec<(&'static str,
 }
 
 /// Writes the server's offer: ICE-lite, `a=setup:passive`, sendonly, `a=rtcp-mux` and
-/// `a=rtcp-rsize`, one BUNDLE group; video H264/90000 pt 96 ([`SERVER_VIDEO_PT`]; nack,
+/// `a=rtcp-rsize`, one BUNDLE group; video in the stream's codec (H264/90000 unless
+/// [`ServerOfferParams::video`] says otherwise) pt 96 ([`SERVER_VIDEO_PT`]; nack,
 /// nack pli, ccm fir), audio opus/48000/2 pt 111 (`minptime=10;useinbandfec=1`); the
 /// abs-capture-time extension as id 4 in both; `a=msid` and `a=ssrc` lines so that a
 /// browser puts both tracks in one MediaStream. Mids are "0" and "1" in that order.
@@ -115,13 +117,16 @@ pub fn write_server_offer(p: &ServerOfferParams<'_>) -> String {
             "a=extmap:{SERVER_ABS_CAPTURE_TIME_ID} {ABS_CAPTURE_TIME_URI}"
         );
         if kind == "video" {
-            sdp_line!(o, "a=rtpmap:{pt} H264/90000");
-            match p.h264_profile {
-                Some([a, b, c]) => sdp_line!(
+            sdp_line!(o, "a=rtpmap:{pt} {}/90000", p.video.codec.sdp_name());
+            match (p.video.codec, p.video.h264_profile) {
+                (VideoCodec::H264, Some([a, b, c])) => sdp_line!(
                     o,
                     "a=fmtp:{pt} level-asymmetry-allowed=1;packetization-mode=1;profile-level-id={a:02x}{b:02x}{c:02x}"
                 ),
-                None => sdp_line!(o, "a=fmtp:{pt} {SERVER_H264_FMTP}"),
+                (VideoCodec::H264, None) => sdp_line!(o, "a=fmtp:{pt} {SERVER_H264_FMTP}"),
+                (VideoCodec::Vp9, _) => sdp_line!(o, "a=fmtp:{pt} profile-id=0"),
+                (VideoCodec::Av1, _) => sdp_line!(o, "a=fmtp:{pt} profile=0"),
+                (VideoCodec::Vp8 | VideoCodec::H265, _) => {}
             }
             sdp_line!(o, "a=rtcp-fb:{pt} nack");
             sdp_line!(o, "a=rtcp-fb:{pt} nack pli");
@@ -469,7 +474,7 @@ mod tests {
             audio_ssrc: audio.then_some(2222),
             cname: "tern",
             session_id: 42,
-            h264_profile: None,
+            video: StreamVideo::default(),
         }
     }
 

@@ -361,7 +361,7 @@ fn h264_answer_states_the_streams_own_profile_when_its_sps_is_known() {
     let sd = SessionDescription::parse(&chrome_offer()).unwrap();
     // A High 4.0 stream (x264's default): the offer's High payload type, with the stream's
     // profile-level-id, not the Baseline one.
-    let n = negotiate_for(&sd, Some([0x64, 0x00, 0x28])).unwrap();
+    let n = negotiate_for(&sd, StreamVideo::h264(Some([0x64, 0x00, 0x28]))).unwrap();
     let v = n.video().unwrap();
     assert_eq!(v.pt, 112, "{v:?}");
     assert_eq!(
@@ -374,18 +374,76 @@ fn h264_answer_states_the_streams_own_profile_when_its_sps_is_known() {
     assert!(!text.contains("42001f"), "{text}");
     // A Constrained Baseline 3.1 stream (Chromium's encoder): the first Baseline payload
     // type, its fmtp saying 42e01f.
-    let n = negotiate_for(&sd, Some([0x42, 0xe0, 0x1f])).unwrap();
+    let n = negotiate_for(&sd, StreamVideo::h264(Some([0x42, 0xe0, 0x1f]))).unwrap();
     assert_eq!(n.video().unwrap().pt, 102);
     assert!(n.video().unwrap().fmtp.ends_with("profile-level-id=42e01f"));
     // A viewer that offers no High profile keeps the Baseline rule and its own fmtp.
     let baseline_only =
         chrome_offer().replace("profile-level-id=640c1f", "profile-level-id=42e01f");
     let sd = SessionDescription::parse(&baseline_only).unwrap();
-    let n = negotiate_for(&sd, Some([0x64, 0x00, 0x28])).unwrap();
+    let n = negotiate_for(&sd, StreamVideo::h264(Some([0x64, 0x00, 0x28]))).unwrap();
     assert_eq!(n.video().unwrap().pt, 102);
     assert!(n.video().unwrap().fmtp.ends_with("profile-level-id=42001f"));
     // Unknown SPS: as before.
-    assert_eq!(negotiate(&sd).unwrap(), negotiate_for(&sd, None).unwrap());
+    assert_eq!(
+        negotiate(&sd).unwrap(),
+        negotiate_for(&sd, StreamVideo::default()).unwrap()
+    );
+}
+
+#[test]
+fn other_codecs_pick_the_viewers_payload_type_for_the_streams_codec() {
+    use crate::codec::VideoCodec;
+    let sd = SessionDescription::parse(&chrome_offer()).unwrap();
+    let of = |codec| StreamVideo {
+        codec,
+        h264_profile: None,
+    };
+    // VP8 → 96, VP9 → 98 (profile-id=0, not 100's profile 2), AV1 → 45.
+    for (codec, pt, fmtp) in [
+        (VideoCodec::Vp8, 96, ""),
+        (VideoCodec::Vp9, 98, "profile-id=0"),
+        (VideoCodec::Av1, 45, ""),
+    ] {
+        let n = negotiate_for(&sd, of(codec)).unwrap();
+        let v = n.video().unwrap();
+        assert_eq!((v.pt, v.nack, v.pli), (pt, true, true), "{codec}");
+        assert!(v.fmtp.starts_with(fmtp), "{codec}: {}", v.fmtp);
+        let text = write_answer(&sd, &n, &answer_params());
+        assert!(
+            text.contains(&format!("a=rtpmap:{pt} {}/90000", codec.sdp_name())),
+            "{text}"
+        );
+        assert!(n.audio().is_some());
+    }
+    // Chromium offers no H265 here: the error names the stream's codec and what was offered.
+    let e = negotiate_for(&sd, of(VideoCodec::H265)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the stream's video is H265; the offer's video section has VP8, VP9, H264, AV1"
+    );
+    // A viewer offering only H264 cannot watch a VP8 stream.
+    let h264_only =
+        SessionDescription::parse(&chrome_offer().replace("VP8/90000", "H264/90000")).unwrap();
+    assert!(matches!(
+        negotiate_for(&h264_only, of(VideoCodec::Vp8)),
+        Err(NegotiateError::StreamCodec {
+            stream: VideoCodec::Vp8,
+            ..
+        })
+    ));
+    // carries(): the profile rules.
+    let vp9 = sd.media()[0].payload(100).unwrap();
+    assert!(!carries(VideoCodec::Vp9, vp9), "profile 2 is not profile 0");
+    assert!(carries(VideoCodec::Vp9, sd.media()[0].payload(98).unwrap()));
+    assert!(carries(
+        VideoCodec::H264,
+        sd.media()[0].payload(112).unwrap()
+    ));
+    assert!(!carries(
+        VideoCodec::Vp8,
+        sd.media()[0].payload(98).unwrap()
+    ));
 }
 
 #[test]

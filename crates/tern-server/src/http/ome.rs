@@ -366,7 +366,7 @@ impl Signalling {
             },
             true,
             true,
-            st.engine.stats.h264_profile(info.index),
+            st.engine.stats.video(info.index),
             &mut || rand::rng().random(),
         );
         let text = ome::write_offer(

@@ -397,7 +397,7 @@ pub fn sweep_streams(st: &AppState) {
         let _ = st.engine.send(Command::UnbindStream { index });
         for v in [
             &stats.stream_packets,
-            &stats.stream_h264_profile,
+            &stats.stream_video,
             &stats.stream_bytes,
             &stats.stream_nacks,
             &stats.stream_keyframe_requests,

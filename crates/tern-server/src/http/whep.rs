@@ -45,7 +45,7 @@ pub(super) async fn whep_post(
         Ok(o) => o,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("malformed SDP offer: {e}")),
     };
-    let neg = match sdp::negotiate_for(&offer, st.engine.stats.h264_profile(info.index)) {
+    let neg = match sdp::negotiate_for(&offer, st.engine.stats.video(info.index)) {
         Ok(n) => n,
         Err(e) => {
             return text(

@@ -12,9 +12,11 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use tern_proto::codec::VideoCodec;
 use tern_proto::sdp;
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
+use tracing::info;
 
 use crate::admission::Action;
 use crate::http::listener::Peer;
@@ -24,7 +26,7 @@ use crate::http::state::{
     forget_publisher, lookup, may_publish,
 };
 use crate::media::AddError;
-use crate::media::Command;
+use crate::media::{Command, ViewerId};
 
 /// `POST /{app}/{stream}/whip`: SDP offer in, `201 Created` with the answer and the
 /// session's `Location`.
@@ -77,11 +79,13 @@ pub async fn post(
         Err(e) => return text(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
     let remote_ufrag = publisher.remote_ufrag().to_string();
+    let codec = publisher.video_codec();
     // The stream is made (if new) only for an offer that can publish.
     let info = match claim_stream(&st, &app, &stream) {
         Ok(i) => i,
         Err(e) => return text(e.status(), e.to_string()),
     };
+    let was = st.engine.stats.video(info.index).codec;
     let (tx, rx) = oneshot::channel();
     let cmd = Command::AddPublisher {
         stream: info.index,
@@ -103,6 +107,9 @@ pub async fn post(
         Err(_) => return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped"),
     };
     admitted_publisher(&st, id, ask, lifetime);
+    if was != codec {
+        end_viewers_of_other_codec(&st, &format!("{app}/{stream}"), was, codec);
+    }
     let etag = format!("\"{}\"", random_token(12));
     if let Ok(mut m) = st.publishers.lock() {
         m.insert(
@@ -284,4 +291,23 @@ pub async fn options() -> Response {
         HeaderValue::from_static("OPTIONS, POST, PATCH, DELETE"),
     );
     r
+}
+
+/// A publisher in another video codec took the stream: the viewers answered for the old
+/// codec could not decode the new one (their payload type says the old codec), so they are
+/// ended (DTLS close_notify), and their players' next POST is answered with the new codec.
+fn end_viewers_of_other_codec(st: &AppState, key: &str, was: VideoCodec, now: VideoCodec) {
+    let viewers = st.engine.stats.snapshots.viewers(Some(key));
+    if viewers.is_empty() {
+        return;
+    }
+    info!(
+        "stream {key}: the publisher sends {now}, its viewers were answered {was}: ending {} viewers so they rejoin",
+        viewers.len()
+    );
+    for v in viewers {
+        let _ = st
+            .engine
+            .send(Command::RemoveViewer(ViewerId::from_raw(v.id)));
+    }
 }

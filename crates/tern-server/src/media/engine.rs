@@ -229,7 +229,7 @@ impl Engine {
             publishing: streams.iter().map(|_| AtomicBool::new(false)).collect(),
             stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            stream_h264_profile: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_video: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_keyframe_requests: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tern_proto::h264;
+use tern_proto::codec::VideoCodec;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
 use tokio::sync::oneshot;
@@ -171,6 +171,8 @@ struct StreamMap {
     wait_keyframe: bool,
     /// The next video packet starts an access unit.
     au_start: bool,
+    /// The publisher's video codec (how its keyframes are recognised).
+    codec: VideoCodec,
 }
 
 /// A publisher's session: WHIP ones run here, RTMP ones on their connection's thread.
@@ -350,6 +352,10 @@ impl Ingest {
             serial: self.serial,
         };
         let connected = matches!(session, Session::Rtmp(_));
+        let codec = match &session {
+            Session::Whip(p) => p.video_codec(),
+            Session::Rtmp(_) => VideoCodec::H264,
+        };
         let wait = if connected {
             self.timeouts.media
         } else {
@@ -370,6 +376,7 @@ impl Ingest {
         m.audio.offsets = None;
         m.wait_keyframe = true;
         m.au_start = true;
+        m.codec = codec;
         Ok(id)
     }
 
@@ -574,7 +581,7 @@ fn forward(
     if p.kind == MediaKind::Video {
         let start = map.au_start;
         map.au_start = p.marker;
-        keyframe = start && h264::is_keyframe(&p.payload);
+        keyframe = start && map.codec.is_keyframe(&p.payload);
         if map.wait_keyframe {
             if !keyframe {
                 return false;

@@ -1,7 +1,10 @@
 //! The counters the media threads share with the HTTP side (metrics, API, limits): relaxed
 //! atomics, added once per batch on the per-packet path.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use tern_proto::codec::VideoCodec;
+use tern_proto::sdp::StreamVideo;
 
 /// Counters shared with the HTTP side (metrics, API, limits).
 #[derive(Debug, Default)]
@@ -43,9 +46,11 @@ pub struct EngineStats {
     pub stream_packets: Vec<AtomicU64>,
     /// Media bytes sent per stream.
     pub stream_bytes: Vec<AtomicU64>,
-    /// The H264 profile-level-id of each stream's last SPS (the three bytes in the low 24
-    /// bits, bit 24 set once one was seen; 0 before): what viewers' answers state.
-    pub stream_h264_profile: Vec<AtomicU64>,
+    /// Each stream's video as viewers are offered it: the codec's
+    /// [`VideoCodec::index`] in bits 32-39 and, for H264, the profile-level-id of its last
+    /// SPS in the low 24 bits with bit 24 set once one was seen (0: H264, SPS unknown).
+    /// Written by the stream's owning worker only; read by the HTTP side.
+    pub stream_video: Vec<AtomicU64>,
     /// Sequence numbers viewers of each stream NACKed.
     pub stream_nacks: Vec<AtomicU64>,
     /// PLI/FIR requests from viewers of each stream.
@@ -64,25 +69,48 @@ pub struct EngineStats {
     pub snapshots: crate::snapshot::Snapshots,
 }
 
-/// Bit 24 of [`EngineStats::stream_h264_profile`]: a profile-level-id was seen.
+/// Bit 24 of [`EngineStats::stream_video`]: a profile-level-id was seen.
 const PROFILE_SEEN: u64 = 1 << 24;
 
 impl EngineStats {
-    /// The profile-level-id of stream `index`'s last SPS, if one was seen.
-    pub fn h264_profile(&self, index: usize) -> Option<[u8; 3]> {
-        let v = self
-            .stream_h264_profile
-            .get(index)?
-            .load(std::sync::atomic::Ordering::Relaxed);
-        (v & PROFILE_SEEN != 0).then_some([(v >> 16) as u8, (v >> 8) as u8, v as u8])
+    /// Stream `index`'s video: its codec and (H264) SPS profile-level-id if one was seen.
+    pub fn video(&self, index: usize) -> StreamVideo {
+        let Some(a) = self.stream_video.get(index) else {
+            return StreamVideo::default();
+        };
+        let v = a.load(Ordering::Relaxed);
+        StreamVideo {
+            codec: VideoCodec::from_index((v >> 32) as u8),
+            h264_profile: (v & PROFILE_SEEN != 0).then_some([
+                (v >> 16) as u8,
+                (v >> 8) as u8,
+                v as u8,
+            ]),
+        }
     }
 
     /// Records the profile-level-id of an SPS of stream `index`.
     pub fn set_h264_profile(&self, index: usize, id: [u8; 3]) {
-        if let Some(a) = self.stream_h264_profile.get(index) {
-            let v =
-                PROFILE_SEEN | u64::from(id[0]) << 16 | u64::from(id[1]) << 8 | u64::from(id[2]);
-            a.store(v, std::sync::atomic::Ordering::Relaxed);
+        if let Some(a) = self.stream_video.get(index) {
+            let codec = a.load(Ordering::Relaxed) & (0xff << 32);
+            let v = codec
+                | PROFILE_SEEN
+                | u64::from(id[0]) << 16
+                | u64::from(id[1]) << 8
+                | u64::from(id[2]);
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the codec of stream `index`'s new publisher; a change of codec forgets the
+    /// H264 profile.
+    pub fn set_video_codec(&self, index: usize, codec: VideoCodec) {
+        if let Some(a) = self.stream_video.get(index) {
+            let old = a.load(Ordering::Relaxed);
+            let c = u64::from(codec.index()) << 32;
+            if old & (0xff << 32) != c {
+                a.store(c, Ordering::Relaxed);
+            }
         }
     }
 }

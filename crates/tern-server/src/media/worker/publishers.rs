@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crossbeam_channel::TrySendError;
+use tern_proto::codec::VideoCodec;
 use tern_proto::h264;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::Publisher;
@@ -43,7 +44,12 @@ impl Worker {
                 Err(AddError::Busy)
             } else {
                 let ufrag: Box<str> = publisher.local_ufrag().into();
+                let codec = publisher.video_codec();
                 let r = self.ingest.add(stream, *publisher, Instant::now(), permit);
+                if r.is_ok() {
+                    // What viewers who join from now on are answered with.
+                    self.stats.set_video_codec(stream, codec);
+                }
                 if r.is_ok() {
                     self.route(|| Route::Publisher {
                         ufrag: ufrag.clone(),
@@ -93,6 +99,7 @@ impl Worker {
         let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
         let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
         if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
+            self.stats.set_video_codec(s, VideoCodec::H264);
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
             set_flag(&self.stats.publishing, s, true);
             self.publisher_ids[s] = Some(id.serial);
@@ -147,6 +154,7 @@ impl Worker {
     fn accept(&mut self, stream: usize, head: Head, payload: &[u8]) {
         if head.kind == MediaKind::Video
             && let Some(id) = h264::sps_profile_level_id(payload)
+            && self.stats.video(stream).codec == VideoCodec::H264
         {
             // What viewers' answers state from now on (one byte test for other packets).
             self.stats.set_h264_profile(stream, id);

@@ -1,0 +1,330 @@
+//! Video codecs tern passes through, and where each one's keyframes start.
+//!
+//! tern forwards a WHIP publisher's RTP payloads untouched; what it must know per codec is
+//! only whether a packet begins a keyframe (for the keyframe cache, PLI coalescing and the
+//! switch to a returning publisher) and how the codec is named and parameterised in SDP.
+//! The payload formats:
+//!
+//! * H264: RFC 6184 (see [`crate::h264::is_keyframe`]).
+//! * VP8: RFC 7741 §4.2-4.3: payload descriptor, then on the first packet of a frame
+//!   (S=1, PID=0) the VP8 payload header, whose P bit is 0 on a key frame.
+//! * VP9: RFC 9628 §4.2: the descriptor's B bit marks the start of a frame and its P bit an
+//!   inter-predicted one; a keyframe starts with B=1, P=0 (at spatial layer 0 when layer
+//!   indices are present).
+//! * AV1: the AOM RTP payload format §4.4: the aggregation header's N bit marks the first
+//!   packet of a coded video sequence, which starts with a keyframe.
+//! * H265: RFC 7798 §4.4: a single NAL unit, an aggregation packet (48) or a fragmentation
+//!   unit (49); IRAP pictures (types 16-21) and parameter sets (VPS/SPS/PPS, 32-34) begin
+//!   a keyframe.
+
+use std::fmt;
+
+/// A video codec tern forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum VideoCodec {
+    /// H.264/AVC, packetization-mode 1.
+    #[default]
+    H264,
+    /// VP8.
+    Vp8,
+    /// VP9 (profile 0).
+    Vp9,
+    /// AV1 (main profile).
+    Av1,
+    /// H.265/HEVC.
+    H265,
+}
+
+impl VideoCodec {
+    /// Every codec, in tern's order of preference when a publisher offers several: H264
+    /// first (every viewer decodes it, RTMP and HLS carry it), then by how widely browsers
+    /// decode the rest.
+    pub const ALL: [VideoCodec; 5] = [
+        VideoCodec::H264,
+        VideoCodec::Vp8,
+        VideoCodec::Vp9,
+        VideoCodec::Av1,
+        VideoCodec::H265,
+    ];
+
+    /// The encoding name in `a=rtpmap`.
+    pub fn sdp_name(self) -> &'static str {
+        match self {
+            VideoCodec::H264 => "H264",
+            VideoCodec::Vp8 => "VP8",
+            VideoCodec::Vp9 => "VP9",
+            VideoCodec::Av1 => "AV1",
+            VideoCodec::H265 => "H265",
+        }
+    }
+
+    /// The codec with this `a=rtpmap` encoding name (any case).
+    pub fn from_sdp_name(name: &str) -> Option<VideoCodec> {
+        VideoCodec::ALL
+            .into_iter()
+            .find(|c| c.sdp_name().eq_ignore_ascii_case(name))
+    }
+
+    /// A small number for packing into an atomic (see [`VideoCodec::from_index`]).
+    pub fn index(self) -> u8 {
+        match self {
+            VideoCodec::H264 => 0,
+            VideoCodec::Vp8 => 1,
+            VideoCodec::Vp9 => 2,
+            VideoCodec::Av1 => 3,
+            VideoCodec::H265 => 4,
+        }
+    }
+
+    /// The codec of [`VideoCodec::index`]; H264 for anything else.
+    pub fn from_index(i: u8) -> VideoCodec {
+        VideoCodec::ALL
+            .into_iter()
+            .find(|c| c.index() == i)
+            .unwrap_or_default()
+    }
+
+    /// Whether `payload`, the first packet of a frame, begins a keyframe. For H264 and H265
+    /// a packet carrying a parameter set counts (it precedes the IDR/IRAP picture).
+    pub fn is_keyframe(self, payload: &[u8]) -> bool {
+        match self {
+            VideoCodec::H264 => crate::h264::is_keyframe(payload),
+            VideoCodec::Vp8 => vp8_is_keyframe(payload),
+            VideoCodec::Vp9 => vp9_is_keyframe(payload),
+            VideoCodec::Av1 => av1_is_keyframe(payload),
+            VideoCodec::H265 => h265_is_keyframe(payload),
+        }
+    }
+}
+
+impl fmt::Display for VideoCodec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.sdp_name())
+    }
+}
+
+/// VP8 (RFC 7741): the payload descriptor's S bit and partition index 0 mark the start of
+/// a frame; the VP8 payload header's P bit (bit 0 of its first byte) is 0 on a key frame.
+fn vp8_is_keyframe(p: &[u8]) -> bool {
+    let Some(&b0) = p.first() else {
+        return false;
+    };
+    let (x, s, pid) = (b0 & 0x80 != 0, b0 & 0x10 != 0, b0 & 0x07);
+    if !s || pid != 0 {
+        return false;
+    }
+    let mut i = 1;
+    if x {
+        let Some(&b1) = p.get(i) else {
+            return false;
+        };
+        i += 1;
+        if b1 & 0x80 != 0 {
+            // PictureID: 7 bits, or 15 when its M bit is set.
+            let Some(&pic) = p.get(i) else {
+                return false;
+            };
+            i += if pic & 0x80 != 0 { 2 } else { 1 };
+        }
+        if b1 & 0x40 != 0 {
+            i += 1; // TL0PICIDX
+        }
+        if b1 & 0x30 != 0 {
+            i += 1; // TID/Y/KEYIDX
+        }
+    }
+    p.get(i).is_some_and(|h| h & 0x01 == 0)
+}
+
+/// VP9 (RFC 9628): B=1 (start of a frame) and P=0 (not inter-picture predicted), at spatial
+/// layer 0 when the layer indices are present.
+fn vp9_is_keyframe(p: &[u8]) -> bool {
+    let Some(&b0) = p.first() else {
+        return false;
+    };
+    let (i_bit, p_bit, l_bit, b_bit) = (
+        b0 & 0x80 != 0,
+        b0 & 0x40 != 0,
+        b0 & 0x20 != 0,
+        b0 & 0x08 != 0,
+    );
+    if !b_bit || p_bit {
+        return false;
+    }
+    if !l_bit {
+        return true;
+    }
+    let mut i = 1;
+    if i_bit {
+        let Some(&pic) = p.get(i) else {
+            return false;
+        };
+        i += if pic & 0x80 != 0 { 2 } else { 1 };
+    }
+    // Layer indices: TID(3) U(1) SID(3) D(1).
+    p.get(i).is_some_and(|l| (l >> 1) & 0x07 == 0)
+}
+
+/// AV1 (AOM RTP payload format): the aggregation header's N bit, "first packet of a coded
+/// video sequence", which begins with a sequence header and a keyframe; Z=1 (continuing an
+/// OBU from the previous packet) cannot start one.
+fn av1_is_keyframe(p: &[u8]) -> bool {
+    p.first().is_some_and(|&h| h & 0x08 != 0 && h & 0x80 == 0)
+}
+
+/// H265 NAL unit types that begin a keyframe: IRAP pictures (BLA, IDR, CRA: 16-21) and the
+/// parameter sets sent before them (VPS, SPS, PPS: 32-34).
+fn h265_starts_keyframe(nal_type: u8) -> bool {
+    matches!(nal_type, 16..=21 | 32..=34)
+}
+
+/// H265 (RFC 7798): the first NAL unit of a single-NAL packet or an aggregation packet, or
+/// the first fragment of a fragmentation unit.
+fn h265_is_keyframe(p: &[u8]) -> bool {
+    let Some(&b0) = p.first() else {
+        return false;
+    };
+    if p.len() < 3 {
+        return false;
+    }
+    match (b0 >> 1) & 0x3f {
+        // Aggregation packet: 2-byte header, then (16-bit size, NAL unit) pairs; DONL
+        // fields (sprop-max-don-diff > 0) are not offered by tern, so never present.
+        48 => {
+            let mut i = 2;
+            while let (Some(&hi), Some(&lo)) = (p.get(i), p.get(i + 1)) {
+                let size = usize::from(u16::from_be_bytes([hi, lo]));
+                let Some(&nal) = p.get(i + 2) else {
+                    return false;
+                };
+                if size > 0 && h265_starts_keyframe((nal >> 1) & 0x3f) {
+                    return true;
+                }
+                i += 2 + size;
+            }
+            false
+        }
+        // Fragmentation unit: the FU header's S bit and the fragmented NAL unit's type.
+        49 => p[2] & 0x80 != 0 && h265_starts_keyframe(p[2] & 0x3f),
+        t => h265_starts_keyframe(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_index_packs() {
+        for c in VideoCodec::ALL {
+            assert_eq!(VideoCodec::from_sdp_name(c.sdp_name()), Some(c));
+            assert_eq!(
+                VideoCodec::from_sdp_name(&c.sdp_name().to_lowercase()),
+                Some(c)
+            );
+            assert_eq!(VideoCodec::from_index(c.index()), c);
+        }
+        assert_eq!(VideoCodec::from_sdp_name("opus"), None);
+        assert_eq!(VideoCodec::from_index(200), VideoCodec::H264);
+    }
+
+    #[test]
+    fn vp8_key_and_delta_frames() {
+        // S=1, PID=0, no extension; VP8 header byte with P=0 (key) / P=1 (delta).
+        assert!(VideoCodec::Vp8.is_keyframe(&[0x10, 0x50, 0x2a, 0x01]));
+        assert!(!VideoCodec::Vp8.is_keyframe(&[0x10, 0x51, 0x2a, 0x01]));
+        // Not the start of a frame, or another partition.
+        assert!(!VideoCodec::Vp8.is_keyframe(&[0x00, 0x50]));
+        assert!(!VideoCodec::Vp8.is_keyframe(&[0x11, 0x50]));
+        // X=1 with a 15-bit PictureID (what Chromium sends), TL0PICIDX and TID/KEYIDX.
+        assert!(VideoCodec::Vp8.is_keyframe(&[0x90, 0xf0, 0x81, 0x23, 0x07, 0x40, 0x50]));
+        assert!(!VideoCodec::Vp8.is_keyframe(&[0x90, 0xf0, 0x81, 0x23, 0x07, 0x40, 0x51]));
+        // 7-bit PictureID only.
+        assert!(VideoCodec::Vp8.is_keyframe(&[0x90, 0x80, 0x05, 0x50]));
+        // Truncated.
+        assert!(!VideoCodec::Vp8.is_keyframe(&[0x90, 0x80, 0x85]));
+        assert!(!VideoCodec::Vp8.is_keyframe(&[]));
+    }
+
+    #[test]
+    fn vp9_start_of_unpredicted_frame() {
+        // I=1 (15-bit picture id), B=1, P=0.
+        assert!(VideoCodec::Vp9.is_keyframe(&[0x88, 0x80, 0x01, 0x00]));
+        // P=1: predicted.
+        assert!(!VideoCodec::Vp9.is_keyframe(&[0xc8, 0x80, 0x01]));
+        // B=0: not the start of a frame.
+        assert!(!VideoCodec::Vp9.is_keyframe(&[0x80, 0x80, 0x01]));
+        // With layer indices: SID 0 is the keyframe's start, SID 1 is not.
+        assert!(VideoCodec::Vp9.is_keyframe(&[0xa8, 0x05, 0x00, 0x00]));
+        assert!(!VideoCodec::Vp9.is_keyframe(&[0xa8, 0x05, 0x02, 0x00]));
+        assert!(!VideoCodec::Vp9.is_keyframe(&[0xa8, 0x85]));
+    }
+
+    #[test]
+    fn av1_new_coded_video_sequence() {
+        assert!(VideoCodec::Av1.is_keyframe(&[0x18, 0x0a, 0x0b]));
+        assert!(!VideoCodec::Av1.is_keyframe(&[0x10, 0x32]));
+        assert!(!VideoCodec::Av1.is_keyframe(&[0x88]));
+        assert!(!VideoCodec::Av1.is_keyframe(&[]));
+    }
+
+    #[test]
+    fn h265_irap_parameter_sets_aggregates_and_fragments() {
+        // IDR_W_RADL (19), VPS (32), TRAIL_R (1).
+        assert!(VideoCodec::H265.is_keyframe(&[19 << 1, 0x01, 0xaf]));
+        assert!(VideoCodec::H265.is_keyframe(&[32 << 1, 0x01, 0x0c]));
+        assert!(!VideoCodec::H265.is_keyframe(&[1 << 1, 0x01, 0xaf]));
+        // AP holding VPS then SPS.
+        let ap = [
+            48 << 1,
+            0x01,
+            0x00,
+            0x02,
+            32 << 1,
+            0x01,
+            0x00,
+            0x02,
+            33 << 1,
+            0x01,
+        ];
+        assert!(VideoCodec::H265.is_keyframe(&ap));
+        // AP holding two trailing pictures' NALs; and a size running past the end.
+        assert!(!VideoCodec::H265.is_keyframe(&[
+            48 << 1,
+            0x01,
+            0x00,
+            0x02,
+            2,
+            0x01,
+            0x00,
+            0x02,
+            2,
+            0x01
+        ]));
+        assert!(!VideoCodec::H265.is_keyframe(&[48 << 1, 0x01, 0xff, 0xff]));
+        // FU: start of a CRA (21), a middle fragment of it, start of a TRAIL_N (0).
+        assert!(VideoCodec::H265.is_keyframe(&[49 << 1, 0x01, 0x80 | 21, 0xaa]));
+        assert!(!VideoCodec::H265.is_keyframe(&[49 << 1, 0x01, 21, 0xaa]));
+        assert!(!VideoCodec::H265.is_keyframe(&[49 << 1, 0x01, 0x80, 0xaa]));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut x: u32 = 0x1234_5678;
+        for len in 0..64 {
+            for _ in 0..200 {
+                let buf: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        x as u8
+                    })
+                    .collect();
+                for c in VideoCodec::ALL {
+                    let _ = c.is_keyframe(&buf);
+                }
+            }
+        }
+    }
+}
