@@ -14,4 +14,5 @@ pub mod stream;
 pub mod transcode;
 pub mod turn;
 pub mod turn_client;
+pub mod video_transcode;
 pub mod viewer;
