@@ -3,13 +3,13 @@
 #
 #   ./scripts/demo.sh [tern demo flags...]     e.g. --http 127.0.0.1:8080 --candidate 192.0.2.10
 #
-# Installs a Rust toolchain (scripts/install-deps.sh --rust) only if cargo is missing.
+# First installs what building needs and is missing (scripts/install-deps.sh --rust: a C
+# toolchain, Rust, the libavcodec headers the B-frame transcoder builds against); on a ready
+# machine that is a second of checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-if ! command -v cargo >/dev/null 2>&1; then
-    ./scripts/install-deps.sh --rust
-fi
+./scripts/install-deps.sh --rust
 cargo build --release -p tern
 http=0.0.0.0:8080
 prev=""

@@ -8,10 +8,12 @@
 # Runs as root; as another user it uses sudo for apt-get when sudo is there.
 # What it installs:
 #   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential cmake curl
-#                    ca-certificates coturn (each only when its command or package is missing;
+#                    ca-certificates coturn libavcodec-dev libavformat-dev libswscale-dev
+#                    libclang-dev (each only when its command or package is missing;
 #                    npm only when the installed nodejs does not already ship it; coturn for
 #                    turnutils_uclient, the TURN interop client; cmake builds the libopus the
-#                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests)
+#                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests;
+#                    the libav*-dev and libclang-dev packages build the B-frame transcoder)
 #   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
 #                    the rustfmt and clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
@@ -63,6 +65,11 @@ need_cmd pkg-config pkg-config
 need_cmd cmake cmake
 need_cmd curl curl
 pkg_installed ca-certificates || missing+=(ca-certificates)
+# libavcodec (H264 decoder, libx264 encoder) for transcoding B-frame RTMP video, through the
+# ffmpeg-next crate, whose sys crate reads the headers with bindgen (libclang).
+for p in libavcodec-dev libavformat-dev libswscale-dev libclang-dev; do
+    pkg_installed "$p" || missing+=("$p")
+done
 if [ "$RUST_ONLY" -eq 0 ]; then
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     need_cmd ffmpeg ffmpeg

@@ -20,7 +20,10 @@
 
 use std::sync::Arc;
 
-use tern_proto::rtmp::flv::{AudioTag, AvcPacketType, AvcRtp, FlvError, VideoTag};
+use tern_proto::h264;
+use tern_proto::rtmp::flv::{
+    AudioTag, AvcConfig, AvcPacketType, AvcRtp, FlvError, VideoTag, avcc_nal_units,
+};
 use tern_proto::rtmp::{Event, RtmpError, ServerSession};
 use thiserror::Error;
 use tracing::debug;
@@ -28,6 +31,7 @@ use tracing::debug;
 use crate::clip::MediaKind;
 use crate::publisher::IngestPacket;
 use crate::transcode::{AacToOpus, TranscodeError};
+use crate::video_transcode::{H264Transcoder, TranscodeStats};
 
 /// Why an RTMP publisher must be disconnected.
 #[derive(Debug, Error)]
@@ -64,6 +68,69 @@ pub enum RtmpEvent {
     Packet(IngestPacket),
     /// The client stopped publishing.
     Unpublish,
+    /// Something about the video the caller reports (log, API, event).
+    Video(VideoNotice),
+}
+
+/// What to do with a publisher whose H264 has B-frames (`[app] transcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TranscodeMode {
+    /// Transcode to Constrained Baseline while the stream has a WebRTC viewer.
+    #[default]
+    Auto,
+    /// Pass the video through as it is (viewers' players will stutter).
+    Never,
+}
+
+/// News about the publisher's video.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VideoNotice {
+    /// The video has B-frames (display order differs from decode order); reported once.
+    BFrames,
+    /// Transcoding started (a viewer is there).
+    TranscodeStarted,
+    /// Transcoding stopped (no viewer any more), with what it did.
+    TranscodeStopped(TranscodeStats),
+    /// The transcoder failed; the video passes through from the next keyframe.
+    TranscodeFailed(String),
+}
+
+/// The current GOP's frames, kept while a B-frame stream is passed through so that a
+/// transcoder started mid-GOP can decode what follows: at most this many bytes...
+const GOP_MAX_BYTES: usize = 16 << 20;
+/// ... and this many frames (20 s at 30 fps); past either the GOP is dropped and the
+/// transcoder waits for the next keyframe.
+const GOP_MAX_FRAMES: usize = 600;
+
+/// One frame of the kept GOP: pts and dts in ms, Annex B bytes.
+#[derive(Debug)]
+struct GopFrame {
+    pts: i64,
+    dts: i64,
+    data: Vec<u8>,
+}
+
+/// The B-frame handling of one publisher.
+#[derive(Debug, Default)]
+struct Reorder {
+    mode: TranscodeMode,
+    /// The stream has viewers who need the transcoded video.
+    wanted: bool,
+    /// Highest pts seen; a frame below it means B-frames.
+    max_pts: Option<i64>,
+    b_frames: bool,
+    /// The last sequence header (parameter sets and NAL length size).
+    config: Option<AvcConfig>,
+    gop: Vec<GopFrame>,
+    gop_bytes: usize,
+    /// The GOP outgrew its bounds: nothing kept until the next keyframe.
+    gop_broken: bool,
+    transcoder: Option<Box<H264Transcoder>>,
+    /// The transcoder failed once: no second try on this connection.
+    failed: bool,
+    /// After transcoding stopped, passthrough resumes at the next source keyframe.
+    wait_key: bool,
+    packetizer: h264::Packetizer,
 }
 
 /// Extends 32-bit RTMP millisecond timestamps (they wrap after ~49.7 days); a timestamp
@@ -99,6 +166,8 @@ pub struct RtmpPublisher {
     video_frames: u64,
     /// AAC frames that failed to decode and were dropped.
     audio_dropped: u64,
+    max_payload: usize,
+    reorder: Reorder,
 }
 
 /// `units` of a `rate` Hz clock as 64-bit NTP duration.
@@ -120,7 +189,31 @@ impl RtmpPublisher {
             ntp_base: None,
             video_frames: 0,
             audio_dropped: 0,
+            max_payload,
+            reorder: Reorder::default(),
         }
+    }
+
+    /// What to do if the video has B-frames (default [`TranscodeMode::Auto`]).
+    pub fn set_transcode(&mut self, mode: TranscodeMode) {
+        self.reorder.mode = mode;
+    }
+
+    /// Whether the stream has viewers the transcoded video is for. Transcoding (when the
+    /// video has B-frames and the mode is auto) starts at the next frame after this turns
+    /// true and stops at the next frame after it turns false; the caller applies any grace.
+    pub fn set_viewers(&mut self, wanted: bool) {
+        self.reorder.wanted = wanted;
+    }
+
+    /// Whether the video has B-frames (seen so far).
+    pub fn has_b_frames(&self) -> bool {
+        self.reorder.b_frames
+    }
+
+    /// The running transcoder's figures, while it runs.
+    pub fn transcode_stats(&self) -> Option<TranscodeStats> {
+        self.reorder.transcoder.as_ref().map(|t| t.stats())
     }
 
     /// Bytes to send to the client; empties the buffer.
@@ -193,11 +286,32 @@ impl RtmpPublisher {
     ) -> Result<(), RtmpIngestError> {
         let tag = VideoTag::parse(data)?;
         match tag.packet_type {
-            AvcPacketType::SequenceHeader => self.avc.set_config(tag.body)?,
+            AvcPacketType::SequenceHeader => {
+                self.avc.set_config(tag.body)?;
+                self.reorder.config = Some(AvcConfig::parse(tag.body)?);
+            }
             AvcPacketType::EndOfSequence => {}
             AvcPacketType::Nalu => {
                 let dts = self.clock.extend(timestamp);
                 let pts = (dts + i64::from(tag.composition_time)).max(0);
+                let r = &mut self.reorder;
+                if !r.b_frames && r.max_pts.is_some_and(|m| pts < m) {
+                    r.b_frames = true;
+                    ev(RtmpEvent::Video(VideoNotice::BFrames));
+                }
+                r.max_pts = Some(r.max_pts.map_or(pts, |m| m.max(pts)));
+                if r.b_frames && r.mode == TranscodeMode::Auto && !r.failed && r.config.is_some() {
+                    let transcoded = self.transcode(now_ntp, pts, dts, tag.body, ev)?;
+                    if transcoded {
+                        return Ok(());
+                    }
+                }
+                if self.reorder.wait_key {
+                    if !tag.keyframe {
+                        return Ok(());
+                    }
+                    self.reorder.wait_key = false;
+                }
                 let rtp_ts = pts * 90;
                 let capture_ntp = Some(self.capture(now_ntp, dts, rtp_ts, 90_000));
                 let mut packets = Vec::new();
@@ -207,21 +321,148 @@ impl RtmpPublisher {
                 if !packets.is_empty() {
                     self.video_frames += 1;
                 }
-                for (payload, marker) in packets {
-                    let seq = self.video_seq;
-                    self.video_seq += 1;
-                    ev(RtmpEvent::Packet(IngestPacket {
-                        kind: MediaKind::Video,
-                        seq,
-                        rtp_ts: rtp_ts as u64,
-                        marker,
-                        payload,
-                        capture_ntp,
-                    }));
-                }
+                self.emit_video(packets, rtp_ts, capture_ntp, ev);
             }
         }
         Ok(())
+    }
+
+    fn emit_video(
+        &mut self,
+        packets: Vec<(Arc<[u8]>, bool)>,
+        rtp_ts: i64,
+        capture_ntp: Option<u64>,
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) {
+        for (payload, marker) in packets {
+            let seq = self.video_seq;
+            self.video_seq += 1;
+            ev(RtmpEvent::Packet(IngestPacket {
+                kind: MediaKind::Video,
+                seq,
+                rtp_ts: rtp_ts as u64,
+                marker,
+                payload,
+                capture_ntp,
+            }));
+        }
+    }
+
+    /// A frame of a B-frame stream in auto mode: kept in the GOP, and transcoded while
+    /// viewers want it. Returns whether the frame was consumed (the transcoder emits in its
+    /// place); false means pass it through.
+    fn transcode(
+        &mut self,
+        now_ntp: u64,
+        pts: i64,
+        dts: i64,
+        body: &[u8],
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<bool, RtmpIngestError> {
+        let r = &mut self.reorder;
+        let Some(cfg) = &r.config else {
+            return Ok(false);
+        };
+        let nals = avcc_nal_units(body, cfg.length_size)?;
+        let idr = nals.iter().any(|n| h264::nal_type(n) == h264::NAL_IDR);
+        let in_band = nals.iter().any(|n| h264::nal_type(n) == h264::NAL_SPS);
+        let mut annex_b = Vec::with_capacity(body.len() + 64);
+        let mut put = |n: &[u8]| {
+            annex_b.extend_from_slice(&[0, 0, 0, 1]);
+            annex_b.extend_from_slice(n);
+        };
+        if idr && !in_band {
+            cfg.sps.iter().chain(cfg.pps.iter()).for_each(|n| put(n));
+        }
+        nals.iter()
+            .filter(|n| h264::nal_type(n) != h264::NAL_AUD)
+            .for_each(|n| put(n));
+        if idr {
+            r.gop.clear();
+            r.gop_bytes = 0;
+            r.gop_broken = false;
+        }
+        if !r.wanted {
+            if let Some(t) = r.transcoder.take() {
+                // Passthrough resumes cleanly at the next source keyframe.
+                r.wait_key = !idr;
+                ev(RtmpEvent::Video(VideoNotice::TranscodeStopped(t.stats())));
+            }
+        } else if r.transcoder.is_none() && !r.gop_broken && (idr || !r.gop.is_empty()) {
+            let started = H264Transcoder::new().and_then(|mut t| {
+                for f in r.gop.drain(..) {
+                    t.prime(f.pts, f.dts, &f.data)?;
+                }
+                Ok(t)
+            });
+            r.gop_bytes = 0;
+            match started {
+                Ok(t) => {
+                    r.transcoder = Some(Box::new(t));
+                    ev(RtmpEvent::Video(VideoNotice::TranscodeStarted));
+                }
+                Err(e) => {
+                    r.failed = true;
+                    ev(RtmpEvent::Video(VideoNotice::TranscodeFailed(
+                        e.to_string(),
+                    )));
+                    return Ok(false);
+                }
+            }
+        }
+        let Some(t) = r.transcoder.as_mut() else {
+            if !r.gop_broken {
+                if r.gop.len() < GOP_MAX_FRAMES && r.gop_bytes + annex_b.len() <= GOP_MAX_BYTES {
+                    r.gop_bytes += annex_b.len();
+                    r.gop.push(GopFrame {
+                        pts,
+                        dts,
+                        data: annex_b,
+                    });
+                } else {
+                    r.gop_broken = true;
+                    r.gop = Vec::new();
+                    r.gop_bytes = 0;
+                }
+            }
+            return Ok(false);
+        };
+        let mut frames = Vec::new();
+        if let Err(e) = t.push(
+            pts,
+            dts,
+            idr,
+            &annex_b,
+            std::time::Instant::now(),
+            &mut |f| frames.push(f),
+        ) {
+            r.transcoder = None;
+            r.failed = true;
+            r.wait_key = true;
+            ev(RtmpEvent::Video(VideoNotice::TranscodeFailed(
+                e.to_string(),
+            )));
+            return Ok(true);
+        }
+        let max_payload = self.max_payload;
+        for f in frames {
+            let nals: Vec<&[u8]> = h264::nal_units(&f.data).collect();
+            let mut packets = Vec::new();
+            self.reorder
+                .packetizer
+                .packetize(&nals, max_payload, &mut |payload, last| {
+                    packets.push((Arc::<[u8]>::from(payload), last));
+                })
+                .map_err(FlvError::from)?;
+            if packets.is_empty() {
+                continue;
+            }
+            self.video_frames += 1;
+            let rtp_ts = f.pts_ms * 90;
+            let capture_ntp = Some(self.capture(now_ntp, f.pts_ms, rtp_ts, 90_000));
+            self.emit_video(packets, rtp_ts, capture_ntp, ev);
+        }
+        Ok(true)
     }
 
     fn audio(
@@ -321,9 +562,9 @@ mod tests {
     /// The sample FLV pushed over a scripted RTMP connection: H264 comes out as RTP with
     /// keyframes led by SPS/PPS, AAC comes out as Opus that decodes back to the 440 Hz
     /// sine, and the two tracks' timestamps and capture times agree.
-    #[test]
-    fn sample_flv_becomes_rtp() {
-        let mut p = RtmpPublisher::new(3, 1200);
+    /// Handshake, `connect` and `publish` of `cam` on `p`, accepted; returns the chunk
+    /// writer to send media with.
+    fn start_publishing(p: &mut RtmpPublisher) -> ChunkWriter {
         let mut input = vec![VERSION];
         input.extend([0u8; 2 * HANDSHAKE_SIZE]);
         let mut w = ChunkWriter::new();
@@ -354,7 +595,13 @@ mod tests {
         assert!(matches!(events.last(), Some(RtmpEvent::Publish { name }) if name == "cam"));
         p.accept_publish().expect("accept");
         assert!(p.is_publishing());
+        w
+    }
 
+    #[test]
+    fn sample_flv_becomes_rtp() {
+        let mut p = RtmpPublisher::new(3, 1200);
+        let mut w = start_publishing(&mut p);
         let mut packets = Vec::new();
         let mut bytes = Vec::new();
         let mut audio_tags = 0;
@@ -524,5 +771,110 @@ mod tests {
         assert_eq!(u.extend(u32::MAX - 10), i64::from(u32::MAX - 10));
         assert_eq!(u.extend(5), i64::from(u32::MAX) + 6);
         assert_eq!(u.extend(3), i64::from(u32::MAX) + 4);
+    }
+
+    /// 3 s of 160x96 H264 High with B-frames (`-bf 2`, a keyframe every second) in FLV,
+    /// made by ffmpeg at test time; `None` (the test says it skipped) without ffmpeg.
+    fn b_frame_flv() -> Option<Vec<u8>> {
+        let out = std::process::Command::new("ffmpeg")
+            .args([
+                "-v",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=160x96:rate=30",
+                "-t",
+                "3",
+                "-c:v",
+                "libx264",
+                "-profile:v",
+                "high",
+                "-bf",
+                "2",
+                "-g",
+                "30",
+                "-pix_fmt",
+                "yuv420p",
+                "-f",
+                "flv",
+                "-",
+            ])
+            .output()
+            .ok()?;
+        out.status.success().then_some(out.stdout)
+    }
+
+    /// B-frames are reported; with viewers the video is transcoded (Baseline, no
+    /// reordering, starting on a keyframe), without them it passes through again from the
+    /// next source keyframe; sequence numbers stay dense throughout.
+    #[test]
+    fn b_frames_are_transcoded_while_wanted() {
+        let Some(flv) = b_frame_flv() else {
+            eprintln!("ffmpeg not installed: skipped");
+            return;
+        };
+        let mut p = RtmpPublisher::new(5, 1200);
+        let mut w = start_publishing(&mut p);
+        let tags = flv_tags(&flv);
+        let mut phase = |p: &mut RtmpPublisher, from: u32, to: u32| {
+            let mut bytes = Vec::new();
+            for (ty, ts, body) in &tags {
+                if *ty == 9 && (from..to).contains(ts) {
+                    w.write(6, *ts, MSG_VIDEO, 1, body, &mut bytes)
+                        .expect("write");
+                }
+            }
+            let (mut packets, mut notices) = (Vec::new(), Vec::new());
+            p.receive(1 << 40, &bytes, &mut |e| match e {
+                RtmpEvent::Packet(pk) => packets.push(pk),
+                RtmpEvent::Video(n) => notices.push(n),
+                _ => {}
+            })
+            .expect("media");
+            (packets, notices)
+        };
+        // The first second, nobody watching: reported, passed through (display order
+        // differs from decode order in the RTP timestamps).
+        let (pass, notices) = phase(&mut p, 0, 1000);
+        assert_eq!(notices, [VideoNotice::BFrames]);
+        assert!(p.has_b_frames());
+        let ts: Vec<u64> = pass.iter().filter(|k| k.marker).map(|k| k.rtp_ts).collect();
+        assert!(
+            ts.windows(2).any(|w| w[1] < w[0]),
+            "passthrough keeps the reordering"
+        );
+        // A viewer: transcoded from the next frame on.
+        p.set_viewers(true);
+        let (coded, notices) = phase(&mut p, 1000, 2000);
+        assert_eq!(notices, [VideoNotice::TranscodeStarted]);
+        assert!(p.transcode_stats().is_some());
+        assert!(h264::is_keyframe(&coded[0].payload), "starts on a keyframe");
+        let sps = h264::sps_profile_level_id(&coded[0].payload).expect("SPS in front");
+        assert_eq!(sps[0], 66, "Baseline");
+        let ts: Vec<u64> = coded
+            .iter()
+            .filter(|k| k.marker)
+            .map(|k| k.rtp_ts)
+            .collect();
+        assert!(ts.len() >= 25, "{} frames out of 30", ts.len());
+        assert!(
+            ts.windows(2).all(|w| w[1] > w[0]),
+            "no reordering left: {ts:?}"
+        );
+        // The viewer left: back to passthrough, from the source keyframe at 2 s.
+        p.set_viewers(false);
+        let (back, notices) = phase(&mut p, 2000, 3000);
+        assert!(
+            matches!(&notices[..], [VideoNotice::TranscodeStopped(s)] if s.frames_out >= 25),
+            "{notices:?}"
+        );
+        assert!(p.transcode_stats().is_none());
+        assert!(h264::is_keyframe(&back[0].payload));
+        let all: Vec<&IngestPacket> = pass.iter().chain(&coded).chain(&back).collect();
+        assert!(
+            all.windows(2).all(|w| w[1].seq == w[0].seq + 1),
+            "dense numbering"
+        );
     }
 }

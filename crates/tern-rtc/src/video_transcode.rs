@@ -102,6 +102,8 @@ impl H264Transcoder {
     /// A transcoder with the H264 decoder open; the encoder opens at the first picture.
     pub fn new() -> Result<H264Transcoder, VideoTranscodeError> {
         ff::init().map_err(|e| err("init", e))?;
+        // libavcodec and libx264 write their notes to stderr; tern logs what matters.
+        ff::log::set_level(ff::log::Level::Error);
         let codec = ff::decoder::find(ff::codec::Id::H264)
             .ok_or_else(|| VideoTranscodeError("libavcodec has no H264 decoder".into()))?;
         let mut ctx = ff::codec::Context::new_with_codec(codec);
@@ -320,10 +322,13 @@ impl H264Transcoder {
 mod tests {
     use super::*;
 
+    /// (pts ms, dts ms, keyframe, Annex B).
+    type SampleFrame = (i64, i64, bool, Vec<u8>);
+
     /// 2 s of a 160x96 H264 stream with B-frames (High profile, `-bf 2`, a keyframe every
     /// second) in MPEG-TS, made by ffmpeg at test time, demuxed by libavformat: (pts ms,
     /// dts ms, keyframe, Annex B) per frame. `None` (the test says it skipped) without ffmpeg.
-    fn sample_with_b_frames() -> Option<Vec<(i64, i64, bool, Vec<u8>)>> {
+    fn sample_with_b_frames() -> Option<Vec<SampleFrame>> {
         let dir = std::env::temp_dir().join(format!("tern-vt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
         let path = dir.join("bframes.ts");

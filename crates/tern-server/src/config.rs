@@ -468,6 +468,22 @@ pub struct AppConfig {
     /// Admission webhook, asked before every publish and play.
     #[serde(default)]
     pub admission: Option<AdmissionConfig>,
+    /// What to do with an RTMP publisher whose H264 has B-frames, which WebRTC players
+    /// cannot play smoothly: `"auto"` (default) transcodes it to Constrained Baseline while
+    /// the stream has viewers, `"never"` passes it through (with a warning).
+    #[serde(default)]
+    pub transcode: TranscodeSetting,
+}
+
+/// `[app] transcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscodeSetting {
+    /// Transcode B-frame video while it has viewers.
+    #[default]
+    Auto,
+    /// Never transcode.
+    Never,
 }
 
 /// `[app.admission]`: the operator's HTTP service that decides who may publish and play.

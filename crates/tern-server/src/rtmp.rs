@@ -29,11 +29,12 @@ use std::time::{Duration, Instant};
 
 use tern_pool::{CountingAlloc, PoolCounter};
 use tern_rtc::publisher::IngestPacket;
-use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher};
+use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode, VideoNotice};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::admission::{Action, Ask, Verdict};
+use crate::config::TranscodeSetting;
 use crate::http::{
     AppState, PublishRefusal, PublisherSession, admitted_publisher, claim_stream, may_publish,
 };
@@ -301,6 +302,94 @@ fn strip_query(s: &str) -> &str {
     s.split('?').next().unwrap_or_default().trim_matches('/')
 }
 
+/// How long a B-frame stream keeps being transcoded after its last viewer left (a viewer
+/// reloading the page should not restart the transcoder).
+const TRANSCODE_GRACE: Duration = Duration::from_secs(5);
+
+/// What the connection's thread knows and says about its publisher's video: B-frames, and
+/// whether the transcoder should run (the stream has viewers).
+#[derive(Default)]
+struct VideoWatch {
+    /// `app/stream`, once publishing.
+    key: String,
+    mode: TranscodeSetting,
+    /// The publisher's id (its snapshot's).
+    publisher: Option<u64>,
+    /// When the stream was last seen with a viewer.
+    last_viewer: Option<Instant>,
+    next_check: Option<Instant>,
+}
+
+impl VideoWatch {
+    /// Once a second, for a B-frame stream: tell the publisher whether viewers want it.
+    fn tick(&mut self, st: &AppState, p: &mut RtmpPublisher, now: Instant) {
+        if !p.has_b_frames() || self.next_check.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_check = Some(now + Duration::from_secs(1));
+        if !st
+            .engine
+            .stats
+            .snapshots
+            .viewers(Some(&self.key))
+            .is_empty()
+        {
+            self.last_viewer = Some(now);
+        }
+        p.set_viewers(self.last_viewer.is_some_and(|t| now - t < TRANSCODE_GRACE));
+    }
+
+    /// Logs a notice and puts it in the publisher's snapshot, with a `publisher.warning`.
+    fn notice(&mut self, st: &AppState, p: &RtmpPublisher, n: &VideoNotice) {
+        let key = &self.key;
+        let mode = match self.mode {
+            TranscodeSetting::Auto => "auto",
+            TranscodeSetting::Never => "never",
+        };
+        let (reason, transcoding, stats) = match n {
+            VideoNotice::BFrames if self.mode == TranscodeSetting::Never => {
+                warn!(
+                    "publisher of {key} sends B-frames and transcode = \"never\": WebRTC viewers will stutter (turn B-frames off in the encoder, e.g. -bf 0, or set transcode = \"auto\")"
+                );
+                ("b-frames", false, None)
+            }
+            VideoNotice::BFrames => {
+                warn!(
+                    "publisher of {key} sends B-frames: its video is transcoded to Constrained Baseline while it has viewers (transcode = \"auto\"); turn B-frames off in the encoder (-bf 0) to spare the CPU"
+                );
+                ("b-frames", false, None)
+            }
+            VideoNotice::TranscodeStarted => {
+                info!("{key}: transcoding B-frame video for its viewers");
+                ("transcode-started", true, None)
+            }
+            VideoNotice::TranscodeStopped(s) => {
+                info!(
+                    "{key}: transcoding stopped (no viewer for {TRANSCODE_GRACE:?}): {} frames in, {} out, {}x{}, latency mean {:?} max {:?}",
+                    s.frames_in, s.frames_out, s.width, s.height, s.mean_latency, s.max_latency
+                );
+                ("transcode-stopped", false, Some(*s))
+            }
+            VideoNotice::TranscodeFailed(e) => {
+                warn!("{key}: {e}; its video passes through as it is");
+                ("transcode-failed", false, None)
+            }
+        };
+        let Some(id) = self.publisher else {
+            return;
+        };
+        // Figures for a finished run only (what a running one did so far is in the log).
+        let video = serde_json::json!({
+            "b_frames": p.has_b_frames(),
+            "transcode": mode,
+            "transcoding": transcoding,
+            "transcoded_frames": stats.map(|s| s.frames_out),
+            "transcode_latency_ms": stats.map(|s| s.mean_latency.as_secs_f64() * 1e3),
+        });
+        st.engine.stats.snapshots.publisher_video(id, video, reason);
+    }
+}
+
 /// Why a publish was refused: the status code and description sent to the client.
 struct Refusal(&'static str, String);
 
@@ -324,6 +413,7 @@ impl Connection {
         let mut app = String::new();
         let mut tc_url = None;
         let mut events = Vec::new();
+        let mut video = VideoWatch::default();
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok("server shutting down".into());
@@ -340,6 +430,7 @@ impl Connection {
             if now - last_data > IDLE_TIMEOUT {
                 return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
             }
+            video.tick(&self.st, &mut p, now);
             let n = match self.sock.read(&mut buf) {
                 Ok(0) => return Ok("closed by the client".into()),
                 Ok(n) => n,
@@ -376,6 +467,18 @@ impl Connection {
                             Ok(key) => {
                                 p.accept_publish().map_err(|e| e.to_string())?;
                                 info!("rtmp {}: publishing {key}", self.peer);
+                                let mode = self
+                                    .st
+                                    .config
+                                    .app(strip_query(&app))
+                                    .map_or(TranscodeSetting::Auto, |a| a.transcode);
+                                p.set_transcode(match mode {
+                                    TranscodeSetting::Auto => TranscodeMode::Auto,
+                                    TranscodeSetting::Never => TranscodeMode::Never,
+                                });
+                                video.key = key;
+                                video.mode = mode;
+                                video.publisher = self.slot.as_ref().map(|s| s.0.serial);
                             }
                             Err(Refusal(code, why)) => {
                                 p.reject_publish(code, &why).map_err(|e| e.to_string())?;
@@ -388,6 +491,11 @@ impl Connection {
                         packets.push(pk);
                     }
                     RtmpEvent::Unpublish => end = Some(Ok("the client unpublished".into())),
+                    RtmpEvent::Video(n) => {
+                        let outside = CountingAlloc::thread_net_bytes();
+                        video.notice(&self.st, &p, &n);
+                        held.skip(CountingAlloc::thread_net_bytes() - outside);
+                    }
                 }
             }
             let out = p.take_output();

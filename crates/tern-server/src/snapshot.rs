@@ -94,14 +94,17 @@ pub struct PublisherSnapshot {
     pub identity: Arc<Segment>,
     /// State (`connecting`, `live`) and when it went live.
     pub state: Arc<Segment>,
+    /// What tern found in its video and does about it (`null` until there is something):
+    /// `{"b_frames": true, "transcode": "auto", "transcoding": …}`.
+    pub video: Arc<Segment>,
 }
 
 impl PublisherSnapshot {
     /// The whole snapshot as JSON (segments are spliced, not re-serialized).
     pub fn json(&self) -> String {
         format!(
-            "{{\"identity\":{},\"state\":{}}}",
-            self.identity.json, self.state.json
+            "{{\"identity\":{},\"state\":{},\"video\":{}}}",
+            self.identity.json, self.state.json, self.video.json
         )
     }
 }
@@ -137,6 +140,9 @@ pub enum EventKind {
     PublisherLive,
     /// A publisher left (DELETE, timeout, kicked, connection closed).
     PublisherLeft,
+    /// Something in a publisher's media its viewers would suffer from (B-frames), or a
+    /// change in what tern does about it (transcoding started, stopped, failed).
+    PublisherWarning,
     /// A TURN allocation was made.
     AllocationCreated,
     /// A TURN allocation ended (expired, refreshed to 0, its TCP connection closed).
@@ -156,6 +162,7 @@ impl EventKind {
             EventKind::PublisherJoined => "publisher.joined",
             EventKind::PublisherLive => "publisher.live",
             EventKind::PublisherLeft => "publisher.left",
+            EventKind::PublisherWarning => "publisher.warning",
             EventKind::AllocationCreated => "allocation.created",
             EventKind::AllocationClosed => "allocation.closed",
         }
@@ -231,6 +238,8 @@ pub struct Snapshots {
     publishers: RwLock<HashMap<u64, PublisherSnapshot>>,
     allocations: RwLock<HashMap<u64, AllocationSnapshot>>,
     builds: AtomicU64,
+    /// The `null` video segment every publisher starts with (one, shared, never rebuilt).
+    no_video: Arc<Segment>,
     events: broadcast::Sender<Event>,
     /// The `snapshots` memory pool, and what is booked in it for the viewer cache:
     /// (items, used, allocated).
@@ -246,6 +255,7 @@ impl Default for Snapshots {
             publishers: RwLock::default(),
             allocations: RwLock::default(),
             builds: AtomicU64::new(0),
+            no_video: Segment::build(serde_json::Value::Null, &AtomicU64::new(0)),
             events: broadcast::channel(EVENT_BACKLOG).0,
             pool: PoolCounter::new("snapshots", std::mem::size_of::<(u64, ViewerSnapshot)>()),
             booked: Mutex::new((0, 0, 0)),
@@ -480,6 +490,7 @@ impl Snapshots {
             stream: stream.clone(),
             identity,
             state,
+            video: self.no_video.clone(),
         };
         if let Ok(mut m) = self.publishers.write() {
             m.insert(id, snap.clone());
@@ -515,6 +526,30 @@ impl Snapshots {
             at_ms: at,
             snapshot: SnapshotRef::Publisher(snap),
             reason: None,
+        });
+    }
+
+    /// What tern found in publisher `id`'s video changed: only the video segment is rebuilt
+    /// (from `video`), and `publisher.warning` goes out with `reason`.
+    pub fn publisher_video(&self, id: u64, video: serde_json::Value, reason: &'static str) {
+        let snap = {
+            let Ok(mut m) = self.publishers.write() else {
+                return;
+            };
+            let Some(old) = m.get(&id) else { return };
+            let snap = PublisherSnapshot {
+                video: Segment::build(video, &self.builds),
+                ..old.clone()
+            };
+            m.insert(id, snap.clone());
+            snap
+        };
+        self.publish(Event {
+            kind: EventKind::PublisherWarning,
+            stream: snap.stream.clone(),
+            at_ms: now_ms(),
+            snapshot: SnapshotRef::Publisher(snap),
+            reason: Some(reason),
         });
     }
 
