@@ -17,6 +17,7 @@
 #   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
 #                    the rustfmt and clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
+#   interop tests    a Python venv in tests/interop/.venv with aiortc 1.16.0 (pip)
 #   browser tests    `npm ci` in tests/browser: playwright-core (no browser download, the
 #                    tests drive Debian's /usr/bin/chromium) and ovenplayer (OvenPlayer's
 #                    published bundle, played against tern's OME-compatible signalling)
@@ -157,4 +158,18 @@ if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
     log "npm ci in tests/browser"
     (cd "$ROOT/tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
     cp "$lock" "$stamp"
+fi
+
+# --- interop tests: aiortc from PyPI, in a venv of its own ----------------------------------
+# aiortc (with PyAV, whose wheels carry their own FFmpeg) is the Python WebRTC peer of
+# tests/browser/interop.test.mjs; pinned so a release cannot change the test under us.
+venv="$ROOT/tests/interop/.venv"
+want="aiortc==1.16.0"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import aiortc, sys; sys.exit(aiortc.__version__ != "1.16.0")' 2>/dev/null; then
+    log "python venv with $want in tests/interop/.venv"
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+        apt_install python3-venv
+        python3 -m venv "$venv"
+    fi
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "$want"
 fi

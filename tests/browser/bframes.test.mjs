@@ -1,4 +1,5 @@
-// RTMP with B-frames, as ffmpeg and OBS send by default (x264 High profile, -bf 3): tern
+// RTMP with B-frames, as ffmpeg and OBS send by default (x264 High profile, -bf 3; and an
+// OBS-like 1280x720 with -bf 2 and a 10 s GOP, joined mid-GOP): tern
 // transcodes the video to Constrained Baseline while the stream has a WebRTC viewer, so a
 // Chromium viewer plays it smoothly. With `transcode = "never"` the video passes through
 // and the publisher carries a warning. Both cases: the warning in the API
@@ -62,7 +63,8 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
     const config = join(dir, 'tern.toml');
     await writeFile(
       config,
-      '[[app]]\nname = "live"\nstreams = ["bf"]\n\n[[app]]\nname = "raw"\nstreams = ["bf"]\ntranscode = "never"\n',
+      '[[app]]\nname = "live"\nstreams = ["bf"]\n\n[[app]]\nname = "raw"\nstreams = ["bf"]\ntranscode = "never"\n' +
+        '\n[[app]]\nname = "obs"\nstreams = ["bf"]\n',
     );
     rtmpPort = await freeTcpPort();
     server = await startServer({
@@ -78,9 +80,14 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  for (const app of ['live', 'raw']) {
-    const transcode = app === 'live' ? 'auto' : 'never';
-    it(`transcode = "${transcode}"`, { timeout: 90_000 }, async () => {
+  const CASES = [
+    { app: 'live', transcode: 'auto', size: '640x360', bf: '3', gop: '60', rate: '1200k' },
+    { app: 'raw', transcode: 'never', size: '640x360', bf: '3', gop: '60', rate: '1200k' },
+    // OBS's defaults at 720p: 2 B-frames, a keyframe every 10 s (keyint 300 at 30 fps).
+    { app: 'obs', transcode: 'auto', size: '1280x720', bf: '2', gop: '300', rate: '2500k' },
+  ];
+  for (const { app, transcode, size, bf, gop, rate } of CASES) {
+    it(`transcode = "${transcode}", ${size}, -bf ${bf}, GOP ${gop} frames`, { timeout: 90_000 }, async () => {
       const events = await newLoggedPage(browser.context);
       await events.page.goto(`${server.base}/`);
       assert.ok(await events.page.evaluate(listen, server.base), 'event stream opened');
@@ -88,10 +95,10 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
       // OBS-like: High profile, 3 B-frames, a keyframe every 2 s, AAC audio.
       const ffmpeg = spawn('ffmpeg', [
         '-hide_banner', '-nostdin', '-loglevel', 'warning',
-        '-re', '-f', 'lavfi', '-i', 'testsrc2=size=640x360:rate=30',
+        '-re', '-f', 'lavfi', '-i', `testsrc2=size=${size}:rate=30`,
         '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
-        '-t', '40', '-c:v', 'libx264', '-profile:v', 'high', '-bf', '3', '-preset', 'veryfast',
-        '-b:v', '1200k', '-pix_fmt', 'yuv420p', '-g', '60', '-c:a', 'aac', '-b:a', '128k',
+        '-t', '40', '-c:v', 'libx264', '-profile:v', 'high', '-bf', bf, '-preset', 'veryfast',
+        '-b:v', rate, '-pix_fmt', 'yuv420p', '-g', gop, '-c:a', 'aac', '-b:a', '128k',
         '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/${app}/bf`,
       ], { stdio: ['ignore', 'ignore', 'pipe'] });
       ffmpeg.stderr.on('data', (d) => {
@@ -117,8 +124,8 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
         const pubs = await (await fetch(`${server.base}/v1/publishers`)).json();
         const pub = (pubs.publishers ?? pubs).find((p) => p.identity?.stream === `${app}/bf`);
         const warnings = await events.page.evaluate(() => window.warnings);
-        console.log(`transcode=${transcode}: ${frames} frames decoded in the last 10 s; ${JSON.stringify(s)}`);
-        console.log(`transcode=${transcode}: publisher video ${JSON.stringify(pub?.video)}; events ${JSON.stringify(warnings.map((w) => w.reason))}`);
+        console.log(`${app} transcode=${transcode} ${size} bf=${bf} gop=${gop}: ${frames} frames decoded in the last 10 s; ${JSON.stringify(s)}`);
+        console.log(`${app} transcode=${transcode}: publisher video ${JSON.stringify(pub?.video)}; events ${JSON.stringify(warnings.map((w) => w.reason))}`);
         assert.ok(pub, failure('publisher in /v1/publishers', pubs));
         assert.equal(pub.video?.b_frames, true, failure('the API says B-frames', pub));
         assert.equal(pub.video?.transcode, transcode, failure('the API says the mode', pub));
@@ -130,7 +137,7 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
           assert.ok(frames >= 250, failure(`at least 250 of 300 frames decoded in 10 s (got ${frames})`, s));
           assert.ok(s.totalFreezesDuration < 1, failure('frozen for a second or more', s));
           assert.equal(s.packetsLost, 0, failure('packets lost', s));
-          assert.equal(s.frameWidth, 640, failure('source size kept', s));
+          assert.equal(s.frameWidth, Number(size.split('x')[0]), failure('source size kept', s));
         } else {
           assert.equal(pub.video.transcoding, false, failure('never transcoding', pub));
         }
@@ -139,7 +146,7 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
         await page.close();
         await events.page.close();
       }
-      if (transcode === 'auto') {
+      if (app === 'live') {
         // The last viewer left: the transcoder stops after its grace (5 s) at the next frame.
         let stopped = false;
         for (let i = 0; i < 10 && !stopped; i++) {
@@ -148,7 +155,7 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
         }
         // ffmpeg was killed with the page: the stream may have ended before the grace, in
         // which case the publisher simply left. Either way no transcoder is left running.
-        console.log(`transcode=auto: stopped after the viewer left: ${stopped}`);
+        console.log(`${app} transcode=auto: stopped after the viewer left: ${stopped}`);
       }
     });
   }

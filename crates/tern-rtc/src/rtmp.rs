@@ -125,11 +125,17 @@ struct Reorder {
     gop_bytes: usize,
     /// The GOP outgrew its bounds: nothing kept until the next keyframe.
     gop_broken: bool,
+    /// The kept GOP starts with its IDR (false until the first keyframe).
+    gop_key: bool,
     transcoder: Option<Box<H264Transcoder>>,
     /// The transcoder failed once: no second try on this connection.
     failed: bool,
+    /// A whole GOP went by without B-frames: no more GOP keeping until some show.
+    settled: bool,
     /// After transcoding stopped, passthrough resumes at the next source keyframe.
     wait_key: bool,
+    /// Highest pts passed through untranscoded: the transcoder starts after it.
+    passed_pts: Option<i64>,
     packetizer: h264::Packetizer,
 }
 
@@ -209,6 +215,14 @@ impl RtmpPublisher {
     /// Whether the video has B-frames (seen so far).
     pub fn has_b_frames(&self) -> bool {
         self.reorder.b_frames
+    }
+
+    /// A viewer asked for a keyframe: the transcoder, if one runs, makes its next picture
+    /// an IDR. (An RTMP encoder cannot be asked; without a transcoder nothing happens.)
+    pub fn request_keyframe(&mut self) {
+        if let Some(t) = self.reorder.transcoder.as_mut() {
+            t.request_idr();
+        }
     }
 
     /// The running transcoder's figures, while it runs.
@@ -300,7 +314,14 @@ impl RtmpPublisher {
                     ev(RtmpEvent::Video(VideoNotice::BFrames));
                 }
                 r.max_pts = Some(r.max_pts.map_or(pts, |m| m.max(pts)));
-                if r.b_frames && r.mode == TranscodeMode::Auto && !r.failed && r.config.is_some() {
+                // Frames are kept from the first GOP on, before B-frames show (the first is
+                // usually the third frame): a transcoder needs the GOP's IDR.
+                let probing = !r.b_frames && !r.settled;
+                if (r.b_frames || probing)
+                    && r.mode == TranscodeMode::Auto
+                    && !r.failed
+                    && r.config.is_some()
+                {
                     let transcoded = self.transcode(now_ntp, pts, dts, tag.body, ev)?;
                     if transcoded {
                         return Ok(());
@@ -312,6 +333,8 @@ impl RtmpPublisher {
                     }
                     self.reorder.wait_key = false;
                 }
+                let passed = &mut self.reorder.passed_pts;
+                *passed = Some(passed.map_or(pts, |m| m.max(pts)));
                 let rtp_ts = pts * 90;
                 let capture_ntp = Some(self.capture(now_ntp, dts, rtp_ts, 90_000));
                 let mut packets = Vec::new();
@@ -378,18 +401,33 @@ impl RtmpPublisher {
             .filter(|n| h264::nal_type(n) != h264::NAL_AUD)
             .for_each(|n| put(n));
         if idr {
+            if !r.b_frames && !r.gop.is_empty() {
+                // A whole GOP without B-frames: this publisher does not send them.
+                r.settled = true;
+                r.gop = Vec::new();
+                r.gop_bytes = 0;
+                return Ok(false);
+            }
             r.gop.clear();
             r.gop_bytes = 0;
             r.gop_broken = false;
+            r.gop_key = true;
         }
-        if !r.wanted {
+        if !r.wanted || !r.b_frames {
             if let Some(t) = r.transcoder.take() {
                 // Passthrough resumes cleanly at the next source keyframe.
                 r.wait_key = !idr;
                 ev(RtmpEvent::Video(VideoNotice::TranscodeStopped(t.stats())));
             }
-        } else if r.transcoder.is_none() && !r.gop_broken && (idr || !r.gop.is_empty()) {
+        } else if r.transcoder.is_none()
+            && !r.gop_broken
+            && (idr || (r.gop_key && !r.gop.is_empty()))
+        {
+            let passed = r.passed_pts;
             let started = H264Transcoder::new().and_then(|mut t| {
+                if let Some(p) = passed {
+                    t.skip_through(p);
+                }
                 for f in r.gop.drain(..) {
                     t.prime(f.pts, f.dts, &f.data)?;
                 }

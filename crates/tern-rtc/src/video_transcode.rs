@@ -81,6 +81,8 @@ pub struct H264Transcoder {
     latency_sum: Duration,
     /// pts of the last picture given to the encoder (x264 takes strictly increasing ones).
     last_pts: Option<i64>,
+    /// See [`H264Transcoder::skip_through`].
+    skip_through: Option<i64>,
     decoded: ff::frame::Video,
     converted: ff::frame::Video,
     packet: ff::Packet,
@@ -128,6 +130,7 @@ impl H264Transcoder {
             stats: TranscodeStats::default(),
             latency_sum: Duration::ZERO,
             last_pts: None,
+            skip_through: None,
             decoded: ff::frame::Video::empty(),
             converted: ff::frame::Video::empty(),
             packet: ff::Packet::empty(),
@@ -137,6 +140,19 @@ impl H264Transcoder {
     /// What it has done so far.
     pub fn stats(&self) -> TranscodeStats {
         self.stats
+    }
+
+    /// Makes the next encoded picture an IDR (a viewer asked for a keyframe).
+    pub fn request_idr(&mut self) {
+        self.force_idr = true;
+    }
+
+    /// Pictures whose pts is at or below `pts` are decoded but not encoded: they were
+    /// already sent untranscoded, and a transcoded picture must not go back in time (a
+    /// player drops a frame older than one it showed, and an IDR dropped so leaves it
+    /// waiting for the next).
+    pub fn skip_through(&mut self, pts: i64) {
+        self.skip_through = Some(pts);
     }
 
     /// Decodes a frame of the current GOP without encoding its picture: what a transcoder
@@ -186,7 +202,9 @@ impl H264Transcoder {
         out: &mut dyn FnMut(EncodedFrame),
     ) -> Result<(), VideoTranscodeError> {
         while self.decoder.receive_frame(&mut self.decoded).is_ok() {
-            let pts = self.decoded.timestamp().or(self.decoded.pts()).unwrap_or(0);
+            // The pts the frame came with (best_effort_timestamp may swap in a guess from
+            // the dts, which the discard and skip rules would then miss).
+            let pts = self.decoded.pts().or(self.decoded.timestamp()).unwrap_or(0);
             let was_key = if let Some(i) = self.source_keys.iter().position(|&k| k == pts) {
                 self.source_keys.swap_remove(i);
                 true
@@ -196,6 +214,9 @@ impl H264Transcoder {
             self.source_keys.retain(|&k| k > pts);
             if let Some(i) = self.discard.iter().position(|&d| d == pts) {
                 self.discard.swap_remove(i);
+                continue;
+            }
+            if self.skip_through.is_some_and(|s| pts <= s) {
                 continue;
             }
             self.encode_decoded(pts, was_key, now, out)?;

@@ -159,6 +159,7 @@ fn listen(
                     stop,
                     slot: None,
                     booked: 0,
+                    keyframe: Arc::new(AtomicBool::new(false)),
                 };
                 match c.run(max_payload) {
                     Ok(why) => info!("rtmp {peer}: connection closed: {why}"),
@@ -217,6 +218,8 @@ struct Connection {
     slot: Option<(PublisherId, String, Arc<AtomicBool>)>,
     /// Bytes booked in the `rtmp_ingest` pool for this connection.
     booked: usize,
+    /// Set by the engine when a viewer asks for a keyframe.
+    keyframe: Arc<AtomicBool>,
 }
 
 impl Drop for Connection {
@@ -431,6 +434,9 @@ impl Connection {
                 return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
             }
             video.tick(&self.st, &mut p, now);
+            if self.keyframe.swap(false, Ordering::Relaxed) {
+                p.request_keyframe();
+            }
             let n = match self.sock.read(&mut buf) {
                 Ok(0) => return Ok("closed by the client".into()),
                 Ok(n) => n,
@@ -591,6 +597,7 @@ impl Connection {
         let cmd = Command::Rtmp(RtmpCommand::Add {
             stream: index,
             closed: closed.clone(),
+            keyframe: self.keyframe.clone(),
             reply: tx,
         });
         let stopped = || Refusal("NetStream.Publish.Failed", "media engine stopped".into());

@@ -102,6 +102,9 @@ pub enum RtmpCommand {
         stream: usize,
         /// Set by the engine when the publisher is removed.
         closed: Arc<AtomicBool>,
+        /// Set by the engine when a viewer asks for a keyframe (at most once per
+        /// [`PLI_INTERVAL`]); the connection's transcoder, when one runs, makes one.
+        keyframe: Arc<AtomicBool>,
         /// Its id, or why not.
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
     },
@@ -178,8 +181,14 @@ struct StreamMap {
 /// A publisher's session: WHIP ones run here, RTMP ones on their connection's thread.
 enum Session {
     Whip(Box<Publisher>),
-    /// Set when the engine ends the publisher (kick, shutdown): the connection closes.
-    Rtmp(Arc<AtomicBool>),
+    /// RTMP: the connection's thread reads the flags.
+    Rtmp {
+        /// Set when the engine ends the publisher (kick, shutdown): the connection closes.
+        closed: Arc<AtomicBool>,
+        /// Set when a viewer wants a keyframe (a transcoder can make one; an RTMP encoder
+        /// cannot be asked).
+        keyframe: Arc<AtomicBool>,
+    },
 }
 
 struct PubSlot {
@@ -308,10 +317,11 @@ impl Ingest {
             RtmpCommand::Add {
                 stream,
                 closed,
+                keyframe,
                 reply,
             } => {
                 let res = if free {
-                    self.install(stream, Session::Rtmp(closed), now)
+                    self.install(stream, Session::Rtmp { closed, keyframe }, now)
                 } else {
                     Err(AddError::Busy)
                 };
@@ -329,7 +339,7 @@ impl Ingest {
     pub fn kind_name(&self, stream: usize) -> &'static str {
         match self.slots.get(stream) {
             Some(Some(PubSlot {
-                session: Session::Rtmp(_),
+                session: Session::Rtmp { .. },
                 ..
             })) => "rtmp",
             _ => "whip",
@@ -351,10 +361,10 @@ impl Ingest {
             stream,
             serial: self.serial,
         };
-        let connected = matches!(session, Session::Rtmp(_));
+        let connected = matches!(session, Session::Rtmp { .. });
         let codec = match &session {
             Session::Whip(p) => p.video_codec(),
-            Session::Rtmp(_) => VideoCodec::H264,
+            Session::Rtmp { .. } => VideoCodec::H264,
         };
         let wait = if connected {
             self.timeouts.media
@@ -403,7 +413,7 @@ impl Ingest {
                     }
                 });
             }
-            Some(Session::Rtmp(closed)) => closed.store(true, Ordering::Relaxed),
+            Some(Session::Rtmp { closed, .. }) => closed.store(true, Ordering::Relaxed),
             None => {}
         }
         out.push(IngestOutput::Gone {
@@ -481,13 +491,12 @@ impl Ingest {
         }
     }
 
-    /// Asks a stream's publisher for a keyframe, at most once per [`PLI_INTERVAL`]. (RTMP
-    /// has no way to ask: an RTMP publisher's viewers wait for its next GOP.)
+    /// Asks a stream's publisher for a keyframe, at most once per [`PLI_INTERVAL`]: a PLI
+    /// to a WHIP publisher; to an RTMP connection a flag its transcoder (if one runs)
+    /// answers with an IDR. (An RTMP encoder cannot be asked: without a transcoder its
+    /// viewers wait for its next GOP.)
     pub fn request_keyframe(&mut self, stream: usize, now: Instant, out: &mut Vec<IngestOutput>) {
         let Some(Some(s)) = self.slots.get_mut(stream) else {
-            return;
-        };
-        let Session::Whip(w) = &mut s.session else {
             return;
         };
         if s.last_pli
@@ -495,6 +504,14 @@ impl Ingest {
         {
             return;
         }
+        let w = match &mut s.session {
+            Session::Whip(w) => w,
+            Session::Rtmp { keyframe, .. } => {
+                s.last_pli = Some(now);
+                keyframe.store(true, Ordering::Relaxed);
+                return;
+            }
+        };
         s.last_pli = Some(now);
         w.request_keyframe();
         self.drain(stream, now, out);
@@ -513,7 +530,7 @@ impl Ingest {
         let Some(Some(s)) = self.slots.get_mut(id.stream) else {
             return false;
         };
-        if s.id != id || !matches!(s.session, Session::Rtmp(_)) {
+        if s.id != id || !matches!(s.session, Session::Rtmp { .. }) {
             return false;
         }
         if !packets.is_empty() {
@@ -641,6 +658,7 @@ mod tests {
         let cmd = RtmpCommand::Add {
             stream: 0,
             closed: closed.clone(),
+            keyframe: Arc::new(AtomicBool::new(false)),
             reply,
         };
         let mut out = Vec::new();

@@ -1,0 +1,164 @@
+"""aiortc (a Python WebRTC stack no one here wrote) against tern: a WHIP publisher or a WHEP
+viewer, for the interop matrix (tests/browser/interop.test.mjs runs it).
+
+    python aiortc_client.py publish URL SECONDS MEDIA_FILE [CODEC]
+        Publishes MEDIA_FILE (video and audio, played at its own pace) to the WHIP URL for
+        SECONDS, offering only CODEC (H264 or VP8; default: aiortc's own offer), then DELETEs
+        the session. Prints one JSON line: status, answered codec, packets sent.
+    python aiortc_client.py view URL SECONDS
+        Watches the WHEP URL for SECONDS and prints one JSON line: status, codec, frames
+        decoded, the longest gap between decoded frames (a freeze), first-frame time, RTP
+        packets received and lost (from aiortc's receiver stats).
+"""
+
+import asyncio
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from aiortc import (
+    RTCConfiguration,
+    RTCPeerConnection,
+    RTCRtpSender,
+    RTCSessionDescription,
+)
+from aiortc.contrib.media import MediaPlayer
+
+
+# No ICE servers: aiortc's default would ask a public STUN server; tests stay on loopback.
+NO_STUN = RTCConfiguration(iceServers=[])
+
+
+def post_sdp(url, sdp):
+    req = urllib.request.Request(
+        url, data=sdp.encode(), method="POST", headers={"Content-Type": "application/sdp"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode(), r.headers.get("Location")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), None
+
+
+def delete(url, location):
+    if not location:
+        return None
+    full = urllib.parse.urljoin(url, location)
+    req = urllib.request.Request(full, method="DELETE")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def answered_codec(sdp):
+    for line in sdp.splitlines():
+        if line.startswith("a=rtpmap:") and "/90000" in line:
+            name = line.split(" ", 1)[1].split("/")[0]
+            if name.lower() not in ("rtx", "red", "ulpfec"):
+                return name
+    return None
+
+
+async def publish(url, seconds, media, codec):
+    pc = RTCPeerConnection(NO_STUN)
+    player = MediaPlayer(media)
+    video = pc.addTransceiver(player.video, direction="sendonly")
+    pc.addTransceiver(player.audio, direction="sendonly")
+    if codec:
+        caps = RTCRtpSender.getCapabilities("video").codecs
+        video.setCodecPreferences([c for c in caps if c.mimeType.lower() == f"video/{codec.lower()}"])
+    await pc.setLocalDescription(await pc.createOffer())
+    status, answer, location = await asyncio.to_thread(post_sdp, url, pc.localDescription.sdp)
+    out = {"role": "publisher", "status": status}
+    if status != 201:
+        out["error"] = answer
+        print(json.dumps(out), flush=True)
+        await pc.close()
+        return 1
+    out["codec"] = answered_codec(answer)
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+    print(json.dumps({"role": "publisher", "event": "publishing", "codec": out["codec"]}), flush=True)
+    await asyncio.sleep(seconds)
+    stats = await pc.getStats()
+    out["packets_sent"] = sum(
+        s.packetsSent for s in stats.values() if s.type == "outbound-rtp" and s.kind == "video"
+    )
+    out["delete"] = await asyncio.to_thread(delete, url, location)
+    await pc.close()
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+async def view(url, seconds):
+    pc = RTCPeerConnection(NO_STUN)
+    pc.addTransceiver("video", direction="recvonly")
+    pc.addTransceiver("audio", direction="recvonly")
+    got = {}
+    started = time.monotonic()
+
+    async def consume(track):
+        times = []
+        try:
+            while True:
+                await track.recv()
+                times.append(time.monotonic())
+        except Exception:
+            pass
+        finally:
+            got[track.kind] = times
+
+    tasks = []
+
+    @pc.on("track")
+    def on_track(track):
+        tasks.append(asyncio.ensure_future(consume(track)))
+
+    await pc.setLocalDescription(await pc.createOffer())
+    status, answer, location = await asyncio.to_thread(post_sdp, url, pc.localDescription.sdp)
+    out = {"role": "viewer", "status": status}
+    if status != 201:
+        out["error"] = answer
+        print(json.dumps(out), flush=True)
+        await pc.close()
+        return 1
+    out["codec"] = answered_codec(answer)
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+    await asyncio.sleep(seconds)
+    stats = await pc.getStats()
+    for s in stats.values():
+        if s.type == "inbound-rtp" and s.kind == "video":
+            out["packets_received"] = s.packetsReceived
+            out["packets_lost"] = s.packetsLost
+    out["delete"] = await asyncio.to_thread(delete, url, location)
+    await pc.close()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    frames = got.get("video", [])
+    out["frames_decoded"] = len(frames)
+    out["audio_frames"] = len(got.get("audio", []))
+    out["first_frame_ms"] = round((frames[0] - started) * 1000) if frames else None
+    gaps = [b - a for a, b in zip(frames, frames[1:])]
+    out["longest_gap_ms"] = round(max(gaps) * 1000) if gaps else None
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def main():
+    mode, url, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    if mode == "publish":
+        codec = sys.argv[5] if len(sys.argv) > 5 else None
+        return asyncio.run(publish(url, seconds, sys.argv[4], codec))
+    if mode == "view":
+        return asyncio.run(view(url, seconds))
+    print(f"unknown mode {mode}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
