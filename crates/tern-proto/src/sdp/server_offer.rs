@@ -739,4 +739,29 @@ a=fmtp:111 minptime=10;useinbandfec=1\r
         assert!(parse_candidate_line("candidate:1 1 udp").is_err());
         assert!(parse_candidate_line("1 1 udp 1 1.2.3.4 9 typ host").is_err());
     }
+
+    /// The offer names the stream's codec, with the fmtp each needs (none for VP8 and
+    /// H265), and a browser-like answer to it still negotiates on the offered payload type.
+    #[test]
+    fn offer_in_the_streams_codec() {
+        for (codec, fmtp) in [
+            (VideoCodec::Vp8, None),
+            (VideoCodec::Vp9, Some("profile-id=0")),
+            (VideoCodec::Av1, Some("profile=0")),
+            (VideoCodec::H265, None),
+        ] {
+            let mut p = offer_params(true, true);
+            p.video = StreamVideo {
+                codec,
+                h264_profile: None,
+            };
+            let text = write_server_offer(&p);
+            let sd = SessionDescription::parse(&text).unwrap();
+            let v = sd.media()[0].payload(SERVER_VIDEO_PT).unwrap();
+            assert_eq!(v.codec, codec.sdp_name(), "{text}");
+            assert_eq!(v.fmtp.as_deref(), fmtp, "{text}");
+            assert!(!text.contains("H264"), "{text}");
+            assert!(v.has_fb("nack pli"));
+        }
+    }
 }
