@@ -197,6 +197,9 @@ describe('WHIP codecs passed through to WHEP viewers (Chromium to Chromium)', { 
         assert.ok(v.keyFramesDecoded >= 1, JSON.stringify(v));
         assert.equal(v.packetsLost, 0, `no packet lost: ${JSON.stringify(v)}`);
         assert.ok(v.totalFreezesDuration < 1, `freezes under 1 s in all: ${JSON.stringify(v)}`);
+        // The API says what viewers are answered with.
+        const api = await (await fetch(`${server.base}/v1/streams/live/${codec.toLowerCase()}`)).json();
+        assert.equal(api.video?.codec, codec, JSON.stringify(api));
       } finally {
         await pub.page.evaluate(() => {
           clearInterval(window.drawTimer);

@@ -146,6 +146,13 @@ fn endpoints_events_and_kick() {
     let s = get_json(a, "/v1/streams/live/demo");
     assert_eq!(s["viewers"], 2);
     assert!(s["packets_out"].as_u64().expect("counter") > 0);
+    // The clip's video as viewers are answered: H264 with its SPS's profile-level-id.
+    assert_eq!(s["video"]["codec"], "H264");
+    let plid = s["video"]["profile_level_id"].as_str().expect("SPS seen");
+    assert!(
+        plid.len() == 6 && u32::from_str_radix(plid, 16).is_ok(),
+        "{plid}"
+    );
     assert_eq!(status(a, "DELETE", &format!("/v1/viewers/{id}"), &[]), 204);
     let o = run.join().expect("bench");
     // The kicked client stopped receiving; the other did not.

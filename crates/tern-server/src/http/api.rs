@@ -65,10 +65,16 @@ fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
             .map_or(0, |a| a.load(Ordering::Relaxed))
     };
     let viewers = s.snapshots.viewers(Some(key)).len();
+    // The video as viewers are answered: its codec and (H264) the SPS's profile-level-id.
+    let video = idx.map_or(Default::default(), |i| s.video(i));
+    let profile = video.h264_profile.map_or("null".to_string(), |[a, b, c]| {
+        format!("\"{a:02x}{b:02x}{c:02x}\"")
+    });
     format!(
-        "{{\"snapshot\":{snapshot},\"viewers\":{viewers},\"packets_out\":{},\"bytes_out\":{}}}",
+        "{{\"snapshot\":{snapshot},\"viewers\":{viewers},\"packets_out\":{},\"bytes_out\":{},\"video\":{{\"codec\":\"{}\",\"profile_level_id\":{profile}}}}}",
         read(&s.stream_packets),
-        read(&s.stream_bytes)
+        read(&s.stream_bytes),
+        video.codec.sdp_name(),
     )
 }
 
