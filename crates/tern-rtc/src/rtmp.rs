@@ -692,6 +692,11 @@ mod tests {
             assert!(v.payload.len() <= 1200);
         }
         assert_eq!(keyframes, 2);
+        // No B-frames: after one whole GOP the publisher is no longer probed and no GOP is
+        // kept for a transcoder.
+        assert!(!p.has_b_frames());
+        assert!(p.reorder.settled && p.reorder.gop.is_empty() && p.reorder.gop_bytes == 0);
+        assert!(p.transcode_stats().is_none());
         // Sequence numbers are dense, video timestamps step by 90 kHz / 15 fps.
         assert!(video.windows(2).all(|w| w[1].seq == w[0].seq + 1));
         // (FLV timestamps are whole ms: 1/15 s steps are 66 or 67 ms, ±90 around 6000.)
