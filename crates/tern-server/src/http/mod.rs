@@ -18,6 +18,7 @@ mod pages;
 mod reply;
 pub mod router;
 mod state;
+mod trickle;
 mod whep;
 pub mod whip;
 

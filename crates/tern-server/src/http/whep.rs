@@ -17,6 +17,7 @@ use crate::admission::{Action, SessionKey};
 use crate::http::listener::Peer;
 use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array, too_many};
 use crate::http::state::{AppState, Session, admit_request, admitted, lookup};
+use crate::http::trickle::{is_restart, read_patch, restarted, trickled};
 use crate::media::Command;
 
 /// `POST /{app}/{stream}/whep`: the offer in, the answer and the session's `Location` out.
@@ -227,57 +228,20 @@ pub(super) async fn whep_patch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = lookup(&st, &headers, &app, &stream) {
-        return r;
-    }
-    if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
-        return text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Type must be application/trickle-ice-sdpfrag",
-        );
-    }
-    let Ok(body) = std::str::from_utf8(&body) else {
-        return text(StatusCode::BAD_REQUEST, "body is not valid UTF-8");
+    let (frag, if_match) = match read_patch(&st, &headers, &app, &stream, &body) {
+        Ok(x) => x,
+        Err(r) => return r,
     };
-    let frag = match sdp::parse_sdpfrag(body) {
-        Ok(f) => f,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("malformed sdpfrag: {e}")),
-    };
-    let if_match = headers
-        .get(header::IF_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
     let Ok(mut sessions) = st.sessions.lock() else {
         return text(StatusCode::INTERNAL_SERVER_ERROR, "session table poisoned");
     };
     let Some(sess) = sessions.map.get_mut(&sid) else {
         return text(StatusCode::NOT_FOUND, "no such WHEP session");
     };
-    let restart = frag
-        .ice_ufrag
-        .as_deref()
-        .is_some_and(|u| u != sess.remote_ufrag);
-    match (&if_match, restart) {
-        (None, true) => {
-            return text(
-                StatusCode::PRECONDITION_REQUIRED,
-                "If-Match is required for an ICE restart",
-            );
-        }
-        (Some(m), _) if m != "*" && *m != sess.etag => {
-            return text(
-                StatusCode::PRECONDITION_FAILED,
-                "ETag does not match the session",
-            );
-        }
-        _ => {}
-    }
-    if !restart {
-        // ICE-lite: the server learns the viewer's address from its binding requests, so
-        // trickled candidates need no action.
-        let mut r = StatusCode::NO_CONTENT.into_response();
-        cors(r.headers_mut());
-        return r;
+    match is_restart(&frag, if_match.as_deref(), &sess.remote_ufrag, &sess.etag) {
+        Ok(true) => {}
+        Ok(false) => return trickled(),
+        Err(r) => return r,
     }
     let Some(remote_ufrag) = frag.ice_ufrag.clone() else {
         return text(StatusCode::BAD_REQUEST, "ICE restart without a=ice-ufrag");
@@ -303,21 +267,7 @@ pub(super) async fn whep_patch(
     sess.local_ufrag = ufrag;
     sess.local_pwd = pwd;
     sess.etag = format!("\"{}\"", random_token(12));
-    let mid = frag.mids.first().cloned().unwrap_or_else(|| "0".into());
-    let body = format!(
-        "a=ice-lite\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
-        sess.local_ufrag, sess.local_pwd, mid, st.candidate_ip, st.candidate_port
-    );
-    let mut r = (StatusCode::OK, body).into_response();
-    let h = r.headers_mut();
-    cors(h);
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&sess.etag) {
-        h.insert(header::ETAG, v);
-    }
+    let r = restarted(&st, &frag, &sess.local_ufrag, &sess.local_pwd, &sess.etag);
     sessions.rebook();
     r
 }

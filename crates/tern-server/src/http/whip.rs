@@ -13,7 +13,6 @@ use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tern_proto::codec::VideoCodec;
-use tern_proto::sdp;
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 use tracing::info;
@@ -25,6 +24,7 @@ use crate::http::state::{
     AppState, PublisherSession, admit_request, admitted_publisher, check_token, claim_stream,
     forget_publisher, lookup, may_publish,
 };
+use crate::http::trickle::{is_restart, read_patch, restarted, trickled};
 use crate::media::AddError;
 use crate::media::{Command, ViewerId};
 
@@ -171,52 +171,17 @@ pub async fn patch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = lookup(&st, &headers, &app, &stream) {
-        return r;
-    }
-    if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
-        return text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Type must be application/trickle-ice-sdpfrag",
-        );
-    }
-    let Ok(body) = std::str::from_utf8(&body) else {
-        return text(StatusCode::BAD_REQUEST, "body is not valid UTF-8");
+    let (frag, if_match) = match read_patch(&st, &headers, &app, &stream, &body) {
+        Ok(x) => x,
+        Err(r) => return r,
     };
-    let frag = match sdp::parse_sdpfrag(body) {
-        Ok(f) => f,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("malformed sdpfrag: {e}")),
-    };
-    let if_match = headers
-        .get(header::IF_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
     let Some(sess) = st.publishers.lock().ok().and_then(|m| m.get(&sid).cloned()) else {
         return text(StatusCode::NOT_FOUND, "no such WHIP session");
     };
-    let restart = frag
-        .ice_ufrag
-        .as_deref()
-        .is_some_and(|u| u != sess.remote_ufrag);
-    match (&if_match, restart) {
-        (None, true) => {
-            return text(
-                StatusCode::PRECONDITION_REQUIRED,
-                "If-Match is required for an ICE restart",
-            );
-        }
-        (Some(m), _) if m != "*" && *m != sess.etag => {
-            return text(
-                StatusCode::PRECONDITION_FAILED,
-                "ETag does not match the session",
-            );
-        }
-        _ => {}
-    }
-    if !restart {
-        let mut r = StatusCode::NO_CONTENT.into_response();
-        cors(r.headers_mut());
-        return r;
+    match is_restart(&frag, if_match.as_deref(), &sess.remote_ufrag, &sess.etag) {
+        Ok(true) => {}
+        Ok(false) => return trickled(),
+        Err(r) => return r,
     }
     let (Some(ufrag), Some(pwd)) = (frag.ice_ufrag.clone(), frag.ice_pwd.clone()) else {
         return text(
@@ -246,22 +211,7 @@ pub async fn patch(
         s.remote_ufrag = ufrag;
         s.etag = etag.clone();
     }
-    let mid = frag.mids.first().map_or("0", String::as_str);
-    let body = format!(
-        "a=ice-lite\r\na=ice-ufrag:{local_ufrag}\r\na=ice-pwd:{local_pwd}\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{mid}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
-        st.candidate_ip, st.candidate_port
-    );
-    let mut r = (StatusCode::OK, body).into_response();
-    let h = r.headers_mut();
-    cors(h);
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&etag) {
-        h.insert(header::ETAG, v);
-    }
-    r
+    restarted(&st, &frag, &local_ufrag, &local_pwd, &etag)
 }
 
 /// `OPTIONS`: CORS preflight.
