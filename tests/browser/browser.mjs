@@ -94,3 +94,29 @@ export async function newLoggedPage(context) {
   page.on('requestfailed', (r) => log.push(`requestfailed: ${r.method()} ${r.url()} ${r.failure()?.errorText}`));
   return { page, log: () => log.slice(-30).join('\n') };
 }
+
+/**
+ * Runs in a player page (`page.evaluate(readVideo)`): the video inbound-rtp figures of the
+ * player's peer connection (`window.ternPc`), and its ICE state; `{}` before it exists.
+ */
+export async function readVideo() {
+  const pc = window.ternPc;
+  if (!pc) return {};
+  const out = { ice: pc.iceConnectionState };
+  (await pc.getStats()).forEach((s) => {
+    if (s.type !== 'inbound-rtp' || s.kind !== 'video') return;
+    Object.assign(out, {
+      framesDecoded: s.framesDecoded ?? 0,
+      framesDropped: s.framesDropped ?? 0,
+      keyFramesDecoded: s.keyFramesDecoded ?? 0,
+      packetsReceived: s.packetsReceived ?? 0,
+      packetsLost: s.packetsLost ?? 0,
+      nackCount: s.nackCount ?? 0,
+      pliCount: s.pliCount ?? 0,
+      freezeCount: s.freezeCount ?? 0,
+      totalFreezesDuration: s.totalFreezesDuration ?? 0,
+      frameWidth: s.frameWidth ?? 0,
+    });
+  });
+  return out;
+}

@@ -13,33 +13,11 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { launchBrowser, newLoggedPage, readVideo } from './browser.mjs';
 import { freeTcpPort, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 const GOP_S = 10;
-
-/** Runs in the page: the player's video inbound-rtp stats. */
-async function readVideo() {
-  const pc = window.ternPc;
-  if (!pc) return {};
-  const out = { ice: pc.iceConnectionState };
-  (await pc.getStats()).forEach((s) => {
-    if (s.type !== 'inbound-rtp' || s.kind !== 'video') return;
-    Object.assign(out, {
-      framesDecoded: s.framesDecoded ?? 0,
-      keyFramesDecoded: s.keyFramesDecoded ?? 0,
-      packetsReceived: s.packetsReceived ?? 0,
-      packetsLost: s.packetsLost ?? 0,
-      nackCount: s.nackCount ?? 0,
-      pliCount: s.pliCount ?? 0,
-      freezeCount: s.freezeCount ?? 0,
-      totalFreezesDuration: s.totalFreezesDuration ?? 0,
-      frameWidth: s.frameWidth ?? 0,
-    });
-  });
-  return out;
-}
 
 describe('joining a 10 s GOP stream mid-GOP in Chromium', { timeout: 150_000 }, () => {
   let dir;

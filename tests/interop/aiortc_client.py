@@ -64,6 +64,23 @@ def answered_codec(sdp):
     return None
 
 
+async def offer_answer(pc, url, role):
+    """POSTs pc's offer to url and applies the answer. Returns the result dict so far
+    (role, status, answered codec) and the session's Location; on a refusal the dict (with
+    the error) is printed, pc closed, and the Location is None."""
+    await pc.setLocalDescription(await pc.createOffer())
+    status, answer, location = await asyncio.to_thread(post_sdp, url, pc.localDescription.sdp)
+    out = {"role": role, "status": status}
+    if status != 201:
+        out["error"] = answer
+        print(json.dumps(out), flush=True)
+        await pc.close()
+        return out, None
+    out["codec"] = answered_codec(answer)
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+    return out, location or ""
+
+
 async def publish(url, seconds, media, codec):
     pc = RTCPeerConnection(NO_STUN)
     player = MediaPlayer(media)
@@ -72,16 +89,9 @@ async def publish(url, seconds, media, codec):
     if codec:
         caps = RTCRtpSender.getCapabilities("video").codecs
         video.setCodecPreferences([c for c in caps if c.mimeType.lower() == f"video/{codec.lower()}"])
-    await pc.setLocalDescription(await pc.createOffer())
-    status, answer, location = await asyncio.to_thread(post_sdp, url, pc.localDescription.sdp)
-    out = {"role": "publisher", "status": status}
-    if status != 201:
-        out["error"] = answer
-        print(json.dumps(out), flush=True)
-        await pc.close()
+    out, location = await offer_answer(pc, url, "publisher")
+    if location is None:
         return 1
-    out["codec"] = answered_codec(answer)
-    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
     print(json.dumps({"role": "publisher", "event": "publishing", "codec": out["codec"]}), flush=True)
     await asyncio.sleep(seconds)
     stats = await pc.getStats()
@@ -118,16 +128,9 @@ async def view(url, seconds):
     def on_track(track):
         tasks.append(asyncio.ensure_future(consume(track)))
 
-    await pc.setLocalDescription(await pc.createOffer())
-    status, answer, location = await asyncio.to_thread(post_sdp, url, pc.localDescription.sdp)
-    out = {"role": "viewer", "status": status}
-    if status != 201:
-        out["error"] = answer
-        print(json.dumps(out), flush=True)
-        await pc.close()
+    out, location = await offer_answer(pc, url, "viewer")
+    if location is None:
         return 1
-    out["codec"] = answered_codec(answer)
-    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
     await asyncio.sleep(seconds)
     stats = await pc.getStats()
     for s in stats.values():

@@ -816,44 +816,12 @@ mod tests {
         assert_eq!(u.extend(3), i64::from(u32::MAX) + 4);
     }
 
-    /// 3 s of 160x96 H264 High with B-frames (`-bf 2`, a keyframe every second) in FLV,
-    /// made by ffmpeg at test time; `None` (the test says it skipped) without ffmpeg.
-    fn b_frame_flv() -> Option<Vec<u8>> {
-        let out = std::process::Command::new("ffmpeg")
-            .args([
-                "-v",
-                "error",
-                "-f",
-                "lavfi",
-                "-i",
-                "testsrc=size=160x96:rate=30",
-                "-t",
-                "3",
-                "-c:v",
-                "libx264",
-                "-profile:v",
-                "high",
-                "-bf",
-                "2",
-                "-g",
-                "30",
-                "-pix_fmt",
-                "yuv420p",
-                "-f",
-                "flv",
-                "-",
-            ])
-            .output()
-            .ok()?;
-        out.status.success().then_some(out.stdout)
-    }
-
     /// B-frames are reported; with viewers the video is transcoded (Baseline, no
     /// reordering, starting on a keyframe), without them it passes through again from the
     /// next source keyframe; sequence numbers stay dense throughout.
     #[test]
     fn b_frames_are_transcoded_while_wanted() {
-        let Some(flv) = b_frame_flv() else {
+        let Some(flv) = crate::video_transcode::tests::b_frame_sample(3, "flv") else {
             eprintln!("ffmpeg not installed: skipped");
             return;
         };

@@ -340,8 +340,38 @@ impl H264Transcoder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `seconds` of 160x96 H264 High with B-frames (`-bf 2`, a keyframe every second) in
+    /// container `format` (ffmpeg's `-f`), made by ffmpeg at test time; `None` without
+    /// ffmpeg. Also the RTMP publisher's tests' sample (as FLV).
+    pub(crate) fn b_frame_sample(seconds: u32, format: &str) -> Option<Vec<u8>> {
+        let t = seconds.to_string();
+        let out = std::process::Command::new("ffmpeg")
+            .args([
+                "-v",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=160x96:rate=30",
+            ])
+            .args([
+                "-t",
+                &t,
+                "-c:v",
+                "libx264",
+                "-profile:v",
+                "high",
+                "-bf",
+                "2",
+            ])
+            .args(["-g", "30", "-pix_fmt", "yuv420p", "-f", format, "-"])
+            .output()
+            .ok()?;
+        out.status.success().then_some(out.stdout)
+    }
 
     /// (pts ms, dts ms, keyframe, Annex B).
     type SampleFrame = (i64, i64, bool, Vec<u8>);
@@ -350,40 +380,11 @@ mod tests {
     /// second) in MPEG-TS, made by ffmpeg at test time, demuxed by libavformat: (pts ms,
     /// dts ms, keyframe, Annex B) per frame. `None` (the test says it skipped) without ffmpeg.
     fn sample_with_b_frames() -> Option<Vec<SampleFrame>> {
+        let ts = b_frame_sample(2, "mpegts")?;
         let dir = std::env::temp_dir().join(format!("tern-vt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
         let path = dir.join("bframes.ts");
-        let ok = std::process::Command::new("ffmpeg")
-            .args([
-                "-v",
-                "error",
-                "-y",
-                "-f",
-                "lavfi",
-                "-i",
-                "testsrc=size=160x96:rate=30",
-                "-t",
-                "2",
-                "-c:v",
-                "libx264",
-                "-profile:v",
-                "high",
-                "-bf",
-                "2",
-                "-g",
-                "30",
-                "-pix_fmt",
-                "yuv420p",
-                "-f",
-                "mpegts",
-            ])
-            .arg(&path)
-            .status()
-            .ok()?
-            .success();
-        if !ok {
-            return None;
-        }
+        std::fs::write(&path, ts).ok()?;
         let mut ictx = ff::format::input(&path).ok()?;
         let tb = ictx.streams().best(ff::media::Type::Video)?.time_base();
         let ms = |t: i64| t * 1000 * i64::from(tb.numerator()) / i64::from(tb.denominator());
