@@ -54,7 +54,8 @@ pub struct TranscodeStats {
     pub frames_in: u64,
     /// Encoded frames out.
     pub frames_out: u64,
-    /// Mean time from a frame's arrival to its encoded output.
+    /// Mean time from a frame's arrival to its encoded output (computed by
+    /// [`H264Transcoder::stats`]).
     pub mean_latency: Duration,
     /// Longest such time.
     pub max_latency: Duration,
@@ -91,7 +92,7 @@ pub struct H264Transcoder {
 impl std::fmt::Debug for H264Transcoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("H264Transcoder")
-            .field("stats", &self.stats)
+            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
@@ -139,7 +140,10 @@ impl H264Transcoder {
 
     /// What it has done so far.
     pub fn stats(&self) -> TranscodeStats {
-        self.stats
+        TranscodeStats {
+            mean_latency: self.latency_sum / self.stats.frames_out.max(1) as u32,
+            ..self.stats
+        }
     }
 
     /// Makes the next encoded picture an IDR (a viewer asked for a keyframe).
@@ -325,7 +329,6 @@ impl H264Transcoder {
                 self.stats.max_latency = self.stats.max_latency.max(lat);
             }
             self.stats.frames_out += 1;
-            self.stats.mean_latency = self.latency_sum / self.stats.frames_out.max(1) as u32;
             out(EncodedFrame {
                 pts_ms,
                 keyframe: self.packet.is_key(),
