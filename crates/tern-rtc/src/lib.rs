@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod clip;
+pub mod hls;
 pub mod peer_policy;
 pub mod publisher;
 pub mod rtmp;

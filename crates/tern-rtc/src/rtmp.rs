@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 use tern_proto::h264;
 use tern_proto::rtmp::flv::{
-    AudioTag, AvcConfig, AvcPacketType, AvcRtp, FlvError, VideoTag, avcc_nal_units,
+    AudioSpecificConfig, AudioTag, AvcConfig, AvcPacketType, AvcRtp, FlvError, VideoTag,
+    avcc_nal_units,
 };
 use tern_proto::rtmp::{Event, RtmpError, ServerSession};
 use thiserror::Error;
@@ -70,6 +71,67 @@ pub enum RtmpEvent {
     Unpublish,
     /// Something about the video the caller reports (log, API, event).
     Video(VideoNotice),
+    /// The publisher's media as it came, for a packager (LL-HLS), while
+    /// [`RtmpPublisher::set_samples`] is on.
+    Sample(Sample),
+}
+
+/// A demuxed frame of the publisher, as the encoder sent it (H264 with its B-frames and
+/// composition offsets, AAC untouched): what a packager needs, and what WebRTC viewers
+/// cannot take as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sample {
+    /// The H264 parameter sets: before the first video sample after samples are turned
+    /// on, and again when the encoder sends a new sequence header.
+    VideoConfig {
+        /// The first sequence parameter set (NAL unit, no start code).
+        sps: Vec<u8>,
+        /// The first picture parameter set.
+        pps: Vec<u8>,
+    },
+    /// The AAC AudioSpecificConfig, before the first audio sample and on each change.
+    AudioConfig {
+        /// The AudioSpecificConfig bytes.
+        asc: Vec<u8>,
+        /// Sampling rate (Hz).
+        sample_rate: u32,
+        /// Channel configuration.
+        channels: u8,
+    },
+    /// One access unit.
+    Video {
+        /// Decode time (ms, the RTMP clock extended past its 32-bit wrap).
+        dts_ms: i64,
+        /// Presentation time (ms).
+        pts_ms: i64,
+        /// FLV frame type 1 (a keyframe).
+        keyframe: bool,
+        /// NAL units, each after a 4-byte big-endian length.
+        avcc: Vec<u8>,
+    },
+    /// One raw AAC frame.
+    Audio {
+        /// Presentation time in samples at the AAC sampling rate: the first frame's RTMP
+        /// time converted, then 1024 per frame (RTMP's millisecond timestamps would make
+        /// the durations jitter), re-anchored when the two drift apart by more than
+        /// [`crate::transcode::MAX_DRIFT_MS`].
+        pts: i64,
+        /// The frame.
+        data: Vec<u8>,
+    },
+}
+
+/// What the sample tap of a publisher holds.
+#[derive(Debug, Default)]
+struct SampleTap {
+    on: bool,
+    /// The video parameter sets were sent since samples were turned on.
+    video_config_sent: bool,
+    /// The AAC sequence header as received, and whether it was sent.
+    asc: Option<Vec<u8>>,
+    audio_config_sent: bool,
+    /// Next AAC frame's pts (samples), when the timeline is anchored.
+    next_audio_pts: Option<i64>,
 }
 
 /// What to do with a publisher whose H264 has B-frames (`[app] transcode`).
@@ -174,6 +236,7 @@ pub struct RtmpPublisher {
     audio_dropped: u64,
     max_payload: usize,
     reorder: Reorder,
+    tap: SampleTap,
 }
 
 /// `units` of a `rate` Hz clock as 64-bit NTP duration.
@@ -197,7 +260,19 @@ impl RtmpPublisher {
             audio_dropped: 0,
             max_payload,
             reorder: Reorder::default(),
+            tap: SampleTap::default(),
         }
+    }
+
+    /// Whether to emit [`RtmpEvent::Sample`]s (a packager reads the stream). Turning it on
+    /// sends the current configurations before the next samples.
+    pub fn set_samples(&mut self, on: bool) {
+        if on && !self.tap.on {
+            self.tap.video_config_sent = false;
+            self.tap.audio_config_sent = false;
+            self.tap.next_audio_pts = None;
+        }
+        self.tap.on = on;
     }
 
     /// What to do if the video has B-frames (default [`TranscodeMode::Auto`]).
@@ -303,11 +378,15 @@ impl RtmpPublisher {
             AvcPacketType::SequenceHeader => {
                 self.avc.set_config(tag.body)?;
                 self.reorder.config = Some(AvcConfig::parse(tag.body)?);
+                self.tap.video_config_sent = false;
             }
             AvcPacketType::EndOfSequence => {}
             AvcPacketType::Nalu => {
                 let dts = self.clock.extend(timestamp);
                 let pts = (dts + i64::from(tag.composition_time)).max(0);
+                if self.tap.on {
+                    self.video_sample(dts, pts, tag.keyframe, tag.body, ev)?;
+                }
                 let r = &mut self.reorder;
                 if !r.b_frames && r.max_pts.is_some_and(|m| pts < m) {
                     r.b_frames = true;
@@ -348,6 +427,77 @@ impl RtmpPublisher {
             }
         }
         Ok(())
+    }
+
+    /// The access unit as a [`Sample::Video`] (preceded by the parameter sets when due).
+    fn video_sample(
+        &mut self,
+        dts: i64,
+        pts: i64,
+        keyframe: bool,
+        body: &[u8],
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<(), RtmpIngestError> {
+        let Some(cfg) = &self.reorder.config else {
+            // Frames before their sequence header cannot be decoded by anyone.
+            return Ok(());
+        };
+        if !self.tap.video_config_sent {
+            let (Some(sps), Some(pps)) = (cfg.sps.first(), cfg.pps.first()) else {
+                return Ok(());
+            };
+            ev(RtmpEvent::Sample(Sample::VideoConfig {
+                sps: sps.clone(),
+                pps: pps.clone(),
+            }));
+            self.tap.video_config_sent = true;
+        }
+        let avcc = if cfg.length_size == 4 {
+            body.to_vec()
+        } else {
+            let mut out = Vec::with_capacity(body.len() + 16);
+            for n in avcc_nal_units(body, cfg.length_size)? {
+                out.extend_from_slice(&(n.len() as u32).to_be_bytes());
+                out.extend_from_slice(n);
+            }
+            out
+        };
+        ev(RtmpEvent::Sample(Sample::Video {
+            dts_ms: dts,
+            pts_ms: pts,
+            keyframe,
+            avcc,
+        }));
+        Ok(())
+    }
+
+    /// A raw AAC frame at `ms` as a [`Sample::Audio`] (preceded by its configuration).
+    fn audio_sample(&mut self, ms: i64, frame: &[u8], ev: &mut dyn FnMut(RtmpEvent)) {
+        let Some(asc) = &self.tap.asc else {
+            return;
+        };
+        let Ok(cfg) = AudioSpecificConfig::parse(asc) else {
+            return;
+        };
+        if !self.tap.audio_config_sent {
+            ev(RtmpEvent::Sample(Sample::AudioConfig {
+                asc: asc.clone(),
+                sample_rate: cfg.sample_rate,
+                channels: cfg.channels,
+            }));
+            self.tap.audio_config_sent = true;
+        }
+        let rate = i64::from(cfg.sample_rate);
+        let at = ms * rate / 1000;
+        let pts = match self.tap.next_audio_pts {
+            Some(p) if (p - at).abs() * 1000 <= crate::transcode::MAX_DRIFT_MS * rate => p,
+            _ => at,
+        };
+        self.tap.next_audio_pts = Some(pts + 1024);
+        ev(RtmpEvent::Sample(Sample::Audio {
+            pts,
+            data: frame.to_vec(),
+        }));
     }
 
     fn emit_video(
@@ -513,9 +663,14 @@ impl RtmpPublisher {
         let tag = AudioTag::parse(data)?;
         if tag.sequence_header {
             self.audio = Some(AacToOpus::new(tag.body)?);
+            self.tap.asc = Some(tag.body.to_vec());
+            self.tap.audio_config_sent = false;
             return Ok(());
         }
         let ms = self.clock.extend(timestamp);
+        if self.tap.on {
+            self.audio_sample(ms, tag.body, ev);
+        }
         let Some(t) = self.audio.as_mut() else {
             // Raw AAC before its sequence header cannot be decoded.
             return Ok(());

@@ -96,6 +96,8 @@ pub enum SessionKey {
     Viewer(u64),
     /// A publisher (`PublisherId::serial`).
     Publisher(u64),
+    /// An HLS session (its serial in [`crate::hls::Hls`]).
+    Hls(u64),
 }
 
 /// Results counted in `tern_admission_total{action,result}`.

@@ -59,6 +59,87 @@ pub struct Config {
     /// Limits per client address (IPv4 address or IPv6 /64).
     #[serde(default)]
     pub limits: LimitsSection,
+    /// Low-Latency HLS egress.
+    #[serde(default)]
+    pub hls: HlsSection,
+}
+
+/// The `[hls]` section: every H264 stream also as Low-Latency HLS (CMAF fMP4) at
+/// `/{app}/{stream}/index.m3u8`, packaged only while someone reads it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HlsSection {
+    /// Serve HLS at all. Default true.
+    #[serde(default = "d_true")]
+    pub enabled: bool,
+    /// Longest partial segment (ms). Default 500: Apple's guidance is 0.2-1 s; half a second
+    /// keeps hls.js two or three parts (~1.5 s) behind live with a request every 0.5 s.
+    #[serde(default = "d_part_target_ms")]
+    pub part_target_ms: u64,
+    /// Shortest segment (ms); a segment ends at the first keyframe after it. Default 2000:
+    /// with a 1-2 s GOP every keyframe starts a segment, and a CDN caches one object per
+    /// 2 s instead of one per part.
+    #[serde(default = "d_segment_target_ms")]
+    pub segment_target_ms: u64,
+    /// Complete segments listed and kept (older ones are freed). Default 6: 12 s at the
+    /// default target, room for a player that starts at the live edge and a short stall.
+    #[serde(default = "d_hls_window")]
+    pub window: usize,
+    /// A session (an admitted player) ends after this many seconds without a request; a
+    /// stream's packaging stops when its last session ends. Default 30.
+    #[serde(default = "d_hls_session_timeout_s")]
+    pub session_timeout_s: u64,
+    /// HLS sessions at once, all streams. Default 10,000: a session is a few hundred bytes;
+    /// the packaged bytes are per stream, not per session.
+    #[serde(default = "d_hls_max_sessions")]
+    pub max_sessions: usize,
+    /// HLS sessions one client address may hold (see `[limits]`; exempt ranges apply).
+    /// Default 50.
+    #[serde(default = "d_hls_sessions_per_ip")]
+    pub sessions_per_ip: usize,
+    /// Where the player page loads hls.js from when it falls back to HLS (browsers without
+    /// native HLS). Default jsDelivr's hls.js 1.x; point it at a copy you host to keep
+    /// players off third-party origins.
+    #[serde(default = "d_hls_player_script")]
+    pub player_script: String,
+}
+
+fn d_hls_player_script() -> String {
+    "https://cdn.jsdelivr.net/npm/hls.js@1/dist/hls.min.js".into()
+}
+
+fn d_part_target_ms() -> u64 {
+    500
+}
+fn d_segment_target_ms() -> u64 {
+    2000
+}
+fn d_hls_window() -> usize {
+    6
+}
+fn d_hls_session_timeout_s() -> u64 {
+    30
+}
+fn d_hls_max_sessions() -> usize {
+    10_000
+}
+fn d_hls_sessions_per_ip() -> usize {
+    50
+}
+
+impl Default for HlsSection {
+    fn default() -> Self {
+        HlsSection {
+            enabled: true,
+            part_target_ms: d_part_target_ms(),
+            segment_target_ms: d_segment_target_ms(),
+            window: d_hls_window(),
+            session_timeout_s: d_hls_session_timeout_s(),
+            max_sessions: d_hls_max_sessions(),
+            sessions_per_ip: d_hls_sessions_per_ip(),
+            player_script: d_hls_player_script(),
+        }
+    }
 }
 
 /// The `[limits]` section: what one client address (IPv4, or IPv6 /64) may hold at once.
@@ -604,6 +685,42 @@ impl Config {
             if !(1..=300).contains(&v) {
                 return bad(key, "must be between 1 and 300 (seconds)");
             }
+        }
+        let h = &self.hls;
+        if !(100..=5000).contains(&h.part_target_ms) {
+            return bad("hls.part_target_ms", "must be between 100 and 5000");
+        }
+        if h.segment_target_ms < h.part_target_ms || h.segment_target_ms > 60_000 {
+            return bad(
+                "hls.segment_target_ms",
+                "must be at least hls.part_target_ms and at most 60000",
+            );
+        }
+        if !(2..=100).contains(&h.window) {
+            return bad("hls.window", "must be between 2 and 100 (segments)");
+        }
+        if !(h.player_script.starts_with("https://")
+            || h.player_script.starts_with("http://")
+            || h.player_script.starts_with('/'))
+            || h.player_script.contains(['"', '<', '>'])
+        {
+            return bad(
+                "hls.player_script",
+                "must be an http(s) URL or an absolute path, without quotes or angle brackets",
+            );
+        }
+        if !(5..=3600).contains(&h.session_timeout_s) {
+            return bad("hls.session_timeout_s", "must be between 5 and 3600");
+        }
+        if h.max_sessions == 0 || h.sessions_per_ip == 0 {
+            return bad(
+                if h.max_sessions == 0 {
+                    "hls.max_sessions"
+                } else {
+                    "hls.sessions_per_ip"
+                },
+                "must be at least 1",
+            );
         }
         let t = &self.tunables;
         if !(200..=1400).contains(&t.max_payload) {

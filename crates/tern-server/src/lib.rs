@@ -41,6 +41,7 @@
 pub mod admission;
 pub mod config;
 pub mod directory;
+pub mod hls;
 pub mod http;
 pub mod limits;
 pub mod media;
@@ -237,6 +238,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 
     let dtls = Arc::new(DtlsContext::generate().map_err(|e| ServeError::Other(e.to_string()))?);
     let media = cfg.server.media;
+    let (hls_tx, hls_rx) = crossbeam_channel::bounded(media::HLS_TAP_QUEUE);
     let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {
         bind: media,
         streams: engine_streams,
@@ -245,6 +247,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         cname: cfg.server.cname.clone(),
         publisher_timeouts: cfg.publisher_timeouts(),
         rings: (t.video_ring, t.audio_ring),
+        hls_tap: cfg.hls.enabled.then_some(hls_tx),
         workers: WorkerCounts {
             socket: cfg.server.worker_count,
             app: cfg.server.app_worker_count,
@@ -299,6 +302,10 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         )
         .with_turn(links),
     );
+    let hls_thread = state
+        .hls
+        .spawn(hls_rx)
+        .map_err(|e| ServeError::Other(format!("HLS thread: {e}")))?;
     let spawn_rtmp =
         |addr| rtmp::RtmpServer::spawn(addr, state.clone(), max_payload, rtmp_per_ip.clone());
     let rtmp = match rtmp_bind {
@@ -370,6 +377,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     }
     handle.stop_all();
     engine_threads.join();
+    // The workers held the tap's senders: the HLS thread has seen its queue close.
+    let _ = hls_thread.join();
     if let Some((t, _)) = turn {
         t.stop();
     }
@@ -388,6 +397,7 @@ fn start_service_tasks(state: &Arc<AppState>) {
         loop {
             tick.tick().await;
             http::sweep_streams(&st);
+            st.hls.housekeep(std::time::Instant::now(), &st.admission);
         }
     });
     if !state.admission.has_webhooks() {

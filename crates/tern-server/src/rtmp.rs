@@ -434,6 +434,9 @@ impl Connection {
                 return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
             }
             video.tick(&self.st, &mut p, now);
+            if let Some((id, _, _)) = &self.slot {
+                p.set_samples(self.st.hls.wanted(id.stream));
+            }
             if self.keyframe.swap(false, Ordering::Relaxed) {
                 p.request_keyframe();
             }
@@ -501,6 +504,16 @@ impl Connection {
                         let outside = CountingAlloc::thread_net_bytes();
                         video.notice(&self.st, &p, &n);
                         held.skip(CountingAlloc::thread_net_bytes() - outside);
+                    }
+                    RtmpEvent::Sample(s) => {
+                        // Packaged bytes are the `hls_segments` pool's, not this
+                        // connection's (the sample itself is freed after, as ours).
+                        let outside = CountingAlloc::thread_net_bytes();
+                        if let Some((id, _, _)) = &self.slot {
+                            self.st.hls.rtmp_sample(id.stream, &s);
+                        }
+                        held.skip(CountingAlloc::thread_net_bytes() - outside);
+                        drop(s);
                     }
                 }
             }

@@ -11,6 +11,7 @@
 //! except the player page handing a WebSocket upgrade to `ome`.
 
 pub mod api;
+mod hls;
 mod listener;
 mod memory;
 pub mod ome;

@@ -58,9 +58,16 @@ pub(super) async fn player(
     if let Ok(ws) = ws {
         return ome::upgrade(st, ws, peer, app, stream, query, &headers);
     }
+    let hls = &st.config.hls;
+    let script = if hls.enabled {
+        html_escape(&hls.player_script)
+    } else {
+        String::new()
+    };
     let page = PLAYER_HTML
         .replace("{{APP}}", &html_escape(&app))
-        .replace("{{STREAM}}", &html_escape(&stream));
+        .replace("{{STREAM}}", &html_escape(&stream))
+        .replace("{{HLS_JS}}", &script);
     Html(page).into_response()
 }
 

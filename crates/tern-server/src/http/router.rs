@@ -8,7 +8,7 @@ use axum::Router;
 use axum::routing::{delete, get, patch, post};
 
 use crate::http::state::AppState;
-use crate::http::{api, memory, pages, whep, whip};
+use crate::http::{api, hls, memory, pages, whep, whip};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -28,6 +28,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(whep::whep_delete)
                 .options(whep::whep_options),
         )
+        .route("/{app}/{stream}/{file}", get(hls::get))
         .route(
             "/{app}/{stream}/whip",
             post(whip::post).options(whip::options),

@@ -177,6 +177,8 @@ pub struct AppState {
     pub pending: Arc<PerAddress>,
     /// Open OME signalling sockets per client address (`limits.ome_connections_per_ip`).
     pub ome_sockets: Arc<PerAddress>,
+    /// LL-HLS sessions and packagers.
+    pub hls: Arc<crate::hls::Hls>,
 }
 
 impl AppState {
@@ -200,9 +202,16 @@ impl AppState {
             config.limits.ome_connections_per_ip,
             &exempt,
         );
+        let hls = Arc::new(crate::hls::Hls::new(
+            &config.hls,
+            engine.stats.live.len(),
+            engine.stats.clone(),
+            &exempt,
+        ));
         AppState {
             pending,
             ome_sockets,
+            hls,
             admission: Admission::new(&config.apps),
             runtime: std::sync::OnceLock::new(),
             config,
@@ -288,7 +297,7 @@ pub(crate) fn admitted(st: &AppState, key: SessionKey, ask: Ask, lifetime: Optio
         tokio::time::sleep(after).await;
         let cmd = match key {
             SessionKey::Viewer(raw) => Command::RemoveViewer(ViewerId::from_raw(raw)),
-            SessionKey::Publisher(_) => return,
+            SessionKey::Publisher(_) | SessionKey::Hls(_) => return,
         };
         let _ = engine.send(cmd);
     });

@@ -79,6 +79,8 @@ pub struct EngineConfig {
     pub publisher_timeouts: PublisherTimeouts,
     /// Video and audio ring lengths (packets) of a served stream.
     pub rings: (usize, usize),
+    /// Where app workers hand ring packets of streams packaged for LL-HLS.
+    pub hls_tap: Option<crossbeam_channel::Sender<crate::media::HlsTap>>,
 }
 
 /// The engine's threads; [`EngineThreads::join`] waits for them after a shutdown.
@@ -123,6 +125,7 @@ impl EngineHandle {
                 id.stream % self.apps
             }
             Command::Rtmp(c) => c.stream() % self.apps,
+            Command::RequestKeyframe(stream) => stream % self.apps,
             Command::Shutdown => {
                 for h in self.hosts.iter() {
                     let _ = h.ctl(Ctl::Cmd(Command::Shutdown));
@@ -217,6 +220,7 @@ impl Engine {
             workers,
             publisher_timeouts,
             rings,
+            hls_tap,
         } = cfg;
         let sockets = bind_sockets(bind, workers.socket)?;
         let local = sockets[0].local_addr()?;
@@ -233,6 +237,7 @@ impl Engine {
             stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_keyframe_requests: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            hls_wanted: streams.iter().map(|_| AtomicBool::new(false)).collect(),
             ..EngineStats::default()
         });
         // Spare slots (no name yet) are not streams until a publisher makes one.
@@ -329,6 +334,11 @@ impl Engine {
                     loads: loads.clone(),
                     timeouts: publisher_timeouts,
                     rings,
+                    hls_tap: if role == Role::App {
+                        hls_tap.clone()
+                    } else {
+                        None
+                    },
                 };
                 let name = match role {
                     Role::App => format!("AW-WebRTC{i}"),

@@ -254,6 +254,17 @@ impl Ingest {
         }
     }
 
+    /// Whether stream `stream`'s publisher is an RTMP connection.
+    pub fn is_rtmp(&self, stream: usize) -> bool {
+        matches!(
+            self.slots.get(stream),
+            Some(Some(PubSlot {
+                session: Session::Rtmp { .. },
+                ..
+            }))
+        )
+    }
+
     /// The timeouts publishers are ended after.
     pub fn timeouts(&self) -> PublisherTimeouts {
         self.timeouts

@@ -22,6 +22,28 @@ use crate::media::ingest::{AddError, PublisherId, RtmpCommand};
 /// small (~0.4 MiB per worker, allocated once).
 pub(super) const QUEUE: usize = 4096;
 
+/// Ring packets waiting for the HLS thread: 2,048 is two seconds of a 6 Mbit/s stream's
+/// packets, far more than the packager falls behind by.
+pub const HLS_TAP_QUEUE: usize = 2048;
+
+/// A ring packet of stream `stream` for the HLS packager (the payload is shared, not
+/// copied).
+pub struct HlsTap {
+    /// Stream index.
+    pub stream: usize,
+    /// The packet as the ring holds it.
+    pub pkt: RingPacket,
+}
+
+impl std::fmt::Debug for HlsTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HlsTap")
+            .field("stream", &self.stream)
+            .field("seq", &self.pkt.seq)
+            .finish()
+    }
+}
+
 /// Most workers of each kind: a [`ViewerId`] carries its worker in 8 bits.
 pub const MAX_WORKERS: usize = 128;
 
@@ -119,6 +141,9 @@ pub enum Command {
         /// `app/stream`.
         key: Arc<str>,
     },
+    /// A keyframe for stream `index` (its packaging for LL-HLS just started and starts at
+    /// one): coalesced with viewers' requests, as a PLI.
+    RequestKeyframe(usize),
     /// Slot `index`'s stream is removed: its viewers end, its rings go.
     UnbindStream {
         /// Stream index.

@@ -65,6 +65,12 @@ pub struct EngineStats {
     pub turn_rate_limited: AtomicU64,
     /// TURN allocations refused by a quota (total, per user, per address).
     pub turn_quota_refusals: AtomicU64,
+    /// Whether each stream is being packaged for LL-HLS: its owning worker then hands its
+    /// ring packets to the HLS thread (WHIP and clip streams; RTMP ones are packaged from
+    /// the connection's frames).
+    pub hls_wanted: Vec<AtomicBool>,
+    /// Ring packets not handed to the HLS thread because its queue was full.
+    pub hls_tap_dropped: AtomicU64,
     /// Cached snapshots of viewers and streams, and the event bus.
     pub snapshots: crate::snapshot::Snapshots,
 }

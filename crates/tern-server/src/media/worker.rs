@@ -109,6 +109,8 @@ pub(super) struct WorkerInit {
     pub(super) timeouts: PublisherTimeouts,
     /// Video and audio ring lengths of a stream this worker serves.
     pub(super) rings: (usize, usize),
+    /// The HLS thread's queue (app workers).
+    pub(super) hls_tap: Option<crossbeam_channel::Sender<crate::media::HlsTap>>,
 }
 
 /// An app or stream worker; runs on its own thread.
@@ -155,6 +157,8 @@ pub(super) struct Worker {
     catching: Vec<ViewerId>,
     /// When the next catch-up step is due, while anyone catches up.
     next_catchup: Option<Instant>,
+    /// The HLS thread's queue (app workers).
+    hls_tap: Option<crossbeam_channel::Sender<crate::media::HlsTap>>,
 }
 
 impl Worker {
@@ -201,6 +205,7 @@ impl Worker {
             rings: w.rings,
             catching: Vec::new(),
             next_catchup: None,
+            hls_tap: w.hls_tap,
         }
     }
 
@@ -382,6 +387,7 @@ impl Worker {
             } => self.restart_publisher_ice(id, &ufrag, &pwd, reply),
             Command::BindStream { index, key } => self.bind_stream(index, &key),
             Command::UnbindStream { index } => self.unbind_stream(index),
+            Command::RequestKeyframe(stream) => self.keyframe_request(stream, Instant::now()),
             Command::Shutdown => {}
         }
     }

@@ -171,7 +171,33 @@ impl Worker {
             payload: b.freeze(),
         };
         if self.streams[stream].stream.push(pkt.clone()) {
+            self.tap_hls(stream, &pkt);
             self.publish(stream, pkt);
+        }
+    }
+
+    /// Hands a packet of a WHIP or clip stream that is being packaged for LL-HLS to the HLS
+    /// thread (RTMP streams are packaged from the connection's own frames). Never waits: a
+    /// full queue drops the packet and counts it.
+    fn tap_hls(&mut self, stream: usize, pkt: &RingPacket) {
+        let Some(tx) = &self.hls_tap else {
+            return;
+        };
+        if !self
+            .stats
+            .hls_wanted
+            .get(stream)
+            .is_some_and(|w| w.load(Ordering::Relaxed))
+            || self.ingest.is_rtmp(stream)
+        {
+            return;
+        }
+        let tap = crate::media::HlsTap {
+            stream,
+            pkt: pkt.clone(),
+        };
+        if tx.try_send(tap).is_err() {
+            self.stats.hls_tap_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 

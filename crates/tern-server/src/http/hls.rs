@@ -1,0 +1,444 @@
+//! LL-HLS over HTTP: `GET /{app}/{stream}/index.m3u8` (admission, then a multivariant
+//! playlist naming the session's media playlist), `media.m3u8` (with blocking reload,
+//! `_HLS_msn` / `_HLS_part`), `init{v}.mp4`, `{msn}.m4s` and `{msn}.{part}.m4s` (a
+//! preload-hinted part blocks until it exists). Every URI after the first carries the
+//! session token (`?session=`): admission runs once per player, not once per request.
+//!
+//! `index.m3u8` is always a multivariant playlist, with one variant until renditions
+//! exist: its variant URI is how the session token reaches the player, and players treat
+//! the variant's URI as the media playlist they reload (a media playlist at `index.m3u8`
+//! itself would be reloaded without the token).
+//!
+//! Caching (for a CDN in front): `index.m3u8` and a plain `media.m3u8` are `no-cache`
+//! (the first mints a session, the second changes every part); a blocking-reload answer
+//! names one playlist version, cacheable for a segment target; parts and segments never
+//! change once made (`max-age` 60 s, longer than they stay listed); init segments a day.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use tern_proto::codec::VideoCodec;
+use tern_rtc::hls::Packager;
+
+use crate::admission::Action;
+use crate::hls::{Hls, OpenError};
+use crate::http::listener::Peer;
+use crate::http::reply::{cors, not_live, random_token, text, too_many};
+use crate::http::state::{AppState, admit_request, admitted, lookup};
+use crate::media::Command;
+
+/// Longest wait for the first part of a stream whose packaging just started: a keyframe
+/// must come first, and encoders send one every 1-10 s.
+const FIRST_PART_WAIT: Duration = Duration::from_secs(12);
+
+/// What a request after `index.m3u8` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Media,
+    Init(u32),
+    Segment(u64),
+    Part(u64, u32),
+}
+
+fn resource(file: &str) -> Option<Resource> {
+    if file == "media.m3u8" {
+        return Some(Resource::Media);
+    }
+    if let Some(v) = file
+        .strip_prefix("init")
+        .and_then(|f| f.strip_suffix(".mp4"))
+    {
+        return v.parse().ok().map(Resource::Init);
+    }
+    let name = file.strip_suffix(".m4s")?;
+    match name.split_once('.') {
+        None => name.parse().ok().map(Resource::Segment),
+        Some((m, p)) => Some(Resource::Part(m.parse().ok()?, p.parse().ok()?)),
+    }
+}
+
+/// The value of `key` in a query string.
+fn param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn set(r: &mut Response, name: header::HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        r.headers_mut().insert(name, v);
+    }
+}
+
+/// A 200 with `body`, its type and caching.
+fn ok(body: Body, content_type: &str, cache: &str) -> Response {
+    let mut r = Response::new(body);
+    cors(r.headers_mut());
+    set(&mut r, header::CONTENT_TYPE, content_type);
+    set(&mut r, header::CACHE_CONTROL, cache);
+    r
+}
+
+/// Shares a packaged buffer with the response body (no copy).
+struct Shared(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// `GET /{app}/{stream}/{file}`: the HLS resources.
+pub(super) async fn get(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path((app, stream, file)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    if !st.config.hls.enabled {
+        return text(StatusCode::NOT_FOUND, "HLS is off (hls.enabled = false)");
+    }
+    if file == "index.m3u8" {
+        return open(&st, peer, &app, &stream, query, &headers).await;
+    }
+    let Some(res) = resource(&file) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("no such HLS resource {file:?}"),
+        );
+    };
+    let q = query.unwrap_or_default();
+    let Some(token) = param(&q, "session") else {
+        return text(
+            StatusCode::FORBIDDEN,
+            "no HLS session: load index.m3u8 first (its URIs carry ?session=)",
+        );
+    };
+    let hub = &st.hls;
+    let now = Instant::now();
+    let Some(index) = hub.touch(token, now) else {
+        return text(
+            StatusCode::FORBIDDEN,
+            "unknown or expired HLS session: load index.m3u8 again",
+        );
+    };
+    if st
+        .streams
+        .get(&format!("{app}/{stream}"))
+        .is_none_or(|i| i.index != index)
+    {
+        return text(
+            StatusCode::FORBIDDEN,
+            "this HLS session is for another stream",
+        );
+    }
+    match res {
+        Resource::Media => media_playlist(hub, index, token, &q).await,
+        Resource::Init(v) => match hub.with_packager(index, |p| p.init(v)).flatten() {
+            Some(b) => media(hub, vec![b], "public, max-age=86400"),
+            None => text(StatusCode::NOT_FOUND, format!("no init segment {v}")),
+        },
+        Resource::Segment(msn) => segment(hub, index, msn).await,
+        Resource::Part(msn, part) => part_of(hub, index, msn, part).await,
+    }
+}
+
+/// A response carrying packaged bytes.
+fn media(hub: &Hls, parts: Vec<Arc<Vec<u8>>>, cache: &str) -> Response {
+    use std::sync::atomic::Ordering::Relaxed;
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    hub.counters.media.fetch_add(1, Relaxed);
+    hub.counters.media_bytes.fetch_add(len as u64, Relaxed);
+    let body = if parts.len() == 1 {
+        let one = parts.into_iter().next().unwrap_or_default();
+        Body::from(Bytes::from_owner(Shared(one)))
+    } else {
+        let mut all = Vec::with_capacity(len);
+        for p in &parts {
+            all.extend_from_slice(p);
+        }
+        Body::from(all)
+    };
+    let mut r = ok(body, "video/mp4", cache);
+    set(&mut r, header::CONTENT_LENGTH, &len.to_string());
+    r
+}
+
+/// The first request of a player: admission, a session, packaging started, and the
+/// multivariant playlist.
+async fn open(
+    st: &Arc<AppState>,
+    peer: Peer,
+    app: &str,
+    stream: &str,
+    query: Option<String>,
+    headers: &HeaderMap,
+) -> Response {
+    let (info, live) = match lookup(st, headers, app, stream) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let video = st.engine.stats.video(info.index);
+    if video.codec != VideoCodec::H264 {
+        return text(
+            StatusCode::CONFLICT,
+            format!(
+                "HLS packages H264 video; stream {app}/{stream}'s video is {}",
+                video.codec.sdp_name()
+            ),
+        );
+    }
+    if !live {
+        return not_live(&format!("{app}/{stream}"));
+    }
+    let token = random_token(22);
+    let admission = admit_request(
+        st,
+        Action::Play,
+        "hls",
+        (app, stream),
+        peer.0,
+        headers,
+        query,
+        &token,
+    );
+    let (ask, lifetime) = match admission.await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let now = Instant::now();
+    let started_before = st.hls.with_packager(info.index, |_| ()).is_some();
+    let key = match st.hls.open(
+        token.clone(),
+        info.index,
+        peer.0.ip(),
+        lifetime.map(|l| now + l),
+        now,
+    ) {
+        Ok(k) => k,
+        Err(OpenError::PerAddress(e)) => return too_many(e),
+        Err(e @ OpenError::Full(_)) => {
+            let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; retry"));
+            set(&mut r, header::RETRY_AFTER, "5");
+            return r;
+        }
+    };
+    admitted(st, key, ask, None);
+    if !started_before {
+        // Segments start at a keyframe: ask the publisher for one now rather than wait for
+        // its next (a WebRTC encoder sends them only when asked).
+        let _ = st.engine.send(Command::RequestKeyframe(info.index));
+    }
+    let mut attrs = format!("BANDWIDTH={}", bandwidth(&st.hls, info.index));
+    // Known once the packager has its configurations (a player that reloads gets them).
+    if let Some(c) = st.hls.with_packager(info.index, Packager::codecs).flatten() {
+        attrs.push_str(&format!(",CODECS=\"{c}\""));
+    }
+    let body = format!(
+        "#EXTM3U\n#EXT-X-INDEPENDENT-SEGMENTS\n#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?session={token}\n"
+    );
+    hub_count_playlist(&st.hls);
+    ok(
+        Body::from(body),
+        "application/vnd.apple.mpegurl",
+        "no-cache",
+    )
+}
+
+fn hub_count_playlist(hub: &Hls) {
+    hub.counters
+        .playlists
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The variant's BANDWIDTH: the peak bit rate of the segments held, once there are any;
+/// before that a typical 720p stream's 2.5 Mbit/s (players only use it to choose among
+/// variants, and there is one).
+fn bandwidth(hub: &Hls, stream: usize) -> u64 {
+    hub.with_packager(stream, |p| p.stats().peak_bitrate)
+        .filter(|b| *b > 0)
+        .unwrap_or(2_500_000)
+}
+
+/// Waits (bounded by `limit`) until `ready` holds for stream `stream`'s packager. `Err`
+/// when the packaging stopped or the wait timed out.
+async fn wait_for(
+    hub: &Hls,
+    stream: usize,
+    limit: Duration,
+    ready: impl Fn(&Packager) -> bool,
+) -> Result<(), &'static str> {
+    let Some(mut rx) = hub.subscribe(stream) else {
+        return Err("no such stream");
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        rx.borrow_and_update();
+        match hub.with_packager(stream, &ready) {
+            None => return Err("the stream's packaging stopped"),
+            Some(true) => return Ok(()),
+            Some(false) => {}
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err("the stream's packaging stopped"),
+            Err(_) => return Err("timed out"),
+        }
+    }
+}
+
+fn unavailable(why: &str) -> Response {
+    let mut r = text(StatusCode::SERVICE_UNAVAILABLE, why);
+    set(&mut r, header::RETRY_AFTER, "1");
+    r
+}
+
+/// `media.m3u8`, plain or blocking (`_HLS_msn`, `_HLS_part`).
+async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Response {
+    let msn = param(q, "_HLS_msn").map(str::parse::<u64>);
+    let part = param(q, "_HLS_part").map(str::parse::<u32>);
+    let target = Duration::from_millis(hub.settings().segment_target_ms);
+    let (msn, part) = match (msn, part) {
+        (Some(Err(_)), _) | (_, Some(Err(_))) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "_HLS_msn and _HLS_part must be numbers",
+            );
+        }
+        (None, Some(_)) => {
+            return text(StatusCode::BAD_REQUEST, "_HLS_part needs _HLS_msn");
+        }
+        (m, p) => (m.and_then(Result::ok), p.and_then(Result::ok)),
+    };
+    let blocking = msn.is_some();
+    let waited = match msn {
+        Some(m) => {
+            let next = hub.with_packager(stream, |p| p.next_part().0);
+            if next.is_some_and(|n| m > n + 2) {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "_HLS_msn is more than two segments past the playlist's last",
+                );
+            }
+            // A part index past the segment's end means the next segment's first part.
+            wait_for(hub, stream, 3 * target.max(Duration::from_secs(1)), |p| {
+                let (nm, np) = p.next_part();
+                match part {
+                    Some(i) => (nm, np) > (m, i),
+                    None => nm > m,
+                }
+            })
+            .await
+        }
+        None => {
+            wait_for(hub, stream, FIRST_PART_WAIT, |p| {
+                p.media_playlist("").is_some()
+            })
+            .await
+        }
+    };
+    if let Err(why) = waited {
+        return unavailable(&format!("playlist not ready: {why}"));
+    }
+    let Some(body) = hub
+        .with_packager(stream, |p| p.media_playlist(&format!("session={token}")))
+        .flatten()
+    else {
+        return unavailable("the stream's packaging stopped");
+    };
+    hub_count_playlist(hub);
+    let cache = if blocking {
+        format!("public, max-age={}", target.as_secs().max(1))
+    } else {
+        "no-cache".to_string()
+    };
+    ok(Body::from(body), "application/vnd.apple.mpegurl", &cache)
+}
+
+/// `{msn}.m4s`: a complete segment (waiting for the one in progress to complete).
+async fn segment(hub: &Hls, stream: usize, msn: u64) -> Response {
+    let target = Duration::from_millis(hub.settings().segment_target_ms);
+    let ahead = hub.with_packager(stream, |p| msn > p.next_part().0);
+    if ahead != Some(false) {
+        return text(StatusCode::NOT_FOUND, format!("no segment {msn}"));
+    }
+    if wait_for(hub, stream, 3 * target, |p| p.next_part().0 > msn)
+        .await
+        .is_err()
+    {
+        return unavailable("segment not complete yet");
+    }
+    match hub.with_packager(stream, |p| p.segment(msn)).flatten() {
+        Some(parts) => media(hub, parts, "public, max-age=60"),
+        None => text(StatusCode::NOT_FOUND, format!("segment {msn} is gone")),
+    }
+}
+
+/// `{msn}.{part}.m4s`: a part; the one the playlist hints at next is waited for.
+async fn part_of(hub: &Hls, stream: usize, msn: u64, part: u32) -> Response {
+    let part_target = Duration::from_millis(hub.settings().part_target_ms);
+    let hinted = hub.with_packager(stream, |p| {
+        let (nm, np) = p.next_part();
+        (msn, part) == (nm, np) || (msn == nm + 1 && part == 0)
+    });
+    if hinted == Some(true)
+        && wait_for(hub, stream, 3 * part_target + Duration::from_secs(1), |p| {
+            p.has_part(msn, part) || p.next_part().0 > msn
+        })
+        .await
+        .is_err()
+    {
+        return unavailable("part not made yet");
+    }
+    match hub.with_packager(stream, |p| p.part(msn, part)).flatten() {
+        Some(b) => media(hub, vec![b], "public, max-age=60"),
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("no part {part} of segment {msn}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names() {
+        assert_eq!(
+            resource("index.m3u8"),
+            None,
+            "answered before resources are parsed"
+        );
+        assert_eq!(resource("media.m3u8"), Some(Resource::Media));
+        assert_eq!(resource("init0.mp4"), Some(Resource::Init(0)));
+        assert_eq!(resource("12.m4s"), Some(Resource::Segment(12)));
+        assert_eq!(resource("12.3.m4s"), Some(Resource::Part(12, 3)));
+        for bad in [
+            "whep",
+            "x.m4s",
+            "1.x.m4s",
+            "init.mp4",
+            "1.2.3.m4s",
+            "",
+            "-1.m4s",
+        ] {
+            assert_eq!(resource(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn query_params() {
+        let q = "session=abc&_HLS_msn=4&_HLS_part=1";
+        assert_eq!(param(q, "session"), Some("abc"));
+        assert_eq!(param(q, "_HLS_msn"), Some("4"));
+        assert_eq!(param(q, "_HLS_part"), Some("1"));
+        assert_eq!(param(q, "_HLS"), None);
+        assert_eq!(param("", "session"), None);
+    }
+}
