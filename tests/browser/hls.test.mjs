@@ -268,6 +268,7 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
     assert.equal(mv.headers.get('access-control-allow-origin'), '*', failure(`multivariant CORS: ${show(mv)}`));
     assert.ok(shortLived(mv.headers.get('cache-control')), failure(`multivariant Cache-Control must be no-cache/no-store or max-age <= 2: ${show(mv)}`));
     const multi = parseMultivariant(mv.text);
+    console.log(`hls multivariant playlist:\n${mv.text}`);
     assert.deepEqual(multi.problems, [], failure(show(mv)));
     assert.ok(multi.independent, failure(`multivariant without EXT-X-INDEPENDENT-SEGMENTS: ${show(mv)}`));
     assert.equal(multi.variants.length, 1, failure(`one EXT-X-STREAM-INF: ${show(mv)}`));

@@ -134,7 +134,7 @@ pub struct HlsStats {
     /// Segments that started with `EXT-X-DISCONTINUITY`.
     pub discontinuities: u64,
     /// Highest bit rate (bit/s) of a complete segment held: a variant's `BANDWIDTH`.
-    /// 0 before the first segment completes.
+    /// Before the first segment completes, the rate of its parts so far; 0 before any.
     pub peak_bitrate: u64,
 }
 
@@ -442,6 +442,15 @@ impl Packager {
         (!self.inits.is_empty()).then(|| self.codecs.clone())
     }
 
+    /// The video's picture size from its SPS (a multivariant playlist's `RESOLUTION`);
+    /// `None` before a video configuration or when the SPS does not parse.
+    pub fn resolution(&self) -> Option<(u32, u32)> {
+        let Some(VideoConfig::H264 { sps, .. }) = &self.video_cfg else {
+            return None;
+        };
+        sps::parse_sps(sps).map(|i| (i.width, i.height))
+    }
+
     /// Counters.
     pub fn stats(&self) -> HlsStats {
         let mut stats = self.stats.clone();
@@ -462,7 +471,14 @@ impl Packager {
                 bytes * 8 * u64::from(s.timescale) / s.duration
             })
             .max()
-            .unwrap_or(0);
+            .unwrap_or_else(|| {
+                // Before the first segment completes: the rate of the parts made so far.
+                let s = self.segments.back();
+                s.filter(|s| s.duration > 0).map_or(0, |s| {
+                    let bytes: u64 = s.parts.iter().map(|p| p.data.len() as u64).sum();
+                    bytes * 8 * u64::from(s.timescale) / s.duration
+                })
+            });
         stats
     }
 

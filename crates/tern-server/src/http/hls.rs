@@ -234,10 +234,19 @@ async fn open(
         // its next (a WebRTC encoder sends them only when asked).
         let _ = st.engine.send(Command::RequestKeyframe(info.index));
     }
+    // The variant's attributes come from the first part (the player would wait for it on
+    // the media playlist anyway); past the wait the playlist goes out without them.
+    let _ = wait_for(&st.hls, info.index, FIRST_PART_WAIT, has_a_part).await;
     let mut attrs = format!("BANDWIDTH={}", bandwidth(&st.hls, info.index));
-    // Known once the packager has its configurations (a player that reloads gets them).
-    if let Some(c) = st.hls.with_packager(info.index, Packager::codecs).flatten() {
+    let (codecs, size) = st
+        .hls
+        .with_packager(info.index, |p| (p.codecs(), p.resolution()))
+        .unwrap_or_default();
+    if let Some(c) = codecs {
         attrs.push_str(&format!(",CODECS=\"{c}\""));
+    }
+    if let Some((w, h)) = size.filter(|(w, h)| *w > 0 && *h > 0) {
+        attrs.push_str(&format!(",RESOLUTION={w}x{h}"));
     }
     let body = format!(
         "#EXTM3U\n#EXT-X-INDEPENDENT-SEGMENTS\n#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?session={token}\n"
@@ -256,13 +265,13 @@ fn hub_count_playlist(hub: &Hls) {
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The variant's BANDWIDTH: the peak bit rate of the segments held, once there are any;
-/// before that a typical 720p stream's 2.5 Mbit/s (players only use it to choose among
-/// variants, and there is one).
+/// The variant's BANDWIDTH: the peak bit rate of the segments held (of the first parts
+/// while no segment is complete), with a quarter more for the peaks of segments to come;
+/// a typical 720p stream's 2.5 Mbit/s when nothing is packaged yet.
 fn bandwidth(hub: &Hls, stream: usize) -> u64 {
     hub.with_packager(stream, |p| p.stats().peak_bitrate)
         .filter(|b| *b > 0)
-        .unwrap_or(2_500_000)
+        .map_or(2_500_000, |b| b + b / 4)
 }
 
 /// Waits (bounded by `limit`) until `ready` holds for stream `stream`'s packager. `Err`
@@ -290,6 +299,11 @@ async fn wait_for(
             Err(_) => return Err("timed out"),
         }
     }
+}
+
+/// Whether the packager has made a part (its playlist can be served).
+fn has_a_part(p: &Packager) -> bool {
+    p.oldest_msn().is_some_and(|m| p.has_part(m, 0))
 }
 
 fn unavailable(why: &str) -> Response {
@@ -335,12 +349,7 @@ async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Respo
             })
             .await
         }
-        None => {
-            wait_for(hub, stream, FIRST_PART_WAIT, |p| {
-                p.media_playlist("").is_some()
-            })
-            .await
-        }
+        None => wait_for(hub, stream, FIRST_PART_WAIT, has_a_part).await,
     };
     if let Err(why) = waited {
         return unavailable(&format!("playlist not ready: {why}"));

@@ -1,0 +1,78 @@
+//! The LL-HLS packager fed anything a publisher could send: H264 access units (Annex B and
+//! length-prefixed) with any timestamps and keyframe flags, parameter sets that are junk,
+//! AAC and Opus frames of any size, configuration changes mid-stream. Whatever comes in, no
+//! panic, and what it serves stays well formed: a playlist starts with `#EXTM3U`, every
+//! part it lists can be fetched, and a part is a `moof` box then an `mdat` box.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use tern_pool::PoolCounter;
+use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, VideoConfig};
+
+fn take<'a>(d: &mut &'a [u8], n: usize) -> &'a [u8] {
+    let n = n.min(d.len());
+    let (h, t) = d.split_at(n);
+    *d = t;
+    h
+}
+
+fn num(d: &mut &[u8]) -> i64 {
+    let b = take(d, 2);
+    i64::from(u16::from_le_bytes([b.first().copied().unwrap_or(0), b.get(1).copied().unwrap_or(0)]))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut d = data;
+    let mut p = Packager::new(HlsConfig::default(), PoolCounter::new("fuzz_hls", 0));
+    let (mut vts, mut ats, mut wall) = (0i64, 0i64, 1_700_000_000_000u64);
+    while let Some((&op, rest)) = d.split_first() {
+        d = rest;
+        let len = usize::from(take(&mut d, 1).first().copied().unwrap_or(0)) * 4;
+        // Mostly forward in small steps, sometimes anywhere.
+        let step = num(&mut d);
+        match op % 6 {
+            0 => {
+                vts += step * 8;
+                wall += 33;
+                let au = take(&mut d, len);
+                p.push_video_annexb(vts, vts + (step % 7) * 3000, op & 0x80 != 0, au, wall);
+            }
+            1 => {
+                vts += step * 8;
+                wall += 33;
+                let au = take(&mut d, len);
+                p.push_video(vts, vts, op & 0x80 != 0, au, wall);
+            }
+            2 => {
+                ats += step;
+                p.push_audio(ats, take(&mut d, len), wall);
+            }
+            3 => {
+                let sps = take(&mut d, len / 2).to_vec();
+                let pps = take(&mut d, 8).to_vec();
+                p.set_video(VideoConfig::H264 { sps, pps });
+            }
+            4 => {
+                let asc = take(&mut d, 2).to_vec();
+                p.set_audio(AudioConfig::Aac { asc, sample_rate: 44_100, channels: (op >> 4) & 3 });
+            }
+            _ => p.set_audio(AudioConfig::Opus { channels: op >> 6 }),
+        }
+    }
+    if let Some(pl) = p.media_playlist("session=f") {
+        assert!(pl.starts_with("#EXTM3U\n"));
+    }
+    let (msn, part) = p.next_part();
+    if let Some(first) = p.oldest_msn() {
+        for m in first..=msn {
+            for i in 0..32 {
+                if let Some(b) = p.part(m, i) {
+                    assert!(p.has_part(m, i));
+                    assert_eq!(b.get(4..8), Some(&b"moof"[..]));
+                    let moof = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                    assert_eq!(b.get(moof + 4..moof + 8), Some(&b"mdat"[..]));
+                }
+            }
+        }
+    }
+    assert!(!p.has_part(msn, part), "the next part is not made yet");
+});
