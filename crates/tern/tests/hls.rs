@@ -179,7 +179,7 @@ fn the_clip_is_served_as_ll_hls_with_blocking_reload() {
     let seg = get(http, &format!("{base}/{msn}.m4s?session={session}"));
     assert_eq!(seg.status, 200, "{}", seg.text());
     let b = boxes(&seg.body);
-    assert!(b.len() >= 4 && b.len() % 2 == 0, "{b:?}");
+    assert!(b.len() >= 4 && b.len().is_multiple_of(2), "{b:?}");
     assert!(b.chunks(2).all(|c| c[0].0 == "moof" && c[1].0 == "mdat"));
 
     // The packaged bytes are in the memory report while the session lasts...
