@@ -9,8 +9,9 @@
 //     CONCURRENCY keep-alive connections GET URL back to back for SECONDS; prints one JSON
 //     line with requests, bytes, requests/s and non-200 answers.
 //   node bench/hls-client.mjs reader URL SECONDS
-//     one LL-HLS reader as a player behaves, without decoding: blocking playlist reloads
-//     for the next part, then that part. Prints parts and bytes read.
+//     one LL-HLS reader as a player behaves, without decoding: it fetches the preload-hinted
+//     part (which blocks until made), then reloads the playlist for that part to learn the
+//     next hint. Prints parts and bytes read.
 import http from 'node:http';
 import { createRequire } from 'node:module';
 import { launchBrowser } from '../tests/browser/browser.mjs';
@@ -62,11 +63,8 @@ if (mode === 'rate') {
     const p = await get(agent, new URL(`${msn}.${part}.m4s?${q}`, media).href);
     parts += 1;
     bytes += p.bytes;
-    pl = (await get(agent, `${media}&_HLS_msn=${msn}&_HLS_part=${Number(part) + 1}`)).body;
-    if (!pl.startsWith('#EXTM3U')) {
-      // Past the segment's last part: ask for the next segment's first.
-      pl = (await get(agent, `${media}&_HLS_msn=${Number(msn) + 1}&_HLS_part=0`)).body;
-    }
+    // The part just read exists: this answers at once, with the next part as its hint.
+    pl = (await get(agent, `${media}&_HLS_msn=${msn}&_HLS_part=${part}`)).body;
   }
   agent.destroy();
   console.log(JSON.stringify({ parts, bytes }));
@@ -74,28 +72,37 @@ if (mode === 'rate') {
   const browser = await launchBrowser();
   try {
     const page = await browser.context.newPage();
-    await page.goto('about:blank');
+    // As in tests/browser/hls.test.mjs: a page of its own content (a page loaded from
+    // about:blank has its loopback requests refused).
+    await page.setContent('<!doctype html><html><head><title>hls.js</title></head><body></body></html>');
     await page.addScriptTag({ path: HLS_JS });
     await page.evaluate((u) => {
       const video = document.createElement('video');
       video.muted = true;
       video.autoplay = true;
+      video.playsInline = true;
       document.body.appendChild(video);
       const hls = new window.Hls({ lowLatencyMode: true });
       window.hls = hls;
       window.video = video;
+      window.errors = [];
+      hls.on(window.Hls.Events.ERROR, (_, e) => window.errors.push(`${e.details}${e.fatal ? ' (fatal)' : ''}`));
+      hls.on(window.Hls.Events.MANIFEST_PARSED, () => video.play().catch((e) => window.errors.push(e.message)));
       hls.loadSource(u);
       hls.attachMedia(video);
     }, url);
     await sleep(10_000);
     const samples = [];
+    let last = null;
     const end = Date.now() + seconds * 1000;
     while (Date.now() < end) {
       const s = await page.evaluate(() => ({
         pdt: window.hls.playingDate ? Date.now() - window.hls.playingDate.getTime() : null,
         latency: window.hls.latency,
         frames: window.video.getVideoPlaybackQuality().totalVideoFrames,
+        errors: window.errors.slice(-5),
       }));
+      last = s;
       if (s.pdt !== null) samples.push(s);
       await sleep(1000);
     }
@@ -108,6 +115,7 @@ if (mode === 'rate') {
       max_ms: pdt[pdt.length - 1],
       hls_latency_s: samples.length ? samples[samples.length - 1].latency : null,
       frames: samples.length ? samples[samples.length - 1].frames : 0,
+      last,
     }));
   } finally {
     await browser.close();

@@ -5,7 +5,7 @@
 #
 # Debian's ffmpeg pushes SIZE at 30 fps (testsrc2, x264 veryfast, 2.5 Mbit/s, -bf 2, a
 # keyframe every second, AAC 44.1 kHz) to `tern serve --rtmp` on loopback. Then:
-# 1. Packaging CPU per stream: the RtmpSession thread's CPU (utime + stime from /proc) over
+# 1. Packaging CPU per stream: the RtmpSession thread's CPU (/proc schedstat) over
 #    PHASE s without an HLS reader (RTMP parsing, FLV -> RTP, AAC -> Opus: the baseline),
 #    then over PHASE s with one LL-HLS reader (bench/hls-client.mjs reader: blocking reloads
 #    and every part), which adds the packaging (it runs on that thread for RTMP); the
@@ -41,18 +41,18 @@ ffmpeg -hide_banner -nostdin -loglevel error \
     -t "$TOTAL" -c:v libx264 -bf 2 -preset veryfast -b:v 2500k -pix_fmt yuv420p \
     -g 30 -c:a aac -f flv "rtmp://127.0.0.1:$RTMP/live/cam" &
 FP=$!
-# CPU ticks of the threads named $1.
+# CPU time (ns, from schedstat: finer than the 10 ms ticks of stat) of the threads named $1.
 ticks() {
     local sum=0
     for t in /proc/$SP/task/*; do
         if [ "$(cat "$t/comm" 2>/dev/null)" = "$1" ]; then
-            read -r -a st <<<"$(sed 's/.*) //' "$t/stat" 2>/dev/null)" || continue
-            sum=$((sum + st[11] + st[12]))
+            read -r ns _ <"$t/schedstat" 2>/dev/null || continue
+            sum=$((sum + ns))
         fi
     done
     echo "$sum"
 }
-HZ=$(getconf CLK_TCK)
+HZ=1000000000
 URL="http://127.0.0.1:$HTTP/live/cam/index.m3u8"
 sleep 4
 r0=$(ticks RtmpSession); h0=$(ticks HttpWorker)
@@ -83,6 +83,8 @@ http_base = (h1 - h0) / hz / phase
 http_with = (h3 - h2) / hz / phase
 reader = json.load(open(f"{d}/reader.json"))
 lat = json.load(open(f"{d}/latency.json"))
+if not lat.get("samples"):
+    sys.exit(f"hls.js never played: {lat}")
 part = json.load(open(f"{d}/rate-part.json"))
 dash = json.load(open(f"{d}/rate-base.json"))
 print(f"stream: {size} 30 fps 2.5 Mbit/s H264 (-bf 2, 1 s GOP) + AAC, RTMP")
