@@ -80,7 +80,7 @@ pub struct EngineConfig {
     /// Video and audio ring lengths (packets) of a served stream.
     pub rings: (usize, usize),
     /// Where app workers hand ring packets of streams packaged for LL-HLS.
-    pub hls_tap: Option<crossbeam_channel::Sender<crate::media::HlsTap>>,
+    pub hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
 
 /// The engine's threads; [`EngineThreads::join`] waits for them after a shutdown.

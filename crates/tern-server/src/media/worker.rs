@@ -110,7 +110,7 @@ pub(super) struct WorkerInit {
     /// Video and audio ring lengths of a stream this worker serves.
     pub(super) rings: (usize, usize),
     /// The HLS thread's queue (app workers).
-    pub(super) hls_tap: Option<crossbeam_channel::Sender<crate::media::HlsTap>>,
+    pub(super) hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
 
 /// An app or stream worker; runs on its own thread.
@@ -158,7 +158,7 @@ pub(super) struct Worker {
     /// When the next catch-up step is due, while anyone catches up.
     next_catchup: Option<Instant>,
     /// The HLS thread's queue (app workers).
-    hls_tap: Option<crossbeam_channel::Sender<crate::media::HlsTap>>,
+    hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
 
 impl Worker {

@@ -192,7 +192,7 @@ impl Worker {
         {
             return;
         }
-        let tap = crate::media::HlsTap {
+        let tap = crate::media::link::HlsTap {
             stream,
             pkt: pkt.clone(),
         };
