@@ -17,7 +17,10 @@ fn take<'a>(d: &mut &'a [u8], n: usize) -> &'a [u8] {
 
 fn num(d: &mut &[u8]) -> i64 {
     let b = take(d, 2);
-    i64::from(u16::from_le_bytes([b.first().copied().unwrap_or(0), b.get(1).copied().unwrap_or(0)]))
+    i64::from(u16::from_le_bytes([
+        b.first().copied().unwrap_or(0),
+        b.get(1).copied().unwrap_or(0),
+    ]))
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -53,7 +56,11 @@ fuzz_target!(|data: &[u8]| {
             }
             4 => {
                 let asc = take(&mut d, 2).to_vec();
-                p.set_audio(AudioConfig::Aac { asc, sample_rate: 44_100, channels: (op >> 4) & 3 });
+                p.set_audio(AudioConfig::Aac {
+                    asc,
+                    sample_rate: 44_100,
+                    channels: (op >> 4) & 3,
+                });
             }
             _ => p.set_audio(AudioConfig::Opus { channels: op >> 6 }),
         }

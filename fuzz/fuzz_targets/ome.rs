@@ -48,7 +48,10 @@ fn check_sdp(s: &str) {
         },
     );
     let back = sdp::SessionDescription::parse(&answer);
-    assert!(back.is_ok(), "client answer does not parse: {back:?}\n{answer}");
+    assert!(
+        back.is_ok(),
+        "client answer does not parse: {back:?}\n{answer}"
+    );
     if let (Ok(back), Some(i)) = (back, choice.transport_index) {
         assert_eq!(back.media().len(), sd.media().len());
         assert!(back.media()[i].port() != 0);

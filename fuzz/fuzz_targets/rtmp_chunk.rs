@@ -91,11 +91,13 @@ fuzz_target!(|data: &[u8]| {
             .wrapping_mul(i as u32 + 1)
             .wrapping_mul(1_000_003);
         let type_id = 8 + m.len() as u8 % 2;
-        w.write(csid, ts, type_id, 1, m, &mut bytes).expect("small message");
+        w.write(csid, ts, type_id, 1, m, &mut bytes)
+            .expect("small message");
         sent.push((csid, ts, type_id, m.to_vec()));
     }
     let mut r = ChunkReader::new();
-    r.set_chunk_size(u32::from(split).max(1)).expect("valid size");
+    r.set_chunk_size(u32::from(split).max(1))
+        .expect("valid size");
     let mut got = Vec::new();
     let mut input = &bytes[..];
     while let Some((n, m)) = r.read_chunk(input).expect("the writer's own chunks") {
