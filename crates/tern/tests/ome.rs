@@ -50,6 +50,11 @@ fn recv(ws: &mut Ws) -> Option<Value> {
             Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
                 return None;
             }
+            // The server dropped the connection without a close frame (an abusive socket
+            // closed mid-frame, under load): closed all the same.
+            Err(tungstenite::Error::Protocol(
+                tungstenite::error::ProtocolError::ResetWithoutClosingHandshake,
+            )) => return None,
             Err(tungstenite::Error::Io(e)) if e.kind() != io::ErrorKind::WouldBlock => {
                 return None;
             }
