@@ -326,6 +326,26 @@ pub fn ntp_to_unix(ntp: u64) -> Duration {
     Duration::from_secs(secs) + Duration::from_nanos(nanos)
 }
 
+/// Extends 32-bit timestamps (RTP's, and RTMP's milliseconds, which wrap after ~49.7 days)
+/// to 64 bits, each relative to the one before: a timestamp slightly behind the last one
+/// stays behind rather than jumping a whole wrap ahead.
+#[derive(Debug, Default, Clone)]
+pub struct Unwrap32 {
+    last: Option<(u32, i64)>,
+}
+
+impl Unwrap32 {
+    /// `ts` extended; the first timestamp is taken as it is.
+    pub fn extend(&mut self, ts: u32) -> i64 {
+        let ext = match self.last {
+            None => i64::from(ts),
+            Some((raw, ext)) => ext + i64::from(ts.wrapping_sub(raw) as i32),
+        };
+        self.last = Some((ts, ext));
+        ext
+    }
+}
+
 /// Extends a 16-bit sequence number to the 64-bit value closest to `reference`.
 ///
 /// A candidate exactly 32768 away keeps the epoch of `reference`. The result never goes below
@@ -541,6 +561,14 @@ mod tests {
         ] {
             assert_eq!(ntp_to_unix(ntp_from_unix(d)), d, "{d:?}");
         }
+    }
+
+    #[test]
+    fn timestamps_unwrap() {
+        let mut u = Unwrap32::default();
+        assert_eq!(u.extend(u32::MAX - 10), i64::from(u32::MAX - 10));
+        assert_eq!(u.extend(5), i64::from(u32::MAX) + 6);
+        assert_eq!(u.extend(3), i64::from(u32::MAX) + 4);
     }
 
     #[test]

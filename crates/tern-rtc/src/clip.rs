@@ -568,8 +568,8 @@ impl Clip {
 
 /// Duration of an Opus packet in 48 kHz samples, from its TOC byte (RFC 6716 §3.1), or
 /// `None` if the packet is malformed (empty, code 3 without a frame count, zero frames,
-/// or longer than 120 ms).
-fn opus_packet_samples(packet: &[u8]) -> Option<u32> {
+/// or longer than 120 ms). The clip's Ogg reader and the LL-HLS packager use it.
+pub(crate) fn opus_packet_samples(packet: &[u8]) -> Option<u32> {
     let &toc = packet.first()?;
     let config = toc >> 3;
     // Frame sizes at 48 kHz: SILK-only 10/20/40/60 ms, Hybrid 10/20 ms, CELT-only
@@ -1303,6 +1303,23 @@ mod tests {
             (&[], None),
         ];
         for (p, want) in cases {
+            assert_eq!(opus_packet_samples(p), want, "{p:02x?}");
+        }
+        // The cases the LL-HLS packager's tests had when it carried its own copy.
+        let more: [(&[u8], Option<u32>); 11] = [
+            (&[1 << 3, 0xaa], Some(960)),              // SILK NB 20 ms
+            (&[31 << 3], Some(960)),                   // CELT FB 20 ms: WebRTC's usual
+            (&[(28 << 3) | 1], Some(240)),             // CELT 2.5 ms, code 1: two frames
+            (&[(13 << 3) | 2], Some(1920)),            // Hybrid 20 ms, code 2: two frames
+            (&[(3 << 3) | 3, 2], Some(5760)),          // SILK 60 ms x 2: the maximum
+            (&[(3 << 3) | 3, 3], None),                // 3 x 60 ms: over 120 ms
+            (&[(16 << 3) | 3, 0x80 | 48], Some(5760)), // CELT 2.5 ms x 48 (VBR flag)
+            (&[(16 << 3) | 3, 0], None),
+            (&[(16 << 3) | 3], None),
+            (&[], None),
+            (&[10 << 3], Some(1920)), // SILK WB 40 ms
+        ];
+        for (p, want) in more {
             assert_eq!(opus_packet_samples(p), want, "{p:02x?}");
         }
     }

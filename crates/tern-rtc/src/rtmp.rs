@@ -26,6 +26,7 @@ use tern_proto::rtmp::flv::{
     avcc_nal_units,
 };
 use tern_proto::rtmp::{Event, RtmpError, ServerSession};
+use tern_proto::rtp::Unwrap32;
 use thiserror::Error;
 use tracing::debug;
 
@@ -127,8 +128,8 @@ struct SampleTap {
     on: bool,
     /// The video parameter sets were sent since samples were turned on.
     video_config_sent: bool,
-    /// The AAC sequence header as received, and whether it was sent.
-    asc: Option<Vec<u8>>,
+    /// The AAC sequence header as received and parsed, and whether it was sent.
+    asc: Option<(Vec<u8>, AudioSpecificConfig)>,
     audio_config_sent: bool,
     /// Next AAC frame's pts (samples), when the timeline is anchored.
     next_audio_pts: Option<i64>,
@@ -201,24 +202,6 @@ struct Reorder {
     packetizer: h264::Packetizer,
 }
 
-/// Extends 32-bit RTMP millisecond timestamps (they wrap after ~49.7 days); a timestamp
-/// slightly behind the last one stays behind rather than jumping 49 days ahead.
-#[derive(Debug, Default)]
-struct Unwrap {
-    last: Option<(u32, i64)>,
-}
-
-impl Unwrap {
-    fn extend(&mut self, ts: u32) -> i64 {
-        let ext = match self.last {
-            None => i64::from(ts),
-            Some((raw, ext)) => ext + i64::from(ts.wrapping_sub(raw) as i32),
-        };
-        self.last = Some((ts, ext));
-        ext
-    }
-}
-
 /// One RTMP publisher.
 #[derive(Debug)]
 pub struct RtmpPublisher {
@@ -228,7 +211,7 @@ pub struct RtmpPublisher {
     video_seq: u64,
     audio_seq: u64,
     /// One unwrapper for both tracks: they share the RTMP clock.
-    clock: Unwrap,
+    clock: Unwrap32,
     /// NTP time of media time 0 (set at the first media message).
     ntp_base: Option<u64>,
     video_frames: u64,
@@ -254,7 +237,7 @@ impl RtmpPublisher {
             audio: None,
             video_seq: 0,
             audio_seq: 0,
-            clock: Unwrap::default(),
+            clock: Unwrap32::default(),
             ntp_base: None,
             video_frames: 0,
             audio_dropped: 0,
@@ -473,10 +456,7 @@ impl RtmpPublisher {
 
     /// A raw AAC frame at `ms` as a [`Sample::Audio`] (preceded by its configuration).
     fn audio_sample(&mut self, ms: i64, frame: &[u8], ev: &mut dyn FnMut(RtmpEvent)) {
-        let Some(asc) = &self.tap.asc else {
-            return;
-        };
-        let Ok(cfg) = AudioSpecificConfig::parse(asc) else {
+        let Some((asc, cfg)) = &self.tap.asc else {
             return;
         };
         if !self.tap.audio_config_sent {
@@ -663,7 +643,10 @@ impl RtmpPublisher {
         let tag = AudioTag::parse(data)?;
         if tag.sequence_header {
             self.audio = Some(AacToOpus::new(tag.body)?);
-            self.tap.asc = Some(tag.body.to_vec());
+            // AacToOpus::new parsed it already; a config it takes parses here too.
+            self.tap.asc = AudioSpecificConfig::parse(tag.body)
+                .ok()
+                .map(|c| (tag.body.to_vec(), c));
             self.tap.audio_config_sent = false;
             return Ok(());
         }
@@ -961,14 +944,6 @@ mod tests {
             .expect("w");
         let err = p.receive(0, &b, &mut |_| {}).expect_err("mp3 refused");
         assert!(err.to_string().contains("sound format 2"), "{err}");
-    }
-
-    #[test]
-    fn timestamps_unwrap() {
-        let mut u = Unwrap::default();
-        assert_eq!(u.extend(u32::MAX - 10), i64::from(u32::MAX - 10));
-        assert_eq!(u.extend(5), i64::from(u32::MAX) + 6);
-        assert_eq!(u.extend(3), i64::from(u32::MAX) + 4);
     }
 
     /// B-frames are reported; with viewers the video is transcoded (Baseline, no

@@ -28,6 +28,7 @@ use crossbeam_channel::Receiver;
 use tern_pool::PoolCounter;
 use tern_proto::codec::VideoCodec;
 use tern_proto::h264::{self, Depacketizer};
+use tern_proto::rtp::Unwrap32;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, VideoConfig};
 use tern_rtc::rtmp::Sample;
@@ -37,7 +38,7 @@ use tracing::{debug, info};
 use crate::admission::{Admission, SessionKey};
 use crate::config::HlsSection;
 use crate::limits::{AddrPermit, LimitReached, PerAddress};
-use crate::media::{EngineStats, HlsTap};
+use crate::media::{EngineStats, HlsTap, shrink_map};
 
 /// A player's session: admitted once, named by the token in its URIs.
 #[derive(Debug)]
@@ -68,23 +69,6 @@ struct RtpDemux {
     video_ts: Unwrap32,
     audio_ts: Unwrap32,
     audio_set: bool,
-}
-
-/// Extends 32-bit RTP timestamps to 64 bits.
-#[derive(Default)]
-struct Unwrap32 {
-    last: Option<(u32, i64)>,
-}
-
-impl Unwrap32 {
-    fn extend(&mut self, ts: u32) -> i64 {
-        let ext = match self.last {
-            None => i64::from(ts),
-            Some((raw, ext)) => ext + i64::from(ts.wrapping_sub(raw) as i32),
-        };
-        self.last = Some((ts, ext));
-        ext
-    }
 }
 
 /// A stream's place in the hub.
@@ -298,43 +282,50 @@ impl Hls {
         Some((slot.packaging.lock().ok()?, slot))
     }
 
-    /// A frame from stream `stream`'s RTMP publisher.
-    pub fn rtmp_sample(&self, stream: usize, sample: &Sample) {
+    /// Runs `f` on stream `stream`'s packaging, if it runs, and wakes the requests waiting
+    /// on the stream when `f` completed a part.
+    fn feed(&self, stream: usize, f: impl FnOnce(&mut Packaging, u64)) {
         let Some((mut g, slot)) = self.lock(stream) else {
             return;
         };
         let Some(pk) = g.as_mut() else {
             return;
         };
-        let p = &mut pk.packager;
-        let before = p.version();
-        let wall = wall_ms();
-        match sample {
-            Sample::VideoConfig { sps, pps } => p.set_video(VideoConfig::H264 {
-                sps: sps.clone(),
-                pps: pps.clone(),
-            }),
-            Sample::AudioConfig {
-                asc,
-                sample_rate,
-                channels,
-            } => p.set_audio(AudioConfig::Aac {
-                asc: asc.clone(),
-                sample_rate: *sample_rate,
-                channels: *channels,
-            }),
-            Sample::Video {
-                dts_ms,
-                pts_ms,
-                keyframe,
-                avcc,
-            } => p.push_video(dts_ms * 90, pts_ms * 90, *keyframe, avcc, wall),
-            Sample::Audio { pts, data } => p.push_audio(*pts, data, wall),
-        }
-        let v = p.version();
+        let before = pk.packager.version();
+        f(pk, wall_ms());
+        let v = pk.packager.version();
         if v != before {
             slot.version.send_replace(v);
         }
+    }
+
+    /// A frame from stream `stream`'s RTMP publisher.
+    pub fn rtmp_sample(&self, stream: usize, sample: &Sample) {
+        self.feed(stream, |pk, wall| {
+            let p = &mut pk.packager;
+            match sample {
+                Sample::VideoConfig { sps, pps } => p.set_video(VideoConfig::H264 {
+                    sps: sps.clone(),
+                    pps: pps.clone(),
+                }),
+                Sample::AudioConfig {
+                    asc,
+                    sample_rate,
+                    channels,
+                } => p.set_audio(AudioConfig::Aac {
+                    asc: asc.clone(),
+                    sample_rate: *sample_rate,
+                    channels: *channels,
+                }),
+                Sample::Video {
+                    dts_ms,
+                    pts_ms,
+                    keyframe,
+                    avcc,
+                } => p.push_video(dts_ms * 90, pts_ms * 90, *keyframe, avcc, wall),
+                Sample::Audio { pts, data } => p.push_audio(*pts, data, wall),
+            }
+        });
     }
 
     /// A ring packet of a WHIP or clip stream.
@@ -343,50 +334,40 @@ impl Hls {
         if self.stats.video(stream).codec != VideoCodec::H264 && pkt.kind == MediaKind::Video {
             return;
         }
-        let Some((mut g, slot)) = self.lock(stream) else {
-            return;
-        };
-        let Some(pk) = g.as_mut() else {
-            return;
-        };
-        let before = pk.packager.version();
-        let wall = wall_ms();
-        let d = &mut pk.rtp;
-        match pkt.kind {
-            MediaKind::Video => {
-                let ts = d.video_ts.extend(pkt.rtp_ts);
-                let before_damaged = d.video.damaged_frames();
-                // Only H264 reaches here (checked above); a malformed payload damages its
-                // access unit, which the depacketizer drops and counts.
-                if let Ok(Some(au)) =
-                    d.video
-                        .push(pkt.seq as u16, pkt.rtp_ts, pkt.marker, &pkt.payload)
-                {
-                    let key = h264::nal_units(au).any(|n| h264::nal_type(n) == h264::NAL_IDR);
-                    pk.packager.push_video_annexb(ts, ts, key, au, wall);
+        self.feed(stream, |pk, wall| {
+            let d = &mut pk.rtp;
+            match pkt.kind {
+                MediaKind::Video => {
+                    let ts = d.video_ts.extend(pkt.rtp_ts);
+                    let before_damaged = d.video.damaged_frames();
+                    // Only H264 reaches here (checked above); a malformed payload damages its
+                    // access unit, which the depacketizer drops and counts.
+                    if let Ok(Some(au)) =
+                        d.video
+                            .push(pkt.seq as u16, pkt.rtp_ts, pkt.marker, &pkt.payload)
+                    {
+                        let key = h264::nal_units(au).any(|n| h264::nal_type(n) == h264::NAL_IDR);
+                        pk.packager.push_video_annexb(ts, ts, key, au, wall);
+                    }
+                    let damaged = d.video.damaged_frames() - before_damaged;
+                    if damaged > 0 {
+                        self.counters
+                            .damaged_frames
+                            .fetch_add(damaged, Ordering::Relaxed);
+                    }
                 }
-                let damaged = d.video.damaged_frames() - before_damaged;
-                if damaged > 0 {
-                    self.counters
-                        .damaged_frames
-                        .fetch_add(damaged, Ordering::Relaxed);
+                MediaKind::Audio => {
+                    if !d.audio_set {
+                        // WebRTC's Opus is always signalled as two channels; a mono encoder's
+                        // packets decode as stereo.
+                        pk.packager.set_audio(AudioConfig::Opus { channels: 2 });
+                        d.audio_set = true;
+                    }
+                    let ts = d.audio_ts.extend(pkt.rtp_ts);
+                    pk.packager.push_audio(ts, &pkt.payload, wall);
                 }
             }
-            MediaKind::Audio => {
-                if !d.audio_set {
-                    // WebRTC's Opus is always signalled as two channels; a mono encoder's
-                    // packets decode as stereo.
-                    pk.packager.set_audio(AudioConfig::Opus { channels: 2 });
-                    d.audio_set = true;
-                }
-                let ts = d.audio_ts.extend(pkt.rtp_ts);
-                pk.packager.push_audio(ts, &pkt.payload, wall);
-            }
-        }
-        let v = pk.packager.version();
-        if v != before {
-            slot.version.send_replace(v);
-        }
+        });
     }
 
     /// Ends sessions idle for `hls.session_timeout_s` (or past their admission's end), and
@@ -404,12 +385,7 @@ impl Hls {
                 }
                 keep
             });
-            let n = m.len();
-            if n == 0 {
-                m.shrink_to_fit();
-            } else if m.capacity() > 4 * n {
-                m.shrink_to(2 * n);
-            }
+            shrink_map(&mut m);
         }
         for (stream, serial, expired) in ended {
             admission.ended(

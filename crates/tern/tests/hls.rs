@@ -182,6 +182,24 @@ fn the_clip_is_served_as_ll_hls_with_blocking_reload() {
     assert!(b.len() >= 4 && b.len().is_multiple_of(2), "{b:?}");
     assert!(b.chunks(2).all(|c| c[0].0 == "moof" && c[1].0 == "mdat"));
 
+    // The metrics count the session, the packaged stream and what was served.
+    let metrics = get(http, "/metrics").text();
+    for line in [
+        "tern_hls_sessions 1",
+        "tern_hls_streams_packaged 1",
+        "tern_hls_sessions_opened_total 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in /metrics"
+        );
+    }
+    let served = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tern_hls_media_total "))
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("tern_hls_media_total");
+    assert!(served >= 4, "{served} parts, segments and inits served");
     // The packaged bytes are in the memory report while the session lasts...
     let line = memory_line(http, "hls_segments").expect("hls_segments line");
     assert!(

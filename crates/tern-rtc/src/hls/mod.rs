@@ -38,7 +38,6 @@
 
 mod fmp4;
 mod nal;
-mod opus;
 mod playlist;
 mod sps;
 mod timeline;

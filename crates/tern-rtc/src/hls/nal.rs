@@ -1,9 +1,9 @@
 //! H264 access units in, fMP4 samples out: NAL units split from Annex B (start codes) or AVCC
-//! (4-byte lengths), parameter sets and access unit delimiters taken out of the sample.
+//! (4-byte lengths), parameter sets and access unit delimiters taken out of the sample. The
+//! splitting is tern-proto's (`h264::nal_units`, `flv::avcc_nal_units`).
 
-const NAL_SPS: u8 = 7;
-const NAL_PPS: u8 = 8;
-const NAL_AUD: u8 = 9;
+use tern_proto::h264::{NAL_AUD, NAL_PPS, NAL_SPS, nal_type, nal_units};
+use tern_proto::rtmp::flv::avcc_nal_units;
 
 /// The parameter sets an access unit carried in band (the first of each).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -12,47 +12,11 @@ pub(crate) struct ParamSets<'a> {
     pub pps: Option<&'a [u8]>,
 }
 
-/// The NAL units of an Annex B byte stream, split on `00 00 01` (a 4-byte start code is the
-/// same with a leading zero, stripped as trailing zero bytes of the unit before). Bytes
-/// before the first start code are not a NAL unit and are skipped.
-struct AnnexB<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-fn find_start_code(data: &[u8], from: usize) -> Option<(usize, usize)> {
-    let tail = data.get(from..)?;
-    tail.windows(3)
-        .position(|w| w == [0, 0, 1])
-        .map(|i| (from + i, from + i + 3))
-}
-
-impl<'a> Iterator for AnnexB<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        while self.pos < self.data.len() {
-            let (end, next) =
-                find_start_code(self.data, self.pos).unwrap_or((self.data.len(), self.data.len()));
-            let mut nal = &self.data[self.pos..end];
-            self.pos = next;
-            while let [rest @ .., 0] = nal {
-                nal = rest;
-            }
-            if !nal.is_empty() {
-                return Some(nal);
-            }
-        }
-        None
-    }
-}
-
 fn append_nal<'a>(nal: &'a [u8], out: &mut Vec<u8>, params: &mut ParamSets<'a>) {
-    let Some(&header) = nal.first() else { return };
     let Ok(len) = u32::try_from(nal.len()) else {
         return;
     };
-    match header & 0x1f {
+    match nal_type(nal) {
         NAL_SPS => {
             params.sps.get_or_insert(nal);
         }
@@ -70,12 +34,8 @@ fn append_nal<'a>(nal: &'a [u8], out: &mut Vec<u8>, params: &mut ParamSets<'a>) 
 /// Appends an Annex B access unit to `out` as a length-prefixed sample, without its SPS, PPS
 /// and AUD units, which are returned (the first of each).
 pub(crate) fn annexb_to_sample<'a>(au: &'a [u8], out: &mut Vec<u8>) -> ParamSets<'a> {
-    let start = find_start_code(au, 0).map_or(au.len(), |(_, next)| next);
     let mut params = ParamSets::default();
-    for nal in (AnnexB {
-        data: au,
-        pos: start,
-    }) {
+    for nal in nal_units(au) {
         append_nal(nal, out, &mut params);
     }
     params
@@ -84,20 +44,9 @@ pub(crate) fn annexb_to_sample<'a>(au: &'a [u8], out: &mut Vec<u8>) -> ParamSets
 /// Appends an AVCC access unit (4-byte big-endian lengths) to `out`, without its SPS, PPS and
 /// AUD units, which are returned. `None` (and `out` as it was) if a length runs past the end.
 pub(crate) fn avcc_to_sample<'a>(au: &'a [u8], out: &mut Vec<u8>) -> Option<ParamSets<'a>> {
-    let mark = out.len();
     let mut params = ParamSets::default();
-    let mut rest = au;
-    while !rest.is_empty() {
-        let parsed = rest.split_first_chunk::<4>().and_then(|(len, tail)| {
-            let len = usize::try_from(u32::from_be_bytes(*len)).ok()?;
-            (len <= tail.len()).then(|| tail.split_at(len))
-        });
-        let Some((nal, tail)) = parsed else {
-            out.truncate(mark);
-            return None;
-        };
+    for nal in avcc_nal_units(au, 4).ok()? {
         append_nal(nal, out, &mut params);
-        rest = tail;
     }
     Some(params)
 }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fmp4::{self, AUDIO_TRACK_ID, Run, SampleInfo, VIDEO_TIMESCALE, VIDEO_TRACK_ID};
-use super::{AudioConfig, Driver, Epoch, Packager, PartEntry, Segment, Track, opus};
+use super::{AudioConfig, Driver, Epoch, Packager, PartEntry, Segment, Track};
+use crate::clip::opus_packet_samples;
 
 /// A timestamp step beyond this (or backwards) is a new timeline (a new publisher).
 const MAX_STEP: Duration = Duration::from_secs(5);
@@ -210,7 +211,7 @@ impl Packager {
         self.stats.samples_in += 1;
         let nominal = match &self.audio_cfg {
             Some(AudioConfig::Aac { .. }) => Some(1024),
-            Some(AudioConfig::Opus { .. }) => opus::packet_duration(data),
+            Some(AudioConfig::Opus { .. }) => opus_packet_samples(data),
             None => None,
         };
         let size = u32::try_from(data.len()).ok().filter(|s| *s > 0);

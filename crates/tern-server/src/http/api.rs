@@ -372,6 +372,59 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
         "counter",
         l(&s.turn_quota_refusals),
     );
+    let h = &st.hls;
+    gauge(
+        "tern_hls_sessions",
+        "LL-HLS sessions open.",
+        "gauge",
+        h.session_count() as u64,
+    );
+    gauge(
+        "tern_hls_streams_packaged",
+        "Streams being packaged for LL-HLS (someone reads them).",
+        "gauge",
+        h.packaging_count() as u64,
+    );
+    for (name, help, v) in [
+        (
+            "tern_hls_sessions_opened_total",
+            "LL-HLS sessions opened (admitted index.m3u8 requests).",
+            &h.counters.sessions_opened,
+        ),
+        (
+            "tern_hls_playlists_total",
+            "LL-HLS playlists answered.",
+            &h.counters.playlists,
+        ),
+        (
+            "tern_hls_media_total",
+            "LL-HLS parts, segments and init segments answered.",
+            &h.counters.media,
+        ),
+        (
+            "tern_hls_media_bytes_total",
+            "Bytes of LL-HLS parts, segments and init segments answered.",
+            &h.counters.media_bytes,
+        ),
+        (
+            "tern_hls_damaged_frames_total",
+            "Access units the LL-HLS packager could not rebuild from a stream's RTP (loss, a full tap queue).",
+            &h.counters.damaged_frames,
+        ),
+        (
+            "tern_hls_tap_dropped_total",
+            "Ring packets not handed to the LL-HLS packager because its queue was full.",
+            &s.hls_tap_dropped,
+        ),
+    ] {
+        gauge(name, help, "counter", l(v));
+    }
+    gauge(
+        "tern_hls_sessions_refused_total",
+        "LL-HLS sessions refused by the per-address limit (hls.sessions_per_ip).",
+        "counter",
+        h.refused_per_ip(),
+    );
     gauge(
         "tern_handshakes_in_progress",
         "DTLS handshakes in progress.",

@@ -237,17 +237,10 @@ async fn open(
     // The variant's attributes come from the first part (the player would wait for it on
     // the media playlist anyway); past the wait the playlist goes out without them.
     let _ = wait_for(&st.hls, info.index, FIRST_PART_WAIT, has_a_part).await;
-    let mut attrs = format!("BANDWIDTH={}", bandwidth(&st.hls, info.index));
-    let (codecs, size) = st
+    let attrs = st
         .hls
-        .with_packager(info.index, |p| (p.codecs(), p.resolution()))
-        .unwrap_or_default();
-    if let Some(c) = codecs {
-        attrs.push_str(&format!(",CODECS=\"{c}\""));
-    }
-    if let Some((w, h)) = size.filter(|(w, h)| *w > 0 && *h > 0) {
-        attrs.push_str(&format!(",RESOLUTION={w}x{h}"));
-    }
+        .with_packager(info.index, variant_attributes)
+        .unwrap_or_else(|| format!("BANDWIDTH={DEFAULT_BANDWIDTH}"));
     let body = format!(
         "#EXTM3U\n#EXT-X-INDEPENDENT-SEGMENTS\n#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?session={token}\n"
     );
@@ -265,13 +258,28 @@ fn hub_count_playlist(hub: &Hls) {
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The variant's BANDWIDTH: the peak bit rate of the segments held (of the first parts
-/// while no segment is complete), with a quarter more for the peaks of segments to come;
-/// a typical 720p stream's 2.5 Mbit/s when nothing is packaged yet.
-fn bandwidth(hub: &Hls, stream: usize) -> u64 {
-    hub.with_packager(stream, |p| p.stats().peak_bitrate)
-        .filter(|b| *b > 0)
-        .map_or(2_500_000, |b| b + b / 4)
+/// A variant's BANDWIDTH before anything is packaged: a typical 720p stream's.
+const DEFAULT_BANDWIDTH: u64 = 2_500_000;
+
+/// The `EXT-X-STREAM-INF` attributes of the packager's stream. BANDWIDTH: the peak bit rate
+/// of the segments held (of the first parts while no segment is complete), with a quarter
+/// more for the peaks of segments to come. CODECS and RESOLUTION once the packager has its
+/// configurations.
+fn variant_attributes(p: &Packager) -> String {
+    let peak = p.stats().peak_bitrate;
+    let bandwidth = if peak > 0 {
+        peak + peak / 4
+    } else {
+        DEFAULT_BANDWIDTH
+    };
+    let mut attrs = format!("BANDWIDTH={bandwidth}");
+    if let Some(c) = p.codecs() {
+        attrs.push_str(&format!(",CODECS=\"{c}\""));
+    }
+    if let Some((w, h)) = p.resolution().filter(|(w, h)| *w > 0 && *h > 0) {
+        attrs.push_str(&format!(",RESOLUTION={w}x{h}"));
+    }
+    attrs
 }
 
 /// Waits (bounded by `limit`) until `ready` holds for stream `stream`'s packager. `Err`
