@@ -21,49 +21,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1280x720}
 PHASE=${2:-20}
-TARGET=${CARGO_TARGET_DIR:-target}
-cargo build --release -p tern >/dev/null 2>&1 || cargo build --release -p tern
-TERN="$TARGET/release/tern"
-dir=$(mktemp -d)
-trap 'kill "${SP:-}" "${FP:-}" 2>/dev/null || true; rm -rf "$dir"' EXIT
-printf '[[app]]\nname = "live"\nstreams = ["cam"]\n' >"$dir/tern.toml"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-HTTP=$(port)
-MEDIA=$(port)
-RTMP=$(port)
-RUST_LOG=info "$TERN" serve --config "$dir/tern.toml" --http "127.0.0.1:$HTTP" \
-    --media "127.0.0.1:$MEDIA" --candidate 127.0.0.1 --rtmp "127.0.0.1:$RTMP" 2>"$dir/tern.log" &
-SP=$!
-sleep 1
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+tern_build
+start_rtmp_server info
 TOTAL=$((4 * PHASE + 60))
 ffmpeg -hide_banner -nostdin -loglevel error \
     -re -f lavfi -i "testsrc2=size=$SIZE:rate=30" -re -f lavfi -i sine=frequency=440:sample_rate=44100 \
     -t "$TOTAL" -c:v libx264 -bf 2 -preset veryfast -b:v 2500k -pix_fmt yuv420p \
     -g 30 -c:a aac -f flv "rtmp://127.0.0.1:$RTMP/live/cam" &
 FP=$!
-# CPU time (ns, from schedstat: finer than the 10 ms ticks of stat) of the threads named $1.
-ticks() {
-    local sum=0
-    for t in /proc/$SP/task/*; do
-        if [ "$(cat "$t/comm" 2>/dev/null)" = "$1" ]; then
-            read -r ns _ <"$t/schedstat" 2>/dev/null || continue
-            sum=$((sum + ns))
-        fi
-    done
-    echo "$sum"
-}
 HZ=1000000000
 URL="http://127.0.0.1:$HTTP/live/cam/index.m3u8"
 sleep 4
-r0=$(ticks RtmpSession); h0=$(ticks HttpWorker)
+r0=$(thread_ns RtmpSession); h0=$(thread_ns HttpWorker)
 sleep "$PHASE"
-r1=$(ticks RtmpSession); h1=$(ticks HttpWorker)
+r1=$(thread_ns RtmpSession); h1=$(thread_ns HttpWorker)
 node bench/hls-client.mjs reader "$URL" $((PHASE + 4)) >"$dir/reader.json" &
 RP=$!
 sleep 4
-r2=$(ticks RtmpSession); h2=$(ticks HttpWorker)
+r2=$(thread_ns RtmpSession); h2=$(thread_ns HttpWorker)
 sleep "$PHASE"
-r3=$(ticks RtmpSession); h3=$(ticks HttpWorker)
+r3=$(thread_ns RtmpSession); h3=$(thread_ns HttpWorker)
 wait "$RP"
 node bench/hls-client.mjs latency "$URL" "$PHASE" >"$dir/latency.json"
 S=$(curl -s "$URL" | tail -1)

@@ -12,20 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_=${1:-25}
 VIEWERS=${2:-10}
-TARGET=${CARGO_TARGET_DIR:-target}
-cargo build --release -p tern >/dev/null 2>&1 || cargo build --release -p tern
-TERN="$TARGET/release/tern"
-dir=$(mktemp -d)
-trap 'kill "${SP:-}" "${FP:-}" 2>/dev/null || true; rm -rf "$dir"' EXIT
-printf '[[app]]\nname = "live"\nstreams = ["cam"]\n' >"$dir/tern.toml"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-HTTP=$(port)
-MEDIA=$(port)
-RTMP=$(port)
-RUST_LOG=warn "$TERN" serve --config "$dir/tern.toml" --http "127.0.0.1:$HTTP" \
-    --media "127.0.0.1:$MEDIA" --candidate 127.0.0.1 --rtmp "127.0.0.1:$RTMP" 2>"$dir/tern.log" &
-SP=$!
-sleep 1
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+tern_build
+start_rtmp_server warn
 ffmpeg -hide_banner -nostdin -loglevel error \
     -re -f lavfi -i testsrc=size=320x240:rate=30 -re -f lavfi -i sine=frequency=440:sample_rate=44100 \
     -t "$SECONDS_" -c:v libx264 -profile:v baseline -tune zerolatency -pix_fmt yuv420p -g 30 \
@@ -43,10 +33,5 @@ for p in json.load(sys.stdin)["pools"]:
 "$TERN" bench -url "http://127.0.0.1:$HTTP/live/cam/whep" -n "$VIEWERS" -cint 20 \
     -life $((SECONDS_ - 5)) -sint 600000 --details false
 # Before ffmpeg ends (the connection's thread goes with it).
-for t in /proc/$SP/task/*; do
-    if [ "$(cat "$t/comm")" = RtmpSession ]; then
-        read -r -a st <<<"$(sed 's/.*) //' "$t/stat")"
-        echo "RtmpSession CPU: $((st[11] + st[12])) ticks of 1/$(getconf CLK_TCK) s over ~$((SECONDS_ - 2)) s of input"
-    fi
-done
+echo "RtmpSession CPU: $(thread_ticks RtmpSession) ticks of 1/$(getconf CLK_TCK) s over ~$((SECONDS_ - 2)) s of input"
 wait

@@ -14,20 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1280x720}
 PHASE=${2:-20}
-TARGET=${CARGO_TARGET_DIR:-target}
-cargo build --release -p tern >/dev/null 2>&1 || cargo build --release -p tern
-TERN="$TARGET/release/tern"
-dir=$(mktemp -d)
-trap 'kill "${SP:-}" "${FP:-}" 2>/dev/null || true; rm -rf "$dir"' EXIT
-printf '[[app]]\nname = "live"\nstreams = ["cam"]\n' >"$dir/tern.toml"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-HTTP=$(port)
-MEDIA=$(port)
-RTMP=$(port)
-RUST_LOG=info "$TERN" serve --config "$dir/tern.toml" --http "127.0.0.1:$HTTP" \
-    --media "127.0.0.1:$MEDIA" --candidate 127.0.0.1 --rtmp "127.0.0.1:$RTMP" 2>"$dir/tern.log" &
-SP=$!
-sleep 1
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+tern_build
+start_rtmp_server info
 TOTAL=$((2 * PHASE + 20))
 ffmpeg -hide_banner -nostdin -loglevel error \
     -re -f lavfi -i "testsrc2=size=$SIZE:rate=30" -re -f lavfi -i sine=frequency=440:sample_rate=48000 \
@@ -36,16 +26,7 @@ ffmpeg -hide_banner -nostdin -loglevel error \
 FP=$!
 # Every thread named RtmpSession: the connection's own and the encoder threads libx264
 # starts from it (a new thread inherits its creator's name).
-ticks() {
-    local sum=0
-    for t in /proc/$SP/task/*; do
-        if [ "$(cat "$t/comm" 2>/dev/null)" = RtmpSession ]; then
-            read -r -a st <<<"$(sed 's/.*) //' "$t/stat" 2>/dev/null)" || continue
-            sum=$((sum + st[11] + st[12]))
-        fi
-    done
-    echo "$sum"
-}
+ticks() { thread_ticks RtmpSession; }
 sleep 4
 t0=$(ticks)
 sleep "$PHASE"
