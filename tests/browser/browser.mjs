@@ -120,3 +120,52 @@ export async function readVideo() {
   });
   return out;
 }
+
+/**
+ * In a page (`page.evaluate(publishCanvas, { endpoint, codec })`): publishes a 30 fps 640x360
+ * canvas over WHIP with only `codec` offered; the peer connection is window.pubPc, the
+ * drawing timer window.drawTimer and the WHIP resource window.whipLocation. Returns the
+ * video codecs the answer names, or `{ error }`.
+ */
+export async function publishCanvas({ endpoint, codec }) {
+  const canvas = document.createElement('canvas');
+  canvas.width = 640;
+  canvas.height = 360;
+  document.body.append(canvas);
+  const g = canvas.getContext('2d');
+  let n = 0;
+  window.drawTimer = setInterval(() => {
+    n += 1;
+    g.fillStyle = `hsl(${(n * 7) % 360} 80% 50%)`;
+    g.fillRect(0, 0, 640, 360);
+    g.fillStyle = '#fff';
+    g.font = '48px sans-serif';
+    g.fillText(String(n), 40 + (n % 400), 180);
+  }, 33);
+  const caps = RTCRtpSender.getCapabilities('video').codecs;
+  const want = caps.filter((c) => c.mimeType.toLowerCase() === `video/${codec.toLowerCase()}`);
+  if (want.length === 0) return { error: `this Chromium cannot send ${codec}: ${caps.map((c) => c.mimeType).join(' ')}` };
+  const pc = new RTCPeerConnection();
+  window.pubPc = pc;
+  const track = canvas.captureStream(30).getVideoTracks()[0];
+  const tr = pc.addTransceiver(track, { direction: 'sendonly' });
+  tr.setCodecPreferences(want);
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((ok) => {
+    if (pc.iceGatheringState === 'complete') ok();
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && ok();
+    setTimeout(ok, 2000);
+  });
+  const res = await fetch(endpoint, {
+    method: 'POST',
+    headers: { 'content-type': 'application/sdp' },
+    body: pc.localDescription.sdp,
+  });
+  const answer = await res.text();
+  if (res.status !== 201) return { error: `WHIP POST ${res.status}: ${answer}` };
+  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+  window.whipLocation = new URL(res.headers.get('location'), endpoint).toString();
+  const answered = [...new Set([...answer.matchAll(/a=rtpmap:\d+ ([^/]+)\/90000/g)].map((m) => m[1]))]
+    .filter((c) => !/^(rtx|red|ulpfec)$/i.test(c));
+  return { answered };
+}

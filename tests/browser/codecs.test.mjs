@@ -11,7 +11,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { launchBrowser, newLoggedPage, publishCanvas } from './browser.mjs';
 import { startServer } from './server.mjs';
 
 const CODECS = ['H264', 'VP8', 'VP9', 'AV1'];
@@ -36,50 +36,6 @@ async function openViewer({ endpoint }) {
   dtls.onstatechange = () => window.keptStates.push(dtls.state);
   for (let i = 0; i < 100 && pc.connectionState !== 'connected'; i++) await new Promise((ok) => setTimeout(ok, 100));
   return { state: pc.connectionState, codec: answer.match(/a=rtpmap:\d+ ([^/]+)\/90000/)[1] };
-}
-
-/** In the page: publish a 30 fps canvas over WHIP with only `codec` offered. */
-async function publish({ endpoint, codec }) {
-  const canvas = document.createElement('canvas');
-  canvas.width = 640;
-  canvas.height = 360;
-  document.body.append(canvas);
-  const g = canvas.getContext('2d');
-  let n = 0;
-  window.drawTimer = setInterval(() => {
-    n += 1;
-    g.fillStyle = `hsl(${(n * 7) % 360} 80% 50%)`;
-    g.fillRect(0, 0, 640, 360);
-    g.fillStyle = '#fff';
-    g.font = '48px sans-serif';
-    g.fillText(String(n), 40 + (n % 400), 180);
-  }, 33);
-  const caps = RTCRtpSender.getCapabilities('video').codecs;
-  const want = caps.filter((c) => c.mimeType.toLowerCase() === `video/${codec.toLowerCase()}`);
-  if (want.length === 0) return { error: `this Chromium cannot send ${codec}: ${caps.map((c) => c.mimeType).join(' ')}` };
-  const pc = new RTCPeerConnection();
-  window.pubPc = pc;
-  const track = canvas.captureStream(30).getVideoTracks()[0];
-  const tr = pc.addTransceiver(track, { direction: 'sendonly' });
-  tr.setCodecPreferences(want);
-  await pc.setLocalDescription(await pc.createOffer());
-  await new Promise((ok) => {
-    if (pc.iceGatheringState === 'complete') ok();
-    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && ok();
-    setTimeout(ok, 2000);
-  });
-  const res = await fetch(endpoint, {
-    method: 'POST',
-    headers: { 'content-type': 'application/sdp' },
-    body: pc.localDescription.sdp,
-  });
-  const answer = await res.text();
-  if (res.status !== 201) return { error: `WHIP POST ${res.status}: ${answer}` };
-  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
-  window.whipLocation = new URL(res.headers.get('location'), endpoint).toString();
-  const answered = [...new Set([...answer.matchAll(/a=rtpmap:\d+ ([^/]+)\/90000/g)].map((m) => m[1]))]
-    .filter((c) => !/^(rtx|red|ulpfec)$/i.test(c));
-  return { answered };
 }
 
 /**
@@ -175,7 +131,7 @@ describe('WHIP codecs passed through to WHEP viewers (Chromium to Chromium)', { 
       try {
         await pub.page.goto(`${server.base}/`);
         await view.page.goto(`${server.base}/`);
-        const p = await pub.page.evaluate(publish, { endpoint: `${stream}/whip`, codec });
+        const p = await pub.page.evaluate(publishCanvas, { endpoint: `${stream}/whip`, codec });
         const why = () => `${JSON.stringify(p)}\n--- publisher ---\n${pub.log()}\n--- viewer ---\n${view.log()}\n--- server ---\n${server.tail()}`;
         assert.equal(p.error, undefined, why());
         assert.deepEqual(p.answered, [codec], `the answer offers the publisher only ${codec}: ${why()}`);
@@ -220,7 +176,7 @@ describe('WHIP codecs passed through to WHEP viewers (Chromium to Chromium)', { 
       await pub.page.goto(`${server.base}/`);
       await view.page.goto(`${server.base}/`);
       const why = () => `--- publisher ---\n${pub.log()}\n--- viewer ---\n${view.log()}\n--- server ---\n${server.tail()}`;
-      let p = await pub.page.evaluate(publish, { endpoint: `${stream}/whip`, codec: 'H264' });
+      let p = await pub.page.evaluate(publishCanvas, { endpoint: `${stream}/whip`, codec: 'H264' });
       assert.equal(p.error, undefined, why());
       const kept = await view.page.evaluate(openViewer, { endpoint: `${stream}/whep` });
       assert.deepEqual(kept, { state: 'connected', codec: 'H264' }, why());
@@ -230,7 +186,7 @@ describe('WHIP codecs passed through to WHEP viewers (Chromium to Chromium)', { 
         window.pubPc.close();
         return fetch(window.whipLocation, { method: 'DELETE' }).then((r) => r.status);
       });
-      p = await pub.page.evaluate(publish, { endpoint: `${stream}/whip`, codec: 'VP8' });
+      p = await pub.page.evaluate(publishCanvas, { endpoint: `${stream}/whip`, codec: 'VP8' });
       assert.equal(p.error, undefined, why());
       let states = [];
       for (let i = 0; i < 50 && !states.includes('closed'); i++) {

@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { launchBrowser, newLoggedPage, publishCanvas } from './browser.mjs';
 import {
   avcCodecString, cacheable, checkMedia, checkProgress, hasPartOrLater, parseMedia, parseMultivariant,
   partName, readFragment, readInit, shortLived,
@@ -161,39 +161,6 @@ function readHls() {
     ...window.hlsState,
     errors: window.hlsState.errors.slice(-10),
   };
-}
-
-/** In the page: publish a 30 fps canvas over WHIP offering only VP8. */
-async function publishVp8({ endpoint }) {
-  const canvas = document.createElement('canvas');
-  canvas.width = 320;
-  canvas.height = 180;
-  document.body.append(canvas);
-  const g = canvas.getContext('2d');
-  let n = 0;
-  window.drawTimer = setInterval(() => {
-    n += 1;
-    g.fillStyle = `hsl(${(n * 7) % 360} 80% 50%)`;
-    g.fillRect(0, 0, 320, 180);
-  }, 33);
-  const vp8 = RTCRtpSender.getCapabilities('video').codecs.filter((c) => c.mimeType.toLowerCase() === 'video/vp8');
-  if (vp8.length === 0) return { error: 'this Chromium cannot send VP8' };
-  const pc = new RTCPeerConnection();
-  window.pubPc = pc;
-  const tr = pc.addTransceiver(canvas.captureStream(30).getVideoTracks()[0], { direction: 'sendonly' });
-  tr.setCodecPreferences(vp8);
-  await pc.setLocalDescription(await pc.createOffer());
-  await new Promise((ok) => {
-    if (pc.iceGatheringState === 'complete') ok();
-    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && ok();
-    setTimeout(ok, 2000);
-  });
-  const res = await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/sdp' }, body: pc.localDescription.sdp });
-  const answer = await res.text();
-  if (res.status !== 201) return { error: `WHIP POST ${res.status}: ${answer}` };
-  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
-  window.whipLocation = new URL(res.headers.get('location'), endpoint).toString();
-  return { ok: true };
 }
 
 describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffmpeg, hls.js)', { timeout: 175_000 }, () => {
@@ -524,7 +491,7 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
     const url = `${server.base}/live/vp8/index.m3u8`;
     try {
       await page.goto(`${server.base}/`, { timeout: 10_000 });
-      const p = await page.evaluate(publishVp8, { endpoint: `${server.base}/live/vp8/whip` });
+      const p = await page.evaluate(publishCanvas, { endpoint: `${server.base}/live/vp8/whip`, codec: 'VP8' });
       assert.equal(p.error, undefined, failure(`${p.error}\n--- page log ---\n${log()}`));
       let r;
       const t0 = Date.now();
