@@ -5,14 +5,13 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
-import { freeTcpPort, startServer } from './server.mjs';
+import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -44,24 +43,19 @@ describe('undeclared stream admitted by a webhook, played in Chromium', { timeou
       readyTimeoutMs: 20_000,
       extraArgs: ['--config', config, '--rtmp', `127.0.0.1:${rtmpPort}`],
     });
-    ffmpeg = spawn('ffmpeg', [
+    ffmpeg = await publishRtmp(server, 'live/anyname', [
       '-hide_banner', '-nostdin', '-loglevel', 'warning',
       '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
       '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=44100',
       '-t', '40', '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
       '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac',
       '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/live/anyname?token=key1`,
-    ], { stdio: ['ignore', 'ignore', 'ignore'] });
-    const deadline = Date.now() + 15_000;
-    while (!server.output().includes('live/anyname is live')) {
-      if (Date.now() > deadline) throw new Error(`live/anyname did not go live\n${server.tail()}`);
-      await sleep(100);
-    }
+    ]);
     browser = await launchBrowser();
   }, { timeout: 60_000 });
 
   after(async () => {
-    ffmpeg?.kill('SIGKILL');
+    ffmpeg?.proc.kill('SIGKILL');
     await browser?.close();
     await server?.stop();
     hook?.close();

@@ -9,13 +9,12 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage, readVideo } from './browser.mjs';
-import { freeTcpPort, startServer } from './server.mjs';
+import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -69,29 +68,20 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
       const events = await newLoggedPage(browser.context);
       await events.page.goto(`${server.base}/`);
       assert.ok(await events.page.evaluate(listen, server.base), 'event stream opened');
-      let ffmpegLog = '';
       // OBS-like: High profile, 3 B-frames, a keyframe every 2 s, AAC audio.
-      const ffmpeg = spawn('ffmpeg', [
+      const ffmpeg = await publishRtmp(server, `${app}/bf`, [
         '-hide_banner', '-nostdin', '-loglevel', 'warning',
         '-re', '-f', 'lavfi', '-i', `testsrc2=size=${size}:rate=30`,
         '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
         '-t', '40', '-c:v', 'libx264', '-profile:v', 'high', '-bf', bf, '-preset', 'veryfast',
         '-b:v', rate, '-pix_fmt', 'yuv420p', '-g', gop, '-c:a', 'aac', '-b:a', '128k',
         '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/${app}/bf`,
-      ], { stdio: ['ignore', 'ignore', 'pipe'] });
-      ffmpeg.stderr.on('data', (d) => {
-        ffmpegLog = (ffmpegLog + d.toString()).slice(-4000);
-      });
+      ]);
       const { page, log } = await newLoggedPage(browser.context);
       const failure = (what, s) =>
         `${what}\nlast video stats: ${JSON.stringify(s)}\n--- page log ---\n${log()}\n` +
-        `--- ffmpeg ---\n${ffmpegLog}\n--- server output ---\n${server.tail()}`;
+        `--- ffmpeg ---\n${ffmpeg.log()}\n--- server output ---\n${server.tail()}`;
       try {
-        const deadline = Date.now() + 15_000;
-        while (!server.output().includes(`${app}/bf is live`)) {
-          assert.ok(Date.now() < deadline, failure(`${app}/bf did not go live`, {}));
-          await sleep(100);
-        }
         await sleep(1000);
         await page.goto(`${server.base}/${app}/bf`, { timeout: 10_000, waitUntil: 'domcontentloaded' });
         await sleep(3000);
@@ -120,7 +110,7 @@ describe('RTMP with B-frames (x264 High, -bf 3) to Chromium', { timeout: 200_000
           assert.equal(pub.video.transcoding, false, failure('never transcoding', pub));
         }
       } finally {
-        ffmpeg.kill('SIGKILL');
+        ffmpeg.proc.kill('SIGKILL');
         await page.close();
         await events.page.close();
       }

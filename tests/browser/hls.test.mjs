@@ -30,7 +30,7 @@ import {
   avcCodecString, cacheable, checkMedia, checkProgress, hasPartOrLater, parseMedia, parseMultivariant,
   partName, readFragment, readInit, shortLived,
 } from './hls-validate.mjs';
-import { freeTcpPort, startServer } from './server.mjs';
+import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const HLS_JS = join(HERE, 'node_modules', 'hls.js', 'dist', 'hls.min.js');
@@ -168,9 +168,8 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
   let server;
   let browser;
   let ffmpeg;
-  let ffmpegLog = '';
   let index;
-  const failure = (what) => `${what}\n--- ffmpeg (publisher) ---\n${ffmpegLog}\n--- server output ---\n${server?.tail()}`;
+  const failure = (what) => `${what}\n--- ffmpeg (publisher) ---\n${ffmpeg?.log() ?? ''}\n--- server output ---\n${server?.tail()}`;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tern-hls-'));
@@ -185,27 +184,19 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
       extraArgs: ['--config', config, '--rtmp', `127.0.0.1:${rtmpPort}`],
     });
     index = `${server.base}/live/hls/index.m3u8`;
-    ffmpeg = spawn('ffmpeg', [
+    ffmpeg = await publishRtmp(server, 'live/hls', [
       '-hide_banner', '-nostdin', '-loglevel', 'warning',
       '-re', '-f', 'lavfi', '-i', 'testsrc2=size=640x360:rate=30',
       '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=44100',
       '-t', '170', '-c:v', 'libx264', '-profile:v', 'high', '-bf', '2', '-preset', 'veryfast',
       '-b:v', '1000k', '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac', '-b:a', '96k',
       '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/live/hls`,
-    ], { stdio: ['ignore', 'ignore', 'pipe'] });
-    ffmpeg.stderr.on('data', (d) => {
-      ffmpegLog = (ffmpegLog + d.toString()).slice(-4000);
-    });
-    const deadline = Date.now() + 15_000;
-    while (!server.output().includes('live/hls is live')) {
-      if (Date.now() > deadline) throw new Error(failure('live/hls did not go live within 15 s'));
-      await sleep(100);
-    }
+    ]);
     browser = await launchBrowser();
   }, { timeout: 60_000 });
 
   after(async () => {
-    ffmpeg?.kill('SIGKILL');
+    ffmpeg?.proc.kill('SIGKILL');
     await browser?.close();
     await server?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });

@@ -8,13 +8,12 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage, readVideo } from './browser.mjs';
-import { freeTcpPort, startServer } from './server.mjs';
+import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 const GOP_S = 10;
@@ -24,7 +23,6 @@ describe('joining a 10 s GOP stream mid-GOP in Chromium', { timeout: 150_000 }, 
   let server;
   let browser;
   let ffmpeg;
-  let ffmpegLog = '';
   let liveAt = 0;
 
   before(async () => {
@@ -36,7 +34,7 @@ describe('joining a 10 s GOP stream mid-GOP in Chromium', { timeout: 150_000 }, 
       readyTimeoutMs: 20_000,
       extraArgs: ['--config', config, '--rtmp', `127.0.0.1:${rtmpPort}`],
     });
-    ffmpeg = spawn('ffmpeg', [
+    ffmpeg = await publishRtmp(server, 'live/gop', [
       '-hide_banner', '-nostdin', '-loglevel', 'warning',
       '-re', '-f', 'lavfi', '-i', 'testsrc2=size=640x360:rate=30',
       '-t', '60', '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
@@ -44,23 +42,13 @@ describe('joining a 10 s GOP stream mid-GOP in Chromium', { timeout: 150_000 }, 
       '-pix_fmt', 'yuv420p', '-g', String(GOP_S * 30), '-keyint_min', String(GOP_S * 30),
       '-sc_threshold', '0', '-an',
       '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/live/gop`,
-    ], { stdio: ['ignore', 'ignore', 'pipe'] });
-    ffmpeg.stderr.on('data', (d) => {
-      ffmpegLog = (ffmpegLog + d.toString()).slice(-4000);
-    });
-    const deadline = Date.now() + 15_000;
-    while (!server.output().includes('live/gop is live')) {
-      if (Date.now() > deadline) {
-        throw new Error(`live/gop did not go live\n--- ffmpeg ---\n${ffmpegLog}\n--- server ---\n${server.tail()}`);
-      }
-      await sleep(100);
-    }
+    ]);
     liveAt = Date.now();
     browser = await launchBrowser();
   }, { timeout: 60_000 });
 
   after(async () => {
-    ffmpeg?.kill('SIGKILL');
+    ffmpeg?.proc.kill('SIGKILL');
     await browser?.close();
     await server?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
@@ -72,7 +60,7 @@ describe('joining a 10 s GOP stream mid-GOP in Chromium', { timeout: 150_000 }, 
     const { page, log } = await newLoggedPage(browser.context);
     const failure = (what, s) =>
       `${what}\nlast video stats: ${JSON.stringify(s)}\n--- page log ---\n${log()}\n` +
-      `--- ffmpeg ---\n${ffmpegLog}\n--- server output ---\n${server.tail()}`;
+      `--- ffmpeg ---\n${ffmpeg?.log() ?? ''}\n--- server output ---\n${server.tail()}`;
     try {
       const started = Date.now();
       await page.goto(`${server.base}/live/gop`, { timeout: 10_000, waitUntil: 'domcontentloaded' });

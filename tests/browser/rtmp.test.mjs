@@ -6,13 +6,12 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
-import { freeTcpPort, startServer } from './server.mjs';
+import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -44,7 +43,6 @@ describe('RTMP ingest played in Chromium', { timeout: 120_000 }, () => {
   let server;
   let browser;
   let ffmpeg;
-  let ffmpegLog = '';
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tern-rtmp-'));
@@ -55,29 +53,19 @@ describe('RTMP ingest played in Chromium', { timeout: 120_000 }, () => {
       readyTimeoutMs: 20_000,
       extraArgs: ['--config', config, '--rtmp', `127.0.0.1:${rtmpPort}`],
     });
-    ffmpeg = spawn('ffmpeg', [
+    ffmpeg = await publishRtmp(server, 'live/cam', [
       '-hide_banner', '-nostdin', '-loglevel', 'warning',
       '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
       '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=44100',
       '-t', '40', '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
       '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac',
       '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/live/cam`,
-    ], { stdio: ['ignore', 'ignore', 'pipe'] });
-    ffmpeg.stderr.on('data', (d) => {
-      ffmpegLog = (ffmpegLog + d.toString()).slice(-4000);
-    });
-    const deadline = Date.now() + 15_000;
-    while (!server.output().includes('live/cam is live')) {
-      if (Date.now() > deadline) {
-        throw new Error(`live/cam did not go live\n--- ffmpeg ---\n${ffmpegLog}\n--- server ---\n${server.tail()}`);
-      }
-      await sleep(100);
-    }
+    ]);
     browser = await launchBrowser();
   }, { timeout: 60_000 });
 
   after(async () => {
-    ffmpeg?.kill('SIGKILL');
+    ffmpeg?.proc.kill('SIGKILL');
     await browser?.close();
     await server?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
@@ -87,7 +75,7 @@ describe('RTMP ingest played in Chromium', { timeout: 120_000 }, () => {
     const { page, log } = await newLoggedPage(browser.context);
     const failure = (what, s) =>
       `${what}\nlast player state: ${JSON.stringify(s)}\n--- page log ---\n${log()}\n` +
-      `--- ffmpeg ---\n${ffmpegLog}\n--- server output ---\n${server.tail()}`;
+      `--- ffmpeg ---\n${ffmpeg?.log() ?? ''}\n--- server output ---\n${server.tail()}`;
     try {
       const started = Date.now();
       await page.goto(`${server.base}/live/cam`, { timeout: 10_000, waitUntil: 'domcontentloaded' });

@@ -136,3 +136,27 @@ export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [] } = 
     `tern did not answer GET ${base}/ within ${readyTimeoutMs} ms (last error: ${lastErr?.cause?.code ?? lastErr?.message})\n--- output ---\n${tail()}`,
   );
 }
+
+/**
+ * Starts ffmpeg with `args` (an RTMP publisher) and waits (≤ timeoutMs) until `server` logs
+ * `${live} is live`. Resolves to `{ proc, log }`, `log()` being the last 4,000 characters of
+ * ffmpeg's stderr; rejects with both logs' tails if the stream does not go live (ffmpeg is
+ * killed then).
+ */
+export async function publishRtmp(server, live, args, { timeoutMs = 15_000 } = {}) {
+  const proc = spawn('ffmpeg', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let tail = '';
+  proc.stderr.on('data', (d) => {
+    tail = (tail + d.toString()).slice(-4000);
+  });
+  const log = () => tail;
+  const deadline = Date.now() + timeoutMs;
+  while (!server.output().includes(`${live} is live`)) {
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`${live} did not go live\n--- ffmpeg ---\n${log()}\n--- server ---\n${server.tail()}`);
+    }
+    await sleep(100);
+  }
+  return { proc, log };
+}
