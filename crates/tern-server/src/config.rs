@@ -712,15 +712,13 @@ impl Config {
         if !(5..=3600).contains(&h.session_timeout_s) {
             return bad("hls.session_timeout_s", "must be between 5 and 3600");
         }
-        if h.max_sessions == 0 || h.sessions_per_ip == 0 {
-            return bad(
-                if h.max_sessions == 0 {
-                    "hls.max_sessions"
-                } else {
-                    "hls.sessions_per_ip"
-                },
-                "must be at least 1",
-            );
+        for (key, v) in [
+            ("hls.max_sessions", h.max_sessions),
+            ("hls.sessions_per_ip", h.sessions_per_ip),
+        ] {
+            if v == 0 {
+                return bad(key, "must be at least 1");
+            }
         }
         let t = &self.tunables;
         if !(200..=1400).contains(&t.max_payload) {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::{
-    Ffmpeg, Server, config_file, free_tcp_port, http_delete, http_get, http_request_with,
+    Ffmpeg, Server, config_file, free_tcp_port, http_delete, http_get, http_request_with, jwt,
     silent_offer, whep_offer,
 };
 use serde_json::{Value, json};
@@ -369,19 +369,6 @@ fn lifetime_ends_a_viewer_and_a_dead_webhook_denies() {
         let _ = http_delete(server.http, loc);
     }
     server.stop();
-}
-
-fn jwt(secret: &str, sub: &str, act: &str, exp_in: i64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": sub, "act": act, "exp": now + exp_in}),
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .expect("encode")
 }
 
 /// JWT without a webhook: valid, expired, other stream, other action, bad signature; and a

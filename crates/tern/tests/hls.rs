@@ -9,8 +9,8 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Server, config_file, http_get, http_request_with};
-use serde_json::{Value, json};
+use common::{Server, config_file, http_get, http_request_with, jwt};
+use serde_json::Value;
 
 /// The top-level boxes of an MP4 byte string: (type, size).
 fn boxes(mut b: &[u8]) -> Vec<(String, usize)> {
@@ -224,19 +224,6 @@ fn the_clip_is_served_as_ll_hls_with_blocking_reload() {
     server.stop();
 }
 
-fn jwt(secret: &str, sub: &str, exp_in: i64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": sub, "act": "play", "exp": now + exp_in}),
-        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
-    )
-    .expect("encode")
-}
-
 #[test]
 fn the_first_playlist_is_admitted_like_whep_and_hls_can_be_off() {
     let cfg = config_file(
@@ -252,12 +239,12 @@ fn the_first_playlist_is_admitted_like_whep_and_hls_can_be_off() {
         http,
         &format!(
             "/live/demo/index.m3u8?token={}",
-            jwt("s3cret", "live/other", 60)
+            jwt("s3cret", "live/other", "play", 60)
         ),
     );
     assert_eq!(r.status, 403, "{}", r.text());
     // A Bearer header works as for WHEP.
-    let auth = format!("Bearer {}", jwt("s3cret", "live/demo", 60));
+    let auth = format!("Bearer {}", jwt("s3cret", "live/demo", "play", 60));
     let r = http_request_with(
         http,
         "GET",

@@ -581,3 +581,18 @@ pub fn whep_offer() -> String {
         abs_capture_time: true,
     })
 }
+
+/// An HS256 JWT signed with `secret` for stream `sub` (`app/stream`), action `act`
+/// (`play`/`publish`), expiring `exp_in` seconds from now (negative: already expired).
+pub fn jwt(secret: &str, sub: &str, act: &str, exp_in: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"sub": sub, "act": act, "exp": now + exp_in}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("encode")
+}
