@@ -31,6 +31,7 @@ mod config;
 mod pool;
 mod registry;
 mod shard;
+mod shrink;
 mod slab;
 mod sys;
 
@@ -40,6 +41,7 @@ pub use pool::{
     WarnHook,
 };
 pub use registry::{MemoryRegistry, PoolCounter, PoolReport, format_dd};
+pub use shrink::{shrink_map, shrink_vec};
 pub use slab::{Slab, SlabId};
 #[cfg(feature = "aws-lc")]
 pub use sys::count_crypto_allocations;

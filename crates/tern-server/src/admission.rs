@@ -463,12 +463,7 @@ impl Admission {
     pub fn ended(&self, key: SessionKey, reason: &str) {
         let Some((app, ask)) = self.admitted.lock().ok().and_then(|mut m| {
             let e = m.remove(&key);
-            let n = m.len();
-            if n == 0 {
-                m.shrink_to_fit();
-            } else if m.capacity() > 4 * n {
-                m.shrink_to(2 * n);
-            }
+            tern_pool::shrink_map(&mut m);
             e
         }) else {
             return;

@@ -160,12 +160,7 @@ impl Directory {
             g.by_key.remove(k);
         }
         if !out.is_empty() {
-            let n = g.by_key.len();
-            if n == 0 {
-                g.by_key.shrink_to_fit();
-            } else if g.by_key.capacity() > 4 * n {
-                g.by_key.shrink_to(2 * n);
-            }
+            tern_pool::shrink_map(&mut g.by_key);
         }
         out
     }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Receiver;
-use tern_pool::PoolCounter;
+use tern_pool::{PoolCounter, shrink_map};
 use tern_proto::codec::VideoCodec;
 use tern_proto::h264::{self, Depacketizer};
 use tern_proto::rtp::Unwrap32;
@@ -38,7 +38,7 @@ use tracing::{debug, info};
 use crate::admission::{Admission, SessionKey};
 use crate::config::HlsSection;
 use crate::limits::{AddrPermit, LimitReached, PerAddress};
-use crate::media::{EngineStats, HlsTap, shrink_map};
+use crate::media::{EngineStats, HlsTap};
 
 /// A player's session: admitted once, named by the token in its URIs.
 #[derive(Debug)]

@@ -276,11 +276,7 @@ fn rebook(
     pool: &PoolCounter,
     booked: &Mutex<(usize, usize, usize)>,
 ) {
-    if m.is_empty() {
-        m.shrink_to_fit();
-    } else if m.capacity() > 4 * m.len() {
-        m.shrink_to(2 * m.len());
-    }
+    tern_pool::shrink_map(m);
     let entry = std::mem::size_of::<(u64, ViewerSnapshot)>();
     let held: usize = m
         .values()
@@ -454,12 +450,7 @@ impl Snapshots {
     pub fn stream_removed(&self, key: &str) {
         let snap = self.streams.write().ok().and_then(|mut m| {
             let s = m.remove(key);
-            let n = m.len();
-            if n == 0 {
-                m.shrink_to_fit();
-            } else if m.capacity() > 4 * n {
-                m.shrink_to(2 * n);
-            }
+            tern_pool::shrink_map(&mut m);
             s
         });
         if let Some(snap) = snap {
@@ -606,12 +597,7 @@ impl Snapshots {
     pub fn allocation_closed(&self, id: u64, reason: &'static str) {
         let snap = self.allocations.write().ok().and_then(|mut m| {
             let s = m.remove(&id);
-            if m.is_empty() {
-                m.shrink_to_fit();
-            } else if m.capacity() > 4 * m.len() {
-                let keep = 2 * m.len();
-                m.shrink_to(keep);
-            }
+            tern_pool::shrink_map(&mut m);
             s
         });
         if let Some(snap) = snap {

@@ -295,12 +295,7 @@ impl Worker {
         while self.relays.last().is_some_and(Option::is_none) {
             self.relays.pop();
         }
-        let n = self.relays.len();
-        if n == 0 {
-            self.relays.shrink_to_fit();
-        } else if self.relays.capacity() > 4 * n {
-            self.relays.shrink_to(2 * n);
-        }
+        tern_pool::shrink_vec(&mut self.relays);
     }
 
     fn read_udp(&mut self, buf: &mut [u8], out: &mut [u8; MAX_REPLY], batch: &mut SendBatch) {

@@ -248,14 +248,8 @@ impl TurnServer {
         };
         self.heap.sub(1, a.heap_bytes());
         self.by_client.remove(&a.client);
-        // A wave of allocations leaves no table sized for it behind (amortised: the map
-        // shrinks to twice its length once under a quarter full).
-        let n = self.by_client.len();
-        if n == 0 {
-            self.by_client.shrink_to_fit();
-        } else if self.by_client.capacity() > 4 * n {
-            self.by_client.shrink_to(2 * n);
-        }
+        // A wave of allocations leaves no table sized for it behind.
+        tern_pool::shrink_map(&mut self.by_client);
         if let Some(n) = self.per_user.get_mut(&a.user) {
             *n = n.saturating_sub(1);
             if *n == 0 {

@@ -104,11 +104,7 @@ impl SessionTable {
     /// when empty, to twice the length when under a quarter full) and re-books the pool.
     /// O(sessions), on the HTTP side only.
     pub(super) fn rebook(&mut self) {
-        if self.map.is_empty() {
-            self.map.shrink_to_fit();
-        } else if self.map.capacity() > 4 * self.map.len() {
-            self.map.shrink_to(2 * self.map.len());
-        }
+        tern_pool::shrink_map(&mut self.map);
         let entry = std::mem::size_of::<(String, Session)>();
         let strings: usize = self
             .map
@@ -264,12 +260,7 @@ pub(crate) struct PublisherSession {
 pub fn forget_publisher(st: &AppState, sid: &str) -> Option<PublisherId> {
     let mut m = st.publishers.lock().ok()?;
     let id = m.remove(sid).map(|s| s.id);
-    let n = m.len();
-    if n == 0 {
-        m.shrink_to_fit();
-    } else if m.capacity() > 4 * n {
-        m.shrink_to(2 * n);
-    }
+    tern_pool::shrink_map(&mut m);
     id
 }
 

@@ -119,25 +119,6 @@ pub(crate) fn map_bytes<K, V>(m: &HashMap<K, V>) -> usize {
     buckets * (std::mem::size_of::<(K, V)>() + 1)
 }
 
-/// Shrinks a map that is mostly empty (after a wave of viewers leaves): to nothing when
-/// empty, else to twice its length when under a quarter full.
-pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
-    if m.is_empty() {
-        m.shrink_to_fit();
-    } else if m.capacity() > 4 * m.len() {
-        m.shrink_to(2 * m.len());
-    }
-}
-
-/// Shrinks a vector that is mostly empty, as [`shrink_map`] does a map.
-pub(super) fn shrink_vec<T>(v: &mut Vec<T>) {
-    if v.is_empty() {
-        v.shrink_to_fit();
-    } else if v.capacity() > 4 * v.len() {
-        v.shrink_to(2 * v.len());
-    }
-}
-
 /// Heap bytes of a list of datagrams (the outer vector and each one).
 pub(super) fn vec_bytes(v: &Vec<Vec<u8>>) -> usize {
     v.capacity() * std::mem::size_of::<Vec<u8>>() + v.iter().map(Vec::capacity).sum::<usize>()

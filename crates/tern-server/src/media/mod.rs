@@ -29,7 +29,6 @@ pub use batch::SendBatch;
 pub use clock::NtpClock;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
 pub use ingest::{AddError, PublisherId, PublisherTimeouts, RtmpCommand};
-pub(crate) use ledger::shrink_map;
 pub use link::{Command, HLS_TAP_QUEUE, HlsTap, MAX_WORKERS, SessionMemory, ViewerId};
 pub use stats::EngineStats;
 pub use worker::EngineStream;

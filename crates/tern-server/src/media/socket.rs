@@ -25,9 +25,10 @@ use tern_proto::stun;
 use tern_rtc::viewer::UFRAG_LEN;
 use tracing::warn;
 
-use crate::media::ledger::{book_set, map_bytes, shrink_map, shrink_vec};
+use crate::media::ledger::{book_set, map_bytes};
 use crate::media::link::{Data, Target, ViewerId, WorkerLink};
 use crate::media::stats::EngineStats;
+use tern_pool::{shrink_map, shrink_vec};
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);

@@ -10,9 +10,10 @@ use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::ViewerEvent;
 
 use super::Worker;
-use crate::media::ledger::{book_set, ledger, shrink_map, shrink_vec, vec_bytes};
+use crate::media::ledger::{book_set, ledger, vec_bytes};
 use crate::media::link::ViewerId;
 use crate::media::table::{SLOT_BYTES, confirmed, entry_in};
+use tern_pool::{shrink_map, shrink_vec};
 
 impl Worker {
     pub(super) fn handle_rtcp(
