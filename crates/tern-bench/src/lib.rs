@@ -150,6 +150,7 @@ impl Signaller {
             video: true,
             audio: true,
             abs_capture_time: true,
+            all_video: false,
         });
         let t0 = Instant::now();
         let (answer, location, links) = self.whep.offer(&offer)?;

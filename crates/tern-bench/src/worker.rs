@@ -316,7 +316,9 @@ impl Slot {
             return;
         };
         match r.turn.handle_input(at, buf, &mut r.out) {
-            Received::Data { data, .. } => self.client.handle_input(at, &mut buf[data]),
+            Received::Data { data, .. } => {
+                let _ = self.client.handle_input(at, &mut buf[data]);
+            }
             other => {
                 if let Some(f) = r.on(at, other, &self.sock) {
                     self.failure = Some(f);

@@ -20,7 +20,7 @@ mod connection;
 mod offer;
 mod track;
 
-pub use connection::{CONSENT_INTERVAL, Client, ClientState, ConnectTimes};
+pub use connection::{CONSENT_INTERVAL, Client, ClientState, ConnectTimes, Received};
 pub use offer::{
     AnswerError, ClientAnswer, ClientOffer, ClientParams, answer_offer, client_params,
 };

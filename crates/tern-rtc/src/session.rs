@@ -400,6 +400,7 @@ mod tests {
             video: true,
             audio: true,
             abs_capture_time: true,
+            all_video: false,
         });
         let o = SessionDescription::parse(&whep_offer).unwrap();
         let whep = accept(&o, &sdp::negotiate(&o).unwrap(), &local, &mut rng(1)).params;

@@ -10,6 +10,8 @@ use std::path::Path;
 use serde::Deserialize;
 use tern_rtc::peer_policy::Cidr;
 
+use crate::cluster::section::ClusterSection;
+
 /// Errors loading or validating the configuration.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +64,9 @@ pub struct Config {
     /// Low-Latency HLS egress.
     #[serde(default)]
     pub hls: HlsSection,
+    /// Origin/edge clustering over Redis (absent: this node runs alone).
+    #[serde(default)]
+    pub cluster: Option<ClusterSection>,
 }
 
 /// The `[hls]` section: every H264 stream also as Low-Latency HLS (CMAF fMP4) at
@@ -719,6 +724,11 @@ impl Config {
             if v == 0 {
                 return bad(key, "must be at least 1");
             }
+        }
+        if let Some(c) = &self.cluster
+            && let Err((key, message)) = c.check()
+        {
+            return bad(key, &message);
         }
         let t = &self.tunables;
         if !(200..=1400).contains(&t.max_payload) {

@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod cluster;
 pub mod config;
 pub mod directory;
 pub mod hls;
@@ -291,6 +292,12 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         cfg.limits.rtmp_connections_per_ip,
         &cfg.limits.exempt_ranges(),
     );
+    let cluster = match cfg.cluster.clone() {
+        Some(c) => Some(Arc::new(cluster::Cluster::new(c).map_err(|e| {
+            ServeError::Other(format!("config key `cluster.redis`: {e}"))
+        })?)),
+        None => None,
+    };
     let state = Arc::new(
         AppState::new(
             cfg,
@@ -300,7 +307,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             candidate_ip,
             media_addr.port(),
         )
-        .with_turn(links),
+        .with_turn(links)
+        .with_cluster(cluster),
     );
     let hls_thread = state
         .hls
@@ -337,6 +345,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .build()
         .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
     let _ = state.runtime.set(rt.handle().clone());
+    let leaving = state.cluster.clone();
     let res = rt.block_on(async move {
         start_service_tasks(&state);
         let listener = tokio::net::TcpListener::bind(http)
@@ -371,6 +380,13 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             }
         }
     });
+    // A clean stop leaves the cluster at once (the record and claims go from Redis) rather
+    // than after their TTL.
+    if let Some(c) = leaving {
+        rt.block_on(async {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), c.leave()).await;
+        });
+    }
     drop(rt);
     if let Some(r) = rtmp {
         r.stop();
@@ -390,6 +406,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 /// streams past their grace; and, with an admission webhook, the close notifications
 /// (admitted sessions' ends, read off the event stream).
 fn start_service_tasks(state: &Arc<AppState>) {
+    http::cluster::start(state);
     let st = state.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));

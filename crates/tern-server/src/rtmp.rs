@@ -28,6 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tern_pool::{CountingAlloc, PoolCounter};
+use tern_proto::codec::VideoCodec;
 use tern_rtc::publisher::IngestPacket;
 use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode, VideoNotice};
 use tokio::sync::oneshot;
@@ -598,6 +599,15 @@ impl Connection {
                 return Err(Refusal("NetStream.Publish.Unauthorized", reason));
             }
         };
+        // In a cluster the stream must not have a publisher on another node.
+        if let (Some(c), Some(rt)) = (&self.st.cluster, self.st.runtime.get())
+            && let Err(owner) = rt.block_on(c.claim(&key))
+        {
+            return Err(Refusal(
+                "NetStream.Publish.BadName",
+                format!("stream {key} is already published on node {owner}"),
+            ));
+        }
         let index = match claim_stream(&self.st, app_name, stream) {
             Ok(i) => i.index,
             Err(e @ PublishRefusal::Full(_)) => {
@@ -609,6 +619,8 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         let cmd = Command::Rtmp(RtmpCommand::Add {
             stream: index,
+            protocol: "rtmp",
+            codec: VideoCodec::H264,
             closed: closed.clone(),
             keyframe: self.keyframe.clone(),
             reply: tx,

@@ -259,6 +259,7 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
             video: true,
             audio: true,
             abs_capture_time: true,
+            all_video: false,
         });
         let (answer, viewer) = ledger.run(|| {
             let offer = SessionDescription::parse(&offer_sdp).map_err(|e| e.to_string())?;

@@ -35,6 +35,7 @@ fn offer(i: u32) -> String {
         video: true,
         audio: true,
         abs_capture_time: true,
+        all_video: false,
     })
 }
 

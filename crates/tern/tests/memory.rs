@@ -159,6 +159,7 @@ fn join(http: SocketAddr, ctx: &Arc<DtlsContext>, n: usize, seed: &mut u64) -> V
                 video: true,
                 audio: true,
                 abs_capture_time: true,
+                all_video: false,
             });
             let r = http_post(http, "/live/demo/whep", "application/sdp", offer.as_bytes())
                 .expect("WHEP POST");

@@ -272,6 +272,7 @@ fn whep_answer_links_carry_working_turn_credentials() {
         video: true,
         audio: true,
         abs_capture_time: true,
+        all_video: false,
     });
     let r = common::http_post(
         server.http,

@@ -110,6 +110,7 @@ fn offer() -> String {
         video: true,
         audio: true,
         abs_capture_time: true,
+        all_video: false,
     })
 }
 

@@ -485,6 +485,7 @@ mod tests {
             fingerprint_sha256: &FP2,
             rtcp_feedback: true,
             abs_capture_time: true,
+            all_video: false,
         }
     }
 
@@ -676,6 +677,7 @@ a=fmtp:111 minptime=10;useinbandfec=1\r
             video: true,
             audio: true,
             abs_capture_time: true,
+            all_video: false,
         });
         let o = SessionDescription::parse(&client_offer).unwrap();
         let whep = negotiate(&o).unwrap();

@@ -716,6 +716,7 @@ fn offer_answer_round_trip() {
             video,
             audio,
             abs_capture_time: abs,
+            all_video: false,
         });
         let sd = SessionDescription::parse(&offer).unwrap();
         assert_eq!(sd.media().len(), usize::from(video) + usize::from(audio));
@@ -778,6 +779,7 @@ fn offer_answer_round_trip() {
         video: false,
         audio: false,
         abs_capture_time: false,
+        all_video: false,
     });
     let sd = SessionDescription::parse(&offer).unwrap();
     assert_eq!(negotiate(&sd), Err(NegotiateError::NoCodec));
@@ -800,6 +802,7 @@ fn ipv6_candidates() {
         video: true,
         audio: false,
         abs_capture_time: false,
+        all_video: false,
     });
     let sd = SessionDescription::parse(&offer).unwrap();
     let text = write_answer(&sd, &negotiate(&sd).unwrap(), &p);

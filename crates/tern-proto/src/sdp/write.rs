@@ -180,11 +180,41 @@ pub struct OfferParams<'a> {
     pub audio: bool,
     /// Offer the abs-capture-time extension (id 4).
     pub abs_capture_time: bool,
+    /// Offer every video codec tern forwards, not only H264 Baseline: H264 in its
+    /// Baseline, Main and High profiles (pt 96-98), VP8 (100), VP9 (101), AV1 (102) and
+    /// H265 (103). An edge pulling a stream from its origin offers this, so the origin
+    /// answers in whatever its stream carries.
+    pub all_video: bool,
 }
 
+/// Video payload types of an offer with [`OfferParams::all_video`]: pt, encoding name,
+/// fmtp.
+const ALL_VIDEO: [(u8, &str, Option<&str>); 7] = [
+    (
+        96,
+        "H264",
+        Some("level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"),
+    ),
+    (
+        97,
+        "H264",
+        Some("level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=4d001f"),
+    ),
+    (
+        98,
+        "H264",
+        Some("level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=64001f"),
+    ),
+    (100, "VP8", None),
+    (101, "VP9", Some("profile-id=0")),
+    (102, "AV1", None),
+    (103, "H265", None),
+];
+
 /// Writes a recvonly offer: H264 pt 96 (packetization-mode=1, profile-level-id=42e01f,
-/// nack / nack pli / ccm fir) and Opus pt 111, BUNDLE, rtcp-mux, `a=setup:actpass`, mids
-/// "0" and "1" in order. [`negotiate`] accepts it.
+/// nack / nack pli / ccm fir), or every codec of [`OfferParams::all_video`], and Opus
+/// pt 111, BUNDLE, rtcp-mux, `a=setup:actpass`, mids "0" and "1" in order. [`negotiate`]
+/// accepts it.
 pub fn write_offer(p: &OfferParams<'_>) -> String {
     let mut o = Out(String::with_capacity(1536));
     let mut mids = Vec::new();
@@ -203,9 +233,19 @@ pub fn write_offer(p: &OfferParams<'_>) -> String {
         sdp_line!(o, "a=group:BUNDLE {}", list.join(" "));
     }
     sdp_line!(o, "a=msid-semantic: WMS");
+    let video_pts: &[(u8, &str, Option<&str>)] = if p.all_video {
+        &ALL_VIDEO
+    } else {
+        &ALL_VIDEO[..1]
+    };
     for (kind, mid) in mids {
-        let pt = if kind == "video" { 96 } else { 111 };
-        sdp_line!(o, "m={kind} 9 UDP/TLS/RTP/SAVPF {pt}");
+        let pts = if kind == "video" {
+            let list: Vec<String> = video_pts.iter().map(|v| v.0.to_string()).collect();
+            list.join(" ")
+        } else {
+            "111".to_string()
+        };
+        sdp_line!(o, "m={kind} 9 UDP/TLS/RTP/SAVPF {pts}");
         sdp_line!(o, "c=IN IP4 0.0.0.0");
         sdp_line!(o, "a=mid:{mid}");
         transport_lines(
@@ -222,14 +262,15 @@ pub fn write_offer(p: &OfferParams<'_>) -> String {
             sdp_line!(o, "a=extmap:4 {ABS_CAPTURE_TIME_URI}");
         }
         if kind == "video" {
-            sdp_line!(o, "a=rtpmap:96 H264/90000");
-            sdp_line!(o, "a=rtcp-fb:96 nack");
-            sdp_line!(o, "a=rtcp-fb:96 nack pli");
-            sdp_line!(o, "a=rtcp-fb:96 ccm fir");
-            sdp_line!(
-                o,
-                "a=fmtp:96 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
-            );
+            for (pt, name, fmtp) in video_pts {
+                sdp_line!(o, "a=rtpmap:{pt} {name}/90000");
+                sdp_line!(o, "a=rtcp-fb:{pt} nack");
+                sdp_line!(o, "a=rtcp-fb:{pt} nack pli");
+                sdp_line!(o, "a=rtcp-fb:{pt} ccm fir");
+                if let Some(f) = fmtp {
+                    sdp_line!(o, "a=fmtp:{pt} {f}");
+                }
+            }
         } else {
             sdp_line!(o, "a=rtpmap:111 opus/48000/2");
             sdp_line!(o, "a=fmtp:111 {OPUS_FMTP}");

@@ -66,6 +66,24 @@ pub struct ConnectTimes {
     pub first_frame: Option<Duration>,
 }
 
+/// A media packet as received (decrypted and new: no duplicate), for a caller that forwards
+/// media (an edge pulling a stream from its origin); load testers ignore it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// Video or audio.
+    pub kind: MediaKind,
+    /// Extended sequence number.
+    pub seq: u64,
+    /// Extended RTP timestamp.
+    pub rtp_ts: u64,
+    /// RTP marker bit.
+    pub marker: bool,
+    /// Capture time as NTP (abs-capture-time, else from the sender's last SR).
+    pub capture_ntp: Option<u64>,
+    /// Where the payload lies in the buffer given to [`Client::handle_input`].
+    pub payload: std::ops::Range<usize>,
+}
+
 /// The client. Drive it with [`Client::handle_input`], [`Client::handle_timeout`] and
 /// [`Client::poll_timeout`]; datagrams to send come out of [`Client::drain`].
 pub struct Client {
@@ -252,8 +270,9 @@ impl Client {
         }
     }
 
-    /// Feeds a datagram from the server (decrypted in place when it is SRTP).
-    pub fn handle_input(&mut self, now: Instant, data: &mut [u8]) {
+    /// Feeds a datagram from the server (decrypted in place when it is SRTP); a new media
+    /// packet is also returned, its payload left in `data`.
+    pub fn handle_input(&mut self, now: Instant, data: &mut [u8]) -> Option<Received> {
         match data.first() {
             Some(0..=3) => self.handle_stun(now, data),
             Some(20..=63) => self.handle_dtls(now, data),
@@ -261,10 +280,28 @@ impl Client {
                 if rtp::is_rtcp(data) {
                     self.handle_rtcp(now, data);
                 } else {
-                    self.handle_rtp(now, data);
+                    return self.handle_rtp(now, data);
                 }
             }
             _ => self.dropped += 1,
+        }
+        None
+    }
+
+    /// Asks the server for a keyframe (RTCP PLI on the video track), as a decoder that lost
+    /// its reference does. Nothing is sent before the first video packet.
+    pub fn request_keyframe(&mut self) {
+        let Some(media) = self
+            .tracks
+            .iter()
+            .find(|t| t.kind == MediaKind::Video)
+            .map(|t| t.stats.ssrc)
+        else {
+            return;
+        };
+        let mut buf = [0u8; 64];
+        if let Ok(len) = rtcp::write_pli(&mut buf, self.ssrc, media) {
+            self.send_rtcp(&mut buf, len);
         }
     }
 
@@ -382,10 +419,10 @@ impl Client {
         }
     }
 
-    fn handle_rtp(&mut self, now: Instant, data: &mut [u8]) {
+    fn handle_rtp(&mut self, now: Instant, data: &mut [u8]) -> Option<Received> {
         let Some(srtp) = self.srtp.as_mut() else {
             self.dropped += 1;
-            return;
+            return None;
         };
         let len = data.len();
         let plain = match srtp.rtp_rx.unprotect(data, len) {
@@ -398,7 +435,7 @@ impl Client {
                     Some(t) => t.stats.duplicates += 1,
                     None => self.dropped += 1,
                 }
-                return;
+                return None;
             }
             Err(_) => {
                 if let Some(t) = self.tracks.first_mut() {
@@ -406,13 +443,13 @@ impl Client {
                 } else {
                     self.dropped += 1;
                 }
-                return;
+                return None;
             }
         };
         let data = &data[..plain];
         let Ok(h) = rtp::parse_header(data) else {
             self.dropped += 1;
-            return;
+            return None;
         };
         let kind = if Some(h.payload_type) == self.p.video_pt {
             MediaKind::Video
@@ -420,7 +457,7 @@ impl Client {
             MediaKind::Audio
         } else {
             self.dropped += 1;
-            return;
+            return None;
         };
         let idx = match self.tracks.iter().position(|t| t.stats.ssrc == h.ssrc) {
             Some(i) => i,
@@ -443,11 +480,12 @@ impl Client {
             .get(h.header_len..h.header_len + h.payload_len)
             .unwrap_or(&[]);
         let is_key = kind == MediaKind::Video && h264::is_keyframe(payload);
+        let payload_at = h.header_len..h.header_len + payload.len();
         let t = &mut self.tracks[idx];
         let seq = t.unwrap.unwrap(h.sequence);
         if t.stats.packets > 0 && t.seen(seq) {
             t.stats.duplicates += 1;
-            return;
+            return None;
         }
         let mut recovered = false;
         if let Some(pos) = t.missing.iter().position(|m| m.seq == seq) {
@@ -533,6 +571,14 @@ impl Client {
                 st.latency_last = ms;
             }
         }
+        let received = Received {
+            kind,
+            seq,
+            rtp_ts: ts_ext.max(0) as u64,
+            marker: h.marker,
+            capture_ntp: capture,
+            payload: payload_at,
+        };
         if kind == MediaKind::Video {
             t.frame_key |= is_key;
             if h.marker {
@@ -548,6 +594,7 @@ impl Client {
         } else {
             st.frames += 1;
         }
+        Some(received)
     }
 
     fn handle_rtcp(&mut self, now: Instant, data: &mut [u8]) {
@@ -703,6 +750,7 @@ mod tests {
             remote_fingerprint: *server_ctx.fingerprint(),
             server,
             video_pt: Some(96),
+            video_codec: tern_proto::codec::VideoCodec::H264,
             audio_pt: Some(111),
             abs_capture_time_ext: None,
             rtcp: false,

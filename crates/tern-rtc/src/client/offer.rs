@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use tern_proto::codec::VideoCodec;
 use tern_proto::sdp::{self, SessionDescription, Setup};
 
 /// What the client needs from the offer/answer exchange.
@@ -23,8 +24,10 @@ pub struct ClientParams {
     pub remote_fingerprint: [u8; 32],
     /// The server's media address (from the answer's candidate).
     pub server: SocketAddr,
-    /// Payload type of H264 video in the answer.
+    /// Payload type of the video in the answer.
     pub video_pt: Option<u8>,
+    /// The video codec of that payload type (H264 when the answer does not say).
+    pub video_codec: VideoCodec,
     /// Payload type of Opus audio in the answer.
     pub audio_pt: Option<u8>,
     /// Extmap id of abs-capture-time in the answer.
@@ -75,6 +78,7 @@ pub fn client_params(answer: &str, offer: &ClientOffer) -> Result<ClientParams, 
     let mut fingerprint = None;
     let mut server = None;
     let mut video_pt = None;
+    let mut video_codec = VideoCodec::H264;
     let mut audio_pt = None;
     let mut abs = None;
     let mut setup = None;
@@ -98,7 +102,15 @@ pub fn client_params(answer: &str, offer: &ClientOffer) -> Result<ClientParams, 
         }
         let pt = m.formats().first().copied();
         match m.kind() {
-            "video" => video_pt = video_pt.or(pt),
+            "video" if video_pt.is_none() => {
+                video_pt = pt;
+                if let Some(c) = pt
+                    .and_then(|pt| m.payload(pt))
+                    .and_then(|p| VideoCodec::from_sdp_name(&p.codec))
+                {
+                    video_codec = c;
+                }
+            }
             "audio" => audio_pt = audio_pt.or(pt),
             _ => {}
         }
@@ -114,6 +126,7 @@ pub fn client_params(answer: &str, offer: &ClientOffer) -> Result<ClientParams, 
         remote_fingerprint: fingerprint.ok_or(AnswerError::Missing("sha-256 a=fingerprint"))?,
         server: server.ok_or(AnswerError::Missing("UDP candidate"))?,
         video_pt,
+        video_codec,
         audio_pt,
         abs_capture_time_ext: abs,
         rtcp: offer.rtcp,
@@ -209,6 +222,7 @@ pub fn answer_offer(
             remote_fingerprint,
             server,
             video_pt: choice.video_pt,
+            video_codec: VideoCodec::H264,
             audio_pt: choice.audio_pt,
             abs_capture_time_ext: choice.abs_capture_time_ext,
             rtcp: client.rtcp,

@@ -189,6 +189,12 @@ pub(super) async fn kick_viewer(
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.
+pub(super) async fn cluster(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    auth!(st, headers);
+    json(StatusCode::OK, crate::http::cluster::json(&st).to_string())
+}
+
 pub(super) async fn publishers(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);
     let list: Vec<String> = st
@@ -588,6 +594,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
             let _ = writeln!(o, "{name}{{pool=\"{}\"}} {}", r.name, f(r));
         }
     }
+    crate::http::cluster::metrics(&st, &mut o);
     let a = tern_pool::CountingAlloc::stats();
     let _ = writeln!(
         o,
@@ -635,6 +642,8 @@ pub fn openapi_doc() -> serde_json::Value {
                     "responses": {"200": ok_json("publisher snapshot"), "404": status("no such stream or no publisher"), "401": status("API token required")}},
                 "delete": {"summary": "Kick the stream's publisher", "parameters": [app, stream], "security": [{"bearer": []}],
                     "responses": {"204": status("kicked"), "404": status("no such stream or no publisher"), "401": status("API token required")}}},
+            "/v1/cluster": {"get": {"summary": "This cluster node, Redis' state, the node registry and the origin map", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("{enabled, node, redis, redirect, nodes, origins, pulling, redis_commands, view_builds}"), "401": status("API token required")}}},
             "/v1/publishers": {"get": {"summary": "Cached snapshots of every publisher (WHIP, RTMP)", "security": [{"bearer": []}],
                 "responses": {"200": ok_json("list of publisher snapshots"), "401": status("API token required")}}},
             "/v1/turn/allocations": {"get": {"summary": "Cached snapshots of the built-in TURN server's allocations", "security": [{"bearer": []}],
@@ -668,7 +677,8 @@ pub fn openapi_doc() -> serde_json::Value {
                     "responses": {"201": {"description": "answer", "content": {"application/sdp": {}}},
                         "400": status("malformed offer"), "401": status("token"), "404": status("no such stream"),
                         "409": status("not live"), "415": status("not application/sdp"),
-                        "422": status("offer cannot be served"), "503": status("too many viewers")}},
+                        "307": status("cluster.redirect: served by the least-loaded node (Location)"),
+                        "422": status("offer cannot be served"), "503": status("too many viewers, or a cluster pull failed")}},
                 "head": {"summary": "Liveness probe", "parameters": [app, stream],
                     "responses": {"200": status("live"), "404": status("no such stream"), "409": status("not live")}},
                 "options": {"summary": "CORS preflight", "parameters": [app, stream], "responses": {"204": status("allowed")}}},

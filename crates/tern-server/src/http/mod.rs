@@ -3,7 +3,8 @@
 //! - `router.rs`: every route in one place ([`router()`]);
 //! - surfaces: `whep.rs` (WHEP), [`whip`] (WHIP ingest), [`ome`] (OvenMediaEngine
 //!   signalling), [`api`] (REST API, events, metrics, OpenAPI), `pages.rs` (index, player,
-//!   dashboard), `memory.rs` (`/v1/memory`, `/v1/stats/current`);
+//!   dashboard), `memory.rs` (`/v1/memory`, `/v1/stats/current`), `hls.rs` (LL-HLS),
+//!   [`cluster`] (routing, edge pull and the publish-time claim of a cluster node);
 //! - `state.rs`: [`AppState`], the WHEP session table and the stream lookup; `reply.rs`:
 //!   the responses every surface shares.
 //!
@@ -11,6 +12,7 @@
 //! except the player page handing a WebSocket upgrade to `ome`.
 
 pub mod api;
+pub mod cluster;
 mod hls;
 mod listener;
 mod memory;

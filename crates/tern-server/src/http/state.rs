@@ -175,6 +175,8 @@ pub struct AppState {
     pub ome_sockets: Arc<PerAddress>,
     /// LL-HLS sessions and packagers.
     pub hls: Arc<crate::hls::Hls>,
+    /// This node's part in a cluster (`[cluster]`), if any.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl AppState {
@@ -217,6 +219,7 @@ impl AppState {
             candidate_ip,
             candidate_port,
             turn: None,
+            cluster: None,
             sessions: Mutex::new(SessionTable::new()),
             publishers: Mutex::new(HashMap::new()),
         }
@@ -225,6 +228,24 @@ impl AppState {
     /// Announces the TURN server in WHEP answers.
     pub fn with_turn(mut self, turn: Option<TurnLinks>) -> Self {
         self.turn = turn;
+        self
+    }
+
+    /// Whether a request comes from another node of the cluster (it carries the cluster
+    /// secret in [`crate::cluster::SECRET_HEADER`]).
+    pub fn is_node_request(&self, headers: &HeaderMap) -> bool {
+        self.cluster.as_ref().is_some_and(|c| {
+            c.authenticates(
+                headers
+                    .get(crate::cluster::SECRET_HEADER)
+                    .map(|v| v.as_bytes()),
+            )
+        })
+    }
+
+    /// Joins a cluster.
+    pub fn with_cluster(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+        self.cluster = cluster;
         self
     }
 
@@ -487,7 +508,11 @@ pub(super) fn lookup(
             format!("stream {key} not found"),
         ));
     };
-    check_token(st, headers, app)?;
+    // Another node (an edge pulling the stream) skips the app's token, as it skips
+    // admission: it proved itself with the cluster secret.
+    if !st.is_node_request(headers) {
+        check_token(st, headers, app)?;
+    }
     let live = st
         .engine
         .stats

@@ -14,6 +14,7 @@ use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 
 use crate::admission::{Action, SessionKey};
+use crate::http::cluster;
 use crate::http::listener::Peer;
 use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array, too_many};
 use crate::http::state::{AppState, Session, admit_request, admitted, lookup};
@@ -29,6 +30,15 @@ pub(super) async fn whep_post(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // In a cluster: another node may be the one to serve this viewer, or may have the
+    // stream's publisher (then it is pulled here first). A node's own request is served.
+    let node = st.is_node_request(&headers);
+    if let Some(r) = cluster::redirect(&st, (&app, &stream), query.as_deref(), &headers) {
+        return r;
+    }
+    if !node && let Err(r) = cluster::pull(&st, &app, &stream).await {
+        return r;
+    }
     let (info, live) = match lookup(&st, &headers, &app, &stream) {
         Ok(x) => x,
         Err(r) => return r,
@@ -71,24 +81,34 @@ pub(super) async fn whep_post(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     }
-    let permit = match st.pending.acquire(peer.0.ip()) {
-        Ok(p) => p,
-        Err(e) => return too_many(e),
+    // A node's upstream session skips the per-address limit and admission (the viewers it
+    // serves were admitted where they joined).
+    let permit = match node {
+        true => None,
+        false => match st.pending.acquire(peer.0.ip()) {
+            Ok(p) => Some(p),
+            Err(e) => return too_many(e),
+        },
     };
     let sid = random_token(22);
-    let admission = admit_request(
-        &st,
-        Action::Play,
-        "whep",
-        (&app, &stream),
-        peer.0,
-        &headers,
-        query,
-        &sid,
-    );
-    let (ask, lifetime) = match admission.await {
-        Ok(x) => x,
-        Err(r) => return r,
+    let admission = match node {
+        true => None,
+        false => {
+            let asked = admit_request(
+                &st,
+                Action::Play,
+                "whep",
+                (&app, &stream),
+                peer.0,
+                &headers,
+                query,
+                &sid,
+            );
+            match asked.await {
+                Ok(x) => Some(x),
+                Err(r) => return r,
+            }
+        }
     };
 
     let acc = session::accept(
@@ -113,7 +133,7 @@ pub(super) async fn whep_post(
             stream: info.index,
             params: Box::new(vp),
             reply: tx,
-            permit: Some(permit),
+            permit,
         })
         .is_err()
     {
@@ -128,7 +148,9 @@ pub(super) async fn whep_post(
             "media engine is not running",
         );
     };
-    admitted(&st, SessionKey::Viewer(viewer.raw()), ask, lifetime);
+    if let Some((ask, lifetime)) = admission {
+        admitted(&st, SessionKey::Viewer(viewer.raw()), ask, lifetime);
+    }
     let etag = format!("\"{}\"", random_token(12));
     let location = format!("/{app}/{stream}/whep/{sid}");
     if let Ok(mut s) = st.sessions.lock() {

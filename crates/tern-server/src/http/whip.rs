@@ -80,6 +80,10 @@ pub async fn post(
     };
     let remote_ufrag = publisher.remote_ufrag().to_string();
     let codec = publisher.video_codec();
+    // In a cluster the stream must not have a publisher on another node.
+    if let Err(r) = crate::http::cluster::claim(&st, &app, &stream).await {
+        return r;
+    }
     // The stream is made (if new) only for an offer that can publish.
     let info = match claim_stream(&st, &app, &stream) {
         Ok(i) => i,

@@ -91,8 +91,9 @@ pub enum AddError {
     Busy,
 }
 
-/// What an RTMP connection ([`crate::rtmp`], on its own thread) asks of the engine, which
-/// hands it to [`Ingest::rtmp`].
+/// What a publisher on its own thread asks of the engine, which hands it to
+/// [`Ingest::rtmp`]: an RTMP connection ([`crate::rtmp`]) or an edge's upstream session
+/// pulling the stream from its origin node ([`crate::cluster`]).
 #[derive(Debug)]
 pub enum RtmpCommand {
     /// Take stream `stream`'s publisher slot; `closed` is set when the engine ends the
@@ -100,6 +101,10 @@ pub enum RtmpCommand {
     Add {
         /// Stream index.
         stream: usize,
+        /// `"rtmp"` or `"edge"`: the publisher's kind in snapshots and events.
+        protocol: &'static str,
+        /// The codec of its video packets.
+        codec: VideoCodec,
         /// Set by the engine when the publisher is removed.
         closed: Arc<AtomicBool>,
         /// Set by the engine when a viewer asks for a keyframe (at most once per
@@ -181,8 +186,12 @@ struct StreamMap {
 /// A publisher's session: WHIP ones run here, RTMP ones on their connection's thread.
 enum Session {
     Whip(Box<Publisher>),
-    /// RTMP: the connection's thread reads the flags.
+    /// RTMP or an edge's upstream: the connection's thread reads the flags.
     Rtmp {
+        /// `"rtmp"` or `"edge"`.
+        protocol: &'static str,
+        /// Its video codec.
+        codec: VideoCodec,
         /// Set when the engine ends the publisher (kick, shutdown): the connection closes.
         closed: Arc<AtomicBool>,
         /// Set when a viewer wants a keyframe (a transcoder can make one; an RTMP encoder
@@ -327,12 +336,20 @@ impl Ingest {
         match cmd {
             RtmpCommand::Add {
                 stream,
+                protocol,
+                codec,
                 closed,
                 keyframe,
                 reply,
             } => {
                 let res = if free {
-                    self.install(stream, Session::Rtmp { closed, keyframe }, now)
+                    let session = Session::Rtmp {
+                        protocol,
+                        codec,
+                        closed,
+                        keyframe,
+                    };
+                    self.install(stream, session, now)
                 } else {
                     Err(AddError::Busy)
                 };
@@ -346,13 +363,13 @@ impl Ingest {
         }
     }
 
-    /// `"whip"` or `"rtmp"`: the kind of the stream's publisher, for snapshots.
+    /// `"whip"`, `"rtmp"` or `"edge"`: the kind of the stream's publisher, for snapshots.
     pub fn kind_name(&self, stream: usize) -> &'static str {
         match self.slots.get(stream) {
             Some(Some(PubSlot {
-                session: Session::Rtmp { .. },
+                session: Session::Rtmp { protocol, .. },
                 ..
-            })) => "rtmp",
+            })) => protocol,
             _ => "whip",
         }
     }
@@ -375,7 +392,7 @@ impl Ingest {
         let connected = matches!(session, Session::Rtmp { .. });
         let codec = match &session {
             Session::Whip(p) => p.video_codec(),
-            Session::Rtmp { .. } => VideoCodec::H264,
+            Session::Rtmp { codec, .. } => *codec,
         };
         let wait = if connected {
             self.timeouts.media

@@ -579,6 +579,7 @@ pub fn whep_offer() -> String {
         video: true,
         audio: true,
         abs_capture_time: true,
+        all_video: false,
     })
 }
 

@@ -98,15 +98,19 @@ impl Worker {
     pub(super) fn handle_rtmp(&mut self, cmd: RtmpCommand) {
         let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
         let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
+        let codec = match &cmd {
+            RtmpCommand::Add { codec, .. } => *codec,
+            RtmpCommand::Media { .. } => VideoCodec::H264,
+        };
         if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
-            self.stats.set_video_codec(s, VideoCodec::H264);
+            self.stats.set_video_codec(s, codec);
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
             set_flag(&self.stats.publishing, s, true);
             self.publisher_ids[s] = Some(id.serial);
             let key = &self.streams[s].key;
             self.stats
                 .snapshots
-                .publisher_joined(id.serial, key, "rtmp");
+                .publisher_joined(id.serial, key, self.ingest.kind_name(s));
         }
         self.apply_ingest(now, out);
     }

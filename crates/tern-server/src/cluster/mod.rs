@@ -1,0 +1,396 @@
+//! Origin and edge nodes over Redis: the node registry, the origin map, routing and edge
+//! pull. Without `[cluster]` none of this runs and tern works alone.
+//!
+//! Every node writes its record (url, media address, viewers, publishers, egress, CPU,
+//! version) to Redis each second under a key with a TTL of `cluster.ttl_s`, and claims each
+//! stream whose publisher is here (refreshed while live and for its app's grace after, as
+//! the stream itself is kept). The same refresh reads every record and claim into a
+//! [`View`], cached and replaced only when something changed; HTTP handlers route and look
+//! up origins from it without a Redis round trip. A WHEP request for a stream claimed by
+//! another node starts one upstream pull ([`upstream`]) for every local viewer of it.
+//!
+//! When Redis cannot be reached the node keeps serving what it has (its publishers, its
+//! viewers, its running pulls), logs the change once, retries with backoff (1 s doubling to
+//! 8 s) and refuses what needs the map (new pulls: 503; no redirects).
+//!
+//! Files: `section.rs` (the config section), `store.rs` (keys and commands),
+//! `view.rs` (the cached view, routing), `upstream.rs` (edge pull).
+
+pub mod section;
+mod store;
+mod upstream;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tern_rtc::viewer::DtlsContext;
+use tracing::{info, warn};
+
+pub use section::ClusterSection;
+pub use store::{NODE_PREFIX, ORIGIN_PREFIX};
+pub use view::{NodeRecord, View};
+
+use crate::media::EngineHandle;
+use store::Store;
+
+/// The header node-to-node requests carry `cluster.secret` in.
+pub const SECRET_HEADER: &str = "tern-cluster-secret";
+/// The query parameter a redirect adds: the node it chose, which then serves the request
+/// rather than routing it again.
+pub const ROUTED_PARAM: &str = "tern_node";
+/// How long an ended pull's stream is still treated as pulled.
+const PULL_MEMORY: Duration = Duration::from_secs(3);
+/// Longest wait between refreshes while Redis is unreachable.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ClusterCounters {
+    /// WHEP requests answered with a redirect to another node.
+    pub redirects: AtomicU64,
+    /// Edge pulls started.
+    pub pulls: AtomicU64,
+    /// Upstream sessions that ended for the origin's sake and were looked up again.
+    pub upstream_retries: AtomicU64,
+    /// Refreshes that failed (Redis unreachable or erroring).
+    pub refresh_errors: AtomicU64,
+    /// Publishers refused because another node holds the stream.
+    pub claims_refused: AtomicU64,
+}
+
+/// A stream of this node, as the refresh sees it.
+#[derive(Debug, Clone)]
+pub struct LocalStream {
+    /// `app/stream`.
+    pub key: String,
+    /// It has a publisher here (WHIP, RTMP or a clip; not an edge pull).
+    pub publishing: bool,
+    /// How long its claim outlives its publisher (the app's `idle_grace_s`).
+    pub grace: Duration,
+}
+
+/// What the node reports each second.
+#[derive(Debug, Clone)]
+pub struct Local {
+    /// Its record.
+    pub record: NodeRecord,
+    /// Its streams.
+    pub streams: Vec<LocalStream>,
+}
+
+/// This node's part in the cluster.
+pub struct Cluster {
+    cfg: ClusterSection,
+    store: Store,
+    view: RwLock<Arc<View>>,
+    /// Times the cached view was replaced.
+    view_builds: AtomicU64,
+    redis_up: AtomicBool,
+    /// Viewers redirected to each node since the view was read (a burst of requests
+    /// would otherwise all go to the node that was least loaded a second ago).
+    sent: Mutex<HashMap<String, u64>>,
+    /// Streams this node claims, with when they last had a publisher here.
+    claims: Mutex<HashMap<String, Instant>>,
+    /// Streams pulled from another node: their stop flags, and when the pull ended (kept
+    /// for [`PULL_MEMORY`] so the pull's last moments, live without a pull, never read as
+    /// a local publisher to claim).
+    pulls: Mutex<HashMap<String, (Arc<AtomicBool>, Option<Instant>)>>,
+    /// The upstream sessions' DTLS certificate.
+    dtls: Arc<DtlsContext>,
+    /// Counters for `/metrics`.
+    pub counters: ClusterCounters,
+}
+
+impl Cluster {
+    /// The cluster part of a node configured with `cfg` (not connected until it runs).
+    pub fn new(cfg: ClusterSection) -> Result<Self, String> {
+        let store = Store::new(&cfg.redis)?;
+        let dtls = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
+        Ok(Cluster {
+            cfg,
+            store,
+            view: RwLock::new(Arc::new(View::default())),
+            view_builds: AtomicU64::new(0),
+            redis_up: AtomicBool::new(false),
+            sent: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
+            pulls: Mutex::new(HashMap::new()),
+            dtls,
+            counters: ClusterCounters::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClusterSection {
+        &self.cfg
+    }
+
+    /// The cluster as last read.
+    pub fn view(&self) -> Arc<View> {
+        self.view
+            .read()
+            .map(|v| v.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Times the cached view was rebuilt (it is only when something changed).
+    pub fn view_builds(&self) -> u64 {
+        self.view_builds.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last exchange with Redis worked.
+    pub fn redis_up(&self) -> bool {
+        self.redis_up.load(Ordering::Relaxed)
+    }
+
+    /// Redis commands sent since start.
+    pub fn redis_commands(&self) -> u64 {
+        self.store.commands.load(Ordering::Relaxed)
+    }
+
+    /// Streams this node pulls from others (with `ended`, also those whose pull ended
+    /// within [`PULL_MEMORY`]).
+    pub fn pulled(&self, ended: bool) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .pulls
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, (_, e))| ended || e.is_none())
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Whether `value` (the request's [`SECRET_HEADER`]) is the cluster secret. Compared
+    /// in time independent of where they differ.
+    pub fn authenticates(&self, value: Option<&[u8]>) -> bool {
+        let Some(v) = value else {
+            return false;
+        };
+        let s = self.cfg.secret.as_bytes();
+        if v.len() != s.len() {
+            return false;
+        }
+        v.iter().zip(s).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+
+    /// Runs the refresh every second until the process ends; `local` reports this node.
+    pub async fn run(self: Arc<Self>, mut local: impl FnMut() -> Local + Send + 'static) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let ok = self.refresh(local()).await;
+            let wait = if ok {
+                backoff = Duration::from_secs(1);
+                Duration::from_secs(1)
+            } else {
+                let w = backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                w
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// One refresh: record, claims, view. Returns whether Redis answered.
+    async fn refresh(&self, local: Local) -> bool {
+        let now = Instant::now();
+        if let Ok(mut p) = self.pulls.lock() {
+            p.retain(|_, (_, e)| e.is_none_or(|at| now.duration_since(at) < PULL_MEMORY));
+            tern_pool::shrink_map(&mut p);
+        }
+        let pulled: Vec<String> = self.pulled(true);
+        let (claim, release) = {
+            let Ok(mut claims) = self.claims.lock() else {
+                return false;
+            };
+            for s in &local.streams {
+                if s.publishing && !pulled.contains(&s.key) {
+                    claims.insert(s.key.clone(), now);
+                }
+            }
+            let mut claim = Vec::new();
+            let mut release = Vec::new();
+            for (k, last) in claims.iter() {
+                let grace = local.streams.iter().find(|s| &s.key == k).map(|s| s.grace);
+                match grace {
+                    Some(g) if now.duration_since(*last) <= g && !pulled.contains(k) => {
+                        claim.push(k.clone());
+                    }
+                    _ => release.push(k.clone()),
+                }
+            }
+            for k in &release {
+                claims.remove(k);
+            }
+            tern_pool::shrink_map(&mut claims);
+            (claim, release)
+        };
+        let record = match serde_json::to_string(&local.record) {
+            Ok(r) => r,
+            Err(_) => return false,
+        };
+        let ttl_ms = self.cfg.ttl_s * 1000;
+        match self
+            .store
+            .refresh(&self.cfg.node, &record, ttl_ms, &claim, &release)
+            .await
+        {
+            Ok(r) => {
+                for (k, held) in claim.iter().zip(&r.held) {
+                    if !held {
+                        let owner = r.view.origins.get(k).map_or("another node", |s| s);
+                        warn!("cluster: {k} has a publisher here but is claimed by {owner}");
+                    }
+                }
+                self.set_up(true, None);
+                let changed = self.view.read().map(|v| **v != r.view).unwrap_or(true);
+                if changed {
+                    if let Ok(mut v) = self.view.write() {
+                        *v = Arc::new(r.view);
+                    }
+                    self.view_builds.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Ok(mut s) = self.sent.lock() {
+                    s.clear();
+                }
+                true
+            }
+            Err(e) => {
+                self.counters.refresh_errors.fetch_add(1, Ordering::Relaxed);
+                self.set_up(false, Some(&e.to_string()));
+                false
+            }
+        }
+    }
+
+    /// Records Redis' state, logging a change once.
+    fn set_up(&self, up: bool, err: Option<&str>) {
+        if self.redis_up.swap(up, Ordering::Relaxed) != up {
+            if up {
+                info!("cluster: Redis at {} reachable: node {} registered", self.cfg.redis, self.cfg.node);
+            } else {
+                warn!(
+                    "cluster: Redis at {} unreachable ({}): serving what this node has, new pulls refused, retrying",
+                    self.cfg.redis,
+                    err.unwrap_or("error")
+                );
+            }
+        }
+    }
+
+    /// Takes stream `key` for a publisher arriving here. `Err(owner)` when another node
+    /// has it. With Redis unreachable the publisher is let in (the node serves alone) and
+    /// the claim is made at the next refresh.
+    pub async fn claim(&self, key: &str) -> Result<(), String> {
+        let ttl_ms = self.cfg.ttl_s * 1000;
+        match self.store.claim(&self.cfg.node, key, ttl_ms).await {
+            Ok(Ok(())) => {
+                if let Ok(mut c) = self.claims.lock() {
+                    c.insert(key.to_string(), Instant::now());
+                }
+                Ok(())
+            }
+            Ok(Err(owner)) => {
+                self.counters.claims_refused.fetch_add(1, Ordering::Relaxed);
+                Err(owner)
+            }
+            Err(e) => {
+                self.set_up(false, Some(&e.to_string()));
+                if let Ok(mut c) = self.claims.lock() {
+                    c.insert(key.to_string(), Instant::now());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The node that has `key`'s publisher, read from Redis now (a fresh claim may not be
+    /// in the view yet). `Err` when Redis cannot be reached.
+    pub async fn origin_of(&self, key: &str) -> Result<Option<String>, String> {
+        match self.store.origin(key).await {
+            Ok(o) => Ok(o),
+            Err(e) => {
+                self.set_up(false, Some(&e.to_string()));
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// The node a viewer's request should go to (least loaded; counted as sent there), or
+    /// `None` when routing is off or the registry is not known.
+    pub fn route(&self) -> Option<NodeRecord> {
+        if !self.cfg.redirect || !self.redis_up() {
+            return None;
+        }
+        let view = self.view();
+        let mut sent = self.sent.lock().ok()?;
+        let n = view.least_loaded(&sent)?.clone();
+        *sent.entry(n.name.clone()).or_default() += 1;
+        Some(n)
+    }
+
+    /// Starts pulling `key` (engine stream `index`) from its origin unless a pull runs.
+    pub fn start_pull(
+        self: &Arc<Self>,
+        key: &str,
+        index: usize,
+        engine: EngineHandle,
+        runtime: tokio::runtime::Handle,
+    ) -> std::io::Result<()> {
+        let Ok(mut pulls) = self.pulls.lock() else {
+            return Ok(());
+        };
+        if pulls.get(key).is_some_and(|(_, ended)| ended.is_none()) {
+            return Ok(());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let pull = upstream::Pull {
+            key: key.to_string(),
+            index,
+            engine,
+            runtime,
+            stop: stop.clone(),
+        };
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("EdgePull".into())
+            .spawn(move || upstream::run(me, pull))?;
+        pulls.insert(key.to_string(), (stop, None));
+        self.counters.pulls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A pull's thread ended.
+    fn pull_ended(&self, key: &str) {
+        if let Ok(mut p) = self.pulls.lock()
+            && let Some(e) = p.get_mut(key)
+        {
+            e.1 = Some(Instant::now());
+        }
+    }
+
+    /// A clean leave: pulls stop, the record and claims go from Redis at once.
+    pub async fn leave(&self) {
+        if let Ok(p) = self.pulls.lock() {
+            for (stop, _) in p.values() {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        let claims: Vec<String> = self
+            .claims
+            .lock()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default();
+        match self.store.leave(&self.cfg.node, &claims).await {
+            Ok(()) => info!("cluster: node {} left the registry", self.cfg.node),
+            Err(e) => warn!("cluster: could not leave the registry: {e}"),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The `[cluster]` configuration section and its checks. A leaf: the configuration file
+//! reads it, the cluster runs on it.
+
+use serde::Deserialize;
+
+/// The `[cluster]` section. Without it tern runs alone.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Where the node registry and origin map live: `redis://HOST:PORT/DB`.
+    pub redis: String,
+    /// This node's name, unique in the cluster (letters, digits, `-`, `_`, `.`).
+    pub node: String,
+    /// How viewers and other nodes reach this node's HTTP: `http://HOST:PORT`.
+    pub url: String,
+    /// Shared by all nodes: node-to-node requests carry it (and skip admission).
+    pub secret: String,
+    /// Answer a viewer's WHEP POST with `307` to the least-loaded node. Default false.
+    #[serde(default)]
+    pub redirect: bool,
+    /// Seconds a node record and an origin claim live without a refresh (they are refreshed
+    /// every second). Default 3: a dead node leaves the registry, and its streams the origin
+    /// map, within 3 s.
+    #[serde(default = "d_ttl_s")]
+    pub ttl_s: u64,
+    /// Seconds an edge keeps its upstream session after its last local viewer left.
+    /// Default 5: a viewer who reloads the page finds the stream still pulled.
+    #[serde(default = "d_edge_grace_s")]
+    pub edge_grace_s: u64,
+}
+
+fn d_ttl_s() -> u64 {
+    3
+}
+fn d_edge_grace_s() -> u64 {
+    5
+}
+
+impl ClusterSection {
+    /// The first bad key and what is wrong with it.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !(self.redis.starts_with("redis://") || self.redis.starts_with("rediss://")) {
+            return Err(("cluster.redis", "must be a redis://HOST:PORT/DB URL".into()));
+        }
+        if self.node.is_empty()
+            || self.node.len() > 64
+            || !self
+                .node
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err((
+                "cluster.node",
+                "must be 1-64 letters, digits, '-', '_' or '.'".into(),
+            ));
+        }
+        let rest = self.url.strip_prefix("http://").unwrap_or("");
+        if rest.is_empty() || rest.contains('/') && !rest.ends_with('/') {
+            return Err((
+                "cluster.url",
+                "must be http://HOST:PORT (how viewers and nodes reach this node)".into(),
+            ));
+        }
+        if self.secret.len() < 16 {
+            return Err(("cluster.secret", "must be at least 16 characters".into()));
+        }
+        if !(2..=60).contains(&self.ttl_s) {
+            return Err(("cluster.ttl_s", "must be between 2 and 60 (seconds)".into()));
+        }
+        if self.edge_grace_s > 3600 {
+            return Err((
+                "cluster.edge_grace_s",
+                "must be at most 3600 (seconds)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`ClusterSection::url`] without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        self.url.trim_end_matches('/')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok() -> ClusterSection {
+        ClusterSection {
+            redis: "redis://127.0.0.1:6379/0".into(),
+            node: "a".into(),
+            url: "http://127.0.0.1:8080".into(),
+            secret: "0123456789abcdef".into(),
+            redirect: false,
+            ttl_s: 3,
+            edge_grace_s: 5,
+        }
+    }
+
+    #[test]
+    fn names_the_bad_key() {
+        assert_eq!(ok().check(), Ok(()));
+        let cases: [(fn(&mut ClusterSection), &str); 6] = [
+            (|c| c.redis = "http://x".into(), "cluster.redis"),
+            (|c| c.node = "a b".into(), "cluster.node"),
+            (|c| c.url = "127.0.0.1:8080".into(), "cluster.url"),
+            (|c| c.secret = "short".into(), "cluster.secret"),
+            (|c| c.ttl_s = 1, "cluster.ttl_s"),
+            (|c| c.edge_grace_s = 7200, "cluster.edge_grace_s"),
+        ];
+        for (break_it, key) in cases {
+            let mut c = ok();
+            break_it(&mut c);
+            assert_eq!(c.check().map_err(|e| e.0), Err(key));
+        }
+    }
+}

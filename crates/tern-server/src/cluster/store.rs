@@ -1,0 +1,273 @@
+//! The cluster's Redis keys and the commands on them. Nothing else in tern talks to Redis.
+//!
+//! Keys (all with a TTL, so a node that dies leaves nothing behind for long):
+//! - `tern:node:{name}`: the node's [`NodeRecord`] as JSON, `PX` = `cluster.ttl_s`,
+//!   rewritten every second.
+//! - `tern:origin:{app}/{stream}`: the name of the node that has the stream's publisher,
+//!   taken with `SET NX`-like semantics (a Lua script: take it if free, refresh it if
+//!   ours, else leave it) and refreshed every second while the stream is live there or
+//!   within its app's grace.
+//!
+//! One connection (redis-rs' multiplexed connection: requests from the refresh task and
+//! from HTTP handlers share it). Each refresh is two round trips: one pipeline that writes
+//! the record, claims, refreshes and releases origins and starts both key scans, one that
+//! reads the records and owners found.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisResult};
+
+use super::view::{NodeRecord, View};
+
+/// Prefix of node records.
+pub const NODE_PREFIX: &str = "tern:node:";
+/// Prefix of origin claims.
+pub const ORIGIN_PREFIX: &str = "tern:origin:";
+
+/// Takes the claim `KEYS[1]` for node `ARGV[1]` for `ARGV[2]` ms if it is free or already
+/// ours: 1 when we hold it after, 0 when another node does.
+const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
+if v == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 \
+elseif v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 \
+else return 0 end";
+/// Deletes the claim `KEYS[1]` if node `ARGV[1]` holds it.
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// How long one request may take before Redis counts as unreachable.
+const TIMEOUT: Duration = Duration::from_millis(800);
+
+/// The connection and a count of the commands sent.
+pub struct Store {
+    client: redis::Client,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// Commands sent (each in a pipeline counts).
+    pub commands: Arc<AtomicU64>,
+}
+
+/// What one refresh found: for each claim asked for, whether this node holds it; and the
+/// registry and origin map.
+pub struct Refresh {
+    /// Per claim, in order: held by this node.
+    pub held: Vec<bool>,
+    /// The cluster as read.
+    pub view: View,
+}
+
+impl Store {
+    /// A store on `url` (not connected yet).
+    pub fn new(url: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        Ok(Store {
+            client,
+            conn: tokio::sync::Mutex::new(None),
+            commands: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The connection, made if there is none.
+    async fn conn(&self) -> RedisResult<MultiplexedConnection> {
+        let mut g = self.conn.lock().await;
+        if let Some(c) = g.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT));
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await?;
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Forgets the connection after an error, so the next call reconnects.
+    async fn drop_conn(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    fn count(&self, n: usize) {
+        self.commands.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        p: &redis::Pipeline,
+        commands: usize,
+    ) -> RedisResult<T> {
+        let mut c = self.conn().await?;
+        self.count(commands);
+        let r = p.query_async(&mut c).await;
+        if r.is_err() {
+            self.drop_conn().await;
+        }
+        r
+    }
+
+    /// One refresh: writes `record` for `me` (`ttl_ms`), takes or refreshes each of
+    /// `claims`, releases each of `releases`, and reads the registry and origin map.
+    pub async fn refresh(
+        &self,
+        me: &str,
+        record: &str,
+        ttl_ms: u64,
+        claims: &[String],
+        releases: &[String],
+    ) -> RedisResult<Refresh> {
+        let mut p = redis::pipe();
+        p.cmd("SET")
+            .arg(format!("{NODE_PREFIX}{me}"))
+            .arg(record)
+            .arg("PX")
+            .arg(ttl_ms)
+            .ignore();
+        for k in claims {
+            p.cmd("EVAL")
+                .arg(CLAIM)
+                .arg(1)
+                .arg(format!("{ORIGIN_PREFIX}{k}"))
+                .arg(me)
+                .arg(ttl_ms);
+        }
+        for k in releases {
+            p.cmd("EVAL")
+                .arg(RELEASE)
+                .arg(1)
+                .arg(format!("{ORIGIN_PREFIX}{k}"))
+                .arg(me)
+                .ignore();
+        }
+        for prefix in [NODE_PREFIX, ORIGIN_PREFIX] {
+            p.cmd("SCAN")
+                .arg(0)
+                .arg("MATCH")
+                .arg(format!("{prefix}*"))
+                .arg("COUNT")
+                .arg(1000);
+        }
+        let n = 1 + claims.len() + releases.len() + 2;
+        let mut out: Vec<redis::Value> = self.run(&p, n).await?;
+        let origin_scan = out.pop();
+        let node_scan = out.pop();
+        let held = out
+            .iter()
+            .map(|v| redis::from_redis_value_ref::<i64>(v).is_ok_and(|x| x == 1))
+            .collect();
+        let node_keys = self.finish_scan(node_scan, NODE_PREFIX).await?;
+        let origin_keys = self.finish_scan(origin_scan, ORIGIN_PREFIX).await?;
+        let mut p = redis::pipe();
+        // MGET with no key is an error; an empty list reads as nothing.
+        let mut commands = 0;
+        for keys in [&node_keys, &origin_keys] {
+            if !keys.is_empty() {
+                p.cmd("MGET").arg(keys);
+                commands += 1;
+            }
+        }
+        let mut values: Vec<Vec<Option<String>>> = if commands == 0 {
+            Vec::new()
+        } else {
+            self.run(&p, commands).await?
+        };
+        let origin_values = if origin_keys.is_empty() {
+            Vec::new()
+        } else {
+            values.pop().unwrap_or_default()
+        };
+        let node_values = if node_keys.is_empty() {
+            Vec::new()
+        } else {
+            values.pop().unwrap_or_default()
+        };
+        let mut nodes: Vec<NodeRecord> = node_values
+            .into_iter()
+            .flatten()
+            .filter_map(|j| serde_json::from_str(&j).ok())
+            .collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let origins: BTreeMap<String, String> = origin_keys
+            .iter()
+            .zip(origin_values)
+            .filter_map(|(k, v)| Some((k.strip_prefix(ORIGIN_PREFIX)?.to_string(), v?)))
+            .collect();
+        Ok(Refresh {
+            held,
+            view: View { nodes, origins },
+        })
+    }
+
+    /// The keys of a scan that began in the refresh pipeline, continued to its end.
+    async fn finish_scan(
+        &self,
+        first: Option<redis::Value>,
+        prefix: &str,
+    ) -> RedisResult<Vec<String>> {
+        let (mut cursor, mut keys): (u64, Vec<String>) = match first {
+            Some(v) => redis::from_redis_value(v)?,
+            None => return Ok(Vec::new()),
+        };
+        // Bounded: a keyspace of a million matching keys is 1,000 rounds; past that the
+        // view is partial for this second rather than late.
+        for _ in 0..1000 {
+            if cursor == 0 {
+                break;
+            }
+            let mut p = redis::pipe();
+            p.cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}*"))
+                .arg("COUNT")
+                .arg(1000);
+            let ((c, more),): ((u64, Vec<String>),) = self.run(&p, 1).await?;
+            cursor = c;
+            keys.extend(more);
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    /// Takes stream `key` for `me` now: `Ok(Ok(()))` when held, `Ok(Err(owner))` when
+    /// another node has it.
+    pub async fn claim(&self, me: &str, key: &str, ttl_ms: u64) -> RedisResult<Result<(), String>> {
+        let k = format!("{ORIGIN_PREFIX}{key}");
+        let mut p = redis::pipe();
+        p.cmd("EVAL").arg(CLAIM).arg(1).arg(&k).arg(me).arg(ttl_ms);
+        p.cmd("GET").arg(&k);
+        let (held, owner): (i64, Option<String>) = self.run(&p, 2).await?;
+        Ok(if held == 1 {
+            Ok(())
+        } else {
+            Err(owner.unwrap_or_default())
+        })
+    }
+
+    /// The node that has stream `key`'s publisher, read now.
+    pub async fn origin(&self, key: &str) -> RedisResult<Option<String>> {
+        let mut p = redis::pipe();
+        p.cmd("GET").arg(format!("{ORIGIN_PREFIX}{key}"));
+        let (owner,): (Option<String>,) = self.run(&p, 1).await?;
+        Ok(owner)
+    }
+
+    /// A clean leave: the record and `claims` go at once.
+    pub async fn leave(&self, me: &str, claims: &[String]) -> RedisResult<()> {
+        let mut p = redis::pipe();
+        p.cmd("DEL").arg(format!("{NODE_PREFIX}{me}")).ignore();
+        for k in claims {
+            p.cmd("EVAL")
+                .arg(RELEASE)
+                .arg(1)
+                .arg(format!("{ORIGIN_PREFIX}{k}"))
+                .arg(me)
+                .ignore();
+        }
+        self.run::<()>(&p, 1 + claims.len()).await
+    }
+}

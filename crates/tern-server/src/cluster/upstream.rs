@@ -1,0 +1,361 @@
+//! Edge pull: one upstream session per stream from the node that has its publisher, fed to
+//! the local engine as that stream's publisher, so every local viewer is served from the
+//! one ring exactly as if the publisher were here.
+//!
+//! The session is tern-rtc's lean WebRTC receiver ([`tern_rtc::client::Client`]) on a UDP
+//! socket of its own thread, signalled with WHEP and the cluster secret (so the origin skips
+//! admission and counts it as one viewer). Each session is one publisher in the engine: when
+//! the origin goes silent or away the publisher is removed, the origin map is read again,
+//! and the next session (at the same origin once its publisher is back, or at the node the
+//! publisher moved to) is a new publisher on the same stream, which ingest maps onto the
+//! stream's own numbering: viewers keep their SSRCs and see continuous sequence numbers and
+//! timestamps, as with a returning publisher. Keyframe requests from local viewers, which
+//! ingest coalesces, go upstream as one PLI. The thread ends `cluster.edge_grace_s` after
+//! the stream's last local viewer left.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tern_proto::sdp;
+use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
+use tern_rtc::publisher::IngestPacket;
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use super::Cluster;
+use crate::media::{AddError, Command, EngineHandle, NtpClock, PublisherId, RtmpCommand};
+
+/// An origin that sends nothing for this long is taken as gone (a live stream sends dozens
+/// of packets a second; its publisher leaving is covered the same way).
+const SILENCE: Duration = Duration::from_secs(2);
+/// ICE and DTLS with the origin must be done within this.
+const CONNECT: Duration = Duration::from_secs(5);
+/// A blocked engine queue for this long ends the session (as for an RTMP publisher).
+const MEDIA_STALL: Duration = Duration::from_secs(2);
+/// Longest wait between two attempts to find or reach the origin.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Longest wait in one receive call: timers and flags are looked at this often.
+const TICK: Duration = Duration::from_millis(10);
+
+/// What one upstream needs.
+pub(super) struct Pull {
+    /// `app/stream`.
+    pub key: String,
+    /// The stream's index in the engine.
+    pub index: usize,
+    /// The engine the stream's packets go to.
+    pub engine: EngineHandle,
+    /// The HTTP runtime (Redis reads).
+    pub runtime: tokio::runtime::Handle,
+    /// Set to end the pull.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Why a session ended.
+enum End {
+    /// The thread should stop (no local viewers for the grace, shutdown, engine gone).
+    Stop(&'static str),
+    /// The origin could not be reached or went away: look it up again.
+    Retry(String),
+}
+
+/// Runs the pull until it should stop; the caller's thread.
+pub(super) fn run(cluster: Arc<Cluster>, pull: Pull) {
+    let key = pull.key.clone();
+    info!("edge: pulling {key} from its origin");
+    let mut backoff = Duration::from_millis(100);
+    let mut idle_since: Option<Instant> = None;
+    let reason = loop {
+        if pull.stop.load(Ordering::Relaxed) {
+            break "stopped".to_string();
+        }
+        if idle(&cluster, &pull, &mut idle_since) {
+            break "no local viewers".to_string();
+        }
+        let origin = match pull.runtime.block_on(cluster.origin_of(&key)) {
+            Ok(Some(node)) if node != cluster.cfg.node => cluster.view().node(&node).cloned(),
+            Ok(_) | Err(_) => None,
+        };
+        let Some(origin) = origin else {
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            continue;
+        };
+        match session(&cluster, &pull, &origin.url, &mut idle_since) {
+            End::Stop(why) => break why.to_string(),
+            End::Retry(why) => {
+                cluster.counters.upstream_retries.fetch_add(1, Ordering::Relaxed);
+                warn!("edge: {key} from {}: {why}; looking up its origin again", origin.name);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    };
+    cluster.pull_ended(&key);
+    info!("edge: pull of {key} ended: {reason}");
+}
+
+/// Whether the stream has had no local viewer for the grace.
+fn idle(cluster: &Cluster, pull: &Pull, since: &mut Option<Instant>) -> bool {
+    let viewers = pull.engine.stats.snapshots.viewers(Some(&pull.key)).len();
+    if viewers > 0 {
+        *since = None;
+        return false;
+    }
+    let since = *since.get_or_insert_with(Instant::now);
+    since.elapsed() >= Duration::from_secs(cluster.cfg.edge_grace_s)
+}
+
+/// One WHEP session with the origin at `base`, fed to the engine until it ends.
+fn session(
+    cluster: &Cluster,
+    pull: &Pull,
+    base: &str,
+    idle_since: &mut Option<Instant>,
+) -> End {
+    let mut rng = rand::rng();
+    let mut token = |n: usize| -> String {
+        (&mut rng)
+            .sample_iter(rand::distr::Alphanumeric)
+            .take(n)
+            .map(char::from)
+            .collect()
+    };
+    let ufrag = token(8);
+    let pwd = token(24);
+    let offer = sdp::write_offer(&sdp::OfferParams {
+        ice_ufrag: &ufrag,
+        ice_pwd: &pwd,
+        fingerprint_sha256: cluster.dtls.fingerprint(),
+        video: true,
+        audio: true,
+        abs_capture_time: true,
+        all_video: true,
+    });
+    let url = format!("{}/{}/whep", base.trim_end_matches('/'), pull.key);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(3)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let (answer, location) = match post(&agent, &url, &offer, &cluster.cfg.secret) {
+        Ok(x) => x,
+        Err(e) => return End::Retry(e),
+    };
+    let ntp = NtpClock::now();
+    let now = Instant::now();
+    let params = match client_params(
+        &answer,
+        &ClientOffer {
+            ufrag,
+            pwd,
+            rtcp: true,
+            ntp_base: (now, ntp.ntp(now)),
+        },
+    ) {
+        Ok(p) => p,
+        Err(e) => return End::Retry(format!("bad answer: {e}")),
+    };
+    let end = pump(cluster, pull, params, idle_since, &mut rng);
+    if let Some(loc) = location {
+        let loc = if loc.starts_with('/') {
+            format!("{}{loc}", base.trim_end_matches('/'))
+        } else {
+            loc
+        };
+        let _ = agent
+            .delete(&loc)
+            .header(super::SECRET_HEADER, &cluster.cfg.secret)
+            .call();
+    }
+    end
+}
+
+/// POSTs the offer: the answer and the session's `Location`.
+fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    offer: &str,
+    secret: &str,
+) -> Result<(String, Option<String>), String> {
+    let mut r = agent
+        .post(url)
+        .header("Content-Type", "application/sdp")
+        .header(super::SECRET_HEADER, secret)
+        .send(offer)
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    let status = r.status().as_u16();
+    let location = r
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = r
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_string()
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    if status != 201 {
+        return Err(format!("POST {url}: HTTP {status} {}", body.trim()));
+    }
+    Ok((body, location))
+}
+
+/// Runs the lean client against the origin and hands its packets to the engine.
+fn pump(
+    cluster: &Cluster,
+    pull: &Pull,
+    params: tern_rtc::client::ClientParams,
+    idle_since: &mut Option<Instant>,
+    rng: &mut impl Rng,
+) -> End {
+    let server = params.server;
+    let codec = params.video_codec;
+    let bind: SocketAddr = if server.is_ipv4() {
+        "0.0.0.0:0".parse().expect("a valid address")
+    } else {
+        "[::]:0".parse().expect("a valid address")
+    };
+    let sock = match UdpSocket::bind(bind).and_then(|s| s.connect(server).map(|()| s)) {
+        Ok(s) => s,
+        Err(e) => return End::Retry(format!("UDP socket: {e}")),
+    };
+    let start = Instant::now();
+    let mut client = Client::new(params, cluster.dtls.clone(), start, rng.random());
+    let closed = Arc::new(AtomicBool::new(false));
+    let keyframe = Arc::new(AtomicBool::new(false));
+    let mut id: Option<PublisherId> = None;
+    let mut buf = vec![0u8; 2048];
+    let mut packets: Vec<IngestPacket> = Vec::new();
+    let mut last_media = start;
+    let mut asked_keyframe = false;
+    let mut next_check = start;
+    let end = loop {
+        let now = Instant::now();
+        client.drain(&mut |d| {
+            let _ = sock.send(d);
+        });
+        if pull.stop.load(Ordering::Relaxed) {
+            break End::Stop("stopped");
+        }
+        if closed.load(Ordering::Relaxed) {
+            break End::Stop("publisher removed by the engine");
+        }
+        if let ClientState::Failed(why) = client.state() {
+            break End::Retry(format!("session failed: {why}"));
+        }
+        if id.is_none() && now - start > CONNECT {
+            break End::Retry(format!("no media within {CONNECT:?}"));
+        }
+        if id.is_some() && now - last_media > SILENCE {
+            break End::Retry(format!("origin silent for {SILENCE:?}"));
+        }
+        if now >= next_check {
+            next_check = now + Duration::from_secs(1);
+            if idle(cluster, pull, idle_since) {
+                break End::Stop("no local viewers");
+            }
+        }
+        if keyframe.swap(false, Ordering::Relaxed) {
+            client.request_keyframe();
+        }
+        let wait = client
+            .poll_timeout()
+            .map_or(TICK, |t| t.saturating_duration_since(now).min(TICK))
+            .max(Duration::from_millis(1));
+        let _ = sock.set_read_timeout(Some(wait));
+        // Read what is there (the first read may wait), then hand it over as one batch.
+        let mut first = true;
+        loop {
+            if !first {
+                let _ = sock.set_nonblocking(true);
+            }
+            let n = match sock.recv(&mut buf) {
+                Ok(n) => n,
+                Err(_) => break,
+            };
+            first = false;
+            let now = Instant::now();
+            let Some(r) = client.handle_input(now, &mut buf[..n]) else {
+                continue;
+            };
+            last_media = now;
+            packets.push(IngestPacket {
+                kind: r.kind,
+                seq: r.seq,
+                rtp_ts: r.rtp_ts,
+                marker: r.marker,
+                payload: Arc::from(&buf[r.payload]),
+                capture_ntp: r.capture_ntp,
+            });
+            if packets.len() >= 64 {
+                break;
+            }
+        }
+        let _ = sock.set_nonblocking(false);
+        let now = Instant::now();
+        if client.poll_timeout().is_some_and(|t| t <= now) {
+            client.handle_timeout(now);
+        }
+        if packets.is_empty() {
+            continue;
+        }
+        let pid = match id {
+            Some(pid) => pid,
+            None => match add_publisher(pull, codec, &closed, &keyframe) {
+                Ok(pid) => {
+                    info!("edge: {} live from {server}", pull.key);
+                    id = Some(pid);
+                    pid
+                }
+                Err(end) => break end,
+            },
+        };
+        if !asked_keyframe {
+            // Start the local viewers at once rather than at the origin's next keyframe.
+            client.request_keyframe();
+            asked_keyframe = true;
+        }
+        let cmd = RtmpCommand::Media {
+            id: pid,
+            packets: std::mem::take(&mut packets),
+        };
+        if let Err(e) = pull.engine.send_rtmp_media(cmd, MEDIA_STALL) {
+            break End::Stop(if e.is_empty() { "engine stalled" } else { e });
+        }
+    };
+    if let Some(pid) = id {
+        let _ = pull.engine.send(Command::RemovePublisher(pid));
+    }
+    end
+}
+
+/// Takes the stream's publisher slot for this session.
+fn add_publisher(
+    pull: &Pull,
+    codec: tern_proto::codec::VideoCodec,
+    closed: &Arc<AtomicBool>,
+    keyframe: &Arc<AtomicBool>,
+) -> Result<PublisherId, End> {
+    let (tx, rx) = oneshot::channel();
+    let cmd = Command::Rtmp(RtmpCommand::Add {
+        stream: pull.index,
+        protocol: "edge",
+        codec,
+        closed: closed.clone(),
+        keyframe: keyframe.clone(),
+        reply: tx,
+    });
+    if pull.engine.send(cmd).is_err() {
+        return Err(End::Stop("media engine stopped"));
+    }
+    match rx.blocking_recv() {
+        Ok(Ok(id)) => Ok(id),
+        Ok(Err(AddError::Busy)) => Err(End::Stop("the stream has a local publisher")),
+        Err(_) => Err(End::Stop("media engine stopped")),
+    }
+}

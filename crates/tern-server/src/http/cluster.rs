@@ -1,0 +1,326 @@
+//! The cluster's HTTP side: the node's report to the registry, WHEP routing (`307` to the
+//! least-loaded node), edge pull on a WHEP request for a stream published elsewhere, the
+//! publish-time claim, and what `/v1/cluster` and `/metrics` show. The Redis side is
+//! [`crate::cluster`].
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::cluster::{Local, LocalStream, NodeRecord, ROUTED_PARAM};
+use crate::http::reply::{cors, text};
+use crate::http::state::{AppState, claim_stream};
+
+/// How long a viewer's request waits for a pull to bring the stream live.
+const PULL_WAIT: Duration = Duration::from_secs(5);
+
+/// Starts the node's refresh (record, claims, view) on the current runtime.
+pub fn start(st: &Arc<AppState>) {
+    let Some(cluster) = st.cluster.clone() else {
+        return;
+    };
+    let s = st.clone();
+    let mut meter = Meter::default();
+    tokio::spawn(cluster.run(move || local(&s, &mut meter)));
+}
+
+/// CPU time and bytes sent at the last report, for per-second rates.
+#[derive(Default)]
+struct Meter {
+    last: Option<(Instant, u64, u64)>,
+}
+
+/// This process's CPU time in clock ticks (`/proc/self/stat` utime + stime; USER_HZ is
+/// 100 on Linux), or 0 where there is no procfs.
+fn cpu_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    n(11) + n(12)
+}
+
+/// What this node reports this second.
+fn local(st: &AppState, meter: &mut Meter) -> Local {
+    let stats = &st.engine.stats;
+    let now = Instant::now();
+    let (ticks, bytes) = (cpu_ticks(), stats.bytes_out.load(Ordering::Relaxed));
+    let (egress, cpu) = match meter.last {
+        Some((at, t0, b0)) => {
+            let secs = now.duration_since(at).as_secs_f64().max(0.001);
+            (
+                (bytes.saturating_sub(b0) as f64 * 8.0 / secs) as u64,
+                ticks.saturating_sub(t0) as f64 / 100.0 / secs,
+            )
+        }
+        None => (0, 0.0),
+    };
+    meter.last = Some((now, ticks, bytes));
+    let streams = st
+        .streams
+        .list()
+        .into_iter()
+        .map(|(key, index)| {
+            let app = key.split_once('/').map_or("", |(a, _)| a);
+            let grace = st
+                .config
+                .app(app)
+                .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s);
+            LocalStream {
+                publishing: stats
+                    .publishing
+                    .get(index)
+                    .is_some_and(|p| p.load(Ordering::Relaxed)),
+                grace: Duration::from_secs(grace),
+                key,
+            }
+        })
+        .collect();
+    Local {
+        record: record(st, egress, (cpu * 1000.0).round() / 1000.0),
+        streams,
+    }
+}
+
+fn record(st: &AppState, egress_bps: u64, cpu: f64) -> NodeRecord {
+    let stats = &st.engine.stats;
+    let (name, url) = st
+        .cluster
+        .as_ref()
+        .map(|c| (c.config().node.clone(), c.config().base_url().to_string()))
+        .unwrap_or_default();
+    NodeRecord {
+        name,
+        url,
+        media: std::net::SocketAddr::new(st.candidate_ip, st.candidate_port).to_string(),
+        viewers: stats.viewers.load(Ordering::Relaxed) as u64,
+        publishers: stats.publishers.load(Ordering::Relaxed) as u64,
+        egress_bps,
+        cpu,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// WHEP routing: with `cluster.redirect`, a viewer's POST goes to the least-loaded live
+/// node (`307`, the method and body kept) unless that is this node, the request comes
+/// from a node, or a redirect already chose this node (`tern_node` in the query).
+pub(super) fn redirect(
+    st: &AppState,
+    (app, stream): (&str, &str),
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let c = st.cluster.as_ref()?;
+    if st.is_node_request(headers) {
+        return None;
+    }
+    let routed = query.is_some_and(|q| {
+        q.split('&')
+            .any(|p| p.split_once('=').is_some_and(|(k, _)| k == ROUTED_PARAM))
+    });
+    if routed {
+        return None;
+    }
+    let target = c.route()?;
+    if target.name == c.config().node {
+        return None;
+    }
+    c.counters.redirects.fetch_add(1, Ordering::Relaxed);
+    let mut q = query.map(|q| format!("{q}&")).unwrap_or_default();
+    let _ = write!(q, "{ROUTED_PARAM}={}", target.name);
+    let location = format!("{}/{app}/{stream}/whep?{q}", target.url.trim_end_matches('/'));
+    let mut r = (StatusCode::TEMPORARY_REDIRECT, "").into_response();
+    cors(r.headers_mut());
+    let h = r.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Location"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        h.insert(header::LOCATION, v);
+    }
+    Some(r)
+}
+
+/// Edge pull for a WHEP request: when `app/stream` is not live here and another node holds
+/// its claim, the stream is made here, one upstream pull started (or joined), and the
+/// request waits until the stream is live. `Ok` when there is nothing to pull (the request
+/// goes on as on a single node: 404, 409 or served).
+pub(super) async fn pull(st: &Arc<AppState>, app: &str, stream: &str) -> Result<(), Response> {
+    let Some(c) = st.cluster.as_ref() else {
+        return Ok(());
+    };
+    let key = format!("{app}/{stream}");
+    let live_here = |st: &AppState| {
+        st.streams.get(&key).is_some_and(|i| {
+            st.engine
+                .stats
+                .live
+                .get(i.index)
+                .is_some_and(|l| l.load(Ordering::Relaxed))
+        })
+    };
+    if live_here(st) {
+        return Ok(());
+    }
+    let origin = match c.origin_of(&key).await {
+        Ok(Some(o)) if o != c.config().node => o,
+        Ok(_) => return Ok(()),
+        Err(e) => {
+            let mut r = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the cluster store (Redis) cannot be reached ({e}): this node cannot find where {key} is published; retry"
+                ),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            return Err(r);
+        }
+    };
+    let info = claim_stream(st, app, stream).map_err(|e| text(e.status(), e.to_string()))?;
+    let Some(rt) = st.runtime.get().cloned() else {
+        return Err(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "HTTP runtime not running",
+        ));
+    };
+    c.start_pull(&key, info.index, st.engine.clone(), rt)
+        .map_err(|e| {
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot start the pull of {key}: {e}"),
+            )
+        })?;
+    let until = Instant::now() + PULL_WAIT;
+    while Instant::now() < until {
+        if live_here(st) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut r = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    Err(r)
+}
+
+/// The publish-time claim: `Err` with a 409 naming the node that already has `app/stream`.
+pub(super) async fn claim(st: &AppState, app: &str, stream: &str) -> Result<(), Response> {
+    let Some(c) = st.cluster.as_ref() else {
+        return Ok(());
+    };
+    let key = format!("{app}/{stream}");
+    c.claim(&key).await.map_err(|owner| {
+        text(
+            StatusCode::CONFLICT,
+            format!("stream {key} is already published on node {owner}"),
+        )
+    })
+}
+
+/// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.
+pub(super) fn json(st: &AppState) -> serde_json::Value {
+    let Some(c) = st.cluster.as_ref() else {
+        return serde_json::json!({ "enabled": false });
+    };
+    let view = c.view();
+    serde_json::json!({
+        "enabled": true,
+        "node": c.config().node,
+        "redis": if c.redis_up() { "up" } else { "down" },
+        "redirect": c.config().redirect,
+        "nodes": view.nodes,
+        "origins": view.origins.iter().map(|(k, v)| serde_json::json!({"stream": k, "node": v})).collect::<Vec<_>>(),
+        "pulling": c.pulled(false),
+        "redis_commands": c.redis_commands(),
+        "view_builds": c.view_builds(),
+    })
+}
+
+/// The cluster's lines of `/metrics`.
+pub(super) fn metrics(st: &AppState, o: &mut String) {
+    let Some(c) = st.cluster.as_ref() else {
+        return;
+    };
+    let view = c.view();
+    let mut line = |name: &str, help: &str, kind: &str, v: u64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    };
+    line(
+        "tern_cluster_redis_up",
+        "1 when the last exchange with the cluster's Redis worked.",
+        "gauge",
+        u64::from(c.redis_up()),
+    );
+    line(
+        "tern_cluster_nodes",
+        "Live nodes in the registry.",
+        "gauge",
+        view.nodes.len() as u64,
+    );
+    line(
+        "tern_cluster_origins",
+        "Streams in the origin map.",
+        "gauge",
+        view.origins.len() as u64,
+    );
+    line(
+        "tern_cluster_pulls",
+        "Streams this node pulls from their origin.",
+        "gauge",
+        c.pulled(false).len() as u64,
+    );
+    let k = &c.counters;
+    for (name, help, v) in [
+        (
+            "tern_cluster_redis_commands_total",
+            "Redis commands sent.",
+            c.redis_commands(),
+        ),
+        (
+            "tern_cluster_redirects_total",
+            "WHEP requests redirected to another node.",
+            k.redirects.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_pulls_started_total",
+            "Edge pulls started.",
+            k.pulls.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_upstream_retries_total",
+            "Upstream sessions ended by their origin and looked up again.",
+            k.upstream_retries.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_refresh_errors_total",
+            "Registry refreshes that failed.",
+            k.refresh_errors.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_claims_refused_total",
+            "Publishers refused because another node has the stream.",
+            k.claims_refused.load(Ordering::Relaxed),
+        ),
+    ] {
+        line(name, help, "counter", v);
+    }
+    let _ = writeln!(
+        o,
+        "# HELP tern_cluster_node_viewers Viewers of each live node, as in the registry.\n# TYPE tern_cluster_node_viewers gauge"
+    );
+    for n in &view.nodes {
+        let _ = writeln!(o, "tern_cluster_node_viewers{{node=\"{}\"}} {}", n.name, n.viewers);
+    }
+}
