@@ -50,6 +50,9 @@ impl Whep {
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .max_idle_connections(64)
+            // A WHEP 307/308 (a cluster routing the viewer) is followed by `offer` itself,
+            // re-sending the offer as a browser's fetch does.
+            .max_redirects(0)
             .build()
             .into();
         Whep {
@@ -60,19 +63,38 @@ impl Whep {
 
     /// POSTs `offer`; returns the answer SDP, the session URL from `Location` and the
     /// `Link` header values.
+    /// A `307`/`308` answer (a cluster routing the viewer to another node) is followed, at
+    /// most [`MAX_REDIRECTS`] times, with the same offer.
     pub fn offer(&self, offer: &str) -> Result<(String, Option<String>, Vec<String>), SignalError> {
-        let mut resp = self
-            .agent
-            .post(&self.url)
-            .header("Content-Type", "application/sdp")
-            .send(offer)
-            .map_err(|e| SignalError::Transport(e.to_string()))?;
+        let mut url = self.url.clone();
+        let mut hops = 0;
+        let mut resp = loop {
+            let resp = self
+                .agent
+                .post(&url)
+                .header("Content-Type", "application/sdp")
+                .send(offer)
+                .map_err(|e| SignalError::Transport(e.to_string()))?;
+            let status = resp.status().as_u16();
+            let next = resp
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(|l| resolve(&url, l));
+            match (status, next) {
+                (307 | 308, Some(next)) if hops < MAX_REDIRECTS => {
+                    hops += 1;
+                    url = next;
+                }
+                _ => break resp,
+            }
+        };
         let status = resp.status().as_u16();
         let location = resp
             .headers()
             .get("location")
             .and_then(|v| v.to_str().ok())
-            .map(|l| self.resolve(l));
+            .map(|l| resolve(&url, l));
         let links: Vec<String> = resp
             .headers()
             .get_all("link")
@@ -111,23 +133,27 @@ impl Whep {
             .is_ok_and(|r| r.status().is_success())
     }
 
-    /// Makes a `Location` value absolute against the endpoint's origin.
-    fn resolve(&self, loc: &str) -> String {
-        if loc.contains("://") {
-            return loc.to_string();
-        }
-        let origin_end = self
-            .url
-            .find("://")
-            .and_then(|i| self.url[i + 3..].find('/').map(|j| i + 3 + j))
-            .unwrap_or(self.url.len());
-        let origin = &self.url[..origin_end];
-        if loc.starts_with('/') {
-            format!("{origin}{loc}")
-        } else {
-            let base = &self.url[..self.url.rfind('/').unwrap_or(self.url.len())];
-            format!("{base}/{loc}")
-        }
+}
+
+/// Redirects one offer may follow.
+const MAX_REDIRECTS: usize = 5;
+
+/// Makes a `Location` value absolute against the URL that answered it.
+fn resolve(url: &str, loc: &str) -> String {
+    if loc.contains("://") {
+        return loc.to_string();
+    }
+    let origin_end = url
+        .find("://")
+        .and_then(|i| url[i + 3..].find('/').map(|j| i + 3 + j))
+        .unwrap_or(url.len());
+    let origin = &url[..origin_end];
+    if loc.starts_with('/') {
+        format!("{origin}{loc}")
+    } else {
+        let path = url.split('?').next().unwrap_or(url);
+        let base = &path[..path.rfind('/').unwrap_or(path.len())];
+        format!("{base}/{loc}")
     }
 }
 
@@ -270,10 +296,19 @@ mod tests {
 
     #[test]
     fn locations_resolve_against_the_endpoint() {
-        let w = Whep::new("http://h:8080/live/demo/whep", Duration::from_secs(1));
-        assert_eq!(w.resolve("/s/1"), "http://h:8080/s/1");
-        assert_eq!(w.resolve("s/1"), "http://h:8080/live/demo/s/1");
-        assert_eq!(w.resolve("https://x/y"), "https://x/y");
+        let url = "http://h:8080/live/demo/whep";
+        assert_eq!(resolve(url, "/s/1"), "http://h:8080/s/1");
+        assert_eq!(resolve(url, "s/1"), "http://h:8080/live/demo/s/1");
+        assert_eq!(resolve(url, "https://x/y"), "https://x/y");
+        // After a redirect the answer's URL, query and all, is the base.
+        assert_eq!(
+            resolve("http://b:81/live/demo/whep?tern_node=b", "/live/demo/whep/s1"),
+            "http://b:81/live/demo/whep/s1"
+        );
+        assert_eq!(
+            resolve("http://b:81/live/demo/whep?x=a/b", "s/1"),
+            "http://b:81/live/demo/s/1"
+        );
         assert_eq!(origin("http://h:8080/live/demo/whep"), "http://h:8080");
         assert_eq!(origin("http://h:8080"), "http://h:8080");
     }
