@@ -132,7 +132,6 @@ impl Whep {
             .call()
             .is_ok_and(|r| r.status().is_success())
     }
-
 }
 
 /// Redirects one offer may follow.
@@ -302,7 +301,10 @@ mod tests {
         assert_eq!(resolve(url, "https://x/y"), "https://x/y");
         // After a redirect the answer's URL, query and all, is the base.
         assert_eq!(
-            resolve("http://b:81/live/demo/whep?tern_node=b", "/live/demo/whep/s1"),
+            resolve(
+                "http://b:81/live/demo/whep?tern_node=b",
+                "/live/demo/whep/s1"
+            ),
             "http://b:81/live/demo/whep/s1"
         );
         assert_eq!(

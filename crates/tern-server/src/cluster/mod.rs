@@ -274,7 +274,10 @@ impl Cluster {
     fn set_up(&self, up: bool, err: Option<&str>) {
         if self.redis_up.swap(up, Ordering::Relaxed) != up {
             if up {
-                info!("cluster: Redis at {} reachable: node {} registered", self.cfg.redis, self.cfg.node);
+                info!(
+                    "cluster: Redis at {} reachable: node {} registered",
+                    self.cfg.redis, self.cfg.node
+                );
             } else {
                 warn!(
                     "cluster: Redis at {} unreachable ({}): serving what this node has, new pulls refused, retrying",

@@ -87,8 +87,14 @@ pub(super) fn run(cluster: Arc<Cluster>, pull: Pull) {
         match session(&cluster, &pull, &origin.url, &mut idle_since) {
             End::Stop(why) => break why.to_string(),
             End::Retry(why) => {
-                cluster.counters.upstream_retries.fetch_add(1, Ordering::Relaxed);
-                warn!("edge: {key} from {}: {why}; looking up its origin again", origin.name);
+                cluster
+                    .counters
+                    .upstream_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    "edge: {key} from {}: {why}; looking up its origin again",
+                    origin.name
+                );
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -110,12 +116,7 @@ fn idle(cluster: &Cluster, pull: &Pull, since: &mut Option<Instant>) -> bool {
 }
 
 /// One WHEP session with the origin at `base`, fed to the engine until it ends.
-fn session(
-    cluster: &Cluster,
-    pull: &Pull,
-    base: &str,
-    idle_since: &mut Option<Instant>,
-) -> End {
+fn session(cluster: &Cluster, pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
     let mut rng = rand::rng();
     let mut token = |n: usize| -> String {
         (&mut rng)

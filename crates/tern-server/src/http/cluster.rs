@@ -135,7 +135,10 @@ pub(super) fn redirect(
     c.counters.redirects.fetch_add(1, Ordering::Relaxed);
     let mut q = query.map(|q| format!("{q}&")).unwrap_or_default();
     let _ = write!(q, "{ROUTED_PARAM}={}", target.name);
-    let location = format!("{}/{app}/{stream}/whep?{q}", target.url.trim_end_matches('/'));
+    let location = format!(
+        "{}/{app}/{stream}/whep?{q}",
+        target.url.trim_end_matches('/')
+    );
     let mut r = (StatusCode::TEMPORARY_REDIRECT, "").into_response();
     cors(r.headers_mut());
     let h = r.headers_mut();
@@ -208,7 +211,9 @@ pub(super) async fn pull(st: &Arc<AppState>, app: &str, stream: &str) -> Result<
     }
     let mut r = text(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"),
+        format!(
+            "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
+        ),
     );
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
@@ -321,6 +326,10 @@ pub(super) fn metrics(st: &AppState, o: &mut String) {
         "# HELP tern_cluster_node_viewers Viewers of each live node, as in the registry.\n# TYPE tern_cluster_node_viewers gauge"
     );
     for n in &view.nodes {
-        let _ = writeln!(o, "tern_cluster_node_viewers{{node=\"{}\"}} {}", n.name, n.viewers);
+        let _ = writeln!(
+            o,
+            "tern_cluster_node_viewers{{node=\"{}\"}} {}",
+            n.name, n.viewers
+        );
     }
 }

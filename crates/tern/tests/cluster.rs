@@ -1,0 +1,462 @@
+//! The cluster against a real redis-server (Debian's package) and three `tern serve`
+//! processes on loopback: ffmpeg publishes RTMP on node a; viewers on node b are served by
+//! one upstream session to a; viewers POSTed to a redirecting node spread over all three;
+//! the origin is killed and the publisher returns on c while b's viewers keep their
+//! sessions; an edge is killed and new viewers land only on live nodes; Redis stops and
+//! starts under a running cluster.
+//!
+//! The tests run one at a time (each runs an x264 encoder, three servers and viewers).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::{Ffmpeg, Server, free_tcp_port, free_udp_port, http_get};
+use tern_bench::BenchArgs;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const SECRET: &str = "cluster-test-secret-0123456789";
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+/// Runs tern bench's WebRTC viewers on a thread.
+fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
+    std::thread::spawn(move || {
+        let argv =
+            std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
+        let a = Cli::parse_from(tern_bench::normalize_args(argv)).bench;
+        let mut out = Vec::new();
+        let o = tern_bench::run(&a, Arc::new(AtomicBool::new(false)), &mut out).expect("bench");
+        (o, String::from_utf8_lossy(&out).into_owned())
+    })
+}
+
+/// A redis-server of our own on a free loopback port, nothing persisted.
+struct Redis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let mut r = Redis {
+            port: free_tcp_port(),
+            child: None,
+        };
+        r.restart();
+        r
+    }
+
+    /// (Re)starts it on the same port and waits until it answers.
+    fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (scripts/install-deps.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One node's addresses and config, so it can be started again on the same ports.
+struct NodeSpec {
+    name: &'static str,
+    http: SocketAddr,
+    media: SocketAddr,
+    rtmp: SocketAddr,
+    config: std::path::PathBuf,
+}
+
+impl NodeSpec {
+    fn new(name: &'static str, redis: u16) -> NodeSpec {
+        let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+        let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
+        let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+        let body = format!(
+            "[[app]]\nname = \"live\"\ndynamic = true\nidle_grace_s = 30\n\n\
+             [cluster]\nredis = \"redis://127.0.0.1:{redis}/0\"\nnode = \"{name}\"\n\
+             url = \"http://{http}\"\nsecret = \"{SECRET}\"\nredirect = true\n"
+        );
+        let config = common::config_file(&format!("cluster-{name}-{}", http.port()), &body);
+        NodeSpec {
+            name,
+            http,
+            media,
+            rtmp,
+            config,
+        }
+    }
+
+    fn start(&self) -> Server {
+        let rtmp = self.rtmp.to_string();
+        Server::start_on(
+            &[
+                "serve",
+                "--config",
+                self.config.to_str().expect("utf-8 path"),
+                "--candidate",
+                "127.0.0.1",
+                "--rtmp",
+                &rtmp,
+            ],
+            self.http,
+            self.media,
+        )
+    }
+
+    fn whep(&self, pin: bool) -> String {
+        match pin {
+            true => format!("http://{}/live/cam/whep?tern_node={}", self.http, self.name),
+            false => format!("http://{}/live/cam/whep", self.http),
+        }
+    }
+}
+
+fn cluster(http: SocketAddr) -> serde_json::Value {
+    let r = http_get(http, "/v1/cluster").expect("GET /v1/cluster");
+    serde_json::from_slice(&r.body).expect("cluster JSON")
+}
+
+/// Waits (≤ `limit`) until `ok` holds for node `http`'s `/v1/cluster`.
+fn wait_cluster(
+    http: SocketAddr,
+    limit: Duration,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let v = cluster(http);
+        if ok(&v) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn origin_of(v: &serde_json::Value, key: &str) -> Option<String> {
+    v["origins"].as_array()?.iter().find_map(|o| {
+        (o["stream"] == key).then(|| o["node"].as_str().unwrap_or_default().to_string())
+    })
+}
+
+fn node_names(v: &serde_json::Value) -> Vec<String> {
+    v["nodes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A `/metrics` value of node `http`.
+fn metric(http: SocketAddr, name: &str) -> u64 {
+    let r = http_get(http, "/metrics").expect("GET /metrics");
+    let text = r.text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// Every one of `n` viewers connected and got more than `frames` video frames, none lost.
+/// (Not `summary.connected`: at its end tern bench waits until the node it POSTed to is
+/// back to its viewer count before the run, which the upstream sessions of edges hold up
+/// for their grace, and the clients go quiet meanwhile.)
+fn all_played(o: &tern_bench::Outcome, text: &str, n: usize, frames: u64) {
+    assert!(o.summary.failures.is_empty(), "{text}");
+    assert_eq!(o.clients.len(), n, "{text}");
+    for cl in &o.clients {
+        let v = cl.video.as_ref().expect("video");
+        assert!(
+            v.frames > frames && v.lost() == 0,
+            "client_{}: {text}",
+            cl.id
+        );
+    }
+}
+
+/// Three nodes on one Redis, ffmpeg publishing `live/cam` on a, the origin map saying so.
+fn three_nodes(seconds: u32) -> (Redis, [NodeSpec; 3], [Server; 3], Ffmpeg) {
+    let redis = Redis::start();
+    let specs = ["a", "b", "c"].map(|n| NodeSpec::new(n, redis.port));
+    let servers = [specs[0].start(), specs[1].start(), specs[2].start()];
+    for s in &specs {
+        wait_cluster(
+            s.http,
+            Duration::from_secs(10),
+            "three nodes registered",
+            |v| v["redis"] == "up" && node_names(v) == ["a", "b", "c"],
+        );
+    }
+    let ff = Ffmpeg::push(&format!("rtmp://{}/live/cam", specs[0].rtmp), seconds);
+    wait_cluster(
+        specs[1].http,
+        Duration::from_secs(15),
+        "a claims live/cam",
+        |v| origin_of(v, "live/cam").as_deref() == Some("a"),
+    );
+    (redis, specs, servers, ff)
+}
+
+/// Acceptance: 20 viewers on edge b receive every packet while the origin a holds one
+/// session for b; 30 viewers POSTed to a redirecting node spread over the three nodes.
+#[test]
+fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_redis, specs, servers, _ff) = three_nodes(60);
+    let [a, b, c] = &specs;
+
+    let bench = viewers(format!(
+        "-url {} -n 20 -cint 20 -life 10 -sint 20000 --json",
+        b.whep(true)
+    ));
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        metric(a.http, "tern_viewers"),
+        1,
+        "the origin holds one session for b"
+    );
+    assert_eq!(metric(b.http, "tern_viewers"), 20);
+    assert_eq!(cluster(b.http)["pulling"], serde_json::json!(["live/cam"]));
+    let (o, text) = bench.join().expect("bench thread");
+    assert_eq!(o.summary.connected, 20, "{text}");
+    for cl in &o.clients {
+        let v = cl.video.as_ref().expect("video");
+        let au = cl.audio.as_ref().expect("audio");
+        assert_eq!((v.lost(), au.lost()), (0, 0), "client_{}: {text}", cl.id);
+        assert!(
+            v.frames > 200 && v.keyframes >= 5,
+            "client_{}: {text}",
+            cl.id
+        );
+        assert!(au.packets > 300, "client_{}: {text}", cl.id);
+    }
+    assert!(servers[0].log_tail(400).contains("publishing live/cam"));
+
+    // Routing: every viewer POSTs to a; a keeps some and sends the rest, in turn, to the
+    // least-loaded node.
+    // First the registry must show b's viewers gone (it is read once a second).
+    wait_cluster(
+        a.http,
+        Duration::from_secs(10),
+        "b's viewers gone from the registry",
+        |v| {
+            v["nodes"]
+                .as_array()
+                .is_some_and(|n| n.iter().all(|n| n["viewers"].as_u64() <= Some(1)))
+        },
+    );
+    let before = metric(a.http, "tern_cluster_redirects_total");
+    let bench = viewers(format!(
+        "-url {} -n 30 -cint 30 -life 6 -sint 20000 --json",
+        a.whep(false)
+    ));
+    std::thread::sleep(Duration::from_secs(4));
+    let held = specs.each_ref().map(|s| metric(s.http, "tern_viewers"));
+    // a's count includes one upstream session for each edge that pulls.
+    let edges = [b, c]
+        .iter()
+        .filter(|s| cluster(s.http)["pulling"] == serde_json::json!(["live/cam"]))
+        .count() as u64;
+    let (o, text) = bench.join().expect("bench thread");
+    all_played(&o, &text, 30, 100);
+    let local = [held[0] - edges, held[1], held[2]];
+    eprintln!("viewers per node after 30 POSTs to a: {local:?} (+{edges} upstream sessions at a)");
+    assert_eq!(local.iter().sum::<u64>(), 30, "{held:?}");
+    for (n, l) in ["a", "b", "c"].iter().zip(local) {
+        assert!(l >= 6, "node {n} got {l} of 30 viewers: {local:?}");
+    }
+    assert!(metric(a.http, "tern_cluster_redirects_total") - before >= 12);
+}
+
+/// Acceptance: kill -9 of the origin, the publisher back on c: b's viewers keep their
+/// sessions (no loss in the numbering, media resumes); kill -9 of an edge: viewers POSTed
+/// 4 s later all land on live nodes.
+#[test]
+fn origin_and_edge_failover() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_redis, specs, servers, mut ff) = three_nodes(60);
+    let [a, b, c] = &specs;
+    let [mut sa, mut sb, sc] = servers;
+
+    let bench = viewers(format!(
+        "-url {} -n 5 -cint 20 -life 24 -sint 60000 --json",
+        b.whep(true)
+    ));
+    std::thread::sleep(Duration::from_secs(5));
+    let killed = Instant::now();
+    sa.kill();
+    ff.kill();
+    // The claim expires within cluster.ttl_s (3 s); the encoder comes back on c.
+    wait_cluster(
+        c.http,
+        Duration::from_secs(6),
+        "a leaves the registry and the map",
+        |v| node_names(v) == ["b", "c"] && origin_of(v, "live/cam").is_none(),
+    );
+    let mut ff2 = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp), 40);
+    wait_cluster(b.http, Duration::from_secs(10), "c claims live/cam", |v| {
+        origin_of(v, "live/cam").as_deref() == Some("c")
+    });
+    let (o, text) = bench.join().expect("bench thread");
+    let resumed = killed.elapsed();
+    assert_eq!(o.summary.connected, 5, "{text}");
+    for cl in &o.clients {
+        let v = cl.video.as_ref().expect("video");
+        let au = cl.audio.as_ref().expect("audio");
+        // Same session, same SSRC, numbering continued across the two origins.
+        assert_eq!((v.lost(), au.lost()), (0, 0), "client_{}: {text}", cl.id);
+        assert!(
+            v.max_gap > Duration::from_secs(2),
+            "the outage was seen: {text}"
+        );
+        assert!(
+            v.max_gap < Duration::from_secs(12),
+            "client_{} froze {:?}",
+            cl.id,
+            v.max_gap
+        );
+        // 5 s before the kill and at least 5 s after the return.
+        assert!(
+            v.frames > 300,
+            "client_{}: {} frames: {text}",
+            cl.id,
+            v.frames
+        );
+    }
+    let gaps: Vec<u128> = o
+        .clients
+        .iter()
+        .filter_map(|c| c.video.as_ref().map(|v| v.max_gap.as_millis()))
+        .collect();
+    eprintln!(
+        "origin failover: longest video gap per viewer (ms) {gaps:?}, bench ended {resumed:?} after the kill"
+    );
+    assert!(
+        sb.log_tail(400).contains("edge: live/cam live from"),
+        "{}",
+        sb.log_tail(40)
+    );
+
+    // a comes back (same ports at once), then the edge b dies.
+    let sa2 = a.start();
+    wait_cluster(c.http, Duration::from_secs(5), "a registered again", |v| {
+        node_names(v) == ["a", "b", "c"]
+    });
+    sb.kill();
+    std::thread::sleep(Duration::from_secs(4));
+    wait_cluster(c.http, Duration::from_secs(1), "b gone within 4 s", |v| {
+        node_names(v) == ["a", "c"]
+    });
+    let bench = viewers(format!(
+        "-url {} -n 10 -cint 30 -life 5 -sint 20000 --json",
+        c.whep(false)
+    ));
+    let (o, text) = bench.join().expect("bench thread");
+    all_played(&o, &text, 10, 100);
+    assert!(ff2.running(), "{}", ff2.log_tail());
+    drop(sa2);
+    drop(sc);
+}
+
+/// Acceptance: Redis stopped under a running cluster: viewers keep playing, the state is
+/// shown, a pull that needs the map answers 503 naming Redis; Redis back: the registry
+/// and map return and the pull works.
+#[test]
+fn redis_stopped_and_started() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut redis, specs, servers, _ff) = three_nodes(60);
+    let [_a, b, c] = &specs;
+    let bench = viewers(format!(
+        "-url {} -n 5 -cint 20 -life 12 -sint 60000 --json",
+        b.whep(true)
+    ));
+    std::thread::sleep(Duration::from_secs(3));
+    redis.stop();
+    wait_cluster(b.http, Duration::from_secs(5), "b sees Redis down", |v| {
+        v["redis"] == "down"
+    });
+    // c has no pull of live/cam: it needs the map, which it cannot read.
+    let r = common::http_post(
+        c.http,
+        "/live/cam/whep?tern_node=c",
+        "application/sdp",
+        common::whep_offer().as_bytes(),
+    )
+    .expect("POST");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("Redis"), "{}", r.text());
+    let (o, text) = bench.join().expect("bench thread");
+    for cl in &o.clients {
+        let v = cl.video.as_ref().expect("video");
+        assert_eq!(v.lost(), 0, "client_{}: {text}", cl.id);
+        assert!(
+            v.max_gap < Duration::from_secs(1),
+            "client_{} froze {:?}",
+            cl.id,
+            v.max_gap
+        );
+        assert!(v.frames > 300, "client_{}: {text}", cl.id);
+    }
+    redis.restart();
+    for s in &specs {
+        wait_cluster(
+            s.http,
+            Duration::from_secs(12),
+            "registry back after Redis returned",
+            |v| v["redis"] == "up" && node_names(v) == ["a", "b", "c"],
+        );
+    }
+    wait_cluster(c.http, Duration::from_secs(5), "the map back", |v| {
+        origin_of(v, "live/cam").as_deref() == Some("a")
+    });
+    let (o, text) = viewers(format!(
+        "-url {} -n 2 -cint 20 -life 4 -sint 20000 --json",
+        c.whep(true)
+    ))
+    .join()
+    .expect("bench thread");
+    assert_eq!(o.summary.connected, 2, "{text}");
+    // Logged once per change, not once per retry.
+    let log = std::fs::read_to_string(&servers[1].log).unwrap_or_default();
+    assert_eq!(log.matches("unreachable").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("reachable: node b registered").count(),
+        2,
+        "{log}"
+    );
+}
