@@ -485,7 +485,6 @@ mod tests {
             fingerprint_sha256: &FP2,
             rtcp_feedback: true,
             abs_capture_time: true,
-            all_video: false,
         }
     }
 

@@ -950,3 +950,36 @@ fn random_input_never_panics() {
         "only {negotiated} mutated offers negotiated"
     );
 }
+
+/// An edge's offer (`all_video`) is answered in whatever its origin's stream carries.
+#[test]
+fn an_offer_of_every_codec_meets_any_stream() {
+    use crate::codec::VideoCodec;
+    let fp = [7u8; 32];
+    let offer = write_offer(&OfferParams {
+        ice_ufrag: "edge",
+        ice_pwd: "edgepasswordedgepassword",
+        fingerprint_sha256: &fp,
+        video: true,
+        audio: true,
+        abs_capture_time: true,
+        all_video: true,
+    });
+    let sd = SessionDescription::parse(&offer).unwrap();
+    let pt = |stream: StreamVideo| negotiate_for(&sd, stream).unwrap().video.unwrap().pt;
+    assert_eq!(pt(StreamVideo::h264(Some([0x42, 0xe0, 0x1f]))), 96);
+    assert_eq!(pt(StreamVideo::h264(Some([0x4d, 0x00, 0x28]))), 97);
+    assert_eq!(pt(StreamVideo::h264(Some([0x64, 0x00, 0x28]))), 98);
+    for (codec, want) in [
+        (VideoCodec::Vp8, 100),
+        (VideoCodec::Vp9, 101),
+        (VideoCodec::Av1, 102),
+        (VideoCodec::H265, 103),
+    ] {
+        let stream = StreamVideo {
+            codec,
+            h264_profile: None,
+        };
+        assert_eq!(pt(stream), want, "{codec}");
+    }
+}

@@ -81,6 +81,47 @@ pub struct Local {
     pub streams: Vec<LocalStream>,
 }
 
+/// Which streams to claim (or keep claiming) and which to release this refresh.
+/// `claims` holds each claimed stream's last moment with a local publisher: a stream
+/// publishing here (not pulled) is claimed; a claim is kept for its stream's grace after its
+/// publisher left, and released past it, when its stream is gone, or when it is now pulled.
+fn plan_claims(
+    claims: &mut HashMap<String, Instant>,
+    streams: &[LocalStream],
+    pulled: &[String],
+    now: Instant,
+) -> (Vec<String>, Vec<String>) {
+    for s in streams {
+        if s.publishing && !pulled.contains(&s.key) {
+            claims.insert(s.key.clone(), now);
+        }
+    }
+    let mut claim = Vec::new();
+    let mut release = Vec::new();
+    for (k, last) in claims.iter() {
+        let grace = streams.iter().find(|s| &s.key == k).map(|s| s.grace);
+        match grace {
+            Some(g) if now.duration_since(*last) <= g && !pulled.contains(k) => {
+                claim.push(k.clone());
+            }
+            _ => release.push(k.clone()),
+        }
+    }
+    for k in &release {
+        claims.remove(k);
+    }
+    tern_pool::shrink_map(claims);
+    claim.sort();
+    release.sort();
+    (claim, release)
+}
+
+/// A pull's stop flag, and when it ended.
+struct PullEntry {
+    stop: Arc<AtomicBool>,
+    ended: Option<Instant>,
+}
+
 /// This node's part in the cluster.
 pub struct Cluster {
     cfg: ClusterSection,
@@ -97,7 +138,7 @@ pub struct Cluster {
     /// Streams pulled from another node: their stop flags, and when the pull ended (kept
     /// for [`PULL_MEMORY`] so the pull's last moments, live without a pull, never read as
     /// a local publisher to claim).
-    pulls: Mutex<HashMap<String, (Arc<AtomicBool>, Option<Instant>)>>,
+    pulls: Mutex<HashMap<String, PullEntry>>,
     /// The upstream sessions' DTLS certificate.
     dtls: Arc<DtlsContext>,
     /// Counters for `/metrics`.
@@ -159,7 +200,7 @@ impl Cluster {
             .lock()
             .map(|m| {
                 m.iter()
-                    .filter(|(_, (_, e))| ended || e.is_none())
+                    .filter(|(_, p)| ended || p.ended.is_none())
                     .map(|(k, _)| k.clone())
                     .collect()
             })
@@ -202,35 +243,16 @@ impl Cluster {
     async fn refresh(&self, local: Local) -> bool {
         let now = Instant::now();
         if let Ok(mut p) = self.pulls.lock() {
-            p.retain(|_, (_, e)| e.is_none_or(|at| now.duration_since(at) < PULL_MEMORY));
+            p.retain(|_, p| {
+                p.ended
+                    .is_none_or(|at| now.duration_since(at) < PULL_MEMORY)
+            });
             tern_pool::shrink_map(&mut p);
         }
         let pulled: Vec<String> = self.pulled(true);
-        let (claim, release) = {
-            let Ok(mut claims) = self.claims.lock() else {
-                return false;
-            };
-            for s in &local.streams {
-                if s.publishing && !pulled.contains(&s.key) {
-                    claims.insert(s.key.clone(), now);
-                }
-            }
-            let mut claim = Vec::new();
-            let mut release = Vec::new();
-            for (k, last) in claims.iter() {
-                let grace = local.streams.iter().find(|s| &s.key == k).map(|s| s.grace);
-                match grace {
-                    Some(g) if now.duration_since(*last) <= g && !pulled.contains(k) => {
-                        claim.push(k.clone());
-                    }
-                    _ => release.push(k.clone()),
-                }
-            }
-            for k in &release {
-                claims.remove(k);
-            }
-            tern_pool::shrink_map(&mut claims);
-            (claim, release)
+        let (claim, release) = match self.claims.lock() {
+            Ok(mut claims) => plan_claims(&mut claims, &local.streams, &pulled, now),
+            Err(_) => return false,
         };
         let record = match serde_json::to_string(&local.record) {
             Ok(r) => r,
@@ -350,7 +372,7 @@ impl Cluster {
         let Ok(mut pulls) = self.pulls.lock() else {
             return Ok(());
         };
-        if pulls.get(key).is_some_and(|(_, ended)| ended.is_none()) {
+        if pulls.get(key).is_some_and(|p| p.ended.is_none()) {
             return Ok(());
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -365,7 +387,7 @@ impl Cluster {
         std::thread::Builder::new()
             .name("EdgePull".into())
             .spawn(move || upstream::run(me, pull))?;
-        pulls.insert(key.to_string(), (stop, None));
+        pulls.insert(key.to_string(), PullEntry { stop, ended: None });
         self.counters.pulls.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -375,15 +397,15 @@ impl Cluster {
         if let Ok(mut p) = self.pulls.lock()
             && let Some(e) = p.get_mut(key)
         {
-            e.1 = Some(Instant::now());
+            e.ended = Some(Instant::now());
         }
     }
 
     /// A clean leave: pulls stop, the record and claims go from Redis at once.
     pub async fn leave(&self) {
         if let Ok(p) = self.pulls.lock() {
-            for (stop, _) in p.values() {
-                stop.store(true, Ordering::Relaxed);
+            for e in p.values() {
+                e.stop.store(true, Ordering::Relaxed);
             }
         }
         let claims: Vec<String> = self
@@ -395,5 +417,47 @@ impl Cluster {
             Ok(()) => info!("cluster: node {} left the registry", self.cfg.node),
             Err(e) => warn!("cluster: could not leave the registry: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(key: &str, publishing: bool) -> LocalStream {
+        LocalStream {
+            key: key.into(),
+            publishing,
+            grace: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn claims_follow_local_publishers_and_their_grace() {
+        let t0 = Instant::now();
+        let mut claims = HashMap::new();
+        let streams = [
+            stream("live/a", true),
+            stream("live/b", false),
+            stream("live/c", true),
+        ];
+        // live/c is pulled from elsewhere: never ours.
+        let pulled = ["live/c".to_string()];
+        let (claim, release) = plan_claims(&mut claims, &streams, &pulled, t0);
+        assert_eq!((claim, release), (vec!["live/a".to_string()], vec![]));
+        // The publisher of live/a leaves: kept for the grace, then released.
+        let streams = [stream("live/a", false)];
+        let t = t0 + Duration::from_secs(9);
+        let (claim, _) = plan_claims(&mut claims, &streams, &[], t);
+        assert_eq!(claim, ["live/a"]);
+        let t = t0 + Duration::from_secs(11);
+        let (claim, release) = plan_claims(&mut claims, &streams, &[], t);
+        assert!(claim.is_empty());
+        assert_eq!(release, ["live/a"]);
+        assert!(claims.is_empty());
+        // A claimed stream that is gone from the directory is released at once.
+        plan_claims(&mut claims, &[stream("live/x", true)], &[], t);
+        let (claim, release) = plan_claims(&mut claims, &[], &[], t);
+        assert_eq!((claim.len(), release), (0, vec!["live/x".to_string()]));
     }
 }

@@ -101,7 +101,8 @@ mod tests {
     #[test]
     fn names_the_bad_key() {
         assert_eq!(ok().check(), Ok(()));
-        let cases: [(fn(&mut ClusterSection), &str); 6] = [
+        type Breaker = fn(&mut ClusterSection);
+        let cases: [(Breaker, &str); 6] = [
             (|c| c.redis = "http://x".into(), "cluster.redis"),
             (|c| c.node = "a b".into(), "cluster.node"),
             (|c| c.url = "127.0.0.1:8080".into(), "cluster.url"),

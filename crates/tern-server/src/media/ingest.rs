@@ -661,6 +661,25 @@ mod tests {
     use super::*;
 
     const IDR: &[u8] = &[0x65, 0x88, 0x84];
+
+    #[test]
+    fn an_edge_upstream_is_a_publisher_of_its_own_kind_and_codec() {
+        let mut ingest = Ingest::new(1, PublisherTimeouts::default());
+        let (reply, mut rx) = oneshot::channel();
+        let cmd = RtmpCommand::Add {
+            stream: 0,
+            protocol: "edge",
+            codec: VideoCodec::Vp8,
+            closed: Arc::new(AtomicBool::new(false)),
+            keyframe: Arc::new(AtomicBool::new(false)),
+            reply,
+        };
+        let mut out = Vec::new();
+        assert!(ingest.rtmp(cmd, true, Instant::now(), &mut out).is_some());
+        assert!(rx.try_recv().expect("replied").is_ok());
+        assert_eq!(ingest.kind_name(0), "edge");
+        assert_eq!(ingest.maps[0].codec, VideoCodec::Vp8);
+    }
     const SLICE: &[u8] = &[0x41, 0x9a, 0x02];
 
     fn packet(kind: MediaKind, seq: u64, rtp_ts: u64, payload: &[u8]) -> IngestPacket {
@@ -685,6 +704,8 @@ mod tests {
         let (reply, mut rx) = oneshot::channel();
         let cmd = RtmpCommand::Add {
             stream: 0,
+            protocol: "rtmp",
+            codec: VideoCodec::H264,
             closed: closed.clone(),
             keyframe: Arc::new(AtomicBool::new(false)),
             reply,
