@@ -29,18 +29,13 @@ use std::time::{Duration, Instant};
 use tern_rtc::viewer::DtlsContext;
 use tracing::{info, warn};
 
-pub use section::ClusterSection;
+pub use section::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
 pub use store::{NODE_PREFIX, ORIGIN_PREFIX};
 pub use view::{NodeRecord, View};
 
 use crate::media::EngineHandle;
 use store::Store;
 
-/// The header node-to-node requests carry `cluster.secret` in.
-pub const SECRET_HEADER: &str = "tern-cluster-secret";
-/// The query parameter a redirect adds: the node it chose, which then serves the request
-/// rather than routing it again.
-pub const ROUTED_PARAM: &str = "tern_node";
 /// How long an ended pull's stream is still treated as pulled.
 const PULL_MEMORY: Duration = Duration::from_secs(3);
 /// Longest wait between refreshes while Redis is unreachable.
@@ -79,6 +74,32 @@ pub struct Local {
     pub record: NodeRecord,
     /// Its streams.
     pub streams: Vec<LocalStream>,
+}
+
+impl upstream::Origins for Cluster {
+    fn origin(&self, key: &str, rt: &tokio::runtime::Handle) -> Option<(String, String)> {
+        match rt.block_on(self.origin_of(key)) {
+            Ok(Some(node)) if node != self.cfg.node => self
+                .view()
+                .node(&node)
+                .map(|n| (n.name.clone(), n.url.clone())),
+            _ => None,
+        }
+    }
+
+    fn retried(&self) {
+        self.counters
+            .upstream_retries
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn ended(&self, key: &str) {
+        if let Ok(mut p) = self.pulls.lock()
+            && let Some(e) = p.get_mut(key)
+        {
+            e.ended = Some(Instant::now());
+        }
+    }
 }
 
 /// Which streams to claim (or keep claiming) and which to release this refresh.
@@ -377,28 +398,22 @@ impl Cluster {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let pull = upstream::Pull {
+            secret: self.cfg.secret.clone(),
+            grace: Duration::from_secs(self.cfg.edge_grace_s),
+            dtls: self.dtls.clone(),
             key: key.to_string(),
             index,
             engine,
             runtime,
             stop: stop.clone(),
         };
-        let me = self.clone();
+        let me: Arc<dyn upstream::Origins> = self.clone();
         std::thread::Builder::new()
             .name("EdgePull".into())
             .spawn(move || upstream::run(me, pull))?;
         pulls.insert(key.to_string(), PullEntry { stop, ended: None });
         self.counters.pulls.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// A pull's thread ended.
-    fn pull_ended(&self, key: &str) {
-        if let Ok(mut p) = self.pulls.lock()
-            && let Some(e) = p.get_mut(key)
-        {
-            e.ended = Some(Instant::now());
-        }
     }
 
     /// A clean leave: pulls stop, the record and claims go from Redis at once.

@@ -3,6 +3,12 @@
 
 use serde::Deserialize;
 
+/// The header node-to-node requests carry `cluster.secret` in.
+pub const SECRET_HEADER: &str = "tern-cluster-secret";
+/// The query parameter a redirect adds: the node it chose, which then serves the request
+/// rather than routing it again.
+pub const ROUTED_PARAM: &str = "tern_node";
+
 /// The `[cluster]` section. Without it tern runs alone.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -25,7 +25,7 @@ use tern_rtc::publisher::IngestPacket;
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
-use super::Cluster;
+use super::section::SECRET_HEADER;
 use crate::media::{AddError, Command, EngineHandle, NtpClock, PublisherId, RtmpCommand};
 
 /// An origin that sends nothing for this long is taken as gone (a live stream sends dozens
@@ -40,8 +40,25 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Longest wait in one receive call: timers and flags are looked at this often.
 const TICK: Duration = Duration::from_millis(10);
 
+/// What a pull asks of the cluster (implemented by [`super::Cluster`]).
+pub(super) trait Origins: Send + Sync {
+    /// The name and URL of the node that has `key`'s publisher, when that is another live
+    /// node (read from Redis now, on `rt`); `None` when unknown, this node, or Redis is down.
+    fn origin(&self, key: &str, rt: &tokio::runtime::Handle) -> Option<(String, String)>;
+    /// An upstream session ended for the origin's sake.
+    fn retried(&self);
+    /// The pull of `key` ended.
+    fn ended(&self, key: &str);
+}
+
 /// What one upstream needs.
 pub(super) struct Pull {
+    /// The cluster secret the origin checks.
+    pub secret: String,
+    /// How long the pull outlives the stream's last local viewer.
+    pub grace: Duration,
+    /// The upstream sessions' DTLS certificate.
+    pub dtls: Arc<tern_rtc::viewer::DtlsContext>,
     /// `app/stream`.
     pub key: String,
     /// The stream's index in the engine.
@@ -63,7 +80,7 @@ enum End {
 }
 
 /// Runs the pull until it should stop; the caller's thread.
-pub(super) fn run(cluster: Arc<Cluster>, pull: Pull) {
+pub(super) fn run(cluster: Arc<dyn Origins>, pull: Pull) {
     let key = pull.key.clone();
     info!("edge: pulling {key} from its origin");
     let mut backoff = Duration::from_millis(100);
@@ -72,51 +89,41 @@ pub(super) fn run(cluster: Arc<Cluster>, pull: Pull) {
         if pull.stop.load(Ordering::Relaxed) {
             break "stopped".to_string();
         }
-        if idle(&cluster, &pull, &mut idle_since) {
+        if idle(&pull, &mut idle_since) {
             break "no local viewers".to_string();
         }
-        let origin = match pull.runtime.block_on(cluster.origin_of(&key)) {
-            Ok(Some(node)) if node != cluster.cfg.node => cluster.view().node(&node).cloned(),
-            Ok(_) | Err(_) => None,
-        };
-        let Some(origin) = origin else {
+        let Some((name, url)) = cluster.origin(&key, &pull.runtime) else {
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(MAX_BACKOFF);
             continue;
         };
-        match session(&cluster, &pull, &origin.url, &mut idle_since) {
+        match session(&pull, &url, &mut idle_since) {
             End::Stop(why) => break why.to_string(),
             End::Retry(why) => {
-                cluster
-                    .counters
-                    .upstream_retries
-                    .fetch_add(1, Ordering::Relaxed);
-                warn!(
-                    "edge: {key} from {}: {why}; looking up its origin again",
-                    origin.name
-                );
+                cluster.retried();
+                warn!("edge: {key} from {name}: {why}; looking up its origin again");
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     };
-    cluster.pull_ended(&key);
+    cluster.ended(&key);
     info!("edge: pull of {key} ended: {reason}");
 }
 
 /// Whether the stream has had no local viewer for the grace.
-fn idle(cluster: &Cluster, pull: &Pull, since: &mut Option<Instant>) -> bool {
+fn idle(pull: &Pull, since: &mut Option<Instant>) -> bool {
     let viewers = pull.engine.stats.snapshots.viewers(Some(&pull.key)).len();
     if viewers > 0 {
         *since = None;
         return false;
     }
     let since = *since.get_or_insert_with(Instant::now);
-    since.elapsed() >= Duration::from_secs(cluster.cfg.edge_grace_s)
+    since.elapsed() >= pull.grace
 }
 
 /// One WHEP session with the origin at `base`, fed to the engine until it ends.
-fn session(cluster: &Cluster, pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
+fn session(pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
     let mut rng = rand::rng();
     let mut token = |n: usize| -> String {
         (&mut rng)
@@ -130,7 +137,7 @@ fn session(cluster: &Cluster, pull: &Pull, base: &str, idle_since: &mut Option<I
     let offer = sdp::write_offer(&sdp::OfferParams {
         ice_ufrag: &ufrag,
         ice_pwd: &pwd,
-        fingerprint_sha256: cluster.dtls.fingerprint(),
+        fingerprint_sha256: pull.dtls.fingerprint(),
         video: true,
         audio: true,
         abs_capture_time: true,
@@ -142,7 +149,7 @@ fn session(cluster: &Cluster, pull: &Pull, base: &str, idle_since: &mut Option<I
         .http_status_as_error(false)
         .build()
         .into();
-    let (answer, location) = match post(&agent, &url, &offer, &cluster.cfg.secret) {
+    let (answer, location) = match post(&agent, &url, &offer, &pull.secret) {
         Ok(x) => x,
         Err(e) => return End::Retry(e),
     };
@@ -160,7 +167,7 @@ fn session(cluster: &Cluster, pull: &Pull, base: &str, idle_since: &mut Option<I
         Ok(p) => p,
         Err(e) => return End::Retry(format!("bad answer: {e}")),
     };
-    let end = pump(cluster, pull, params, idle_since, &mut rng);
+    let end = pump(pull, params, idle_since, &mut rng);
     if let Some(loc) = location {
         let loc = if loc.starts_with('/') {
             format!("{}{loc}", base.trim_end_matches('/'))
@@ -169,7 +176,7 @@ fn session(cluster: &Cluster, pull: &Pull, base: &str, idle_since: &mut Option<I
         };
         let _ = agent
             .delete(&loc)
-            .header(super::SECRET_HEADER, &cluster.cfg.secret)
+            .header(SECRET_HEADER, &pull.secret)
             .call();
     }
     end
@@ -185,7 +192,7 @@ fn post(
     let mut r = agent
         .post(url)
         .header("Content-Type", "application/sdp")
-        .header(super::SECRET_HEADER, secret)
+        .header(SECRET_HEADER, secret)
         .send(offer)
         .map_err(|e| format!("POST {url}: {e}"))?;
     let status = r.status().as_u16();
@@ -208,7 +215,6 @@ fn post(
 
 /// Runs the lean client against the origin and hands its packets to the engine.
 fn pump(
-    cluster: &Cluster,
     pull: &Pull,
     params: tern_rtc::client::ClientParams,
     idle_since: &mut Option<Instant>,
@@ -226,7 +232,7 @@ fn pump(
         Err(e) => return End::Retry(format!("UDP socket: {e}")),
     };
     let start = Instant::now();
-    let mut client = Client::new(params, cluster.dtls.clone(), start, rng.random());
+    let mut client = Client::new(params, pull.dtls.clone(), start, rng.random());
     let closed = Arc::new(AtomicBool::new(false));
     let keyframe = Arc::new(AtomicBool::new(false));
     let mut id: Option<PublisherId> = None;
@@ -257,7 +263,7 @@ fn pump(
         }
         if now >= next_check {
             next_check = now + Duration::from_secs(1);
-            if idle(cluster, pull, idle_since) {
+            if idle(pull, idle_since) {
                 break End::Stop("no local viewers");
             }
         }
