@@ -61,7 +61,8 @@ pub struct ClusterCounters {
 pub struct LocalStream {
     /// `app/stream`.
     pub key: String,
-    /// It has a publisher here (WHIP, RTMP or a clip; not an edge pull).
+    /// It has a publisher here (WHIP, RTMP) or is a live clip; an edge pull is excluded
+    /// by the refresh.
     pub publishing: bool,
     /// How long its claim outlives its publisher (the app's `idle_grace_s`).
     pub grace: Duration,
@@ -156,6 +157,8 @@ pub struct Cluster {
     sent: Mutex<HashMap<String, u64>>,
     /// Streams this node claims, with when they last had a publisher here.
     claims: Mutex<HashMap<String, Instant>>,
+    /// Claims another node holds while the stream is live here too (warned once).
+    conflicts: Mutex<std::collections::HashSet<String>>,
     /// Streams pulled from another node: their stop flags, and when the pull ended (kept
     /// for [`PULL_MEMORY`] so the pull's last moments, live without a pull, never read as
     /// a local publisher to claim).
@@ -179,6 +182,7 @@ impl Cluster {
             redis_up: AtomicBool::new(false),
             sent: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
+            conflicts: Mutex::new(std::collections::HashSet::new()),
             pulls: Mutex::new(HashMap::new()),
             dtls,
             counters: ClusterCounters::default(),
@@ -286,11 +290,18 @@ impl Cluster {
             .await
         {
             Ok(r) => {
-                for (k, held) in claim.iter().zip(&r.held) {
-                    if !held {
-                        let owner = r.view.origins.get(k).map_or("another node", |s| s);
-                        warn!("cluster: {k} has a publisher here but is claimed by {owner}");
+                if let Ok(mut c) = self.conflicts.lock() {
+                    for (k, held) in claim.iter().zip(&r.held) {
+                        if *held {
+                            c.remove(k);
+                        } else if c.insert(k.clone()) {
+                            let owner = r.view.origins.get(k).map_or("another node", |s| s);
+                            warn!(
+                                "cluster: {k} is live here but claimed by {owner}; edges pull it from {owner}"
+                            );
+                        }
                     }
+                    c.retain(|k| claim.contains(k));
                 }
                 self.set_up(true, None);
                 let changed = self.view.read().map(|v| **v != r.view).unwrap_or(true);

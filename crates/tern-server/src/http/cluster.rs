@@ -73,11 +73,13 @@ fn local(st: &AppState, meter: &mut Meter) -> Local {
                 .config
                 .app(app)
                 .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s);
+            let flag = |v: &Vec<std::sync::atomic::AtomicBool>| {
+                v.get(index).is_some_and(|f| f.load(Ordering::Relaxed))
+            };
             LocalStream {
-                publishing: stats
-                    .publishing
-                    .get(index)
-                    .is_some_and(|p| p.load(Ordering::Relaxed)),
+                // A publisher here, or a live built-in clip (a pulled stream is live too,
+                // but the refresh never claims what it pulls).
+                publishing: flag(&stats.publishing) || flag(&stats.live),
                 grace: Duration::from_secs(grace),
                 key,
             }
