@@ -35,8 +35,10 @@ const SILENCE: Duration = Duration::from_secs(2);
 const CONNECT: Duration = Duration::from_secs(5);
 /// A blocked engine queue for this long ends the session (as for an RTMP publisher).
 const MEDIA_STALL: Duration = Duration::from_secs(2);
-/// Longest wait between two attempts to find or reach the origin.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Longest wait between two attempts to find or reach the origin: an attempt is one Redis
+/// GET (and a WHEP POST once there is an origin), cheap enough that viewers should not
+/// wait on a long backoff for a publisher that came back.
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest wait in one receive call: timers and flags are looked at this often.
 const TICK: Duration = Duration::from_millis(10);
 
