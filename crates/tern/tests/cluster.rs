@@ -301,6 +301,22 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
         assert!(l >= 6, "node {n} got {l} of 30 viewers: {local:?}");
     }
     assert!(metric(a.http, "tern_cluster_redirects_total") - before >= 12);
+
+    // A second node cannot take a claimed stream: an encoder pushing live/cam to c is
+    // refused, naming the node that has it.
+    let mut rogue = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp), 10);
+    assert_eq!(
+        rogue.wait(Duration::from_secs(10)),
+        Some(false),
+        "{}",
+        rogue.log_tail()
+    );
+    let log = std::fs::read_to_string(&servers[2].log).unwrap_or_default();
+    assert!(
+        log.contains("stream live/cam is already published on node a"),
+        "{log}"
+    );
+    assert_eq!(metric(c.http, "tern_cluster_claims_refused_total"), 1);
 }
 
 /// Acceptance: kill -9 of the origin, the publisher back on c: b's viewers keep their
@@ -389,8 +405,15 @@ fn origin_and_edge_failover() {
     let (o, text) = bench.join().expect("bench thread");
     all_played(&o, &text, 10, 100);
     assert!(ff2.running(), "{}", ff2.log_tail());
+
+    // A clean stop (SIGTERM) leaves the registry and the origin map at once, not after the
+    // TTL.
+    ff2.kill();
+    sc.stop();
+    wait_cluster(a.http, Duration::from_millis(1500), "c left at once", |v| {
+        node_names(v) == ["a"] && origin_of(v, "live/cam").is_none()
+    });
     drop(sa2);
-    drop(sc);
 }
 
 /// Acceptance: Redis stopped under a running cluster: viewers keep playing, the state is
