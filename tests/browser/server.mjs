@@ -51,16 +51,16 @@ export function freeUdpPort() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Starts `tern demo --http 127.0.0.1:P --media 127.0.0.1:Q --candidate 127.0.0.1` and
- * resolves once `GET /` answers with any HTTP status. Rejects, with the tail of the server's
+ * Starts `tern demo --http 127.0.0.1:P --media 127.0.0.1:Q --candidate 127.0.0.1` (P a free
+ * port, or `httpPort`) and resolves once `GET /` answers with any HTTP status. Rejects, with the tail of the server's
  * output, if the binary is missing, exits early, or does not answer within readyTimeoutMs.
  */
-export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [] } = {}) {
+export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [], httpPort: port } = {}) {
   const bin = ternBin();
   if (!existsSync(bin)) {
     throw new Error(`tern binary not found at ${bin}: run \`cargo build --release -p tern\` or set TERN_BIN`);
   }
-  const httpPort = await freeTcpPort();
+  const httpPort = port ?? (await freeTcpPort());
   const mediaPort = await freeUdpPort();
   const base = `http://127.0.0.1:${httpPort}`;
   const args = [

@@ -63,38 +63,33 @@ impl Whep {
 
     /// POSTs `offer`; returns the answer SDP, the session URL from `Location` and the
     /// `Link` header values.
+    ///
     /// A `307`/`308` answer (a cluster routing the viewer to another node) is followed, at
     /// most [`MAX_REDIRECTS`] times, with the same offer.
     pub fn offer(&self, offer: &str) -> Result<(String, Option<String>, Vec<String>), SignalError> {
         let mut url = self.url.clone();
         let mut hops = 0;
-        let mut resp = loop {
+        let (mut resp, location) = loop {
             let resp = self
                 .agent
                 .post(&url)
                 .header("Content-Type", "application/sdp")
                 .send(offer)
                 .map_err(|e| SignalError::Transport(e.to_string()))?;
-            let status = resp.status().as_u16();
-            let next = resp
+            let location = resp
                 .headers()
                 .get("location")
                 .and_then(|v| v.to_str().ok())
                 .map(|l| resolve(&url, l));
-            match (status, next) {
+            match (resp.status().as_u16(), location) {
                 (307 | 308, Some(next)) if hops < MAX_REDIRECTS => {
                     hops += 1;
                     url = next;
                 }
-                _ => break resp,
+                (_, location) => break (resp, location),
             }
         };
         let status = resp.status().as_u16();
-        let location = resp
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .map(|l| resolve(&url, l));
         let links: Vec<String> = resp
             .headers()
             .get_all("link")

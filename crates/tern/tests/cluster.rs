@@ -374,11 +374,7 @@ fn origin_and_edge_failover() {
             v.frames
         );
     }
-    let gaps: Vec<u128> = o
-        .clients
-        .iter()
-        .filter_map(|c| c.video.as_ref().map(|v| v.max_gap.as_millis()))
-        .collect();
+    let gaps = common::video_gaps_ms(&o);
     eprintln!(
         "origin failover: longest video gap per viewer (ms) {gaps:?}, bench ended {resumed:?} after the kill"
     );

@@ -330,11 +330,7 @@ fn rtmp_publisher_reconnects_and_viewers_resume() {
             au.packets
         );
     }
-    let gaps: Vec<u128> = o
-        .clients
-        .iter()
-        .filter_map(|c| c.video.as_ref().map(|v| v.max_gap.as_millis()))
-        .collect();
+    let gaps = common::video_gaps_ms(&o);
     eprintln!("longest video gap per viewer across the reconnect (ms): {gaps:?}");
     let log = std::fs::read_to_string(&server.log).unwrap_or_default();
     assert_eq!(log.matches("publishing live/cam").count(), 2, "{log}");

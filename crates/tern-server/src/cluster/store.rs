@@ -127,28 +127,13 @@ impl Store {
             .arg(ttl_ms)
             .ignore();
         for k in claims {
-            p.cmd("EVAL")
-                .arg(CLAIM)
-                .arg(1)
-                .arg(format!("{ORIGIN_PREFIX}{k}"))
-                .arg(me)
-                .arg(ttl_ms);
+            claim_cmd(&mut p, k, me, ttl_ms);
         }
         for k in releases {
-            p.cmd("EVAL")
-                .arg(RELEASE)
-                .arg(1)
-                .arg(format!("{ORIGIN_PREFIX}{k}"))
-                .arg(me)
-                .ignore();
+            release_cmd(&mut p, k, me);
         }
         for prefix in [NODE_PREFIX, ORIGIN_PREFIX] {
-            p.cmd("SCAN")
-                .arg(0)
-                .arg("MATCH")
-                .arg(format!("{prefix}*"))
-                .arg("COUNT")
-                .arg(1000);
+            scan_cmd(&mut p, 0, prefix);
         }
         let n = 1 + claims.len() + releases.len() + 2;
         let mut out: Vec<redis::Value> = self.run(&p, n).await?;
@@ -218,12 +203,7 @@ impl Store {
                 break;
             }
             let mut p = redis::pipe();
-            p.cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{prefix}*"))
-                .arg("COUNT")
-                .arg(1000);
+            scan_cmd(&mut p, cursor, prefix);
             let ((c, more),): ((u64, Vec<String>),) = self.run(&p, 1).await?;
             cursor = c;
             keys.extend(more);
@@ -238,7 +218,7 @@ impl Store {
     pub async fn claim(&self, me: &str, key: &str, ttl_ms: u64) -> RedisResult<Result<(), String>> {
         let k = format!("{ORIGIN_PREFIX}{key}");
         let mut p = redis::pipe();
-        p.cmd("EVAL").arg(CLAIM).arg(1).arg(&k).arg(me).arg(ttl_ms);
+        claim_cmd(&mut p, key, me, ttl_ms);
         p.cmd("GET").arg(&k);
         let (held, owner): (i64, Option<String>) = self.run(&p, 2).await?;
         Ok(if held == 1 {
@@ -261,13 +241,38 @@ impl Store {
         let mut p = redis::pipe();
         p.cmd("DEL").arg(format!("{NODE_PREFIX}{me}")).ignore();
         for k in claims {
-            p.cmd("EVAL")
-                .arg(RELEASE)
-                .arg(1)
-                .arg(format!("{ORIGIN_PREFIX}{k}"))
-                .arg(me)
-                .ignore();
+            release_cmd(&mut p, k, me);
         }
         self.run::<()>(&p, 1 + claims.len()).await
     }
+}
+
+/// Appends the claim of stream `key` for `me` (its answer: 1 held, 0 another node's).
+fn claim_cmd(p: &mut redis::Pipeline, key: &str, me: &str, ttl_ms: u64) {
+    p.cmd("EVAL")
+        .arg(CLAIM)
+        .arg(1)
+        .arg(format!("{ORIGIN_PREFIX}{key}"))
+        .arg(me)
+        .arg(ttl_ms);
+}
+
+/// Appends the release of stream `key` if `me` holds it (its answer ignored).
+fn release_cmd(p: &mut redis::Pipeline, key: &str, me: &str) {
+    p.cmd("EVAL")
+        .arg(RELEASE)
+        .arg(1)
+        .arg(format!("{ORIGIN_PREFIX}{key}"))
+        .arg(me)
+        .ignore();
+}
+
+/// Appends one step of a scan of the keys under `prefix` from `cursor`.
+fn scan_cmd(p: &mut redis::Pipeline, cursor: u64, prefix: &str) {
+    p.cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(format!("{prefix}*"))
+        .arg("COUNT")
+        .arg(1000);
 }

@@ -143,13 +143,8 @@ pub(super) fn redirect(
     );
     let mut r = (StatusCode::TEMPORARY_REDIRECT, "").into_response();
     cors(r.headers_mut());
-    let h = r.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Location"),
-    );
     if let Ok(v) = HeaderValue::from_str(&location) {
-        h.insert(header::LOCATION, v);
+        r.headers_mut().insert(header::LOCATION, v);
     }
     Some(r)
 }

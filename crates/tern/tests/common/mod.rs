@@ -597,3 +597,11 @@ pub fn jwt(secret: &str, sub: &str, act: &str, exp_in: i64) -> String {
     )
     .expect("encode")
 }
+
+/// The longest video gap of each of a bench run's viewers, in ms.
+pub fn video_gaps_ms(o: &tern_bench::Outcome) -> Vec<u128> {
+    o.clients
+        .iter()
+        .filter_map(|c| c.video.as_ref().map(|v| v.max_gap.as_millis()))
+        .collect()
+}
