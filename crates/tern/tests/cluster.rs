@@ -317,6 +317,30 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
         "{log}"
     );
     assert_eq!(metric(c.http, "tern_cluster_claims_refused_total"), 1);
+
+    // LL-HLS at an edge: the playlist request pulls the stream (if the WHEP viewers' pull
+    // has ended) and the edge packages its ring.
+    let index = http_get(c.http, "/live/cam/index.m3u8").expect("GET index.m3u8");
+    assert_eq!(index.status, 200, "{}", index.text());
+    let text = index.text();
+    let uri = text
+        .lines()
+        .find(|l| l.starts_with("media.m3u8?session="))
+        .unwrap_or_else(|| panic!("no variant: {text}"))
+        .to_string();
+    let media = http_get(c.http, &format!("/live/cam/{uri}")).expect("GET media.m3u8");
+    assert_eq!(media.status, 200, "{}", media.text());
+    assert!(media.text().contains("#EXT-X-PART:"), "{}", media.text());
+    assert_eq!(cluster(c.http)["pulling"], serde_json::json!(["live/cam"]));
+
+    // OvenMediaEngine signalling at an edge plays the pulled stream too.
+    let (o, text) = viewers(format!(
+        "-url ws://{}/live/cam -n 3 -cint 50 -life 4 -sint 20000 --json",
+        c.http
+    ))
+    .join()
+    .expect("bench thread");
+    all_played(&o, &text, 3, 60);
 }
 
 /// Acceptance: kill -9 of the origin, the publisher back on c: b's viewers keep their

@@ -113,10 +113,15 @@ pub(super) fn run(cluster: Arc<dyn Origins>, pull: Pull) {
     info!("edge: pull of {key} ended: {reason}");
 }
 
-/// Whether the stream has had no local viewer for the grace.
+/// Whether the stream has had no local viewer (WebRTC, or LL-HLS packaging for players)
+/// for the grace.
 fn idle(pull: &Pull, since: &mut Option<Instant>) -> bool {
-    let viewers = pull.engine.stats.snapshots.viewers(Some(&pull.key)).len();
-    if viewers > 0 {
+    let stats = &pull.engine.stats;
+    let hls = stats
+        .hls_wanted
+        .get(pull.index)
+        .is_some_and(|w| w.load(Ordering::Relaxed));
+    if hls || !stats.snapshots.viewers(Some(&pull.key)).is_empty() {
         *since = None;
         return false;
     }

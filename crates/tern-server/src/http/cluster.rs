@@ -149,11 +149,39 @@ pub(super) fn redirect(
     Some(r)
 }
 
-/// Edge pull for a WHEP request: when `app/stream` is not live here and another node holds
-/// its claim, the stream is made here, one upstream pull started (or joined), and the
-/// request waits until the stream is live. `Ok` when there is nothing to pull (the request
-/// goes on as on a single node: 404, 409 or served).
-pub(super) async fn pull(st: &Arc<AppState>, app: &str, stream: &str) -> Result<(), Response> {
+/// Why a request could not have its stream pulled here: a status and a message.
+pub(super) struct PullError {
+    /// 503 (Redis unreachable, no media in time), or the directory's refusal.
+    pub(super) status: StatusCode,
+    /// What happened, for the response body.
+    pub(super) message: String,
+}
+
+impl PullError {
+    fn unavailable(message: String) -> Self {
+        PullError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message,
+        }
+    }
+
+    /// The HTTP response (a 503 with `Retry-After`).
+    pub(super) fn response(self) -> Response {
+        let unavailable = self.status == StatusCode::SERVICE_UNAVAILABLE;
+        let mut r = text(self.status, self.message);
+        if unavailable {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        }
+        r
+    }
+}
+
+/// Edge pull for a play request (WHEP, LL-HLS, OME signalling): when `app/stream` is not
+/// live here and another node holds its claim, the stream is made here, one upstream pull
+/// started (or joined), and the request waits until the stream is live. `Ok` when there is
+/// nothing to pull (the request goes on as on a single node: 404, 409 or served).
+pub(super) async fn pull(st: &AppState, app: &str, stream: &str) -> Result<(), PullError> {
     let Some(c) = st.cluster.as_ref() else {
         return Ok(());
     };
@@ -174,31 +202,20 @@ pub(super) async fn pull(st: &Arc<AppState>, app: &str, stream: &str) -> Result<
         Ok(Some(o)) if o != c.config().node => o,
         Ok(_) => return Ok(()),
         Err(e) => {
-            let mut r = text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the cluster store (Redis) cannot be reached ({e}): this node cannot find where {key} is published; retry"
-                ),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-            return Err(r);
+            return Err(PullError::unavailable(format!(
+                "the cluster store (Redis) cannot be reached ({e}): this node cannot find where {key} is published; retry"
+            )));
         }
     };
-    let info = claim_stream(st, app, stream).map_err(|e| text(e.status(), e.to_string()))?;
+    let info = claim_stream(st, app, stream).map_err(|e| PullError {
+        status: e.status(),
+        message: e.to_string(),
+    })?;
     let Some(rt) = st.runtime.get().cloned() else {
-        return Err(text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "HTTP runtime not running",
-        ));
+        return Err(PullError::unavailable("HTTP runtime not running".into()));
     };
     c.start_pull(&key, info.index, st.engine.clone(), rt)
-        .map_err(|e| {
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot start the pull of {key}: {e}"),
-            )
-        })?;
+        .map_err(|e| PullError::unavailable(format!("cannot start the pull of {key}: {e}")))?;
     let until = Instant::now() + PULL_WAIT;
     while Instant::now() < until {
         if live_here(st) {
@@ -206,15 +223,9 @@ pub(super) async fn pull(st: &Arc<AppState>, app: &str, stream: &str) -> Result<
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut r = text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!(
-            "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
-        ),
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-    Err(r)
+    Err(PullError::unavailable(format!(
+        "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
+    )))
 }
 
 /// The publish-time claim: `Err` with a 409 naming the node that already has `app/stream`.

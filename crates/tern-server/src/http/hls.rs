@@ -179,6 +179,10 @@ async fn open(
     query: Option<String>,
     headers: &HeaderMap,
 ) -> Response {
+    // In a cluster, a stream published on another node is pulled here first.
+    if let Err(e) = crate::http::cluster::pull(st, app, stream).await {
+        return e.response();
+    }
     let (info, live) = match lookup(st, headers, app, stream) {
         Ok(x) => x,
         Err(r) => return r,

@@ -312,6 +312,13 @@ impl Signalling {
         // A new offer replaces whatever the socket had (OvenPlayer asks again after a stop).
         self.stop(st);
         let key = format!("{}/{}", self.app, self.stream);
+        // In a cluster, a stream published on another node is pulled here first.
+        if let Err(e) = crate::http::cluster::pull(st, &self.app, &self.stream).await {
+            return Err(SignalError::new(
+                e.status.as_u16(),
+                format!("Cannot create offer: {}", e.message),
+            ));
+        }
         let Some(info) = st.streams.get(&key) else {
             return Err(SignalError::new(
                 404,

@@ -36,8 +36,8 @@ pub(super) async fn whep_post(
     if let Some(r) = cluster::redirect(&st, (&app, &stream), query.as_deref(), &headers) {
         return r;
     }
-    if !node && let Err(r) = cluster::pull(&st, &app, &stream).await {
-        return r;
+    if !node && let Err(e) = cluster::pull(&st, &app, &stream).await {
+        return e.response();
     }
     let (info, live) = match lookup(&st, &headers, &app, &stream) {
         Ok(x) => x,

@@ -263,12 +263,16 @@ impl Ingest {
         }
     }
 
-    /// Whether stream `stream`'s publisher is an RTMP connection.
+    /// Whether stream `stream`'s publisher is an RTMP connection (not an edge's upstream,
+    /// whose RTP is packaged for LL-HLS from the ring like a WHIP publisher's).
     pub fn is_rtmp(&self, stream: usize) -> bool {
         matches!(
             self.slots.get(stream),
             Some(Some(PubSlot {
-                session: Session::Rtmp { .. },
+                session: Session::Rtmp {
+                    protocol: "rtmp",
+                    ..
+                },
                 ..
             }))
         )
