@@ -17,3 +17,4 @@ pub mod sdp;
 pub mod srtp;
 pub mod stun;
 pub mod turn;
+pub mod twcc;

@@ -1,0 +1,383 @@
+//! Bandwidth estimation for one viewer from transport-wide congestion control feedback, in
+//! the spirit of Google Congestion Control (draft-ietf-rmcat-gcc-02): a delay-based
+//! estimate (a trendline over the one-way delay variation of packet groups, an overuse
+//! detector with an adaptive threshold, AIMD rate control) capped by a loss-based one.
+//! Sans-IO: the caller reports each packet sent with its transport-wide sequence number
+//! ([`Estimator::on_sent`]) and each feedback ([`Estimator::on_feedback`]), with times in
+//! microseconds on its own clock, and reads [`Estimator::estimate_bps`]; the tests drive it
+//! through a simulated bottleneck faster than real time.
+//!
+//! Written here rather than taken from a crate: the WebRTC stacks in Rust (str0m, webrtc-rs)
+//! keep their estimators inside their session types, and a viewer here must stay at a few
+//! hundred bytes of state; this one is a fixed-size ring of sent packets and a short window.
+
+use std::collections::VecDeque;
+
+use tern_proto::twcc::Feedback;
+
+/// Packets whose send time is remembered for matching feedback: 8 bytes each, 1 KiB in
+/// all; at 1,000 packets a second (10 Mbit/s) 128 ms, more than the 50-100 ms between two
+/// feedbacks (a 2.5 Mbit/s layer: half a second).
+const SENT_RING: usize = 128;
+/// Packets sent within this of a group's first belong to the group (a burst).
+const GROUP_US: i64 = 5_000;
+/// Delay samples in the trendline's regression window.
+const TREND_WINDOW: usize = 20;
+/// Arrival offsets in the trend window are rebased once they pass this.
+const REBASE_US: i64 = 60_000_000;
+/// Smoothing of the accumulated delay.
+const SMOOTHING: f64 = 0.9;
+/// Gain on the trendline slope.
+const TREND_GAIN: f64 = 4.0;
+/// Adaptive threshold: its start, bounds and rates up and down (GCC §5.4).
+const THRESHOLD_START: f64 = 12.5;
+const THRESHOLD_MIN: f64 = 6.0;
+const THRESHOLD_MAX: f64 = 600.0;
+const K_UP: f64 = 0.0087;
+const K_DOWN: f64 = 0.039;
+/// Time over the threshold before overuse is declared (ms).
+const OVERUSE_MS: f64 = 10.0;
+/// On overuse the rate drops to this share of what was acknowledged.
+const BETA: f64 = 0.85;
+/// Multiplicative increase per second while the path is not overused.
+const INCREASE_PER_S: f64 = 1.08;
+/// The window acknowledged throughput is measured over.
+const ACKED_BIN_US: i64 = 250_000;
+/// Loss above this cuts the loss-based rate; below the low mark it grows again.
+const LOSS_HIGH: f64 = 0.10;
+const LOSS_LOW: f64 = 0.02;
+/// The loss-based rate is cut at most this often (a feedback comes every 50-100 ms; a cut
+/// per feedback would halve the rate several times before the first cut took effect).
+const LOSS_CUT_US: i64 = 300_000;
+
+/// What the delay-based detector sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// Queues are stable.
+    Normal,
+    /// Delay grows: the path is overused.
+    Over,
+    /// Delay shrinks: queues drain.
+    Under,
+}
+
+/// Limits of the estimate.
+#[derive(Debug, Clone, Copy)]
+pub struct BweConfig {
+    /// Never below this (bit/s).
+    pub min_bps: u64,
+    /// Never above this (bit/s).
+    pub max_bps: u64,
+    /// The estimate before any feedback (bit/s).
+    pub start_bps: u64,
+}
+
+impl Default for BweConfig {
+    /// 50 kbit/s to 20 Mbit/s, starting at 2.5 Mbit/s (a 720p layer).
+    fn default() -> Self {
+        BweConfig {
+            min_bps: 50_000,
+            max_bps: 20_000_000,
+            start_bps: 2_500_000,
+        }
+    }
+}
+
+/// A sent packet as remembered: its sequence number, size and the low 32 bits of its send
+/// time in µs (rebuilt against the feedback's time: valid for 71 minutes).
+#[derive(Debug, Clone, Copy, Default)]
+struct Sent {
+    seq: u16,
+    size: u16,
+    send_lo: u32,
+}
+
+/// A packet group: packets sent within [`GROUP_US`] of the first.
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    first_send: i64,
+    last_send: i64,
+    last_arrival: i64,
+}
+
+/// One viewer's estimator.
+#[derive(Debug)]
+pub struct Estimator {
+    cfg: BweConfig,
+    /// Recent packets, by `seq % SENT_RING` (a slot's older packet is 128 numbers back, so a
+    /// feedback is matched by its sequence number alone; size 0 marks an empty slot).
+    sent: Box<[Sent; SENT_RING]>,
+    group: Option<Group>,
+    prev_group: Option<Group>,
+    /// Trendline state.
+    acc_delay: f64,
+    smoothed: f64,
+    /// (arrival ms since the first, smoothed accumulated delay ms) of the last groups.
+    window: VecDeque<(f32, f32)>,
+    first_arrival: Option<i64>,
+    deltas: usize,
+    prev_trend: f64,
+    /// Overuse detector state.
+    threshold: f64,
+    overuse_ms: f64,
+    overuse_count: u32,
+    last_detect: Option<i64>,
+    usage: Usage,
+    /// Rates.
+    delay_bps: f64,
+    loss_bps: f64,
+    last_update: Option<i64>,
+    last_loss_cut: Option<i64>,
+    /// Bytes acknowledged in the previous and the current [`ACKED_BIN_US`] of arrival time:
+    /// (bin start µs, bytes), and the last arrival.
+    acked: [(i64, u64); 2],
+    last_arrival: Option<i64>,
+}
+
+impl Estimator {
+    /// A new estimator.
+    pub fn new(cfg: BweConfig) -> Self {
+        let start = cfg.start_bps.clamp(cfg.min_bps, cfg.max_bps) as f64;
+        Estimator {
+            cfg,
+            sent: Box::new([Sent::default(); SENT_RING]),
+            group: None,
+            prev_group: None,
+            acc_delay: 0.0,
+            smoothed: 0.0,
+            window: VecDeque::with_capacity(TREND_WINDOW),
+            first_arrival: None,
+            deltas: 0,
+            prev_trend: 0.0,
+            threshold: THRESHOLD_START,
+            overuse_ms: 0.0,
+            overuse_count: 0,
+            last_detect: None,
+            usage: Usage::Normal,
+            delay_bps: start,
+            loss_bps: start,
+            last_update: None,
+            last_loss_cut: None,
+            acked: [(0, 0); 2],
+            last_arrival: None,
+        }
+    }
+
+    /// The estimate (bit/s).
+    pub fn estimate_bps(&self) -> u64 {
+        (self.delay_bps.min(self.loss_bps) as u64).clamp(self.cfg.min_bps, self.cfg.max_bps)
+    }
+
+    /// What the delay-based detector last saw.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Throughput the receiver acknowledged over the last quarter to half second (bit/s),
+    /// once a tenth of a second has been seen.
+    pub fn acked_bps(&self) -> Option<f64> {
+        let last = self.last_arrival?;
+        let span = (last - self.acked[0].0) as f64 / 1e6;
+        if span < 0.1 {
+            return None;
+        }
+        Some((self.acked[0].1 + self.acked[1].1) as f64 * 8.0 / span)
+    }
+
+    /// A packet of `size` bytes was sent with transport-wide sequence number `seq` at
+    /// `now_us`.
+    pub fn on_sent(&mut self, seq: u16, size: usize, now_us: i64) {
+        self.sent[usize::from(seq) % SENT_RING] = Sent {
+            seq,
+            size: size.clamp(1, usize::from(u16::MAX)) as u16,
+            send_lo: now_us as u32,
+        };
+    }
+
+    /// Counts `size` bytes arrived at `arrival` in the acknowledged-throughput bins.
+    fn ack(&mut self, arrival: i64, size: u64) {
+        if self.last_arrival.is_none() {
+            self.acked = [(arrival, 0), (arrival, 0)];
+        }
+        if arrival >= self.acked[1].0 + ACKED_BIN_US {
+            self.acked[0] = self.acked[1];
+            self.acked[1] = (arrival, 0);
+        }
+        self.acked[1].1 += size;
+        self.last_arrival = Some(self.last_arrival.map_or(arrival, |l| l.max(arrival)));
+    }
+
+    /// A feedback arrived at `now_us`.
+    pub fn on_feedback(&mut self, fb: &Feedback, now_us: i64) {
+        let mut lost = 0usize;
+        let mut reported = 0usize;
+        for p in &fb.packets {
+            let sent = self.sent[usize::from(p.seq) % SENT_RING];
+            if sent.size == 0 || sent.seq != p.seq {
+                continue; // not ours, or too old to remember
+            }
+            reported += 1;
+            let Some(arrival) = p.arrival_us else {
+                lost += 1;
+                continue;
+            };
+            let send = now_us - i64::from((now_us as u32).wrapping_sub(sent.send_lo));
+            self.ack(arrival, u64::from(sent.size));
+            self.on_arrival(send, arrival);
+        }
+        if reported > 0 {
+            self.update_loss(lost as f64 / reported as f64, now_us);
+        }
+        self.update_rate(now_us);
+    }
+
+    /// One received packet, in feedback order: grouping, then the delay trend.
+    fn on_arrival(&mut self, send: i64, arrival: i64) {
+        match &mut self.group {
+            Some(g) if send - g.first_send <= GROUP_US && send >= g.first_send => {
+                g.last_send = g.last_send.max(send);
+                g.last_arrival = g.last_arrival.max(arrival);
+                return;
+            }
+            _ => {}
+        }
+        // A new group: the one just closed is compared with the one before it.
+        if let (Some(cur), Some(prev)) = (self.group, self.prev_group) {
+            let send_delta = (cur.last_send - prev.last_send) as f64 / 1000.0;
+            let arrival_delta = (cur.last_arrival - prev.last_arrival) as f64 / 1000.0;
+            self.on_delta(arrival_delta - send_delta, send_delta, cur.last_arrival);
+        }
+        self.prev_group = self.group;
+        self.group = Some(Group {
+            first_send: send,
+            last_send: send,
+            last_arrival: arrival,
+        });
+    }
+
+    /// A delay variation sample (ms) between two groups sent `send_delta_ms` apart, the
+    /// later arriving at `arrival` (µs).
+    fn on_delta(&mut self, delay_ms: f64, send_delta_ms: f64, arrival: i64) {
+        self.deltas += 1;
+        let mut first = *self.first_arrival.get_or_insert(arrival);
+        // The regression's x is kept small (an f32 of ms loses precision after hours): the
+        // slope does not change when every x moves by the same amount.
+        if arrival - first > REBASE_US
+            && let Some(&(oldest, _)) = self.window.front()
+        {
+            first += (f64::from(oldest) * 1000.0) as i64;
+            self.first_arrival = Some(first);
+            for p in &mut self.window {
+                p.0 -= oldest;
+            }
+        }
+        self.acc_delay += delay_ms;
+        self.smoothed = SMOOTHING * self.smoothed + (1.0 - SMOOTHING) * self.acc_delay;
+        if self.window.len() == TREND_WINDOW {
+            self.window.pop_front();
+        }
+        self.window
+            .push_back(((arrival - first) as f32 / 1000.0, self.smoothed as f32));
+        let slope = if self.window.len() == TREND_WINDOW {
+            slope(&self.window).unwrap_or(self.prev_trend)
+        } else {
+            self.prev_trend
+        };
+        let trend = (self.deltas.min(60) as f64) * slope * TREND_GAIN;
+        self.detect(trend, send_delta_ms, arrival);
+        self.prev_trend = slope;
+    }
+
+    /// The overuse detector with its adaptive threshold.
+    fn detect(&mut self, trend: f64, send_delta_ms: f64, now: i64) {
+        if trend > self.threshold {
+            self.overuse_ms += send_delta_ms.max(0.0);
+            self.overuse_count += 1;
+            if self.overuse_ms > OVERUSE_MS && self.overuse_count > 1 {
+                self.usage = Usage::Over;
+                self.overuse_ms = 0.0;
+                self.overuse_count = 0;
+            }
+        } else if trend < -self.threshold {
+            self.usage = Usage::Under;
+            self.overuse_ms = 0.0;
+            self.overuse_count = 0;
+        } else {
+            self.usage = Usage::Normal;
+            self.overuse_ms = 0.0;
+            self.overuse_count = 0;
+        }
+        let dt = self
+            .last_detect
+            .map_or(0.0, |l| ((now - l) as f64 / 1000.0).min(100.0));
+        self.last_detect = Some(now);
+        // A sudden jump (a route change) does not move the threshold (GCC §5.4).
+        if trend.abs() <= self.threshold + 15.0 {
+            let k = if trend.abs() < self.threshold {
+                K_DOWN
+            } else {
+                K_UP
+            };
+            self.threshold += k * (trend.abs() - self.threshold) * dt;
+            self.threshold = self.threshold.clamp(THRESHOLD_MIN, THRESHOLD_MAX);
+        }
+    }
+
+    /// AIMD on the delay-based rate.
+    fn update_rate(&mut self, now: i64) {
+        let dt = self
+            .last_update
+            .map_or(0.0, |l| ((now - l) as f64 / 1e6).clamp(0.0, 1.0));
+        self.last_update = Some(now);
+        let acked = self.acked_bps();
+        match self.usage {
+            Usage::Over => {
+                // β times what the receiver got (GCC §5.5), not times the estimate: a
+                // detection that lasts several feedbacks must not compound its cuts.
+                self.delay_bps = BETA * acked.unwrap_or(self.delay_bps);
+            }
+            Usage::Under => {}
+            Usage::Normal => {
+                let grown = self.delay_bps * INCREASE_PER_S.powf(dt);
+                // Never far above what the path is shown to carry: the sender may send
+                // less than the estimate (a lower layer), and an estimate that ran away
+                // would take seconds to come back.
+                let cap = acked.map_or(f64::MAX, |a| 1.5 * a + 10_000.0);
+                self.delay_bps = grown.min(cap.max(self.delay_bps));
+            }
+        }
+        let (min, max) = (self.cfg.min_bps as f64, self.cfg.max_bps as f64);
+        self.delay_bps = self.delay_bps.clamp(min, max);
+        self.loss_bps = self.loss_bps.clamp(min, max);
+    }
+
+    /// The loss-based rate (GCC §6): cut by half the loss above 10 % (at most once per
+    /// [`LOSS_CUT_US`]), grown 5 % below 2 %, up to the delay-based rate.
+    fn update_loss(&mut self, loss: f64, now: i64) {
+        if loss > LOSS_HIGH {
+            if self.last_loss_cut.is_none_or(|l| now - l >= LOSS_CUT_US) {
+                self.loss_bps *= 1.0 - 0.5 * loss;
+                self.last_loss_cut = Some(now);
+            }
+        } else if loss < LOSS_LOW {
+            self.loss_bps = (self.loss_bps * 1.05).min(self.delay_bps.max(self.loss_bps));
+        }
+    }
+}
+
+/// Least-squares slope of `y` over `x` (computed in f64).
+fn slope(points: &VecDeque<(f32, f32)>) -> Option<f64> {
+    let n = points.len() as f64;
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + f64::from(*x), b + f64::from(*y))
+    });
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (x, y)| {
+        let (x, y) = (f64::from(*x) - mx, f64::from(*y) - my);
+        (num + x * y, den + x * x)
+    });
+    (den > 0.0).then(|| num / den)
+}
+
+#[cfg(test)]
+mod tests;

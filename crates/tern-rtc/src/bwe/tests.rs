@@ -1,0 +1,224 @@
+//! The estimator against a simulated bottleneck, faster than real time: a sender paces
+//! 1,200-byte packets at a fixed rate through a link of some capacity (a FIFO queue of at
+//! most 500 ms, 20 ms one way, optional random loss), and the receiver sends transport
+//! feedback every 100 ms, as Chromium does.
+
+use super::*;
+use tern_proto::twcc::PacketStatus;
+
+const SIZE: usize = 1200;
+const PROP_US: i64 = 20_000;
+const MAX_QUEUE_US: i64 = 500_000;
+const FEEDBACK_US: i64 = 100_000;
+
+struct Sim {
+    est: Estimator,
+    capacity_bps: f64,
+    loss: f64,
+    rng: u64,
+    busy_until: i64,
+    /// (seq, send time, arrival time) of every packet.
+    packets: Vec<(u16, i64, Option<i64>)>,
+    next_report: usize,
+    next_feedback: i64,
+    feedbacks: u8,
+    now: i64,
+    seq: u16,
+}
+
+impl Sim {
+    fn new(capacity_bps: f64) -> Sim {
+        Sim {
+            est: Estimator::new(BweConfig::default()),
+            capacity_bps,
+            loss: 0.0,
+            rng: 0x2545_f491_4f6c_dd1d,
+            busy_until: 0,
+            packets: Vec::new(),
+            next_report: 0,
+            next_feedback: FEEDBACK_US,
+            feedbacks: 0,
+            now: 0,
+            seq: 0,
+        }
+    }
+
+    /// A uniform draw in [0, 1) (xorshift: the same run every time).
+    fn draw(&mut self) -> f64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Sends at `send_bps` for `secs`, feedback flowing; the estimates seen, one per
+    /// feedback.
+    fn run(&mut self, send_bps: f64, secs: f64) -> Vec<u64> {
+        let end = self.now + (secs * 1e6) as i64;
+        let interval = (SIZE as f64 * 8.0 / send_bps * 1e6) as i64;
+        let mut next_send = self.now;
+        let mut seen = Vec::new();
+        while self.now < end {
+            if next_send <= self.next_feedback {
+                self.now = next_send;
+                self.send();
+                next_send += interval;
+            } else {
+                self.now = self.next_feedback;
+                self.feedback();
+                self.next_feedback += FEEDBACK_US;
+                seen.push(self.est.estimate_bps());
+            }
+        }
+        seen
+    }
+
+    fn send(&mut self) {
+        let t = self.now;
+        self.est.on_sent(self.seq, SIZE, t);
+        let tx = (SIZE as f64 * 8.0 / self.capacity_bps * 1e6) as i64;
+        let departure = t.max(self.busy_until) + tx;
+        let arrival = if departure - t > MAX_QUEUE_US {
+            None // tail drop
+        } else {
+            self.busy_until = departure;
+            let lost = self.loss > 0.0 && self.draw() < self.loss;
+            (!lost).then_some(departure + PROP_US)
+        };
+        self.packets.push((self.seq, t, arrival));
+        self.seq = self.seq.wrapping_add(1);
+    }
+
+    /// The receiver reports what reached it (or is known lost) by now − one way, in order.
+    fn feedback(&mut self) {
+        let at_receiver = self.now - PROP_US;
+        let mut list = Vec::new();
+        while let Some(&(seq, send, arrival)) = self.packets.get(self.next_report) {
+            if arrival.unwrap_or(send + PROP_US) > at_receiver {
+                break;
+            }
+            list.push(PacketStatus {
+                seq,
+                arrival_us: arrival,
+            });
+            self.next_report += 1;
+        }
+        if list.is_empty() {
+            return;
+        }
+        self.feedbacks = self.feedbacks.wrapping_add(1);
+        let fb = Feedback {
+            base_seq: list[0].seq,
+            feedback_count: self.feedbacks,
+            packets: list,
+        };
+        self.est.on_feedback(&fb, self.now);
+    }
+}
+
+#[test]
+fn holds_its_rate_on_a_path_with_room() {
+    let mut sim = Sim::new(10e6);
+    let seen = sim.run(2.5e6, 10.0);
+    let low = seen.iter().min().copied().unwrap_or(0);
+    assert!(low >= 2_400_000, "estimate fell to {low} on an idle path");
+    assert_eq!(sim.est.usage(), Usage::Normal);
+    // Capped near what the path is shown to carry, not running away.
+    assert!(
+        sim.est.estimate_bps() <= 4_000_000,
+        "{}",
+        sim.est.estimate_bps()
+    );
+}
+
+#[test]
+fn backs_off_under_a_bottleneck_and_climbs_back_when_it_goes() {
+    let mut sim = Sim::new(1e6);
+    let seen = sim.run(2.5e6, 5.0);
+    let settled = seen.iter().position(|&e| e <= 1_200_000);
+    let at = settled.expect("the estimate came down to the 1 Mbit/s bottleneck") as f64 * 0.1;
+    assert!(at <= 3.0, "took {at} s");
+    // The sender here never adapts, so the queue overflows and more than half its packets
+    // are lost: the loss-based rate keeps falling (a viewer's layer would have switched).
+    let last = sim.est.estimate_bps();
+    assert!(last <= 1_200_000, "{last}");
+    // The limit is lifted; the sender keeps offering its 2.5 Mbit/s layer.
+    sim.capacity_bps = 10e6;
+    let seen = sim.run(2.5e6, 20.0);
+    let back = seen.iter().position(|&e| e >= 2_000_000);
+    let at = back.expect("the estimate climbed back to 2 Mbit/s") as f64 * 0.1;
+    eprintln!("bottleneck: down to ≤ 1.2 Mbit/s, then back to 2 Mbit/s {at:.1} s after it went");
+    assert!(at <= 15.0, "took {at} s");
+}
+
+#[test]
+fn random_loss_cuts_the_rate_and_its_end_lets_it_grow() {
+    let mut sim = Sim::new(10e6);
+    sim.loss = 0.2;
+    sim.run(2.0e6, 5.0);
+    let cut = sim.est.estimate_bps();
+    assert!(cut < 1_000_000, "20 % loss left the estimate at {cut}");
+    assert!(cut >= BweConfig::default().min_bps);
+    sim.loss = 0.0;
+    sim.run(2.0e6, 5.0);
+    let grown = sim.est.estimate_bps();
+    assert!(grown > 2 * cut, "{cut} -> {grown}");
+}
+
+#[test]
+fn sequence_numbers_wrap_and_unknown_feedback_is_ignored() {
+    let mut e = Estimator::new(BweConfig::default());
+    let start = e.estimate_bps();
+    // Feedback for packets never sent changes nothing.
+    let fb = Feedback {
+        base_seq: 500,
+        feedback_count: 1,
+        packets: (0..50)
+            .map(|i| PacketStatus {
+                seq: 500 + i,
+                arrival_us: None,
+            })
+            .collect(),
+    };
+    e.on_feedback(&fb, 1_000_000);
+    assert_eq!(e.estimate_bps(), start);
+    // Across the 16-bit wrap, sends are matched to their feedback.
+    let mut sim = Sim::new(10e6);
+    sim.seq = 65_000;
+    sim.run(2.5e6, 4.0);
+    assert!(sim.packets.iter().any(|p| p.0 < 100), "wrapped");
+    assert!(
+        sim.est.acked_bps().is_some_and(|a| a > 2.0e6),
+        "{:?}",
+        sim.est.acked_bps()
+    );
+}
+
+#[test]
+fn an_estimator_is_small() {
+    let e = Estimator::new(BweConfig::default());
+    let heap = std::mem::size_of::<[Sent; SENT_RING]>()
+        + e.window.capacity() * std::mem::size_of::<(f32, f32)>();
+    let total = std::mem::size_of::<Estimator>() + heap;
+    eprintln!("estimator: {total} bytes ({heap} on the heap)");
+    assert!(total <= 1600, "{total} bytes");
+}
+
+#[test]
+fn a_long_run_keeps_its_precision() {
+    // Three simulated minutes at a steady rate: the trend window is rebased on the way and
+    // the detector still sees a path with room as such.
+    let mut sim = Sim::new(10e6);
+    let seen = sim.run(2.5e6, 180.0);
+    assert!(
+        seen.iter().all(|&e| e >= 2_400_000),
+        "{:?}",
+        seen.iter().min()
+    );
+    assert!(
+        sim.est.window.iter().all(|p| p.0 < 61_000.0),
+        "{:?}",
+        sim.est.window.front()
+    );
+    assert_eq!(sim.est.usage(), Usage::Normal);
+}
