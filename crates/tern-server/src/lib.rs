@@ -293,9 +293,9 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         &cfg.limits.exempt_ranges(),
     );
     let cluster = match cfg.cluster.clone() {
-        Some(c) => Some(Arc::new(cluster::Cluster::new(c).map_err(|e| {
-            ServeError::Other(format!("config key `cluster.redis`: {e}"))
-        })?)),
+        Some(c) => Some(Arc::new(cluster::Cluster::new(c, dtls.clone()).map_err(
+            |e| ServeError::Other(format!("config key `cluster.redis`: {e}")),
+        )?)),
         None => None,
     };
     let state = Arc::new(

@@ -118,10 +118,13 @@ fn plan_claims(
             claims.insert(s.key.clone(), now);
         }
     }
+    // Graces by stream, so that each claim is looked up once, not searched for.
+    let graces: HashMap<&str, Duration> =
+        streams.iter().map(|s| (s.key.as_str(), s.grace)).collect();
     let mut claim = Vec::new();
     let mut release = Vec::new();
     for (k, last) in claims.iter() {
-        let grace = streams.iter().find(|s| &s.key == k).map(|s| s.grace);
+        let grace = graces.get(k.as_str()).copied();
         match grace {
             Some(g) if now.duration_since(*last) <= g && !pulled.contains(k) => {
                 claim.push(k.clone());
@@ -170,10 +173,10 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster part of a node configured with `cfg` (not connected until it runs).
-    pub fn new(cfg: ClusterSection) -> Result<Self, String> {
+    /// The cluster part of a node configured with `cfg` (not connected until it runs);
+    /// its upstream sessions use the node's own DTLS certificate `dtls`.
+    pub fn new(cfg: ClusterSection, dtls: Arc<DtlsContext>) -> Result<Self, String> {
         let store = Store::new(&cfg.redis)?;
-        let dtls = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
         Ok(Cluster {
             cfg,
             store,

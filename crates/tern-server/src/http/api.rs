@@ -351,7 +351,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
     let s = &st.engine.stats;
     let mut o = String::with_capacity(4096);
     let mut gauge = |name: &str, help: &str, kind: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        crate::http::reply::metric_line(&mut o, name, help, kind, v);
     };
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     gauge(

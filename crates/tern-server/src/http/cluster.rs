@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::cluster::{Local, LocalStream, NodeRecord, ROUTED_PARAM};
-use crate::http::reply::{cors, text};
+use crate::http::reply::{cors, metric_line, text};
 use crate::http::state::{AppState, claim_stream};
 
 /// How long a viewer's request waits for a pull to bring the stream live.
@@ -112,15 +112,15 @@ fn record(st: &AppState, egress_bps: u64, cpu: f64) -> NodeRecord {
 
 /// WHEP routing: with `cluster.redirect`, a viewer's POST goes to the least-loaded live
 /// node (`307`, the method and body kept) unless that is this node, the request comes
-/// from a node, or a redirect already chose this node (`tern_node` in the query).
+/// from a node (`node`, [`AppState::is_node_request`]), or a redirect already chose this node (`tern_node` in the query).
 pub(super) fn redirect(
     st: &AppState,
     (app, stream): (&str, &str),
     query: Option<&str>,
-    headers: &HeaderMap,
+    node: bool,
 ) -> Option<Response> {
     let c = st.cluster.as_ref()?;
-    if st.is_node_request(headers) {
+    if node {
         return None;
     }
     let routed = query.is_some_and(|q| {
@@ -267,9 +267,7 @@ pub(super) fn metrics(st: &AppState, o: &mut String) {
         return;
     };
     let view = c.view();
-    let mut line = |name: &str, help: &str, kind: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-    };
+    let mut line = |name: &str, help: &str, kind: &str, v: u64| metric_line(o, name, help, kind, v);
     line(
         "tern_cluster_redis_up",
         "1 when the last exchange with the cluster's Redis worked.",

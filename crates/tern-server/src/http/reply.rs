@@ -26,6 +26,13 @@ pub(crate) fn cors(h: &mut HeaderMap) {
     );
 }
 
+/// Appends one Prometheus sample with its `# HELP` and `# TYPE` lines (`kind`: `gauge`
+/// or `counter`).
+pub(super) fn metric_line(o: &mut String, name: &str, help: &str, kind: &str, v: u64) {
+    use std::fmt::Write as _;
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+}
+
 /// `n` random characters of `[A-Za-z0-9]` (session ids, ETags, ICE credentials).
 pub(crate) fn random_token(n: usize) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

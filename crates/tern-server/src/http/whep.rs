@@ -33,7 +33,7 @@ pub(super) async fn whep_post(
     // In a cluster: another node may be the one to serve this viewer, or may have the
     // stream's publisher (then it is pulled here first). A node's own request is served.
     let node = st.is_node_request(&headers);
-    if let Some(r) = cluster::redirect(&st, (&app, &stream), query.as_deref(), &headers) {
+    if let Some(r) = cluster::redirect(&st, (&app, &stream), query.as_deref(), node) {
         return r;
     }
     if !node && let Err(e) = cluster::pull(&st, &app, &stream).await {
