@@ -23,6 +23,7 @@ use tern_proto::rtp::ntp_from_unix;
 use tern_proto::sdp;
 
 use crate::clip::MediaKind;
+use crate::stream::MAX_LAYERS;
 
 /// Why an offer was refused.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,9 @@ pub enum PublishError {
         /// What tern takes for that kind.
         takes: &'static str,
     },
+    /// The offer's simulcast is more than tern forwards.
+    #[error("offer's a=simulcast has {0}; tern takes 2 or 3 layers with RIDs of 1-8 characters")]
+    Simulcast(String),
     /// str0m refused the offer.
     #[error("cannot accept the offer: {0}")]
     Rejected(String),
@@ -53,7 +57,10 @@ pub enum PublishError {
 pub struct IngestPacket {
     /// Video or audio.
     pub kind: MediaKind,
-    /// Extended sequence number (publisher's numbering).
+    /// Simulcast layer of a video packet: its RID's index in the offer's `a=simulcast`
+    /// (0 without simulcast, and for audio).
+    pub layer: u8,
+    /// Extended sequence number (publisher's numbering, per layer).
     pub seq: u64,
     /// Extended RTP timestamp (publisher's clock base).
     pub rtp_ts: u64,
@@ -92,7 +99,10 @@ pub struct Publisher {
     audio_pts: Vec<u8>,
     /// The codec of the video it sends (H264 when it sends none).
     video_codec: VideoCodec,
-    video_ssrc: Option<Ssrc>,
+    /// The RIDs of the video's simulcast layers, in the offer's order (empty without).
+    rids: Vec<Box<str>>,
+    /// The SSRC each video layer was last seen on (index: layer).
+    video_ssrcs: [Option<Ssrc>; MAX_LAYERS],
     closed: bool,
 }
 
@@ -159,6 +169,27 @@ fn check_codecs(offer: &sdp::SessionDescription) -> Result<Option<VideoCodec>, P
     Ok(video)
 }
 
+/// The RIDs of the offer's video simulcast (`a=simulcast:send`), in layer order: none, or
+/// 2 to [`MAX_LAYERS`] of at most 8 characters (str0m's RID).
+fn simulcast_rids(offer: &sdp::SessionDescription) -> Result<Vec<Box<str>>, PublishError> {
+    let Some(m) = offer
+        .media()
+        .iter()
+        .find(|m| m.port() != 0 && m.kind() == "video")
+    else {
+        return Ok(Vec::new());
+    };
+    let rids = m.simulcast_send();
+    if rids.len() > MAX_LAYERS || rids.iter().any(|r| r.len() > 8) {
+        return Err(PublishError::Simulcast(format!(
+            "{} layers ({})",
+            rids.len(),
+            rids.join(";")
+        )));
+    }
+    Ok(rids.iter().map(|r| r.as_str().into()).collect())
+}
+
 /// `offer` with every `a=ice-ufrag` and `a=ice-pwd` value replaced.
 fn replace_ice_credentials(offer: &str, ufrag: &str, pwd: &str) -> String {
     let mut out = String::with_capacity(offer.len() + 64);
@@ -202,6 +233,7 @@ impl Publisher {
             return Err(PublishError::NoMedia);
         }
         let video_codec = check_codecs(&parsed)?;
+        let rids = simulcast_rids(&parsed)?;
         let remote_ufrag = parsed
             .media()
             .iter()
@@ -266,7 +298,8 @@ impl Publisher {
                 video_pts,
                 audio_pts,
                 video_codec: video_codec.unwrap_or_default(),
-                video_ssrc: None,
+                rids,
+                video_ssrcs: [None; MAX_LAYERS],
                 closed: false,
             },
             answer,
@@ -276,6 +309,11 @@ impl Publisher {
     /// The codec of the video the encoder sends (H264 when it sends no video).
     pub fn video_codec(&self) -> VideoCodec {
         self.video_codec
+    }
+
+    /// The RIDs of the video's simulcast layers in layer order (empty without simulcast).
+    pub fn rids(&self) -> &[Box<str>] {
+        &self.rids
     }
 
     /// Our ICE ufrag (STUN `USERNAME` starts with it).
@@ -355,13 +393,36 @@ impl Publisher {
         }
     }
 
-    /// Asks the publisher for a keyframe (PLI).
-    pub fn request_keyframe(&mut self) {
-        if let Some(ssrc) = self.video_ssrc
-            && let Some(rx) = self.rtc.direct_api().stream_rx(&ssrc)
+    /// Asks the publisher for a keyframe of a video layer (PLI on that layer's SSRC).
+    pub fn request_keyframe(&mut self, layer: u8) {
+        if let Some(Some(ssrc)) = self.video_ssrcs.get(usize::from(layer))
+            && let Some(rx) = self.rtc.direct_api().stream_rx(ssrc)
         {
             rx.request_keyframe(KeyframeRequestKind::Pli);
         }
+    }
+
+    /// The simulcast layer of a video packet: from its RID header extension (Chromium
+    /// stops sending it once the SSRC is acknowledged), else from the SSRC it was seen on,
+    /// else from str0m's RID for the SSRC. `None`: a layer the offer did not announce.
+    fn layer_of(&mut self, ssrc: Ssrc, rid: Option<&str>) -> Option<u8> {
+        if self.rids.is_empty() {
+            return Some(0);
+        }
+        let by_rid = |rids: &[Box<str>], rid: &str| rids.iter().position(|r| &**r == rid);
+        let layer = match rid.and_then(|r| by_rid(&self.rids, r)) {
+            Some(l) => l,
+            None => match self.video_ssrcs.iter().position(|s| *s == Some(ssrc)) {
+                Some(l) => return Some(l as u8),
+                None => {
+                    let mut api = self.rtc.direct_api();
+                    let rid = api.stream_rx(&ssrc)?.rid()?;
+                    by_rid(&self.rids, &rid)?
+                }
+            },
+        };
+        self.video_ssrcs[layer] = Some(ssrc);
+        Some(layer as u8)
     }
 
     /// Ends the session cleanly: str0m queues RTCP BYE and a DTLS close_notify, which the
@@ -399,9 +460,16 @@ impl Publisher {
                         } else {
                             continue;
                         };
-                        if kind == MediaKind::Video {
-                            self.video_ssrc = Some(p.header.ssrc);
-                        }
+                        let layer = match kind {
+                            MediaKind::Video => {
+                                let rid = p.header.ext_vals.rid;
+                                let Some(l) = self.layer_of(p.header.ssrc, rid.as_deref()) else {
+                                    continue;
+                                };
+                                l
+                            }
+                            MediaKind::Audio => 0,
+                        };
                         let clock = p.time.denom().max(1);
                         let capture_ntp = p
                             .header
@@ -422,6 +490,7 @@ impl Publisher {
                             });
                         ev(PublisherEvent::Packet(IngestPacket {
                             kind,
+                            layer,
                             seq: *p.seq_no,
                             rtp_ts: p.time.numer(),
                             marker: p.header.marker,
@@ -438,5 +507,30 @@ impl Publisher {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(simulcast: &str) -> sdp::SessionDescription {
+        let sdp = format!(
+            "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n\
+             m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000\r\n\
+             {simulcast}"
+        );
+        sdp::SessionDescription::parse(&sdp).expect("valid SDP")
+    }
+
+    #[test]
+    fn simulcast_takes_up_to_three_layers_of_short_rids() {
+        let rids = simulcast_rids(&offer("a=simulcast:send h;m;l\r\n")).expect("three");
+        assert_eq!(rids, ["h".into(), "m".into(), "l".into()] as [Box<str>; 3]);
+        assert!(simulcast_rids(&offer("")).expect("none").is_empty());
+        let e = simulcast_rids(&offer("a=simulcast:send a;b;c;d\r\n")).expect_err("refused");
+        assert!(e.to_string().contains("4 layers (a;b;c;d)"), "{e}");
+        let e = simulcast_rids(&offer("a=simulcast:send high123456;m\r\n")).expect_err("refused");
+        assert!(e.to_string().contains("1-8 characters"), "{e}");
     }
 }

@@ -491,6 +491,7 @@ impl RtmpPublisher {
             let seq = self.video_seq;
             self.video_seq += 1;
             ev(RtmpEvent::Packet(IngestPacket {
+                layer: 0,
                 kind: MediaKind::Video,
                 seq,
                 rtp_ts: rtp_ts as u64,
@@ -675,6 +676,7 @@ impl RtmpPublisher {
             let seq = self.audio_seq;
             self.audio_seq += 1;
             ev(RtmpEvent::Packet(IngestPacket {
+                layer: 0,
                 kind: MediaKind::Audio,
                 seq,
                 rtp_ts: ts,

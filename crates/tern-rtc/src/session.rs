@@ -103,6 +103,7 @@ pub fn accept(
             remote_fingerprint: neg.remote_fingerprint,
             video,
             audio,
+            pin: None,
             timeouts: ViewerTimeouts::default(),
         },
     }
@@ -239,6 +240,7 @@ impl ServerOffer {
             remote_fingerprint: neg.remote_fingerprint,
             video: self.video.zip(neg.video()).map(|(s, m)| s.params(m)),
             audio: self.audio.zip(neg.audio()).map(|(s, m)| s.params(m)),
+            pin: None,
             timeouts: ViewerTimeouts::default(),
         }
     }

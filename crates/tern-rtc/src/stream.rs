@@ -4,6 +4,12 @@
 //! viewers. Viewers hold no packet copies and no per-packet history: a NACK is answered by
 //! looking the source sequence number up here, and a new viewer starts from the latest
 //! keyframe still in the video ring (the keyframe cache).
+//!
+//! A simulcast stream has one video ring per layer (RFC 8853: up to [`MAX_LAYERS`] encodings
+//! of the same picture, each with its own sequence space and keyframes); a viewer reads one
+//! layer at a time and moves between them at keyframes.
+
+use std::time::Instant;
 
 use tern_pool::SharedBuf;
 
@@ -15,6 +21,9 @@ use crate::clip::MediaKind;
 pub struct RingPacket {
     /// Audio or video.
     pub kind: MediaKind,
+    /// Simulcast layer of a video packet (its index among the publisher's RIDs); 0 for
+    /// audio and for a stream without simulcast.
+    pub layer: u8,
     /// The source's extended sequence number (never wraps).
     pub seq: u64,
     /// The source's RTP timestamp.
@@ -144,24 +153,41 @@ impl Ring {
     }
 }
 
-/// A live stream's media: one ring per kind.
+/// Most simulcast layers a stream takes (RFC 8853 allows more; encoders send 2 or 3).
+pub const MAX_LAYERS: usize = 3;
+
+/// A live stream's media: one ring per video layer and one for audio.
 pub struct Stream {
-    /// Video packets.
+    /// Video packets of layer 0 (the only layer without simulcast).
     pub video: Ring,
+    /// Video rings of layers 1.., made when their first packet arrives.
+    upper: Vec<Ring>,
     /// Audio packets.
     pub audio: Ring,
+    /// Payload bytes pushed per layer, and the count at the last [`Stream::tick`].
+    bytes: [u64; MAX_LAYERS],
+    bytes_at_tick: [u64; MAX_LAYERS],
+    /// Each layer's rate over the last tick interval, bit/s.
+    rates: [u32; MAX_LAYERS],
+    last_tick: Option<Instant>,
 }
 
 impl Stream {
-    /// A stream with rings of the given lengths (packets).
+    /// A stream with rings of the given lengths (packets); a layer above 0 gets a video
+    /// ring of the same length when it first sends.
     pub fn new(video_ring: usize, audio_ring: usize) -> Self {
         Stream {
             video: Ring::new(video_ring),
+            upper: Vec::new(),
             audio: Ring::new(audio_ring),
+            bytes: [0; MAX_LAYERS],
+            bytes_at_tick: [0; MAX_LAYERS],
+            rates: [0; MAX_LAYERS],
+            last_tick: None,
         }
     }
 
-    /// The ring of a media kind.
+    /// The ring of a media kind (layer 0 for video).
     pub fn ring(&self, kind: MediaKind) -> &Ring {
         match kind {
             MediaKind::Video => &self.video,
@@ -169,11 +195,102 @@ impl Stream {
         }
     }
 
-    /// Stores a packet in the ring of its kind.
-    pub fn push(&mut self, pkt: RingPacket) -> bool {
-        match pkt.kind {
-            MediaKind::Video => self.video.push(pkt),
-            MediaKind::Audio => self.audio.push(pkt),
+    /// The ring a packet of `kind` and `layer` is stored in, if that layer has sent.
+    pub fn ring_of(&self, kind: MediaKind, layer: u8) -> Option<&Ring> {
+        match (kind, layer) {
+            (MediaKind::Audio, _) => Some(&self.audio),
+            (MediaKind::Video, 0) => Some(&self.video),
+            (MediaKind::Video, l) => self.upper.get(usize::from(l) - 1),
         }
+    }
+
+    /// Stores a packet in the ring of its kind and layer (a layer beyond [`MAX_LAYERS`] is
+    /// refused).
+    pub fn push(&mut self, pkt: RingPacket) -> bool {
+        let layer = usize::from(pkt.layer);
+        let len = pkt.payload.len() as u64;
+        let ring = match (pkt.kind, layer) {
+            (MediaKind::Audio, _) => return self.audio.push(pkt),
+            (MediaKind::Video, 0) => &mut self.video,
+            (MediaKind::Video, l) if l < MAX_LAYERS => {
+                while self.upper.len() < l {
+                    self.upper.push(Ring::new(self.video.capacity()));
+                }
+                &mut self.upper[l - 1]
+            }
+            _ => return false,
+        };
+        let ok = ring.push(pkt);
+        if ok {
+            self.bytes[layer] += len;
+        }
+        ok
+    }
+
+    /// Video layers that have sent (1 without simulcast, before any packet too).
+    pub fn layers(&self) -> usize {
+        1 + self.upper.len()
+    }
+
+    /// Updates each layer's rate from the bytes pushed since the last update; call as
+    /// often as convenient: it updates once a second, and returns true when it did.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        if let Some(at) = self.last_tick {
+            let secs = now.saturating_duration_since(at).as_secs_f64();
+            if secs < 1.0 {
+                return false;
+            }
+            for l in 0..MAX_LAYERS {
+                let d = self.bytes[l] - self.bytes_at_tick[l];
+                self.rates[l] = ((d * 8) as f64 / secs).min(f64::from(u32::MAX)) as u32;
+            }
+        }
+        self.bytes_at_tick = self.bytes;
+        self.last_tick = Some(now);
+        true
+    }
+
+    /// A video layer's payload rate over the last tick interval (bit/s).
+    pub fn rate(&self, layer: u8) -> u32 {
+        self.rates.get(usize::from(layer)).copied().unwrap_or(0)
+    }
+
+    /// The layers sending now, highest rate first (layer 0 alone when none is measured:
+    /// a new stream, or one without simulcast).
+    pub fn ranked(&self) -> impl Iterator<Item = u8> + '_ {
+        let mut order = [0u8, 1, 2];
+        order.sort_by_key(|&l| std::cmp::Reverse(self.rate(l)));
+        let any = self.rates.iter().any(|&r| r > 0);
+        order
+            .into_iter()
+            .filter(move |&l| if any { self.rate(l) > 0 } else { l == 0 })
+    }
+
+    /// The layer a viewer with `budget` bit/s should read: the highest-rate layer sending
+    /// now whose rate fits, else the lowest-rate one (`None`: the best).
+    pub fn pick_layer(&self, budget: Option<u32>) -> u8 {
+        let mut last = 0;
+        for l in self.ranked() {
+            if budget.is_none_or(|b| self.rate(l) <= b) {
+                return l;
+            }
+            last = l;
+        }
+        last
+    }
+
+    /// Drops every packet; the upper layers' rings go (a new publisher may send fewer).
+    pub fn clear(&mut self) {
+        self.video.clear();
+        self.audio.clear();
+        self.upper = Vec::new();
+        self.rates = [0; MAX_LAYERS];
+    }
+
+    /// Every ring: the video layers', then audio's (for accounting).
+    pub fn rings(&self) -> impl Iterator<Item = &Ring> {
+        std::iter::once(&self.video)
+            .chain(&self.upper)
+            .chain(std::iter::once(&self.audio))
     }
 }

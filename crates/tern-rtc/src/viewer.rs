@@ -131,6 +131,8 @@ pub struct ViewerParams {
     pub video: Option<TrackParams>,
     /// Audio track, if negotiated.
     pub audio: Option<TrackParams>,
+    /// The simulcast layer the viewer is pinned to (`?layer=`), if any.
+    pub pin: Option<u8>,
     /// Timeouts.
     pub timeouts: ViewerTimeouts,
 }
@@ -192,6 +194,8 @@ pub enum ViewerEvent {
     Nack {
         /// Track kind.
         kind: MediaKind,
+        /// The video layer whose ring holds it (0 for audio).
+        layer: u8,
         /// Source extended sequence number.
         seq: u64,
     },
@@ -270,8 +274,15 @@ impl CloseAlert {
 #[derive(Debug, Clone, Copy)]
 struct Track {
     p: TrackParams,
-    /// Source sequence number mapped to `p.initial_seq`; `None` until the first packet.
+    /// Source sequence number mapped to `seq_base`; `None` until the first packet. A
+    /// switch of simulcast layer moves both (each layer has its own numbering).
     src_start: Option<u64>,
+    /// Extended outgoing sequence number of the packet `src_start`.
+    seq_base: u64,
+    /// The layer whose packets are sent (video), and the one wanted: a switch happens at
+    /// the wanted layer's next keyframe.
+    layer: u8,
+    target: u8,
     /// Highest extended outgoing sequence number sent.
     last_out: u64,
     /// RTP timestamp and capture NTP of the newest packet sent (for the SR).
@@ -290,6 +301,9 @@ impl Track {
         Track {
             p,
             src_start: None,
+            seq_base: u64::from(p.initial_seq),
+            layer: 0,
+            target: 0,
             last_out: 0,
             last_ts: 0,
             last_ntp: 0,
@@ -303,7 +317,43 @@ impl Track {
 
     /// Extended outgoing sequence number of a source packet.
     fn out_seq(&self, src_start: u64, src: u64) -> u64 {
-        u64::from(self.p.initial_seq) + (src - src_start)
+        self.seq_base + (src - src_start)
+    }
+
+    /// The extended outgoing sequence number of `pkt`, or `None` when the track does not
+    /// take it. The track's first packet, or a keyframe of the layer it waits for, starts
+    /// (or moves) the mapping: after a move the outgoing numbering continues where it was.
+    fn place(&mut self, pkt: &RingPacket) -> Option<u64> {
+        let src_start = match self.src_start {
+            // A retransmission (or the next packet) of the layer being sent.
+            Some(s) if pkt.layer == self.layer && pkt.seq >= s => s,
+            _ if !self.takes(pkt) => return None,
+            start => {
+                if start.is_some() {
+                    self.seq_base = self.last_out + 1;
+                }
+                self.layer = pkt.layer;
+                self.src_start = Some(pkt.seq);
+                pkt.seq
+            }
+        };
+        Some(self.out_seq(src_start, pkt.seq))
+    }
+
+    /// Whether `pkt` is new media for this track now (see [`Viewer::wants`]); with
+    /// `switch`, a keyframe of the wanted layer also counts.
+    fn takes(&self, pkt: &RingPacket) -> bool {
+        match self.src_start {
+            _ if pkt.kind == MediaKind::Video
+                && pkt.layer == self.target
+                && pkt.layer != self.layer
+                && pkt.keyframe =>
+            {
+                true
+            }
+            Some(start) => pkt.layer == self.layer && pkt.seq >= start,
+            None => pkt.kind == MediaKind::Audio || (pkt.keyframe && pkt.layer == self.target),
+        }
     }
 
     /// Source sequence number of an outgoing 16-bit sequence number (for NACK), extended
@@ -316,11 +366,11 @@ impl Track {
         if ext > last {
             ext = ext.checked_sub(1 << 16)?;
         }
-        let first = u64::from(self.p.initial_seq);
-        if ext < first {
+        // Packets before the last layer switch were another layer's: not retransmitted.
+        if ext < self.seq_base {
             return None;
         }
-        Some(src_start + (ext - first))
+        Some(src_start + (ext - self.seq_base))
     }
 }
 
@@ -362,6 +412,8 @@ pub struct Viewer {
     srtp: Option<Srtp>,
     video: Option<Track>,
     audio: Option<Track>,
+    /// The video layer was pinned (`?layer=` or the API): estimates do not move it.
+    pinned: bool,
     counters: ViewerCounters,
 }
 
@@ -382,9 +434,47 @@ impl Viewer {
             handshake: None,
             close_alert: CloseAlert::default(),
             srtp: None,
-            video: p.video.map(Track::new),
+            video: p.video.map(|v| {
+                let mut t = Track::new(v);
+                t.target = p.pin.unwrap_or(0);
+                t.layer = t.target;
+                t
+            }),
+            pinned: p.pin.is_some(),
             audio: p.audio.map(Track::new),
             counters: ViewerCounters::default(),
+        }
+    }
+
+    /// The video layer being sent (`None` before the first video packet or without
+    /// video).
+    pub fn video_layer(&self) -> Option<u8> {
+        self.video
+            .as_ref()
+            .filter(|t| t.src_start.is_some())
+            .map(|t| t.layer)
+    }
+
+    /// The video layer wanted: the one sent, or the one switched to at its next keyframe.
+    pub fn target_layer(&self) -> u8 {
+        self.video.as_ref().map_or(0, |t| t.target)
+    }
+
+    /// Whether the layer is pinned (see [`Viewer::set_layer`]).
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Wants video layer `layer` from its next keyframe on (the current one is sent until
+    /// then, so the picture never stops). `pin` keeps it there: [`Viewer::pinned`] tells
+    /// the owner not to move it with the bandwidth estimate.
+    pub fn set_layer(&mut self, layer: u8, pin: bool) {
+        self.pinned = pin;
+        if let Some(t) = self.video.as_mut() {
+            t.target = layer;
+            if t.src_start.is_none() {
+                t.layer = layer;
+            }
         }
     }
 
@@ -690,7 +780,12 @@ impl Viewer {
                             continue;
                         }
                         if let Some(src) = t.src_of(seq) {
-                            events(ViewerEvent::Nack { kind, seq: src });
+                            let layer = t.layer;
+                            events(ViewerEvent::Nack {
+                                kind,
+                                layer,
+                                seq: src,
+                            });
                         }
                     }
                 }
@@ -734,13 +829,7 @@ impl Viewer {
         if self.state != ViewerState::Connected {
             return false;
         }
-        match self.track(pkt.kind) {
-            None => false,
-            Some(t) => match t.src_start {
-                Some(start) => pkt.seq >= start,
-                None => pkt.kind == MediaKind::Audio || pkt.keyframe,
-            },
-        }
+        self.track(pkt.kind).is_some_and(|t| t.takes(pkt))
     }
 
     /// Whether the track of `kind` has started (received its first packet).
@@ -766,16 +855,9 @@ impl Viewer {
         }) else {
             return Ok(None);
         };
-        let src_start = match t.src_start {
-            Some(s) if pkt.seq >= s => s,
-            Some(_) => return Ok(None),
-            None if pkt.kind == MediaKind::Audio || pkt.keyframe => {
-                t.src_start = Some(pkt.seq);
-                pkt.seq
-            }
-            None => return Ok(None),
+        let Some(out_ext) = t.place(pkt) else {
+            return Ok(None);
         };
-        let out_ext = t.out_seq(src_start, pkt.seq);
         let ts = pkt.rtp_ts.wrapping_add(t.p.ts_offset);
         let hdr = HeaderOut {
             marker: pkt.marker,
@@ -955,6 +1037,60 @@ mod tests {
             initial_seq,
             ts_offset: 0,
         })
+    }
+
+    fn video(layer: u8, seq: u64, keyframe: bool) -> RingPacket {
+        let pool =
+            tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("test")).expect("pool");
+        RingPacket {
+            kind: MediaKind::Video,
+            layer,
+            seq,
+            rtp_ts: 0,
+            marker: false,
+            keyframe,
+            capture_ntp: 0,
+            payload: pool.alloc(1).freeze(),
+        }
+    }
+
+    /// Sends `pkt` as write_media would: places it and records it as sent.
+    fn send(t: &mut Track, pkt: &RingPacket) -> Option<u64> {
+        let out = t.place(pkt)?;
+        if out > t.last_out || t.packets == 0 {
+            t.last_out = out;
+            t.packets += 1;
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn a_layer_switch_waits_for_a_keyframe_and_keeps_the_numbering() {
+        let mut t = track(100);
+        t.target = 1;
+        t.layer = 1;
+        // Unstarted: only a keyframe of the wanted layer starts it.
+        assert_eq!(send(&mut t, &video(0, 5, true)), None);
+        assert_eq!(send(&mut t, &video(1, 50, false)), None);
+        assert_eq!(send(&mut t, &video(1, 51, true)), Some(100));
+        assert_eq!(send(&mut t, &video(1, 52, false)), Some(101));
+        // Another layer's packets are not taken, not even its keyframes.
+        assert_eq!(send(&mut t, &video(0, 9, true)), None);
+        // Move to layer 0: layer 1 goes on until layer 0's next keyframe.
+        t.target = 0;
+        assert_eq!(send(&mut t, &video(0, 10, false)), None);
+        assert_eq!(send(&mut t, &video(1, 53, false)), Some(102));
+        assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
+        assert_eq!(t.layer, 0);
+        assert_eq!(send(&mut t, &video(1, 54, true)), None);
+        assert_eq!(send(&mut t, &video(0, 12, false)), Some(104));
+        // NACKs map to the layer now sent; what went before the move is not resent.
+        assert_eq!(t.src_of(104), Some(12));
+        assert_eq!(t.src_of(103), Some(11));
+        assert_eq!(t.src_of(102), None);
+        // A retransmission of layer 0's packet 11 keeps its number.
+        assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
+        assert_eq!(t.last_out, 104);
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub enum EventKind {
     ViewerConnected,
     /// A viewer left (DELETE, timeout, kicked).
     ViewerLeft,
+    /// A viewer of a simulcast stream started on a layer or moved to another.
+    ViewerLayer,
     /// A stream went live or stopped being live.
     StreamChanged,
     /// A publisher made a stream on an undeclared name.
@@ -156,6 +158,7 @@ impl EventKind {
             EventKind::ViewerJoined => "viewer.joined",
             EventKind::ViewerConnected => "viewer.connected",
             EventKind::ViewerLeft => "viewer.left",
+            EventKind::ViewerLayer => "viewer.layer",
             EventKind::StreamChanged => "stream.changed",
             EventKind::StreamCreated => "stream.created",
             EventKind::StreamRemoved => "stream.removed",
@@ -395,6 +398,36 @@ impl Snapshots {
         });
     }
 
+    /// A viewer of a simulcast stream is now sent layer `rid` (`pinned`: by `?layer=` or
+    /// the API): the connection segment is rebuilt with both.
+    pub fn viewer_layer(&self, id: u64, rid: &str, pinned: bool) {
+        let at = now_ms();
+        let snap = {
+            let Ok(mut m) = self.viewers.write() else {
+                return;
+            };
+            let Some(old) = m.get(&id) else { return };
+            let mut v: serde_json::Value =
+                serde_json::from_str(&old.connection.json).unwrap_or_else(|_| json!({}));
+            v["layer"] = json!(rid);
+            v["pinned"] = json!(pinned);
+            let snap = ViewerSnapshot {
+                connection: Segment::build(v, &self.builds),
+                ..old.clone()
+            };
+            m.insert(id, snap.clone());
+            rebook(&mut m, &self.pool, &self.booked);
+            snap
+        };
+        self.publish(Event {
+            kind: EventKind::ViewerLayer,
+            stream: snap.stream.clone(),
+            at_ms: at,
+            snapshot: SnapshotRef::Viewer(snap),
+            reason: None,
+        });
+    }
+
     /// A viewer left; its last snapshot goes out with the event, nothing is built.
     pub fn viewer_left(&self, id: u64, reason: &'static str) {
         let snap = self.viewers.write().ok().and_then(|mut m| {
@@ -414,20 +447,30 @@ impl Snapshots {
     }
 
     /// A stream's state: `source` is `clip`, `whip`, `rtmp` or `none`.
-    pub fn stream_state(&self, key: &str, source: &str, live: bool) {
-        self.put_stream(key, source, live, EventKind::StreamChanged);
+    /// `layers` are the RIDs of its simulcast layers (empty without simulcast).
+    pub fn stream_state(&self, key: &str, source: &str, live: bool, layers: &[Box<str>]) {
+        self.put_stream(key, source, live, layers, EventKind::StreamChanged);
     }
 
     /// A publisher made stream `key`: cached (not live yet) and announced.
     pub fn stream_created(&self, key: &str) {
-        self.put_stream(key, "none", false, EventKind::StreamCreated);
+        self.put_stream(key, "none", false, &[], EventKind::StreamCreated);
     }
 
     /// Builds and caches a stream's snapshot and announces it as `kind`.
-    fn put_stream(&self, key: &str, source: &str, live: bool, kind: EventKind) {
+    fn put_stream(
+        &self,
+        key: &str,
+        source: &str,
+        live: bool,
+        layers: &[Box<str>],
+        kind: EventKind,
+    ) {
         let key: Arc<str> = key.into();
+        let layers: Vec<serde_json::Value> = layers.iter().map(|r| json!({"rid": &**r})).collect();
         let state = Segment::build(
-            json!({"key": &*key, "source": source, "live": live, "changed_ms": now_ms()}),
+            json!({"key": &*key, "source": source, "live": live, "layers": layers,
+                "changed_ms": now_ms()}),
             &self.builds,
         );
         let snap = StreamSnapshot {

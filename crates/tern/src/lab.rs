@@ -126,6 +126,7 @@ impl Synthetic {
             };
             out.push(RingPacket {
                 kind: MediaKind::Video,
+                layer: 0,
                 seq: self.seq,
                 rtp_ts: (self.frame * 3000) as u32,
                 marker: i + 1 == self.per_frame,
@@ -142,6 +143,7 @@ impl Synthetic {
             b.fill(0x11);
             out.push(RingPacket {
                 kind: MediaKind::Audio,
+                layer: 0,
                 seq: self.audio_seq,
                 rtp_ts: (self.audio_seq * 960) as u32,
                 marker: false,

@@ -169,9 +169,18 @@ pub struct MediaDescription {
     pub(super) end_of_candidates: bool,
     pub(super) ssrcs: Vec<u32>,
     pub(super) cnames: Vec<(u32, String)>,
+    /// RIDs of `a=simulcast:send` (RFC 8853), first alternative of each stream, in order.
+    pub(super) simulcast_send: Vec<String>,
 }
 
 impl MediaDescription {
+    /// The RIDs an offerer will send as simulcast (`a=simulcast:send`, RFC 8853 §5.1): one
+    /// per simulcast stream, its first alternative, paused ones (`~`) included, in the
+    /// order given. Empty without the attribute.
+    pub fn simulcast_send(&self) -> &[String] {
+        &self.simulcast_send
+    }
+
     /// The media type: `video`, `audio`, `application`, ...
     pub fn kind(&self) -> &str {
         &self.kind

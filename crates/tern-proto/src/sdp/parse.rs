@@ -321,6 +321,7 @@ impl MediaBuilder {
                 end_of_candidates: false,
                 ssrcs: Vec::new(),
                 cnames: Vec::new(),
+                simulcast_send: Vec::new(),
             },
             rtpmap: vec![None; 128],
             fmtp: vec![None; 128],
@@ -395,6 +396,7 @@ impl MediaBuilder {
                 }
                 self.fb.push((pt, fb.join(" ")));
             }
+            "simulcast" => m.simulcast_send = parse_simulcast_send(n, val)?,
             "ssrc" => {
                 let v = val.unwrap_or("").trim();
                 let (ssrc, rest) = v.split_once(' ').unwrap_or((v, ""));
@@ -463,4 +465,44 @@ impl MediaBuilder {
         }
         m
     }
+}
+
+/// Longest RID tern takes (RFC 8851 §10 allows any token; encoders use one to three
+/// characters, and the RID travels in every RTP header extension of its stream).
+pub(super) const MAX_RID: usize = 16;
+
+/// The send direction of `a=simulcast` (RFC 8853 §5.1): `send <list> [recv <list>]` or the
+/// other way round; each `;`-separated stream's first `,`-alternative, without a `~`
+/// (paused) mark. A recv-only attribute gives an empty list.
+fn parse_simulcast_send(n: usize, val: Option<&str>) -> Result<Vec<String>, SdpError> {
+    const BAD: &str = "a=simulcast is not 'send|recv <rid>[;<rid>...] [send|recv <rid>...]'";
+    let mut words = val.unwrap_or("").split_ascii_whitespace();
+    let mut out = Vec::new();
+    while let Some(dir) = words.next() {
+        let Some(list) = words.next() else {
+            return err(n, BAD);
+        };
+        if !matches!(dir, "send" | "recv") {
+            return err(n, BAD);
+        }
+        for stream in list.split(';') {
+            let first = stream.split(',').next().unwrap_or("");
+            let rid = first.strip_prefix('~').unwrap_or(first);
+            let ok = !rid.is_empty()
+                && rid.len() <= MAX_RID
+                && rid
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return err(
+                    n,
+                    "a=simulcast names a RID that is not 1-16 letters, digits, '-' or '_'",
+                );
+            }
+            if dir == "send" && !out.iter().any(|r: &String| r == rid) {
+                out.push(rid.to_string());
+            }
+        }
+    }
+    Ok(out)
 }

@@ -299,6 +299,7 @@ fn pump(
             };
             last_media = now;
             packets.push(IngestPacket {
+                layer: 0,
                 kind: r.kind,
                 seq: r.seq,
                 rtp_ts: r.rtp_ts,

@@ -189,6 +189,75 @@ pub(super) async fn kick_viewer(
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// The body of `PUT /v1/viewers/{id}/layer`.
+#[derive(Deserialize)]
+pub(super) struct PinBody {
+    rid: String,
+}
+
+/// `PUT /v1/viewers/{id}/layer` (`{"rid": "l"}`) pins a viewer to a simulcast layer;
+/// `DELETE` unpins it (the bandwidth estimate chooses again). The viewer moves at the
+/// layer's next keyframe. 204, 404 for an unknown viewer, 400 for a layer the stream does
+/// not have.
+pub(super) async fn pin_layer(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    auth!(st, headers);
+    let Ok(PinBody { rid }) = serde_json::from_slice::<PinBody>(&body) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "body must be JSON {\"rid\": \"<layer RID>\"}",
+        );
+    };
+    set_layer(&st, &id, Some(&rid))
+}
+
+/// `DELETE /v1/viewers/{id}/layer`: see [`pin_layer`].
+pub(super) async fn unpin_layer(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    auth!(st, headers);
+    set_layer(&st, &id, None)
+}
+
+fn set_layer(st: &AppState, id: &str, rid: Option<&str>) -> Response {
+    let snaps = &st.engine.stats.snapshots;
+    let Some((id, snap)) = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| snaps.viewer(id).map(|s| (id, s)))
+    else {
+        return text(StatusCode::NOT_FOUND, format!("viewer {id} not found"));
+    };
+    let pin = match rid {
+        None => None,
+        Some(rid) => {
+            let rids = st
+                .streams
+                .get(&snap.stream)
+                .map(|info| st.engine.stats.rids(info.index))
+                .unwrap_or_else(|| Arc::new([]));
+            match crate::http::reply::layer_of(&snap.stream, &rids, rid) {
+                Ok(l) => Some(l),
+                Err(r) => return *r,
+            }
+        }
+    };
+    let cmd = Command::SetLayer {
+        id: ViewerId::from_raw(id),
+        pin,
+    };
+    if st.engine.send(cmd).is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "media engine stopped");
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
 /// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.
 pub(super) async fn cluster(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     auth!(st, headers);

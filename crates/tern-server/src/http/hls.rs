@@ -61,13 +61,6 @@ fn resource(file: &str) -> Option<Resource> {
     }
 }
 
-/// The value of `key` in a query string.
-fn param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
-    query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
 fn set(r: &mut Response, name: header::HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         r.headers_mut().insert(name, v);
@@ -113,7 +106,7 @@ pub(super) async fn get(
         );
     };
     let q = query.unwrap_or_default();
-    let Some(token) = param(&q, "session") else {
+    let Some(token) = crate::http::reply::query_param(&q, "session") else {
         return text(
             StatusCode::FORBIDDEN,
             "no HLS session: load index.m3u8 first (its URIs carry ?session=)",
@@ -326,8 +319,8 @@ fn unavailable(why: &str) -> Response {
 
 /// `media.m3u8`, plain or blocking (`_HLS_msn`, `_HLS_part`).
 async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Response {
-    let msn = param(q, "_HLS_msn").map(str::parse::<u64>);
-    let part = param(q, "_HLS_part").map(str::parse::<u32>);
+    let msn = crate::http::reply::query_param(q, "_HLS_msn").map(str::parse::<u64>);
+    let part = crate::http::reply::query_param(q, "_HLS_part").map(str::parse::<u32>);
     let target = Duration::from_millis(hub.settings().segment_target_ms);
     let (msn, part) = match (msn, part) {
         (Some(Err(_)), _) | (_, Some(Err(_))) => {
@@ -456,10 +449,10 @@ mod tests {
     #[test]
     fn query_params() {
         let q = "session=abc&_HLS_msn=4&_HLS_part=1";
-        assert_eq!(param(q, "session"), Some("abc"));
-        assert_eq!(param(q, "_HLS_msn"), Some("4"));
-        assert_eq!(param(q, "_HLS_part"), Some("1"));
-        assert_eq!(param(q, "_HLS"), None);
-        assert_eq!(param("", "session"), None);
+        assert_eq!(crate::http::reply::query_param(q, "session"), Some("abc"));
+        assert_eq!(crate::http::reply::query_param(q, "_HLS_msn"), Some("4"));
+        assert_eq!(crate::http::reply::query_param(q, "_HLS_part"), Some("1"));
+        assert_eq!(crate::http::reply::query_param(q, "_HLS"), None);
+        assert_eq!(crate::http::reply::query_param("", "session"), None);
     }
 }

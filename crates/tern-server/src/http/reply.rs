@@ -92,3 +92,27 @@ pub(super) fn not_live(key: &str) -> Response {
         .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     r
 }
+
+/// The value of `key` in a query string (as sent: no percent-decoding).
+pub(crate) fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// The index of simulcast layer `rid` among a stream's RIDs, or a 400 naming the layers
+/// there are.
+pub(crate) fn layer_of(key: &str, rids: &[Box<str>], rid: &str) -> Result<u8, Box<Response>> {
+    if let Some(i) = rids.iter().position(|r| &**r == rid) {
+        return Ok(i as u8);
+    }
+    let msg = if rids.is_empty() {
+        format!("stream {key} has no simulcast layers; no layer '{rid}' to pin")
+    } else {
+        format!(
+            "stream {key} has no layer '{rid}'; its layers are {}",
+            rids.join(", ")
+        )
+    };
+    Err(Box::new(text(StatusCode::BAD_REQUEST, msg)))
+}

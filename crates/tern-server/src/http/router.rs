@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 
 use crate::http::state::AppState;
 use crate::http::{api, hls, memory, pages, whep, whip};
@@ -56,6 +56,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/viewers/{id}",
             get(api::viewer).delete(api::kick_viewer),
+        )
+        .route(
+            "/v1/viewers/{id}/layer",
+            put(api::pin_layer).delete(api::unpin_layer),
         )
         .route("/v1/publishers", get(api::publishers))
         .route("/v1/cluster", get(api::cluster))

@@ -16,7 +16,9 @@ use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN};
 use crate::admission::{Action, SessionKey};
 use crate::http::cluster;
 use crate::http::listener::Peer;
-use crate::http::reply::{content_type_is, cors, not_live, random_token, text, to_array, too_many};
+use crate::http::reply::{
+    content_type_is, cors, layer_of, not_live, query_param, random_token, text, to_array, too_many,
+};
 use crate::http::state::{AppState, Session, admit_request, admitted, lookup};
 use crate::http::trickle::{is_restart, read_patch, restarted, trickled};
 use crate::media::Command;
@@ -42,6 +44,18 @@ pub(super) async fn whep_post(
     let (info, live) = match lookup(&st, &headers, &app, &stream) {
         Ok(x) => x,
         Err(r) => return r,
+    };
+    // `?layer=RID` pins a simulcast layer.
+    let pin = match query.as_deref().and_then(|q| query_param(q, "layer")) {
+        None => None,
+        Some(rid) => match layer_of(
+            &format!("{app}/{stream}"),
+            &st.engine.stats.rids(info.index),
+            rid,
+        ) {
+            Ok(l) => Some(l),
+            Err(r) => return *r,
+        },
     };
     if !content_type_is(&headers, "application/sdp") {
         return text(
@@ -123,7 +137,8 @@ pub(super) async fn whep_post(
         &mut || rand::rng().random(),
     );
     let answer = acc.answer;
-    let vp = acc.params;
+    let mut vp = acc.params;
+    vp.pin = pin;
     let ufrag = String::from_utf8_lossy(&vp.local_ufrag).into_owned();
     let pwd = String::from_utf8_lossy(&vp.local_pwd).into_owned();
     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -119,7 +119,9 @@ impl EngineHandle {
     pub fn send(&self, cmd: Command) -> Result<(), &'static str> {
         let host = match &cmd {
             Command::AddViewer { stream, .. } => self.place(*stream),
-            Command::RemoveViewer(id) | Command::RestartIce { id, .. } => id.worker(),
+            Command::RemoveViewer(id)
+            | Command::SetLayer { id, .. }
+            | Command::RestartIce { id, .. } => id.worker(),
             Command::AddPublisher { stream, .. } => stream % self.apps,
             Command::RemovePublisher(id) | Command::RestartPublisherIce { id, .. } => {
                 id.stream % self.apps
@@ -234,6 +236,10 @@ impl Engine {
             stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_video: streams.iter().map(|_| AtomicU64::new(0)).collect(),
+            stream_rids: streams
+                .iter()
+                .map(|_| std::sync::Mutex::new(Arc::new([]) as Arc<[Box<str>]>))
+                .collect(),
             stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_keyframe_requests: streams.iter().map(|_| AtomicU64::new(0)).collect(),
             stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -245,7 +251,7 @@ impl Engine {
             let source = if s.source.is_some() { "clip" } else { "none" };
             stats
                 .snapshots
-                .stream_state(&s.key, source, s.source.is_some());
+                .stream_state(&s.key, source, s.source.is_some(), &[]);
             if let Some(src) = &s.source {
                 PoolCounter::new("clip_sources", 0).add(1, src.clip().heap_bytes());
             }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
+use tern_rtc::stream::MAX_LAYERS;
 use tokio::sync::oneshot;
 
 use crate::limits::AddrPermit;
@@ -132,7 +133,8 @@ impl RtmpCommand {
     }
 }
 
-/// One kind's mapping from the publisher's numbering to the stream's.
+/// One kind's (or one video layer's) mapping from the publisher's numbering to the
+/// stream's.
 #[derive(Debug, Default)]
 struct KindMap {
     /// Offsets in use for the current publisher (set by its first forwarded packet).
@@ -141,44 +143,78 @@ struct KindMap {
     next_seq: u64,
     /// The stream's last timestamp and when it was sent.
     last: Option<(u32, Instant)>,
+    /// The publisher's timestamp of the newest packet mapped.
+    last_src_ts: u64,
+}
+
+/// What a simulcast layer's first packet is aligned with: another layer of the same
+/// publisher already mapped (its timestamp offset, its newest source and stream timestamps
+/// and when).
+#[derive(Debug, Clone, Copy)]
+struct Reference {
+    ts_off: i64,
+    src_ts: u64,
+    ts: u32,
+    at: Instant,
 }
 
 impl KindMap {
-    /// The stream's sequence number and timestamp for a publisher packet.
-    fn map(&mut self, p: &IngestPacket, now: Instant) -> (u64, u32) {
+    /// The stream's sequence number and timestamp for a publisher packet. The first packet
+    /// of a publisher sets the offsets: aligned with `reference` (another simulcast layer
+    /// of the same publisher) when there is one, else continuing this map's own timeline.
+    fn map(&mut self, p: &IngestPacket, now: Instant, reference: Option<Reference>) -> (u64, u32) {
         let (seq_off, ts_off) = *self.offsets.get_or_insert_with(|| {
-            let start_ts = match self.last {
-                // Continue the timeline: the last timestamp plus the wall-clock gap.
-                Some((ts, at)) => {
-                    let gap = now.saturating_duration_since(at).as_secs_f64();
-                    i64::from(ts) + (gap * f64::from(p.kind.clock_rate())) as i64 + 1
-                }
-                None => 0,
+            let clock = i64::from(p.kind.clock_rate());
+            let since = |at: Instant| {
+                (now.saturating_duration_since(at).as_secs_f64() * clock as f64) as i64
             };
-            (
-                self.next_seq as i64 - p.seq as i64,
-                start_ts - p.rtp_ts as i64,
-            )
+            let ts_off = match (reference, self.last) {
+                // Layers of one encoder mostly share a timestamp base: take the other
+                // layer's offset when this one's timestamps are within a second of it.
+                // Else (a base of its own) align by arrival: the other layer's stream
+                // time now, which is off by at most the frames' send spread.
+                (Some(r), _) if (p.rtp_ts as i64 - r.src_ts as i64).abs() < clock => r.ts_off,
+                (Some(r), _) => i64::from(r.ts) + since(r.at) - p.rtp_ts as i64,
+                // Continue the timeline: the last timestamp plus the wall-clock gap.
+                (None, Some((ts, at))) => i64::from(ts) + since(at) + 1 - p.rtp_ts as i64,
+                (None, None) => -(p.rtp_ts as i64),
+            };
+            (self.next_seq as i64 - p.seq as i64, ts_off)
         });
         let seq = (p.seq as i64 + seq_off).max(0) as u64;
         let ts = (p.rtp_ts as i64 + ts_off) as u32;
         if seq >= self.next_seq {
             self.next_seq = seq + 1;
             self.last = Some((ts, now));
+            self.last_src_ts = p.rtp_ts;
         }
         (seq, ts)
+    }
+
+    /// This map as a reference for another layer, once it has mapped a packet of the
+    /// current publisher.
+    fn reference(&self) -> Option<Reference> {
+        let (_, ts_off) = self.offsets?;
+        let (ts, at) = self.last?;
+        Some(Reference {
+            ts_off,
+            src_ts: self.last_src_ts,
+            ts,
+            at,
+        })
     }
 }
 
 /// Per-stream state that outlives publishers.
 #[derive(Debug, Default)]
 struct StreamMap {
-    video: KindMap,
+    /// One map per simulcast layer (layer 0 alone without simulcast).
+    video: [KindMap; MAX_LAYERS],
     audio: KindMap,
-    /// Video is dropped until the publisher's first keyframe.
-    wait_keyframe: bool,
-    /// The next video packet starts an access unit.
-    au_start: bool,
+    /// Per layer: video is dropped until the publisher's first keyframe.
+    wait_keyframe: [bool; MAX_LAYERS],
+    /// Per layer: the next video packet starts an access unit.
+    au_start: [bool; MAX_LAYERS],
     /// The publisher's video codec (how its keyframes are recognised).
     codec: VideoCodec,
 }
@@ -211,7 +247,8 @@ struct PubSlot {
     connected: bool,
     /// The client address's place among its pending sessions, until it connects.
     permit: Option<AddrPermit>,
-    last_pli: Option<Instant>,
+    /// When each video layer was last asked for a keyframe.
+    last_pli: [Option<Instant>; MAX_LAYERS],
     live: bool,
 }
 
@@ -410,14 +447,16 @@ impl Ingest {
             watchdog: now + wait,
             connected,
             permit: None,
-            last_pli: None,
+            last_pli: [None; MAX_LAYERS],
             live: false,
         });
         let m = &mut self.maps[stream];
-        m.video.offsets = None;
+        for v in &mut m.video {
+            v.offsets = None;
+        }
         m.audio.offsets = None;
-        m.wait_keyframe = true;
-        m.au_start = true;
+        m.wait_keyframe = [true; MAX_LAYERS];
+        m.au_start = [true; MAX_LAYERS];
         m.codec = codec;
         Ok(id)
     }
@@ -523,29 +562,34 @@ impl Ingest {
         }
     }
 
-    /// Asks a stream's publisher for a keyframe, at most once per [`PLI_INTERVAL`]: a PLI
-    /// to a WHIP publisher; to an RTMP connection a flag its transcoder (if one runs)
-    /// answers with an IDR. (An RTMP encoder cannot be asked: without a transcoder its
-    /// viewers wait for its next GOP.)
-    pub fn request_keyframe(&mut self, stream: usize, now: Instant, out: &mut Vec<IngestOutput>) {
+    /// Asks a stream's publisher for a keyframe of a video layer, at most once per
+    /// [`PLI_INTERVAL`] and layer: a PLI to a WHIP publisher; to an RTMP connection a flag
+    /// its transcoder (if one runs) answers with an IDR. (An RTMP encoder cannot be asked:
+    /// without a transcoder its viewers wait for its next GOP.)
+    pub fn request_keyframe(
+        &mut self,
+        stream: usize,
+        layer: u8,
+        now: Instant,
+        out: &mut Vec<IngestOutput>,
+    ) {
         let Some(Some(s)) = self.slots.get_mut(stream) else {
             return;
         };
-        if s.last_pli
-            .is_some_and(|t| now.duration_since(t) < PLI_INTERVAL)
-        {
+        let Some(last) = s.last_pli.get_mut(usize::from(layer)) else {
+            return;
+        };
+        if last.is_some_and(|t| now.duration_since(t) < PLI_INTERVAL) {
             return;
         }
-        let w = match &mut s.session {
-            Session::Whip(w) => w,
+        *last = Some(now);
+        match &mut s.session {
+            Session::Whip(w) => w.request_keyframe(layer),
             Session::Rtmp { keyframe, .. } => {
-                s.last_pli = Some(now);
                 keyframe.store(true, Ordering::Relaxed);
                 return;
             }
-        };
-        s.last_pli = Some(now);
-        w.request_keyframe();
+        }
         self.drain(stream, now, out);
     }
 
@@ -584,7 +628,8 @@ impl Ingest {
         };
         let map = &mut self.maps[stream];
         let mut closed = false;
-        let mut want_key = false;
+        // Bit l: layer l dropped a packet waiting for its keyframe.
+        let mut want_key = 0u8;
         let (live, connected, watchdog) = (&mut s.live, &mut s.connected, &mut s.watchdog);
         let permit = &mut s.permit;
         let media = self.timeouts.media;
@@ -600,7 +645,10 @@ impl Ingest {
                 if *connected {
                     *watchdog = now + media;
                 }
-                want_key |= !forward(map, live, stream, p, now, out);
+                let layer = p.layer;
+                if !forward(map, live, stream, p, now, out) {
+                    want_key |= 1 << layer;
+                }
             }
         });
         if w.is_closed() {
@@ -609,8 +657,12 @@ impl Ingest {
         if closed {
             let id = s.id;
             self.remove(id, LeftReason::Ended, out);
-        } else if want_key {
-            self.request_keyframe(stream, now, out);
+        } else {
+            for layer in 0..MAX_LAYERS as u8 {
+                if want_key & 1 << layer != 0 {
+                    self.request_keyframe(stream, layer, now, out);
+                }
+            }
         }
     }
 }
@@ -627,26 +679,34 @@ fn forward(
     out: &mut Vec<IngestOutput>,
 ) -> bool {
     let mut keyframe = false;
+    let layer = usize::from(p.layer);
     if p.kind == MediaKind::Video {
-        let start = map.au_start;
-        map.au_start = p.marker;
+        if layer >= MAX_LAYERS {
+            return true;
+        }
+        let start = map.au_start[layer];
+        map.au_start[layer] = p.marker;
         keyframe = start && map.codec.is_keyframe(&p.payload);
-        if map.wait_keyframe {
+        if map.wait_keyframe[layer] {
             if !keyframe {
                 return false;
             }
-            map.wait_keyframe = false;
+            map.wait_keyframe[layer] = false;
         }
     }
     if !*live {
         *live = true;
         out.push(IngestOutput::Live(stream));
     }
-    let km = match p.kind {
-        MediaKind::Video => &mut map.video,
-        MediaKind::Audio => &mut map.audio,
+    let (seq, ts) = match p.kind {
+        MediaKind::Video => {
+            let reference = (map.video[layer].offsets.is_none())
+                .then(|| map.video.iter().find_map(KindMap::reference))
+                .flatten();
+            map.video[layer].map(&p, now, reference)
+        }
+        MediaKind::Audio => map.audio.map(&p, now, None),
     };
-    let (seq, ts) = km.map(&p, now);
     out.push(IngestOutput::Media {
         stream,
         packet: p,
@@ -688,6 +748,7 @@ mod tests {
 
     fn packet(kind: MediaKind, seq: u64, rtp_ts: u64, payload: &[u8]) -> IngestPacket {
         IngestPacket {
+            layer: 0,
             kind,
             seq,
             rtp_ts,
@@ -754,6 +815,54 @@ mod tests {
                 IngestOutput::Transmit(to, _) => format!("transmit {to}"),
             })
             .collect()
+    }
+
+    fn layer(layer: u8, seq: u64, rtp_ts: u64, payload: &[u8]) -> IngestPacket {
+        IngestPacket {
+            layer,
+            ..packet(MediaKind::Video, seq, rtp_ts, payload)
+        }
+    }
+
+    #[test]
+    fn simulcast_layers_wait_for_their_own_keyframes_and_share_one_timeline() {
+        let t0 = Instant::now();
+        let mut ingest = Ingest::new(1, PublisherTimeouts::default());
+        let id = add_rtmp(&mut ingest, true, t0).0.expect("free");
+        let mut sent = |now, packets| {
+            let mut out = Vec::new();
+            ingest.rtmp(RtmpCommand::Media { id, packets }, true, now, &mut out);
+            out.iter()
+                .filter_map(|o| match o {
+                    IngestOutput::Media {
+                        packet, seq, ts, ..
+                    } => Some((packet.layer, *seq, *ts)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        // Layer 0 starts the timeline; layer 1's slice before its keyframe is dropped;
+        // layer 1 shares layer 0's timestamp base (within a second of it): same offset.
+        let out = sent(
+            t0,
+            vec![
+                layer(0, 100, 90_000, IDR),
+                layer(1, 7, 90_000, SLICE),
+                layer(1, 8, 93_000, IDR),
+                layer(0, 101, 93_000, SLICE),
+            ],
+        );
+        assert_eq!(out, [(0, 0, 0), (1, 0, 3000), (0, 1, 3000)]);
+        // Layer 2 with a base of its own is aligned by arrival: layer 0's newest stream
+        // time plus the 100 ms since (9,000 ticks).
+        let out = sent(t0 + Duration::from_millis(100), vec![layer(2, 1, 5, IDR)]);
+        assert_eq!(out, [(2, 0, 3000 + 9000)]);
+        // Each layer keeps its own numbering.
+        let out = sent(
+            t0 + Duration::from_millis(133),
+            vec![layer(2, 2, 3005, SLICE), layer(1, 9, 96_000, SLICE)],
+        );
+        assert_eq!(out, [(2, 1, 15_000), (1, 1, 6000)]);
     }
 
     #[test]

@@ -94,6 +94,14 @@ pub enum Command {
     },
     /// End a viewer (WHEP DELETE).
     RemoveViewer(ViewerId),
+    /// Pin a viewer to a simulcast layer (`Some`), or let the bandwidth estimate choose
+    /// (`None`).
+    SetLayer {
+        /// The viewer.
+        id: ViewerId,
+        /// The layer to pin.
+        pin: Option<u8>,
+    },
     /// Install a WHIP publisher on stream `stream`.
     AddPublisher {
         /// Stream index.
@@ -219,7 +227,7 @@ pub(super) enum Ctl {
     Cmd(Command),
     Sessions(oneshot::Sender<Vec<SessionMemory>>),
     /// A viewer asked for a keyframe (stream worker -> the stream's app worker).
-    Keyframe(usize),
+    Keyframe(usize, u8),
 }
 
 /// A worker's queues and its waker.

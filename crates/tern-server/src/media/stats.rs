@@ -2,6 +2,7 @@
 //! atomics, added once per batch on the per-packet path.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tern_proto::codec::VideoCodec;
 use tern_proto::sdp::StreamVideo;
@@ -51,6 +52,10 @@ pub struct EngineStats {
     /// SPS in the low 24 bits with bit 24 set once one was seen (0: H264, SPS unknown).
     /// Written by the stream's owning worker only; read by the HTTP side.
     pub stream_video: Vec<AtomicU64>,
+    /// The RIDs of each stream's simulcast layers, in layer order (empty without
+    /// simulcast). Written by the owning worker when a WHIP publisher is added or leaves;
+    /// read by the HTTP side to resolve a viewer's `?layer=`.
+    pub stream_rids: Vec<Mutex<Arc<[Box<str>]>>>,
     /// Sequence numbers viewers of each stream NACKed.
     pub stream_nacks: Vec<AtomicU64>,
     /// PLI/FIR requests from viewers of each stream.
@@ -92,6 +97,21 @@ impl EngineStats {
                 (v >> 8) as u8,
                 v as u8,
             ]),
+        }
+    }
+
+    /// Stream `index`'s simulcast RIDs in layer order (empty without simulcast).
+    pub fn rids(&self, index: usize) -> Arc<[Box<str>]> {
+        self.stream_rids
+            .get(index)
+            .and_then(|m| m.lock().ok().map(|r| r.clone()))
+            .unwrap_or_else(|| Arc::new([]))
+    }
+
+    /// Records stream `index`'s simulcast RIDs.
+    pub fn set_rids(&self, index: usize, rids: &[Box<str>]) {
+        if let Some(Ok(mut r)) = self.stream_rids.get(index).map(Mutex::lock) {
+            *r = rids.into();
         }
     }
 

@@ -5,12 +5,14 @@
 //! - `worker/viewers.rs`: viewers joining, leaving, ICE and DTLS, and media out to them;
 //! - `worker/publishers.rs`: publishers (WHIP, RTMP), clip sources, the ring and fan-out to
 //!   the stream workers;
-//! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping.
+//! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping;
+//! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads.
 //!
 //! One loop turn: control messages, then up to a queue's worth of datagrams and packets,
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
 //! one wake per stream worker handed packets.
 
+mod layers;
 mod publishers;
 mod timers;
 mod viewers;
@@ -279,7 +281,9 @@ impl Worker {
                     Ok(Ctl::Sessions(reply)) => {
                         let _ = reply.send(self.sessions());
                     }
-                    Ok(Ctl::Keyframe(stream)) => self.keyframe_request(stream, Instant::now()),
+                    Ok(Ctl::Keyframe(stream, layer)) => {
+                        self.keyframe_request(stream, layer, Instant::now());
+                    }
                     Err(crossbeam_channel::TryRecvError::Empty) => break,
                     Err(crossbeam_channel::TryRecvError::Disconnected) => {
                         self.shutdown();
@@ -300,8 +304,7 @@ impl Worker {
                     }
                     Ok(Data::Rtmp(cmd)) => self.handle_rtmp(cmd),
                     Ok(Data::Reset(stream)) => {
-                        self.streams[stream].stream.video.clear();
-                        self.streams[stream].stream.audio.clear();
+                        self.streams[stream].stream.clear();
                     }
                     Err(_) => break,
                 }
@@ -365,6 +368,7 @@ impl Worker {
                 permit,
             } => self.add_viewer(stream, *params, reply, permit),
             Command::RemoveViewer(id) => self.remove(id, CloseReason::Local),
+            Command::SetLayer { id, pin } => self.set_layer(id, pin, Instant::now()),
             Command::AddPublisher {
                 stream,
                 publisher,
@@ -387,7 +391,7 @@ impl Worker {
             } => self.restart_publisher_ice(id, &ufrag, &pwd, reply),
             Command::BindStream { index, key } => self.bind_stream(index, &key),
             Command::UnbindStream { index } => self.unbind_stream(index),
-            Command::RequestKeyframe(stream) => self.keyframe_request(stream, Instant::now()),
+            Command::RequestKeyframe(stream) => self.keyframe_request(stream, 0, Instant::now()),
             Command::Shutdown => {}
         }
     }

@@ -23,6 +23,7 @@ use crate::media::socket::Route;
 /// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
 struct Head {
     kind: MediaKind,
+    layer: u8,
     seq: u64,
     rtp_ts: u32,
     marker: bool,
@@ -45,10 +46,12 @@ impl Worker {
             } else {
                 let ufrag: Box<str> = publisher.local_ufrag().into();
                 let codec = publisher.video_codec();
+                let rids: Vec<Box<str>> = publisher.rids().to_vec();
                 let r = self.ingest.add(stream, *publisher, Instant::now(), permit);
                 if r.is_ok() {
                     // What viewers who join from now on are answered with.
                     self.stats.set_video_codec(stream, codec);
+                    self.stats.set_rids(stream, &rids);
                 }
                 if r.is_ok() {
                     self.route(|| Route::Publisher {
@@ -123,11 +126,11 @@ impl Worker {
         self.apply_ingest(Instant::now(), out);
     }
 
-    /// A viewer of an owned stream asked for a keyframe: the clip source sends one every
-    /// second; ingest coalesces these into one upstream request.
-    pub(super) fn keyframe_request(&mut self, stream: usize, now: Instant) {
+    /// A viewer of an owned stream asked for a keyframe of a video layer: the clip source
+    /// sends one every second; ingest coalesces these into one upstream request per layer.
+    pub(super) fn keyframe_request(&mut self, stream: usize, layer: u8, now: Instant) {
         let mut out = Vec::new();
-        self.ingest.request_keyframe(stream, now, &mut out);
+        self.ingest.request_keyframe(stream, layer, now, &mut out);
         self.apply_ingest(now, out);
     }
 
@@ -140,6 +143,7 @@ impl Worker {
             src.poll(now, &mut |mp| {
                 let head = Head {
                     kind: mp.kind,
+                    layer: 0,
                     seq: mp.seq,
                     rtp_ts: mp.rtp_ts,
                     marker: mp.marker,
@@ -167,6 +171,7 @@ impl Worker {
         b.copy_from_slice(payload);
         let pkt = RingPacket {
             kind: head.kind,
+            layer: head.layer,
             seq: head.seq,
             rtp_ts: head.rtp_ts,
             marker: head.marker,
@@ -193,6 +198,7 @@ impl Worker {
             .get(stream)
             .is_some_and(|w| w.load(Ordering::Relaxed))
             || self.ingest.is_rtmp(stream)
+            || pkt.layer != 0
         {
             return;
         }
@@ -247,6 +253,7 @@ impl Worker {
                     self.stats.ingest_packets.fetch_add(1, Ordering::Relaxed);
                     let head = Head {
                         kind: packet.kind,
+                        layer: packet.layer,
                         seq,
                         rtp_ts: ts,
                         marker: packet.marker,
@@ -260,9 +267,12 @@ impl Worker {
                         l.store(true, Ordering::Relaxed);
                     }
                     let kind = self.ingest.kind_name(stream);
-                    self.stats
-                        .snapshots
-                        .stream_state(&self.streams[stream].key, kind, true);
+                    self.stats.snapshots.stream_state(
+                        &self.streams[stream].key,
+                        kind,
+                        true,
+                        &self.stats.rids(stream),
+                    );
                     if let Some(id) = self.publisher_ids[stream] {
                         self.stats.snapshots.publisher_live(id);
                     }
@@ -271,15 +281,18 @@ impl Worker {
                 IngestOutput::Gone { stream, reason } => {
                     set_flag(&self.stats.live, stream, false);
                     set_flag(&self.stats.publishing, stream, false);
-                    self.stats
-                        .snapshots
-                        .stream_state(&self.streams[stream].key, "none", false);
+                    self.stats.snapshots.stream_state(
+                        &self.streams[stream].key,
+                        "none",
+                        false,
+                        &[],
+                    );
+                    self.stats.set_rids(stream, &[]);
                     if let Some(id) = self.publisher_ids[stream].take() {
                         self.stats.snapshots.publisher_left(id, reason.as_str());
                     }
                     // Viewers stay; a later publisher continues the same RTP streams.
-                    self.streams[stream].stream.video.clear();
-                    self.streams[stream].stream.audio.clear();
+                    self.streams[stream].stream.clear();
                     for i in 0..self.peers.len() {
                         if self.peers[i].data.try_send(Data::Reset(stream)).is_ok() {
                             self.peers_woken[i] = true;

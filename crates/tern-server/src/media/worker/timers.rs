@@ -23,7 +23,7 @@ impl Worker {
         buf: &mut [u8],
         from: SocketAddr,
     ) {
-        let mut nacks: Vec<(MediaKind, u64)> = Vec::new();
+        let mut nacks: Vec<(MediaKind, u8, u64)> = Vec::new();
         let mut keyframe = false;
         let Some(e) = confirmed(&mut self.slots, id, from) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
@@ -32,14 +32,14 @@ impl Worker {
         let stream = e.stream;
         let res = ledger(e, |v| {
             v.handle_rtcp(now, buf, &mut |ev| match ev {
-                ViewerEvent::Nack { kind, seq } => nacks.push((kind, seq)),
+                ViewerEvent::Nack { kind, layer, seq } => nacks.push((kind, layer, seq)),
                 ViewerEvent::KeyframeRequest => keyframe = true,
             })
         });
         // The NACK list is the driver's, not the session's.
         e.heap = e
             .heap
-            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u64)>());
+            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u8, u64)>());
         self.pools.book(e);
         let lost: i64 = [MediaKind::Video, MediaKind::Audio]
             .into_iter()
@@ -60,10 +60,12 @@ impl Worker {
         if keyframe {
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
             self.stats.stream_keyframe_requests[stream].fetch_add(1, Ordering::Relaxed);
-            self.ask_keyframe(stream, now);
+            let layer = self.entry(id).map_or(0, |e| e.viewer.target_layer());
+            self.ask_keyframe(stream, layer, now);
         }
-        for (kind, seq) in nacks {
-            let Some(p) = self.streams[stream].stream.ring(kind).get(seq).cloned() else {
+        for (kind, layer, seq) in nacks {
+            let ring = self.streams[stream].stream.ring_of(kind, layer);
+            let Some(p) = ring.and_then(|r| r.get(seq)).cloned() else {
                 continue;
             };
             self.send_media(id, &p, false);
@@ -73,6 +75,11 @@ impl Worker {
     }
 
     pub(super) fn sweep(&mut self, now: Instant) {
+        for i in 0..self.streams.len() {
+            if self.streams[i].stream.tick(now) && self.streams[i].stream.layers() > 1 {
+                self.choose_layers(i, now);
+            }
+        }
         let ids: Vec<ViewerId> = self.ids().collect();
         let mut out = [0u8; 512];
         let mut flights: Vec<Vec<u8>> = Vec::new();
@@ -135,7 +142,7 @@ impl Worker {
         self.book_slots();
         let (mut items, mut used, mut allocated) = (0, 0, 0);
         for s in &self.streams {
-            for ring in [&s.stream.video, &s.stream.audio] {
+            for ring in s.stream.rings() {
                 let (u, a) = ring.memory();
                 items += ring.len();
                 used += u;

@@ -194,6 +194,28 @@ impl Worker {
         });
     }
 
+    /// Pins a viewer to a layer (the API), or unpins it; it moves at the layer's next
+    /// keyframe, asked for at once.
+    pub(super) fn set_layer(&mut self, id: ViewerId, pin: Option<u8>, now: Instant) {
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return;
+        };
+        let stream = e.stream;
+        let layer = pin.unwrap_or_else(|| self.streams[stream].stream.pick_layer(None));
+        e.viewer.set_layer(layer, pin.is_some());
+        if e.viewer.video_layer().is_some_and(|l| l != layer) {
+            self.ask_keyframe(stream, layer, now);
+        }
+    }
+
+    /// A viewer started on a layer or moved: its snapshot says which (simulcast streams).
+    fn layer_changed(&self, id: ViewerId, stream: usize, layer: u8, pinned: bool) {
+        let rids = self.stats.rids(stream);
+        if let Some(rid) = rids.get(usize::from(layer)) {
+            self.stats.snapshots.viewer_layer(id.raw(), rid, pinned);
+        }
+    }
+
     /// A viewer placed here by [`EngineHandle::place`] is gone (or was never made).
     pub(super) fn unplace(&self) {
         if self.role == Role::Stream {
@@ -321,9 +343,22 @@ impl Worker {
     /// more than a receiver's socket buffer takes at once, and the ones it dropped would be
     /// a hole in the viewer's sequence. With no keyframe held (the GOP outgrew the ring, or
     /// none came yet) the viewer starts at the next keyframe, asked for at once.
+    ///
+    /// A simulcast viewer starts on its pinned layer, else on the best one sending.
     pub(super) fn start_viewer(&mut self, id: ViewerId, stream: usize) {
-        let Some(from) = self.streams[stream].stream.video.last_keyframe() else {
-            self.ask_keyframe(stream, Instant::now());
+        let s = &self.streams[stream].stream;
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return;
+        };
+        if !e.viewer.pinned() {
+            e.viewer.set_layer(s.pick_layer(None), false);
+        }
+        let layer = e.viewer.target_layer();
+        let from = s
+            .ring_of(MediaKind::Video, layer)
+            .and_then(|r| r.last_keyframe());
+        let Some(from) = from else {
+            self.ask_keyframe(stream, layer, Instant::now());
             return;
         };
         if let Some(e) = entry_in(&mut self.slots, id) {
@@ -366,7 +401,11 @@ impl Worker {
         let (stream, Some(mut next)) = (e.stream, e.catchup) else {
             return false;
         };
-        let ring = &self.streams[stream].stream.video;
+        let layer = e.viewer.video_layer().unwrap_or(e.viewer.target_layer());
+        let Some(ring) = self.streams[stream].stream.ring_of(MediaKind::Video, layer) else {
+            e.catchup = None;
+            return false;
+        };
         let Some(head) = ring.head() else {
             e.catchup = None;
             return false;
@@ -388,13 +427,13 @@ impl Worker {
         !done
     }
 
-    /// Asks the publisher of `stream` for a keyframe: here if this worker owns the stream,
-    /// else through its app worker (which coalesces the requests).
-    pub(super) fn ask_keyframe(&mut self, stream: usize, now: Instant) {
+    /// Asks the publisher of `stream` for a keyframe of a video layer: here if this worker
+    /// owns the stream, else through its app worker (which coalesces the requests).
+    pub(super) fn ask_keyframe(&mut self, stream: usize, layer: u8, now: Instant) {
         if self.owns(stream) {
-            self.keyframe_request(stream, now);
+            self.keyframe_request(stream, layer, now);
         } else if let Some(app) = self.hosts.get(stream % self.apps) {
-            let _ = app.ctl(Ctl::Keyframe(stream));
+            let _ = app.ctl(Ctl::Keyframe(stream, layer));
         }
     }
 
@@ -414,11 +453,19 @@ impl Worker {
             return None;
         }
         let to = e.viewer.remote_addr()?;
+        // A keyframe may start the viewer on a layer or move it to another.
+        let layer_was = pkt.keyframe.then(|| e.viewer.video_layer());
         let slot = self.batch.slot()?;
         match e.viewer.write_media(pkt, slot) {
             Ok(Some(n)) => {
                 self.batch.commit(n, to);
                 self.sent_packets += 1;
+                if let Some(was) = layer_was
+                    && e.viewer.video_layer() != was
+                {
+                    let (stream, pinned) = (e.stream, e.viewer.pinned());
+                    self.layer_changed(id, stream, pkt.layer, pinned);
+                }
                 Some(n)
             }
             Ok(None) => None,
