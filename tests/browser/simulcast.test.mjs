@@ -74,7 +74,15 @@ export async function readLayers() {
   const out = {};
   (await window.pubPc.getStats()).forEach((s) => {
     if (s.type === 'outbound-rtp' && s.kind === 'video' && s.rid) {
-      out[s.rid] = { width: s.frameWidth ?? 0, frames: s.framesSent ?? 0, bytes: s.bytesSent ?? 0 };
+      out[s.rid] = {
+        width: s.frameWidth ?? 0,
+        frames: s.framesSent ?? 0,
+        bytes: s.bytesSent ?? 0,
+        fps: s.framesPerSecond ?? 0,
+        limit: s.qualityLimitationReason,
+        plis: s.pliCount ?? 0,
+        keyframes: s.keyFramesEncoded ?? 0,
+      };
     }
   });
   return out;
@@ -112,6 +120,11 @@ async function readViewer() {
       freezes: s.freezeCount ?? 0,
       freezeSecs: s.totalFreezesDuration ?? 0,
       keyframes: s.keyFramesDecoded ?? 0,
+      received: s.framesReceived ?? 0,
+      dropped: s.framesDropped ?? 0,
+      nacks: s.nackCount ?? 0,
+      plis: s.pliCount ?? 0,
+      packets: s.packetsReceived ?? 0,
     });
   });
   return out;
@@ -208,7 +221,8 @@ describe('simulcast WHIP ingest and layer choice (Chromium to Chromium)', { time
       await sleep(4_000);
       const a1 = await plain.page.evaluate(readViewer);
       const b1 = await low.page.evaluate(readViewer);
-      assert.ok(a1.frames - a0.frames >= 60, why('plain viewer stalled', { a0, a1 }));
+      const pubNow = await pub.page.evaluate(readLayers);
+      assert.ok(a1.frames - a0.frames >= 60, why('plain viewer stalled', { a0, a1, pubNow }));
       assert.ok(b1.frames - b0.frames >= 60, why('?layer=l viewer stalled', { b0, b1 }));
       assert.equal(a1.width, width.h);
       assert.equal(b1.width, width.l);

@@ -136,6 +136,74 @@ fn vp8_is_keyframe(p: &[u8]) -> bool {
     p.get(i).is_some_and(|h| h & 0x01 == 0)
 }
 
+/// Where a VP8 payload descriptor (RFC 7741 §4.2) keeps its picture ID and TL0PICIDX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vp8Ids {
+    /// PictureID: (value, 15 bits rather than 7, byte offset of its first byte).
+    pub picture_id: Option<(u16, bool, usize)>,
+    /// TL0PICIDX: (value, byte offset).
+    pub tl0: Option<(u8, usize)>,
+}
+
+impl Vp8Ids {
+    /// Reads a VP8 payload descriptor; `None` when it is truncated or has neither field.
+    pub fn parse(p: &[u8]) -> Option<Vp8Ids> {
+        let b0 = *p.first()?;
+        if b0 & 0x80 == 0 {
+            return None;
+        }
+        let b1 = *p.get(1)?;
+        let mut i = 2;
+        let mut ids = Vp8Ids {
+            picture_id: None,
+            tl0: None,
+        };
+        if b1 & 0x80 != 0 {
+            let m = *p.get(i)?;
+            if m & 0x80 != 0 {
+                let lo = *p.get(i + 1)?;
+                ids.picture_id = Some((u16::from(m & 0x7f) << 8 | u16::from(lo), true, i));
+                i += 2;
+            } else {
+                ids.picture_id = Some((u16::from(m), false, i));
+                i += 1;
+            }
+        }
+        if b1 & 0x40 != 0 {
+            ids.tl0 = Some((*p.get(i)?, i));
+        }
+        (ids.picture_id.is_some() || ids.tl0.is_some()).then_some(ids)
+    }
+
+    /// Writes `picture_id` (masked to the field's width) and `tl0` into the descriptor of
+    /// `p`, which these ids were read from.
+    pub fn rewrite(&self, p: &mut [u8], picture_id: u16, tl0: u8) {
+        if let Some((_, long, at)) = self.picture_id {
+            if long {
+                if let Some(b) = p.get_mut(at..at + 2) {
+                    b[0] = 0x80 | ((picture_id >> 8) as u8 & 0x7f);
+                    b[1] = picture_id as u8;
+                }
+            } else if let Some(b) = p.get_mut(at) {
+                *b = picture_id as u8 & 0x7f;
+            }
+        }
+        if let Some((_, at)) = self.tl0
+            && let Some(b) = p.get_mut(at)
+        {
+            *b = tl0;
+        }
+    }
+
+    /// The mask of the picture ID's width.
+    pub fn picture_id_mask(&self) -> u16 {
+        match self.picture_id {
+            Some((_, false, _)) => 0x7f,
+            _ => 0x7fff,
+        }
+    }
+}
+
 /// VP9 (RFC 9628): B=1 (start of a frame) and P=0 (not inter-picture predicted), at spatial
 /// layer 0 when the layer indices are present.
 fn vp9_is_keyframe(p: &[u8]) -> bool {
@@ -226,6 +294,29 @@ mod tests {
         }
         assert_eq!(VideoCodec::from_sdp_name("opus"), None);
         assert_eq!(VideoCodec::from_index(200), VideoCodec::H264);
+    }
+
+    #[test]
+    fn vp8_ids_read_and_rewrite() {
+        // X, then I and L: 15-bit picture ID 0x1234, TL0PICIDX 7, then the VP8 header.
+        let mut p = [0x90, 0xc0, 0x92, 0x34, 0x07, 0x50];
+        let ids = Vp8Ids::parse(&p).expect("ids");
+        assert_eq!(ids.picture_id, Some((0x1234, true, 2)));
+        assert_eq!(ids.tl0, Some((7, 4)));
+        ids.rewrite(&mut p, 0x7ffe, 200);
+        assert_eq!(p, [0x90, 0xc0, 0xff, 0xfe, 200, 0x50]);
+        // 7-bit picture ID, no TL0PICIDX.
+        let mut p = [0x80, 0x80, 0x05, 0x50];
+        let ids = Vp8Ids::parse(&p).expect("ids");
+        assert_eq!(
+            (ids.picture_id, ids.picture_id_mask()),
+            (Some((5, false, 2)), 0x7f)
+        );
+        ids.rewrite(&mut p, 0x81, 0);
+        assert_eq!(p, [0x80, 0x80, 0x01, 0x50]);
+        // No extension, or truncated: nothing.
+        assert_eq!(Vp8Ids::parse(&[0x10, 0x50]), None);
+        assert_eq!(Vp8Ids::parse(&[0x90, 0x80, 0x92]), None);
     }
 
     #[test]

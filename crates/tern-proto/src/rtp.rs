@@ -20,6 +20,9 @@ const TWO_BYTE_PROFILE: u16 = 0x1000;
 /// Length in bytes of the extension block [`write_header`] appends for abs-capture-time:
 /// 4 bytes of extension header, 1 element header byte, 8 data bytes, 3 padding bytes.
 const ABS_CAPTURE_BLOCK_LEN: usize = 16;
+/// Extension block of a transport-wide sequence number alone: profile, length, and one word
+/// (id/len byte, 2 bytes, 1 padding byte).
+const TRANSPORT_CC_BLOCK_LEN: usize = 8;
 
 /// Seconds between the NTP epoch (1900-01-01) and the Unix epoch (1970-01-01).
 const NTP_UNIX_OFFSET_SECS: u64 = 2_208_988_800;
@@ -233,17 +236,20 @@ pub struct HeaderOut {
     pub ssrc: u32,
     /// abs-capture-time extension: (extmap id 1..=14, 64-bit NTP capture timestamp).
     pub abs_capture_time: Option<(u8, u64)>,
+    /// Transport-wide sequence number extension: (extmap id 1..=14, sequence number).
+    pub transport_cc: Option<(u8, u16)>,
 }
 
 impl HeaderOut {
-    /// Number of bytes [`write_header`] writes for this header: 12, or 28 with
-    /// abs-capture-time.
+    /// Number of bytes [`write_header`] writes for this header: 12; 28 with
+    /// abs-capture-time (with or without the transport-wide sequence number, which fits in
+    /// its padding); 20 with the transport-wide sequence number alone.
     pub fn encoded_len(&self) -> usize {
         FIXED_HEADER_LEN
-            + if self.abs_capture_time.is_some() {
-                ABS_CAPTURE_BLOCK_LEN
-            } else {
-                0
+            + match (self.abs_capture_time, self.transport_cc) {
+                (Some(_), _) => ABS_CAPTURE_BLOCK_LEN,
+                (None, Some(_)) => TRANSPORT_CC_BLOCK_LEN,
+                (None, None) => 0,
             }
     }
 }
@@ -263,7 +269,7 @@ pub fn write_header(out: &mut [u8], h: &HeaderOut) -> Result<usize, RtpError> {
     }
     let len = h.encoded_len();
     let out = out.get_mut(..len).ok_or(RtpError::BufferTooSmall)?;
-    let x = if h.abs_capture_time.is_some() {
+    let x = if h.abs_capture_time.is_some() || h.transport_cc.is_some() {
         0x10
     } else {
         0
@@ -283,6 +289,22 @@ pub fn write_header(out: &mut [u8], h: &HeaderOut) -> Result<usize, RtpError> {
         out[16] = (id << 4) | 7;
         out[17..25].copy_from_slice(&ntp.to_be_bytes());
         out[25..28].fill(0);
+    }
+    if let Some((id, seq)) = h.transport_cc {
+        if !(1..=14).contains(&id) {
+            return Err(RtpError::InvalidField("transport_cc id"));
+        }
+        // After abs-capture-time (in its padding), or alone in a one-word block.
+        let at = if h.abs_capture_time.is_some() {
+            25
+        } else {
+            out[12..14].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
+            out[14..16].copy_from_slice(&1u16.to_be_bytes());
+            out[19] = 0;
+            16
+        };
+        out[at] = (id << 4) | 1;
+        out[at + 1..at + 3].copy_from_slice(&seq.to_be_bytes());
     }
     Ok(len)
 }
@@ -494,6 +516,7 @@ mod tests {
             timestamp: 90_000,
             ssrc: 0x0102_0304,
             abs_capture_time: None,
+            transport_cc: None,
         };
         assert_eq!(write_header(&mut out, &h), Ok(12));
         let p = parse_header(&out[..12]).unwrap();
@@ -516,6 +539,25 @@ mod tests {
         let ext = p.extension(&out, 3).unwrap();
         assert_eq!(abs_capture_time(ext), Some(ntp));
         assert_eq!(p.extension(&out, 4), None);
+
+        // The transport-wide sequence number alone, and beside abs-capture-time.
+        let alone = HeaderOut {
+            abs_capture_time: None,
+            transport_cc: Some((5, 0xbeef)),
+            ..h
+        };
+        assert_eq!(write_header(&mut out, &alone), Ok(20));
+        let p = parse_header(&out[..20]).unwrap();
+        assert_eq!(p.header_len, 20);
+        assert_eq!(p.extension(&out, 5), Some(&[0xbe, 0xef][..]));
+        let both = HeaderOut {
+            transport_cc: Some((5, 0x0102)),
+            ..h
+        };
+        assert_eq!(write_header(&mut out, &both), Ok(28));
+        let p = parse_header(&out[..28]).unwrap();
+        assert_eq!(abs_capture_time(p.extension(&out, 3).unwrap()), Some(ntp));
+        assert_eq!(p.extension(&out, 5), Some(&[1, 2][..]));
 
         assert_eq!(
             write_header(&mut out[..27], &h),

@@ -343,7 +343,11 @@ impl Estimator {
                 // less than the estimate (a lower layer), and an estimate that ran away
                 // would take seconds to come back.
                 let cap = acked.map_or(f64::MAX, |a| 1.5 * a + 10_000.0);
-                self.delay_bps = grown.min(cap.max(self.delay_bps));
+                // And never below it: what arrived without queues growing is what the path
+                // carries (a probe's extra packets raise it at once, as a probe result
+                // does in libwebrtc).
+                let floor = acked.unwrap_or(0.0);
+                self.delay_bps = grown.min(cap.max(self.delay_bps)).max(floor);
             }
         }
         let (min, max) = (self.cfg.min_bps as f64, self.cfg.max_bps as f64);

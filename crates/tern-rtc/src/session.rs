@@ -65,16 +65,23 @@ pub fn accept(
     random_chars(&mut pwd, rand);
     let video_ssrc = rand() as u32;
     let audio_ssrc = (rand() as u32) ^ 1;
+    let rtx_ssrc = (rand() as u32) ^ 2;
     let mut track = |m: &sdp::NegotiatedMedia, ssrc: u32| TrackParams {
         pt: m.pt,
         ssrc,
         abs_capture_time_ext: m.abs_capture_time_ext,
+        transport_cc_ext: m.transport_cc_ext,
+        rtx: None,
+        vp8: m.vp8,
         nack: m.nack,
         // Below 2^15 so the first wrap is far away (a habit from libwebrtc).
         initial_seq: (rand() % 0x8000) as u16,
         ts_offset: rand() as u32,
     };
-    let video = neg.video().map(|m| track(m, video_ssrc));
+    let video = neg.video().map(|m| TrackParams {
+        rtx: m.rtx_pt.map(|pt| (pt, rtx_ssrc)),
+        ..track(m, video_ssrc)
+    });
     let audio = neg.audio().map(|m| track(m, audio_ssrc));
     // Credentials are ASCII by construction.
     let ufrag_s = String::from_utf8_lossy(&ufrag).into_owned();
@@ -90,6 +97,7 @@ pub fn accept(
             candidate_port: local.candidate_port,
             video_ssrc,
             audio_ssrc,
+            rtx_ssrc,
             cname: local.cname,
             session_id: rand() >> 2,
         },
@@ -132,6 +140,9 @@ impl TrackSeed {
             pt: m.pt,
             ssrc: self.ssrc,
             abs_capture_time_ext: m.abs_capture_time_ext,
+            transport_cc_ext: m.transport_cc_ext,
+            rtx: None,
+            vp8: m.vp8,
             nack: m.nack,
             initial_seq: self.initial_seq,
             ts_offset: self.ts_offset,

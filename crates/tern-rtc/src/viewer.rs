@@ -21,11 +21,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dimpl::{Dtls, DtlsCertificate};
+use tern_proto::codec::Vp8Ids;
 use tern_proto::rtcp::{self, RtcpPacket};
 use tern_proto::rtp::{self, HeaderOut};
 use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
-use tern_proto::stun;
+use tern_proto::{stun, twcc};
 
+use crate::bwe::{BweConfig, Estimator, Usage};
 use crate::clip::MediaKind;
 use crate::stream::RingPacket;
 
@@ -108,6 +110,15 @@ pub struct TrackParams {
     pub ssrc: u32,
     /// Negotiated id of the abs-capture-time header extension, if any.
     pub abs_capture_time_ext: Option<u8>,
+    /// Negotiated id of the transport-wide sequence number extension (video), if any:
+    /// with it the viewer can have a bandwidth estimate ([`Viewer::enable_bwe`]).
+    pub transport_cc_ext: Option<u8>,
+    /// The track carries VP8: its picture IDs and TL0PICIDX are rewritten after a layer
+    /// switch so that they continue (each simulcast layer numbers its own).
+    pub vp8: bool,
+    /// RTX payload type and SSRC, when negotiated (video with transport-wide feedback): the
+    /// probe padding goes there.
+    pub rtx: Option<(u8, u32)>,
     /// Whether the viewer negotiated generic NACK.
     pub nack: bool,
     /// First outgoing sequence number (random per RFC 3550 §5.1).
@@ -218,6 +229,28 @@ pub enum Timer {
     SenderReport,
 }
 
+/// The bandwidth estimate of a viewer of a simulcast stream: boxed, and only made for
+/// those (a viewer of a single-layer stream has nothing to adapt).
+struct Bwe {
+    est: Estimator,
+    /// Next transport-wide sequence number.
+    next_seq: u16,
+    /// Extended sequence number of the next RTX (probe padding) packet.
+    rtx_seq: u64,
+    /// The estimator's time zero.
+    epoch: Instant,
+}
+
+impl Bwe {
+    fn micros(&self, now: Instant) -> i64 {
+        now.saturating_duration_since(self.epoch).as_micros() as i64
+    }
+}
+
+/// Padding bytes of a probe packet: the most one packet's padding can say (its count is one
+/// octet).
+const PADDING: usize = 255;
+
 /// Transient DTLS state: dropped once the peer has shown it holds the keys.
 struct Handshake {
     dtls: Dtls,
@@ -283,6 +316,12 @@ struct Track {
     /// the wanted layer's next keyframe.
     layer: u8,
     target: u8,
+    /// VP8: the last picture ID and TL0PICIDX sent, and what is added to the layer's own
+    /// since the last switch.
+    last_pid: u16,
+    last_tl0: u8,
+    pid_off: u16,
+    tl0_off: u8,
     /// Highest extended outgoing sequence number sent.
     last_out: u64,
     /// RTP timestamp and capture NTP of the newest packet sent (for the SR).
@@ -304,6 +343,10 @@ impl Track {
             seq_base: u64::from(p.initial_seq),
             layer: 0,
             target: 0,
+            last_pid: 0,
+            last_tl0: 0,
+            pid_off: 0,
+            tl0_off: 0,
             last_out: 0,
             last_ts: 0,
             last_ntp: 0,
@@ -331,6 +374,17 @@ impl Track {
             start => {
                 if start.is_some() {
                     self.seq_base = self.last_out + 1;
+                    // The new layer's keyframe is often the same picture as the old layer's
+                    // frame just sent (same capture time, so the same timestamp): a receiver
+                    // takes a keyframe whose timestamp is not ahead as a stale copy and drops
+                    // it when its picture ID (VP8, VP9: each layer has its own) is behind,
+                    // then freezes until its next keyframe request. So it is moved one tick
+                    // ahead, and the rest of the layer with it.
+                    let ts = pkt.rtp_ts.wrapping_add(self.p.ts_offset);
+                    let ahead = i64::from(ts.wrapping_sub(self.last_ts) as i32);
+                    if ahead <= 0 {
+                        self.p.ts_offset = self.p.ts_offset.wrapping_add((1 - ahead) as u32);
+                    }
                 }
                 self.layer = pkt.layer;
                 self.src_start = Some(pkt.seq);
@@ -338,6 +392,37 @@ impl Track {
             }
         };
         Some(self.out_seq(src_start, pkt.seq))
+    }
+
+    /// VP8 ids to write for `pkt` (`None`: send the payload as it is). After a layer
+    /// switch (`switched`: `pkt` is the new layer's keyframe) the new layer's ids are moved
+    /// to continue from the last ones sent; `fresh` packets (not retransmissions) become
+    /// the last ones sent.
+    fn vp8_ids(
+        &mut self,
+        pkt: &RingPacket,
+        switched: bool,
+        fresh: bool,
+    ) -> Option<(Vp8Ids, u16, u8)> {
+        let ids = Vp8Ids::parse(&pkt.payload)?;
+        let mask = ids.picture_id_mask();
+        let (pid, tl0) = (
+            ids.picture_id.map_or(0, |p| p.0),
+            ids.tl0.map_or(0, |t| t.0),
+        );
+        if switched {
+            self.pid_off = self.last_pid.wrapping_add(1).wrapping_sub(pid);
+            self.tl0_off = self.last_tl0.wrapping_add(1).wrapping_sub(tl0);
+        }
+        let (pid, tl0) = (
+            pid.wrapping_add(self.pid_off) & mask,
+            tl0.wrapping_add(self.tl0_off),
+        );
+        if fresh {
+            self.last_pid = pid;
+            self.last_tl0 = tl0;
+        }
+        (self.pid_off & mask != 0 || self.tl0_off != 0).then_some((ids, pid, tl0))
     }
 
     /// Whether `pkt` is new media for this track now (see [`Viewer::wants`]); with
@@ -389,6 +474,8 @@ pub struct ViewerCounters {
     pub keyframe_requests: u64,
     /// Packets dropped as malformed or unauthenticated.
     pub dropped: u64,
+    /// Probe (padding) packets sent.
+    pub probes: u64,
 }
 
 /// One viewer.
@@ -414,6 +501,10 @@ pub struct Viewer {
     audio: Option<Track>,
     /// The video layer was pinned (`?layer=` or the API): estimates do not move it.
     pinned: bool,
+    /// The latest REMB (bit/s), for a viewer that sends that rather than transport-wide
+    /// feedback; 0 when none came.
+    remb_bps: u32,
+    bwe: Option<Box<Bwe>>,
     counters: ViewerCounters,
 }
 
@@ -441,6 +532,8 @@ impl Viewer {
                 t
             }),
             pinned: p.pin.is_some(),
+            remb_bps: 0,
+            bwe: None,
             audio: p.audio.map(Track::new),
             counters: ViewerCounters::default(),
         }
@@ -458,6 +551,101 @@ impl Viewer {
     /// The video layer wanted: the one sent, or the one switched to at its next keyframe.
     pub fn target_layer(&self) -> u8 {
         self.video.as_ref().map_or(0, |t| t.target)
+    }
+
+    /// Starts a bandwidth estimate from transport-wide feedback, if the viewer negotiated
+    /// it (the sequence number extension is then written on its video). Returns whether it
+    /// has one.
+    pub fn enable_bwe(&mut self, now: Instant) -> bool {
+        if self.bwe.is_none() && self.video.is_some_and(|t| t.p.transport_cc_ext.is_some()) {
+            self.bwe = Some(Box::new(Bwe {
+                est: Estimator::new(BweConfig::default()),
+                next_seq: 0,
+                // A start as unpredictable as the (random) RTX SSRC (RFC 3550 §5.1), below
+                // 2^15 like the media's.
+                rtx_seq: self
+                    .video
+                    .and_then(|t| t.p.rtx)
+                    .map_or(0, |(_, ssrc)| u64::from(ssrc >> 17)),
+                epoch: now,
+            }));
+        }
+        self.bwe.is_some()
+    }
+
+    /// Whether the viewer negotiated transport-wide feedback (see
+    /// [`Viewer::enable_bwe`]).
+    pub fn can_estimate(&self) -> bool {
+        self.video.is_some_and(|t| t.p.transport_cc_ext.is_some())
+    }
+
+    /// Whether the viewer can be sent probe packets (an estimate and RTX negotiated).
+    pub fn can_probe(&self) -> bool {
+        self.bwe.is_some() && self.video.is_some_and(|t| t.p.rtx.is_some())
+    }
+
+    /// The viewer's bandwidth estimate (bit/s): from transport-wide feedback when it has
+    /// [`Viewer::enable_bwe`], else its latest REMB, else none.
+    pub fn estimate_bps(&self) -> Option<u64> {
+        match &self.bwe {
+            Some(b) if b.est.acked_bps().is_some() => Some(b.est.estimate_bps()),
+            Some(_) => None,
+            None => (self.remb_bps > 0).then_some(u64::from(self.remb_bps)),
+        }
+    }
+
+    /// Writes one probe packet into `out`: padding only, on the RTX SSRC (so that it takes
+    /// no sequence number from the media), with the next transport-wide sequence number, so
+    /// that the viewer's feedback counts it. The receiver drops it after its transport
+    /// layer has seen it. Returns its length, or `None` without an estimate or negotiated
+    /// RTX, or before the video started.
+    pub fn write_padding(&mut self, out: &mut [u8]) -> Result<Option<usize>, ViewerError> {
+        if self.state != ViewerState::Connected {
+            return Ok(None);
+        }
+        let (Some(b), Some(t), Some(srtp)) =
+            (self.bwe.as_mut(), self.video.as_ref(), self.srtp.as_mut())
+        else {
+            return Ok(None);
+        };
+        let (Some((pt, ssrc)), Some(id), Some(_)) = (t.p.rtx, t.p.transport_cc_ext, t.src_start)
+        else {
+            return Ok(None);
+        };
+        let seq = b.next_seq;
+        let hdr = HeaderOut {
+            marker: false,
+            payload_type: pt,
+            sequence: b.rtx_seq as u16,
+            timestamp: t.last_ts,
+            ssrc,
+            abs_capture_time: None,
+            transport_cc: Some((id, seq)),
+        };
+        let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
+        // The P bit (RFC 3550 §5.1): the payload is all padding, its last octet the count.
+        out[0] |= 0x20;
+        let mut pad = [0u8; PADDING];
+        pad[PADDING - 1] = PADDING as u8;
+        if out.len() < hlen + PADDING + srtp.rtp_tx.overhead() {
+            return Err(ViewerError::BufferTooSmall);
+        }
+        let n = srtp
+            .rtp_tx
+            .protect_payload(out, hlen, &pad, (b.rtx_seq >> 16) as u32)
+            .map_err(|e| ViewerError::Srtp(e.to_string()))?;
+        b.next_seq = seq.wrapping_add(1);
+        b.rtx_seq += 1;
+        let at = b.micros(Instant::now());
+        b.est.on_sent(seq, n, at);
+        self.counters.probes += 1;
+        Ok(Some(n))
+    }
+
+    /// What the delay-based detector last saw, with an estimate from transport-wide
+    /// feedback.
+    pub fn bwe_usage(&self) -> Option<Usage> {
+        self.bwe.as_ref().map(|b| b.est.usage())
     }
 
     /// Whether the layer is pinned (see [`Viewer::set_layer`]).
@@ -738,7 +926,6 @@ impl Viewer {
         data: &mut [u8],
         events: &mut dyn FnMut(ViewerEvent),
     ) -> Result<(), ViewerError> {
-        let _ = now;
         let Some(srtp) = self.srtp.as_mut() else {
             self.counters.dropped += 1;
             return Err(ViewerError::State(self.state));
@@ -796,6 +983,26 @@ impl Viewer {
                 RtcpPacket::Bye { .. } => {
                     self.close(CloseReason::PeerClosed);
                     return Ok(());
+                }
+                RtcpPacket::Remb(r) => {
+                    self.remb_bps = r.bitrate.min(u64::from(u32::MAX)) as u32;
+                }
+                RtcpPacket::Other {
+                    pt: rtcp::PT_RTPFB,
+                    fmt: twcc::FMT_TWCC,
+                    body,
+                } => {
+                    if let Some(b) = self.bwe.as_mut()
+                        && let Some(fci) = body.get(8..)
+                    {
+                        match twcc::parse(fci) {
+                            Ok(fb) => {
+                                let t = b.micros(now);
+                                b.est.on_feedback(&fb, t);
+                            }
+                            Err(_) => self.counters.dropped += 1,
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -855,10 +1062,24 @@ impl Viewer {
         }) else {
             return Ok(None);
         };
+        let (started, base) = (t.src_start.is_some(), t.seq_base);
         let Some(out_ext) = t.place(pkt) else {
             return Ok(None);
         };
+        let fresh = out_ext > t.last_out || t.packets == 0;
+        let vp8 =
+            t.p.vp8
+                .then(|| t.vp8_ids(pkt, started && t.seq_base != base, fresh))
+                .flatten();
         let ts = pkt.rtp_ts.wrapping_add(t.p.ts_offset);
+        let transport_cc = match (&mut self.bwe, t.p.transport_cc_ext) {
+            (Some(b), Some(id)) if pkt.kind == MediaKind::Video => {
+                let seq = b.next_seq;
+                b.next_seq = seq.wrapping_add(1);
+                Some((id, seq))
+            }
+            _ => None,
+        };
         let hdr = HeaderOut {
             marker: pkt.marker,
             payload_type: t.p.pt,
@@ -866,6 +1087,7 @@ impl Viewer {
             timestamp: ts,
             ssrc: t.p.ssrc,
             abs_capture_time: t.p.abs_capture_time_ext.map(|id| (id, pkt.capture_ntp)),
+            transport_cc,
         };
         let Some(srtp) = self.srtp.as_mut() else {
             return Ok(None);
@@ -877,10 +1099,21 @@ impl Viewer {
             return Err(ViewerError::BufferTooSmall);
         }
         // Encrypted straight from the shared ring into the send batch: no plaintext copy.
-        let n = srtp
-            .rtp_tx
-            .protect_payload(out, hlen, &pkt.payload, (out_ext >> 16) as u32)
-            .map_err(|e| ViewerError::Srtp(e.to_string()))?;
+        let roc = (out_ext >> 16) as u32;
+        let n = match vp8 {
+            // Rewritten ids: the payload is copied, patched and encrypted in place.
+            Some((ids, pid, tl0)) => {
+                out[hlen..end].copy_from_slice(&pkt.payload);
+                ids.rewrite(&mut out[hlen..end], pid, tl0);
+                srtp.rtp_tx.protect(out, end, hlen, roc)
+            }
+            None => srtp.rtp_tx.protect_payload(out, hlen, &pkt.payload, roc),
+        }
+        .map_err(|e| ViewerError::Srtp(e.to_string()))?;
+        if let (Some((_, seq)), Some(b)) = (transport_cc, self.bwe.as_mut()) {
+            let t = b.micros(Instant::now());
+            b.est.on_sent(seq, n, t);
+        }
         if out_ext > t.last_out || t.packets == 0 {
             t.last_out = out_ext;
             t.last_ts = ts;
@@ -1033,6 +1266,9 @@ mod tests {
             pt: 96,
             ssrc: 1,
             abs_capture_time_ext: None,
+            transport_cc_ext: None,
+            rtx: None,
+            vp8: false,
             nack: true,
             initial_seq,
             ts_offset: 0,

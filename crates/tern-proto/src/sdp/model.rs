@@ -7,6 +7,10 @@ use std::net::IpAddr;
 /// URI of the absolute capture time RTP header extension.
 pub const ABS_CAPTURE_TIME_URI: &str =
     "http://www.webrtc.org/experiments/rtp-hdrext/abs-capture-time";
+/// URI of the transport-wide sequence number RTP header extension
+/// (draft-holmer-rmcat-transport-wide-cc-extensions-01).
+pub const TRANSPORT_CC_URI: &str =
+    "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01";
 /// Largest SDP body accepted (64 KiB); a browser offer is 4–8 KiB.
 pub const MAX_SDP_LEN: usize = 64 * 1024;
 /// Most media sections accepted; a WHEP offer has two or three.

@@ -1,7 +1,9 @@
 //! Negotiation: what the server can send for an offer (the stream's video codec and Opus
 //! audio, send-only), and why not when it cannot.
 
-use super::model::{ABS_CAPTURE_TIME_URI, Direction, PayloadType, SessionDescription, Setup};
+use super::model::{
+    ABS_CAPTURE_TIME_URI, Direction, PayloadType, SessionDescription, Setup, TRANSPORT_CC_URI,
+};
 use crate::codec::VideoCodec;
 
 /// Why the server cannot serve an offer. Display is a sentence for the HTTP error body.
@@ -110,6 +112,17 @@ pub struct NegotiatedMedia {
     pub fir: bool,
     /// Extension id of abs-capture-time, when offered with an id of 1–14.
     pub abs_capture_time_ext: Option<u8>,
+    /// Extension id of the transport-wide sequence number (video, when offered with an id
+    /// of 1–14 and `a=rtcp-fb:<pt> transport-cc`): the viewer then sends transport-wide
+    /// congestion control feedback that tern's bandwidth estimate reads.
+    pub transport_cc_ext: Option<u8>,
+    /// The offer's RTX payload type for the chosen one (`apt=`), taken with
+    /// `transport_cc_ext` only: tern sends no retransmissions on it, only the padding that
+    /// probes the viewer's path (on the media SSRC, padding would take sequence numbers
+    /// from the media).
+    pub rtx_pt: Option<u8>,
+    /// The chosen payload type is VP8.
+    pub vp8: bool,
     /// The fmtp the answer carries: the offer's for H264 (with the stream's own
     /// profile-level-id when its SPS is known), ours for Opus.
     pub fmtp: String,
@@ -310,6 +323,9 @@ pub fn negotiate_for(
             continue;
         }
         let is_video = m.kind == "video";
+        let transport_cc_ext = m
+            .extmap_id(TRANSPORT_CC_URI)
+            .filter(|&id| id <= 14 && is_video && p.has_fb("transport-cc"));
         *slot = Some(NegotiatedMedia {
             mid: m.mid.clone().unwrap_or_default(),
             index,
@@ -318,6 +334,17 @@ pub fn negotiate_for(
             pli: is_video && p.has_fb("nack pli"),
             fir: is_video && p.has_fb("ccm fir"),
             abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
+            transport_cc_ext,
+            rtx_pt: transport_cc_ext.and_then(|_| {
+                let apt = p.pt.to_string();
+                m.payloads
+                    .iter()
+                    .find(|r| {
+                        r.codec.eq_ignore_ascii_case("rtx") && r.fmtp_param("apt") == Some(&*apt)
+                    })
+                    .map(|r| r.pt)
+            }),
+            vp8: p.codec.eq_ignore_ascii_case("VP8"),
             fmtp,
         });
     }

@@ -233,6 +233,9 @@ pub fn negotiate_answer(
             pli: is_video && fb("nack pli"),
             fir: is_video && fb("ccm fir"),
             abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
+            transport_cc_ext: None,
+            rtx_pt: None,
+            vp8: false,
             fmtp: if is_video {
                 SERVER_H264_FMTP.to_string()
             } else {
@@ -691,6 +694,7 @@ a=fmtp:111 minptime=10;useinbandfec=1\r
                 candidate_port: 1,
                 video_ssrc: 1,
                 audio_ssrc: 2,
+                rtx_ssrc: 3,
                 cname: "c",
                 session_id: 1,
             },

@@ -205,6 +205,7 @@ fn answer_params() -> AnswerParams<'static> {
         candidate_port: 10000,
         video_ssrc: 0x1234_5678,
         audio_ssrc: 0x9abc_def0,
+        rtx_ssrc: 0x0bad_cafe,
         cname: "tern",
         session_id: 42,
     }
@@ -297,6 +298,9 @@ fn negotiates_chrome_offer() {
             pli: true,
             fir: true,
             abs_capture_time_ext: Some(13),
+            transport_cc_ext: Some(4),
+            rtx_pt: Some(103),
+            vp8: false,
             fmtp: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42001f".into(),
         }
     );
@@ -316,7 +320,7 @@ fn answer_to_chrome_offer() {
     assert!(text.ends_with("\r\n"));
     assert!(text.contains("a=group:BUNDLE 0 1\r\n"));
     assert!(text.contains("a=ice-lite\r\n"));
-    assert!(text.contains("m=video 9 UDP/TLS/RTP/SAVPF 102\r\n"));
+    assert!(text.contains("m=video 9 UDP/TLS/RTP/SAVPF 102 103\r\n"));
     assert!(text.contains(
         "a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42001f\r\n"
     ));
@@ -327,20 +331,29 @@ fn answer_to_chrome_offer() {
     );
     assert!(text.contains("m=application 0 UDP/DTLS/SCTP webrtc-datachannel\r\n"));
     assert!(text.contains("a=ssrc:305419896 cname:tern\r\n"));
-    assert!(!text.contains("transport-cc"));
+    // Transport-wide feedback for the bandwidth estimate, and RTX for its probes.
+    assert!(text.contains("a=rtcp-fb:102 transport-cc\r\n"));
+    assert!(text.contains(
+        "a=extmap:4 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01\r\n"
+    ));
+    assert!(text.contains("a=rtpmap:103 rtx/90000\r\na=fmtp:103 apt=102\r\n"));
+    assert!(text.contains("a=ssrc-group:FID 305419896 195939070\r\n"));
     let ans = SessionDescription::parse(&text).unwrap();
     assert!(ans.ice_lite());
     assert_eq!(ans.bundle(), ["0", "1"]);
     let [v, a, d] = ans.media() else {
         panic!("three sections")
     };
-    assert_eq!((v.port(), v.formats(), v.mid()), (9, &[102][..], Some("0")));
+    assert_eq!(
+        (v.port(), v.formats(), v.mid()),
+        (9, &[102, 103][..], Some("0"))
+    );
     assert_eq!(v.direction(), Direction::SendOnly);
     assert_eq!(v.setup(), Some(Setup::Passive));
     assert_eq!(v.ice_ufrag(), Some("srvufrag"));
     assert_eq!(v.ice_pwd(), Some("srvpasswordsrvpassword12"));
     assert_eq!(v.fingerprint().unwrap().1.as_slice(), &OUR_FP[..]);
-    assert_eq!(v.ssrcs(), [0x1234_5678]);
+    assert_eq!(v.ssrcs(), [0x1234_5678, 0x0bad_cafe]);
     assert_eq!(v.ssrc_cname(0x1234_5678), Some("tern"));
     assert_eq!(v.candidates()[0].ip, p.candidate_ip);
     assert_eq!(v.candidates()[0].port, 10000);

@@ -4,7 +4,7 @@
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
-use super::model::{ABS_CAPTURE_TIME_URI, MediaDescription, SessionDescription};
+use super::model::{ABS_CAPTURE_TIME_URI, MediaDescription, SessionDescription, TRANSPORT_CC_URI};
 use super::negotiate::{Negotiated, NegotiatedMedia, OPUS_FMTP};
 use super::parse::pt_of;
 
@@ -25,6 +25,8 @@ pub struct AnswerParams<'a> {
     pub video_ssrc: u32,
     /// SSRC of the audio we send.
     pub audio_ssrc: u32,
+    /// Our RTX SSRC for video (used when the video's RTX payload type was negotiated).
+    pub rtx_ssrc: u32,
     /// RTCP CNAME.
     pub cname: &'a str,
     /// The o= line session id.
@@ -105,7 +107,10 @@ fn write_accepted(
     p: &AnswerParams<'_>,
 ) {
     let pt = n.pt;
-    sdp_line!(o, "m={} 9 {} {pt}", m.kind, m.proto);
+    match n.rtx_pt {
+        Some(rtx) => sdp_line!(o, "m={} 9 {} {pt} {rtx}", m.kind, m.proto),
+        None => sdp_line!(o, "m={} 9 {} {pt}", m.kind, m.proto),
+    }
     sdp_line!(o, "c=IN IP4 0.0.0.0");
     if let Some(mid) = &m.mid {
         sdp_line!(o, "a=mid:{mid}");
@@ -137,8 +142,22 @@ fn write_accepted(
     if let Some(id) = n.abs_capture_time_ext {
         sdp_line!(o, "a=extmap:{id} {ABS_CAPTURE_TIME_URI}");
     }
+    if let Some(id) = n.transport_cc_ext {
+        sdp_line!(o, "a=rtcp-fb:{pt} transport-cc");
+        sdp_line!(o, "a=extmap:{id} {TRANSPORT_CC_URI}");
+    }
+    if let Some(rtx) = n.rtx_pt {
+        sdp_line!(o, "a=rtpmap:{rtx} rtx/90000");
+        sdp_line!(o, "a=fmtp:{rtx} apt={pt}");
+    }
     sdp_line!(o, "a=msid:tern {}", m.kind);
+    if n.rtx_pt.is_some() {
+        sdp_line!(o, "a=ssrc-group:FID {ssrc} {}", p.rtx_ssrc);
+    }
     sdp_line!(o, "a=ssrc:{ssrc} cname:{}", p.cname);
+    if n.rtx_pt.is_some() {
+        sdp_line!(o, "a=ssrc:{} cname:{}", p.rtx_ssrc, p.cname);
+    }
     sdp_line!(
         o,
         "a=candidate:1 1 udp 2130706431 {} {} typ host",

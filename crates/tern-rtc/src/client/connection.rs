@@ -834,6 +834,7 @@ mod tests {
             timestamp: 960,
             ssrc: 0x1234,
             abs_capture_time: None,
+            transport_cc: None,
         };
         let h = rtp::write_header(&mut pkt, &hdr).expect("header");
         pkt[h..h + 10].copy_from_slice(&[1; 10]);

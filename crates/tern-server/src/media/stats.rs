@@ -37,6 +37,8 @@ pub struct EngineStats {
     pub queue_full: AtomicU64,
     /// Publishers (WHIP, RTMP) connected or connecting.
     pub publishers: AtomicUsize,
+    /// Probe (padding) packets sent to viewers of simulcast streams to test their path.
+    pub probe_packets: AtomicU64,
     /// Media packets received from publishers.
     pub ingest_packets: AtomicU64,
     /// Whether each stream is live (index as in the engine's streams).

@@ -32,6 +32,8 @@ pub(super) struct Entry {
     /// video packet to send it from the ring (live video waits until the cursor passes the
     /// head). `None` once it is live.
     pub(super) catchup: Option<u64>,
+    /// Layer choice and probing of a viewer of a simulcast stream (see `worker/layers.rs`).
+    pub(super) adapt: crate::media::worker::Adapt,
 }
 
 /// Bytes of one slot of the session table.

@@ -13,6 +13,7 @@
 //! one wake per stream worker handed packets.
 
 mod layers;
+pub(super) use layers::Adapt;
 mod publishers;
 mod timers;
 mod viewers;
@@ -159,6 +160,8 @@ pub(super) struct Worker {
     catching: Vec<ViewerId>,
     /// When the next catch-up step is due, while anyone catches up.
     next_catchup: Option<Instant>,
+    /// Viewers sending probe packets (see `worker/layers.rs`).
+    probing: Vec<ViewerId>,
     /// The HLS thread's queue (app workers).
     hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
@@ -207,6 +210,7 @@ impl Worker {
             rings: w.rings,
             catching: Vec::new(),
             next_catchup: None,
+            probing: Vec::new(),
             hls_tap: w.hls_tap,
         }
     }

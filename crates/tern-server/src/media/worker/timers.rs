@@ -80,6 +80,7 @@ impl Worker {
                 self.choose_layers(i, now);
             }
         }
+        self.probe();
         let ids: Vec<ViewerId> = self.ids().collect();
         let mut out = [0u8; 512];
         let mut flights: Vec<Vec<u8>> = Vec::new();

@@ -69,6 +69,7 @@ impl Worker {
             booked: (false, 0),
             reported_lost: 0,
             catchup: None,
+            adapt: Default::default(),
         };
         self.pools.sessions.add(1, SLOT_BYTES);
         self.pools.book(&mut entry);
@@ -351,7 +352,8 @@ impl Worker {
             return;
         };
         if !e.viewer.pinned() {
-            e.viewer.set_layer(s.pick_layer(None), false);
+            let budget = e.viewer.can_estimate().then_some(super::layers::START_BPS);
+            e.viewer.set_layer(s.pick_layer(budget), false);
         }
         let layer = e.viewer.target_layer();
         let from = s
@@ -472,6 +474,35 @@ impl Worker {
             Err(err) => {
                 debug!("write_media: {err}");
                 None
+            }
+        }
+    }
+
+    /// Writes one probe packet for a viewer into the send batch (see `worker/layers.rs`);
+    /// false when it has none to send.
+    pub(super) fn send_padding(&mut self, id: ViewerId) -> bool {
+        if self.batch.is_full() {
+            self.flush();
+        }
+        let Some(e) = entry_in(&mut self.slots, id) else {
+            return false;
+        };
+        let Some(to) = e.viewer.remote_addr() else {
+            return false;
+        };
+        let Some(slot) = self.batch.slot() else {
+            return false;
+        };
+        match e.viewer.write_padding(slot) {
+            Ok(Some(n)) => {
+                self.batch.commit(n, to);
+                self.stats.probe_packets.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Ok(None) => false,
+            Err(err) => {
+                debug!("write_padding: {err}");
+                false
             }
         }
     }
