@@ -52,23 +52,24 @@ export function assertPrivateNetwork() {
 
 /**
  * Starts Chromium with a fresh --user-data-dir. Returns { context, close }; close() shuts the
- * browser down and deletes the profile directory.
+ * browser down and deletes the profile directory. `executablePath` replaces Debian's chromium
+ * (e.g. a wrapper that runs it in another network namespace).
  */
-export async function launchBrowser() {
+export async function launchBrowser({ executablePath = CHROMIUM } = {}) {
   assertPrivateNetwork();
   const userDataDir = await mkdtemp(join(tmpdir(), 'tern-chromium-'));
   let context;
   try {
     // launchPersistentContext is playwright's way to pass --user-data-dir.
     context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
+      executablePath,
       headless: true,
       args: CHROMIUM_FLAGS,
       timeout: 30_000,
     });
   } catch (err) {
     await rm(userDataDir, { recursive: true, force: true });
-    throw new Error(`cannot start ${CHROMIUM}: ${err.message}`);
+    throw new Error(`cannot start ${executablePath}: ${err.message}`);
   }
   let closed = false;
   return {
@@ -168,4 +169,119 @@ export async function publishCanvas({ endpoint, codec }) {
   const answered = [...new Set([...answer.matchAll(/a=rtpmap:\d+ ([^/]+)\/90000/g)].map((m) => m[1]))]
     .filter((c) => !/^(rtx|red|ulpfec)$/i.test(c));
   return { answered };
+}
+
+/**
+ * In the page: publishes a 30 fps 1280x720 canvas over WHIP as VP8 simulcast with `rids`
+ * (the first full size, each next one half the size of the one before). Returns
+ * `{ ok: true }` or `{ error }`.
+ */
+export async function publishSimulcast({ endpoint, rids }) {
+  const W = 1280;
+  const H = 720;
+  const canvas = document.createElement('canvas');
+  canvas.width = W;
+  canvas.height = H;
+  document.body.append(canvas);
+  const g = canvas.getContext('2d');
+  let n = 0;
+  window.drawTimer = setInterval(() => {
+    n += 1;
+    // Moving detail, so that each layer has a bitrate of its own.
+    g.fillStyle = `hsl(${(n * 7) % 360} 80% 50%)`;
+    g.fillRect(0, 0, W, H);
+    g.fillStyle = '#fff';
+    g.font = '96px sans-serif';
+    for (let i = 0; i < 6; i++) g.fillText(String(n + i), (n * 9 + i * 200) % W, 100 + i * 110);
+  }, 33);
+  const pc = new RTCPeerConnection();
+  window.pubPc = pc;
+  const track = canvas.captureStream(30).getVideoTracks()[0];
+  const tr = pc.addTransceiver(track, {
+    direction: 'sendonly',
+    sendEncodings: rids.map((rid, i) => ({
+      rid,
+      scaleResolutionDownBy: 2 ** i,
+      maxBitrate: [2_000_000, 600_000, 200_000][i],
+    })),
+  });
+  const vp8 = RTCRtpSender.getCapabilities('video').codecs.filter((c) => /vp8/i.test(c.mimeType));
+  tr.setCodecPreferences(vp8);
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((ok) => {
+    if (pc.iceGatheringState === 'complete') ok();
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && ok();
+    setTimeout(ok, 2000);
+  });
+  const res = await fetch(endpoint, {
+    method: 'POST',
+    headers: { 'content-type': 'application/sdp' },
+    body: pc.localDescription.sdp,
+  });
+  const answer = await res.text();
+  if (res.status !== 201) return { error: `WHIP POST ${res.status}: ${answer}` };
+  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+  return { ok: true };
+}
+
+/** In the publisher's page: per RID, the frame width and frames sent of its outbound-rtp. */
+export async function readLayers() {
+  const out = {};
+  (await window.pubPc.getStats()).forEach((s) => {
+    if (s.type === 'outbound-rtp' && s.kind === 'video' && s.rid) {
+      out[s.rid] = {
+        width: s.frameWidth ?? 0,
+        frames: s.framesSent ?? 0,
+        bytes: s.bytesSent ?? 0,
+        fps: s.framesPerSecond ?? 0,
+        limit: s.qualityLimitationReason,
+        plis: s.pliCount ?? 0,
+        keyframes: s.keyFramesEncoded ?? 0,
+      };
+    }
+  });
+  return out;
+}
+
+/** In a viewer page (`page.evaluate(openWhepViewer, { endpoint })`): opens a WHEP viewer on
+ * `endpoint`, kept as window.viewPc. */
+export async function openWhepViewer({ endpoint }) {
+  const pc = new RTCPeerConnection();
+  window.viewPc = pc;
+  pc.addTransceiver('video', { direction: 'recvonly' });
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((ok) => setTimeout(ok, 300));
+  const res = await fetch(endpoint, {
+    method: 'POST',
+    headers: { 'content-type': 'application/sdp' },
+    body: pc.localDescription.sdp,
+  });
+  const answer = await res.text();
+  if (res.status !== 201) return { status: res.status, error: answer };
+  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
+  window.viewLocation = new URL(res.headers.get('location'), endpoint).toString();
+  return { status: res.status };
+}
+
+/** In a viewer page opened by openWhepViewer: its video inbound-rtp figures. */
+export async function readWhepViewer() {
+  const pc = window.viewPc;
+  const out = { ice: pc.iceConnectionState };
+  (await pc.getStats()).forEach((s) => {
+    if (s.type !== 'inbound-rtp' || s.kind !== 'video') return;
+    Object.assign(out, {
+      width: s.frameWidth ?? 0,
+      frames: s.framesDecoded ?? 0,
+      lost: s.packetsLost ?? 0,
+      freezes: s.freezeCount ?? 0,
+      freezeSecs: s.totalFreezesDuration ?? 0,
+      keyframes: s.keyFramesDecoded ?? 0,
+      received: s.framesReceived ?? 0,
+      dropped: s.framesDropped ?? 0,
+      nacks: s.nackCount ?? 0,
+      plis: s.pliCount ?? 0,
+      packets: s.packetsReceived ?? 0,
+    });
+  });
+  return out;
 }

@@ -52,22 +52,22 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Starts `tern demo --http 127.0.0.1:P --media 127.0.0.1:Q --candidate 127.0.0.1` (P a free
- * port, or `httpPort`) and resolves once `GET /` answers with any HTTP status. Rejects, with the tail of the server's
+ * port, or `httpPort`; `host` in place of 127.0.0.1 when given) and resolves once `GET /` answers with any HTTP status. Rejects, with the tail of the server's
  * output, if the binary is missing, exits early, or does not answer within readyTimeoutMs.
  */
-export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [], httpPort: port } = {}) {
+export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [], httpPort: port, host = '127.0.0.1' } = {}) {
   const bin = ternBin();
   if (!existsSync(bin)) {
     throw new Error(`tern binary not found at ${bin}: run \`cargo build --release -p tern\` or set TERN_BIN`);
   }
   const httpPort = port ?? (await freeTcpPort());
   const mediaPort = await freeUdpPort();
-  const base = `http://127.0.0.1:${httpPort}`;
+  const base = `http://${host}:${httpPort}`;
   const args = [
     'demo',
-    '--http', `127.0.0.1:${httpPort}`,
-    '--media', `127.0.0.1:${mediaPort}`,
-    '--candidate', '127.0.0.1',
+    '--http', `${host}:${httpPort}`,
+    '--media', `${host}:${mediaPort}`,
+    '--candidate', host,
     ...extraArgs,
   ];
   const child = spawn(bin, args, {

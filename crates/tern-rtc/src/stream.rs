@@ -233,12 +233,12 @@ impl Stream {
     }
 
     /// Updates each layer's rate from the bytes pushed since the last update; call as
-    /// often as convenient: it updates once a second, and returns true when it did.
-    pub fn tick(&mut self, now: Instant) -> bool {
+    /// often as convenient: it updates once a second.
+    pub fn tick(&mut self, now: Instant) {
         if let Some(at) = self.last_tick {
             let secs = now.saturating_duration_since(at).as_secs_f64();
             if secs < 1.0 {
-                return false;
+                return;
             }
             for l in 0..MAX_LAYERS {
                 let d = self.bytes[l] - self.bytes_at_tick[l];
@@ -247,7 +247,6 @@ impl Stream {
         }
         self.bytes_at_tick = self.bytes;
         self.last_tick = Some(now);
-        true
     }
 
     /// A video layer's payload rate over the last tick interval (bit/s).

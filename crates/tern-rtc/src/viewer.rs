@@ -316,6 +316,9 @@ struct Track {
     /// the wanted layer's next keyframe.
     layer: u8,
     target: u8,
+    /// The layer being sent is held back until the switch (a path too narrow for it:
+    /// what it would send only deepens the queue the new layer's keyframe waits in).
+    hold: bool,
     /// VP8: the last picture ID and TL0PICIDX sent, and what is added to the layer's own
     /// since the last switch.
     last_pid: u16,
@@ -343,6 +346,7 @@ impl Track {
             seq_base: u64::from(p.initial_seq),
             layer: 0,
             target: 0,
+            hold: false,
             last_pid: 0,
             last_tl0: 0,
             pid_off: 0,
@@ -369,7 +373,7 @@ impl Track {
     fn place(&mut self, pkt: &RingPacket) -> Option<u64> {
         let src_start = match self.src_start {
             // A retransmission (or the next packet) of the layer being sent.
-            Some(s) if pkt.layer == self.layer && pkt.seq >= s => s,
+            Some(s) if !self.hold && pkt.layer == self.layer && pkt.seq >= s => s,
             _ if !self.takes(pkt) => return None,
             start => {
                 if start.is_some() {
@@ -387,6 +391,7 @@ impl Track {
                     }
                 }
                 self.layer = pkt.layer;
+                self.hold = false;
                 self.src_start = Some(pkt.seq);
                 pkt.seq
             }
@@ -436,7 +441,7 @@ impl Track {
             {
                 true
             }
-            Some(start) => pkt.layer == self.layer && pkt.seq >= start,
+            Some(start) => !self.hold && pkt.layer == self.layer && pkt.seq >= start,
             None => pkt.kind == MediaKind::Audio || (pkt.keyframe && pkt.layer == self.target),
         }
     }
@@ -660,9 +665,23 @@ impl Viewer {
         self.pinned = pin;
         if let Some(t) = self.video.as_mut() {
             t.target = layer;
+            t.hold = false;
             if t.src_start.is_none() {
                 t.layer = layer;
             }
+        }
+    }
+
+    /// As [`Viewer::set_layer`] (not pinned), for a path that cannot carry the current
+    /// layer: its packets stop at once rather than at the new layer's keyframe, so that
+    /// the queue drains and that keyframe gets through sooner.
+    pub fn drop_to_layer(&mut self, layer: u8) {
+        self.set_layer(layer, false);
+        if let Some(t) = self.video.as_mut()
+            && t.src_start.is_some()
+            && t.layer != layer
+        {
+            t.hold = true;
         }
     }
 

@@ -162,6 +162,8 @@ pub(super) struct Worker {
     next_catchup: Option<Instant>,
     /// Viewers sending probe packets (see `worker/layers.rs`).
     probing: Vec<ViewerId>,
+    /// When simulcast viewers' layers are next chosen.
+    next_layers: Instant,
     /// The HLS thread's queue (app workers).
     hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
@@ -211,6 +213,7 @@ impl Worker {
             catching: Vec::new(),
             next_catchup: None,
             probing: Vec::new(),
+            next_layers: Instant::now(),
             hls_tap: w.hls_tap,
         }
     }

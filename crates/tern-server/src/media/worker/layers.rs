@@ -1,18 +1,20 @@
 //! Simulcast layer choice and probing, for the viewers of simulcast streams only (a viewer
 //! of a single-layer stream has nothing to adapt and pays nothing here).
 //!
-//! Once a second, for each simulcast stream this worker serves, every viewer that is not
+//! Every [`EVERY`], for each simulcast stream this worker serves, every viewer that is not
 //! pinned is pointed at a layer:
 //!
 //! - without a bandwidth estimate (no transport-wide feedback negotiated, and no REMB), the
 //!   best layer sending now (a viewer that will have one starts on the best layer within
 //!   [`START_BPS`], see `Worker::start_viewer`);
+//! - down, the layer it leaves stops at once (its packets would only deepen the queue the
+//!   new layer's keyframe waits in);
 //! - with one, down at once to the best layer that fits in 0.9 of the estimate when its
 //!   layer no longer fits in 0.95 of it; up only to a layer that fits with 30 % headroom,
-//!   and only after that has held for [`UP_AFTER`] seconds in a row (hysteresis).
+//!   and only after that has held for [`UP_AFTER`] passes in a row (2 s: hysteresis).
 //!
 //! A viewer moves at the wanted layer's next keyframe; one waiting to move gets that
-//! keyframe asked for again each second (encoders ignore requests too soon after another:
+//! keyframe asked for again each pass (encoders ignore requests too soon after another:
 //! libwebrtc keeps 300 ms per sender, whatever the layer; ingest still coalesces them to
 //! one per layer per 500 ms).
 //!
@@ -25,9 +27,9 @@
 //! transport layer sees them; padding on the media SSRC would take sequence numbers from
 //! the media.) The estimator takes what arrived without queues growing as
 //! its new floor, so the estimate grows by half per probe while the path has room. A probe
-//! that ends in overuse backs off: the next one waits 2 s, doubling to 30 s.
+//! that ends in overuse backs off: the next one waits 2 s, doubling to 32 s.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tern_rtc::bwe::Usage;
 use tern_rtc::stream::MAX_LAYERS;
@@ -41,8 +43,11 @@ use crate::media::table::entry_in;
 /// best layer within this (a start on the top layer of a path that cannot carry it would
 /// lose packets until the first estimate; libwebrtc's senders start at 300 kbit/s).
 pub(super) const START_BPS: u32 = 1_000_000;
-/// Seconds a higher layer must fit before a viewer moves up.
-const UP_AFTER: u8 = 2;
+/// How often layers are chosen: a path that shrank is left within a quarter second of
+/// the estimate saying so.
+pub(super) const EVERY: Duration = Duration::from_millis(250);
+/// Passes a higher layer must fit before a viewer moves up (2 s).
+const UP_AFTER: u8 = 8;
 /// Headroom a layer needs under the estimate to move up to it.
 const UP_HEADROOM: f64 = 1.3;
 /// A layer above this share of the estimate no longer fits: move down.
@@ -53,8 +58,9 @@ const DOWN_TO: f64 = 0.9;
 const PROBE_TICKS: u8 = 25;
 /// A probe brings the viewer's send rate to this multiple of the estimate.
 const PROBE_GAIN: f64 = 1.5;
-/// Longest wait between probes after overuse (seconds).
-const PROBE_BACKOFF_MAX: u8 = 30;
+/// Wait before the next probe after overuse, doubling, up to this (passes: 2 s, 32 s).
+const PROBE_BACKOFF_MIN: u8 = 8;
+const PROBE_BACKOFF_MAX: u8 = 128;
 /// Most probe packets per viewer and sweep (16 every 20 ms: 1.9 Mbit/s).
 const PROBE_BURST: usize = 16;
 /// Bytes of one probe packet on the wire, about: 255 of padding, the RTP header with the
@@ -64,13 +70,13 @@ const PROBE_PACKET: usize = 291;
 /// A viewer's layer-choice state: a few bytes in its table entry.
 #[derive(Debug, Default, Clone, Copy)]
 pub(in crate::media) struct Adapt {
-    /// Seconds in a row a higher layer has fitted.
+    /// Passes in a row a higher layer has fitted.
     up_streak: u8,
     /// Sweeps of the current probe left (0: not probing).
     probe_ticks: u8,
-    /// Seconds until the next probe may start.
+    /// Passes until the next probe may start.
     probe_wait: u8,
-    /// The wait after the next overuse (seconds; 0 until the first).
+    /// The wait after the next overuse (passes; 0 until the first).
     backoff: u8,
     /// Probe bytes per sweep.
     probe_bytes: u16,
@@ -103,7 +109,11 @@ impl Worker {
                     None => best,
                     Some(b) if rate(cur) > DOWN_AT * b || rate(cur) == 0.0 => {
                         a.up_streak = 0;
-                        s.pick_layer(Some((DOWN_TO * b) as u32))
+                        let to = s.pick_layer(Some((DOWN_TO * b) as u32));
+                        if to != cur && rate(cur) > 0.0 {
+                            v.drop_to_layer(to);
+                        }
+                        to
                     }
                     Some(b) => {
                         let up = s.pick_layer(Some((b / UP_HEADROOM) as u32));
@@ -120,7 +130,8 @@ impl Worker {
                         }
                     }
                 };
-                if target != cur {
+                // (A drop has set the target already, and holds the layer it leaves.)
+                if target != v.target_layer() {
                     v.set_layer(target, false);
                 }
                 // Probe toward the next layer up when it does not fit yet.
@@ -174,11 +185,11 @@ impl Worker {
                 let over = e.viewer.bwe_usage() == Some(Usage::Over);
                 let a = &mut e.adapt;
                 if over {
-                    a.backoff = (a.backoff.max(1) * 2).min(PROBE_BACKOFF_MAX);
+                    a.backoff = (a.backoff * 2).clamp(PROBE_BACKOFF_MIN, PROBE_BACKOFF_MAX);
                     a.probe_wait = a.backoff;
                 } else {
                     a.backoff = 0;
-                    a.probe_wait = 1;
+                    a.probe_wait = 2;
                 }
                 self.probing.swap_remove(i);
                 continue;

@@ -75,9 +75,15 @@ impl Worker {
     }
 
     pub(super) fn sweep(&mut self, now: Instant) {
-        for i in 0..self.streams.len() {
-            if self.streams[i].stream.tick(now) && self.streams[i].stream.layers() > 1 {
-                self.choose_layers(i, now);
+        for s in &mut self.streams {
+            s.stream.tick(now);
+        }
+        if now >= self.next_layers {
+            self.next_layers = now + super::layers::EVERY;
+            for i in 0..self.streams.len() {
+                if self.streams[i].stream.layers() > 1 {
+                    self.choose_layers(i, now);
+                }
             }
         }
         self.probe();
