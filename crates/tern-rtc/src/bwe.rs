@@ -106,7 +106,7 @@ pub struct Estimator {
     cfg: BweConfig,
     /// Recent packets, by `seq % SENT_RING` (a slot's older packet is 128 numbers back, so a
     /// feedback is matched by its sequence number alone; size 0 marks an empty slot).
-    sent: Box<[Sent; SENT_RING]>,
+    sent: [Sent; SENT_RING],
     group: Option<Group>,
     prev_group: Option<Group>,
     /// Trendline state.
@@ -140,7 +140,7 @@ impl Estimator {
         let start = cfg.start_bps.clamp(cfg.min_bps, cfg.max_bps) as f64;
         Estimator {
             cfg,
-            sent: Box::new([Sent::default(); SENT_RING]),
+            sent: [Sent::default(); SENT_RING],
             group: None,
             prev_group: None,
             acc_delay: 0.0,

@@ -584,6 +584,21 @@ impl Viewer {
         self.video.is_some_and(|t| t.p.transport_cc_ext.is_some())
     }
 
+    /// Reads a transport-wide feedback's FCI (after its two SSRCs) into the estimate; one
+    /// that does not parse is counted as dropped. Without an estimate it is ignored.
+    pub fn on_transport_feedback(&mut self, fci: &[u8], now: Instant) {
+        let Some(b) = self.bwe.as_mut() else {
+            return;
+        };
+        match twcc::parse(fci) {
+            Ok(fb) => {
+                let t = b.micros(now);
+                b.est.on_feedback(&fb, t);
+            }
+            Err(_) => self.counters.dropped += 1,
+        }
+    }
+
     /// Whether the viewer can be sent probe packets (an estimate and RTX negotiated).
     pub fn can_probe(&self) -> bool {
         self.bwe.is_some() && self.video.is_some_and(|t| t.p.rtx.is_some())
@@ -1011,16 +1026,8 @@ impl Viewer {
                     fmt: twcc::FMT_TWCC,
                     body,
                 } => {
-                    if let Some(b) = self.bwe.as_mut()
-                        && let Some(fci) = body.get(8..)
-                    {
-                        match twcc::parse(fci) {
-                            Ok(fb) => {
-                                let t = b.micros(now);
-                                b.est.on_feedback(&fb, t);
-                            }
-                            Err(_) => self.counters.dropped += 1,
-                        }
+                    if let Some(fci) = body.get(8..) {
+                        self.on_transport_feedback(fci, now);
                     }
                 }
                 _ => {}

@@ -53,7 +53,15 @@ pub struct LabArgs {
     /// Also send forwarded packets over loopback UDP with sendmmsg.
     #[arg(long)]
     pub udp: bool,
+    /// Give every viewer a bandwidth estimate, as a viewer of a simulcast stream has:
+    /// transport-wide sequence numbers on its video, and a transport-wide feedback for
+    /// what it was sent every 100 ms (built here: the lean client sends none).
+    #[arg(long)]
+    pub bwe: bool,
 }
+
+/// The transport-wide sequence number's extension id in `--bwe` mode.
+const TWCC_EXT: u8 = 5;
 
 /// Server heap ledger: live bytes attributed to server-side calls.
 struct Ledger {
@@ -161,6 +169,9 @@ struct Pair {
     viewer: Option<Viewer>,
     client: Client,
     addr: SocketAddr,
+    /// `--bwe`: transport-wide sequence numbers sent and already fed back.
+    twcc_sent: u16,
+    twcc_acked: u16,
 }
 
 /// Runs the lab and prints its report.
@@ -266,7 +277,12 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         let (answer, viewer) = ledger.run(|| {
             let offer = SessionDescription::parse(&offer_sdp).map_err(|e| e.to_string())?;
             let neg = sdp::negotiate(&offer).map_err(|e| e.to_string())?;
-            let acc = session::accept(&offer, &neg, &local, &mut rand);
+            let mut acc = session::accept(&offer, &neg, &local, &mut rand);
+            if a.bwe
+                && let Some(v) = acc.params.video.as_mut()
+            {
+                v.transport_cc_ext = Some(TWCC_EXT);
+            }
             let v = Viewer::new(acc.params, now);
             Ok::<_, String>((acc.answer, v))
         })?;
@@ -291,6 +307,8 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
             viewer: Some(viewer),
             client,
             addr,
+            twcc_sent: 0,
+            twcc_acked: 0,
         });
     }
     rows.push(Row {
@@ -350,6 +368,19 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
         viewers: n,
         allocs: ledger.allocs,
     });
+    if a.bwe {
+        for p in pairs.iter_mut() {
+            if let Some(v) = p.viewer.as_mut() {
+                ledger.run(|| v.enable_bwe(now));
+            }
+        }
+        rows.push(Row {
+            name: "bandwidth estimators on (--bwe)",
+            live: ledger.live,
+            viewers: n,
+            allocs: ledger.allocs,
+        });
+    }
 
     // Steady state or fan-out only.
     let mut out = vec![0u8; 1536];
@@ -378,6 +409,7 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
     };
     let mut tick = 0u64;
     let mut sweep_buf = vec![0u8; 512];
+    let mut fb_buf = Vec::with_capacity(1024);
     'outer: while tick < ticks {
         now += Duration::from_micros(33_333);
         fresh.clear();
@@ -404,7 +436,13 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
                 sink_addr,
                 ledger,
                 verify,
+                a.bwe,
             )?;
+        }
+        if a.bwe && tick % 3 == 2 {
+            let l = a.packets.is_none().then_some(&mut ledger);
+            let at = now.duration_since(t0).as_micros() as i64 - 100_000;
+            feed_back(&mut pairs, (now, at), &mut fb_buf, l);
         }
         if !batch.is_empty() {
             flush(&mut batch, sender.as_ref());
@@ -585,6 +623,7 @@ fn fan_out_packet(
     sink_addr: Option<SocketAddr>,
     mut ledger: Option<&mut Ledger>,
     mut verify: Option<(Instant, &mut Vec<u8>)>,
+    bwe: bool,
 ) -> Result<u64, String> {
     let mut forwarded = 0;
     for p in pairs.iter_mut() {
@@ -602,6 +641,9 @@ fn fan_out_packet(
         };
         if let Ok(Some(len)) = wrote {
             forwarded += 1;
+            if bwe && pkt.kind == MediaKind::Video {
+                p.twcc_sent = p.twcc_sent.wrapping_add(1);
+            }
             if let Some((now, out)) = verify.as_mut() {
                 out[..len].copy_from_slice(&slot[..len]);
                 p.client.handle_input(*now, &mut out[..len]);
@@ -610,6 +652,39 @@ fn fan_out_packet(
         }
     }
     Ok(forwarded)
+}
+
+/// `--bwe`: each viewer's transport-wide feedback for the video sent since the last one,
+/// every packet received, arrivals spread over the last 100 ms. Kept out of line, like
+/// [`fan_out_packet`], so that callgrind can count it with it (see `bench/bwe.sh`).
+#[inline(never)]
+fn feed_back(
+    pairs: &mut [Pair],
+    (now, base): (Instant, i64),
+    buf: &mut Vec<u8>,
+    mut ledger: Option<&mut Ledger>,
+) {
+    for p in pairs.iter_mut() {
+        let Some(v) = p.viewer.as_mut() else { continue };
+        let n = p.twcc_sent.wrapping_sub(p.twcc_acked);
+        if n == 0 {
+            continue;
+        }
+        let step = 100_000 / i64::from(n);
+        let statuses: Vec<tern_proto::twcc::PacketStatus> = (0..n)
+            .map(|i| tern_proto::twcc::PacketStatus {
+                seq: p.twcc_acked.wrapping_add(i),
+                arrival_us: Some(base + i64::from(i) * step),
+            })
+            .collect();
+        buf.clear();
+        tern_proto::twcc::write(&statuses, 0, buf);
+        p.twcc_acked = p.twcc_sent;
+        match ledger.as_deref_mut() {
+            Some(l) => l.run(|| v.on_transport_feedback(buf, now)),
+            None => v.on_transport_feedback(buf, now),
+        }
+    }
 }
 
 /// One datagram from a client into its viewer, with the replies delivered back.
