@@ -169,9 +169,6 @@ struct Pair {
     viewer: Option<Viewer>,
     client: Client,
     addr: SocketAddr,
-    /// `--bwe`: transport-wide sequence numbers sent and already fed back.
-    twcc_sent: u16,
-    twcc_acked: u16,
 }
 
 /// Runs the lab and prints its report.
@@ -307,8 +304,6 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
             viewer: Some(viewer),
             client,
             addr,
-            twcc_sent: 0,
-            twcc_acked: 0,
         });
     }
     rows.push(Row {
@@ -410,6 +405,8 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
     let mut tick = 0u64;
     let mut sweep_buf = vec![0u8; 512];
     let mut fb_buf = Vec::with_capacity(1024);
+    // `--bwe`: the transport-wide sequence numbers fed back so far, and sent so far.
+    let mut twcc = (0u16, 0u16);
     'outer: while tick < ticks {
         now += Duration::from_micros(33_333);
         fresh.clear();
@@ -436,13 +433,18 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
                 sink_addr,
                 ledger,
                 verify,
-                a.bwe,
             )?;
+            // Every viewer is sent every packet: one count of transport-wide sequence
+            // numbers serves them all.
+            if pkt.kind == MediaKind::Video {
+                twcc.1 = twcc.1.wrapping_add(1);
+            }
         }
         if a.bwe && tick % 3 == 2 {
             let l = a.packets.is_none().then_some(&mut ledger);
             let at = now.duration_since(t0).as_micros() as i64 - 100_000;
-            feed_back(&mut pairs, (now, at), &mut fb_buf, l);
+            feed_back(&mut pairs, (now, at), twcc, &mut fb_buf, l);
+            twcc.0 = twcc.1;
         }
         if !batch.is_empty() {
             flush(&mut batch, sender.as_ref());
@@ -623,7 +625,6 @@ fn fan_out_packet(
     sink_addr: Option<SocketAddr>,
     mut ledger: Option<&mut Ledger>,
     mut verify: Option<(Instant, &mut Vec<u8>)>,
-    bwe: bool,
 ) -> Result<u64, String> {
     let mut forwarded = 0;
     for p in pairs.iter_mut() {
@@ -641,9 +642,6 @@ fn fan_out_packet(
         };
         if let Ok(Some(len)) = wrote {
             forwarded += 1;
-            if bwe && pkt.kind == MediaKind::Video {
-                p.twcc_sent = p.twcc_sent.wrapping_add(1);
-            }
             if let Some((now, out)) = verify.as_mut() {
                 out[..len].copy_from_slice(&slot[..len]);
                 p.client.handle_input(*now, &mut out[..len]);
@@ -654,32 +652,33 @@ fn fan_out_packet(
     Ok(forwarded)
 }
 
-/// `--bwe`: each viewer's transport-wide feedback for the video sent since the last one,
-/// every packet received, arrivals spread over the last 100 ms. Kept out of line, like
+/// `--bwe`: each viewer's transport-wide feedback for the video sent since the last one
+/// (sequence numbers `acked..sent`), every packet received, arrivals spread over the last
+/// 100 ms. Kept out of line, like
 /// [`fan_out_packet`], so that callgrind can count it with it (see `bench/bwe.sh`).
 #[inline(never)]
 fn feed_back(
     pairs: &mut [Pair],
     (now, base): (Instant, i64),
+    (acked, sent): (u16, u16),
     buf: &mut Vec<u8>,
     mut ledger: Option<&mut Ledger>,
 ) {
+    let n = sent.wrapping_sub(acked);
+    if n == 0 {
+        return;
+    }
+    let step = 100_000 / i64::from(n);
+    let statuses: Vec<tern_proto::twcc::PacketStatus> = (0..n)
+        .map(|i| tern_proto::twcc::PacketStatus {
+            seq: acked.wrapping_add(i),
+            arrival_us: Some(base + i64::from(i) * step),
+        })
+        .collect();
+    buf.clear();
+    tern_proto::twcc::write(&statuses, 0, buf);
     for p in pairs.iter_mut() {
         let Some(v) = p.viewer.as_mut() else { continue };
-        let n = p.twcc_sent.wrapping_sub(p.twcc_acked);
-        if n == 0 {
-            continue;
-        }
-        let step = 100_000 / i64::from(n);
-        let statuses: Vec<tern_proto::twcc::PacketStatus> = (0..n)
-            .map(|i| tern_proto::twcc::PacketStatus {
-                seq: p.twcc_acked.wrapping_add(i),
-                arrival_us: Some(base + i64::from(i) * step),
-            })
-            .collect();
-        buf.clear();
-        tern_proto::twcc::write(&statuses, 0, buf);
-        p.twcc_acked = p.twcc_sent;
         match ledger.as_deref_mut() {
             Some(l) => l.run(|| v.on_transport_feedback(buf, now)),
             None => v.on_transport_feedback(buf, now),

@@ -579,6 +579,12 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>, headers: HeaderMap)
         l(&s.ingest_packets),
     );
     gauge(
+        "tern_probe_packets_total",
+        "Padding packets sent to probe the path of viewers of simulcast streams.",
+        "counter",
+        l(&s.probe_packets),
+    );
+    gauge(
         "tern_snapshot_builds_total",
         "Snapshot segments built.",
         "counter",
@@ -691,7 +697,14 @@ pub fn openapi_doc() -> serde_json::Value {
     let app = p("app", "application name");
     let stream = p("stream", "stream name");
     let id = p("id", "viewer id (from the viewer snapshots)");
-    json!({
+    // Added apart: one more path in the document's json! passes the macro's recursion limit.
+    let layer_ops = json!({
+                "put": {"summary": "Pin a viewer of a simulcast stream to a layer (it moves at the layer's next keyframe)", "parameters": [id], "security": [{"bearer": []}],
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["rid"], "properties": {"rid": {"type": "string", "description": "the layer's RID, as the stream snapshot's layers give it"}}}}}},
+                    "responses": {"204": status("pinned"), "400": status("not {\"rid\": …}, or a layer the stream does not have (the message names its layers)"), "404": status("no such viewer"), "401": status("API token required")}},
+                "delete": {"summary": "Unpin a viewer: its bandwidth estimate chooses its layer again", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"204": status("unpinned"), "404": status("no such viewer"), "401": status("API token required")}}});
+    let mut doc = json!({
         "openapi": "3.0.3",
         "info": {"title": "tern", "version": env!("CARGO_PKG_VERSION"),
                  "description": "tern's management API, WHEP/WHIP endpoints, metrics and pages."},
@@ -727,7 +740,7 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
                 "parameters": [
                     {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed"},
                     {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
                 "security": [{"bearer": []}],
                 "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},
@@ -784,5 +797,7 @@ pub fn openapi_doc() -> serde_json::Value {
                         "412": status("ETag mismatch"), "428": status("If-Match required"), "422": status("restart refused")}},
                 "options": {"summary": "CORS preflight", "parameters": [app, stream, p("session", "session id")], "responses": {"204": status("allowed")}}}
         }
-    })
+    });
+    doc["paths"]["/v1/viewers/{id}/layer"] = layer_ops;
+    doc
 }
