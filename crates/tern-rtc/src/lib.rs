@@ -1,5 +1,5 @@
 //! Sans-IO sessions for tern: the lean viewer, the WHIP publisher, the RTMP publisher (with
-//! its AAC → Opus transcoder), the stream ring, the clip source, the
+//! its AAC → Opus transcoder and its video renditions), the stream ring, the clip source, the
 //! offer/answer glue and a lean receiving client for tests and load.
 
 #![forbid(unsafe_code)]
@@ -10,6 +10,7 @@ pub mod clip;
 pub mod hls;
 pub mod peer_policy;
 pub mod publisher;
+pub mod renditions;
 pub mod rtmp;
 pub mod session;
 pub mod stream;

@@ -7,6 +7,9 @@
 //! * video: AVC sequence headers give the SPS/PPS; each AVC frame becomes RTP payloads
 //!   (RFC 6184 mode 1, SPS/PPS in a STAP-A in front of keyframes) with the RTP timestamp
 //!   PTS × 90 (PTS = RTMP timestamp + composition time, in ms);
+//! * renditions (when [`RtmpPublisher::set_renditions`] asks for them): lower video layers
+//!   made from the source, which is decoded once for them and for the B-frame transcoder
+//!   ([`crate::renditions`]); their packets go to the caller's sink from their own threads;
 //! * audio: AAC frames are transcoded to 20 ms Opus frames ([`crate::transcode`]) with the
 //!   RTP timestamp RTMP ms × 48 at the start of the audio, advancing by samples; an AAC
 //!   frame that does not decode is dropped and counted ([`RtmpPublisher::audio_dropped`]).
@@ -32,8 +35,9 @@ use tracing::debug;
 
 use crate::clip::MediaKind;
 use crate::publisher::IngestPacket;
+use crate::renditions::{RenditionSink, RenditionSpec, RenditionStats, Renditions, SourceFrame};
 use crate::transcode::{AacToOpus, TranscodeError};
-use crate::video_transcode::{H264Transcoder, TranscodeStats};
+use crate::video_transcode::{EncodedFrame, H264Transcoder, TranscodeStats, VideoTranscodeError};
 
 /// Why an RTMP publisher must be disconnected.
 #[derive(Debug, Error)]
@@ -159,7 +163,8 @@ pub enum VideoNotice {
 }
 
 /// The current GOP's frames, kept while a B-frame stream is passed through so that a
-/// transcoder started mid-GOP can decode what follows: at most this many bytes...
+/// transcoder started mid-GOP can decode what follows (not with renditions, whose decoder
+/// has decoded it already): at most this many bytes...
 const GOP_MAX_BYTES: usize = 16 << 20;
 /// ... and this many frames (20 s at 30 fps); past either the GOP is dropped and the
 /// transcoder waits for the next keyframe.
@@ -186,6 +191,8 @@ struct Reorder {
     config: Option<AvcConfig>,
     gop: Vec<GopFrame>,
     gop_bytes: usize,
+    /// Frames since the GOP's IDR (kept or not).
+    gop_frames: usize,
     /// The GOP outgrew its bounds: nothing kept until the next keyframe.
     gop_broken: bool,
     /// The kept GOP starts with its IDR (false until the first keyframe).
@@ -220,11 +227,33 @@ pub struct RtmpPublisher {
     max_payload: usize,
     reorder: Reorder,
     tap: SampleTap,
+    /// Lower layers made from the video, with the decoder they share with the transcoder.
+    renditions: Option<Box<Renditions>>,
 }
 
 /// `units` of a `rate` Hz clock as 64-bit NTP duration.
 fn ntp_of(units: i64, rate: u32) -> i64 {
     ((i128::from(units) << 32) / i128::from(rate)) as i64
+}
+
+/// An AVC frame as Annex B for a decoder (the configuration's SPS/PPS in front of an IDR
+/// that lacks them, access unit delimiters left out), and whether it holds an IDR.
+fn annex_b(cfg: &AvcConfig, body: &[u8]) -> Result<(Vec<u8>, bool), FlvError> {
+    let nals = avcc_nal_units(body, cfg.length_size)?;
+    let idr = nals.iter().any(|n| h264::nal_type(n) == h264::NAL_IDR);
+    let in_band = nals.iter().any(|n| h264::nal_type(n) == h264::NAL_SPS);
+    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut put = |n: &[u8]| {
+        out.extend_from_slice(&[0, 0, 0, 1]);
+        out.extend_from_slice(n);
+    };
+    if idr && !in_band {
+        cfg.sps.iter().chain(cfg.pps.iter()).for_each(|n| put(n));
+    }
+    nals.iter()
+        .filter(|n| h264::nal_type(n) != h264::NAL_AUD)
+        .for_each(|n| put(n));
+    Ok((out, idr))
 }
 
 impl RtmpPublisher {
@@ -244,6 +273,7 @@ impl RtmpPublisher {
             max_payload,
             reorder: Reorder::default(),
             tap: SampleTap::default(),
+            renditions: None,
         }
     }
 
@@ -280,6 +310,41 @@ impl RtmpPublisher {
     pub fn request_keyframe(&mut self) {
         if let Some(t) = self.reorder.transcoder.as_mut() {
             t.request_idr();
+        }
+    }
+
+    /// Makes lower video layers from the video: rendition `i` of `specs` (at most
+    /// [`crate::renditions::MAX_RENDITIONS`]) becomes layer `i + 1`, the source staying
+    /// layer 0. Their packets and news go to `sink`, from the renditions' own threads (not
+    /// through [`RtmpPublisher::receive`]'s events). Call it once the publish is accepted,
+    /// before media flows. An error (libavcodec without an H264 decoder or libx264, no
+    /// thread) leaves the publisher without renditions; empty `specs` turns them off.
+    pub fn set_renditions(
+        &mut self,
+        specs: &[RenditionSpec],
+        sink: RenditionSink,
+    ) -> Result<(), VideoTranscodeError> {
+        self.renditions = None;
+        if !specs.is_empty() {
+            self.renditions = Some(Box::new(Renditions::new(specs, self.max_payload, sink)?));
+        }
+        Ok(())
+    }
+
+    /// What each rendition did so far (empty without renditions).
+    pub fn rendition_stats(&self) -> Vec<RenditionStats> {
+        self.renditions
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.stats())
+    }
+
+    /// A viewer asked for a keyframe of video layer `layer`: layer 0 as
+    /// [`RtmpPublisher::request_keyframe`], a rendition's layer from its encoder.
+    pub fn request_layer_keyframe(&mut self, layer: u8) {
+        match (layer, self.renditions.as_mut()) {
+            (0, _) => self.request_keyframe(),
+            (l, Some(r)) => r.request_idr(l),
+            (_, None) => {}
         }
     }
 
@@ -379,15 +444,26 @@ impl RtmpPublisher {
                 // Frames are kept from the first GOP on, before B-frames show (the first is
                 // usually the third frame): a transcoder needs the GOP's IDR.
                 let probing = !r.b_frames && !r.settled;
-                if (r.b_frames || probing)
-                    && r.mode == TranscodeMode::Auto
-                    && !r.failed
-                    && r.config.is_some()
-                {
-                    let transcoded = self.transcode(now_ntp, pts, dts, tag.body, ev)?;
-                    if transcoded {
-                        return Ok(());
+                let transcode =
+                    (r.b_frames || probing) && r.mode == TranscodeMode::Auto && !r.failed;
+                // Annex B for the decoders, when one will read the frame.
+                let annex_b = match &r.config {
+                    Some(cfg) if transcode || self.renditions.is_some() => {
+                        Some(annex_b(cfg, tag.body)?)
                     }
+                    _ => None,
+                };
+                let mut transcoded = false;
+                if let (true, Some((au, idr))) = (transcode, &annex_b) {
+                    transcoded = self.transcode(now_ntp, pts, dts, au, *idr, ev)?;
+                }
+                if let Some((au, idr)) = &annex_b
+                    && self.renditions.is_some()
+                {
+                    self.decode_shared(now_ntp, pts, dts, au, *idr, ev)?;
+                }
+                if transcoded {
+                    return Ok(());
                 }
                 if self.reorder.wait_key {
                     if !tag.keyframe {
@@ -505,34 +581,23 @@ impl RtmpPublisher {
     /// A frame of a B-frame stream in auto mode: kept in the GOP, and transcoded while
     /// viewers want it. Returns whether the frame was consumed (the transcoder emits in its
     /// place); false means pass it through.
+    ///
+    /// With renditions the source is decoded all along by their decoder, which then feeds
+    /// the transcoder ([`RtmpPublisher::decode_shared`]): no GOP is kept, and a transcoder
+    /// starts at any frame.
     fn transcode(
         &mut self,
         now_ntp: u64,
         pts: i64,
         dts: i64,
-        body: &[u8],
+        annex_b: &[u8],
+        idr: bool,
         ev: &mut dyn FnMut(RtmpEvent),
     ) -> Result<bool, RtmpIngestError> {
+        let shared = self.renditions.is_some();
         let r = &mut self.reorder;
-        let Some(cfg) = &r.config else {
-            return Ok(false);
-        };
-        let nals = avcc_nal_units(body, cfg.length_size)?;
-        let idr = nals.iter().any(|n| h264::nal_type(n) == h264::NAL_IDR);
-        let in_band = nals.iter().any(|n| h264::nal_type(n) == h264::NAL_SPS);
-        let mut annex_b = Vec::with_capacity(body.len() + 64);
-        let mut put = |n: &[u8]| {
-            annex_b.extend_from_slice(&[0, 0, 0, 1]);
-            annex_b.extend_from_slice(n);
-        };
-        if idr && !in_band {
-            cfg.sps.iter().chain(cfg.pps.iter()).for_each(|n| put(n));
-        }
-        nals.iter()
-            .filter(|n| h264::nal_type(n) != h264::NAL_AUD)
-            .for_each(|n| put(n));
         if idr {
-            if !r.b_frames && !r.gop.is_empty() {
+            if !r.b_frames && r.gop_frames > 0 {
                 // A whole GOP without B-frames: this publisher does not send them.
                 r.settled = true;
                 r.gop = Vec::new();
@@ -541,16 +606,37 @@ impl RtmpPublisher {
             }
             r.gop.clear();
             r.gop_bytes = 0;
+            r.gop_frames = 0;
             r.gop_broken = false;
             r.gop_key = true;
         }
+        r.gop_frames += 1;
         if !r.wanted || !r.b_frames {
             if let Some(t) = r.transcoder.take() {
                 // Passthrough resumes cleanly at the next source keyframe.
                 r.wait_key = !idr;
                 ev(RtmpEvent::Video(VideoNotice::TranscodeStopped(t.stats())));
             }
-        } else if r.transcoder.is_none()
+        } else if r.transcoder.is_none() && shared && r.gop_key {
+            // Past what was passed through: the shared decoder's next pictures.
+            match H264Transcoder::fed() {
+                Ok(mut t) => {
+                    if let Some(p) = r.passed_pts {
+                        t.skip_through(p);
+                    }
+                    r.transcoder = Some(Box::new(t));
+                    ev(RtmpEvent::Video(VideoNotice::TranscodeStarted));
+                }
+                Err(e) => {
+                    r.failed = true;
+                    ev(RtmpEvent::Video(VideoNotice::TranscodeFailed(
+                        e.to_string(),
+                    )));
+                    return Ok(false);
+                }
+            }
+        } else if !shared
+            && r.transcoder.is_none()
             && !r.gop_broken
             && (idr || (r.gop_key && !r.gop.is_empty()))
         {
@@ -580,13 +666,13 @@ impl RtmpPublisher {
             }
         }
         let Some(t) = r.transcoder.as_mut() else {
-            if !r.gop_broken {
+            if !r.gop_broken && !shared {
                 if r.gop.len() < GOP_MAX_FRAMES && r.gop_bytes + annex_b.len() <= GOP_MAX_BYTES {
                     r.gop_bytes += annex_b.len();
                     r.gop.push(GopFrame {
                         pts,
                         dts,
-                        data: annex_b,
+                        data: annex_b.to_vec(),
                     });
                 } else {
                     r.gop_broken = true;
@@ -596,12 +682,16 @@ impl RtmpPublisher {
             }
             return Ok(false);
         };
+        if t.is_fed() {
+            // decode_shared gives it this frame's pictures.
+            return Ok(true);
+        }
         let mut frames = Vec::new();
         if let Err(e) = t.push(
             pts,
             dts,
             idr,
-            &annex_b,
+            annex_b,
             std::time::Instant::now(),
             &mut |f| frames.push(f),
         ) {
@@ -613,6 +703,62 @@ impl RtmpPublisher {
             )));
             return Ok(true);
         }
+        self.emit_transcoded(now_ntp, frames, ev)?;
+        Ok(true)
+    }
+
+    /// Decodes a frame once for the renditions and, when one runs on their decoder, the
+    /// B-frame transcoder, whose frames are sent as layer 0.
+    fn decode_shared(
+        &mut self,
+        now_ntp: u64,
+        pts: i64,
+        dts: i64,
+        annex_b: &[u8],
+        idr: bool,
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<(), RtmpIngestError> {
+        // The NTP time of media time 0: a picture's capture time is that plus its pts.
+        let base = self.capture(now_ntp, dts, 0, 90_000) as i64;
+        let Some(renditions) = self.renditions.as_mut() else {
+            return Ok(());
+        };
+        let now = std::time::Instant::now();
+        let mut transcoder = self.reorder.transcoder.as_mut().filter(|t| t.is_fed());
+        let (mut frames, mut failure) = (Vec::new(), None);
+        let ntp = |pts: i64| base.wrapping_add(ntp_of(pts, 1000)) as u64;
+        let frame = SourceFrame {
+            pts_ms: pts,
+            dts_ms: dts,
+            keyframe: idr,
+            annex_b,
+        };
+        renditions.push(frame, now, &ntp, &mut |pic| {
+            if let (Some(t), None) = (transcoder.as_mut(), &failure)
+                && let Err(e) = t.picture(pic, now, &mut |f| frames.push(f))
+            {
+                failure = Some(e);
+            }
+        });
+        if let Some(e) = failure {
+            let r = &mut self.reorder;
+            r.transcoder = None;
+            r.failed = true;
+            r.wait_key = true;
+            ev(RtmpEvent::Video(VideoNotice::TranscodeFailed(
+                e.to_string(),
+            )));
+        }
+        self.emit_transcoded(now_ntp, frames, ev)
+    }
+
+    /// The transcoder's frames as layer-0 RTP.
+    fn emit_transcoded(
+        &mut self,
+        now_ntp: u64,
+        frames: Vec<EncodedFrame>,
+        ev: &mut dyn FnMut(RtmpEvent),
+    ) -> Result<(), RtmpIngestError> {
         let max_payload = self.max_payload;
         for f in frames {
             let nals: Vec<&[u8]> = h264::nal_units(&f.data).collect();
@@ -631,7 +777,7 @@ impl RtmpPublisher {
             let capture_ntp = Some(self.capture(now_ntp, f.pts_ms, rtp_ts, 90_000));
             self.emit_video(packets, rtp_ts, capture_ntp, ev);
         }
-        Ok(true)
+        Ok(())
     }
 
     fn audio(
@@ -946,6 +1092,149 @@ mod tests {
             .expect("w");
         let err = p.receive(0, &b, &mut |_| {}).expect_err("mp3 refused");
         assert!(err.to_string().contains("sound format 2"), "{err}");
+    }
+
+    /// With renditions a B-frame stream is decoded once, for the renditions and the
+    /// transcoder: layers 1 and 2 come out of the sink at their sizes (decoded back),
+    /// Baseline, with IDRs where the source has them and where a viewer asked, on the
+    /// source's timeline; layer 0 passes through without a viewer and is transcoded (by the
+    /// shared decoder's pictures, no GOP kept) with one.
+    #[test]
+    fn renditions_and_the_transcoder_share_one_decoder() {
+        use crate::renditions::RenditionEvent;
+        use crate::renditions::tests::{decoded, keeping_sink, layer_frames, spec};
+        let Some(flv) = crate::video_transcode::tests::b_frame_sample(3, "flv") else {
+            eprintln!("ffmpeg not installed: skipped");
+            return;
+        };
+        let mut p = RtmpPublisher::new(5, 1200);
+        let mut w = start_publishing(&mut p);
+        let (sink, kept) = keeping_sink(std::time::Duration::ZERO);
+        p.set_renditions(&[spec("m", 64, 300), spec("l", 32, 100)], sink)
+            .expect("renditions");
+        let tags = flv_tags(&flv);
+        // One tag at a time, each rendition done before the next (no drops in a test).
+        let mut phase = |p: &mut RtmpPublisher, from: u32, to: u32| {
+            let (mut packets, mut notices) = (Vec::new(), Vec::new());
+            for (ty, ts, body) in &tags {
+                if *ty != 9 || !(from..to).contains(ts) {
+                    continue;
+                }
+                let mut bytes = Vec::new();
+                w.write(6, *ts, MSG_VIDEO, 1, body, &mut bytes)
+                    .expect("write");
+                p.receive(1 << 40, &bytes, &mut |e| match e {
+                    RtmpEvent::Packet(pk) => packets.push(pk),
+                    RtmpEvent::Video(n) => notices.push(n),
+                    _ => {}
+                })
+                .expect("media");
+                p.renditions.as_ref().expect("renditions").drain();
+            }
+            (packets, notices)
+        };
+        let (pass, notices) = phase(&mut p, 0, 1000);
+        assert_eq!(notices, [VideoNotice::BFrames]);
+        assert!(pass.iter().all(|k| k.layer == 0));
+        p.set_viewers(true);
+        let (coded, notices) = phase(&mut p, 1000, 1500);
+        assert_eq!(notices, [VideoNotice::TranscodeStarted]);
+        let t = p.reorder.transcoder.as_ref().expect("transcoding");
+        assert!(t.is_fed(), "on the renditions' decoder");
+        assert!(p.reorder.gop.is_empty(), "no GOP kept");
+        p.request_layer_keyframe(2);
+        let (coded2, _) = phase(&mut p, 1500, 2000);
+        p.set_viewers(false);
+        let (back, notices) = phase(&mut p, 2000, 3000);
+        assert!(
+            matches!(&notices[..], [VideoNotice::TranscodeStopped(s)] if s.frames_out >= 25),
+            "{notices:?}"
+        );
+        // Layer 0: transcoded from the first frame after what was passed through, Baseline,
+        // in display order, numbering dense across the three phases.
+        let coded: Vec<&IngestPacket> = coded.iter().chain(&coded2).collect();
+        assert!(h264::is_keyframe(&coded[0].payload));
+        assert_eq!(
+            h264::sps_profile_level_id(&coded[0].payload).map(|s| s[0]),
+            Some(66)
+        );
+        let ts: Vec<u64> = coded
+            .iter()
+            .filter(|k| k.marker)
+            .map(|k| k.rtp_ts)
+            .collect();
+        assert!(
+            ts.len() >= 25 && ts.windows(2).all(|w| w[1] > w[0]),
+            "{ts:?}"
+        );
+        let max_pass = pass.iter().map(|k| k.rtp_ts).max().expect("passed");
+        assert!(ts[0] > max_pass, "never back in time");
+        let all: Vec<&IngestPacket> = pass.iter().chain(coded).chain(&back).collect();
+        assert!(all.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+        let stats = p.rendition_stats();
+        drop(p);
+        let events = std::mem::take(&mut *kept.lock().expect("events"));
+        let RenditionEvent::Started { source, sizes } = &events[0] else {
+            panic!("first the sizes: {:?}", events.first());
+        };
+        assert_eq!(*source, (160, 96));
+        let sizes: Vec<(u8, &str, u32, u32)> = sizes
+            .iter()
+            .map(|s| (s.layer, &*s.rid, s.width, s.height))
+            .collect();
+        assert_eq!(sizes, [(1, "m", 106, 64), (2, "l", 54, 32)]);
+        assert!(matches!(events.last(), Some(RenditionEvent::Stopped(s)) if s.len() == 2));
+        // The source's keyframes: FLV frame type 1, pts = timestamp + composition time.
+        let source_keys: Vec<u64> = tags
+            .iter()
+            .filter(|(ty, _, b)| *ty == 9 && b[0] >> 4 == 1 && b[1] == 1)
+            .map(|(_, t, b)| {
+                u64::from(*t) + (i32::from_be_bytes([b[2], b[3], b[4], 0]) >> 8) as u64
+            })
+            .collect();
+        assert_eq!(source_keys.len(), 3, "{source_keys:?}");
+        let mut keys = Vec::new();
+        for (layer, size) in [(1u8, (106, 64)), (2, (54, 32))] {
+            let s = &stats[usize::from(layer) - 1];
+            // libx264 holds the newest picture until the next one's timestamp gives its
+            // duration (variable frame rate: see open_x264).
+            assert_eq!((s.dropped, s.frames_in), (0, s.frames_out + 1), "{s:?}");
+            let frames = layer_frames(&events, layer);
+            // 90 source frames, less the decoder's reordering delay at the end.
+            assert!(frames.len() >= 85, "layer {layer}: {} frames", frames.len());
+            assert!(frames.windows(2).all(|w| w[1].0 > w[0].0), "display order");
+            // On the source's timeline: every frame at a source frame's pts x 90.
+            assert!(frames.iter().all(|f| f.0 % 90 == 0 && f.0 / 90 < 3000));
+            let key_ts: Vec<u64> = frames.iter().filter(|f| f.1).map(|f| f.0 / 90).collect();
+            for k in &source_keys {
+                assert!(
+                    key_ts.contains(k),
+                    "layer {layer}: an IDR at the source's {k} ms: {key_ts:?}"
+                );
+            }
+            keys.push(key_ts);
+            let (pictures, profiles) = decoded(&events, layer);
+            assert_eq!(pictures.len(), frames.len(), "every frame decodes");
+            assert!(
+                pictures.iter().all(|&p| p == size),
+                "layer {layer}: {pictures:?}"
+            );
+            assert!(
+                !profiles.is_empty() && profiles.iter().all(|&p| p == 66),
+                "Baseline"
+            );
+        }
+        assert_eq!(keys[0], source_keys, "layer 1: the source's IDRs");
+        // Layer 2: also one where it was asked for (between 1500 and 2000 ms).
+        let asked: Vec<&u64> = keys[1]
+            .iter()
+            .filter(|k| !source_keys.contains(k))
+            .collect();
+        assert!(
+            keys[1].len() == 4 && asked.len() == 1 && (1400..2000).contains(asked[0]),
+            "layer 2: {:?}",
+            keys[1]
+        );
     }
 
     /// B-frames are reported; with viewers the video is transcoded (Baseline, no

@@ -20,6 +20,10 @@
 //! Sans-IO apart from the codec calls: frames in with their timestamps and the time they
 //! arrived, encoded frames out; the added latency (arrival to encoded output) is measured
 //! per frame.
+//!
+//! The decoding half (`H264Decoder`) and the encoder set-up (`open_x264`) are shared with
+//! the renditions ([`crate::renditions`]): a stream with renditions is decoded once, and its
+//! transcoder (`H264Transcoder::fed`) takes that decoder's pictures.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -31,6 +35,13 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[error("video transcoder: {0}")]
 pub struct VideoTranscodeError(String);
+
+impl VideoTranscodeError {
+    /// An error saying `what`.
+    pub(crate) fn new(what: &str) -> VideoTranscodeError {
+        VideoTranscodeError(what.to_string())
+    }
+}
 
 fn err(what: &str, e: impl std::fmt::Display) -> VideoTranscodeError {
     VideoTranscodeError(format!("{what}: {e}"))
@@ -65,26 +76,187 @@ pub struct TranscodeStats {
     pub height: u32,
 }
 
-/// The decoder and (once the first frame gave the size) the encoder of one stream.
-pub struct H264Transcoder {
+/// Initialises FFmpeg once more (cheap) and quiets it: libavcodec and libx264 write their
+/// notes to stderr; tern logs what matters.
+pub(crate) fn init() -> Result<(), VideoTranscodeError> {
+    ff::init().map_err(|e| err("init", e))?;
+    ff::log::set_level(ff::log::Level::Error);
+    Ok(())
+}
+
+/// How a libx264 encoder spends its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateTarget {
+    /// Constant quality (the B-frame transcoder: CRF 23, the source's size and detail).
+    Crf(u8),
+    /// An average bitrate in kbit/s, held by a VBV buffer of one second (a rendition,
+    /// whose point is a known rate).
+    Kbps(u32),
+}
+
+/// Opens libx264 for `w`x`h` YUV420P pictures timed in milliseconds: Constrained Baseline,
+/// `preset=veryfast`, `tune=zerolatency`, `rate`, a picture marked I encoded as an IDR, SPS
+/// and PPS in band before every IDR. `threads` 0 lets x264 choose.
+pub(crate) fn open_x264(
+    w: u32,
+    h: u32,
+    rate: RateTarget,
+    threads: usize,
+) -> Result<ff::encoder::Video, VideoTranscodeError> {
+    let codec = ff::encoder::find_by_name("libx264")
+        .ok_or_else(|| VideoTranscodeError("libavcodec has no libx264 encoder".into()))?;
+    let ctx = ff::codec::Context::new_with_codec(codec);
+    let mut enc = ctx.encoder().video().map_err(|e| err("libx264", e))?;
+    enc.set_width(w);
+    enc.set_height(h);
+    enc.set_format(ff::format::Pixel::YUV420P);
+    enc.set_time_base((1, 1000));
+    enc.set_max_b_frames(0);
+    // IDRs follow the source's; this only bounds a source without any.
+    enc.set_gop(600);
+    let mut opts = ff::Dictionary::new();
+    opts.set("profile", "baseline");
+    opts.set("preset", "veryfast");
+    opts.set("tune", "zerolatency");
+    opts.set("forced-idr", "1");
+    match rate {
+        RateTarget::Crf(crf) => opts.set("crf", &crf.to_string()),
+        RateTarget::Kbps(kbps) => {
+            enc.set_bit_rate(kbps as usize * 1000);
+            // zerolatency turns on --force-cfr, with which x264 budgets each frame at the
+            // time base's "1000 fps"; off, its rate control follows the timestamps.
+            opts.set(
+                "x264-params",
+                &format!("vbv-maxrate={kbps}:vbv-bufsize={kbps}:force-cfr=0"),
+            );
+        }
+    }
+    if threads > 0 {
+        opts.set("threads", &threads.to_string());
+    }
+    enc.open_with(opts).map_err(|e| err("open libx264", e))
+}
+
+/// libavcodec's H264 decoder (one thread: frame threads would add a frame of delay each),
+/// with what its users need beside the pictures: which were source keyframes, and when
+/// each frame arrived.
+pub(crate) struct H264Decoder {
     decoder: ff::decoder::Video,
+    decoded: ff::frame::Video,
+    /// Source keyframes (pts) not yet decoded.
+    source_keys: Vec<i64>,
+    /// Arrival time of each frame in flight, by pts.
+    arrivals: VecDeque<(i64, Instant)>,
+}
+
+/// A decoded picture, lent by [`H264Decoder::push`] to its caller.
+pub(crate) struct Picture<'a> {
+    /// Presentation time (ms) its source frame came with.
+    pub pts: i64,
+    /// Its source frame was a keyframe.
+    pub source_key: bool,
+    /// When its source frame arrived.
+    pub arrived: Instant,
+    /// The picture (any pixel format the source has).
+    pub frame: &'a mut ff::frame::Video,
+}
+
+impl H264Decoder {
+    /// Opens the decoder.
+    pub(crate) fn new() -> Result<H264Decoder, VideoTranscodeError> {
+        init()?;
+        let codec = ff::decoder::find(ff::codec::Id::H264)
+            .ok_or_else(|| VideoTranscodeError("libavcodec has no H264 decoder".into()))?;
+        let mut ctx = ff::codec::Context::new_with_codec(codec);
+        ctx.set_threading(ff::threading::Config {
+            kind: ff::threading::Type::Slice,
+            count: 1,
+            ..Default::default()
+        });
+        let decoder = ctx
+            .decoder()
+            .video()
+            .map_err(|e| err("open H264 decoder", e))?;
+        Ok(H264Decoder {
+            decoder,
+            decoded: ff::frame::Video::empty(),
+            source_keys: Vec::new(),
+            arrivals: VecDeque::new(),
+        })
+    }
+
+    /// Decodes one source frame (Annex B, SPS/PPS in band before an IDR) that arrived at
+    /// `now` and hands each picture now ready to `pic`, in display order. A damaged frame
+    /// is the decoder's to conceal, not an error; an error of `pic` stops and is returned.
+    pub(crate) fn push(
+        &mut self,
+        pts_ms: i64,
+        dts_ms: i64,
+        keyframe: bool,
+        annex_b: &[u8],
+        now: Instant,
+        pic: &mut dyn FnMut(Picture<'_>) -> Result<(), VideoTranscodeError>,
+    ) -> Result<(), VideoTranscodeError> {
+        if keyframe {
+            self.source_keys.push(pts_ms);
+        }
+        self.arrivals.push_back((pts_ms, now));
+        while self.arrivals.len() > MAX_IN_FLIGHT {
+            self.arrivals.pop_front();
+        }
+        let mut pkt = ff::Packet::copy(annex_b);
+        pkt.set_pts(Some(pts_ms));
+        pkt.set_dts(Some(dts_ms));
+        if let Err(e) = self.decoder.send_packet(&pkt) {
+            tracing::debug!("H264 decoder refused a frame: {e}");
+        }
+        while self.decoder.receive_frame(&mut self.decoded).is_ok() {
+            // The pts the frame came with (best_effort_timestamp may swap in a guess from
+            // the dts, which the users' pts rules would then miss).
+            let pts = self.decoded.pts().or(self.decoded.timestamp()).unwrap_or(0);
+            let source_key = if let Some(i) = self.source_keys.iter().position(|&k| k == pts) {
+                self.source_keys.swap_remove(i);
+                true
+            } else {
+                false
+            };
+            self.source_keys.retain(|&k| k > pts);
+            let arrived = match self.arrivals.iter().position(|&(p, _)| p == pts) {
+                Some(i) => self.arrivals.remove(i).map_or(now, |(_, at)| at),
+                None => now,
+            };
+            // Frames well before this picture will never come out (dropped by the decoder).
+            self.arrivals.retain(|&(p, _)| p >= pts - 10_000);
+            pic(Picture {
+                pts,
+                source_key,
+                arrived,
+                frame: &mut self.decoded,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The decoder (its own, or a shared one's pictures) and, once the first picture gave the
+/// size, the encoder of one stream.
+pub struct H264Transcoder {
+    /// Its own decoder; `None` when a shared decoder feeds it ([`H264Transcoder::fed`]).
+    decoder: Option<H264Decoder>,
     encoder: Option<ff::encoder::Video>,
     scaler: Option<ff::software::scaling::Context>,
-    /// Arrival time of each frame in flight, by pts.
+    /// Arrival time of each picture given to the encoder, by the pts it was given.
     arrivals: VecDeque<(i64, Instant)>,
     /// pts of primed frames whose decoded pictures are not encoded.
     discard: Vec<i64>,
     /// The next frame given to the encoder is forced to be an IDR.
     force_idr: bool,
-    /// Source keyframes (pts) not yet decoded: their pictures are encoded as IDRs.
-    source_keys: Vec<i64>,
     stats: TranscodeStats,
     latency_sum: Duration,
     /// pts of the last picture given to the encoder (x264 takes strictly increasing ones).
     last_pts: Option<i64>,
     /// See [`H264Transcoder::skip_through`].
     skip_through: Option<i64>,
-    decoded: ff::frame::Video,
     converted: ff::frame::Video,
     packet: ff::Packet,
 }
@@ -93,6 +265,7 @@ impl std::fmt::Debug for H264Transcoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("H264Transcoder")
             .field("stats", &self.stats())
+            .field("fed", &self.is_fed())
             .finish_non_exhaustive()
     }
 }
@@ -104,38 +277,34 @@ const MAX_IN_FLIGHT: usize = 64;
 impl H264Transcoder {
     /// A transcoder with the H264 decoder open; the encoder opens at the first picture.
     pub fn new() -> Result<H264Transcoder, VideoTranscodeError> {
-        ff::init().map_err(|e| err("init", e))?;
-        // libavcodec and libx264 write their notes to stderr; tern logs what matters.
-        ff::log::set_level(ff::log::Level::Error);
-        let codec = ff::decoder::find(ff::codec::Id::H264)
-            .ok_or_else(|| VideoTranscodeError("libavcodec has no H264 decoder".into()))?;
-        let mut ctx = ff::codec::Context::new_with_codec(codec);
-        // One thread: frame threads would add a frame of delay each.
-        ctx.set_threading(ff::threading::Config {
-            kind: ff::threading::Type::Slice,
-            count: 1,
-            ..Default::default()
-        });
-        let decoder = ctx
-            .decoder()
-            .video()
-            .map_err(|e| err("open H264 decoder", e))?;
+        let mut t = H264Transcoder::fed()?;
+        t.decoder = Some(H264Decoder::new()?);
+        Ok(t)
+    }
+
+    /// A transcoder without a decoder of its own: a shared decoder (the renditions')
+    /// hands it its pictures ([`H264Transcoder::picture`]).
+    pub(crate) fn fed() -> Result<H264Transcoder, VideoTranscodeError> {
+        init()?;
         Ok(H264Transcoder {
-            decoder,
+            decoder: None,
             encoder: None,
             scaler: None,
             arrivals: VecDeque::new(),
             discard: Vec::new(),
             force_idr: true,
-            source_keys: Vec::new(),
             stats: TranscodeStats::default(),
             latency_sum: Duration::ZERO,
             last_pts: None,
             skip_through: None,
-            decoded: ff::frame::Video::empty(),
             converted: ff::frame::Video::empty(),
             packet: ff::Packet::empty(),
         })
+    }
+
+    /// Whether a shared decoder feeds it (no decoder of its own).
+    pub fn is_fed(&self) -> bool {
+        self.decoder.is_none()
     }
 
     /// What it has done so far.
@@ -172,7 +341,8 @@ impl H264Transcoder {
     }
 
     /// Decodes one source frame (Annex B, SPS/PPS in band before an IDR) that arrived at
-    /// `now`, and hands each encoded frame now ready to `out`.
+    /// `now`, and hands each encoded frame now ready to `out`. Errs on a transcoder fed
+    /// by a shared decoder.
     pub fn push(
         &mut self,
         pts_ms: i64,
@@ -182,101 +352,74 @@ impl H264Transcoder {
         now: Instant,
         out: &mut dyn FnMut(EncodedFrame),
     ) -> Result<(), VideoTranscodeError> {
+        let Some(mut dec) = self.decoder.take() else {
+            return Err(VideoTranscodeError(
+                "a transcoder fed by a shared decoder takes pictures, not frames".into(),
+            ));
+        };
         self.stats.frames_in += 1;
-        if keyframe {
-            self.source_keys.push(pts_ms);
-        }
-        self.arrivals.push_back((pts_ms, now));
-        while self.arrivals.len() > MAX_IN_FLIGHT {
-            self.arrivals.pop_front();
-        }
-        let mut pkt = ff::Packet::copy(annex_b);
-        pkt.set_pts(Some(pts_ms));
-        pkt.set_dts(Some(dts_ms));
-        // A damaged frame is the decoder's to conceal; only a dead decoder stops us.
-        if let Err(e) = self.decoder.send_packet(&pkt) {
-            tracing::debug!("H264 decoder refused a frame: {e}");
-        }
-        self.drain_decoder(now, out)
+        let res = dec.push(pts_ms, dts_ms, keyframe, annex_b, now, &mut |p| {
+            self.take_picture(p, now, out)
+        });
+        self.decoder = Some(dec);
+        res
     }
 
-    fn drain_decoder(
+    /// A picture of the shared decoder (a transcoder made with [`H264Transcoder::fed`]),
+    /// encoded unless [`H264Transcoder::skip_through`] covers it; each encoded frame now
+    /// ready goes to `out`.
+    pub(crate) fn picture(
         &mut self,
+        p: Picture<'_>,
         now: Instant,
         out: &mut dyn FnMut(EncodedFrame),
     ) -> Result<(), VideoTranscodeError> {
-        while self.decoder.receive_frame(&mut self.decoded).is_ok() {
-            // The pts the frame came with (best_effort_timestamp may swap in a guess from
-            // the dts, which the discard and skip rules would then miss).
-            let pts = self.decoded.pts().or(self.decoded.timestamp()).unwrap_or(0);
-            let was_key = if let Some(i) = self.source_keys.iter().position(|&k| k == pts) {
-                self.source_keys.swap_remove(i);
-                true
-            } else {
-                false
-            };
-            self.source_keys.retain(|&k| k > pts);
-            if let Some(i) = self.discard.iter().position(|&d| d == pts) {
-                self.discard.swap_remove(i);
-                continue;
-            }
-            if self.skip_through.is_some_and(|s| pts <= s) {
-                continue;
-            }
-            self.encode_decoded(pts, was_key, now, out)?;
-        }
-        Ok(())
+        self.stats.frames_in += 1;
+        self.take_picture(p, now, out)
     }
 
-    fn open_encoder(&mut self, w: u32, h: u32) -> Result<(), VideoTranscodeError> {
-        let codec = ff::encoder::find_by_name("libx264")
-            .ok_or_else(|| VideoTranscodeError("libavcodec has no libx264 encoder".into()))?;
-        let ctx = ff::codec::Context::new_with_codec(codec);
-        let mut enc = ctx.encoder().video().map_err(|e| err("libx264", e))?;
-        enc.set_width(w);
-        enc.set_height(h);
-        enc.set_format(ff::format::Pixel::YUV420P);
-        enc.set_time_base((1, 1000));
-        enc.set_max_b_frames(0);
-        // IDRs follow the source's; this only bounds a source without any.
-        enc.set_gop(600);
-        let mut opts = ff::Dictionary::new();
-        opts.set("profile", "baseline");
-        opts.set("preset", "veryfast");
-        opts.set("tune", "zerolatency");
-        opts.set("crf", "23");
-        opts.set("forced-idr", "1");
-        let encoder = enc.open_with(opts).map_err(|e| err("open libx264", e))?;
-        self.encoder = Some(encoder);
-        self.stats.width = w;
-        self.stats.height = h;
-        Ok(())
+    fn take_picture(
+        &mut self,
+        p: Picture<'_>,
+        now: Instant,
+        out: &mut dyn FnMut(EncodedFrame),
+    ) -> Result<(), VideoTranscodeError> {
+        if let Some(i) = self.discard.iter().position(|&d| d == p.pts) {
+            self.discard.swap_remove(i);
+            return Ok(());
+        }
+        if self.skip_through.is_some_and(|s| p.pts <= s) {
+            return Ok(());
+        }
+        self.encode_decoded(p, now, out)
     }
 
     fn encode_decoded(
         &mut self,
-        pts: i64,
-        source_key: bool,
+        p: Picture<'_>,
         now: Instant,
         out: &mut dyn FnMut(EncodedFrame),
     ) -> Result<(), VideoTranscodeError> {
-        let (w, h) = (self.decoded.width(), self.decoded.height());
+        let decoded = p.frame;
+        let (w, h) = (decoded.width(), decoded.height());
         if self.encoder.is_none() || (w, h) != (self.stats.width, self.stats.height) {
             // First picture, or the source changed size: a new encoder, starting on an IDR.
             self.encoder = None;
             self.scaler = None;
-            self.open_encoder(w, h)?;
+            self.encoder = Some(open_x264(w, h, RateTarget::Crf(23), 0)?);
+            self.stats.width = w;
+            self.stats.height = h;
             self.force_idr = true;
         }
         let yuv420 = matches!(
-            self.decoded.format(),
+            decoded.format(),
             ff::format::Pixel::YUV420P | ff::format::Pixel::YUVJ420P
         );
         if !yuv420 && self.scaler.is_none() {
             // 4:2:2, 4:4:4 or 10-bit sources: converted to 8-bit 4:2:0 for Baseline.
             self.scaler = Some(
                 ff::software::scaling::Context::get(
-                    self.decoded.format(),
+                    decoded.format(),
                     w,
                     h,
                     ff::format::Pixel::YUV420P,
@@ -289,25 +432,29 @@ impl H264Transcoder {
         }
         let frame = match self.scaler.as_mut() {
             Some(s) => {
-                s.run(&self.decoded, &mut self.converted)
+                s.run(decoded, &mut self.converted)
                     .map_err(|e| err("pixel format conversion", e))?;
                 &mut self.converted
             }
             None => {
                 // YUVJ420P is YUV420P with full range: the same planes.
-                self.decoded.set_format(ff::format::Pixel::YUV420P);
-                &mut self.decoded
+                decoded.set_format(ff::format::Pixel::YUV420P);
+                decoded
             }
         };
         // A source whose timestamps step back (a broken encoder, a clock jump) still gives
         // the encoder increasing ones; the RTP timestamps follow.
         let pts = match self.last_pts {
-            Some(last) if pts <= last => last + 1,
-            _ => pts,
+            Some(last) if p.pts <= last => last + 1,
+            _ => p.pts,
         };
         self.last_pts = Some(pts);
+        self.arrivals.push_back((pts, p.arrived));
+        while self.arrivals.len() > MAX_IN_FLIGHT {
+            self.arrivals.pop_front();
+        }
         frame.set_pts(Some(pts));
-        let idr = std::mem::take(&mut self.force_idr) || source_key;
+        let idr = std::mem::take(&mut self.force_idr) || p.source_key;
         frame.set_kind(if idr {
             ff::picture::Type::I
         } else {
@@ -335,9 +482,6 @@ impl H264Transcoder {
                 data: data.to_vec(),
             });
         }
-        // Arrivals older than what was just output will never come out (dropped by the
-        // decoder): forget them.
-        self.arrivals.retain(|&(p, _)| p >= pts - 10_000);
         Ok(())
     }
 }
@@ -377,14 +521,17 @@ pub(crate) mod tests {
     }
 
     /// (pts ms, dts ms, keyframe, Annex B).
-    type SampleFrame = (i64, i64, bool, Vec<u8>);
+    pub(crate) type SampleFrame = (i64, i64, bool, Vec<u8>);
 
     /// 2 s of a 160x96 H264 stream with B-frames (High profile, `-bf 2`, a keyframe every
     /// second) in MPEG-TS, made by ffmpeg at test time, demuxed by libavformat: (pts ms,
     /// dts ms, keyframe, Annex B) per frame. `None` (the test says it skipped) without ffmpeg.
-    fn sample_with_b_frames() -> Option<Vec<SampleFrame>> {
+    pub(crate) fn sample_with_b_frames() -> Option<Vec<SampleFrame>> {
+        static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let ts = b_frame_sample(2, "mpegts")?;
-        let dir = std::env::temp_dir().join(format!("tern-vt-{}", std::process::id()));
+        // One directory per call: tests run in parallel in one process.
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tern-vt-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
         let path = dir.join("bframes.ts");
         std::fs::write(&path, ts).ok()?;

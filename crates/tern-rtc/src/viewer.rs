@@ -21,15 +21,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dimpl::{Dtls, DtlsCertificate};
-use tern_proto::codec::Vp8Ids;
 use tern_proto::rtcp::{self, RtcpPacket};
 use tern_proto::rtp::{self, HeaderOut};
 use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
 use tern_proto::{stun, twcc};
 
-use crate::bwe::{BweConfig, Estimator, Usage};
+mod adapt;
+mod estimate;
+mod track;
+
 use crate::clip::MediaKind;
 use crate::stream::RingPacket;
+use estimate::Bwe;
+use track::Track;
+pub use track::TrackParams;
 
 /// Length of the ICE username fragment tern mints (RFC 8445 §5.3 requires ≥ 4 characters).
 pub const UFRAG_LEN: usize = 8;
@@ -99,32 +104,6 @@ pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(d.as_ref());
     out
-}
-
-/// Per-track parameters from the negotiation.
-#[derive(Debug, Clone, Copy)]
-pub struct TrackParams {
-    /// Negotiated payload type.
-    pub pt: u8,
-    /// Our SSRC for this track.
-    pub ssrc: u32,
-    /// Negotiated id of the abs-capture-time header extension, if any.
-    pub abs_capture_time_ext: Option<u8>,
-    /// Negotiated id of the transport-wide sequence number extension (video), if any:
-    /// with it the viewer can have a bandwidth estimate ([`Viewer::enable_bwe`]).
-    pub transport_cc_ext: Option<u8>,
-    /// The track carries VP8: its picture IDs and TL0PICIDX are rewritten after a layer
-    /// switch so that they continue (each simulcast layer numbers its own).
-    pub vp8: bool,
-    /// RTX payload type and SSRC, when negotiated (video with transport-wide feedback): the
-    /// probe padding goes there.
-    pub rtx: Option<(u8, u32)>,
-    /// Whether the viewer negotiated generic NACK.
-    pub nack: bool,
-    /// First outgoing sequence number (random per RFC 3550 §5.1).
-    pub initial_seq: u16,
-    /// Offset added to the source RTP timestamp (random per RFC 3550 §5.1).
-    pub ts_offset: u32,
 }
 
 /// Everything needed to create a viewer.
@@ -229,28 +208,6 @@ pub enum Timer {
     SenderReport,
 }
 
-/// The bandwidth estimate of a viewer of a simulcast stream: boxed, and only made for
-/// those (a viewer of a single-layer stream has nothing to adapt).
-struct Bwe {
-    est: Estimator,
-    /// Next transport-wide sequence number.
-    next_seq: u16,
-    /// Extended sequence number of the next RTX (probe padding) packet.
-    rtx_seq: u64,
-    /// The estimator's time zero.
-    epoch: Instant,
-}
-
-impl Bwe {
-    fn micros(&self, now: Instant) -> i64 {
-        now.saturating_duration_since(self.epoch).as_micros() as i64
-    }
-}
-
-/// Padding bytes of a probe packet: the most one packet's padding can say (its count is one
-/// octet).
-const PADDING: usize = 255;
-
 /// Transient DTLS state: dropped once the peer has shown it holds the keys.
 struct Handshake {
     dtls: Dtls,
@@ -300,167 +257,6 @@ impl CloseAlert {
 
     fn record(&self) -> Option<&[u8]> {
         (self.len > 0).then(|| &self.buf[..usize::from(self.len)])
-    }
-}
-
-/// Per-track state: a few integers.
-#[derive(Debug, Clone, Copy)]
-struct Track {
-    p: TrackParams,
-    /// Source sequence number mapped to `seq_base`; `None` until the first packet. A
-    /// switch of simulcast layer moves both (each layer has its own numbering).
-    src_start: Option<u64>,
-    /// Extended outgoing sequence number of the packet `src_start`.
-    seq_base: u64,
-    /// The layer whose packets are sent (video), and the one wanted: a switch happens at
-    /// the wanted layer's next keyframe.
-    layer: u8,
-    target: u8,
-    /// The layer being sent is held back until the switch (a path too narrow for it:
-    /// what it would send only deepens the queue the new layer's keyframe waits in).
-    hold: bool,
-    /// VP8: the last picture ID and TL0PICIDX sent, and what is added to the layer's own
-    /// since the last switch.
-    last_pid: u16,
-    last_tl0: u8,
-    pid_off: u16,
-    tl0_off: u8,
-    /// Highest extended outgoing sequence number sent.
-    last_out: u64,
-    /// RTP timestamp and capture NTP of the newest packet sent (for the SR).
-    last_ts: u32,
-    last_ntp: u64,
-    packets: u32,
-    octets: u32,
-    /// Loss reported by the viewer's latest receiver report.
-    fraction_lost: u8,
-    cumulative_lost: i32,
-    jitter: u32,
-}
-
-impl Track {
-    fn new(p: TrackParams) -> Self {
-        Track {
-            p,
-            src_start: None,
-            seq_base: u64::from(p.initial_seq),
-            layer: 0,
-            target: 0,
-            hold: false,
-            last_pid: 0,
-            last_tl0: 0,
-            pid_off: 0,
-            tl0_off: 0,
-            last_out: 0,
-            last_ts: 0,
-            last_ntp: 0,
-            packets: 0,
-            octets: 0,
-            fraction_lost: 0,
-            cumulative_lost: 0,
-            jitter: 0,
-        }
-    }
-
-    /// Extended outgoing sequence number of a source packet.
-    fn out_seq(&self, src_start: u64, src: u64) -> u64 {
-        self.seq_base + (src - src_start)
-    }
-
-    /// The extended outgoing sequence number of `pkt`, or `None` when the track does not
-    /// take it. The track's first packet, or a keyframe of the layer it waits for, starts
-    /// (or moves) the mapping: after a move the outgoing numbering continues where it was.
-    fn place(&mut self, pkt: &RingPacket) -> Option<u64> {
-        let src_start = match self.src_start {
-            // A retransmission (or the next packet) of the layer being sent.
-            Some(s) if !self.hold && pkt.layer == self.layer && pkt.seq >= s => s,
-            _ if !self.takes(pkt) => return None,
-            start => {
-                if start.is_some() {
-                    self.seq_base = self.last_out + 1;
-                    // The new layer's keyframe is often the same picture as the old layer's
-                    // frame just sent (same capture time, so the same timestamp): a receiver
-                    // takes a keyframe whose timestamp is not ahead as a stale copy and drops
-                    // it when its picture ID (VP8, VP9: each layer has its own) is behind,
-                    // then freezes until its next keyframe request. So it is moved one tick
-                    // ahead, and the rest of the layer with it.
-                    let ts = pkt.rtp_ts.wrapping_add(self.p.ts_offset);
-                    let ahead = i64::from(ts.wrapping_sub(self.last_ts) as i32);
-                    if ahead <= 0 {
-                        self.p.ts_offset = self.p.ts_offset.wrapping_add((1 - ahead) as u32);
-                    }
-                }
-                self.layer = pkt.layer;
-                self.hold = false;
-                self.src_start = Some(pkt.seq);
-                pkt.seq
-            }
-        };
-        Some(self.out_seq(src_start, pkt.seq))
-    }
-
-    /// VP8 ids to write for `pkt` (`None`: send the payload as it is). After a layer
-    /// switch (`switched`: `pkt` is the new layer's keyframe) the new layer's ids are moved
-    /// to continue from the last ones sent; `fresh` packets (not retransmissions) become
-    /// the last ones sent.
-    fn vp8_ids(
-        &mut self,
-        pkt: &RingPacket,
-        switched: bool,
-        fresh: bool,
-    ) -> Option<(Vp8Ids, u16, u8)> {
-        let ids = Vp8Ids::parse(&pkt.payload)?;
-        let mask = ids.picture_id_mask();
-        let (pid, tl0) = (
-            ids.picture_id.map_or(0, |p| p.0),
-            ids.tl0.map_or(0, |t| t.0),
-        );
-        if switched {
-            self.pid_off = self.last_pid.wrapping_add(1).wrapping_sub(pid);
-            self.tl0_off = self.last_tl0.wrapping_add(1).wrapping_sub(tl0);
-        }
-        let (pid, tl0) = (
-            pid.wrapping_add(self.pid_off) & mask,
-            tl0.wrapping_add(self.tl0_off),
-        );
-        if fresh {
-            self.last_pid = pid;
-            self.last_tl0 = tl0;
-        }
-        (self.pid_off & mask != 0 || self.tl0_off != 0).then_some((ids, pid, tl0))
-    }
-
-    /// Whether `pkt` is new media for this track now (see [`Viewer::wants`]); with
-    /// `switch`, a keyframe of the wanted layer also counts.
-    fn takes(&self, pkt: &RingPacket) -> bool {
-        match self.src_start {
-            _ if pkt.kind == MediaKind::Video
-                && pkt.layer == self.target
-                && pkt.layer != self.layer
-                && pkt.keyframe =>
-            {
-                true
-            }
-            Some(start) => !self.hold && pkt.layer == self.layer && pkt.seq >= start,
-            None => pkt.kind == MediaKind::Audio || (pkt.keyframe && pkt.layer == self.target),
-        }
-    }
-
-    /// Source sequence number of an outgoing 16-bit sequence number (for NACK), extended
-    /// against the newest one sent.
-    fn src_of(&self, seq16: u16) -> Option<u64> {
-        let src_start = self.src_start?;
-        let last = self.last_out;
-        let base = last & !0xffff;
-        let mut ext = base | u64::from(seq16);
-        if ext > last {
-            ext = ext.checked_sub(1 << 16)?;
-        }
-        // Packets before the last layer switch were another layer's: not retransmitted.
-        if ext < self.seq_base {
-            return None;
-        }
-        Some(src_start + (ext - self.seq_base))
     }
 }
 
@@ -541,162 +337,6 @@ impl Viewer {
             bwe: None,
             audio: p.audio.map(Track::new),
             counters: ViewerCounters::default(),
-        }
-    }
-
-    /// The video layer being sent (`None` before the first video packet or without
-    /// video).
-    pub fn video_layer(&self) -> Option<u8> {
-        self.video
-            .as_ref()
-            .filter(|t| t.src_start.is_some())
-            .map(|t| t.layer)
-    }
-
-    /// The video layer wanted: the one sent, or the one switched to at its next keyframe.
-    pub fn target_layer(&self) -> u8 {
-        self.video.as_ref().map_or(0, |t| t.target)
-    }
-
-    /// Starts a bandwidth estimate from transport-wide feedback, if the viewer negotiated
-    /// it (the sequence number extension is then written on its video). Returns whether it
-    /// has one.
-    pub fn enable_bwe(&mut self, now: Instant) -> bool {
-        if self.bwe.is_none() && self.video.is_some_and(|t| t.p.transport_cc_ext.is_some()) {
-            self.bwe = Some(Box::new(Bwe {
-                est: Estimator::new(BweConfig::default()),
-                next_seq: 0,
-                // A start as unpredictable as the (random) RTX SSRC (RFC 3550 §5.1), below
-                // 2^15 like the media's.
-                rtx_seq: self
-                    .video
-                    .and_then(|t| t.p.rtx)
-                    .map_or(0, |(_, ssrc)| u64::from(ssrc >> 17)),
-                epoch: now,
-            }));
-        }
-        self.bwe.is_some()
-    }
-
-    /// Whether the viewer negotiated transport-wide feedback (see
-    /// [`Viewer::enable_bwe`]).
-    pub fn can_estimate(&self) -> bool {
-        self.video.is_some_and(|t| t.p.transport_cc_ext.is_some())
-    }
-
-    /// Reads a transport-wide feedback's FCI (after its two SSRCs) into the estimate; one
-    /// that does not parse is counted as dropped. Without an estimate it is ignored.
-    pub fn on_transport_feedback(&mut self, fci: &[u8], now: Instant) {
-        let Some(b) = self.bwe.as_mut() else {
-            return;
-        };
-        match twcc::parse(fci) {
-            Ok(fb) => {
-                let t = b.micros(now);
-                b.est.on_feedback(&fb, t);
-            }
-            Err(_) => self.counters.dropped += 1,
-        }
-    }
-
-    /// Whether the viewer can be sent probe packets (an estimate and RTX negotiated).
-    pub fn can_probe(&self) -> bool {
-        self.bwe.is_some() && self.video.is_some_and(|t| t.p.rtx.is_some())
-    }
-
-    /// The viewer's bandwidth estimate (bit/s): from transport-wide feedback when it has
-    /// [`Viewer::enable_bwe`], else its latest REMB, else none.
-    pub fn estimate_bps(&self) -> Option<u64> {
-        match &self.bwe {
-            Some(b) if b.est.acked_bps().is_some() => Some(b.est.estimate_bps()),
-            Some(_) => None,
-            None => (self.remb_bps > 0).then_some(u64::from(self.remb_bps)),
-        }
-    }
-
-    /// Writes one probe packet into `out`: padding only, on the RTX SSRC (so that it takes
-    /// no sequence number from the media), with the next transport-wide sequence number, so
-    /// that the viewer's feedback counts it. The receiver drops it after its transport
-    /// layer has seen it. Returns its length, or `None` without an estimate or negotiated
-    /// RTX, or before the video started.
-    pub fn write_padding(&mut self, out: &mut [u8]) -> Result<Option<usize>, ViewerError> {
-        if self.state != ViewerState::Connected {
-            return Ok(None);
-        }
-        let (Some(b), Some(t), Some(srtp)) =
-            (self.bwe.as_mut(), self.video.as_ref(), self.srtp.as_mut())
-        else {
-            return Ok(None);
-        };
-        let (Some((pt, ssrc)), Some(id), Some(_)) = (t.p.rtx, t.p.transport_cc_ext, t.src_start)
-        else {
-            return Ok(None);
-        };
-        let seq = b.next_seq;
-        let hdr = HeaderOut {
-            marker: false,
-            payload_type: pt,
-            sequence: b.rtx_seq as u16,
-            timestamp: t.last_ts,
-            ssrc,
-            abs_capture_time: None,
-            transport_cc: Some((id, seq)),
-        };
-        let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
-        // The P bit (RFC 3550 §5.1): the payload is all padding, its last octet the count.
-        out[0] |= 0x20;
-        let mut pad = [0u8; PADDING];
-        pad[PADDING - 1] = PADDING as u8;
-        if out.len() < hlen + PADDING + srtp.rtp_tx.overhead() {
-            return Err(ViewerError::BufferTooSmall);
-        }
-        let n = srtp
-            .rtp_tx
-            .protect_payload(out, hlen, &pad, (b.rtx_seq >> 16) as u32)
-            .map_err(|e| ViewerError::Srtp(e.to_string()))?;
-        b.next_seq = seq.wrapping_add(1);
-        b.rtx_seq += 1;
-        let at = b.micros(Instant::now());
-        b.est.on_sent(seq, n, at);
-        self.counters.probes += 1;
-        Ok(Some(n))
-    }
-
-    /// What the delay-based detector last saw, with an estimate from transport-wide
-    /// feedback.
-    pub fn bwe_usage(&self) -> Option<Usage> {
-        self.bwe.as_ref().map(|b| b.est.usage())
-    }
-
-    /// Whether the layer is pinned (see [`Viewer::set_layer`]).
-    pub fn pinned(&self) -> bool {
-        self.pinned
-    }
-
-    /// Wants video layer `layer` from its next keyframe on (the current one is sent until
-    /// then, so the picture never stops). `pin` keeps it there: [`Viewer::pinned`] tells
-    /// the owner not to move it with the bandwidth estimate.
-    pub fn set_layer(&mut self, layer: u8, pin: bool) {
-        self.pinned = pin;
-        if let Some(t) = self.video.as_mut() {
-            t.target = layer;
-            t.hold = false;
-            if t.src_start.is_none() {
-                t.layer = layer;
-            }
-        }
-    }
-
-    /// As [`Viewer::set_layer`] (not pinned), for a path that cannot carry the current
-    /// layer: its packets stop at once rather than at the new layer's keyframe, so that
-    /// the queue drains and that keyframe gets through sooner.
-    pub fn drop_to_layer(&mut self, layer: u8) {
-        self.set_layer(layer, false);
-        if let Some(t) = self.video.as_mut()
-            && t.src_start.is_some()
-            && t.layer != layer
-        {
-            t.hold = true;
         }
     }
 
@@ -1281,91 +921,4 @@ fn make_srtp(profile: SrtpProfile, km: &[u8]) -> Result<Srtp, srtp::SrtpError> {
         rtcp_tx: RtcpSender::new(profile, &server)?,
         rtcp_rx: RtcpReceiver::new(profile, &client)?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn track(initial_seq: u16) -> Track {
-        Track::new(TrackParams {
-            pt: 96,
-            ssrc: 1,
-            abs_capture_time_ext: None,
-            transport_cc_ext: None,
-            rtx: None,
-            vp8: false,
-            nack: true,
-            initial_seq,
-            ts_offset: 0,
-        })
-    }
-
-    fn video(layer: u8, seq: u64, keyframe: bool) -> RingPacket {
-        let pool =
-            tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("test")).expect("pool");
-        RingPacket {
-            kind: MediaKind::Video,
-            layer,
-            seq,
-            rtp_ts: 0,
-            marker: false,
-            keyframe,
-            capture_ntp: 0,
-            payload: pool.alloc(1).freeze(),
-        }
-    }
-
-    /// Sends `pkt` as write_media would: places it and records it as sent.
-    fn send(t: &mut Track, pkt: &RingPacket) -> Option<u64> {
-        let out = t.place(pkt)?;
-        if out > t.last_out || t.packets == 0 {
-            t.last_out = out;
-            t.packets += 1;
-        }
-        Some(out)
-    }
-
-    #[test]
-    fn a_layer_switch_waits_for_a_keyframe_and_keeps_the_numbering() {
-        let mut t = track(100);
-        t.target = 1;
-        t.layer = 1;
-        // Unstarted: only a keyframe of the wanted layer starts it.
-        assert_eq!(send(&mut t, &video(0, 5, true)), None);
-        assert_eq!(send(&mut t, &video(1, 50, false)), None);
-        assert_eq!(send(&mut t, &video(1, 51, true)), Some(100));
-        assert_eq!(send(&mut t, &video(1, 52, false)), Some(101));
-        // Another layer's packets are not taken, not even its keyframes.
-        assert_eq!(send(&mut t, &video(0, 9, true)), None);
-        // Move to layer 0: layer 1 goes on until layer 0's next keyframe.
-        t.target = 0;
-        assert_eq!(send(&mut t, &video(0, 10, false)), None);
-        assert_eq!(send(&mut t, &video(1, 53, false)), Some(102));
-        assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
-        assert_eq!(t.layer, 0);
-        assert_eq!(send(&mut t, &video(1, 54, true)), None);
-        assert_eq!(send(&mut t, &video(0, 12, false)), Some(104));
-        // NACKs map to the layer now sent; what went before the move is not resent.
-        assert_eq!(t.src_of(104), Some(12));
-        assert_eq!(t.src_of(103), Some(11));
-        assert_eq!(t.src_of(102), None);
-        // A retransmission of layer 0's packet 11 keeps its number.
-        assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
-        assert_eq!(t.last_out, 104);
-    }
-
-    #[test]
-    fn nack_maps_back_to_source_across_wrap() {
-        let mut t = track(65530);
-        t.src_start = Some(1000);
-        // Sent source 1000..=1010 → out 65530..=65540 (wraps at 65536).
-        t.last_out = t.out_seq(1000, 1010);
-        assert_eq!(t.last_out, 65540);
-        assert_eq!(t.src_of(65531), Some(1001));
-        assert_eq!(t.src_of(2), Some(1008)); // 65538 as u16
-        assert_eq!(t.src_of(4), Some(1010));
-        // Before the first packet sent: unknown.
-        assert_eq!(t.src_of(65529), None);
-    }
 }

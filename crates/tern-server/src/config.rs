@@ -559,6 +559,89 @@ pub struct AppConfig {
     /// the stream has viewers, `"never"` passes it through (with a warning).
     #[serde(default)]
     pub transcode: TranscodeSetting,
+    /// Lower video layers made from an RTMP publisher's video (decoded, scaled, encoded
+    /// again), so that its viewers can move between layers as with a simulcast WHIP
+    /// publisher: at most 2, each `{ rid, height, bitrate_kbps }`. The source is layer `h`;
+    /// rendition `i` is layer `i + 1`. Default none: an RTMP stream has one layer.
+    #[serde(default)]
+    pub renditions: Vec<RenditionConfig>,
+}
+
+/// One entry of `[app] renditions`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenditionConfig {
+    /// The layer's RID, what `?layer=` names: 1-8 characters of `[A-Za-z0-9_-]`, unique in
+    /// the app, not `"h"` (the source's).
+    pub rid: String,
+    /// Picture height in pixels, even, 2-2160 (capped at the source's); the width keeps
+    /// the source's aspect ratio.
+    pub height: u32,
+    /// Average bitrate in kbit/s, 50-50000, held by a one-second VBV.
+    pub bitrate_kbps: u32,
+}
+
+impl AppConfig {
+    /// The RIDs of an RTMP stream's layers: the source's (`"h"`) and the renditions', in
+    /// layer order; empty without renditions (one layer, no simulcast).
+    pub fn layer_rids(&self) -> Vec<Box<str>> {
+        if self.renditions.is_empty() {
+            return Vec::new();
+        }
+        std::iter::once(tern_rtc::renditions::SOURCE_RID.into())
+            .chain(self.renditions.iter().map(|r| r.rid.as_str().into()))
+            .collect()
+    }
+
+    /// The renditions as the RTMP publisher takes them.
+    pub fn rendition_specs(&self) -> Vec<tern_rtc::renditions::RenditionSpec> {
+        self.renditions
+            .iter()
+            .map(|r| tern_rtc::renditions::RenditionSpec {
+                rid: r.rid.as_str().into(),
+                height: r.height,
+                bitrate_kbps: r.bitrate_kbps,
+            })
+            .collect()
+    }
+
+    /// What is wrong with `renditions`, as (key under `app[i].`, message).
+    fn check_renditions(&self) -> Result<(), (String, String)> {
+        use tern_rtc::renditions::{MAX_RENDITIONS, SOURCE_RID};
+        let r = &self.renditions;
+        if r.len() > MAX_RENDITIONS {
+            return Err((
+                "renditions".into(),
+                format!("at most {MAX_RENDITIONS} (with the source, 3 layers)"),
+            ));
+        }
+        for (j, x) in r.iter().enumerate() {
+            let key = |k: &str| format!("renditions[{j}].{k}");
+            let rid_ok = (1..=8).contains(&x.rid.len())
+                && x.rid
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !rid_ok {
+                return Err((key("rid"), "must be 1-8 characters of [A-Za-z0-9_-]".into()));
+            }
+            if x.rid == SOURCE_RID {
+                return Err((
+                    key("rid"),
+                    format!("\"{SOURCE_RID}\" is the source's layer"),
+                ));
+            }
+            if r[..j].iter().any(|y| y.rid == x.rid) {
+                return Err((key("rid"), "duplicate rid".into()));
+            }
+            if !(2..=2160).contains(&x.height) || x.height % 2 != 0 {
+                return Err((key("height"), "must be even and between 2 and 2160".into()));
+            }
+            if !(50..=50_000).contains(&x.bitrate_kbps) {
+                return Err((key("bitrate_kbps"), "must be between 50 and 50000".into()));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[app] transcode`.
@@ -854,6 +937,9 @@ impl Config {
                     return bad(&format!("app[{i}].streams[{j}]"), NAME_RULE);
                 }
             }
+            if let Err((key, message)) = app.check_renditions() {
+                return bad(&format!("app[{i}].{key}"), &message);
+            }
         }
         Ok(())
     }
@@ -953,6 +1039,100 @@ mod tests {
         let app = c.app("live").expect("valid");
         assert_eq!(app.token.as_deref(), Some("s3cret"));
         assert_eq!(app.streams, vec!["idle".to_string()]);
+    }
+
+    #[test]
+    fn renditions_parse_and_bad_ones_are_named() {
+        let c = Config::parse(
+            "[[app]]\nname = \"live\"\nrenditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n",
+            "x.toml",
+        )
+        .expect("valid");
+        let app = c.app("live").expect("app");
+        assert_eq!(
+            app.renditions,
+            [
+                RenditionConfig {
+                    rid: "m".into(),
+                    height: 360,
+                    bitrate_kbps: 800
+                },
+                RenditionConfig {
+                    rid: "l".into(),
+                    height: 180,
+                    bitrate_kbps: 250
+                }
+            ]
+        );
+        assert_eq!(
+            app.layer_rids(),
+            ["h", "m", "l"].map(Box::<str>::from).to_vec()
+        );
+        assert_eq!(app.rendition_specs()[1].height, 180);
+        // None by default: one layer, no RIDs.
+        let c = Config::parse("[[app]]\nname = \"live\"\n", "x.toml").expect("valid");
+        assert!(c.apps[0].renditions.is_empty() && c.apps[0].layer_rids().is_empty());
+        let r = |list: &str| {
+            format!("[[app]]\nname = \"a\"\n[[app]]\nname = \"b\"\nrenditions = [{list}]\n")
+        };
+        let ok = "{ rid = \"m\", height = 360, bitrate_kbps = 800 }";
+        for (list, key) in [
+            (format!("{ok}, {ok}"), "app[1].renditions[1].rid"),
+            (format!("{ok}, {ok}, {ok}"), "app[1].renditions"),
+            (
+                "{ rid = \"h\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                "{ rid = \"\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                "{ rid = \"toolong12\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                "{ rid = \"a.b\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                format!("{ok}, {{ rid = \"l\", height = 181, bitrate_kbps = 250 }}"),
+                "app[1].renditions[1].height",
+            ),
+            (
+                "{ rid = \"l\", height = 0, bitrate_kbps = 250 }".into(),
+                "app[1].renditions[0].height",
+            ),
+            (
+                "{ rid = \"l\", height = 2162, bitrate_kbps = 250 }".into(),
+                "app[1].renditions[0].height",
+            ),
+            (
+                "{ rid = \"l\", height = 180, bitrate_kbps = 49 }".into(),
+                "app[1].renditions[0].bitrate_kbps",
+            ),
+            (
+                "{ rid = \"l\", height = 180, bitrate_kbps = 50001 }".into(),
+                "app[1].renditions[0].bitrate_kbps",
+            ),
+            // Unknown and missing fields: the parser names them.
+            (
+                "{ rid = \"l\", height = 180, bitrate_kbps = 250, fps = 30 }".into(),
+                "fps",
+            ),
+            ("{ rid = \"l\", height = 180 }".into(), "bitrate_kbps"),
+        ] {
+            let text = r(&list);
+            let e = Config::parse(&text, "x.toml").expect_err(&text);
+            assert!(e.to_string().contains(key), "{list}: {e}");
+        }
+        // The limits themselves are fine; the two renditions may be in any order.
+        for list in [
+            "{ rid = \"a-Z_9\", height = 2, bitrate_kbps = 50 }, { rid = \"abcdefgh\", height = 2160, bitrate_kbps = 50000 }",
+            "{ rid = \"l\", height = 180, bitrate_kbps = 250 }, { rid = \"m\", height = 360, bitrate_kbps = 800 }",
+        ] {
+            Config::parse(&r(list), "x.toml").expect(list);
+        }
     }
 
     #[test]

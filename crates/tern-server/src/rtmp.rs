@@ -17,12 +17,18 @@
 //! closed; every close is logged with its reason. A malformed stream closes only its own
 //! connection.
 //!
+//! Renditions (`[app] renditions`): the publisher makes lower video layers on threads of
+//! its own (`RtmpRendition`, see [`tern_rtc::renditions`]), whose packets come to the engine
+//! in [`RtmpCommand::Media`] like the connection's; the stream's RIDs go with
+//! [`RtmpCommand::Add`]. A viewer's keyframe request for a layer reaches the connection as a
+//! bit of its keyframe flags.
+//!
 //! Memory: each connection's heap is booked in the `rtmp_ingest` pool (`GET /v1/memory`),
 //! measured on its own thread with the counting allocator (see `Ledger`).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,12 +36,13 @@ use std::time::{Duration, Instant};
 use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::publisher::IngestPacket;
+use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
 use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode, VideoNotice};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::admission::{Action, Ask, Verdict};
-use crate::config::TranscodeSetting;
+use crate::config::{AppConfig, TranscodeSetting};
 use crate::http::{
     AppState, PublishRefusal, PublisherSession, admitted_publisher, claim_stream, may_publish,
 };
@@ -160,7 +167,7 @@ fn listen(
                     stop,
                     slot: None,
                     booked: 0,
-                    keyframe: Arc::new(AtomicBool::new(false)),
+                    keyframe: Arc::new(AtomicU8::new(0)),
                 };
                 match c.run(max_payload) {
                     Ok(why) => info!("rtmp {peer}: connection closed: {why}"),
@@ -219,8 +226,8 @@ struct Connection {
     slot: Option<(PublisherId, String, Arc<AtomicBool>)>,
     /// Bytes booked in the `rtmp_ingest` pool for this connection.
     booked: usize,
-    /// Set by the engine when a viewer asks for a keyframe.
-    keyframe: Arc<AtomicBool>,
+    /// Bit `l` set by the engine when a viewer asks for a keyframe of video layer `l`.
+    keyframe: Arc<AtomicU8>,
 }
 
 impl Drop for Connection {
@@ -237,7 +244,8 @@ impl Drop for Connection {
 /// connection, its bytes the heap the connection's thread allocated and still holds (socket
 /// buffer, chunk streams and partial messages, AVC configuration, the AAC decoder, the
 /// resampler and the Opus buffers), measured with the counting allocator's per-thread
-/// count. Not included: libopus's encoder state, which the C library mallocs itself.
+/// count. Not included: the state of libopus and of libavcodec (the B-frame transcoder, the
+/// renditions' decoder, scalers and encoders), which the C libraries malloc themselves.
 fn counter() -> &'static PoolCounter {
     static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
     COUNTER.get_or_init(|| PoolCounter::new("rtmp_ingest", 0))
@@ -394,6 +402,72 @@ impl VideoWatch {
     }
 }
 
+/// Where an RTMP publisher's renditions report: their packets go to the engine as the
+/// connection's do (from the renditions' threads, waiting up to [`MEDIA_STALL`] for room),
+/// their news to the log: the sizes at the start, the first time an encoder falls behind
+/// (once per stream), a failure, and what each did when the publisher leaves.
+fn rendition_sink(st: Arc<AppState>, id: PublisherId, key: String) -> RenditionSink {
+    let (behind, refused) = (AtomicBool::new(false), AtomicBool::new(false));
+    Arc::new(move |e| match e {
+        RenditionEvent::Packets(packets) => {
+            let sent = st
+                .engine
+                .send_rtmp_media(RtmpCommand::Media { id, packets }, MEDIA_STALL);
+            if let Err(e) = sent
+                && !refused.swap(true, Ordering::Relaxed)
+            {
+                warn!("{key}: rendition packets dropped: {e}");
+            }
+        }
+        RenditionEvent::Started { source, sizes } => {
+            let list: Vec<String> = sizes
+                .iter()
+                .map(|s| {
+                    let (rid, w, h, kbps) = (&s.rid, s.width, s.height, s.bitrate_kbps);
+                    format!("{rid} (layer {}) {w}x{h} at {kbps} kbit/s", s.layer)
+                })
+                .collect();
+            info!(
+                "{key}: renditions of the {}x{} source (layer h): {}",
+                source.0,
+                source.1,
+                list.join(", ")
+            );
+        }
+        // Once per stream.
+        RenditionEvent::Behind { layer, rid } if !behind.swap(true, Ordering::Relaxed) => {
+            warn!(
+                "{key}: rendition {rid} (layer {layer}) cannot keep up: pictures are dropped up to its next IDR (counts in the log when the publisher leaves)"
+            );
+        }
+        RenditionEvent::Failed { layer, rid, error } => {
+            warn!(
+                "{key}: rendition {rid} (layer {layer}) stopped: {error}; the other layers go on"
+            );
+        }
+        RenditionEvent::Stopped(stats) => {
+            let list: Vec<String> = stats.iter().map(rendition_summary).collect();
+            info!("{key}: renditions stopped: {}", list.join("; "));
+        }
+        _ => {}
+    })
+}
+
+/// One rendition's figures for the log.
+fn rendition_summary(s: &RenditionStats) -> String {
+    let per_frame = |t: Duration, n: u64| t.as_secs_f64() * 1e3 / n.max(1) as f64;
+    format!(
+        "{} {} frames in, {} out, {} dropped, {} kB, scale {:.2} ms and encode {:.2} ms a frame",
+        s.rid,
+        s.frames_in,
+        s.frames_out,
+        s.dropped,
+        s.bytes / 1000,
+        per_frame(s.scale_time, s.frames_in.saturating_sub(s.dropped)),
+        per_frame(s.encode_time, s.frames_out),
+    )
+}
+
 /// Why a publish was refused: the status code and description sent to the client.
 struct Refusal(&'static str, String);
 
@@ -438,8 +512,9 @@ impl Connection {
             if let Some((id, _, _)) = &self.slot {
                 p.set_samples(self.st.hls.wanted(id.stream));
             }
-            if self.keyframe.swap(false, Ordering::Relaxed) {
-                p.request_keyframe();
+            let wanted = self.keyframe.swap(0, Ordering::Relaxed);
+            for layer in (0..8u8).filter(|l| wanted & 1 << l != 0) {
+                p.request_layer_keyframe(layer);
             }
             let n = match self.sock.read(&mut buf) {
                 Ok(0) => return Ok("closed by the client".into()),
@@ -477,11 +552,12 @@ impl Connection {
                             Ok(key) => {
                                 p.accept_publish().map_err(|e| e.to_string())?;
                                 info!("rtmp {}: publishing {key}", self.peer);
-                                let mode = self
-                                    .st
-                                    .config
-                                    .app(strip_query(&app))
-                                    .map_or(TranscodeSetting::Auto, |a| a.transcode);
+                                let app_config = self.st.config.app(strip_query(&app));
+                                let mode =
+                                    app_config.map_or(TranscodeSetting::Auto, |a| a.transcode);
+                                if let Some(a) = app_config {
+                                    self.start_renditions(&mut p, a, &key);
+                                }
                                 p.set_transcode(match mode {
                                     TranscodeSetting::Auto => TranscodeMode::Auto,
                                     TranscodeSetting::Never => TranscodeMode::Never,
@@ -540,6 +616,20 @@ impl Connection {
             if let Some(end) = end {
                 return end;
             }
+        }
+    }
+
+    /// Starts the app's renditions (if it has any) on the publisher that just took its slot.
+    fn start_renditions(&self, p: &mut RtmpPublisher, app: &AppConfig, key: &str) {
+        let specs = app.rendition_specs();
+        let (Some((id, _, _)), false) = (&self.slot, specs.is_empty()) else {
+            return;
+        };
+        let sink = rendition_sink(self.st.clone(), *id, key.to_string());
+        if let Err(e) = p.set_renditions(&specs, sink) {
+            warn!("{key}: no renditions: {e}; the source layer goes on alone");
+            // Before its first packet: the stream goes live with one layer.
+            self.st.engine.stats.set_rids(id.stream, &[]);
         }
     }
 
@@ -617,12 +707,18 @@ impl Connection {
         };
         let closed = Arc::new(AtomicBool::new(false));
         let (tx, rx) = oneshot::channel();
+        let rids = self
+            .st
+            .config
+            .app(app_name)
+            .map_or_else(Vec::new, |a| a.layer_rids());
         let cmd = Command::Rtmp(RtmpCommand::Add {
             stream: index,
             protocol: "rtmp",
             codec: VideoCodec::H264,
             closed: closed.clone(),
             keyframe: self.keyframe.clone(),
+            rids,
             reply: tx,
         });
         let stopped = || Refusal("NetStream.Publish.Failed", "media engine stopped".into());

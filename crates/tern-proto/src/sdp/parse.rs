@@ -506,3 +506,33 @@ fn parse_simulcast_send(n: usize, val: Option<&str>) -> Result<Vec<String>, SdpE
     }
     Ok(out)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::sdp::SessionDescription;
+    #[test]
+    fn simulcast_send_lists_each_streams_first_rid() {
+        let base = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n\
+            m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000\r\n";
+        let parse = |attr: &str| SessionDescription::parse(&format!("{base}{attr}\r\n"));
+        let sd = parse("a=simulcast:send h;m;~l").unwrap();
+        assert_eq!(sd.media()[0].simulcast_send(), ["h", "m", "l"]);
+        let sd = parse("a=simulcast:recv x send q,f;h").unwrap();
+        assert_eq!(sd.media()[0].simulcast_send(), ["q", "h"]);
+        let sd = parse("a=simulcast:recv a;b").unwrap();
+        assert!(sd.media()[0].simulcast_send().is_empty());
+        let sd = SessionDescription::parse(base).unwrap();
+        assert!(sd.media()[0].simulcast_send().is_empty());
+        for bad in [
+            "a=simulcast:send",
+            "a=simulcast:sideways h;m",
+            "a=simulcast:send h;;m",
+            "a=simulcast:send h;m\u{e9}",
+            "a=simulcast:send abcdefghijklmnopq",
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("a=simulcast"), "{bad}: {e}");
+        }
+    }
+}

@@ -15,7 +15,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -241,7 +241,7 @@ fn pump(
     let start = Instant::now();
     let mut client = Client::new(params, pull.dtls.clone(), start, rng.random());
     let closed = Arc::new(AtomicBool::new(false));
-    let keyframe = Arc::new(AtomicBool::new(false));
+    let keyframe = Arc::new(AtomicU8::new(0));
     let mut id: Option<PublisherId> = None;
     let mut buf = vec![0u8; 2048];
     let mut packets: Vec<IngestPacket> = Vec::new();
@@ -274,7 +274,7 @@ fn pump(
                 break End::Stop("no local viewers");
             }
         }
-        if keyframe.swap(false, Ordering::Relaxed) {
+        if keyframe.swap(0, Ordering::Relaxed) != 0 {
             client.request_keyframe();
         }
         let wait = client
@@ -354,7 +354,7 @@ fn add_publisher(
     pull: &Pull,
     codec: tern_proto::codec::VideoCodec,
     closed: &Arc<AtomicBool>,
-    keyframe: &Arc<AtomicBool>,
+    keyframe: &Arc<AtomicU8>,
 ) -> Result<PublisherId, End> {
     let (tx, rx) = oneshot::channel();
     let cmd = Command::Rtmp(RtmpCommand::Add {
@@ -363,6 +363,7 @@ fn add_publisher(
         codec,
         closed: closed.clone(),
         keyframe: keyframe.clone(),
+        rids: Vec::new(),
         reply: tx,
     });
     if pull.engine.send(cmd).is_err() {

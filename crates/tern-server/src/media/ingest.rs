@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use tern_proto::codec::VideoCodec;
@@ -108,9 +108,13 @@ pub enum RtmpCommand {
         codec: VideoCodec,
         /// Set by the engine when the publisher is removed.
         closed: Arc<AtomicBool>,
-        /// Set by the engine when a viewer asks for a keyframe (at most once per
-        /// [`PLI_INTERVAL`]); the connection's transcoder, when one runs, makes one.
-        keyframe: Arc<AtomicBool>,
+        /// Bit `l` set by the engine when a viewer asks for a keyframe of video layer `l`
+        /// (at most once per [`PLI_INTERVAL`] and layer); the connection's transcoder or
+        /// the layer's rendition encoder, when one runs, makes one.
+        keyframe: Arc<AtomicU8>,
+        /// The RIDs of its video layers in layer order (`["h", "m", "l"]` with RTMP
+        /// renditions); empty with one layer.
+        rids: Vec<Box<str>>,
         /// Its id, or why not.
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
     },
@@ -230,9 +234,9 @@ enum Session {
         codec: VideoCodec,
         /// Set when the engine ends the publisher (kick, shutdown): the connection closes.
         closed: Arc<AtomicBool>,
-        /// Set when a viewer wants a keyframe (a transcoder can make one; an RTMP encoder
-        /// cannot be asked).
-        keyframe: Arc<AtomicBool>,
+        /// Bit `l` set when a viewer wants a keyframe of layer `l` (a transcoder or a
+        /// rendition encoder can make one; an RTMP encoder cannot be asked).
+        keyframe: Arc<AtomicU8>,
     },
 }
 
@@ -382,6 +386,7 @@ impl Ingest {
                 closed,
                 keyframe,
                 reply,
+                ..
             } => {
                 let res = if free {
                     let session = Session::Rtmp {
@@ -563,9 +568,10 @@ impl Ingest {
     }
 
     /// Asks a stream's publisher for a keyframe of a video layer, at most once per
-    /// [`PLI_INTERVAL`] and layer: a PLI to a WHIP publisher; to an RTMP connection a flag
-    /// its transcoder (if one runs) answers with an IDR. (An RTMP encoder cannot be asked:
-    /// without a transcoder its viewers wait for its next GOP.)
+    /// [`PLI_INTERVAL`] and layer: a PLI to a WHIP publisher; to an RTMP connection the
+    /// layer's bit of its flags, which its transcoder (layer 0, if one runs) or the layer's
+    /// rendition encoder answers with an IDR. (An RTMP encoder cannot be asked: without a
+    /// transcoder its viewers wait for its next GOP.)
     pub fn request_keyframe(
         &mut self,
         stream: usize,
@@ -586,7 +592,8 @@ impl Ingest {
         match &mut s.session {
             Session::Whip(w) => w.request_keyframe(layer),
             Session::Rtmp { keyframe, .. } => {
-                keyframe.store(true, Ordering::Relaxed);
+                // `layer` < MAX_LAYERS (the `last_pli` index above): its bit fits.
+                keyframe.fetch_or(1 << layer, Ordering::Relaxed);
                 return;
             }
         }
@@ -735,7 +742,8 @@ mod tests {
             protocol: "edge",
             codec: VideoCodec::Vp8,
             closed: Arc::new(AtomicBool::new(false)),
-            keyframe: Arc::new(AtomicBool::new(false)),
+            keyframe: Arc::new(AtomicU8::new(0)),
+            rids: Vec::new(),
             reply,
         };
         let mut out = Vec::new();
@@ -745,6 +753,38 @@ mod tests {
         assert_eq!(ingest.maps[0].codec, VideoCodec::Vp8);
     }
     const SLICE: &[u8] = &[0x41, 0x9a, 0x02];
+
+    /// An RTMP connection learns which layer wants a keyframe: one bit per layer, each
+    /// layer coalesced on its own.
+    #[test]
+    fn rtmp_keyframe_requests_set_the_layer_bit() {
+        let mut ingest = Ingest::new(1, PublisherTimeouts::default());
+        let keyframe = Arc::new(AtomicU8::new(0));
+        let (reply, _rx) = oneshot::channel();
+        let cmd = RtmpCommand::Add {
+            stream: 0,
+            protocol: "rtmp",
+            codec: VideoCodec::H264,
+            closed: Arc::new(AtomicBool::new(false)),
+            keyframe: keyframe.clone(),
+            rids: ["h", "m", "l"].map(Box::<str>::from).to_vec(),
+            reply,
+        };
+        let (now, mut out) = (Instant::now(), Vec::new());
+        assert!(ingest.rtmp(cmd, true, now, &mut out).is_some());
+        ingest.request_keyframe(0, 2, now, &mut out);
+        assert_eq!(keyframe.swap(0, Ordering::Relaxed), 0b100);
+        // Again within PLI_INTERVAL: coalesced; another layer is not.
+        ingest.request_keyframe(0, 2, now + PLI_INTERVAL / 2, &mut out);
+        ingest.request_keyframe(0, 0, now + PLI_INTERVAL / 2, &mut out);
+        ingest.request_keyframe(0, 1, now + PLI_INTERVAL / 2, &mut out);
+        assert_eq!(keyframe.swap(0, Ordering::Relaxed), 0b011);
+        ingest.request_keyframe(0, 2, now + PLI_INTERVAL, &mut out);
+        // A layer beyond MAX_LAYERS is ignored.
+        ingest.request_keyframe(0, 7, now + PLI_INTERVAL, &mut out);
+        assert_eq!(keyframe.load(Ordering::Relaxed), 0b100);
+        assert!(out.is_empty(), "{out:?}");
+    }
 
     fn packet(kind: MediaKind, seq: u64, rtp_ts: u64, payload: &[u8]) -> IngestPacket {
         IngestPacket {
@@ -772,7 +812,8 @@ mod tests {
             protocol: "rtmp",
             codec: VideoCodec::H264,
             closed: closed.clone(),
-            keyframe: Arc::new(AtomicBool::new(false)),
+            keyframe: Arc::new(AtomicU8::new(0)),
+            rids: Vec::new(),
             reply,
         };
         let mut out = Vec::new();

@@ -13,7 +13,6 @@
 //! one wake per stream worker handed packets.
 
 mod layers;
-pub(super) use layers::Adapt;
 mod publishers;
 mod timers;
 mod viewers;

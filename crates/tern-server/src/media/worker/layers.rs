@@ -67,21 +67,6 @@ const PROBE_BURST: usize = 16;
 /// transport-wide sequence number, the AEAD tag.
 const PROBE_PACKET: usize = 291;
 
-/// A viewer's layer-choice state: a few bytes in its table entry.
-#[derive(Debug, Default, Clone, Copy)]
-pub(in crate::media) struct Adapt {
-    /// Passes in a row a higher layer has fitted.
-    up_streak: u8,
-    /// Sweeps of the current probe left (0: not probing).
-    probe_ticks: u8,
-    /// Passes until the next probe may start.
-    probe_wait: u8,
-    /// The wait after the next overuse (passes; 0 until the first).
-    backoff: u8,
-    /// Probe bytes per sweep.
-    probe_bytes: u16,
-}
-
 impl Worker {
     /// Points stream `stream`'s viewers at their layers and starts probes (see the module).
     pub(super) fn choose_layers(&mut self, stream: usize, now: Instant) {

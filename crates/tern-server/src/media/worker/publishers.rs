@@ -98,15 +98,17 @@ impl Worker {
     }
 
     /// An RTMP connection's request: take the stream's publisher slot, or media for it.
-    pub(super) fn handle_rtmp(&mut self, cmd: RtmpCommand) {
+    pub(super) fn handle_rtmp(&mut self, mut cmd: RtmpCommand) {
         let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
         let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
-        let codec = match &cmd {
-            RtmpCommand::Add { codec, .. } => *codec,
-            RtmpCommand::Media { .. } => VideoCodec::H264,
+        let (codec, rids) = match &mut cmd {
+            RtmpCommand::Add { codec, rids, .. } => (*codec, std::mem::take(rids)),
+            RtmpCommand::Media { .. } => (VideoCodec::H264, Vec::new()),
         };
         if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
             self.stats.set_video_codec(s, codec);
+            // Its layers (RTMP renditions), for `?layer=` and the snapshot.
+            self.stats.set_rids(s, &rids);
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
             set_flag(&self.stats.publishing, s, true);
             self.publisher_ids[s] = Some(id.serial);
@@ -160,7 +162,9 @@ impl Worker {
     /// once into a pooled buffer, the ring packet made around it (the one place ring packets
     /// are made), then pushed into the ring and, unless the ring refused it, published.
     fn accept(&mut self, stream: usize, head: Head, payload: &[u8]) {
+        // Layer 0's SPS: lower layers (simulcast, renditions) may be another profile.
         if head.kind == MediaKind::Video
+            && head.layer == 0
             && let Some(id) = h264::sps_profile_level_id(payload)
             && self.stats.video(stream).codec == VideoCodec::H264
         {

@@ -1,0 +1,281 @@
+//! A viewer's per-track state: the mapping from the stream's numbering to the viewer's
+//! (continuous across simulcast layer switches), and the VP8 ids rewritten after one.
+
+use tern_proto::codec::Vp8Ids;
+
+use crate::clip::MediaKind;
+use crate::stream::RingPacket;
+
+/// Per-track parameters from the negotiation.
+#[derive(Debug, Clone, Copy)]
+pub struct TrackParams {
+    /// Negotiated payload type.
+    pub pt: u8,
+    /// Our SSRC for this track.
+    pub ssrc: u32,
+    /// Negotiated id of the abs-capture-time header extension, if any.
+    pub abs_capture_time_ext: Option<u8>,
+    /// Negotiated id of the transport-wide sequence number extension (video), if any:
+    /// with it the viewer can have a bandwidth estimate ([`Viewer::enable_bwe`]).
+    pub transport_cc_ext: Option<u8>,
+    /// The track carries VP8: its picture IDs and TL0PICIDX are rewritten after a layer
+    /// switch so that they continue (each simulcast layer numbers its own).
+    pub vp8: bool,
+    /// RTX payload type and SSRC, when negotiated (video with transport-wide feedback): the
+    /// probe padding goes there.
+    pub rtx: Option<(u8, u32)>,
+    /// Whether the viewer negotiated generic NACK.
+    pub nack: bool,
+    /// First outgoing sequence number (random per RFC 3550 §5.1).
+    pub initial_seq: u16,
+    /// Offset added to the source RTP timestamp (random per RFC 3550 §5.1).
+    pub ts_offset: u32,
+}
+
+/// Per-track state: a few integers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Track {
+    pub(super) p: TrackParams,
+    /// Source sequence number mapped to `seq_base`; `None` until the first packet. A
+    /// switch of simulcast layer moves both (each layer has its own numbering).
+    pub(super) src_start: Option<u64>,
+    /// Extended outgoing sequence number of the packet `src_start`.
+    pub(super) seq_base: u64,
+    /// The layer whose packets are sent (video), and the one wanted: a switch happens at
+    /// the wanted layer's next keyframe.
+    pub(super) layer: u8,
+    pub(super) target: u8,
+    /// The layer being sent is held back until the switch (a path too narrow for it:
+    /// what it would send only deepens the queue the new layer's keyframe waits in).
+    pub(super) hold: bool,
+    /// VP8: the last picture ID and TL0PICIDX sent, and what is added to the layer's own
+    /// since the last switch.
+    pub(super) last_pid: u16,
+    last_tl0: u8,
+    pub(super) pid_off: u16,
+    tl0_off: u8,
+    /// Highest extended outgoing sequence number sent.
+    pub(super) last_out: u64,
+    /// RTP timestamp and capture NTP of the newest packet sent (for the SR).
+    pub(super) last_ts: u32,
+    pub(super) last_ntp: u64,
+    pub(super) packets: u32,
+    pub(super) octets: u32,
+    /// Loss reported by the viewer's latest receiver report.
+    pub(super) fraction_lost: u8,
+    pub(super) cumulative_lost: i32,
+    pub(super) jitter: u32,
+}
+
+impl Track {
+    pub(super) fn new(p: TrackParams) -> Self {
+        Track {
+            p,
+            src_start: None,
+            seq_base: u64::from(p.initial_seq),
+            layer: 0,
+            target: 0,
+            hold: false,
+            last_pid: 0,
+            last_tl0: 0,
+            pid_off: 0,
+            tl0_off: 0,
+            last_out: 0,
+            last_ts: 0,
+            last_ntp: 0,
+            packets: 0,
+            octets: 0,
+            fraction_lost: 0,
+            cumulative_lost: 0,
+            jitter: 0,
+        }
+    }
+
+    /// Extended outgoing sequence number of a source packet.
+    pub(super) fn out_seq(&self, src_start: u64, src: u64) -> u64 {
+        self.seq_base + (src - src_start)
+    }
+
+    /// The extended outgoing sequence number of `pkt`, or `None` when the track does not
+    /// take it. The track's first packet, or a keyframe of the layer it waits for, starts
+    /// (or moves) the mapping: after a move the outgoing numbering continues where it was.
+    pub(super) fn place(&mut self, pkt: &RingPacket) -> Option<u64> {
+        let src_start = match self.src_start {
+            // A retransmission (or the next packet) of the layer being sent.
+            Some(s) if !self.hold && pkt.layer == self.layer && pkt.seq >= s => s,
+            _ if !self.takes(pkt) => return None,
+            start => {
+                if start.is_some() {
+                    self.seq_base = self.last_out + 1;
+                    // The new layer's keyframe is often the same picture as the old layer's
+                    // frame just sent (same capture time, so the same timestamp): a receiver
+                    // takes a keyframe whose timestamp is not ahead as a stale copy and drops
+                    // it when its picture ID (VP8, VP9: each layer has its own) is behind,
+                    // then freezes until its next keyframe request. So it is moved one tick
+                    // ahead, and the rest of the layer with it.
+                    let ts = pkt.rtp_ts.wrapping_add(self.p.ts_offset);
+                    let ahead = i64::from(ts.wrapping_sub(self.last_ts) as i32);
+                    if ahead <= 0 {
+                        self.p.ts_offset = self.p.ts_offset.wrapping_add((1 - ahead) as u32);
+                    }
+                }
+                self.layer = pkt.layer;
+                self.hold = false;
+                self.src_start = Some(pkt.seq);
+                pkt.seq
+            }
+        };
+        Some(self.out_seq(src_start, pkt.seq))
+    }
+
+    /// VP8 ids to write for `pkt` (`None`: send the payload as it is). After a layer
+    /// switch (`switched`: `pkt` is the new layer's keyframe) the new layer's ids are moved
+    /// to continue from the last ones sent; `fresh` packets (not retransmissions) become
+    /// the last ones sent.
+    pub(super) fn vp8_ids(
+        &mut self,
+        pkt: &RingPacket,
+        switched: bool,
+        fresh: bool,
+    ) -> Option<(Vp8Ids, u16, u8)> {
+        let ids = Vp8Ids::parse(&pkt.payload)?;
+        let mask = ids.picture_id_mask();
+        let (pid, tl0) = (
+            ids.picture_id.map_or(0, |p| p.0),
+            ids.tl0.map_or(0, |t| t.0),
+        );
+        if switched {
+            self.pid_off = self.last_pid.wrapping_add(1).wrapping_sub(pid);
+            self.tl0_off = self.last_tl0.wrapping_add(1).wrapping_sub(tl0);
+        }
+        let (pid, tl0) = (
+            pid.wrapping_add(self.pid_off) & mask,
+            tl0.wrapping_add(self.tl0_off),
+        );
+        if fresh {
+            self.last_pid = pid;
+            self.last_tl0 = tl0;
+        }
+        (self.pid_off & mask != 0 || self.tl0_off != 0).then_some((ids, pid, tl0))
+    }
+
+    /// Whether `pkt` is new media for this track now (see [`Viewer::wants`]); with
+    /// `switch`, a keyframe of the wanted layer also counts.
+    pub(super) fn takes(&self, pkt: &RingPacket) -> bool {
+        match self.src_start {
+            _ if pkt.kind == MediaKind::Video
+                && pkt.layer == self.target
+                && pkt.layer != self.layer
+                && pkt.keyframe =>
+            {
+                true
+            }
+            Some(start) => !self.hold && pkt.layer == self.layer && pkt.seq >= start,
+            None => pkt.kind == MediaKind::Audio || (pkt.keyframe && pkt.layer == self.target),
+        }
+    }
+
+    /// Source sequence number of an outgoing 16-bit sequence number (for NACK), extended
+    /// against the newest one sent.
+    pub(super) fn src_of(&self, seq16: u16) -> Option<u64> {
+        let src_start = self.src_start?;
+        let last = self.last_out;
+        let base = last & !0xffff;
+        let mut ext = base | u64::from(seq16);
+        if ext > last {
+            ext = ext.checked_sub(1 << 16)?;
+        }
+        // Packets before the last layer switch were another layer's: not retransmitted.
+        if ext < self.seq_base {
+            return None;
+        }
+        Some(src_start + (ext - self.seq_base))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn track(initial_seq: u16) -> Track {
+        Track::new(TrackParams {
+            pt: 96,
+            ssrc: 1,
+            abs_capture_time_ext: None,
+            transport_cc_ext: None,
+            rtx: None,
+            vp8: false,
+            nack: true,
+            initial_seq,
+            ts_offset: 0,
+        })
+    }
+
+    fn video(layer: u8, seq: u64, keyframe: bool) -> RingPacket {
+        let pool =
+            tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("test")).expect("pool");
+        RingPacket {
+            kind: MediaKind::Video,
+            layer,
+            seq,
+            rtp_ts: 0,
+            marker: false,
+            keyframe,
+            capture_ntp: 0,
+            payload: pool.alloc(1).freeze(),
+        }
+    }
+
+    /// Sends `pkt` as write_media would: places it and records it as sent.
+    fn send(t: &mut Track, pkt: &RingPacket) -> Option<u64> {
+        let out = t.place(pkt)?;
+        if out > t.last_out || t.packets == 0 {
+            t.last_out = out;
+            t.packets += 1;
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn a_layer_switch_waits_for_a_keyframe_and_keeps_the_numbering() {
+        let mut t = track(100);
+        t.target = 1;
+        t.layer = 1;
+        // Unstarted: only a keyframe of the wanted layer starts it.
+        assert_eq!(send(&mut t, &video(0, 5, true)), None);
+        assert_eq!(send(&mut t, &video(1, 50, false)), None);
+        assert_eq!(send(&mut t, &video(1, 51, true)), Some(100));
+        assert_eq!(send(&mut t, &video(1, 52, false)), Some(101));
+        // Another layer's packets are not taken, not even its keyframes.
+        assert_eq!(send(&mut t, &video(0, 9, true)), None);
+        // Move to layer 0: layer 1 goes on until layer 0's next keyframe.
+        t.target = 0;
+        assert_eq!(send(&mut t, &video(0, 10, false)), None);
+        assert_eq!(send(&mut t, &video(1, 53, false)), Some(102));
+        assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
+        assert_eq!(t.layer, 0);
+        assert_eq!(send(&mut t, &video(1, 54, true)), None);
+        assert_eq!(send(&mut t, &video(0, 12, false)), Some(104));
+        // NACKs map to the layer now sent; what went before the move is not resent.
+        assert_eq!(t.src_of(104), Some(12));
+        assert_eq!(t.src_of(103), Some(11));
+        assert_eq!(t.src_of(102), None);
+        // A retransmission of layer 0's packet 11 keeps its number.
+        assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
+        assert_eq!(t.last_out, 104);
+    }
+
+    #[test]
+    fn nack_maps_back_to_source_across_wrap() {
+        let mut t = track(65530);
+        t.src_start = Some(1000);
+        // Sent source 1000..=1010 → out 65530..=65540 (wraps at 65536).
+        t.last_out = t.out_seq(1000, 1010);
+        assert_eq!(t.last_out, 65540);
+        assert_eq!(t.src_of(65531), Some(1001));
+        assert_eq!(t.src_of(2), Some(1008)); // 65538 as u16
+        assert_eq!(t.src_of(4), Some(1010));
+        // Before the first packet sent: unknown.
+        assert_eq!(t.src_of(65529), None);
+    }
+}

@@ -1,0 +1,439 @@
+//! RTMP renditions against a real `tern serve --rtmp` (issue 22): Debian's ffmpeg pushes
+//! 1280x720 `testsrc` (x264, 2.5 Mbit/s) to an app with two renditions (`m` 360 lines at
+//! 800 kbit/s, `l` 180 lines at 250 kbit/s). The stream's snapshot lists layers h, m and l,
+//! and three of tern's lean WebRTC viewers pinned with `?layer=h`, `?layer=m` and `?layer=l`
+//! each receive their layer: whole H264 frames whose SPS says 1280x720, 640x360 and 320x180,
+//! at clearly falling rates.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Server, http_get, http_post};
+use tern_proto::h264::{self, Depacketizer};
+use tern_proto::sdp;
+use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
+use tern_rtc::clip::MediaKind;
+use tern_rtc::viewer::DtlsContext;
+
+const CONFIG: &str = "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\nrenditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n";
+
+/// ffmpeg pushing `seconds` of 1280x720/30 fps `testsrc` (x264 Baseline, 2.5 Mbit/s, a
+/// keyframe a second, no audio) to `url`; killed on drop.
+struct Push(Child);
+
+impl Push {
+    fn start(url: &str, seconds: u32) -> Push {
+        let child = Command::new("ffmpeg")
+            .args(["-hide_banner", "-nostdin", "-loglevel", "error"])
+            .args(["-re", "-f", "lavfi", "-i", "testsrc=size=1280x720:rate=30"])
+            .args(["-t", &seconds.to_string(), "-c:v", "libx264"])
+            .args(["-profile:v", "baseline", "-preset", "veryfast"])
+            .args(["-tune", "zerolatency", "-b:v", "2500k", "-maxrate", "2500k"])
+            .args([
+                "-bufsize", "2500k", "-g", "30", "-pix_fmt", "yuv420p", "-an",
+            ])
+            .args(["-f", "flv", url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ffmpeg (scripts/install-deps.sh installs it)");
+        Push(child)
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Push {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A viewer pinned to one layer, and what it received.
+struct Viewer {
+    rid: &'static str,
+    sock: UdpSocket,
+    client: Client,
+    depack: Depacketizer,
+    /// Video payload bytes received from `window` on, and when the first came.
+    bytes: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    /// Whole frames and keyframes.
+    frames: u64,
+    keyframes: u64,
+    /// The size each SPS received gives.
+    sizes: Vec<(u32, u32)>,
+}
+
+/// WHEP POST to `/live/cam/whep?layer=RID` with a lean client's offer.
+fn join(http: SocketAddr, ctx: &Arc<DtlsContext>, rid: &'static str, seed: u64) -> Viewer {
+    let (ufrag, pwd) = (
+        format!("rend{seed}"),
+        format!("renditionsPassword{seed:06}"),
+    );
+    let offer = sdp::write_offer(&sdp::OfferParams {
+        ice_ufrag: &ufrag,
+        ice_pwd: &pwd,
+        fingerprint_sha256: ctx.fingerprint(),
+        video: true,
+        audio: true,
+        abs_capture_time: true,
+        all_video: false,
+    });
+    let path = format!("/live/cam/whep?layer={rid}");
+    let r = http_post(http, &path, "application/sdp", offer.as_bytes()).expect("WHEP POST");
+    assert_eq!(r.status, 201, "{path}: {}", r.text());
+    let now = Instant::now();
+    let params = client_params(
+        &r.text(),
+        &ClientOffer {
+            ufrag,
+            pwd,
+            rtcp: true,
+            ntp_base: (now, 0),
+        },
+    )
+    .expect("answer");
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.set_nonblocking(true).expect("nonblocking");
+    Viewer {
+        rid,
+        sock,
+        client: Client::new(params, ctx.clone(), now, seed),
+        depack: Depacketizer::new(),
+        bytes: 0,
+        first: None,
+        last: None,
+        frames: 0,
+        keyframes: 0,
+        sizes: Vec::new(),
+    }
+}
+
+/// Drives every viewer for `d`: timers, datagrams out, datagrams in; video is reassembled
+/// and its SPSs read.
+fn drive(viewers: &mut [Viewer], d: Duration) {
+    let end = Instant::now() + d;
+    let mut buf = vec![0u8; 2048];
+    while Instant::now() < end {
+        let now = Instant::now();
+        for v in viewers.iter_mut() {
+            v.client.handle_timeout(now);
+            let (server, sock) = (v.client.server(), &v.sock);
+            v.client.drain(&mut |d| {
+                let _ = sock.send_to(d, server);
+            });
+            loop {
+                let n = match v.sock.recv_from(&mut buf) {
+                    Ok((n, _)) => n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("recv: {e}"),
+                };
+                let Some(p) = v.client.handle_input(now, &mut buf[..n]) else {
+                    continue;
+                };
+                if p.kind != MediaKind::Video {
+                    continue;
+                }
+                let payload = &buf[p.payload.clone()];
+                v.bytes += payload.len() as u64;
+                v.first.get_or_insert(now);
+                v.last = Some(now);
+                let au = v
+                    .depack
+                    .push(p.seq as u16, p.rtp_ts as u32, p.marker, payload)
+                    .ok()
+                    .flatten();
+                if let Some(au) = au {
+                    v.frames += 1;
+                    let mut key = false;
+                    for nal in h264::nal_units(au) {
+                        match h264::nal_type(nal) {
+                            h264::NAL_SPS => {
+                                v.sizes.push(sps_size(nal).expect("a readable SPS"));
+                            }
+                            h264::NAL_IDR => key = true,
+                            _ => {}
+                        }
+                    }
+                    v.keyframes += u64::from(key);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Bits of an SPS's RBSP (emulation prevention bytes removed), MSB first.
+struct Bits {
+    data: Vec<u8>,
+    pos: usize,
+}
+
+impl Bits {
+    fn bit(&mut self) -> Option<u32> {
+        let b = self.data.get(self.pos / 8)? >> (7 - self.pos % 8) & 1;
+        self.pos += 1;
+        Some(u32::from(b))
+    }
+
+    fn bits(&mut self, n: u32) -> Option<u32> {
+        (0..n).try_fold(0, |v, _| Some(v << 1 | self.bit()?))
+    }
+
+    fn ue(&mut self) -> Option<u32> {
+        let mut zeros = 0;
+        while self.bit()? == 0 {
+            zeros += 1;
+            if zeros > 31 {
+                return None;
+            }
+        }
+        Some((1 << zeros) - 1 + self.bits(zeros)?)
+    }
+
+    fn se(&mut self) -> Option<i64> {
+        let k = i64::from(self.ue()?);
+        Some(if k % 2 == 1 { (k + 1) / 2 } else { -k / 2 })
+    }
+}
+
+/// The cropped picture size an SPS NAL unit states (ITU-T H.264 7.3.2.1.1).
+fn sps_size(nal: &[u8]) -> Option<(u32, u32)> {
+    let mut data = Vec::with_capacity(nal.len());
+    for (i, &b) in nal.iter().enumerate().skip(1) {
+        if b == 3 && i >= 3 && nal[i - 1] == 0 && nal[i - 2] == 0 {
+            continue;
+        }
+        data.push(b);
+    }
+    let mut r = Bits { data, pos: 0 };
+    let profile = r.bits(8)?;
+    r.bits(16)?;
+    r.ue()?;
+    let mut chroma = 1;
+    if [100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135].contains(&profile) {
+        chroma = r.ue()?;
+        if chroma == 3 {
+            r.bit()?;
+        }
+        r.ue()?;
+        r.ue()?;
+        r.bit()?;
+        if r.bit()? == 1 {
+            for i in 0..if chroma == 3 { 12 } else { 8 } {
+                if r.bit()? == 1 {
+                    let (mut last, mut next) = (8i64, 8i64);
+                    for _ in 0..if i < 6 { 16 } else { 64 } {
+                        if next != 0 {
+                            next = (last + r.se()? + 256) % 256;
+                        }
+                        last = if next == 0 { last } else { next };
+                    }
+                }
+            }
+        }
+    }
+    r.ue()?;
+    match r.ue()? {
+        0 => {
+            r.ue()?;
+        }
+        1 => {
+            r.bit()?;
+            r.se()?;
+            r.se()?;
+            for _ in 0..r.ue()? {
+                r.se()?;
+            }
+        }
+        _ => {}
+    }
+    r.ue()?;
+    r.bit()?;
+    let w_mbs = r.ue()? + 1;
+    let h_units = r.ue()? + 1;
+    let frame_mbs_only = r.bit()?;
+    if frame_mbs_only == 0 {
+        r.bit()?;
+    }
+    r.bit()?;
+    let (mut w, mut h) = (w_mbs * 16, (2 - frame_mbs_only) * h_units * 16);
+    if r.bit()? == 1 {
+        let (cx, cy) = match chroma {
+            0 | 3 => (1, 2 - frame_mbs_only),
+            2 => (2, 2 - frame_mbs_only),
+            _ => (2, 2 * (2 - frame_mbs_only)),
+        };
+        let (left, right, top, bottom) = (r.ue()?, r.ue()?, r.ue()?, r.ue()?);
+        w -= cx * (left + right);
+        h -= cy * (top + bottom);
+    }
+    Some((w, h))
+}
+
+/// The SPS reader against x264's own SPSs (ffmpeg, one frame of testsrc): 1280x720 High
+/// (no cropping), 640x360 and 320x180 Baseline (cropped by 8 and 12 lines).
+#[test]
+fn sps_sizes_are_read() {
+    let high = [
+        0x67, 0x64, 0x00, 0x1f, 0xac, 0xd9, 0x40, 0x50, 0x05, 0xbb, 0x01, 0x10, 0x00, 0x00, 0x03,
+        0x00, 0x10, 0x00, 0x00, 0x03, 0x03, 0xc0, 0xf1, 0x83, 0x19, 0x60,
+    ];
+    assert_eq!(sps_size(&high), Some((1280, 720)));
+    let m = [
+        0x67, 0x42, 0xc0, 0x1e, 0xd9, 0x00, 0xa0, 0x2f, 0xf9, 0x70, 0x11, 0x00, 0x00, 0x03, 0x00,
+        0x01, 0x00, 0x00, 0x03, 0x00, 0x3c, 0x0f, 0x16, 0x2e, 0x48,
+    ];
+    assert_eq!(sps_size(&m), Some((640, 360)));
+    let l = [
+        0x67, 0x42, 0xc0, 0x0d, 0xd9, 0x01, 0x41, 0x9f, 0x9f, 0x01, 0x10, 0x00, 0x00, 0x03, 0x00,
+        0x10, 0x00, 0x00, 0x03, 0x03, 0xc0, 0xf1, 0x42, 0xa4, 0x80,
+    ];
+    assert_eq!(sps_size(&l), Some((320, 180)));
+    assert_eq!(sps_size(&l[..6]), None, "cut short");
+}
+
+/// Acceptance (issue 22, deliverable 4): an RTMP stream of an app with two renditions has
+/// three layers, each playable on its own at its size and rate.
+#[test]
+fn rtmp_renditions_are_layers_viewers_can_pin() {
+    let cfg = common::config_file("renditions", CONFIG);
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    let mut push = Push::start(&format!("rtmp://{rtmp}/live/cam"), 25);
+
+    // Live, with the three layers in its snapshot.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let snapshot = loop {
+        let r = http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        if v["snapshot"]["live"] == true {
+            break v;
+        }
+        assert!(push.running(), "ffmpeg ended early");
+        assert!(
+            Instant::now() < deadline,
+            "live/cam did not go live: {}\n{}",
+            r.text(),
+            server.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let layers: Vec<&str> = snapshot["snapshot"]["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .filter_map(|l| l["rid"].as_str())
+        .collect();
+    assert_eq!(layers, ["h", "m", "l"], "{snapshot}");
+    // A layer the stream does not have is refused, naming the ones it has.
+    let r = http_post(
+        server.http,
+        "/live/cam/whep?layer=x",
+        "application/sdp",
+        common::whep_offer().as_bytes(),
+    )
+    .expect("WHEP POST");
+    assert!((400..500).contains(&r.status), "{} {}", r.status, r.text());
+
+    let ctx = Arc::new(DtlsContext::generate().expect("client certificate"));
+    let mut viewers: Vec<Viewer> = ["h", "m", "l"]
+        .iter()
+        .zip(1..)
+        .map(|(rid, seed)| join(server.http, &ctx, rid, seed))
+        .collect();
+    let connect_by = Instant::now() + Duration::from_secs(10);
+    while viewers
+        .iter()
+        .any(|v| v.client.state() != ClientState::Connected)
+    {
+        assert!(Instant::now() < connect_by, "viewers did not connect");
+        drive(&mut viewers, Duration::from_millis(50));
+    }
+    drive(&mut viewers, Duration::from_secs(8));
+    assert!(push.running(), "ffmpeg ended early");
+
+    let want = [(1280, 720), (640, 360), (320, 180)];
+    let mut rates = Vec::new();
+    for (v, size) in viewers.iter().zip(want) {
+        let secs = match (v.first, v.last) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => 0.0,
+        };
+        let kbps = v.bytes as f64 * 8.0 / secs.max(1e-3) / 1000.0;
+        eprintln!(
+            "layer {}: {} frames, {} keyframes, {:.0} kbit/s over {secs:.1} s, SPS sizes {:?}",
+            v.rid,
+            v.frames,
+            v.keyframes,
+            kbps,
+            v.sizes.first()
+        );
+        // ~8 s at 30 fps, a keyframe every second (x264's -g 30: the renditions follow).
+        assert!(v.frames > 180, "layer {}: {} frames", v.rid, v.frames);
+        assert!(
+            v.keyframes >= 5,
+            "layer {}: {} keyframes",
+            v.rid,
+            v.keyframes
+        );
+        assert_eq!(
+            v.depack.damaged_frames(),
+            0,
+            "layer {}: damaged frames",
+            v.rid
+        );
+        assert!(secs > 7.0, "layer {}: video for {secs:.1} s", v.rid);
+        assert!(
+            !v.sizes.is_empty() && v.sizes.iter().all(|&s| s == size),
+            "layer {}: SPS sizes {:?}, want {size:?}",
+            v.rid,
+            v.sizes
+        );
+        rates.push(kbps);
+    }
+    let (h, m, l) = (rates[0], rates[1], rates[2]);
+    assert!(
+        l * 3.0 < h,
+        "l at {l:.0} kbit/s is not clearly below h at {h:.0}"
+    );
+    assert!(l < m && m < h, "rates h {h:.0}, m {m:.0}, l {l:.0} kbit/s");
+    // Each rendition near its target (x264's average over a short run; the VBV caps it).
+    assert!(
+        (100.0..=400.0).contains(&l),
+        "l at {l:.0} kbit/s, target 250"
+    );
+    assert!(
+        (300.0..=1200.0).contains(&m),
+        "m at {m:.0} kbit/s, target 800"
+    );
+
+    drop(push);
+    // The start-up line names the renditions and their sizes; when the publisher has
+    // left, what each did, without drops.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.log_tail(40).contains("renditions stopped") {
+        assert!(Instant::now() < deadline, "{}", server.log_tail(40));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = server.log_tail(40);
+    assert!(
+        log.contains("live/cam: renditions of the 1280x720 source (layer h): m (layer 1) 640x360 at 800 kbit/s, l (layer 2) 320x180 at 250 kbit/s"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("cannot keep up") && !log.contains("stopped:  "),
+        "{log}"
+    );
+    server.stop();
+}
