@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use tern_proto::twcc::Feedback;
 
-/// Packets whose send time is remembered for matching feedback: 8 bytes each, 1 KiB in
+/// Packets whose send time is remembered for matching feedback: 6 bytes each, 768 B in
 /// all; at 1,000 packets a second (10 Mbit/s) 128 ms, more than the 50-100 ms between two
 /// feedbacks (a 2.5 Mbit/s layer: half a second).
 const SENT_RING: usize = 128;
@@ -83,15 +83,6 @@ impl Default for BweConfig {
     }
 }
 
-/// A sent packet as remembered: its sequence number, size and the low 32 bits of its send
-/// time in µs (rebuilt against the feedback's time: valid for 71 minutes).
-#[derive(Debug, Clone, Copy, Default)]
-struct Sent {
-    seq: u16,
-    size: u16,
-    send_lo: u32,
-}
-
 /// A packet group: packets sent within [`GROUP_US`] of the first.
 #[derive(Debug, Clone, Copy)]
 struct Group {
@@ -106,7 +97,14 @@ pub struct Estimator {
     cfg: BweConfig,
     /// Recent packets, by `seq % SENT_RING` (a slot's older packet is 128 numbers back, so a
     /// feedback is matched by its sequence number alone; size 0 marks an empty slot).
-    sent: [Sent; SENT_RING],
+    /// The last [`SENT_RING`] packets sent, by `seq % SENT_RING`: their sizes (0: none)
+    /// and the low 32 bits of their send times in µs (rebuilt against the feedback's time:
+    /// valid for 71 minutes). Two arrays rather than one of pairs, which would be padded to
+    /// 8 bytes a packet. A slot's sequence number is not kept: a feedback's is taken when it
+    /// is among the last [`SENT_RING`] sent (`newest`).
+    sizes: [u16; SENT_RING],
+    send_lo: [u32; SENT_RING],
+    newest: Option<u16>,
     group: Option<Group>,
     prev_group: Option<Group>,
     /// Trendline state.
@@ -140,7 +138,9 @@ impl Estimator {
         let start = cfg.start_bps.clamp(cfg.min_bps, cfg.max_bps) as f64;
         Estimator {
             cfg,
-            sent: [Sent::default(); SENT_RING],
+            sizes: [0; SENT_RING],
+            send_lo: [0; SENT_RING],
+            newest: None,
             group: None,
             prev_group: None,
             acc_delay: 0.0,
@@ -187,11 +187,17 @@ impl Estimator {
     /// A packet of `size` bytes was sent with transport-wide sequence number `seq` at
     /// `now_us`.
     pub fn on_sent(&mut self, seq: u16, size: usize, now_us: i64) {
-        self.sent[usize::from(seq) % SENT_RING] = Sent {
-            seq,
-            size: size.clamp(1, usize::from(u16::MAX)) as u16,
-            send_lo: now_us as u32,
-        };
+        let i = usize::from(seq) % SENT_RING;
+        self.sizes[i] = size.clamp(1, usize::from(u16::MAX)) as u16;
+        self.send_lo[i] = now_us as u32;
+        // Sequence numbers only grow (mod 2^16); a late report of an older send keeps the
+        // newest.
+        if self
+            .newest
+            .is_none_or(|n| seq.wrapping_sub(n) < u16::MAX / 2)
+        {
+            self.newest = Some(seq);
+        }
     }
 
     /// Counts `size` bytes arrived at `arrival` in the acknowledged-throughput bins.
@@ -212,8 +218,12 @@ impl Estimator {
         let mut lost = 0usize;
         let mut reported = 0usize;
         for p in &fb.packets {
-            let sent = self.sent[usize::from(p.seq) % SENT_RING];
-            if sent.size == 0 || sent.seq != p.seq {
+            let i = usize::from(p.seq) % SENT_RING;
+            let (size, send_lo) = (self.sizes[i], self.send_lo[i]);
+            let recent = self
+                .newest
+                .is_some_and(|n| usize::from(n.wrapping_sub(p.seq)) < SENT_RING);
+            if size == 0 || !recent {
                 continue; // not ours, or too old to remember
             }
             reported += 1;
@@ -221,8 +231,8 @@ impl Estimator {
                 lost += 1;
                 continue;
             };
-            let send = now_us - i64::from((now_us as u32).wrapping_sub(sent.send_lo));
-            self.ack(arrival, u64::from(sent.size));
+            let send = now_us - i64::from((now_us as u32).wrapping_sub(send_lo));
+            self.ack(arrival, u64::from(size));
             self.on_arrival(send, arrival);
         }
         if reported > 0 {

@@ -201,7 +201,7 @@ fn an_estimator_is_small() {
     let heap = e.window.capacity() * std::mem::size_of::<(f32, f32)>();
     let total = std::mem::size_of::<Estimator>() + heap;
     eprintln!("estimator: {total} bytes ({heap} on the heap)");
-    assert!(total <= 1600, "{total} bytes");
+    assert!(total <= 1300, "{total} bytes");
 }
 
 #[test]
