@@ -58,6 +58,7 @@ fuzz_target!(|data: &[u8]| {
             candidate_port: 10000,
             video_ssrc: 1,
             audio_ssrc: 2,
+            rtx_ssrc: 3,
             cname: "fuzz",
             session_id: 7,
         },
