@@ -83,18 +83,25 @@ impl Buf {
 }
 
 impl Drop for Buf {
+    #[inline]
     fn drop(&mut self) {
+        if self.pooled {
+            Inner::put(&mut self.pool, &mut self.storage);
+        } else {
+            self.drop_fallback();
+        }
+    }
+}
+
+impl Buf {
+    #[cold]
+    fn drop_fallback(&mut self) {
         let Some(pool) = self.pool.take() else {
             return;
         };
-        let storage = std::mem::take(&mut self.storage);
-        if self.pooled {
-            Inner::put(pool, storage);
-        } else {
-            pool.fallback_in_use.fetch_sub(1, Relaxed);
-            pool.fallback_bytes
-                .fetch_sub(storage.as_slice().len(), Relaxed);
-        }
+        pool.fallback_in_use.fetch_sub(1, Relaxed);
+        pool.fallback_bytes
+            .fetch_sub(self.storage.as_slice().len(), Relaxed);
     }
 }
 

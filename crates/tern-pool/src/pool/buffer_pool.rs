@@ -152,17 +152,7 @@ impl BufferPool {
         if len < inner.cfg.lower || len > inner.cfg.upper {
             return self.fallback(len);
         }
-        let (entry, dry) = inner.take();
-        if dry {
-            // After the bookkeeping, so the hook's snapshot counts this buffer.
-            inner.maybe_warn();
-        }
-        Buf {
-            storage: entry.storage,
-            len,
-            pooled: true,
-            pool: Some(entry.pool),
-        }
+        inner.take(len)
     }
 
     /// A heap buffer for a request outside `[lower, upper]`.
@@ -305,9 +295,9 @@ impl BufferPool {
     /// parks for a long time). Threads do this on exit anyway.
     pub fn flush_thread_cache(&self) {
         let inner = &self.handle.inner;
-        let _ = LOCAL.try_with(|caches| {
-            if let Ok(mut caches) = caches.try_borrow_mut()
-                && let Some(c) = caches.iter_mut().find(|c| c.id == inner.id)
+        let _ = LOCAL.try_with(|local| {
+            if let Ok(mut local) = local.try_borrow_mut()
+                && let Some(c) = local.caches.iter_mut().find(|c| c.id == inner.id)
             {
                 c.flush(inner);
             }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Orderin
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use super::buf::Buf;
 use super::stats::PoolStats;
 use super::storage::{PoolBacking, Storage};
 use crate::config::PoolConfig;
@@ -151,8 +152,11 @@ pub(super) struct LocalCache {
     /// Budget units reserved and not yet used (see [`Inner`]).
     pub(super) allowance: usize,
     /// Pooled buffers this thread handed out minus those it took back, not yet in
-    /// `Inner::in_use`.
+    /// `Inner::in_use`. Always within `-BATCH < unflushed < BATCH` between calls.
     pub(super) unflushed: isize,
+    /// Highest `unflushed` since this thread last settled it with the pool (at least 0): an
+    /// allocation taking `unflushed` above it checks the pool's peaks and low-water mark.
+    pub(super) high: isize,
     pub(super) counters: Arc<ThreadCounters>,
 }
 
@@ -161,16 +165,52 @@ impl LocalCache {
         self.pool.upgrade().is_none_or(|p| p.closed.load(Relaxed))
     }
 
-    /// Count `n` buffers handed out (or taken back, if negative); returns the local delta.
+    /// Count one pooled buffer handed out. When this takes the thread's unsettled count to a
+    /// new high since it last settled, the pool's peaks and low-water mark are checked
+    /// (`note_out`); at [`BATCH`] the count is settled with the pool. Allocations below that
+    /// high cannot raise the pool's in-use count past what was already checked, except by
+    /// other threads' counts, which those threads check as they rise or settle.
     #[inline]
-    pub(super) fn count_out(&mut self, pool: &Inner, n: isize) -> isize {
-        self.unflushed += n;
-        if self.unflushed.unsigned_abs() >= BATCH {
-            pool.in_use.fetch_add(self.unflushed, Relaxed);
-            self.unflushed = 0;
+    pub(super) fn count_take(&mut self, pool: &Inner) {
+        let u = self.unflushed + 1;
+        self.unflushed = u;
+        self.counters.unflushed.store(u, Relaxed);
+        if u > self.high {
+            self.rise(pool);
         }
-        self.counters.unflushed.store(self.unflushed, Relaxed);
-        self.unflushed
+    }
+
+    /// Count one pooled buffer taken back (settled with the pool at [`BATCH`]).
+    #[inline]
+    pub(super) fn count_return(&mut self, pool: &Inner) {
+        let u = self.unflushed - 1;
+        self.unflushed = u;
+        self.counters.unflushed.store(u, Relaxed);
+        if u <= -(BATCH as isize) {
+            self.settle(pool);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rise(&mut self, pool: &Inner) {
+        if self.unflushed >= BATCH as isize {
+            self.settle(pool);
+        } else {
+            self.high = self.unflushed;
+            pool.note_out(self.unflushed);
+        }
+    }
+
+    /// Fold the unsettled count into `Inner::in_use`, then check peaks and low water.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn settle(&mut self, pool: &Inner) {
+        let u = std::mem::take(&mut self.unflushed);
+        self.high = 0;
+        pool.in_use.fetch_add(u, Relaxed);
+        self.counters.unflushed.store(0, Relaxed);
+        pool.note_out(0);
     }
 
     /// Give everything back to the pool: buffers to the shared list, budget units, the
@@ -181,7 +221,24 @@ impl LocalCache {
             .fetch_add(std::mem::take(&mut self.allowance), Relaxed);
         pool.in_use
             .fetch_add(std::mem::take(&mut self.unflushed), Relaxed);
+        self.high = 0;
         self.counters.unflushed.store(0, Relaxed);
+    }
+
+    /// Bookkeeping for a buffer just popped from this cache.
+    #[inline]
+    fn on_hit(&mut self, pool: &Inner) {
+        self.allowance += 1;
+        if self.allowance > 2 * pool.chunk {
+            self.allowance -= pool.chunk;
+            pool.budget.fetch_add(pool.chunk, Relaxed);
+        }
+        let hits = &self.counters.hits;
+        hits.store(hits.load(Relaxed) + 1, Relaxed);
+        if pool.dry.load(Relaxed) {
+            pool.dry.store(false, Relaxed);
+        }
+        self.count_take(pool);
     }
 }
 
@@ -199,37 +256,64 @@ impl Drop for LocalCache {
     }
 }
 
-thread_local! {
-    pub(super) static LOCAL: RefCell<Vec<LocalCache>> = const { RefCell::new(Vec::new()) };
+/// This thread's caches, one per pool it used, and which one it used last.
+pub(super) struct Local {
+    /// Index in `caches` of the cache used last: the common case, one pool per thread (or one
+    /// at a time), finds its cache without a search. May be stale; always checked.
+    pub(super) last: usize,
+    pub(super) caches: Vec<LocalCache>,
 }
 
-/// This thread's cache for `pool`, created on first use (closed pools' caches are pruned
-/// then).
-pub(super) fn local_entry<'a>(
-    caches: &'a mut Vec<LocalCache>,
-    pool: &Arc<Inner>,
-) -> &'a mut LocalCache {
-    let pos = match caches.iter().position(|c| c.id == pool.id) {
-        Some(pos) => pos,
-        None => {
-            caches.retain(|c| !c.is_closed());
-            let counters = Arc::new(ThreadCounters::default());
-            pool.threads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(Arc::clone(&counters));
-            caches.push(LocalCache {
-                id: pool.id,
-                pool: Arc::downgrade(pool),
-                bufs: Vec::with_capacity(THREAD_CACHE),
-                allowance: 0,
-                unflushed: 0,
-                counters,
-            });
-            caches.len() - 1
-        }
+impl Local {
+    /// The cache used last, if it is `id`'s.
+    #[inline]
+    pub(super) fn hot(&mut self, id: u64) -> Option<&mut LocalCache> {
+        self.caches.get_mut(self.last).filter(|c| c.id == id)
+    }
+
+    /// This thread's cache for `pool`, created on first use (closed pools' caches are pruned
+    /// then).
+    pub(super) fn entry(&mut self, pool: &Arc<Inner>) -> &mut LocalCache {
+        let pos = match self.caches.iter().position(|c| c.id == pool.id) {
+            Some(pos) => pos,
+            None => self.create(pool),
+        };
+        self.last = pos;
+        &mut self.caches[pos]
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn create(&mut self, pool: &Arc<Inner>) -> usize {
+        self.caches.retain(|c| !c.is_closed());
+        let counters = Arc::new(ThreadCounters::default());
+        pool.threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&counters));
+        self.caches.push(LocalCache {
+            id: pool.id,
+            pool: Arc::downgrade(pool),
+            bufs: Vec::with_capacity(THREAD_CACHE),
+            allowance: 0,
+            unflushed: 0,
+            high: 0,
+            counters,
+        });
+        self.caches.len() - 1
+    }
+
+    /// Remove and return `id`'s cache, if this thread has one.
+    pub(super) fn remove(&mut self, id: u64) -> Option<LocalCache> {
+        let i = self.caches.iter().position(|c| c.id == id)?;
+        Some(self.caches.swap_remove(i))
+    }
+}
+
+thread_local! {
+    pub(super) static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local { last: 0, caches: Vec::new() })
     };
-    &mut caches[pos]
 }
 
 /// The default warn hook: one line on stderr (the pool crate has no logging dependency).
@@ -304,13 +388,37 @@ impl Inner {
         }
     }
 
-    /// A buffer for `alloc`: from this thread's cache (refilled from the shared list a batch
-    /// at a time), else a new one. Also whether the pool was dry.
+    /// A pooled buffer of length `len` for `alloc`: from this thread's cache (refilled from
+    /// the shared list a batch at a time), else a new one (then the warn hook may run).
     #[inline]
-    pub(super) fn take(self: &Arc<Self>) -> (Entry, bool) {
-        let got = LOCAL.try_with(|caches| {
-            let mut caches = caches.try_borrow_mut().ok()?;
-            let cache = local_entry(&mut caches, self);
+    pub(super) fn take(self: &Arc<Self>, len: usize) -> Buf {
+        // The common case: the cache used last is this pool's and holds a buffer. The `Buf`
+        // is built in place, the entry moved once.
+        let hit = LOCAL.try_with(|local| {
+            let mut local = local.try_borrow_mut().ok()?;
+            let cache = local.hot(self.id)?;
+            let Entry { storage, pool } = cache.bufs.pop()?;
+            cache.on_hit(self);
+            Some(Buf {
+                storage,
+                len,
+                pooled: true,
+                pool: Some(pool),
+            })
+        });
+        match hit {
+            Ok(Some(buf)) => buf,
+            _ => self.take_slow(len),
+        }
+    }
+
+    /// `take` when this pool's cache is not the one used last, is empty, or does not exist.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn take_slow(self: &Arc<Self>, len: usize) -> Buf {
+        let got = LOCAL.try_with(|local| {
+            let mut local = local.try_borrow_mut().ok()?;
+            let cache = local.entry(self);
             if cache.bufs.is_empty() {
                 let mut shared = self.lock_shared();
                 let start = shared.bufs.len().saturating_sub(BATCH);
@@ -319,28 +427,31 @@ impl Inner {
             }
             let got = match cache.bufs.pop() {
                 Some(entry) => {
-                    cache.allowance += 1;
-                    if cache.allowance > 2 * self.chunk {
-                        cache.allowance -= self.chunk;
-                        self.budget.fetch_add(self.chunk, Relaxed);
-                    }
-                    let hits = &cache.counters.hits;
-                    hits.store(hits.load(Relaxed) + 1, Relaxed);
-                    if self.dry.load(Relaxed) {
-                        self.dry.store(false, Relaxed);
-                    }
+                    cache.on_hit(self);
                     (entry, false)
                 }
-                None => (self.miss(), true),
+                None => {
+                    let entry = self.miss();
+                    cache.count_take(self);
+                    (entry, true)
+                }
             };
-            let local = cache.count_out(self, 1);
-            self.note_out(local);
             Some(got)
         });
-        match got {
+        let (Entry { storage, pool }, dry) = match got {
             Ok(Some(got)) => got,
             // TLS torn down or re-entered: use the shared list directly.
             _ => self.take_without_cache(),
+        };
+        if dry {
+            // After the bookkeeping, so the hook's snapshot counts this buffer.
+            self.maybe_warn();
+        }
+        Buf {
+            storage,
+            len,
+            pooled: true,
+            pool: Some(pool),
         }
     }
 
@@ -361,17 +472,70 @@ impl Inner {
         got
     }
 
-    /// Return a pooled buffer (from `Buf::drop`, on any thread) with the pool reference the
-    /// `Buf` carried.
+    /// Return a pooled buffer (from `Buf::drop`, on any thread): its storage and the pool
+    /// reference the `Buf` carried are moved out of the `Buf` (left empty).
     #[inline]
-    pub(super) fn put(pool: Arc<Inner>, storage: Storage) {
-        let mut slot = Some(Entry { storage, pool });
+    pub(super) fn put(pool: &mut Option<Arc<Inner>>, storage: &mut Storage) {
+        // The common case: an open pool, its cache the one used last, with room and a
+        // reserved budget unit, and no trim waiting for this buffer. The entry is moved from
+        // the `Buf` straight into the cache.
+        let done = LOCAL.try_with(|local| match local.try_borrow_mut() {
+            Ok(mut local) => Inner::put_fast(&mut local, pool, storage),
+            Err(_) => false,
+        });
+        if done != Ok(true) {
+            Inner::put_other(pool, storage);
+        }
+    }
+
+    #[inline]
+    fn put_fast(local: &mut Local, slot: &mut Option<Arc<Inner>>, storage: &mut Storage) -> bool {
+        let Some(pool) = slot.as_deref() else {
+            return true;
+        };
+        if pool.closed.load(Relaxed) || (storage.is_heap() && pool.shrink.load(Relaxed) != 0) {
+            return false;
+        }
+        let Some(cache) = local.hot(pool.id) else {
+            return false;
+        };
+        if cache.allowance == 0 || cache.bufs.len() >= THREAD_CACHE {
+            return false;
+        }
+        cache.allowance -= 1;
+        cache.count_return(pool);
+        if let Some(pool) = slot.take() {
+            cache.bufs.push(Entry {
+                storage: std::mem::take(storage),
+                pool,
+            });
+        }
+        true
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn put_other(pool: &mut Option<Arc<Inner>>, storage: &mut Storage) {
+        if let Some(pool) = pool.take() {
+            Inner::put_slow(Entry {
+                storage: std::mem::take(storage),
+                pool,
+            });
+        }
+    }
+
+    /// `put` off the common case: a closed pool, a pending trim, no cache (or not the one
+    /// used last), no budget unit at hand, a full cache, or no usable thread-local state.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn put_slow(entry: Entry) {
+        let mut slot = Some(entry);
         // Dropped after the thread-local borrow ends: dropping an entry may drop the pool,
         // whose drop looks at this thread's caches.
         let mut freed = None;
         let mut stale = None;
-        let _ = LOCAL.try_with(|caches| {
-            let Ok(mut caches) = caches.try_borrow_mut() else {
+        let _ = LOCAL.try_with(|local| {
+            let Ok(mut local) = local.try_borrow_mut() else {
                 return;
             };
             let Some(entry) = slot.take() else {
@@ -380,16 +544,13 @@ impl Inner {
             if entry.pool.closed.load(Relaxed) {
                 // Closed while this buffer was out: free it, and this thread's cache for the
                 // pool.
-                stale = caches
-                    .iter()
-                    .position(|c| c.id == entry.pool.id)
-                    .map(|i| caches.swap_remove(i));
+                stale = local.remove(entry.pool.id);
                 slot = Some(entry);
                 return;
             }
-            let cache = local_entry(&mut caches, &entry.pool);
+            let cache = local.entry(&entry.pool);
             let inner: &Inner = &entry.pool;
-            cache.count_out(inner, -1);
+            cache.count_return(inner);
             if entry.is_heap() && inner.take_shrink() {
                 freed = Some(entry);
                 return;
@@ -574,9 +735,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Forget this thread's (by now empty) cache entry for the pool.
         let id = self.id;
-        let _ = LOCAL.try_with(|caches| {
-            if let Ok(mut caches) = caches.try_borrow_mut() {
-                caches.retain(|c| c.id != id);
+        let _ = LOCAL.try_with(|local| {
+            if let Ok(mut local) = local.try_borrow_mut() {
+                local.caches.retain(|c| c.id != id);
             }
         });
     }
@@ -603,13 +764,13 @@ impl Drop for Handle {
         // This thread's cached buffers too; other threads free theirs when they exit, return a
         // buffer of this pool, or first use another pool.
         let id = inner.id;
-        let _ = LOCAL.try_with(|caches| {
-            let stale: Vec<LocalCache> = match caches.try_borrow_mut() {
-                Ok(mut caches) => {
-                    let (stale, keep) = std::mem::take(&mut *caches)
+        let _ = LOCAL.try_with(|local| {
+            let stale: Vec<LocalCache> = match local.try_borrow_mut() {
+                Ok(mut local) => {
+                    let (stale, keep) = std::mem::take(&mut local.caches)
                         .into_iter()
                         .partition(|c| c.id == id);
-                    *caches = keep;
+                    local.caches = keep;
                     stale
                 }
                 Err(_) => Vec::new(),
