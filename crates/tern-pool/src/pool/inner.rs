@@ -144,72 +144,157 @@ pub(super) struct Inner {
 }
 
 /// One pool's buffers and counts on one thread.
+///
+/// # The fast paths' single check
+///
+/// An allocation from the cache and a free into it both move the thread's unsettled in-use
+/// count `unflushed` and its reserved budget units (the allowance) by one in the same
+/// direction, so only `unflushed` and the difference `credit = allowance - unflushed` are
+/// stored. Everything that needs more than that one step (a new high of `unflushed`, which
+/// checks the pool's peaks and low-water mark; a settle at [`BATCH`]; more than two chunks of
+/// units to give back; no unit left for a free) happens exactly when `unflushed` leaves the
+/// bounds `down..=up`, recomputed by [`LocalCache::bounds`] whenever `credit`, `high` or the
+/// settled base changes. So the fast paths compare `unflushed` with one bound, and fall back
+/// to the full bookkeeping (`count_take`, `count_return`) outside it.
 pub(super) struct LocalCache {
     pub(super) id: u64,
     pub(super) pool: Weak<Inner>,
     /// LIFO: the top is the most recently freed buffer.
     pub(super) bufs: Vec<Entry>,
-    /// Budget units reserved and not yet used (see [`Inner`]).
-    pub(super) allowance: usize,
     /// Pooled buffers this thread handed out minus those it took back, not yet in
     /// `Inner::in_use`. Always within `-BATCH < unflushed < BATCH` between calls.
     pub(super) unflushed: isize,
+    /// Budget units reserved and not yet used (see [`Inner`]), minus `unflushed`.
+    credit: isize,
     /// Highest `unflushed` since this thread last settled it with the pool (at least 0): an
     /// allocation taking `unflushed` above it checks the pool's peaks and low-water mark.
-    pub(super) high: isize,
+    high: isize,
+    /// An allocation that keeps `unflushed <= up`, or a free that keeps `unflushed >= down`,
+    /// needs no bookkeeping beyond `unflushed` itself.
+    up: isize,
+    down: isize,
+    /// Most budget units kept in reserve: two chunks.
+    max_units: isize,
     pub(super) counters: Arc<ThreadCounters>,
 }
 
 impl LocalCache {
+    pub(super) fn new(pool: &Arc<Inner>, counters: Arc<ThreadCounters>) -> LocalCache {
+        let mut cache = LocalCache {
+            id: pool.id,
+            pool: Arc::downgrade(pool),
+            bufs: Vec::with_capacity(THREAD_CACHE),
+            unflushed: 0,
+            credit: 0,
+            high: 0,
+            up: 0,
+            down: 0,
+            max_units: (2 * pool.chunk) as isize,
+            counters,
+        };
+        cache.bounds();
+        cache
+    }
+
     pub(super) fn is_closed(&self) -> bool {
         self.pool.upgrade().is_none_or(|p| p.closed.load(Relaxed))
     }
 
-    /// Count one pooled buffer handed out. When this takes the thread's unsettled count to a
-    /// new high since it last settled, the pool's peaks and low-water mark are checked
-    /// (`note_out`); at [`BATCH`] the count is settled with the pool. Allocations below that
-    /// high cannot raise the pool's in-use count past what was already checked, except by
-    /// other threads' counts, which those threads check as they rise or settle.
-    #[inline]
-    pub(super) fn count_take(&mut self, pool: &Inner) {
-        let u = self.unflushed + 1;
-        self.unflushed = u;
-        self.counters.unflushed.store(u, Relaxed);
-        if u > self.high {
-            self.rise(pool);
-        }
+    /// Budget units reserved and not yet used.
+    pub(super) fn allowance(&self) -> usize {
+        usize::try_from(self.credit + self.unflushed).unwrap_or(0)
     }
 
-    /// Count one pooled buffer taken back (settled with the pool at [`BATCH`]).
+    pub(super) fn set_allowance(&mut self, units: usize) {
+        self.credit = units as isize - self.unflushed;
+        self.bounds();
+    }
+
+    /// Recompute the fast paths' bounds (see the type's documentation): an allocation stays
+    /// fast while `unflushed` does not pass its high (which is below [`BATCH`]) and the
+    /// allowance does not pass `max_units`; a free while a unit is at hand and `unflushed`
+    /// stays above `-BATCH`.
+    pub(super) fn bounds(&mut self) {
+        self.up = self.high.min(self.max_units - self.credit);
+        self.down = (-self.credit).max(1 - BATCH as isize);
+    }
+
+    /// The fast path of an allocation from the cache: count it if that needs nothing else.
     #[inline]
-    pub(super) fn count_return(&mut self, pool: &Inner) {
+    fn take_fast(&mut self) -> bool {
+        let u = self.unflushed + 1;
+        if u > self.up {
+            return false;
+        }
+        self.unflushed = u;
+        self.counters.unflushed.store(u, Relaxed);
+        true
+    }
+
+    /// The fast path of a free into the cache: whether it needs nothing beyond counting
+    /// (`return_fast`) and a unit from the allowance (implied).
+    #[inline]
+    fn can_return_fast(&self) -> bool {
+        self.unflushed > self.down
+    }
+
+    #[inline]
+    fn return_fast(&mut self) {
         let u = self.unflushed - 1;
         self.unflushed = u;
         self.counters.unflushed.store(u, Relaxed);
-        if u <= -(BATCH as isize) {
-            self.settle(pool);
-        }
     }
 
+    /// Count one pooled buffer handed out: a hit (`earned`: its budget unit comes back to
+    /// this thread) or a dry miss (a new buffer, no unit). A new high of
+    /// the thread's unsettled count since it last settled checks the pool's peaks and
+    /// low-water mark (`note_out`); at [`BATCH`] the count is settled with the pool.
+    /// Allocations below that high cannot raise the pool's in-use count past what was
+    /// already checked, except by other threads' counts, which those threads check as they
+    /// rise or settle.
     #[cold]
     #[inline(never)]
-    fn rise(&mut self, pool: &Inner) {
+    pub(super) fn count_take(&mut self, pool: &Inner, earned: bool) {
+        let mut units = self.allowance() + usize::from(earned);
+        if units > 2 * pool.chunk {
+            units -= pool.chunk;
+            pool.budget.fetch_add(pool.chunk, Relaxed);
+        }
+        self.unflushed += 1;
+        self.credit = units as isize - self.unflushed;
+        self.counters.unflushed.store(self.unflushed, Relaxed);
         if self.unflushed >= BATCH as isize {
             self.settle(pool);
         } else {
-            self.high = self.unflushed;
-            pool.note_out(self.unflushed);
+            if self.unflushed > self.high {
+                self.high = self.unflushed;
+                pool.note_out(self.unflushed);
+            }
+            self.bounds();
+        }
+    }
+
+    /// Count one pooled buffer taken back (its budget unit is the caller's business);
+    /// settled with the pool at [`BATCH`].
+    pub(super) fn count_return(&mut self, pool: &Inner) {
+        self.unflushed -= 1;
+        self.credit += 1;
+        self.counters.unflushed.store(self.unflushed, Relaxed);
+        if self.unflushed <= -(BATCH as isize) {
+            self.settle(pool);
+        } else {
+            self.bounds();
         }
     }
 
     /// Fold the unsettled count into `Inner::in_use`, then check peaks and low water.
-    #[cold]
-    #[inline(never)]
     pub(super) fn settle(&mut self, pool: &Inner) {
         let u = std::mem::take(&mut self.unflushed);
+        self.credit += u;
         self.high = 0;
         pool.in_use.fetch_add(u, Relaxed);
         self.counters.unflushed.store(0, Relaxed);
+        self.bounds();
         pool.note_out(0);
     }
 
@@ -217,28 +302,26 @@ impl LocalCache {
     /// in-use delta.
     pub(super) fn flush(&mut self, pool: &Inner) {
         pool.push_shared(self.bufs.drain(..));
-        pool.budget
-            .fetch_add(std::mem::take(&mut self.allowance), Relaxed);
+        pool.budget.fetch_add(self.allowance(), Relaxed);
         pool.in_use
             .fetch_add(std::mem::take(&mut self.unflushed), Relaxed);
+        self.credit = 0;
         self.high = 0;
         self.counters.unflushed.store(0, Relaxed);
+        self.bounds();
     }
 
-    /// Bookkeeping for a buffer just popped from this cache.
+    /// Bookkeeping for a buffer about to be popped from this cache.
     #[inline]
     fn on_hit(&mut self, pool: &Inner) {
-        self.allowance += 1;
-        if self.allowance > 2 * pool.chunk {
-            self.allowance -= pool.chunk;
-            pool.budget.fetch_add(pool.chunk, Relaxed);
+        if !self.take_fast() {
+            self.count_take(pool, true);
         }
         let hits = &self.counters.hits;
         hits.store(hits.load(Relaxed) + 1, Relaxed);
         if pool.dry.load(Relaxed) {
             pool.dry.store(false, Relaxed);
         }
-        self.count_take(pool);
     }
 }
 
@@ -291,15 +374,7 @@ impl Local {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Arc::clone(&counters));
-        self.caches.push(LocalCache {
-            id: pool.id,
-            pool: Arc::downgrade(pool),
-            bufs: Vec::with_capacity(THREAD_CACHE),
-            allowance: 0,
-            unflushed: 0,
-            high: 0,
-            counters,
-        });
+        self.caches.push(LocalCache::new(pool, counters));
         self.caches.len() - 1
     }
 
@@ -397,8 +472,13 @@ impl Inner {
         let hit = LOCAL.try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
             let cache = local.hot(self.id)?;
-            let Entry { storage, pool } = cache.bufs.pop()?;
+            if cache.bufs.is_empty() {
+                return None;
+            }
+            // Bookkeeping first, so the entry moves from the cache straight into the `Buf`
+            // with no call in between. Nothing in it touches `bufs`: the pop succeeds.
             cache.on_hit(self);
+            let Entry { storage, pool } = cache.bufs.pop()?;
             Some(Buf {
                 storage,
                 len,
@@ -432,7 +512,7 @@ impl Inner {
                 }
                 None => {
                     let entry = self.miss();
-                    cache.count_take(self);
+                    cache.count_take(self, false);
                     (entry, true)
                 }
             };
@@ -499,17 +579,21 @@ impl Inner {
         let Some(cache) = local.hot(pool.id) else {
             return false;
         };
-        if cache.allowance == 0 || cache.bufs.len() >= THREAD_CACHE {
+        let len = cache.bufs.len();
+        // (The capacity is `THREAD_CACHE`; checking it too lets `push` below store in place.)
+        if !cache.can_return_fast() || len >= THREAD_CACHE || len == cache.bufs.capacity() {
             return false;
         }
-        cache.allowance -= 1;
-        cache.count_return(pool);
+        // The entry moves from the `Buf` straight into the cache (first, so that no store
+        // the compiler cannot tell apart from the cache's length or capacity comes between
+        // the checks above and the push: it then stores in place).
         if let Some(pool) = slot.take() {
             cache.bufs.push(Entry {
                 storage: std::mem::take(storage),
                 pool,
             });
         }
+        cache.return_fast();
         true
     }
 
@@ -555,10 +639,10 @@ impl Inner {
                 freed = Some(entry);
                 return;
             }
-            if cache.allowance == 0 {
-                cache.allowance = inner.reserve(inner.chunk);
+            if cache.allowance() == 0 {
+                cache.set_allowance(inner.reserve(inner.chunk));
             }
-            if cache.allowance == 0 {
+            if cache.allowance() == 0 {
                 // `max_free` buffers are free: this one goes back to the system. Prefer a heap
                 // buffer from the cache over a region chunk: dropping a chunk returns only the
                 // whole pages inside it (none, for packet-sized buffers) until its whole region
@@ -580,7 +664,7 @@ impl Inner {
                 });
                 return;
             }
-            cache.allowance -= 1;
+            cache.set_allowance(cache.allowance() - 1);
             if cache.bufs.len() >= THREAD_CACHE {
                 // Spill the coldest (bottom) buffers; the hot ones stay on top.
                 inner.push_shared(cache.bufs.drain(..BATCH));
