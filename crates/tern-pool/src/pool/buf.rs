@@ -2,12 +2,12 @@
 //! shared by every viewer of a stream.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::inner::*;
-use super::storage::Storage;
 
 /// An owned, mutable buffer from a [`BufferPool`]; returns to it when dropped, on any thread.
 ///
@@ -16,12 +16,14 @@ use super::storage::Storage;
 ///
 /// [`BufferPool`]: super::BufferPool
 pub struct Buf {
-    pub(super) storage: Storage,
+    /// The memory and the pool reference (for a pooled buffer, the one its free entry
+    /// carried), as they sit in a free list: `Some` until dropped, then moved out whole.
+    /// `ManuallyDrop` only spares the drop glue a check of the `None` that `drop` always
+    /// leaves (it takes the entry on every path, so nothing is ever leaked).
+    pub(super) entry: ManuallyDrop<Option<Entry>>,
     pub(super) len: usize,
     /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
     pub(super) pooled: bool,
-    /// `Some` until dropped. For a pooled buffer, the reference its free entry carried.
-    pub(super) pool: Option<Arc<Inner>>,
 }
 
 impl Buf {
@@ -40,7 +42,16 @@ impl Buf {
     /// Capacity: `upper` for pooled buffers, the requested length for fallback buffers.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.storage.as_slice().len()
+        self.full().len()
+    }
+
+    /// The whole capacity (empty only while dropping).
+    #[inline]
+    fn full(&self) -> &[u8] {
+        match &*self.entry {
+            Some(e) => e.storage.as_slice(),
+            None => &[],
+        }
     }
 
     /// Set the length (bytes between the old and new length keep whatever they held).
@@ -61,7 +72,10 @@ impl Buf {
     /// The whole capacity, regardless of the current length.
     #[inline]
     pub fn as_mut_full(&mut self) -> &mut [u8] {
-        self.storage.as_mut_slice()
+        match &mut *self.entry {
+            Some(e) => e.storage.as_mut_slice(),
+            None => &mut [],
+        }
     }
 
     /// Whether this buffer returns to the pool when dropped (as opposed to a fallback for a
@@ -72,7 +86,7 @@ impl Buf {
     }
 
     pub(super) fn pool_name(&self) -> &'static str {
-        self.pool.as_ref().map_or("", |p| p.cfg.name)
+        self.entry.as_ref().map_or("", |e| e.pool.cfg.name)
     }
 
     /// Make the buffer immutable and shareable; it returns to the pool when the last clone of
@@ -86,7 +100,7 @@ impl Drop for Buf {
     #[inline]
     fn drop(&mut self) {
         if self.pooled {
-            Inner::put(&mut self.pool, &mut self.storage);
+            Inner::put(&mut self.entry);
         } else {
             self.drop_fallback();
         }
@@ -96,12 +110,12 @@ impl Drop for Buf {
 impl Buf {
     #[cold]
     fn drop_fallback(&mut self) {
-        let Some(pool) = self.pool.take() else {
+        let Some(Entry { storage, pool }) = self.entry.take() else {
             return;
         };
         pool.fallback_in_use.fetch_sub(1, Relaxed);
         pool.fallback_bytes
-            .fetch_sub(self.storage.as_slice().len(), Relaxed);
+            .fetch_sub(storage.as_slice().len(), Relaxed);
     }
 }
 
@@ -109,7 +123,7 @@ impl Deref for Buf {
     type Target = [u8];
     #[inline]
     fn deref(&self) -> &[u8] {
-        &self.storage.as_slice()[..self.len]
+        &self.full()[..self.len]
     }
 }
 
@@ -117,7 +131,7 @@ impl DerefMut for Buf {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         let len = self.len;
-        &mut self.storage.as_mut_slice()[..len]
+        &mut self.as_mut_full()[..len]
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`BufferPool`]: the handle users hold: allocation, refill, warnings, statistics.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Instant;
@@ -93,8 +94,10 @@ impl BufferPool {
             bufs: Vec::with_capacity(cfg.max_free.saturating_add(BATCH)),
             closed: false,
         };
+        let id = NEXT_POOL_ID.fetch_add(1, Relaxed);
         let inner = Inner {
-            id: NEXT_POOL_ID.fetch_add(1, Relaxed),
+            id,
+            key: AtomicU64::new(id),
             backing,
             chunk: (cfg.max_free / 16).clamp(1, BATCH),
             shared: Padded(Mutex::new(shared)),
@@ -165,10 +168,12 @@ impl BufferPool {
         inner.fallback_bytes.fetch_add(len, Relaxed);
         inner.note_out(0);
         Buf {
-            storage: Storage::heap(len, false),
+            entry: ManuallyDrop::new(Some(Entry {
+                storage: Storage::heap(len, false),
+                pool: Arc::clone(inner),
+            })),
             len,
             pooled: false,
-            pool: Some(Arc::clone(inner)),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::io::Write as _;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
@@ -91,6 +92,9 @@ pub(super) struct SharedList {
 ///   ever makes the pool free a buffer early, never keep one too many.
 pub(super) struct Inner {
     pub(super) id: u64,
+    /// `id` while the pool is open, 0 (no pool's id) once closed: the fast paths find a
+    /// thread cache by it, so one load both finds the cache and checks the pool is open.
+    pub(super) key: AtomicU64,
     pub(super) cfg: PoolConfig,
     pub(super) backing: PoolBacking,
     /// Units of `budget` a thread reserves at once: `max_free / 16`, at least 1, at most
@@ -339,30 +343,28 @@ impl Drop for LocalCache {
     }
 }
 
-/// This thread's caches, one per pool it used, and which one it used last.
+/// This thread's caches, one per pool it used; the one used last comes first, so the
+/// common case (one pool per thread, or one at a time) finds its cache without a search.
 pub(super) struct Local {
-    /// Index in `caches` of the cache used last: the common case, one pool per thread (or one
-    /// at a time), finds its cache without a search. May be stale; always checked.
-    pub(super) last: usize,
     pub(super) caches: Vec<LocalCache>,
 }
 
 impl Local {
-    /// The cache used last, if it is `id`'s.
+    /// The cache used last, if it belongs to the pool with this `key` (see `Inner::key`).
     #[inline]
-    pub(super) fn hot(&mut self, id: u64) -> Option<&mut LocalCache> {
-        self.caches.get_mut(self.last).filter(|c| c.id == id)
+    pub(super) fn hot(&mut self, key: u64) -> Option<&mut LocalCache> {
+        self.caches.first_mut().filter(|c| c.id == key)
     }
 
     /// This thread's cache for `pool`, created on first use (closed pools' caches are pruned
-    /// then).
+    /// then), moved to the front.
     pub(super) fn entry(&mut self, pool: &Arc<Inner>) -> &mut LocalCache {
         let pos = match self.caches.iter().position(|c| c.id == pool.id) {
             Some(pos) => pos,
             None => self.create(pool),
         };
-        self.last = pos;
-        &mut self.caches[pos]
+        self.caches.swap(0, pos);
+        &mut self.caches[0]
     }
 
     #[cold]
@@ -386,9 +388,7 @@ impl Local {
 }
 
 thread_local! {
-    pub(super) static LOCAL: RefCell<Local> = const {
-        RefCell::new(Local { last: 0, caches: Vec::new() })
-    };
+    pub(super) static LOCAL: RefCell<Local> = const { RefCell::new(Local { caches: Vec::new() }) };
 }
 
 /// The default warn hook: one line on stderr (the pool crate has no logging dependency).
@@ -471,19 +471,18 @@ impl Inner {
         // is built in place, the entry moved once.
         let hit = LOCAL.try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
-            let cache = local.hot(self.id)?;
+            let cache = local.hot(self.key.load(Relaxed))?;
             if cache.bufs.is_empty() {
                 return None;
             }
             // Bookkeeping first, so the entry moves from the cache straight into the `Buf`
             // with no call in between. Nothing in it touches `bufs`: the pop succeeds.
             cache.on_hit(self);
-            let Entry { storage, pool } = cache.bufs.pop()?;
+            let entry = cache.bufs.pop()?;
             Some(Buf {
-                storage,
+                entry: ManuallyDrop::new(Some(entry)),
                 len,
                 pooled: true,
-                pool: Some(pool),
             })
         });
         match hit {
@@ -518,7 +517,7 @@ impl Inner {
             };
             Some(got)
         });
-        let (Entry { storage, pool }, dry) = match got {
+        let (entry, dry) = match got {
             Ok(Some(got)) => got,
             // TLS torn down or re-entered: use the shared list directly.
             _ => self.take_without_cache(),
@@ -528,10 +527,9 @@ impl Inner {
             self.maybe_warn();
         }
         Buf {
-            storage,
+            entry: ManuallyDrop::new(Some(entry)),
             len,
             pooled: true,
-            pool: Some(pool),
         }
     }
 
@@ -552,31 +550,33 @@ impl Inner {
         got
     }
 
-    /// Return a pooled buffer (from `Buf::drop`, on any thread): its storage and the pool
-    /// reference the `Buf` carried are moved out of the `Buf` (left empty).
+    /// Return a pooled buffer (from `Buf::drop`, on any thread): the entry (storage and the
+    /// pool reference the `Buf` carried) is moved out of the `Buf`, leaving `None`.
     #[inline]
-    pub(super) fn put(pool: &mut Option<Arc<Inner>>, storage: &mut Storage) {
+    pub(super) fn put(slot: &mut Option<Entry>) {
         // The common case: an open pool, its cache the one used last, with room and a
         // reserved budget unit, and no trim waiting for this buffer. The entry is moved from
         // the `Buf` straight into the cache.
         let done = LOCAL.try_with(|local| match local.try_borrow_mut() {
-            Ok(mut local) => Inner::put_fast(&mut local, pool, storage),
+            Ok(mut local) => Inner::put_fast(&mut local, slot),
             Err(_) => false,
         });
         if done != Ok(true) {
-            Inner::put_other(pool, storage);
+            Inner::put_other(slot);
         }
     }
 
     #[inline]
-    fn put_fast(local: &mut Local, slot: &mut Option<Arc<Inner>>, storage: &mut Storage) -> bool {
-        let Some(pool) = slot.as_deref() else {
+    fn put_fast(local: &mut Local, slot: &mut Option<Entry>) -> bool {
+        let Some(entry) = slot.as_ref() else {
             return true;
         };
-        if pool.closed.load(Relaxed) || (storage.is_heap() && pool.shrink.load(Relaxed) != 0) {
+        let pool: &Inner = &entry.pool;
+        if entry.is_heap() && pool.shrink.load(Relaxed) != 0 {
             return false;
         }
-        let Some(cache) = local.hot(pool.id) else {
+        // A closed pool's key is 0, no cache's id: its buffers take the slow path.
+        let Some(cache) = local.hot(pool.key.load(Relaxed)) else {
             return false;
         };
         let len = cache.bufs.len();
@@ -587,11 +587,8 @@ impl Inner {
         // The entry moves from the `Buf` straight into the cache (first, so that no store
         // the compiler cannot tell apart from the cache's length or capacity comes between
         // the checks above and the push: it then stores in place).
-        if let Some(pool) = slot.take() {
-            cache.bufs.push(Entry {
-                storage: std::mem::take(storage),
-                pool,
-            });
+        if let Some(entry) = slot.take() {
+            cache.bufs.push(entry);
         }
         cache.return_fast();
         true
@@ -599,12 +596,9 @@ impl Inner {
 
     #[cold]
     #[inline(never)]
-    fn put_other(pool: &mut Option<Arc<Inner>>, storage: &mut Storage) {
-        if let Some(pool) = pool.take() {
-            Inner::put_slow(Entry {
-                storage: std::mem::take(storage),
-                pool,
-            });
+    fn put_other(slot: &mut Option<Entry>) {
+        if let Some(entry) = slot.take() {
+            Inner::put_slow(entry);
         }
     }
 
@@ -842,6 +836,7 @@ impl Drop for Handle {
             let mut list = inner.lock_shared();
             list.closed = true;
             inner.closed.store(true, Relaxed);
+            inner.key.store(0, Relaxed);
             std::mem::take(&mut list.bufs)
         };
         drop(free);
