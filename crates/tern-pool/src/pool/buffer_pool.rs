@@ -300,7 +300,7 @@ impl BufferPool {
     /// parks for a long time). Threads do this on exit anyway.
     pub fn flush_thread_cache(&self) {
         let inner = &self.handle.inner;
-        let _ = LOCAL.try_with(|local| {
+        LOCAL.with(|local| {
             if let Ok(mut local) = local.try_borrow_mut()
                 && let Some(c) = local.caches.iter_mut().find(|c| c.id == inner.id)
             {

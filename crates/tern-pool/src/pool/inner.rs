@@ -357,19 +357,22 @@ impl Local {
     }
 
     /// This thread's cache for `pool`, created on first use (closed pools' caches are pruned
-    /// then), moved to the front.
-    pub(super) fn entry(&mut self, pool: &Arc<Inner>) -> &mut LocalCache {
+    /// then), moved to the front. `None` once the thread is exiting (its caches are gone).
+    pub(super) fn entry(&mut self, pool: &Arc<Inner>) -> Option<&mut LocalCache> {
         let pos = match self.caches.iter().position(|c| c.id == pool.id) {
             Some(pos) => pos,
-            None => self.create(pool),
+            None => self.create(pool)?,
         };
         self.caches.swap(0, pos);
-        &mut self.caches[0]
+        self.caches.first_mut()
     }
 
     #[cold]
     #[inline(never)]
-    fn create(&mut self, pool: &Arc<Inner>) -> usize {
+    fn create(&mut self, pool: &Arc<Inner>) -> Option<usize> {
+        // The guard hands the caches back at thread exit; once it has run, no cache may be
+        // made (nothing would hand it back).
+        GUARD.try_with(|_| ()).ok()?;
         self.caches.retain(|c| !c.is_closed());
         let counters = Arc::new(ThreadCounters::default());
         pool.threads
@@ -377,7 +380,7 @@ impl Local {
             .unwrap_or_else(PoisonError::into_inner)
             .push(Arc::clone(&counters));
         self.caches.push(LocalCache::new(pool, counters));
-        self.caches.len() - 1
+        Some(self.caches.len() - 1)
     }
 
     /// Remove and return `id`'s cache, if this thread has one.
@@ -387,8 +390,30 @@ impl Local {
     }
 }
 
+/// Drops this thread's caches (handing their buffers and counts back) when the thread
+/// exits. `LOCAL` itself has no destructor, so reaching it needs no check of whether the
+/// thread is exiting; this guard is registered when the thread makes its first cache.
+pub(super) struct Guard;
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // Dropped after the borrow ends: dropping a cache may drop a pool, whose drop looks
+        // at this thread's caches.
+        let caches = LOCAL.with(|local| {
+            local
+                .try_borrow_mut()
+                .map(|mut local| std::mem::take(&mut local.caches))
+                .unwrap_or_default()
+        });
+        drop(caches);
+    }
+}
+
 thread_local! {
-    pub(super) static LOCAL: RefCell<Local> = const { RefCell::new(Local { caches: Vec::new() }) };
+    /// This thread's caches. Without drop glue (see [`Guard`]).
+    pub(super) static LOCAL: RefCell<ManuallyDrop<Local>> =
+        const { RefCell::new(ManuallyDrop::new(Local { caches: Vec::new() })) };
+    static GUARD: Guard = const { Guard };
 }
 
 /// The default warn hook: one line on stderr (the pool crate has no logging dependency).
@@ -469,6 +494,8 @@ impl Inner {
     pub(super) fn take(self: &Arc<Self>, len: usize) -> Buf {
         // The common case: the cache used last is this pool's and holds a buffer. The `Buf`
         // is built in place, the entry moved once.
+        // (`try_with` rather than `with`: `LOCAL` has no destructor, so it never fails, and it
+        // inlines where `with`'s panic path does not.)
         let hit = LOCAL.try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
             let cache = local.hot(self.key.load(Relaxed))?;
@@ -495,9 +522,9 @@ impl Inner {
     #[cold]
     #[inline(never)]
     pub(super) fn take_slow(self: &Arc<Self>, len: usize) -> Buf {
-        let got = LOCAL.try_with(|local| {
+        let got = LOCAL.with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
-            let cache = local.entry(self);
+            let cache = local.entry(self)?;
             if cache.bufs.is_empty() {
                 let mut shared = self.lock_shared();
                 let start = shared.bufs.len().saturating_sub(BATCH);
@@ -518,9 +545,9 @@ impl Inner {
             Some(got)
         });
         let (entry, dry) = match got {
-            Ok(Some(got)) => got,
-            // TLS torn down or re-entered: use the shared list directly.
-            _ => self.take_without_cache(),
+            Some(got) => got,
+            // Thread exiting, or re-entered: use the shared list directly.
+            None => self.take_without_cache(),
         };
         if dry {
             // After the bookkeeping, so the hook's snapshot counts this buffer.
@@ -612,7 +639,7 @@ impl Inner {
         // whose drop looks at this thread's caches.
         let mut freed = None;
         let mut stale = None;
-        let _ = LOCAL.try_with(|local| {
+        LOCAL.with(|local| {
             let Ok(mut local) = local.try_borrow_mut() else {
                 return;
             };
@@ -626,7 +653,11 @@ impl Inner {
                 slot = Some(entry);
                 return;
             }
-            let cache = local.entry(&entry.pool);
+            let Some(cache) = local.entry(&entry.pool) else {
+                // Thread exiting: no cache.
+                slot = Some(entry);
+                return;
+            };
             let inner: &Inner = &entry.pool;
             cache.count_return(inner);
             if entry.is_heap() && inner.take_shrink() {
@@ -813,7 +844,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Forget this thread's (by now empty) cache entry for the pool.
         let id = self.id;
-        let _ = LOCAL.try_with(|local| {
+        LOCAL.with(|local| {
             if let Ok(mut local) = local.try_borrow_mut() {
                 local.caches.retain(|c| c.id != id);
             }
@@ -843,7 +874,7 @@ impl Drop for Handle {
         // This thread's cached buffers too; other threads free theirs when they exit, return a
         // buffer of this pool, or first use another pool.
         let id = inner.id;
-        let _ = LOCAL.try_with(|local| {
+        LOCAL.with(|local| {
             let stale: Vec<LocalCache> = match local.try_borrow_mut() {
                 Ok(mut local) => {
                     let (stale, keep) = std::mem::take(&mut local.caches)
