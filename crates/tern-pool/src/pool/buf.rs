@@ -22,8 +22,6 @@ pub struct Buf {
     /// leaves (it takes the entry on every path, so nothing is ever leaked).
     pub(super) entry: ManuallyDrop<Option<Entry>>,
     pub(super) len: usize,
-    /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
-    pub(super) pooled: bool,
 }
 
 impl Buf {
@@ -82,7 +80,7 @@ impl Buf {
     /// length outside `[lower, upper]`).
     #[inline]
     pub fn is_pooled(&self) -> bool {
-        self.pooled
+        self.entry.as_ref().is_some_and(|e| e.pooled)
     }
 
     pub(super) fn pool_name(&self) -> &'static str {
@@ -99,7 +97,7 @@ impl Buf {
 impl Drop for Buf {
     #[inline]
     fn drop(&mut self) {
-        if self.pooled {
+        if self.is_pooled() {
             Inner::put(&mut self.entry);
         } else {
             self.drop_fallback();
@@ -110,9 +108,10 @@ impl Drop for Buf {
 impl Buf {
     #[cold]
     fn drop_fallback(&mut self) {
-        let Some(Entry { storage, pool }) = self.entry.take() else {
+        let Some(head) = self.entry.take() else {
             return;
         };
+        let Head { storage, pool, .. } = *head;
         pool.fallback_in_use.fetch_sub(1, Relaxed);
         pool.fallback_bytes
             .fetch_sub(storage.as_slice().len(), Relaxed);

@@ -133,10 +133,10 @@ impl BufferPool {
         inner
             .lock_shared()
             .bufs
-            .extend(bufs.into_iter().map(|storage| Entry {
-                storage,
-                pool: Arc::clone(&inner),
-            }));
+            .extend(
+                bufs.into_iter()
+                    .map(|storage| Head::new(storage, Arc::clone(&inner), true)),
+            );
         let pool = BufferPool {
             handle: Arc::new(Handle { inner }),
         };
@@ -168,12 +168,12 @@ impl BufferPool {
         inner.fallback_bytes.fetch_add(len, Relaxed);
         inner.note_out(0);
         Buf {
-            entry: ManuallyDrop::new(Some(Entry {
-                storage: Storage::heap(len, false),
-                pool: Arc::clone(inner),
-            })),
+            entry: ManuallyDrop::new(Some(Head::new(
+                Storage::heap(len, false),
+                Arc::clone(inner),
+                false,
+            ))),
             len,
-            pooled: false,
         }
     }
 
@@ -199,10 +199,11 @@ impl BufferPool {
         let fresh: Vec<Storage> = (0..want)
             .map(|_| Storage::heap(cfg.upper, cfg.prefault))
             .collect();
-        inner.push_shared(fresh.into_iter().map(|storage| Entry {
-            storage,
-            pool: Arc::clone(inner),
-        }));
+        inner.push_shared(
+            fresh
+                .into_iter()
+                .map(|storage| Head::new(storage, Arc::clone(inner), true)),
+        );
         inner.dry.store(false, Relaxed);
         inner.refills.fetch_add(1, Relaxed);
         inner.refilled_buffers.fetch_add(want as u64, Relaxed);

@@ -52,18 +52,33 @@ pub(super) struct ThreadCounters {
     pub(super) unflushed: AtomicIsize,
 }
 
-/// A free pooled buffer, together with the strong reference to its pool that the [`Buf`] it
-/// becomes will carry. Handing a buffer out or taking it back moves that reference along, so
-/// the hot path updates no reference count.
+/// One buffer's memory together with the strong reference to its pool: boxed once, when
+/// the buffer is made, and moved as one pointer between the free lists and the [`Buf`] it
+/// becomes. Handing a buffer out or taking it back moves that reference along, so the hot
+/// path updates no reference count, and moves 8 bytes (a `Buf` is 16, returned in
+/// registers).
 ///
 /// Free entries therefore keep their pool alive; [`Handle`]'s drop (the last [`BufferPool`]
 /// clone going away) closes the pool and drops the shared list to break that cycle.
-pub(super) struct Entry {
+pub(super) struct Head {
     pub(super) storage: Storage,
     pub(super) pool: Arc<Inner>,
+    /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
+    pub(super) pooled: bool,
 }
 
-impl Entry {
+/// A buffer as the free lists and [`Buf`] hold it.
+pub(super) type Entry = Box<Head>;
+
+impl Head {
+    pub(super) fn new(storage: Storage, pool: Arc<Inner>, pooled: bool) -> Entry {
+        Box::new(Head {
+            storage,
+            pool,
+            pooled,
+        })
+    }
+
     pub(super) fn is_heap(&self) -> bool {
         self.storage.is_heap()
     }
@@ -321,6 +336,12 @@ impl LocalCache {
         if !self.take_fast() {
             self.count_take(pool, true);
         }
+        self.count_hit(pool);
+    }
+
+    /// The hit counter and the dry flag, for a buffer taken from this cache.
+    #[inline]
+    fn count_hit(&mut self, pool: &Inner) {
         let hits = &self.counters.hits;
         hits.store(hits.load(Relaxed) + 1, Relaxed);
         if pool.dry.load(Relaxed) {
@@ -499,17 +520,18 @@ impl Inner {
         let hit = LOCAL.try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
             let cache = local.hot(self.key.load(Relaxed))?;
-            if cache.bufs.is_empty() {
+            // Anything beyond counting (see `LocalCache`) goes the slow way, so this path
+            // makes no call at all.
+            if cache.bufs.is_empty() || !cache.take_fast() {
                 return None;
             }
-            // Bookkeeping first, so the entry moves from the cache straight into the `Buf`
-            // with no call in between. Nothing in it touches `bufs`: the pop succeeds.
-            cache.on_hit(self);
+            cache.count_hit(self);
+            // Nothing above touches `bufs`: the pop succeeds, and the entry moves from the
+            // cache straight into the `Buf`.
             let entry = cache.bufs.pop()?;
             Some(Buf {
                 entry: ManuallyDrop::new(Some(entry)),
                 len,
-                pooled: true,
             })
         });
         match hit {
@@ -556,7 +578,6 @@ impl Inner {
         Buf {
             entry: ManuallyDrop::new(Some(entry)),
             len,
-            pooled: true,
         }
     }
 
@@ -677,7 +698,7 @@ impl Inner {
                 let victim = if entry.is_heap() {
                     None
                 } else {
-                    cache.bufs.iter().rposition(Entry::is_heap)
+                    cache.bufs.iter().rposition(|e| e.is_heap())
                 };
                 freed = Some(match victim {
                     Some(i) => {
@@ -762,10 +783,11 @@ impl Inner {
         if self.cfg.low_water > 0 {
             self.needs_refill.store(true, Relaxed);
         }
-        Entry {
-            storage: Storage::heap(self.cfg.upper, false),
-            pool: Arc::clone(self),
-        }
+        Head::new(
+            Storage::heap(self.cfg.upper, false),
+            Arc::clone(self),
+            true,
+        )
     }
 
     #[cold]
