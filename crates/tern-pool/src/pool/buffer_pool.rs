@@ -51,6 +51,14 @@ use super::storage::{PoolBacking, Storage};
 /// units of the `max_free` budget in reserve, so a pool shared by many threads can free a
 /// buffer a little before `max_free` is reached.
 ///
+/// On the common paths (the thread's cache for this pool was the last one it used; a buffer
+/// at hand, or room for one) an allocation or a free is one compare of the thread's
+/// unsettled count with precomputed bounds plus the list operation; the high-water marks and
+/// the low-water check run when that count reaches a new high since the thread last settled
+/// it, and at every settle (see [`PoolStats::high_water`]). Each buffer carries a small
+/// descriptor (its memory and its pool reference, boxed once when the buffer is made, not
+/// counted in `allocated_bytes`), so a [`Buf`] is two words and free lists move one pointer.
+///
 /// Buffers cached by a thread that then stops using the pool stay counted as free; they
 /// return to the shared list when the thread exits or calls
 /// [`BufferPool::flush_thread_cache`].
@@ -130,13 +138,10 @@ impl BufferPool {
             cfg,
         };
         let inner = Arc::new(inner);
-        inner
-            .lock_shared()
-            .bufs
-            .extend(
-                bufs.into_iter()
-                    .map(|storage| Head::new(storage, Arc::clone(&inner), true)),
-            );
+        inner.lock_shared().bufs.extend(
+            bufs.into_iter()
+                .map(|storage| Head::new(storage, Arc::clone(&inner), true)),
+        );
         let pool = BufferPool {
             handle: Arc::new(Handle { inner }),
         };

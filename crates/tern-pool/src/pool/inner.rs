@@ -739,9 +739,11 @@ impl Inner {
         }
     }
 
-    /// Bookkeeping for a buffer handed out: high-water marks and the low-water flag, from
+    /// Bookkeeping for buffers handed out: high-water marks and the low-water flag, from
     /// `in_use` plus this thread's unflushed delta `local` (other threads' deltas, at most
-    /// [`BATCH`] each, are not seen here; `stats` folds the exact count in).
+    /// [`BATCH`] each, are not seen here; `stats` folds the exact count in). Called when a
+    /// thread's delta reaches a new high since it last settled and at every settle (see
+    /// `LocalCache::count_take`), not on every allocation.
     #[inline]
     pub(super) fn note_out(&self, local: isize) {
         let pooled = usize::try_from(self.in_use.load(Relaxed) + local).unwrap_or(0);
@@ -783,11 +785,7 @@ impl Inner {
         if self.cfg.low_water > 0 {
             self.needs_refill.store(true, Relaxed);
         }
-        Head::new(
-            Storage::heap(self.cfg.upper, false),
-            Arc::clone(self),
-            true,
-        )
+        Head::new(Storage::heap(self.cfg.upper, false), Arc::clone(self), true)
     }
 
     #[cold]

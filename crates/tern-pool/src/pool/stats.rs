@@ -21,9 +21,13 @@ pub struct PoolStats {
     pub refills: u64,
     /// Buffers handed out and not yet dropped (pooled and fallback).
     pub in_use: usize,
-    /// Highest `in_use` seen: checked on every allocation (with other threads' counts as of
-    /// their last batch, so a brief peak may be missed by up to [`BATCH`] buffers per other
-    /// thread) and exactly at every `stats` call.
+    /// Highest `in_use` seen: checked whenever an allocation takes its thread's count of
+    /// buffers not yet settled with the pool to a new high since the thread last settled
+    /// (every [`BATCH`] buffers net, either way), at every settle, and exactly at every
+    /// `stats` call. Other threads' unsettled counts (under [`BATCH`] each) are not seen by
+    /// a check, so a brief peak may be missed by up to [`BATCH`] buffers per other thread;
+    /// allocations that only return a thread to a count it already reached since it last
+    /// settled are not checked (they cannot raise its own part of the peak).
     ///
     /// [`BATCH`]: super::BATCH
     pub high_water: usize,
@@ -34,7 +38,7 @@ pub struct PoolStats {
     pub allocated_bytes: usize,
     /// Bytes of the buffers in use (capacity, not the requested lengths).
     pub used_bytes: usize,
-    /// Highest `used_bytes` seen (sampled like `high_water`).
+    /// Highest `used_bytes` seen (checked like `high_water`).
     pub peak_used_bytes: usize,
     /// Requests with a length outside `[lower, upper]` (included in `misses`).
     pub bypasses: u64,
