@@ -641,3 +641,53 @@ fn bad_config_is_rejected_with_the_field_name() {
     .expect_err("lower > upper");
     assert!(err.to_string().contains("`lower`"), "{err}");
 }
+
+#[test]
+fn two_pools_alternating_on_one_thread_keep_exact_counts() {
+    let a = pool(cfg("alt_a", 256, 8, 64));
+    let b = pool(cfg("alt_b", 512, 8, 64));
+    quiet(&a);
+    quiet(&b);
+    let mut held = Vec::new();
+    for i in 0..1000 {
+        let x = a.alloc(100);
+        let y = b.alloc(200);
+        assert_eq!((x.capacity(), y.capacity()), (256, 512));
+        if i % 3 == 0 {
+            held.push((x, y));
+        }
+        if held.len() > 20 {
+            held.clear();
+        }
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.in_use, sb.in_use), (held.len(), held.len()));
+    assert_eq!(sa.hits + sa.misses, 1000);
+    assert_eq!(sb.hits + sb.misses, 1000);
+    assert!(sa.high_water >= 21 && sb.high_water >= 21, "{sa:?} {sb:?}");
+    drop(held);
+    assert_eq!((a.stats().in_use, b.stats().in_use), (0, 0));
+}
+
+#[test]
+fn a_buffer_dropped_by_a_thread_local_destructor_still_returns() {
+    thread_local! {
+        static KEEP: std::cell::RefCell<Vec<Buf>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let p = pool(cfg("tls_exit", 256, 4, 16));
+    quiet(&p);
+    let p2 = p.clone();
+    thread::spawn(move || {
+        // Registered before the pool's own thread-local state: dropped after it at exit.
+        KEEP.with(|k| k.borrow_mut().clear());
+        let b = p2.alloc(10);
+        let c = p2.alloc(10);
+        drop(c);
+        KEEP.with(|k| k.borrow_mut().push(b));
+    })
+    .join()
+    .expect("thread");
+    let s = p.stats();
+    assert_eq!((s.in_use, s.free), (0, 4), "{s:?}");
+    assert_eq!(s.hits + s.misses, 2);
+}
