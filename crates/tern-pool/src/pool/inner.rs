@@ -520,10 +520,13 @@ impl Inner {
         let hit = LOCAL.try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
             let cache = local.hot(self.key.load(Relaxed))?;
-            // Anything beyond counting (see `LocalCache`) goes the slow way, so this path
-            // makes no call at all.
-            if cache.bufs.is_empty() || !cache.take_fast() {
+            if cache.bufs.is_empty() {
                 return None;
+            }
+            // Beyond counting (see `LocalCache`): a cold call, taken by every allocation of
+            // a thread whose buffers are freed elsewhere (each one is a new high).
+            if !cache.take_fast() {
+                cache.count_take(self, true);
             }
             cache.count_hit(self);
             // Nothing above touches `bufs`: the pop succeeds, and the entry moves from the
