@@ -303,3 +303,31 @@ fn thread_net_bytes_is_per_thread_and_exact() {
     assert_eq!(CountingAlloc::thread_net_bytes(), before);
     other.join().expect("join");
 }
+
+/// A packet's life on the server: allocated from the pool, frozen, cloned into rings, the
+/// clones dropped. None of it may touch the allocator (the ring's packets would otherwise
+/// pin the C allocator's pages; see `bench/soak.sh`).
+#[test]
+fn freezing_cloning_and_dropping_a_pooled_buffer_allocates_nothing() {
+    let _g = serial();
+    let reg = MemoryRegistry::new();
+    let pool = BufferPool::new_in(&reg, PoolConfig::packets("freeze")).expect("pool");
+    // Warm this thread's cache.
+    drop(pool.alloc(1200));
+    let before = CountingAlloc::stats();
+    for i in 0..1000u32 {
+        let mut b = pool.alloc(1200);
+        b[..4].copy_from_slice(&i.to_be_bytes());
+        let shared = b.freeze();
+        let ring = [shared.clone(), shared.clone()];
+        drop(shared);
+        black_box(&ring);
+        drop(ring);
+    }
+    let after = CountingAlloc::stats();
+    assert_eq!(
+        after.allocations, before.allocations,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(pool.stats().in_use, 0);
+}

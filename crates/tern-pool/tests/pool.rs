@@ -691,3 +691,54 @@ fn a_buffer_dropped_by_a_thread_local_destructor_still_returns() {
     assert_eq!((s.in_use, s.free), (0, 4), "{s:?}");
     assert_eq!(s.hits + s.misses, 2);
 }
+
+/// Two threads dropping the last two clones of many shared buffers at the same moment: each
+/// buffer still goes back to the pool exactly once (whichever side sees itself alone, or,
+/// when neither does, the descriptor's own drop), so nothing is lost or counted twice.
+#[test]
+fn last_clones_dropped_at_once_on_two_threads_return_every_buffer() {
+    use std::sync::atomic::AtomicBool;
+    const ROUNDS: usize = 200_000;
+    let p = pool(cfg("race", 1500, 64, 1024));
+    // One slot per round: the main thread puts a clone in, both threads spin until the
+    // round's start flag, then drop their clones together.
+    let slot: Arc<Mutex<Option<SharedBuf>>> = Arc::new(Mutex::new(None));
+    let round = Arc::new(AtomicUsize::new(0));
+    let ready = Arc::new(AtomicBool::new(false));
+    let other = {
+        let (slot, round, ready) = (Arc::clone(&slot), Arc::clone(&round), Arc::clone(&ready));
+        thread::spawn(move || {
+            for r in 1..=ROUNDS {
+                while round.load(Ordering::Acquire) != r {
+                    std::hint::spin_loop();
+                }
+                let mine = slot.lock().expect("slot").take();
+                ready.store(true, Ordering::Release);
+                while round.load(Ordering::Acquire) == r {
+                    std::hint::spin_loop();
+                }
+                drop(mine);
+            }
+        })
+    };
+    for r in 1..=ROUNDS {
+        let mine = p.alloc(100).freeze();
+        *slot.lock().expect("slot") = Some(mine.clone());
+        round.store(r, Ordering::Release);
+        while !ready.swap(false, Ordering::AcqRel) {
+            std::hint::spin_loop();
+        }
+        // Release the other thread (any value but `r` does) and drop at the same moment.
+        round.store(usize::MAX, Ordering::Release);
+        drop(mine);
+    }
+    other.join().expect("join");
+    p.flush_thread_cache();
+    let st = p.stats();
+    assert_eq!(st.in_use, 0, "{st:?}");
+    assert_eq!(st.fallback_in_use, 0, "{st:?}");
+    // Every buffer is back: the pool can hand out as many as it holds, all pooled.
+    let all: Vec<Buf> = (0..st.free).map(|_| p.alloc(100)).collect();
+    assert!(all.iter().all(Buf::is_pooled));
+    assert_eq!(p.stats().misses, 0, "{:?}", p.stats());
+}

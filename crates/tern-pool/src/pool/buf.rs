@@ -5,7 +5,6 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use super::inner::*;
 
@@ -70,7 +69,9 @@ impl Buf {
     /// The whole capacity, regardless of the current length.
     #[inline]
     pub fn as_mut_full(&mut self) -> &mut [u8] {
-        match &mut *self.entry {
+        // A `Buf`'s descriptor is never shared (only `freeze` shares it, consuming the
+        // `Buf`), so `get_mut` always succeeds; `None` only while dropping.
+        match self.entry.as_mut().and_then(Arc::get_mut) {
             Some(e) => e.storage.as_mut_slice(),
             None => &mut [],
         }
@@ -88,9 +89,17 @@ impl Buf {
     }
 
     /// Make the buffer immutable and shareable; it returns to the pool when the last clone of
-    /// the [`SharedBuf`] drops. Costs one small allocation (the `Arc`).
-    pub fn freeze(self) -> SharedBuf {
-        SharedBuf(Arc::new(self))
+    /// the [`SharedBuf`] drops. Allocates nothing: the buffer's descriptor, made with the
+    /// buffer, carries the shared count.
+    pub fn freeze(mut self) -> SharedBuf {
+        let mut head = self.entry.take();
+        if let Some(h) = head.as_mut().and_then(Arc::get_mut) {
+            h.shared = true;
+        }
+        SharedBuf {
+            head,
+            len: self.len,
+        }
     }
 }
 
@@ -106,15 +115,11 @@ impl Drop for Buf {
 }
 
 impl Buf {
+    /// A fallback buffer (or none, after `freeze`): its descriptor's drop does the
+    /// accounting.
     #[cold]
     fn drop_fallback(&mut self) {
-        let Some(head) = self.entry.take() else {
-            return;
-        };
-        let Head { storage, pool, .. } = *head;
-        pool.fallback_in_use.fetch_sub(1, Relaxed);
-        pool.fallback_bytes
-            .fetch_sub(storage.as_slice().len(), Relaxed);
+        drop(self.entry.take());
     }
 }
 
@@ -157,14 +162,37 @@ impl fmt::Debug for Buf {
 }
 
 /// An immutable, reference-counted pool buffer, shared by every viewer a packet fans out to.
-/// The buffer returns to its pool when the last clone drops.
+/// The buffer returns to its pool when the last clone drops. Cloning and dropping touch one
+/// atomic count; nothing is allocated or freed while the buffer circulates.
 #[derive(Clone)]
-pub struct SharedBuf(pub(super) Arc<Buf>);
+pub struct SharedBuf {
+    /// `Some` until dropped.
+    head: Option<Entry>,
+    len: usize,
+}
 
 impl SharedBuf {
     /// Number of live clones (for tests and diagnostics).
     pub fn ref_count(this: &Self) -> usize {
-        Arc::strong_count(&this.0)
+        this.head.as_ref().map_or(0, Arc::strong_count)
+    }
+}
+
+impl Drop for SharedBuf {
+    #[inline]
+    fn drop(&mut self) {
+        let Some(mut head) = self.head.take() else {
+            return;
+        };
+        // The last clone: the descriptor goes back to the pool as it is. Two last clones
+        // dropped at once both see the other and just let go; `Drop for Head` then returns
+        // the buffer.
+        if let Some(h) = Arc::get_mut(&mut head) {
+            h.shared = false;
+            if h.pooled {
+                Inner::put(&mut Some(head));
+            }
+        }
     }
 }
 
@@ -172,7 +200,10 @@ impl Deref for SharedBuf {
     type Target = [u8];
     #[inline]
     fn deref(&self) -> &[u8] {
-        &self.0
+        match &self.head {
+            Some(h) => &h.storage.as_slice()[..self.len],
+            None => &[],
+        }
     }
 }
 
@@ -185,9 +216,9 @@ impl AsRef<[u8]> for SharedBuf {
 impl fmt::Debug for SharedBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedBuf")
-            .field("pool", &self.0.pool_name())
-            .field("len", &self.0.len)
-            .field("refs", &Arc::strong_count(&self.0))
+            .field("pool", &self.head.as_ref().map_or("", |h| h.pool.cfg.name))
+            .field("len", &self.len)
+            .field("refs", &SharedBuf::ref_count(self))
             .finish()
     }
 }

@@ -52,11 +52,17 @@ pub(super) struct ThreadCounters {
     pub(super) unflushed: AtomicIsize,
 }
 
-/// One buffer's memory together with the strong reference to its pool: boxed once, when
-/// the buffer is made, and moved as one pointer between the free lists and the [`Buf`] it
-/// becomes. Handing a buffer out or taking it back moves that reference along, so the hot
-/// path updates no reference count, and moves 8 bytes (a `Buf` is 16, returned in
-/// registers).
+/// One buffer's memory together with the strong reference to its pool: allocated once, when
+/// the buffer is made, and moved as one pointer between the free lists, the [`Buf`] it
+/// becomes and the [`SharedBuf`](super::SharedBuf) clones it is frozen into. Handing a
+/// buffer out or taking it back moves that reference along, so the hot path updates no
+/// reference count and moves 8 bytes (a `Buf` is 16, returned in registers); freezing a
+/// buffer allocates nothing (the `Arc` around the descriptor is the shared count).
+///
+/// A packet path that froze a new `Arc` per packet kept thousands of small allocations alive
+/// for as long as a stream's ring holds its packets, made while sessions came and went
+/// around them: after a burst they pinned the C allocator's pages (measured in the churn
+/// soak, `bench/soak.sh`). Descriptors live as long as their buffer.
 ///
 /// Free entries therefore keep their pool alive; [`Handle`]'s drop (the last [`BufferPool`]
 /// clone going away) closes the pool and drops the shared list to break that cycle.
@@ -65,22 +71,47 @@ pub(super) struct Head {
     pub(super) pool: Arc<Inner>,
     /// From the pool (returns to it), as opposed to a fallback for an out-of-range length.
     pub(super) pooled: bool,
+    /// Frozen into shared clones that have not all been dropped yet. The last clone to drop
+    /// normally sees itself alone and returns the descriptor to the pool as it is; when the
+    /// last two clones drop at the same moment on two threads, neither does, and the
+    /// descriptor's own drop returns the buffer (see `Drop for Head`).
+    pub(super) shared: bool,
 }
 
-/// A buffer as the free lists and [`Buf`] hold it.
-pub(super) type Entry = Box<Head>;
+/// A buffer as the free lists, [`Buf`] and [`SharedBuf`](super::SharedBuf) hold it. Unique
+/// everywhere but in `SharedBuf` clones.
+pub(super) type Entry = Arc<Head>;
 
 impl Head {
     pub(super) fn new(storage: Storage, pool: Arc<Inner>, pooled: bool) -> Entry {
-        Box::new(Head {
+        Arc::new(Head {
             storage,
             pool,
             pooled,
+            shared: false,
         })
     }
 
     pub(super) fn is_heap(&self) -> bool {
         self.storage.is_heap()
+    }
+}
+
+impl Drop for Head {
+    fn drop(&mut self) {
+        if !self.pooled {
+            // A fallback buffer is dropped exactly once, whoever held it last.
+            self.pool.fallback_in_use.fetch_sub(1, Relaxed);
+            self.pool
+                .fallback_bytes
+                .fetch_sub(self.storage.as_slice().len(), Relaxed);
+        } else if self.shared {
+            // The last two shared clones were dropped at once (see `shared`): the buffer is
+            // still handed out, so it goes back now, in a new descriptor. Rare; a free list
+            // or a trim dropping a descriptor (not shared) frees the buffer instead.
+            let storage = std::mem::take(&mut self.storage);
+            Inner::put_slow(Head::new(storage, Arc::clone(&self.pool), true));
+        }
     }
 }
 
