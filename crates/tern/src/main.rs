@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod lab;
+mod malloc;
 use tern_server::{ServeOptions, serve};
 
 /// The process-wide counting allocator: live bytes, peak and allocation count for the
@@ -115,6 +116,13 @@ fn parse_rtmp(s: &str) -> Result<RtmpBind, String> {
 }
 
 fn main() -> ExitCode {
+    // The server runs with glibc's thread caches off (see malloc.rs); before any thread starts.
+    if matches!(
+        std::env::args().nth(1).as_deref(),
+        Some("serve") | Some("demo")
+    ) {
+        malloc::restart_with_tunables();
+    }
     // Before anything touches aws-lc: its heap (cipher contexts, DTLS state) is counted too.
     tern_pool::count_crypto_allocations();
     tracing_subscriber::fmt()
