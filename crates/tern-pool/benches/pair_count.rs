@@ -7,8 +7,9 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null BIN pool 2000000
 //! ```
 //!
-//! Instructions per pair = (Ir at 2N - Ir at N) / N. The second argument is `pool` or `vec`
-//! (glibc's malloc, for scale). Without arguments (as `cargo bench` runs it) it does a
+//! Instructions per pair = (Ir at 2N - Ir at N) / N. The first argument is `pool`, `vec`
+//! (glibc's malloc, for scale) or `fanout` (a packet's life on the server: allocated,
+//! written, frozen, cloned into two more rings, every clone dropped). Without arguments (as `cargo bench` runs it) it does a
 //! short run and prints nothing of interest.
 
 use std::hint::black_box;
@@ -32,6 +33,17 @@ fn main() {
                 let mut v = Vec::<u8>::with_capacity(PACKET);
                 v.push(i as u8);
                 black_box(v);
+            }
+        }
+        "fanout" => {
+            for i in 0..n {
+                let mut b = pool.alloc(PACKET);
+                b[0] = i as u8;
+                let shared = b.freeze();
+                let rings = [shared.clone(), shared.clone()];
+                black_box(&rings);
+                drop(shared);
+                drop(rings);
             }
         }
         _ => {
