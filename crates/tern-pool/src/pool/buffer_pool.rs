@@ -160,7 +160,10 @@ impl BufferPool {
         if len < inner.cfg.lower || len > inner.cfg.upper {
             return self.fallback(len);
         }
-        inner.take(len)
+        Buf {
+            entry: ManuallyDrop::new(Some(inner.take())),
+            len,
+        }
     }
 
     /// A heap buffer for a request outside `[lower, upper]`.

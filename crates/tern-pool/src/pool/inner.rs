@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Orderin
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::buf::Buf;
 use super::stats::PoolStats;
 use super::storage::{PoolBacking, Storage};
 use crate::config::PoolConfig;
@@ -53,7 +52,7 @@ pub(super) struct ThreadCounters {
 }
 
 /// One buffer's memory together with the strong reference to its pool: allocated once, when
-/// the buffer is made, and moved as one pointer between the free lists, the [`Buf`] it
+/// the buffer is made, and moved as one pointer between the free lists, the [`Buf`](super::Buf) it
 /// becomes and the [`SharedBuf`](super::SharedBuf) clones it is frozen into. Handing a
 /// buffer out or taking it back moves that reference along, so the hot path updates no
 /// reference count and moves 8 bytes (a `Buf` is 16, returned in registers); freezing a
@@ -78,7 +77,7 @@ pub(super) struct Head {
     pub(super) shared: bool,
 }
 
-/// A buffer as the free lists, [`Buf`] and [`SharedBuf`](super::SharedBuf) hold it. Unique
+/// A buffer as the free lists, [`Buf`](super::Buf) and [`SharedBuf`](super::SharedBuf) hold it. Unique
 /// everywhere but in `SharedBuf` clones.
 pub(super) type Entry = Arc<Head>;
 
@@ -122,7 +121,7 @@ pub(super) struct SharedList {
     pub(super) closed: bool,
 }
 
-/// The pool proper, shared by its handle, its free entries and every outstanding [`Buf`].
+/// The pool proper, shared by its handle, its free entries and every outstanding [`Buf`](super::Buf).
 ///
 /// # Accounting without a shared counter on the hot path
 ///
@@ -543,9 +542,9 @@ impl Inner {
     /// A pooled buffer of length `len` for `alloc`: from this thread's cache (refilled from
     /// the shared list a batch at a time), else a new one (then the warn hook may run).
     #[inline]
-    pub(super) fn take(self: &Arc<Self>, len: usize) -> Buf {
-        // The common case: the cache used last is this pool's and holds a buffer. The `Buf`
-        // is built in place, the entry moved once.
+    pub(super) fn take(self: &Arc<Self>) -> Entry {
+        // The common case: the cache used last is this pool's and holds a buffer. The entry
+        // (one pointer) moves from the cache to the caller, which wraps it in the `Buf`.
         // (`try_with` rather than `with`: `LOCAL` has no destructor, so it never fails, and it
         // inlines where `with`'s panic path does not.)
         let hit = LOCAL.try_with(|local| {
@@ -560,24 +559,19 @@ impl Inner {
                 cache.count_take(self, true);
             }
             cache.count_hit(self);
-            // Nothing above touches `bufs`: the pop succeeds, and the entry moves from the
-            // cache straight into the `Buf`.
-            let entry = cache.bufs.pop()?;
-            Some(Buf {
-                entry: ManuallyDrop::new(Some(entry)),
-                len,
-            })
+            // Nothing above touches `bufs`: the pop succeeds.
+            cache.bufs.pop()
         });
         match hit {
-            Ok(Some(buf)) => buf,
-            _ => self.take_slow(len),
+            Ok(Some(entry)) => entry,
+            _ => self.take_slow(),
         }
     }
 
     /// `take` when this pool's cache is not the one used last, is empty, or does not exist.
     #[cold]
     #[inline(never)]
-    pub(super) fn take_slow(self: &Arc<Self>, len: usize) -> Buf {
+    pub(super) fn take_slow(self: &Arc<Self>) -> Entry {
         let got = LOCAL.with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
             let cache = local.entry(self)?;
@@ -609,10 +603,7 @@ impl Inner {
             // After the bookkeeping, so the hook's snapshot counts this buffer.
             self.maybe_warn();
         }
-        Buf {
-            entry: ManuallyDrop::new(Some(entry)),
-            len,
-        }
+        entry
     }
 
     #[cold]
