@@ -24,7 +24,8 @@
 # the packet pool, RSS or the descriptors did not return to idle or a steady viewer failed.
 # RSS has a tolerance of 1 MiB (RSS_SLACK_KIB): the heap is back to the byte, and what RSS
 # keeps on top of it is pages holding the few objects made during the load and still live
-# (a rebuilt snapshot, a table reallocated): measured +12 to +100 KiB. Before the fixes of
+# (a rebuilt snapshot, a table reallocated): measured +200 to +636 KiB (5- and 30-minute
+# runs at 1,000 + 50/s; +340 KiB in a 2-minute run at 500 + 40/s). Before the fixes of
 # issue 18's last stop it was +2.3 to +4.6 MiB: the stream rings' per-packet Arcs (now none:
 # freezing a pooled buffer allocates nothing), glibc's thread caches and fast bins (off in
 # `tern serve`/`demo`, crates/tern/src/malloc.rs) and the last few hundred KiB of a wave
@@ -108,7 +109,7 @@ ring_full() {
     echo "the stream ring never filled" >&2
 }
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$SERVER/status"; }
-# RSS by kind of mapping, KiB: "anon file heap stacks threads" (heap: the main arena's brk
+# RSS by kind of mapping, KiB, and the thread count: "anon file heap threads" (heap: the brk
 # heap; anon: every other private anonymous mapping, the packet pool, thread arenas and
 # thread stacks among them; file: the binary and its libraries, as far as they were paged in).
 rss_parts() { cat "/proc/$SERVER/smaps" >"$tmp/smaps-$1"; python3 - "$tmp/smaps-$1" "/proc/$SERVER/status" <<'PY'

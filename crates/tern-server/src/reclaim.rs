@@ -115,11 +115,12 @@ impl Reclaimer {
         if buffers == 0 && !why.burst && !why.quiet {
             return (0, false);
         }
+        let shrunk = self.heap_peak.saturating_sub(heap);
         let released = release_free_memory();
         self.released(CountingAlloc::stats().live_bytes);
         debug!(
             buffers,
-            heap_shrunk_bytes = self.heap_peak.saturating_sub(heap),
+            heap_shrunk_bytes = shrunk,
             burst = why.burst,
             quiet = why.quiet,
             released,
