@@ -30,7 +30,7 @@ use mio::{Events, Poll};
 use tern_pool::{BufferPool, CountingAlloc};
 use tern_proto::rtp;
 use tern_rtc::clip::ClipSource;
-use tern_rtc::stream::Stream;
+use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
@@ -47,6 +47,10 @@ use crate::media::table::Slot;
 /// How often every viewer's timers are checked. 20 ms keeps DTLS retransmission and SR
 /// timing accurate to well under their own granularity (1 s) at O(viewers) cost per sweep.
 const SWEEP: Duration = Duration::from_millis(20);
+
+/// Live packets queued for a viewer-by-viewer fan-out before it runs anyway (a keyframe's
+/// packets, or a backlog): bounds the queue and the wait of the batch's first packet.
+pub(super) const FANOUT_BATCH: usize = 32;
 
 /// A viewer catching up from the keyframe cache gets this many packets per
 /// [`CATCHUP_TICK`]: 16 every 5 ms is 3,200 packets/s (~30 Mbit/s of 1,200-byte packets),
@@ -165,6 +169,9 @@ pub(super) struct Worker {
     next_layers: Instant,
     /// The HLS thread's queue (app workers).
     hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
+    /// Live packets waiting for [`Worker::fan_out_queued`], with their stream; empty
+    /// outside the part of a loop pass that takes in media (see [`Worker::run`]).
+    fanout: Vec<(usize, RingPacket)>,
 }
 
 impl Worker {
@@ -214,6 +221,7 @@ impl Worker {
             probing: Vec::new(),
             next_layers: Instant::now(),
             hls_tap: w.hls_tap,
+            fanout: Vec::with_capacity(FANOUT_BATCH),
         }
     }
 
@@ -297,19 +305,26 @@ impl Worker {
                     }
                 }
             }
-            // Bounded, so commands and timers are served between bursts.
+            // Bounded, so commands and timers are served between bursts. Live packets queue
+            // for one viewer-by-viewer fan-out; anything else first sends what is queued, so
+            // viewers joining, leaving or catching up never see the queue.
             for _ in 0..QUEUE {
                 match self.data_rx.try_recv() {
-                    Ok(Data::Datagram { to, from, mut buf }) => {
-                        self.handle_datagram(Instant::now(), to, &mut buf, from);
-                    }
                     Ok(Data::Media { stream, pkt }) => {
                         if self.streams[stream].stream.push(pkt.clone()) {
-                            self.fan_out(stream, &pkt);
+                            self.fan_out(stream, pkt);
                         }
                     }
-                    Ok(Data::Rtmp(cmd)) => self.handle_rtmp(cmd),
+                    Ok(Data::Datagram { to, from, mut buf }) => {
+                        self.fan_out_queued();
+                        self.handle_datagram(Instant::now(), to, &mut buf, from);
+                    }
+                    Ok(Data::Rtmp(cmd)) => {
+                        self.fan_out_queued();
+                        self.handle_rtmp(cmd);
+                    }
                     Ok(Data::Reset(stream)) => {
+                        self.fan_out_queued();
                         self.streams[stream].stream.clear();
                     }
                     Err(_) => break,
@@ -317,6 +332,7 @@ impl Worker {
             }
             let now = Instant::now();
             self.run_sources(now);
+            self.fan_out_queued();
             self.catch_up(now);
             if self.ingest.next_timeout().is_some_and(|t| t <= now) {
                 let mut out = Vec::new();
@@ -331,6 +347,8 @@ impl Worker {
                     self.pool.maintain(now);
                 }
             }
+            // Ingest timeouts may have published packets.
+            self.fan_out_queued();
             self.flush();
             self.wake_peers();
         }

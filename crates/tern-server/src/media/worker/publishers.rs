@@ -217,7 +217,7 @@ impl Worker {
 
     /// A new packet of an owned stream: to this worker's viewers and to the stream workers.
     pub(super) fn publish(&mut self, stream: usize, pkt: RingPacket) {
-        self.fan_out(stream, &pkt);
+        self.fan_out(stream, pkt.clone());
         for i in 0..self.peers.len() {
             match self.peers[i].data.try_send(Data::Media {
                 stream,
