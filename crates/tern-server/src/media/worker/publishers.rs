@@ -138,7 +138,8 @@ impl Worker {
 
     /// Takes the packets now due from each clip source this worker runs.
     pub(super) fn run_sources(&mut self, now: Instant) {
-        for si in 0..self.streams.len() {
+        for k in 0..self.sourced.len() {
+            let si = self.sourced[k];
             let Some(mut src) = self.streams[si].source.take() else {
                 continue;
             };

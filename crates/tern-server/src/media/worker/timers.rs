@@ -9,7 +9,7 @@ use std::time::Instant;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::ViewerEvent;
 
-use super::Worker;
+use super::{VIEWER_TIMER_SWEEPS, Worker};
 use crate::media::ledger::{book_set, ledger, vec_bytes};
 use crate::media::link::ViewerId;
 use crate::media::table::{SLOT_BYTES, confirmed, entry_in};
@@ -87,6 +87,10 @@ impl Worker {
             }
         }
         self.probe();
+        self.sweeps = self.sweeps.wrapping_add(1);
+        if self.handshaking == 0 && !self.sweeps.is_multiple_of(VIEWER_TIMER_SWEEPS) {
+            return;
+        }
         let ids: Vec<ViewerId> = self.ids().collect();
         let mut out = [0u8; 512];
         let mut flights: Vec<Vec<u8>> = Vec::new();

@@ -86,6 +86,7 @@ impl Worker {
             .viewer_joined(id.raw(), &self.streams[stream].key);
         self.stats.viewers.fetch_add(1, Ordering::Relaxed);
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        self.handshaking += 1;
         if let Some(p) = permit {
             self.pending.insert(id, p);
         }
@@ -137,6 +138,7 @@ impl Worker {
         );
         self.pools.unbook(&mut e);
         if e.handshaking {
+            self.handshaking -= 1;
             self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
             if reason != CloseReason::Local {
                 self.stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +330,7 @@ impl Worker {
                 let stream = e.stream;
                 let remote = e.viewer.remote_addr();
                 self.pending.remove(&id);
+                self.handshaking -= 1;
                 self.stats.snapshots.viewer_connected(id.raw(), remote);
                 self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
                 self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
