@@ -489,6 +489,10 @@ impl Ingest {
         let session = slot.take().map(|s| s.session);
         if let Some(i) = self.occupied.iter().position(|&s| s == id.stream) {
             self.occupied.swap_remove(i);
+            // Nothing kept sized for the last wave of publishers: idle holds no list.
+            if self.occupied.len() * 4 <= self.occupied.capacity() {
+                self.occupied.shrink_to(self.occupied.len() * 2);
+            }
         }
         match session {
             Some(Session::Whip(mut session)) => {
