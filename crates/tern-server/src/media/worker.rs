@@ -44,8 +44,9 @@ use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
 use crate::media::table::Slot;
 
-/// How often every viewer's timers are checked. 20 ms keeps DTLS retransmission and SR
-/// timing accurate to well under their own granularity (1 s) at O(viewers) cost per sweep.
+/// How often the worker sweeps: streams' ticks, layer choice and probes every time, every
+/// viewer's timers as [`VIEWER_TIMER_SWEEPS`] says. 20 ms keeps DTLS retransmission timing
+/// accurate to well under its own granularity (1 s).
 const SWEEP: Duration = Duration::from_millis(20);
 
 /// Viewers' own timers, and the memory books after them ([`Worker::trim_and_book`]), are

@@ -218,7 +218,6 @@ impl Worker {
 
     /// A new packet of an owned stream: to this worker's viewers and to the stream workers.
     pub(super) fn publish(&mut self, stream: usize, pkt: RingPacket) {
-        self.fan_out(stream, pkt.clone());
         for i in 0..self.peers.len() {
             match self.peers[i].data.try_send(Data::Media {
                 stream,
@@ -232,6 +231,8 @@ impl Worker {
                 Err(TrySendError::Disconnected(_)) => {}
             }
         }
+        // Last, so the packet moves into this worker's fan-out queue without a clone.
+        self.fan_out(stream, pkt);
     }
 
     pub(super) fn wake_peers(&mut self) {
