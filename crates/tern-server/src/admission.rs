@@ -50,13 +50,48 @@ impl Action {
     }
 }
 
+/// The surface a session comes through, as the webhook's `protocol` field spells it.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// WHIP ingest.
+    Whip,
+    /// RTMP ingest.
+    Rtmp,
+    /// WHEP playback.
+    Whep,
+    /// OvenMediaEngine-style WebSocket signalling.
+    Ome,
+    /// LL-HLS playback.
+    Hls,
+}
+
+impl Protocol {
+    /// The name the webhook and logs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Whip => "whip",
+            Protocol::Rtmp => "rtmp",
+            Protocol::Whep => "whep",
+            Protocol::Ome => "ome",
+            Protocol::Hls => "hls",
+        }
+    }
+
+    /// Whether its sessions handshake (ICE, DTLS) on the media port, so that a publisher's
+    /// pending session counts against `limits.pending_sessions_per_ip`.
+    pub fn handshakes_on_media_port(self) -> bool {
+        matches!(self, Protocol::Whip | Protocol::Whep | Protocol::Ome)
+    }
+}
+
 /// One admission question.
 #[derive(Debug, Clone)]
 pub struct Ask {
     /// Publish or play.
     pub action: Action,
-    /// `rtmp`, `whip`, `whep` or `ome`.
-    pub protocol: &'static str,
+    /// The surface asking.
+    pub protocol: Protocol,
     /// App name.
     pub app: String,
     /// Stream name.
@@ -522,7 +557,7 @@ fn request(uri: &hyper::Uri, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
 fn body_of(ask: &Ask, action: &str, reason: Option<&str>) -> Vec<u8> {
     let mut v = serde_json::json!({
         "action": action,
-        "protocol": ask.protocol,
+        "protocol": ask.protocol.as_str(),
         "app": ask.app,
         "stream": ask.stream,
         "client": {"address": ask.client.to_string()},
@@ -593,7 +628,7 @@ mod tests {
     fn ask(token: Option<String>, stream: &str, action: Action) -> Ask {
         Ask {
             action,
-            protocol: "whep",
+            protocol: Protocol::Whep,
             app: "live".into(),
             stream: stream.into(),
             client: "127.0.0.1:5000".parse().expect("addr"),

@@ -48,6 +48,7 @@ pub mod limits;
 pub mod media;
 pub mod reclaim;
 pub mod rtmp;
+pub mod session;
 pub mod snapshot;
 pub mod turn;
 
@@ -66,6 +67,7 @@ use tracing::info;
 use crate::config::Config;
 use crate::http::AppState;
 use crate::media::{Engine, EngineConfig, EngineStream, WorkerCounts};
+use crate::session::Core;
 
 /// Start-up errors.
 #[non_exhaustive]
@@ -298,8 +300,8 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         )?)),
         None => None,
     };
-    let state = Arc::new(
-        AppState::new(
+    let core = Arc::new(
+        Core::new(
             cfg,
             directory,
             handle.clone(),
@@ -310,12 +312,21 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         .with_turn(links)
         .with_cluster(cluster),
     );
-    let hls_thread = state
+    // The runtime first: RTMP connections block on it for the session layer.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("HttpWorker")
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
+    let _ = core.runtime.set(rt.handle().clone());
+    let state = Arc::new(AppState::new(core.clone()));
+    let hls_thread = core
         .hls
         .spawn(hls_rx)
         .map_err(|e| ServeError::Other(format!("HLS thread: {e}")))?;
     let spawn_rtmp =
-        |addr| rtmp::RtmpServer::spawn(addr, state.clone(), max_payload, rtmp_per_ip.clone());
+        |addr| rtmp::RtmpServer::spawn(addr, core.clone(), max_payload, rtmp_per_ip.clone());
     let rtmp = match rtmp_bind {
         Some(Some(addr)) => Some(spawn_rtmp(addr).map_err(|source| ServeError::Bind {
             what: "RTMP",
@@ -338,13 +349,6 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         }
     };
     let rtmp_addr = rtmp.as_ref().map(|r| r.addr);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("HttpWorker")
-        .enable_all()
-        .build()
-        .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
-    let _ = state.runtime.set(rt.handle().clone());
     let leaving = state.cluster.clone();
     let res = rt.block_on(async move {
         start_service_tasks(&state);
@@ -413,7 +417,7 @@ fn start_service_tasks(state: &Arc<AppState>) {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            http::sweep_streams(&st);
+            session::sweep_streams(&st);
             st.hls.housekeep(std::time::Instant::now(), &st.admission);
         }
     });
@@ -466,7 +470,7 @@ fn start_turn(
     candidate_ip: IpAddr,
     media_port: u16,
     stats: Arc<media::EngineStats>,
-) -> Result<(turn::TurnHandle, http::TurnLinks), ServeError> {
+) -> Result<(turn::TurnHandle, session::TurnLinks), ServeError> {
     let t = &cfg.turn;
     let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
         candidate_ip
@@ -514,7 +518,7 @@ fn start_turn(
         addr: listen,
         source,
     })?;
-    let links = http::TurnLinks {
+    let links = session::TurnLinks {
         host: relay_ip,
         port: handle.addr.port(),
         secret,

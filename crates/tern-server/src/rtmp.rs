@@ -41,14 +41,11 @@ use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode, VideoNotice};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
-use crate::admission::{Action, Ask, Verdict};
 use crate::config::{AppConfig, TranscodeSetting};
-use crate::http::{
-    AppState, PublishRefusal, PublisherSession, admitted_publisher, claim_stream, may_publish,
-};
 use crate::limits::PerAddress;
-use crate::media::{AddError, PublisherId, RtmpCommand};
 use crate::media::{Command, NtpClock};
+use crate::media::{PublisherId, RtmpCommand};
+use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
 
 /// Most RTMP connections at once (each is a thread and up to a few MiB of buffers).
 /// Publishers are one per stream; the rest of the room is for refusals in flight.
@@ -86,7 +83,7 @@ impl RtmpServer {
     /// client address.
     pub fn spawn(
         bind: SocketAddr,
-        state: Arc<AppState>,
+        state: Arc<Core>,
         max_payload: usize,
         per_ip: Arc<PerAddress>,
     ) -> io::Result<RtmpServer> {
@@ -123,7 +120,7 @@ impl RtmpServer {
 
 fn listen(
     listener: TcpListener,
-    state: Arc<AppState>,
+    state: Arc<Core>,
     max_payload: usize,
     per_ip: Arc<PerAddress>,
     stop: Arc<AtomicBool>,
@@ -219,7 +216,7 @@ fn close_cleanly(sock: &TcpStream) {
 struct Connection {
     sock: TcpStream,
     peer: SocketAddr,
-    st: Arc<AppState>,
+    st: Arc<Core>,
     clock: NtpClock,
     stop: Arc<AtomicBool>,
     /// Our publisher slot, its resource id in the HTTP side's map, and the kick flag.
@@ -234,7 +231,7 @@ impl Drop for Connection {
     fn drop(&mut self) {
         counter().sub(1, self.booked);
         if let Some((id, sid, _)) = self.slot.take() {
-            crate::http::forget_publisher(&self.st, &sid);
+            self.st.forget_publisher(&sid);
             let _ = self.st.engine.send(Command::RemovePublisher(id));
         }
     }
@@ -334,7 +331,7 @@ struct VideoWatch {
 
 impl VideoWatch {
     /// Once a second, for a B-frame stream: tell the publisher whether viewers want it.
-    fn tick(&mut self, st: &AppState, p: &mut RtmpPublisher, now: Instant) {
+    fn tick(&mut self, st: &Core, p: &mut RtmpPublisher, now: Instant) {
         if !p.has_b_frames() || self.next_check.is_some_and(|t| now < t) {
             return;
         }
@@ -352,7 +349,7 @@ impl VideoWatch {
     }
 
     /// Logs a notice and puts it in the publisher's snapshot, with a `publisher.warning`.
-    fn notice(&mut self, st: &AppState, p: &RtmpPublisher, n: &VideoNotice) {
+    fn notice(&mut self, st: &Core, p: &RtmpPublisher, n: &VideoNotice) {
         let key = &self.key;
         let mode = match self.mode {
             TranscodeSetting::Auto => "auto",
@@ -406,7 +403,7 @@ impl VideoWatch {
 /// connection's do (from the renditions' threads, waiting up to [`MEDIA_STALL`] for room),
 /// their news to the log: the sizes at the start, the first time an encoder falls behind
 /// (once per stream), a failure, and what each did when the publisher leaves.
-fn rendition_sink(st: Arc<AppState>, id: PublisherId, key: String) -> RenditionSink {
+fn rendition_sink(st: Arc<Core>, id: PublisherId, key: String) -> RenditionSink {
     let (behind, refused) = (AtomicBool::new(false), AtomicBool::new(false));
     Arc::new(move |e| match e {
         RenditionEvent::Packets(packets) => {
@@ -467,9 +464,6 @@ fn rendition_summary(s: &RenditionStats) -> String {
         per_frame(s.encode_time, s.frames_out),
     )
 }
-
-/// Why a publish was refused: the status code and description sent to the client.
-struct Refusal(&'static str, String);
 
 impl Connection {
     /// Runs until the connection ends: `Ok` for an orderly end, `Err` for a refusal, a
@@ -566,7 +560,8 @@ impl Connection {
                                 video.mode = mode;
                                 video.publisher = self.slot.as_ref().map(|s| s.0.serial);
                             }
-                            Err(Refusal(code, why)) => {
+                            Err(refusal) => {
+                                let (code, why) = netstream(&refusal);
                                 p.reject_publish(code, &why).map_err(|e| e.to_string())?;
                                 end = Some(Err(format!("publish refused ({code}): {why}")));
                             }
@@ -633,78 +628,38 @@ impl Connection {
         }
     }
 
-    /// Checks the stream and token and takes the stream's publisher slot.
+    /// Asks the session layer for the stream (name, token, admission, cluster claim) and
+    /// takes the stream's publisher slot.
     fn publish(&mut self, app: &str, tc_url: Option<&str>, name: &str) -> Result<String, Refusal> {
         let app_name = strip_query(app);
         let stream = strip_query(name);
-        let key = format!("{app_name}/{stream}");
-        if let Err(e) = may_publish(&self.st, app_name, stream) {
-            return Err(Refusal("NetStream.Publish.BadName", e.to_string()));
-        }
-        if let Some(token) = self
-            .st
-            .config
-            .app(app_name)
-            .and_then(|a| a.token.as_deref())
-        {
-            let given = query_token(name)
-                .or_else(|| query_token(app))
-                .or_else(|| tc_url.and_then(query_token));
-            if given != Some(token) {
-                return Err(Refusal(
-                    "NetStream.Publish.Unauthorized",
-                    format!("missing or wrong token for app {app_name}"),
-                ));
-            }
-        }
-        let sid = format!("rtmp-{}", crate::http::session_token(16));
-        let ask = Ask {
-            action: Action::Publish,
-            protocol: "rtmp",
+        // The token comes as `?token=` on the stream key, the application or the tcUrl.
+        let token = [Some(name), Some(app), tc_url]
+            .into_iter()
+            .flatten()
+            .find_map(query_token)
+            .map(str::to_string);
+        let ask = PublishAsk {
             app: app_name.to_string(),
             stream: stream.to_string(),
+            protocol: Protocol::Rtmp,
             client: self.peer,
-            token: [Some(name), Some(app), tc_url]
-                .into_iter()
-                .flatten()
-                .find_map(query_token)
-                .map(str::to_string),
-            query: name.split_once('?').map_or("", |(_, q)| q).to_string(),
-            session: sid.clone(),
+            credentials: Credentials {
+                app_token: token.clone(),
+                token,
+                query: name.split_once('?').map_or("", |(_, q)| q).to_string(),
+            },
         };
-        let verdict = if !self.st.admission.guards(app_name) {
-            Verdict::Allow { lifetime: None }
-        } else if let Some(rt) = self.st.runtime.get() {
-            // This connection's own thread waits; the media threads never do.
-            rt.block_on(self.st.admission.admit(&ask))
-        } else {
-            Verdict::Deny {
-                status: 503,
-                reason: "admission is not running".into(),
-            }
-        };
-        let lifetime = match verdict {
-            Verdict::Allow { lifetime } => lifetime,
-            Verdict::Deny { reason, .. } => {
-                return Err(Refusal("NetStream.Publish.Unauthorized", reason));
-            }
-        };
-        // In a cluster the stream must not have a publisher on another node.
-        if let (Some(c), Some(rt)) = (&self.st.cluster, self.st.runtime.get())
-            && let Err(owner) = rt.block_on(c.claim(&key))
-        {
-            return Err(Refusal(
-                "NetStream.Publish.BadName",
-                format!("stream {key} is already published on node {owner}"),
-            ));
-        }
-        let index = match claim_stream(&self.st, app_name, stream) {
-            Ok(i) => i.index,
-            Err(e @ PublishRefusal::Full(_)) => {
-                return Err(Refusal("NetStream.Publish.Failed", e.to_string()));
-            }
-            Err(e) => return Err(Refusal("NetStream.Publish.BadName", e.to_string())),
-        };
+        // This connection's own thread waits; the media threads never do.
+        let rt = self
+            .st
+            .runtime()
+            .ok_or(Refusal::Unavailable("admission is not running"))?;
+        let publish = rt.block_on(async {
+            let publish = self.st.begin_publish(ask).await?;
+            publish.claim(&self.st).await.map(|info| (publish, info))
+        });
+        let (publish, info) = publish?;
         let closed = Arc::new(AtomicBool::new(false));
         let (tx, rx) = oneshot::channel();
         let rids = self
@@ -713,7 +668,7 @@ impl Connection {
             .app(app_name)
             .map_or_else(Vec::new, |a| a.layer_rids());
         let cmd = Command::Rtmp(RtmpCommand::Add {
-            stream: index,
+            stream: info.index,
             protocol: "rtmp",
             codec: VideoCodec::H264,
             closed: closed.clone(),
@@ -721,31 +676,32 @@ impl Connection {
             rids,
             reply: tx,
         });
-        let stopped = || Refusal("NetStream.Publish.Failed", "media engine stopped".into());
+        let stopped = || Refusal::Unavailable("media engine stopped");
         self.st.engine.send(cmd).map_err(|_| stopped())?;
         match rx.blocking_recv() {
             Ok(Ok(id)) => {
-                admitted_publisher(&self.st, id, ask, lifetime);
-                if let Ok(mut m) = self.st.publishers.lock() {
-                    m.insert(
-                        sid.clone(),
-                        PublisherSession {
-                            id,
-                            etag: String::new(),
-                            remote_ufrag: String::new(),
-                        },
-                    );
-                }
+                let key = publish.key().to_string();
+                let sid = publish.started(&self.st, id, String::new(), String::new());
                 self.slot = Some((id, sid, closed));
                 Ok(key)
             }
-            Ok(Err(AddError::Busy)) => Err(Refusal(
-                "NetStream.Publish.BadName",
-                format!("stream {key} already has a publisher (or is a built-in clip)"),
-            )),
+            Ok(Err(e)) => Err(publish.refused(e)),
             Err(_) => Err(stopped()),
         }
     }
+}
+
+/// A session layer refusal as RTMP tells it: the `onStatus` code and description.
+fn netstream(r: &Refusal) -> (&'static str, String) {
+    let code = match r {
+        Refusal::BadName(_)
+        | Refusal::NotFound(_)
+        | Refusal::PublishedElsewhere { .. }
+        | Refusal::Busy(_) => "NetStream.Publish.BadName",
+        Refusal::Unauthorized { .. } | Refusal::Denied { .. } => "NetStream.Publish.Unauthorized",
+        _ => "NetStream.Publish.Failed",
+    };
+    (code, r.to_string())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The cluster's HTTP side: the node's report to the registry, WHEP routing (`307` to the
-//! least-loaded node), edge pull on a WHEP request for a stream published elsewhere, the
-//! publish-time claim, and what `/v1/cluster` and `/metrics` show. The Redis side is
-//! [`crate::cluster`].
+//! least-loaded node), and what `/v1/cluster` and `/metrics` show. The Redis side is
+//! [`crate::cluster`]; the edge pull and the publish-time claim belong to every surface
+//! and live in [`crate::session`].
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -12,11 +12,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::cluster::{Local, LocalStream, NodeRecord, ROUTED_PARAM};
-use crate::http::reply::{cors, metric_line, text};
-use crate::http::state::{AppState, claim_stream};
-
-/// How long a viewer's request waits for a pull to bring the stream live.
-const PULL_WAIT: Duration = Duration::from_secs(5);
+use crate::http::reply::{cors, metric_line};
+use crate::http::state::AppState;
 
 /// Starts the node's refresh (record, claims, view) on the current runtime.
 pub fn start(st: &Arc<AppState>) {
@@ -147,99 +144,6 @@ pub(super) fn redirect(
         r.headers_mut().insert(header::LOCATION, v);
     }
     Some(r)
-}
-
-/// Why a request could not have its stream pulled here: a status and a message.
-pub(super) struct PullError {
-    /// 503 (Redis unreachable, no media in time), or the directory's refusal.
-    pub(super) status: StatusCode,
-    /// What happened, for the response body.
-    pub(super) message: String,
-}
-
-impl PullError {
-    fn unavailable(message: String) -> Self {
-        PullError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message,
-        }
-    }
-
-    /// The HTTP response (a 503 with `Retry-After`).
-    pub(super) fn response(self) -> Response {
-        let unavailable = self.status == StatusCode::SERVICE_UNAVAILABLE;
-        let mut r = text(self.status, self.message);
-        if unavailable {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-        }
-        r
-    }
-}
-
-/// Edge pull for a play request (WHEP, LL-HLS, OME signalling): when `app/stream` is not
-/// live here and another node holds its claim, the stream is made here, one upstream pull
-/// started (or joined), and the request waits until the stream is live. `Ok` when there is
-/// nothing to pull (the request goes on as on a single node: 404, 409 or served).
-pub(super) async fn pull(st: &AppState, app: &str, stream: &str) -> Result<(), PullError> {
-    let Some(c) = st.cluster.as_ref() else {
-        return Ok(());
-    };
-    let key = format!("{app}/{stream}");
-    let live_here = |st: &AppState| {
-        st.streams.get(&key).is_some_and(|i| {
-            st.engine
-                .stats
-                .live
-                .get(i.index)
-                .is_some_and(|l| l.load(Ordering::Relaxed))
-        })
-    };
-    if live_here(st) {
-        return Ok(());
-    }
-    let origin = match c.origin_of(&key).await {
-        Ok(Some(o)) if o != c.config().node => o,
-        Ok(_) => return Ok(()),
-        Err(e) => {
-            return Err(PullError::unavailable(format!(
-                "the cluster store (Redis) cannot be reached ({e}): this node cannot find where {key} is published; retry"
-            )));
-        }
-    };
-    let info = claim_stream(st, app, stream).map_err(|e| PullError {
-        status: e.status(),
-        message: e.to_string(),
-    })?;
-    let Some(rt) = st.runtime.get().cloned() else {
-        return Err(PullError::unavailable("HTTP runtime not running".into()));
-    };
-    c.start_pull(&key, info.index, st.engine.clone(), rt)
-        .map_err(|e| PullError::unavailable(format!("cannot start the pull of {key}: {e}")))?;
-    let until = Instant::now() + PULL_WAIT;
-    while Instant::now() < until {
-        if live_here(st) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(PullError::unavailable(format!(
-        "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
-    )))
-}
-
-/// The publish-time claim: `Err` with a 409 naming the node that already has `app/stream`.
-pub(super) async fn claim(st: &AppState, app: &str, stream: &str) -> Result<(), Response> {
-    let Some(c) = st.cluster.as_ref() else {
-        return Ok(());
-    };
-    let key = format!("{app}/{stream}");
-    c.claim(&key).await.map_err(|owner| {
-        text(
-            StatusCode::CONFLICT,
-            format!("stream {key} is already published on node {owner}"),
-        )
-    })
 }
 
 /// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.

@@ -20,16 +20,18 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::hls::Packager;
 
-use crate::admission::Action;
 use crate::hls::{Hls, OpenError};
+use crate::http::error::HttpError;
+use crate::http::extract::{StreamPath, credentials};
 use crate::http::listener::Peer;
-use crate::http::reply::{cors, not_live, random_token, text, too_many};
-use crate::http::state::{AppState, admit_request, admitted, lookup};
+use crate::http::reply::{cors, text};
+use crate::http::state::AppState;
 use crate::media::Command;
+use crate::session::{PlayAsk, Protocol, Refusal};
 
 /// Longest wait for the first part of a stream whose packaging just started: a keyframe
 /// must come first, and encoders send one every 1-10 s.
@@ -89,7 +91,8 @@ impl AsRef<[u8]> for Shared {
 pub(super) async fn get(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    Path((app, stream, file)): Path<(String, String, String)>,
+    path: StreamPath,
+    Path((_, _, file)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -97,7 +100,9 @@ pub(super) async fn get(
         return text(StatusCode::NOT_FOUND, "HLS is off (hls.enabled = false)");
     }
     if file == "index.m3u8" {
-        return open(&st, peer, &app, &stream, query, &headers).await;
+        return open(&st, peer, &path, query, &headers)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
     }
     let Some(res) = resource(&file) else {
         return text(
@@ -120,11 +125,7 @@ pub(super) async fn get(
             "unknown or expired HLS session: load index.m3u8 again",
         );
     };
-    if st
-        .streams
-        .get(&format!("{app}/{stream}"))
-        .is_none_or(|i| i.index != index)
-    {
+    if st.streams.get(&path.key()).is_none_or(|i| i.index != index) {
         return text(
             StatusCode::FORBIDDEN,
             "this HLS session is for another stream",
@@ -167,47 +168,33 @@ fn media(hub: &Hls, parts: Vec<Arc<Vec<u8>>>, cache: &str) -> Response {
 async fn open(
     st: &Arc<AppState>,
     peer: Peer,
-    app: &str,
-    stream: &str,
+    path: &StreamPath,
     query: Option<String>,
     headers: &HeaderMap,
-) -> Response {
-    // In a cluster, a stream published on another node is pulled here first.
-    if let Err(e) = crate::http::cluster::pull(st, app, stream).await {
-        return e.response();
-    }
-    let (info, live) = match lookup(st, headers, app, stream) {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+) -> Result<Response, HttpError> {
+    let play = st
+        .begin_play(PlayAsk {
+            app: path.app.clone(),
+            stream: path.stream.clone(),
+            protocol: Protocol::Hls,
+            client: peer.0,
+            credentials: credentials(headers, query),
+            session: None,
+            from_node: false,
+        })
+        .await?;
+    let info = play.info();
     let video = st.engine.stats.video(info.index);
     if video.codec != VideoCodec::H264 {
-        return text(
-            StatusCode::CONFLICT,
-            format!(
-                "HLS packages H264 video; stream {app}/{stream}'s video is {}",
-                video.codec.sdp_name()
-            ),
-        );
+        return Err(HttpError::Conflict(format!(
+            "HLS packages H264 video; stream {}'s video is {}",
+            path.key(),
+            video.codec.sdp_name()
+        )));
     }
-    if !live {
-        return not_live(&format!("{app}/{stream}"));
-    }
-    let token = random_token(22);
-    let admission = admit_request(
-        st,
-        Action::Play,
-        "hls",
-        (app, stream),
-        peer.0,
-        headers,
-        query,
-        &token,
-    );
-    let (ask, lifetime) = match admission.await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let grant = play.admit(st).await?;
+    let token = grant.session().to_string();
+    let lifetime = grant.lifetime();
     let now = Instant::now();
     let started_before = st.hls.with_packager(info.index, |_| ()).is_some();
     let key = match st.hls.open(
@@ -218,14 +205,12 @@ async fn open(
         now,
     ) {
         Ok(k) => k,
-        Err(OpenError::PerAddress(e)) => return too_many(e),
+        Err(OpenError::PerAddress(e)) => return Err(Refusal::TooMany(e).into()),
         Err(e @ OpenError::Full(_)) => {
-            let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; retry"));
-            set(&mut r, header::RETRY_AFTER, "5");
-            return r;
+            return Err(HttpError::Unavailable(format!("{e}; retry"), Some("5")));
         }
     };
-    admitted(st, key, ask, None);
+    grant.started(st, key);
     if !started_before {
         // Segments start at a keyframe: ask the publisher for one now rather than wait for
         // its next (a WebRTC encoder sends them only when asked).
@@ -242,11 +227,11 @@ async fn open(
         "#EXTM3U\n#EXT-X-INDEPENDENT-SEGMENTS\n#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?session={token}\n"
     );
     hub_count_playlist(&st.hls);
-    ok(
+    Ok(ok(
         Body::from(body),
         "application/vnd.apple.mpegurl",
         "no-cache",
-    )
+    ))
 }
 
 fn hub_count_playlist(hub: &Hls) {

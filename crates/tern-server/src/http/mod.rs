@@ -1,35 +1,47 @@
-//! The HTTP side, one file per surface over one shared state:
+//! The HTTP side: every HTTP surface over the session layer ([`crate::session`]), which
+//! decides who may publish and play for every protocol.
 //!
-//! - `router.rs`: every route in one place ([`router()`]);
-//! - surfaces: `whep.rs` (WHEP), [`whip`] (WHIP ingest), [`ome`] (OvenMediaEngine
-//!   signalling), [`api`] (REST API, events, metrics, OpenAPI), `pages.rs` (index, player,
-//!   dashboard), `memory.rs` (`/v1/memory`, `/v1/stats/current`), `hls.rs` (LL-HLS),
-//!   [`cluster`] (routing, edge pull and the publish-time claim of a cluster node);
-//! - `state.rs`: [`AppState`], the WHEP session table and the stream lookup; `reply.rs`:
-//!   the responses every surface shares.
+//! - `router.rs`: every route in one place ([`router()`]), the API's routes behind one
+//!   auth layer;
+//! - surfaces: `whep.rs` (WHEP), `whip.rs` (WHIP ingest), [`ome`] (OvenMediaEngine
+//!   signalling), `api.rs` (REST API and events), `metrics.rs` (Prometheus),
+//!   `openapi.rs` (the OpenAPI document), `pages.rs` (index, player, dashboard),
+//!   `memory.rs` (`/v1/memory`, `/v1/stats/current`), `hls.rs` (LL-HLS), [`cluster`]
+//!   (WHEP routing to another node, the node's report, cluster JSON and metrics);
+//!   `trickle.rs` (what WHIP and WHEP PATCHes share);
+//! - below the surfaces: `state.rs` ([`AppState`]: the session layer's `Core` and the WHEP
+//!   session table), `extract.rs` (request extractors: stream path, SDP offer, tokens, the
+//!   API auth layer), `error.rs` ([`HttpError`]: one table from error to status and
+//!   headers), `reply.rs` (the successful responses surfaces share), `listener.rs` (the
+//!   TCP listener with its per-address limit).
 //!
-//! Imports point down: router → surfaces → state → reply. No surface imports another,
-//! except the player page handing a WebSocket upgrade to `ome`.
+//! What a surface may import: `state`, `extract`, `error`, `reply`, `trickle`, `cluster`
+//! and the crate's lower layers (`session`, `media`, `admission`, `snapshot`, ...); the
+//! player page also hands a WebSocket upgrade to `ome`, and `metrics` reads `cluster`'s
+//! rows. No other surface imports another. Nothing outside `http/` imports from it but
+//! the server's start (`lib.rs`): ingest surfaces (`rtmp.rs`, later SRT and RTSP) talk to
+//! the session layer only (`crates/tern/tests/house.rs` checks this).
 
-pub mod api;
+mod api;
 pub mod cluster;
+mod error;
+mod extract;
 mod hls;
 mod listener;
 mod memory;
+mod metrics;
 pub mod ome;
+mod openapi;
 mod pages;
 mod reply;
 pub mod router;
 mod state;
 mod trickle;
 mod whep;
-pub mod whip;
+mod whip;
 
+pub use error::HttpError;
 pub use listener::{LimitedListener, Peer};
-pub(crate) use reply::random_token as session_token;
+pub use openapi::openapi_doc;
 pub use router::router;
-pub use state::{
-    AppState, PublishRefusal, StreamInfo, TurnLinks, claim_stream, forget_publisher, may_publish,
-    sweep_streams,
-};
-pub(crate) use state::{PublisherSession, admitted_publisher};
+pub use state::AppState;

@@ -23,24 +23,25 @@
 //! message before the close rather than a bare close).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::http::{HeaderMap, header};
-use axum::response::Response;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use rand::Rng;
 use tern_pool::PoolCounter;
 use tern_proto::ome::{self, Command, IceServer, OfferCandidate, SignalError};
 use tern_rtc::session::{self, LocalInfo, ServerAnswerError, ServerOffer};
 use tracing::{debug, info};
 
-use crate::admission::{Action, Ask, SessionKey, Verdict};
+use crate::admission::SessionKey;
+use crate::http::error::HttpError;
+use crate::http::extract::bearer;
 use crate::http::listener::Peer;
-use crate::http::reply::too_many;
-use crate::http::state::{AppState, admitted};
+use crate::http::state::AppState;
 use crate::media::{Command as EngineCommand, ViewerId};
+use crate::session::{Credentials, PlayAsk, PlayGrant, Protocol, Refusal};
 
 /// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`): one
 /// item per socket, its bytes the socket's state and pending offer. A process-wide counter
@@ -61,14 +62,10 @@ pub fn upgrade(
     headers: &HeaderMap,
 ) -> Response {
     let params = Params::from_query(query.as_deref());
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
+    let bearer = bearer(headers).map(str::to_string);
     let socket_permit = match st.ome_sockets.acquire(peer.0.ip()) {
         Ok(p) => p,
-        Err(e) => return too_many(e),
+        Err(e) => return HttpError::from(Refusal::TooMany(e)).into_response(),
     };
     ws.max_message_size(ome::MAX_MESSAGE_LEN)
         .max_frame_size(ome::MAX_MESSAGE_LEN)
@@ -119,19 +116,11 @@ fn ice_servers(st: &AppState, tcp: bool) -> Vec<IceServer> {
         }
         return Vec::new();
     };
-    let unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (username, credential) =
-        tern_rtc::turn::rest_credentials(&t.secret, "ome", unix + t.lifetime);
-    let host = match t.host {
-        std::net::IpAddr::V4(ip) => ip.to_string(),
-        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-    };
+    let c = t.credentials("ome");
     vec![IceServer {
-        urls: vec![format!("turn:{host}:{}?transport=tcp", t.port)],
-        username: Some(username),
-        credential: Some(credential),
+        urls: vec![format!("turn:{}:{}?transport=tcp", c.host, c.port)],
+        username: Some(c.username),
+        credential: Some(c.credential),
     }]
 }
 
@@ -154,8 +143,8 @@ struct Signalling {
     peer: SocketAddr,
     /// The URL's query string.
     query: String,
-    /// The admission of the current offer: what was asked, and the session's lifetime.
-    admitted: Option<(Ask, Option<Duration>)>,
+    /// The admission of the current offer, until its answer makes the viewer.
+    admitted: Option<PlayGrant>,
     app: String,
     stream: String,
     params: Params,
@@ -311,59 +300,26 @@ impl Signalling {
     async fn request_offer(&mut self, st: &AppState) -> Result<String, SignalError> {
         // A new offer replaces whatever the socket had (OvenPlayer asks again after a stop).
         self.stop(st);
-        let key = format!("{}/{}", self.app, self.stream);
-        // In a cluster, a stream published on another node is pulled here first.
-        if let Err(e) = crate::http::cluster::pull(st, &self.app, &self.stream).await {
-            return Err(SignalError::new(
-                e.status.as_u16(),
-                format!("Cannot create offer: {}", e.message),
-            ));
-        }
-        let Some(info) = st.streams.get(&key) else {
-            return Err(SignalError::new(
-                404,
-                format!("Cannot create offer: stream {key} not found"),
-            ));
-        };
-        if let Some(token) = st.config.app(&self.app).and_then(|a| a.token.as_deref()) {
-            let given = self.bearer.as_deref().or(self.params.token.as_deref());
-            if given != Some(token) {
-                return Err(SignalError::new(
-                    401,
-                    "Unauthorized: missing or wrong token",
-                ));
-            }
-        }
-        let live = st
-            .engine
-            .stats
-            .live
-            .get(info.index)
-            .is_some_and(|l| l.load(Ordering::Relaxed));
-        if !live {
-            return Err(SignalError::new(
-                404,
-                format!("Cannot create offer: stream {key} is not live"),
-            ));
-        }
-        check_capacity(st)?;
         let id = new_id();
-        let ask = Ask {
-            action: Action::Play,
-            protocol: "ome",
-            app: self.app.clone(),
-            stream: self.stream.clone(),
-            client: self.peer,
-            token: self.params.token.clone().or_else(|| self.bearer.clone()),
-            query: self.query.clone(),
-            session: id.to_string(),
-        };
-        self.admitted = match st.admission.admit(&ask).await {
-            Verdict::Allow { lifetime } => Some((ask, lifetime)),
-            Verdict::Deny { status, reason } => {
-                return Err(SignalError::new(status, reason));
-            }
-        };
+        let play = st
+            .begin_play(PlayAsk {
+                app: self.app.clone(),
+                stream: self.stream.clone(),
+                protocol: Protocol::Ome,
+                client: self.peer,
+                credentials: Credentials {
+                    app_token: self.bearer.clone().or_else(|| self.params.token.clone()),
+                    token: self.params.token.clone().or_else(|| self.bearer.clone()),
+                    query: self.query.clone(),
+                },
+                session: Some(id.to_string()),
+                from_node: false,
+            })
+            .await
+            .map_err(signal_error)?;
+        let key = play.key();
+        let info = play.info();
+        self.admitted = Some(play.admit(st).await.map_err(signal_error)?);
         let offer = session::offer(
             &LocalInfo {
                 fingerprint: &st.fingerprint,
@@ -411,11 +367,8 @@ impl Signalling {
         let Some(info) = st.streams.get(&key) else {
             return Err(SignalError::new(404, "Cannot create offer"));
         };
-        check_capacity(st)?;
-        let permit = st
-            .pending
-            .acquire(self.client)
-            .map_err(|e| SignalError::new(429, e.to_string()))?;
+        st.check_capacity().map_err(signal_error)?;
+        let permit = st.pending_permit(self.client).map_err(signal_error)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let unavailable = || SignalError::new(503, "media engine is not running");
         st.engine
@@ -428,8 +381,8 @@ impl Signalling {
             .map_err(|_| unavailable())?;
         let viewer = rx.await.map_err(|_| unavailable())?;
         info!(%key, ?viewer, "OME-signalled viewer added");
-        if let Some((ask, lifetime)) = self.admitted.take() {
-            admitted(st, SessionKey::Viewer(viewer.raw()), ask, lifetime);
+        if let Some(grant) = self.admitted.take() {
+            grant.started(st, SessionKey::Viewer(viewer.raw()));
         }
         self.phase = Phase::Playing(viewer);
         self.recount();
@@ -453,19 +406,26 @@ impl Signalling {
     }
 }
 
-/// The same admission limits as a WHEP POST.
-fn check_capacity(st: &AppState) -> Result<(), SignalError> {
-    let stats = &st.engine.stats;
-    let t = &st.config.tunables;
-    if stats.handshakes.load(Ordering::Relaxed) >= t.max_handshakes
-        || stats.viewers.load(Ordering::Relaxed) >= t.max_viewers
-    {
-        return Err(SignalError::new(
-            503,
-            "too many viewers or handshakes in progress; retry",
-        ));
+/// A session layer refusal as OME reports it: OME's own words where its players know them,
+/// else the HTTP status of the same refusal and "Cannot create offer: why".
+fn signal_error(r: Refusal) -> SignalError {
+    match r {
+        Refusal::Unauthorized { .. } => {
+            SignalError::new(401, "Unauthorized: missing or wrong token")
+        }
+        // OME answers 404 for a stream with no media yet.
+        Refusal::NotLive(_) | Refusal::NotFound(_) => {
+            SignalError::new(404, format!("Cannot create offer: {r}"))
+        }
+        Refusal::Denied { status, reason } => SignalError::new(status, reason),
+        Refusal::Capacity | Refusal::TooMany(_) => {
+            SignalError::new(HttpError::from(r.clone()).status().as_u16(), r.to_string())
+        }
+        other => SignalError::new(
+            HttpError::from(other.clone()).status().as_u16(),
+            format!("Cannot create offer: {other}"),
+        ),
     }
-    Ok(())
 }
 
 /// Sends the error as OME does, then closes the socket.

@@ -1,11 +1,10 @@
-//! The responses every surface shares: plain-text errors with CORS headers, the 409 of a
-//! stream that is not live, content-type checks and random tokens.
+//! The successful responses every surface shares: plain text with CORS headers, the CORS
+//! preflight, and small request helpers. Errors are [`crate::http::error::HttpError`].
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rand::Rng;
 
-use crate::limits::LimitReached;
+use crate::http::error::HttpError;
 
 /// A plain-text response (the message and a newline) with the CORS headers.
 pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -33,13 +32,76 @@ pub(super) fn metric_line(o: &mut String, name: &str, help: &str, kind: &str, v:
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
 }
 
-/// `n` random characters of `[A-Za-z0-9]` (session ids, ETags, ICE credentials).
-pub(crate) fn random_token(n: usize) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..n)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+/// A JSON body with its content type.
+pub(crate) fn json(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// `OPTIONS` (CORS preflight) on a WHIP or WHEP resource that takes `methods`: 204 with
+/// what it accepts.
+pub(super) fn preflight(methods: &'static str) -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(methods),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("Authorization, Content-Type, If-Match"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
+    );
+    h.insert("Accept-Post", HeaderValue::from_static("application/sdp"));
+    h.insert(
+        "Accept-Patch",
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    h.insert(header::ALLOW, HeaderValue::from_static(methods));
+    r
+}
+
+/// `201 Created` with an SDP answer, its `Location` and `ETag`, as WHIP and WHEP answer a
+/// POST.
+pub(super) fn created(answer: String, location: &str, etag: &str) -> Response {
+    let mut r = (StatusCode::CREATED, answer).into_response();
+    let h = r.headers_mut();
+    cors(h);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
+    if let Ok(v) = HeaderValue::from_str(location) {
+        h.insert(header::LOCATION, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(etag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(
+        "Accept-Patch",
+        HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+    );
+    r
+}
+
+/// `200 OK` with no body and the CORS headers (a DELETE done).
+pub(super) fn ok() -> Response {
+    let mut r = StatusCode::OK.into_response();
+    cors(r.headers_mut());
+    r
+}
+
+/// A fresh entity tag (quoted).
+pub(super) fn new_etag() -> String {
+    format!("\"{}\"", crate::session::random_token(12))
 }
 
 /// The first `N` bytes of `s` (which has at least `N`).
@@ -47,50 +109,6 @@ pub(super) fn to_array<const N: usize>(s: &str) -> [u8; N] {
     let mut a = [0u8; N];
     a.copy_from_slice(&s.as_bytes()[..N]);
     a
-}
-
-/// Whether the request's `Content-Type` (without parameters) is `want`.
-pub(super) fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
-}
-
-/// 429 with `Retry-After` for a client address over one of its limits.
-pub(super) fn too_many(e: LimitReached) -> Response {
-    let mut r = text(StatusCode::TOO_MANY_REQUESTS, format!("{e}; retry"));
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-    r
-}
-
-/// An admission refusal: 401 (with `WWW-Authenticate: Bearer`), 403 or 503 (with
-/// `Retry-After`), the reason as the body.
-pub(super) fn denied(status: u16, reason: String) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-    let mut r = text(code, reason);
-    match status {
-        401 => {
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        503 => {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        _ => {}
-    }
-    r
-}
-
-/// 409 for a stream that exists but has no media yet, with `Retry-After`.
-pub(super) fn not_live(key: &str) -> Response {
-    let mut r = text(StatusCode::CONFLICT, format!("stream {key} is not live"));
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-    r
 }
 
 /// The value of `key` in a query string (as sent: no percent-decoding).
@@ -102,7 +120,7 @@ pub(crate) fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
 
 /// The index of simulcast layer `rid` among a stream's RIDs, or a 400 naming the layers
 /// there are.
-pub(crate) fn layer_of(key: &str, rids: &[Box<str>], rid: &str) -> Result<u8, Box<Response>> {
+pub(crate) fn layer_of(key: &str, rids: &[Box<str>], rid: &str) -> Result<u8, HttpError> {
     if let Some(i) = rids.iter().position(|r| &**r == rid) {
         return Ok(i as u8);
     }
@@ -114,5 +132,5 @@ pub(crate) fn layer_of(key: &str, rids: &[Box<str>], rid: &str) -> Result<u8, Bo
             rids.join(", ")
         )
     };
-    Err(Box::new(text(StatusCode::BAD_REQUEST, msg)))
+    Err(HttpError::BadRequest(msg))
 }

@@ -1,47 +1,24 @@
 //! Every route of the HTTP server, in one place: the pages, WHEP, WHIP, the OvenMediaEngine
-//! signalling upgrade (on the player's path), the management API, events and metrics.
-//! `GET /v1/openapi.json` documents each of them (a test reads this file to check).
+//! signalling upgrade (on the player's path), LL-HLS, the management API, events and
+//! metrics. `GET /v1/openapi.json` documents each of them (a test reads this file to check).
+//!
+//! The API's routes (`/v1/...` and `/metrics`) sit behind one layer that checks
+//! `server.api_token` ([`super::extract::api_auth`]); outside it stay the OpenAPI document
+//! and the memory and stats reads (`/v1/memory`, `/v1/stats/current`, read by `tern mem`
+//! and the dashboard), as before the layer.
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{delete, get, patch, post, put};
 
 use crate::http::state::AppState;
-use crate::http::{api, hls, memory, pages, whep, whip};
+use crate::http::{api, extract, hls, memory, metrics, openapi, pages, whep, whip};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/", get(pages::index))
-        .route("/dashboard", get(pages::dashboard))
-        .route("/{app}/{stream}", get(pages::player))
-        .route(
-            "/{app}/{stream}/whep",
-            post(whep::whep_post)
-                .options(whep::whep_options_links)
-                .head(whep::whep_head),
-        )
-        .route(
-            "/{app}/{stream}/whep/{session}",
-            patch(whep::whep_patch)
-                .delete(whep::whep_delete)
-                .options(whep::whep_options),
-        )
-        .route("/{app}/{stream}/{file}", get(hls::get))
-        .route(
-            "/{app}/{stream}/whip",
-            post(whip::post).options(whip::options),
-        )
-        .route(
-            "/{app}/{stream}/whip/{session}",
-            delete(whip::delete)
-                .patch(whip::patch)
-                .options(whip::options),
-        )
-        .route("/v1/memory", get(memory::memory))
-        .route("/v1/stats/current", get(memory::stats_current))
-        .route("/v1/openapi.json", get(api::openapi))
+    let guarded = Router::new()
         .route("/v1/apps", get(api::apps))
         .route("/v1/streams", get(api::streams))
         .route("/v1/streams/{app}/{stream}", get(api::stream))
@@ -66,6 +43,38 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/turn/allocations", get(api::allocations))
         .route("/v1/turn/allocations/{id}", get(api::allocation))
         .route("/v1/events", get(api::events))
-        .route("/metrics", get(api::metrics))
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(from_fn_with_state(state.clone(), extract::api_auth));
+    Router::new()
+        .route("/", get(pages::index))
+        .route("/dashboard", get(pages::dashboard))
+        .route("/{app}/{stream}", get(pages::player))
+        .route(
+            "/{app}/{stream}/whep",
+            post(whep::post)
+                .options(whep::options_links)
+                .head(whep::head),
+        )
+        .route(
+            "/{app}/{stream}/whep/{session}",
+            patch(whep::patch)
+                .delete(whep::delete)
+                .options(whep::options),
+        )
+        .route("/{app}/{stream}/{file}", get(hls::get))
+        .route(
+            "/{app}/{stream}/whip",
+            post(whip::post).options(whip::options),
+        )
+        .route(
+            "/{app}/{stream}/whip/{session}",
+            delete(whip::delete)
+                .patch(whip::patch)
+                .options(whip::options),
+        )
+        .route("/v1/memory", get(memory::memory))
+        .route("/v1/stats/current", get(memory::stats_current))
+        .route("/v1/openapi.json", get(openapi::openapi))
+        .merge(guarded)
         .with_state(state)
 }

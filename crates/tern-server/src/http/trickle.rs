@@ -8,31 +8,30 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tern_proto::sdp::{self, SdpFrag};
 
-use crate::http::reply::{content_type_is, cors, text};
-use crate::http::state::{AppState, lookup};
+use crate::http::error::HttpError;
+use crate::http::extract::{StreamPath, content_type_is};
+use crate::http::reply::cors;
+use crate::http::state::AppState;
 
 /// The app/stream check (token), the content type and the body of a PATCH: the fragment and
 /// the `If-Match` value, or the response to give.
-#[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
 pub(super) fn read_patch(
     st: &AppState,
     headers: &HeaderMap,
-    app: &str,
-    stream: &str,
+    path: &StreamPath,
     body: &Bytes,
-) -> Result<(SdpFrag, Option<String>), Response> {
-    lookup(st, headers, app, stream)?;
+) -> Result<(SdpFrag, Option<String>), HttpError> {
+    st.lookup(headers, path)?;
     if !content_type_is(headers, "application/trickle-ice-sdpfrag") {
-        return Err(text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        return Err(HttpError::UnsupportedMediaType(
             "Content-Type must be application/trickle-ice-sdpfrag",
         ));
     }
     let Ok(body) = std::str::from_utf8(body) else {
-        return Err(text(StatusCode::BAD_REQUEST, "body is not valid UTF-8"));
+        return Err(HttpError::BadRequest("body is not valid UTF-8".into()));
     };
     let frag = sdp::parse_sdpfrag(body)
-        .map_err(|e| text(StatusCode::BAD_REQUEST, format!("malformed sdpfrag: {e}")))?;
+        .map_err(|e| HttpError::BadRequest(format!("malformed sdpfrag: {e}")))?;
     let if_match = headers
         .get(header::IF_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -43,21 +42,18 @@ pub(super) fn read_patch(
 /// Whether `frag` restarts ICE (a ufrag other than the session's `remote_ufrag`), after the
 /// preconditions: a restart needs `If-Match` (428), and an `If-Match` other than `*` must be
 /// the session's `etag` (412).
-#[allow(clippy::result_large_err)] // the error is the HTTP response itself, built once
 pub(super) fn is_restart(
     frag: &SdpFrag,
     if_match: Option<&str>,
     remote_ufrag: &str,
     etag: &str,
-) -> Result<bool, Response> {
+) -> Result<bool, HttpError> {
     let restart = frag.ice_ufrag.as_deref().is_some_and(|u| u != remote_ufrag);
     match (if_match, restart) {
-        (None, true) => Err(text(
-            StatusCode::PRECONDITION_REQUIRED,
+        (None, true) => Err(HttpError::PreconditionRequired(
             "If-Match is required for an ICE restart",
         )),
-        (Some(m), _) if m != "*" && m != etag => Err(text(
-            StatusCode::PRECONDITION_FAILED,
+        (Some(m), _) if m != "*" && m != etag => Err(HttpError::PreconditionFailed(
             "ETag does not match the session",
         )),
         _ => Ok(restart),

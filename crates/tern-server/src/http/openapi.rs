@@ -1,0 +1,126 @@
+//! The OpenAPI 3.0 document of every route (`GET /v1/openapi.json`); a test reads
+//! `router.rs` to check that it names each one.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+
+use crate::http::reply::json;
+
+/// `GET /v1/openapi.json`.
+pub(super) async fn openapi() -> Response {
+    json(StatusCode::OK, openapi_doc().to_string())
+}
+
+/// The OpenAPI 3.0 document of every route the server has.
+pub fn openapi_doc() -> serde_json::Value {
+    use serde_json::json;
+    let p = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}, "description": what});
+    let ok_json = |what: &str| json!({"description": what, "content": {"application/json": {}}});
+    let status = |what: &str| json!({"description": what});
+    let app = p("app", "application name");
+    let stream = p("stream", "stream name");
+    let id = p("id", "viewer id (from the viewer snapshots)");
+    // Added apart: one more path in the document's json! passes the macro's recursion limit.
+    let layer_ops = json!({
+                "put": {"summary": "Pin a viewer of a simulcast stream to a layer (it moves at the layer's next keyframe)", "parameters": [id], "security": [{"bearer": []}],
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["rid"], "properties": {"rid": {"type": "string", "description": "the layer's RID, as the stream snapshot's layers give it"}}}}}},
+                    "responses": {"204": status("pinned"), "400": status("not {\"rid\": …}, or a layer the stream does not have (the message names its layers)"), "404": status("no such viewer"), "401": status("API token required")}},
+                "delete": {"summary": "Unpin a viewer: its bandwidth estimate chooses its layer again", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"204": status("unpinned"), "404": status("no such viewer"), "401": status("API token required")}}});
+    let mut doc = json!({
+        "openapi": "3.0.3",
+        "info": {"title": "tern", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "tern's management API, WHEP/WHIP endpoints, metrics and pages."},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": {
+            "/v1/openapi.json": {"get": {"summary": "This document", "responses": {"200": ok_json("OpenAPI document")}}},
+            "/v1/apps": {"get": {"summary": "Applications and their streams", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of {name, streams}"), "401": status("API token required")}}},
+            "/v1/streams": {"get": {"summary": "Every stream: cached snapshot and live counters", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of streams"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}": {"get": {"summary": "One stream", "parameters": [app, stream], "security": [{"bearer": []}],
+                "responses": {"200": ok_json("the stream"), "404": status("no such stream"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}/viewers": {"get": {"summary": "Cached snapshots of a stream's viewers", "parameters": [app, stream], "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of viewer snapshots"), "404": status("no such stream"), "401": status("API token required")}}},
+            "/v1/streams/{app}/{stream}/publisher": {
+                "get": {"summary": "The stream's publisher: cached snapshot", "parameters": [app, stream], "security": [{"bearer": []}],
+                    "responses": {"200": ok_json("publisher snapshot"), "404": status("no such stream or no publisher"), "401": status("API token required")}},
+                "delete": {"summary": "Kick the stream's publisher", "parameters": [app, stream], "security": [{"bearer": []}],
+                    "responses": {"204": status("kicked"), "404": status("no such stream or no publisher"), "401": status("API token required")}}},
+            "/v1/cluster": {"get": {"summary": "This cluster node, Redis' state, the node registry and the origin map", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("{enabled, node, redis, redirect, nodes, origins, pulling, redis_commands, view_builds}"), "401": status("API token required")}}},
+            "/v1/publishers": {"get": {"summary": "Cached snapshots of every publisher (WHIP, RTMP)", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of publisher snapshots"), "401": status("API token required")}}},
+            "/v1/turn/allocations": {"get": {"summary": "Cached snapshots of the built-in TURN server's allocations", "security": [{"bearer": []}],
+                "responses": {"200": ok_json("list of allocation snapshots"), "401": status("API token required")}}},
+            "/v1/turn/allocations/{id}": {"get": {"summary": "A TURN allocation's cached snapshot", "parameters": [p("id", "allocation id")], "security": [{"bearer": []}],
+                "responses": {"200": ok_json("allocation snapshot"), "404": status("no such allocation"), "401": status("API token required")}}},
+            "/v1/viewers/{id}": {
+                "get": {"summary": "A viewer's cached snapshot", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"200": ok_json("viewer snapshot"), "404": status("no such viewer"), "401": status("API token required")}},
+                "delete": {"summary": "Kick a viewer", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"204": status("kicked"), "404": status("no such viewer"), "401": status("API token required")}}},
+            "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
+                "parameters": [
+                    {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed"},
+                    {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
+                "security": [{"bearer": []}],
+                "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},
+            "/v1/stats/current": {"get": {"summary": "Engine counters (OvenMediaEngine's envelope)", "responses": {"200": ok_json("counters")}}},
+            "/v1/memory": {"get": {"summary": "Memory pools and allocator totals; ?format=dd for text",
+                "responses": {"200": ok_json("pools")}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "security": [{"bearer": []}],
+                "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {}}}, "401": status("API token required")}}},
+            "/dashboard": {"get": {"summary": "Dashboard page", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
+            "/": {"get": {"summary": "Index page: the streams and their players", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
+            "/{app}/{stream}": {"get": {"summary": "Player page", "parameters": [app, stream],
+                "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
+            "/{app}/{stream}/whep": {
+                "post": {"summary": "WHEP: SDP offer in, answer out", "parameters": [app, stream],
+                    "requestBody": {"content": {"application/sdp": {}}},
+                    "responses": {"201": {"description": "answer", "content": {"application/sdp": {}}},
+                        "400": status("malformed offer"), "401": status("token"), "404": status("no such stream"),
+                        "409": status("not live"), "415": status("not application/sdp"),
+                        "307": status("cluster.redirect: served by the least-loaded node (Location)"),
+                        "422": status("offer cannot be served"), "503": status("too many viewers, or a cluster pull failed")}},
+                "head": {"summary": "Liveness probe", "parameters": [app, stream],
+                    "responses": {"200": status("live"), "404": status("no such stream"), "409": status("not live")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream], "responses": {"204": status("allowed")}}},
+            "/{app}/{stream}/whep/{session}": {
+                "patch": {"summary": "Trickle ICE or ICE restart", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"204": status("trickled"), "200": status("ICE restarted"), "404": status("no such session"),
+                        "400": status("malformed sdpfrag"), "415": status("not application/trickle-ice-sdpfrag"),
+                        "412": status("ETag mismatch"), "428": status("If-Match required")}},
+                "delete": {"summary": "End a viewer", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"200": status("ended"), "404": status("no such session")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream, p("session", "session id")], "responses": {"204": status("allowed")}}},
+            "/{app}/{stream}/{file}": {"get": {"summary": "LL-HLS: index.m3u8 (admission, then the multivariant playlist naming the session's media playlist), media.m3u8 (blocking reload with _HLS_msn/_HLS_part), init{v}.mp4, {msn}.m4s (segment), {msn}.{part}.m4s (part); every URI after index.m3u8 carries ?session=",
+                "parameters": [app, stream, p("file", "index.m3u8, media.m3u8, init{v}.mp4, {msn}.m4s or {msn}.{part}.m4s"),
+                    {"name": "session", "in": "query", "required": false, "schema": {"type": "string"}, "description": "the session token (all but index.m3u8)"},
+                    {"name": "_HLS_msn", "in": "query", "required": false, "schema": {"type": "integer"}, "description": "media.m3u8: block until this segment (or its part) exists"},
+                    {"name": "_HLS_part", "in": "query", "required": false, "schema": {"type": "integer"}, "description": "media.m3u8: the part of _HLS_msn to wait for"}],
+                "responses": {"200": {"description": "playlist or fMP4", "content": {"application/vnd.apple.mpegurl": {}, "video/mp4": {}}},
+                    "400": status("_HLS_msn too far ahead or malformed"), "401": status("token"), "403": status("no, unknown or expired session"),
+                    "404": status("no such stream or resource"), "409": status("not live, or not H264"), "429": status("too many sessions from this address"),
+                    "503": status("not ready yet, or too many sessions")}}},
+            "/{app}/{stream}/whip": {
+                "post": {"summary": "WHIP: publish", "parameters": [app, stream],
+                    "requestBody": {"content": {"application/sdp": {}}},
+                    "responses": {"201": {"description": "answer", "content": {"application/sdp": {}}},
+                        "400": status("malformed offer"), "401": status("token"), "404": status("no such stream"),
+                        "409": status("already published"), "415": status("not application/sdp"), "422": status("no H264/Opus")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream], "responses": {"204": status("allowed")}}},
+            "/{app}/{stream}/whip/{session}": {
+                "delete": {"summary": "Stop publishing", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"200": status("ended"), "404": status("no such session")}},
+                "patch": {"summary": "Trickle ICE or ICE restart", "parameters": [app, stream, p("session", "session id")],
+                    "responses": {"204": status("trickled"), "200": status("ICE restarted"), "404": status("no such session"),
+                        "400": status("malformed sdpfrag"), "415": status("not application/trickle-ice-sdpfrag"),
+                        "412": status("ETag mismatch"), "428": status("If-Match required"), "422": status("restart refused")}},
+                "options": {"summary": "CORS preflight", "parameters": [app, stream, p("session", "session id")], "responses": {"204": status("allowed")}}}
+        }
+    });
+    doc["paths"]["/v1/viewers/{id}/layer"] = layer_ops;
+    doc
+}

@@ -1,0 +1,86 @@
+//! What follows a grant: an admitted session's lifetime (the engine ends it when admission
+//! said so) and its close notification (the webhook hears of its end), and the sweep that
+//! removes publisher-made streams once their app's grace has passed with no publisher.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::admission::{Ask, SessionKey};
+use crate::media::{Command, PublisherId, ViewerId};
+use crate::session::Core;
+
+/// An admitted session now exists as `key`: its end will be told to the webhook, and with
+/// a `lifetime` a viewer is ended by the engine then (with DTLS close_notify).
+pub(super) fn admitted(core: &Core, key: SessionKey, ask: Ask, lifetime: Option<Duration>) {
+    core.admission.admitted(key, ask);
+    let (SessionKey::Viewer(raw), Some(after)) = (key, lifetime) else {
+        return;
+    };
+    end_after(core, after, Command::RemoveViewer(ViewerId::from_raw(raw)));
+}
+
+/// As [`admitted`], for a publisher (its id is needed to end it).
+pub(super) fn admitted_publisher(
+    core: &Core,
+    id: PublisherId,
+    ask: Ask,
+    lifetime: Option<Duration>,
+) {
+    core.admission
+        .admitted(SessionKey::Publisher(id.serial), ask);
+    if let Some(after) = lifetime {
+        end_after(core, after, Command::RemovePublisher(id));
+    }
+}
+
+/// Sends `cmd` to the engine `after` from now, on the runtime.
+fn end_after(core: &Core, after: Duration, cmd: Command) {
+    let Some(rt) = core.runtime() else {
+        return;
+    };
+    let engine = core.engine.clone();
+    rt.spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = engine.send(cmd);
+    });
+}
+
+/// Removes publisher-made streams past their app's grace with no publisher: their viewers
+/// end, their rings and counters are freed, `stream.removed` goes out. Run once a second.
+pub fn sweep_streams(core: &Core) {
+    let stats = &core.engine.stats;
+    let gone = core.streams.expired(
+        std::time::Instant::now(),
+        |app| {
+            Duration::from_secs(
+                core.config
+                    .app(app)
+                    .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s),
+            )
+        },
+        |i| {
+            stats
+                .publishing
+                .get(i)
+                .is_some_and(|f| f.load(Ordering::Relaxed))
+        },
+    );
+    for (key, index) in gone {
+        let _ = core.engine.send(Command::UnbindStream { index });
+        for v in [
+            &stats.stream_packets,
+            &stats.stream_video,
+            &stats.stream_bytes,
+            &stats.stream_nacks,
+            &stats.stream_keyframe_requests,
+            &stats.stream_reported_lost,
+        ] {
+            if let Some(c) = v.get(index) {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        stats.snapshots.stream_removed(&key);
+        core.streams.release(index);
+        tracing::info!("stream {key} removed: no publisher for its grace");
+    }
+}

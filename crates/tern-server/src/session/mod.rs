@@ -1,0 +1,54 @@
+//! The protocol-neutral session layer: **may this client publish or play this stream?**
+//! Every surface (WHIP, WHEP, OME signalling, LL-HLS in `http/`; RTMP in `rtmp.rs`; SRT and
+//! RTSP next) asks here, in the same order, and gets one grant or one [`Refusal`], which it
+//! maps once to its own wire signal (an HTTP status, an RTMP NetStream code, an OME error,
+//! an SRT reject reason).
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `shared.rs` | [`Core`]: what every surface shares (config, streams, engine, admission, limits, cluster, TURN links) |
+//! | `refusal.rs` | [`Refusal`]: every reason a session is refused, protocol-neutral |
+//! | `publish.rs` | [`Core::begin_publish`]: names and dynamic streams, app token, per-address limit, admission; then the cluster claim and the stream slot; the publisher table |
+//! | `play.rs` | [`Core::begin_play`]: edge pull, the stream and its token; then live, capacity, per-address limit, admission |
+//! | `lifetime.rs` | what follows a grant: the admitted session's lifetime and close notification, the sweep of publisher-made streams |
+//!
+//! Imports point down: surfaces import this module; it imports `admission`, `cluster`,
+//! `directory`, `limits`, `media` and `config`, never a surface (`crates/tern/tests/house.rs`
+//! checks that no ingest surface imports `http/`).
+
+mod lifetime;
+mod play;
+mod publish;
+mod refusal;
+mod shared;
+
+pub use lifetime::sweep_streams;
+pub use play::{Play, PlayAsk, PlayGrant};
+pub use publish::{Publish, PublishAsk, PublisherSession};
+pub use refusal::Refusal;
+pub use shared::{Core, TurnCredentials, TurnLinks};
+
+pub use crate::admission::{Action, Protocol};
+pub use crate::directory::StreamInfo;
+
+/// What a client offers to prove it may publish or play.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// What it offers for the app's static token (`[[app]] token`): WHIP/WHEP/LL-HLS take
+    /// the Bearer token, OME signalling the Bearer token or `?token=`, RTMP `?token=`.
+    pub app_token: Option<String>,
+    /// What goes to admission (JWT, webhook) as the token.
+    pub token: Option<String>,
+    /// The request's query string, "" if none (the webhook sees it).
+    pub query: String,
+}
+
+/// `n` random characters of `[A-Za-z0-9]`: session ids, ETags, ICE credentials.
+pub fn random_token(n: usize) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}

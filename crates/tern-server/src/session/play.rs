@@ -1,0 +1,218 @@
+//! Playing, in the order every play surface follows:
+//!
+//! 1. [`Core::begin_play`]: in a cluster, a stream published on another node is pulled
+//!    here first (edge pull); then the stream must exist, and the app's static token must
+//!    match (a request from another node skips the token: it proved itself with the
+//!    cluster secret);
+//! 2. the surface's own checks (WHEP: the `?layer=` pin and the SDP offer; LL-HLS: H264);
+//! 3. [`Play::admit`]: the stream must be live; WHEP and OME viewers need room
+//!    (`max_viewers`, `max_handshakes`), a WHEP viewer a pending-session permit (an OME
+//!    viewer takes its permit with its answer); then admission (JWT, webhook), which a
+//!    node's request skips;
+//! 4. the surface makes its session, and [`PlayGrant::started`] records it: lifetime and
+//!    close notification.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::admission::{Action, Ask, Protocol, SessionKey, Verdict};
+use crate::directory::StreamInfo;
+use crate::limits::AddrPermit;
+use crate::session::{Core, Credentials, Refusal, random_token};
+
+/// How long a play request waits for an edge pull to bring the stream live.
+const PULL_WAIT: Duration = Duration::from_secs(5);
+
+/// A request to play.
+#[derive(Debug, Clone)]
+pub struct PlayAsk {
+    /// App name.
+    pub app: String,
+    /// Stream name.
+    pub stream: String,
+    /// The surface asking.
+    pub protocol: Protocol,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// What the client offers to prove it may.
+    pub credentials: Credentials,
+    /// The id the session will have (an OME offer id); `None`: one is minted.
+    pub session: Option<String>,
+    /// The request comes from another node of the cluster (an edge's upstream session):
+    /// no pull, no token, no per-address limit, no admission.
+    pub from_node: bool,
+}
+
+/// A play request whose stream exists and whose token matched.
+#[derive(Debug)]
+pub struct Play {
+    ask: PlayAsk,
+    info: StreamInfo,
+    live: bool,
+}
+
+/// An admitted viewer, until its session exists ([`PlayGrant::started`]).
+#[derive(Debug)]
+pub struct PlayGrant {
+    info: StreamInfo,
+    session: String,
+    admitted: Option<(Ask, Option<Duration>)>,
+    permit: Option<AddrPermit>,
+}
+
+impl Core {
+    /// Step 1 of playing (see the module doc): the edge pull, the stream, its token.
+    pub async fn begin_play(&self, ask: PlayAsk) -> Result<Play, Refusal> {
+        if !ask.from_node {
+            self.pull(&ask.app, &ask.stream).await?;
+        }
+        let key = format!("{}/{}", ask.app, ask.stream);
+        let info = self.streams.get(&key).ok_or(Refusal::NotFound(key))?;
+        if !ask.from_node {
+            self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())?;
+        }
+        let live = self.is_live(info);
+        Ok(Play { ask, info, live })
+    }
+
+    /// Edge pull for a play request: when `app/stream` is not live here and another node
+    /// holds its claim, the stream is made here, one upstream pull started (or joined), and
+    /// the request waits until the stream is live. `Ok` when there is nothing to pull (the
+    /// request goes on as on a single node).
+    pub async fn pull(&self, app: &str, stream: &str) -> Result<(), Refusal> {
+        let Some(c) = self.cluster.as_ref() else {
+            return Ok(());
+        };
+        let key = format!("{app}/{stream}");
+        let live_here = || self.streams.get(&key).is_some_and(|i| self.is_live(i));
+        if live_here() {
+            return Ok(());
+        }
+        let origin = match c.origin_of(&key).await {
+            Ok(Some(o)) if o != c.config().node => o,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                return Err(Refusal::PullFailed(format!(
+                    "the cluster store (Redis) cannot be reached ({e}): this node cannot find where {key} is published; retry"
+                )));
+            }
+        };
+        let info = self.claim_stream(app, stream)?;
+        let Some(rt) = self.runtime.get().cloned() else {
+            return Err(Refusal::Unavailable("the async runtime is not running"));
+        };
+        c.start_pull(&key, info.index, self.engine.clone(), rt)
+            .map_err(|e| Refusal::PullFailed(format!("cannot start the pull of {key}: {e}")))?;
+        let until = std::time::Instant::now() + PULL_WAIT;
+        while std::time::Instant::now() < until {
+            if live_here() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(Refusal::PullFailed(format!(
+            "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
+        )))
+    }
+}
+
+impl Play {
+    /// The stream.
+    pub fn info(&self) -> StreamInfo {
+        self.info
+    }
+
+    /// Whether it had media when the request was checked.
+    pub fn live(&self) -> bool {
+        self.live
+    }
+
+    /// `app/stream`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.ask.app, self.ask.stream)
+    }
+
+    /// Step 3: live, room, the pending-session permit, admission.
+    pub async fn admit(self, core: &Core) -> Result<PlayGrant, Refusal> {
+        if !self.live {
+            return Err(Refusal::NotLive(self.key()));
+        }
+        let ask = self.ask;
+        // Which of the engine's limits the surface's viewers count against: WHEP and OME
+        // viewers are sessions on the media port (an OME viewer's permit comes with its
+        // answer, since its offer holds no engine state); LL-HLS sessions are limited by
+        // the HLS side itself.
+        let (room, permit_now) = match ask.protocol {
+            Protocol::Whep => (true, true),
+            Protocol::Ome => (true, false),
+            _ => (false, false),
+        };
+        if room {
+            core.check_capacity()?;
+        }
+        let permit = match permit_now && !ask.from_node {
+            true => Some(core.pending_permit(ask.client.ip())?),
+            false => None,
+        };
+        let session = ask.session.unwrap_or_else(|| random_token(22));
+        if ask.from_node {
+            return Ok(PlayGrant {
+                info: self.info,
+                session,
+                admitted: None,
+                permit,
+            });
+        }
+        let asked = Ask {
+            action: Action::Play,
+            protocol: ask.protocol,
+            app: ask.app,
+            stream: ask.stream,
+            client: ask.client,
+            token: ask.credentials.token,
+            query: ask.credentials.query,
+            session: session.clone(),
+        };
+        match core.admission.admit(&asked).await {
+            Verdict::Allow { lifetime } => Ok(PlayGrant {
+                info: self.info,
+                session,
+                admitted: Some((asked, lifetime)),
+                permit,
+            }),
+            Verdict::Deny { status, reason } => Err(Refusal::Denied { status, reason }),
+        }
+    }
+}
+
+impl PlayGrant {
+    /// The stream.
+    pub fn info(&self) -> StreamInfo {
+        self.info
+    }
+
+    /// The id the session gets (the WHEP resource id, the LL-HLS session token, the OME
+    /// offer id).
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// How long admission lets the session live, if it set a limit.
+    pub fn lifetime(&self) -> Option<Duration> {
+        self.admitted.as_ref().and_then(|(_, l)| *l)
+    }
+
+    /// Takes the pending-session permit (the engine holds it until the viewer connects).
+    pub fn take_permit(&mut self) -> Option<AddrPermit> {
+        self.permit.take()
+    }
+
+    /// Step 4: the session exists as `key`: its end will be told to the webhook, and a
+    /// viewer with a lifetime is ended by the engine then (an LL-HLS session's lifetime is
+    /// kept by the HLS side, from [`PlayGrant::lifetime`]).
+    pub fn started(self, core: &Core, key: SessionKey) {
+        if let Some((ask, lifetime)) = self.admitted {
+            crate::session::lifetime::admitted(core, key, ask, lifetime);
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Publishing, in the order every ingest surface follows:
+//!
+//! 1. [`Core::begin_publish`]: the name (declared, or a valid name in a dynamic app), the
+//!    app's static token, the per-address limit on pending sessions (surfaces whose
+//!    sessions handshake on the media port), then admission (JWT, webhook);
+//! 2. the surface's own work (WHIP accepts the SDP offer; RTMP has nothing to do);
+//! 3. [`Publish::claim`]: the cluster claim (no publisher on another node) and the
+//!    stream's slot, made if the stream is new;
+//! 4. the surface adds its publisher to the engine, and [`Publish::started`] records it:
+//!    the publisher table, the admitted session's lifetime and close notification.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::admission::{Action, Ask, Protocol, Verdict};
+use crate::directory::StreamInfo;
+use crate::limits::AddrPermit;
+use crate::media::{AddError, Command, PublisherId};
+use crate::session::{Core, Credentials, Refusal, random_token};
+
+/// A request to publish.
+#[derive(Debug, Clone)]
+pub struct PublishAsk {
+    /// App name.
+    pub app: String,
+    /// Stream name.
+    pub stream: String,
+    /// The surface asking.
+    pub protocol: Protocol,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// What the client offers to prove it may.
+    pub credentials: Credentials,
+}
+
+/// A publisher the session layer admitted: what it holds until the publisher exists in the
+/// engine ([`Publish::started`]) or is dropped.
+#[derive(Debug)]
+pub struct Publish {
+    key: String,
+    session: String,
+    ask: Ask,
+    lifetime: Option<Duration>,
+    permit: Option<AddrPermit>,
+}
+
+/// A publisher as the session layer knows it, by session id: a WHIP resource (with its
+/// ETag and the encoder's ICE ufrag, for PATCH) or an RTMP connection (both empty).
+#[derive(Debug, Clone)]
+pub struct PublisherSession {
+    /// The publisher in the engine.
+    pub id: PublisherId,
+    /// The resource's entity tag (`If-Match` of an ICE restart).
+    pub etag: String,
+    /// The encoder's ICE ufrag: a PATCH with another one is an ICE restart.
+    pub remote_ufrag: String,
+}
+
+impl Core {
+    /// Steps 1 of publishing (see the module doc): the name, the app's token, the
+    /// per-address limit and admission.
+    pub async fn begin_publish(&self, ask: PublishAsk) -> Result<Publish, Refusal> {
+        self.may_publish(&ask.app, &ask.stream)?;
+        self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())?;
+        let permit = match ask.protocol.handshakes_on_media_port() {
+            true => Some(self.pending_permit(ask.client.ip())?),
+            false => None,
+        };
+        let session = match ask.protocol {
+            Protocol::Whip => random_token(22),
+            p => format!("{}-{}", p.as_str(), random_token(16)),
+        };
+        let key = format!("{}/{}", ask.app, ask.stream);
+        let asked = Ask {
+            action: Action::Publish,
+            protocol: ask.protocol,
+            app: ask.app,
+            stream: ask.stream,
+            client: ask.client,
+            token: ask.credentials.token,
+            query: ask.credentials.query,
+            session: session.clone(),
+        };
+        match self.admission.admit(&asked).await {
+            Verdict::Allow { lifetime } => Ok(Publish {
+                key,
+                session,
+                ask: asked,
+                lifetime,
+                permit,
+            }),
+            Verdict::Deny { status, reason } => Err(Refusal::Denied { status, reason }),
+        }
+    }
+
+    /// Whether a publisher may have stream `app/stream` (before admission): it exists, or
+    /// its app makes streams on any valid name.
+    pub fn may_publish(&self, app: &str, stream: &str) -> Result<(), Refusal> {
+        let key = format!("{app}/{stream}");
+        if self.streams.contains(&key) {
+            return Ok(());
+        }
+        if !crate::config::valid_name(stream) {
+            return Err(Refusal::BadName(stream.to_string()));
+        }
+        match self.config.app(app) {
+            Some(a) if a.dynamic => Ok(()),
+            _ => Err(Refusal::NotFound(key)),
+        }
+    }
+
+    /// The stream `app/stream` for an admitted publisher (or an edge pull), made (and
+    /// announced to the engine and the event stream) if it does not exist yet.
+    pub fn claim_stream(&self, app: &str, stream: &str) -> Result<StreamInfo, Refusal> {
+        self.may_publish(app, stream)?;
+        let key = format!("{app}/{stream}");
+        let (info, made) = self
+            .streams
+            .claim(&key, std::time::Instant::now())
+            .map_err(Refusal::Full)?;
+        if made {
+            let _ = self.engine.send(Command::BindStream {
+                index: info.index,
+                key: key.as_str().into(),
+            });
+            self.engine.stats.snapshots.stream_created(&key);
+            tracing::info!("stream {key} created by a publisher");
+        }
+        Ok(info)
+    }
+
+    /// Removes a publisher from the publisher table (a WHIP DELETE, an RTMP connection
+    /// closed, a kick); a wave of departed publishers leaves no table sized for it behind.
+    pub fn forget_publisher(&self, session: &str) -> Option<PublisherId> {
+        let mut m = self.publishers.lock().ok()?;
+        let id = m.remove(session).map(|s| s.id);
+        tern_pool::shrink_map(&mut m);
+        id
+    }
+
+    /// The publisher table's entry for `session`.
+    pub fn publisher(&self, session: &str) -> Option<PublisherSession> {
+        self.publishers.lock().ok()?.get(session).cloned()
+    }
+
+    /// Updates the entry for `session` (a WHIP ICE restart); false if it is gone.
+    pub fn update_publisher(&self, session: &str, f: impl FnOnce(&mut PublisherSession)) -> bool {
+        match self.publishers.lock() {
+            Ok(mut m) => m.get_mut(session).map(f).is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// Removes the publisher of stream `index` from the table (an API kick); its id.
+    pub fn forget_publisher_of(&self, index: usize) -> Option<PublisherId> {
+        let session = {
+            let m = self.publishers.lock().ok()?;
+            m.iter()
+                .find(|(_, p)| p.id.stream == index)
+                .map(|(s, _)| s.clone())?
+        };
+        self.forget_publisher(&session)
+    }
+}
+
+impl Publish {
+    /// `app/stream`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The id the session gets (the WHIP resource id, `rtmp-…` for RTMP).
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Takes the pending-session permit (the engine holds it until the publisher connects).
+    pub fn take_permit(&mut self) -> Option<AddrPermit> {
+        self.permit.take()
+    }
+
+    /// Step 3: in a cluster, no other node may have the stream's publisher; then the
+    /// stream's slot (made if new).
+    pub async fn claim(&self, core: &Core) -> Result<StreamInfo, Refusal> {
+        if let Some(c) = &core.cluster {
+            c.claim(&self.key)
+                .await
+                .map_err(|node| Refusal::PublishedElsewhere {
+                    key: self.key.clone(),
+                    node,
+                })?;
+        }
+        core.claim_stream(&self.ask.app, &self.ask.stream)
+    }
+
+    /// The refusal for the engine's answer to adding the publisher.
+    pub fn refused(&self, e: AddError) -> Refusal {
+        match e {
+            AddError::Busy => Refusal::Busy(self.key.clone()),
+        }
+    }
+
+    /// Step 4: the publisher exists in the engine as `id`: it goes into the publisher table
+    /// under its session id, its end will be told to the webhook, and with a lifetime the
+    /// engine ends it then. Returns the session id.
+    pub fn started(
+        self,
+        core: &Core,
+        id: PublisherId,
+        etag: String,
+        remote_ufrag: String,
+    ) -> String {
+        crate::session::lifetime::admitted_publisher(core, id, self.ask, self.lifetime);
+        if let Ok(mut m) = core.publishers.lock() {
+            m.insert(
+                self.session.clone(),
+                PublisherSession {
+                    id,
+                    etag,
+                    remote_ufrag,
+                },
+            );
+        }
+        self.session
+    }
+}

@@ -1,0 +1,205 @@
+//! [`Core`]: the state every surface shares, and the checks that read only it (the app's
+//! static token, the viewer capacity, the per-address limit on pending sessions).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::directory::{Directory, StreamInfo};
+use crate::limits::{AddrPermit, PerAddress};
+use crate::media::EngineHandle;
+use crate::session::Refusal;
+use crate::session::publish::PublisherSession;
+
+/// Where clients reach the built-in TURN server, and the secret its REST credentials are
+/// minted with: WHEP/WHIP answers announce it in `Link` headers, OME offers in
+/// `iceServers`.
+#[derive(Debug, Clone)]
+pub struct TurnLinks {
+    /// Host clients reach the TURN server at.
+    pub host: IpAddr,
+    /// Its port (UDP and TCP).
+    pub port: u16,
+    /// The REST secret credentials are minted with.
+    pub secret: String,
+    /// Credential lifetime, seconds.
+    pub lifetime: u64,
+}
+
+/// Fresh TURN REST credentials and the host to put in a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnCredentials {
+    /// The host as it goes into a `turn:` URL (an IPv6 address in brackets).
+    pub host: String,
+    /// The TURN port.
+    pub port: u16,
+    /// REST username (`expiry:kind`).
+    pub username: String,
+    /// REST password (HMAC of the username).
+    pub credential: String,
+}
+
+impl TurnLinks {
+    /// Credentials valid for [`TurnLinks::lifetime`] from now; `kind` names the surface
+    /// that hands them out (`whep`, `ome`) in the username.
+    pub fn credentials(&self, kind: &str) -> TurnCredentials {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (username, credential) =
+            tern_rtc::turn::rest_credentials(&self.secret, kind, unix + self.lifetime);
+        let host = match self.host {
+            IpAddr::V4(ip) => ip.to_string(),
+            IpAddr::V6(ip) => format!("[{ip}]"),
+        };
+        TurnCredentials {
+            host,
+            port: self.port,
+            username,
+            credential,
+        }
+    }
+}
+
+/// What every surface shares: the configuration, the streams, the engine's handle,
+/// admission, the per-address limits, the cluster, what ICE candidates and TURN announce,
+/// and the publisher table.
+pub struct Core {
+    /// Configuration.
+    pub config: Config,
+    /// `app/stream` → stream: declared ones and those publishers made.
+    pub streams: Directory,
+    /// Who may publish and play (JWT, admission webhook), per app.
+    pub admission: Admission,
+    /// The async runtime (RTMP connection threads block on it for admission; lifetimes are
+    /// timed on it).
+    pub runtime: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// The media engine.
+    pub engine: EngineHandle,
+    /// Our DTLS certificate fingerprint.
+    pub fingerprint: [u8; 32],
+    /// Address announced in the ICE candidate.
+    pub candidate_ip: IpAddr,
+    /// Media port announced in the ICE candidate.
+    pub candidate_port: u16,
+    /// The TURN server clients are told about, when TURN is on.
+    pub turn: Option<TurnLinks>,
+    /// Publishers by session id (a WHIP resource id, an RTMP connection id).
+    pub(crate) publishers: Mutex<HashMap<String, PublisherSession>>,
+    /// Sessions (WHEP, WHIP, OME) each client address has that have not finished ICE and
+    /// DTLS (`limits.pending_sessions_per_ip`); the engine drops a session's permit when it
+    /// connects or ends.
+    pub pending: Arc<PerAddress>,
+    /// Open OME signalling sockets per client address (`limits.ome_connections_per_ip`).
+    pub ome_sockets: Arc<PerAddress>,
+    /// LL-HLS sessions and packagers.
+    pub hls: Arc<crate::hls::Hls>,
+    /// This node's part in a cluster (`[cluster]`), if any.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+}
+
+impl Core {
+    /// New shared state.
+    pub fn new(
+        config: Config,
+        streams: Directory,
+        engine: EngineHandle,
+        fingerprint: [u8; 32],
+        candidate_ip: IpAddr,
+        candidate_port: u16,
+    ) -> Self {
+        let exempt = config.limits.exempt_ranges();
+        let pending = PerAddress::new(
+            "pending sessions",
+            config.limits.pending_sessions_per_ip,
+            &exempt,
+        );
+        let ome_sockets = PerAddress::new(
+            "signalling connections",
+            config.limits.ome_connections_per_ip,
+            &exempt,
+        );
+        let hls = Arc::new(crate::hls::Hls::new(
+            &config.hls,
+            engine.stats.live.len(),
+            engine.stats.clone(),
+            &exempt,
+        ));
+        Core {
+            pending,
+            ome_sockets,
+            hls,
+            admission: Admission::new(&config.apps),
+            runtime: std::sync::OnceLock::new(),
+            config,
+            streams,
+            engine,
+            fingerprint,
+            candidate_ip,
+            candidate_port,
+            turn: None,
+            cluster: None,
+            publishers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Announces the TURN server to clients.
+    pub fn with_turn(mut self, turn: Option<TurnLinks>) -> Self {
+        self.turn = turn;
+        self
+    }
+
+    /// Joins a cluster.
+    pub fn with_cluster(mut self, cluster: Option<Arc<crate::cluster::Cluster>>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The runtime to spawn on: the one set at start, or the caller's.
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime
+            .get()
+            .cloned()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+    }
+
+    /// Whether stream `index` has media.
+    pub fn is_live(&self, info: StreamInfo) -> bool {
+        self.engine
+            .stats
+            .live
+            .get(info.index)
+            .is_some_and(|l| l.load(Ordering::Relaxed))
+    }
+
+    /// Checks the app's static token (`[[app]] token`), if it has one, against `given`.
+    pub fn check_app_token(&self, app: &str, given: Option<&str>) -> Result<(), Refusal> {
+        match self.config.app(app).and_then(|a| a.token.as_deref()) {
+            Some(token) if given != Some(token) => Err(Refusal::Unauthorized {
+                app: app.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Room for one more viewer: under `tunables.max_viewers` viewers and
+    /// `tunables.max_handshakes` handshakes in progress.
+    pub fn check_capacity(&self) -> Result<(), Refusal> {
+        let stats = &self.engine.stats;
+        let t = &self.config.tunables;
+        if stats.handshakes.load(Ordering::Relaxed) >= t.max_handshakes
+            || stats.viewers.load(Ordering::Relaxed) >= t.max_viewers
+        {
+            return Err(Refusal::Capacity);
+        }
+        Ok(())
+    }
+
+    /// A pending-session permit for `ip` (`limits.pending_sessions_per_ip`).
+    pub fn pending_permit(&self, ip: IpAddr) -> Result<AddrPermit, Refusal> {
+        self.pending.acquire(ip).map_err(Refusal::TooMany)
+    }
+}
