@@ -86,7 +86,30 @@ pub enum ServeError {
         /// Cause.
         source: std::io::Error,
     },
-    /// Anything else that stops start-up.
+    /// The packet pool could not be made (its memory could not be reserved).
+    #[error("packet pool: {0}")]
+    Pool(#[from] tern_pool::PoolError),
+    /// The built-in demo clip does not parse.
+    #[error("demo clip: {0}")]
+    Clip(#[from] tern_rtc::clip::ClipError),
+    /// The DTLS certificate could not be made.
+    #[error("DTLS certificate: {0}")]
+    Dtls(#[from] tern_rtc::viewer::ViewerError),
+    /// The cluster's Redis address is unusable.
+    #[error("config key `cluster.redis`: {0}")]
+    Cluster(String),
+    /// A thread (or the HTTP runtime) could not be started.
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The HTTP server failed while serving.
+    #[error("http server: {0}")]
+    Http(std::io::Error),
+    /// Anything else that stops the server.
     #[error("{0}")]
     Other(String),
 }
@@ -176,38 +199,336 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     Ok(cfg)
 }
 
-/// Runs the server until SIGINT/SIGTERM.
-pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
-    let cfg = load_config(&opts)?;
-    let t = &cfg.tunables;
-    let pool = BufferPool::new(PoolConfig {
-        name: "packet_buffers",
-        lower: 1,
-        upper: t.max_payload,
-        initial: t.pool_initial,
-        max_free: t.pool_max_free,
-        low_water: t.pool_initial / 4,
-        prefault: true,
-        huge_pages: false,
-    })
-    .map_err(|e| ServeError::Other(format!("packet pool: {e}")))?;
-    let _reclaim = match reclaim::Reclaimer::new(pool.clone(), t.pool_trim_s, Instant::now()) {
-        Some(r) => Some(
-            r.spawn()
-                .map_err(|e| ServeError::Other(format!("reclaim thread: {e}")))?,
-        ),
-        None => None,
-    };
+/// Every address a running server bound (port 0 in the config becomes the port the
+/// kernel chose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addresses {
+    /// The HTTP listener (pages, WHEP, WHIP, OME signalling, LL-HLS, the API).
+    pub http: SocketAddr,
+    /// The one UDP port of all WebRTC media.
+    pub media: SocketAddr,
+    /// The RTMP listener, if RTMP is on.
+    pub rtmp: Option<SocketAddr>,
+    /// The STUN/TURN listener (UDP and TCP), if TURN is on.
+    pub turn: Option<SocketAddr>,
+}
 
-    // Streams: the demo clip, then declared streams (not live until a publisher arrives).
+impl std::fmt::Display for Addresses {
+    /// `http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|-`: the line `tern serve` prints once
+    /// it listens, for supervisors and tests.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let opt = |a: Option<SocketAddr>| a.map_or("-".to_string(), |a| a.to_string());
+        write!(
+            f,
+            "http={} media={} rtmp={} turn={}",
+            self.http,
+            self.media,
+            opt(self.rtmp),
+            opt(self.turn)
+        )
+    }
+}
+
+/// A running server: every listener bound, every thread started. [`Server::shutdown`]
+/// stops it (as SIGTERM does); dropping it without does the same.
+pub struct Server {
+    addrs: Addresses,
+    core: Arc<Core>,
+    rt: Option<tokio::runtime::Runtime>,
+    /// Tells the HTTP server to stop accepting and finish what it serves.
+    stop_http: Option<tokio::sync::oneshot::Sender<()>>,
+    http_task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
+    rtmp: Option<rtmp::RtmpServer>,
+    turn: Option<turn::TurnHandle>,
+    engine_threads: Option<media::EngineThreads>,
+    hls_thread: Option<std::thread::JoinHandle<()>>,
+    _reclaim: Option<reclaim::ReclaimThread>,
+}
+
+impl Server {
+    /// Starts a server on `cfg` (validated, with the command line applied:
+    /// [`load_config`]); `opts.demo` and `opts.clip` say whether to serve the demo clip.
+    /// Returns once every listener is bound and the HTTP server accepts; port 0 in the
+    /// config binds a port the kernel chooses ([`Server::addrs`] reports it). A failure
+    /// part-way leaves what already started to the process's exit (as `tern serve` exits).
+    pub fn start(cfg: Config, opts: &ServeOptions) -> Result<Server, ServeError> {
+        let t = &cfg.tunables;
+        let pool = BufferPool::new(PoolConfig {
+            name: "packet_buffers",
+            lower: 1,
+            upper: t.max_payload,
+            initial: t.pool_initial,
+            max_free: t.pool_max_free,
+            low_water: t.pool_initial / 4,
+            prefault: true,
+            huge_pages: false,
+        })?;
+        let reclaim = match reclaim::Reclaimer::new(pool.clone(), t.pool_trim_s, Instant::now()) {
+            Some(r) => Some(r.spawn().map_err(|source| ServeError::Thread {
+                what: "reclaim",
+                source,
+            })?),
+            None => None,
+        };
+        let (engine_streams, directory) = streams(&cfg, opts)?;
+        let dtls = Arc::new(DtlsContext::generate()?);
+        let media = cfg.server.media;
+        let (hls_tx, hls_rx) = crossbeam_channel::bounded(media::HLS_TAP_QUEUE);
+        let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {
+            bind: media,
+            streams: engine_streams,
+            dtls: dtls.clone(),
+            pool,
+            cname: cfg.server.cname.clone(),
+            publisher_timeouts: cfg.publisher_timeouts(),
+            rings: (t.video_ring, t.audio_ring),
+            hls_tap: cfg.hls.enabled.then_some(hls_tx),
+            workers: WorkerCounts {
+                socket: cfg.server.worker_count,
+                app: cfg.server.app_worker_count,
+                stream: cfg.server.stream_worker_count,
+            },
+        })
+        .map_err(|source| ServeError::Bind {
+            what: "media (UDP)",
+            addr: media,
+            source,
+        })?;
+        let candidate_ip = cfg
+            .server
+            .candidate
+            .unwrap_or(if media.ip().is_unspecified() {
+                IpAddr::V4(Ipv4Addr::LOCALHOST)
+            } else {
+                media.ip()
+            });
+        let turn = match cfg.turn.listen {
+            Some(listen) => Some(start_turn(
+                &cfg,
+                listen,
+                candidate_ip,
+                media_addr.port(),
+                handle.stats.clone(),
+            )?),
+            None => None,
+        };
+        let links = turn.as_ref().map(|(_, l)| l.clone());
+        let http = cfg.server.http;
+        let rtmp_bind = cfg.server.rtmp;
+        let max_payload = cfg.tunables.max_payload;
+        let http_per_ip = limits::PerAddress::new(
+            "HTTP connections",
+            cfg.limits.http_connections_per_ip,
+            &cfg.limits.exempt_ranges(),
+        );
+        let rtmp_per_ip = limits::PerAddress::new(
+            "RTMP connections",
+            cfg.limits.rtmp_connections_per_ip,
+            &cfg.limits.exempt_ranges(),
+        );
+        let cluster = match cfg.cluster.clone() {
+            Some(c) => Some(Arc::new(
+                cluster::Cluster::new(c, dtls.clone()).map_err(ServeError::Cluster)?,
+            )),
+            None => None,
+        };
+        let core = Arc::new(
+            Core::new(
+                cfg,
+                directory,
+                handle.clone(),
+                *dtls.fingerprint(),
+                candidate_ip,
+                media_addr.port(),
+            )
+            .with_turn(links)
+            .with_cluster(cluster),
+        );
+        // The runtime first: RTMP connections block on it for the session layer.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("HttpWorker")
+            .enable_all()
+            .build()
+            .map_err(|source| ServeError::Thread {
+                what: "HTTP runtime",
+                source,
+            })?;
+        let _ = core.runtime.set(rt.handle().clone());
+        let hls_thread = core
+            .hls
+            .spawn(hls_rx)
+            .map_err(|source| ServeError::Thread {
+                what: "HLS",
+                source,
+            })?;
+        let spawn_rtmp =
+            |addr| rtmp::RtmpServer::spawn(addr, core.clone(), max_payload, rtmp_per_ip.clone());
+        let rtmp = match rtmp_bind {
+            Some(Some(addr)) => Some(spawn_rtmp(addr).map_err(|source| ServeError::Bind {
+                what: "RTMP",
+                addr,
+                source,
+            })?),
+            Some(None) => None,
+            // Not configured: the default port if it is free.
+            None => {
+                let addr: SocketAddr = config::DEFAULT_RTMP.parse().expect("a valid address");
+                match spawn_rtmp(addr) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::warn!(
+                            "RTMP ingest is off: cannot bind the default {addr} ({e}); set server.rtmp or --rtmp"
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let state = Arc::new(AppState::new(core.clone()));
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(http))
+            .and_then(|l| l.local_addr().map(|a| (l, a)));
+        let (listener, http_addr) = listener.map_err(|source| ServeError::Bind {
+            what: "HTTP",
+            addr: http,
+            source,
+        })?;
+        let (stop_http, stopping) = tokio::sync::oneshot::channel::<()>();
+        let http_task = rt.spawn(async move {
+            start_service_tasks(&state);
+            let app = http::router(state).into_make_service_with_connect_info::<http::Peer>();
+            let listener = http::LimitedListener::new(listener, http_per_ip);
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopping.await;
+                })
+                .await
+                .map_err(ServeError::Http)
+        });
+        let addrs = Addresses {
+            http: http_addr,
+            media: media_addr,
+            rtmp: rtmp.as_ref().map(|r| r.addr),
+            turn: turn.as_ref().map(|(t, _)| t.addr),
+        };
+        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, %candidate_ip, "tern listening");
+        Ok(Server {
+            addrs,
+            core,
+            rt: Some(rt),
+            stop_http: Some(stop_http),
+            http_task: Some(http_task),
+            rtmp,
+            turn: turn.map(|(t, _)| t),
+            engine_threads: Some(engine_threads),
+            hls_thread: Some(hls_thread),
+            _reclaim: reclaim,
+        })
+    }
+
+    /// Every address the server bound.
+    pub fn addrs(&self) -> Addresses {
+        self.addrs
+    }
+
+    /// What every surface shares (the session layer's state), for tests and embedders.
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Waits for SIGINT or SIGTERM, then [`Server::shutdown`].
+    pub fn run_until_signal(mut self) -> Result<(), ServeError> {
+        let served = match (&self.rt, self.http_task.as_mut()) {
+            (Some(rt), Some(task)) => rt.block_on(async {
+                tokio::select! {
+                    () = shutdown_signal() => None,
+                    r = task => Some(r),
+                }
+            }),
+            _ => None,
+        };
+        // The HTTP server ending by itself is an error (its listener failed).
+        if let Some(r) = served {
+            self.http_task = None;
+            let res = r.map_err(|e| ServeError::Other(format!("http server: {e}")))?;
+            self.shutdown();
+            return res;
+        }
+        self.shutdown();
+        Ok(())
+    }
+
+    /// Stops the server: the HTTP listener (open connections get [`HTTP_GRACE`] to
+    /// finish), the cluster membership (at once rather than after the TTL), RTMP, the
+    /// media engine, the HLS thread and TURN, in that order.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let Some(rt) = self.rt.take() else {
+            return;
+        };
+        if let Some(tx) = self.stop_http.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.http_task.take() {
+            // Graceful shutdown waits for every open connection; a WebSocket (events, OME
+            // signalling) or a slow client would hold the process. Past the grace they
+            // are cut (the runtime is dropped below).
+            let done = rt.block_on(async { tokio::time::timeout(HTTP_GRACE, task).await });
+            if done.is_err() {
+                tracing::warn!(
+                    "HTTP connections still open {HTTP_GRACE:?} after the stop: closing them"
+                );
+            }
+        }
+        if let Some(c) = self.core.cluster.clone() {
+            rt.block_on(async {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), c.leave()).await;
+            });
+        }
+        drop(rt);
+        if let Some(r) = self.rtmp.take() {
+            r.stop();
+        }
+        self.core.engine.stop_all();
+        if let Some(t) = self.engine_threads.take() {
+            t.join();
+        }
+        // The workers held the tap's senders: the HLS thread has seen its queue close.
+        if let Some(h) = self.hls_thread.take() {
+            let _ = h.join();
+        }
+        if let Some(t) = self.turn.take() {
+            t.stop();
+        }
+        info!("tern stopped");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The engine's streams and the directory: the demo clip (with `opts.demo`), then the
+/// declared streams (not live until a publisher arrives), then the spare slots
+/// publishers make streams in (named and given rings when made).
+fn streams(
+    cfg: &Config,
+    opts: &ServeOptions,
+) -> Result<(Vec<EngineStream>, directory::Directory), ServeError> {
+    let t = &cfg.tunables;
     let mut engine_streams = Vec::new();
     let mut infos: HashMap<String, usize> = HashMap::new();
     if opts.demo {
         let clip = match opts.clip {
             DemoClip::Standard => Clip::builtin(),
             DemoClip::Lite => Clip::builtin_lite(),
-        }
-        .map_err(|e| ServeError::Other(format!("demo clip: {e}")))?;
+        }?;
         let src = ClipSource::new(Arc::new(clip), Instant::now());
         infos.insert("live/demo".to_string(), 0);
         engine_streams.push(EngineStream::new(
@@ -230,180 +551,12 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             ));
         }
     }
-
-    // Then the spare slots publishers make streams in: named and given rings when made.
     let spare: Vec<usize> =
         (engine_streams.len()..engine_streams.len() + cfg.limits.dynamic_streams).collect();
     for _ in &spare {
         engine_streams.push(EngineStream::new(String::new(), Stream::new(1, 1), None));
     }
-    let directory = directory::Directory::new(infos, spare);
-
-    let dtls = Arc::new(DtlsContext::generate().map_err(|e| ServeError::Other(e.to_string()))?);
-    let media = cfg.server.media;
-    let (hls_tx, hls_rx) = crossbeam_channel::bounded(media::HLS_TAP_QUEUE);
-    let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {
-        bind: media,
-        streams: engine_streams,
-        dtls: dtls.clone(),
-        pool,
-        cname: cfg.server.cname.clone(),
-        publisher_timeouts: cfg.publisher_timeouts(),
-        rings: (t.video_ring, t.audio_ring),
-        hls_tap: cfg.hls.enabled.then_some(hls_tx),
-        workers: WorkerCounts {
-            socket: cfg.server.worker_count,
-            app: cfg.server.app_worker_count,
-            stream: cfg.server.stream_worker_count,
-        },
-    })
-    .map_err(|source| ServeError::Bind {
-        what: "media (UDP)",
-        addr: media,
-        source,
-    })?;
-    let candidate_ip = cfg
-        .server
-        .candidate
-        .unwrap_or(if media.ip().is_unspecified() {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            media.ip()
-        });
-    let turn = match cfg.turn.listen {
-        Some(listen) => Some(start_turn(
-            &cfg,
-            listen,
-            candidate_ip,
-            media_addr.port(),
-            handle.stats.clone(),
-        )?),
-        None => None,
-    };
-    let links = turn.as_ref().map(|(_, l)| l.clone());
-    let http = cfg.server.http;
-    let rtmp_bind = cfg.server.rtmp;
-    let max_payload = cfg.tunables.max_payload;
-    let http_per_ip = limits::PerAddress::new(
-        "HTTP connections",
-        cfg.limits.http_connections_per_ip,
-        &cfg.limits.exempt_ranges(),
-    );
-    let rtmp_per_ip = limits::PerAddress::new(
-        "RTMP connections",
-        cfg.limits.rtmp_connections_per_ip,
-        &cfg.limits.exempt_ranges(),
-    );
-    let cluster = match cfg.cluster.clone() {
-        Some(c) => Some(Arc::new(cluster::Cluster::new(c, dtls.clone()).map_err(
-            |e| ServeError::Other(format!("config key `cluster.redis`: {e}")),
-        )?)),
-        None => None,
-    };
-    let core = Arc::new(
-        Core::new(
-            cfg,
-            directory,
-            handle.clone(),
-            *dtls.fingerprint(),
-            candidate_ip,
-            media_addr.port(),
-        )
-        .with_turn(links)
-        .with_cluster(cluster),
-    );
-    // The runtime first: RTMP connections block on it for the session layer.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("HttpWorker")
-        .enable_all()
-        .build()
-        .map_err(|e| ServeError::Other(format!("tokio runtime: {e}")))?;
-    let _ = core.runtime.set(rt.handle().clone());
-    let state = Arc::new(AppState::new(core.clone()));
-    let hls_thread = core
-        .hls
-        .spawn(hls_rx)
-        .map_err(|e| ServeError::Other(format!("HLS thread: {e}")))?;
-    let spawn_rtmp =
-        |addr| rtmp::RtmpServer::spawn(addr, core.clone(), max_payload, rtmp_per_ip.clone());
-    let rtmp = match rtmp_bind {
-        Some(Some(addr)) => Some(spawn_rtmp(addr).map_err(|source| ServeError::Bind {
-            what: "RTMP",
-            addr,
-            source,
-        })?),
-        Some(None) => None,
-        // Not configured: the default port if it is free.
-        None => {
-            let addr: SocketAddr = config::DEFAULT_RTMP.parse().expect("a valid address");
-            match spawn_rtmp(addr) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    tracing::warn!(
-                        "RTMP ingest is off: cannot bind the default {addr} ({e}); set server.rtmp or --rtmp"
-                    );
-                    None
-                }
-            }
-        }
-    };
-    let rtmp_addr = rtmp.as_ref().map(|r| r.addr);
-    let leaving = state.cluster.clone();
-    let res = rt.block_on(async move {
-        start_service_tasks(&state);
-        let listener = tokio::net::TcpListener::bind(http)
-            .await
-            .map_err(|source| ServeError::Bind {
-                what: "HTTP",
-                addr: http,
-                source,
-            })?;
-        info!(%http, media = %media_addr, rtmp = ?rtmp_addr, %candidate_ip, "tern listening");
-        let app = http::router(state).into_make_service_with_connect_info::<http::Peer>();
-        let listener = http::LimitedListener::new(listener, http_per_ip);
-        let (stopping, stopped) = tokio::sync::oneshot::channel();
-        let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            let _ = stopping.send(());
-        });
-        // Graceful shutdown waits for every open connection; a WebSocket (events, OME
-        // signalling) or a slow client would hold the process. Past the grace they are cut
-        // (the runtime is dropped below).
-        tokio::select! {
-            r = graceful => r.map_err(|e| ServeError::Other(format!("http server: {e}"))),
-            _ = async {
-                if stopped.await.is_ok() {
-                    tokio::time::sleep(HTTP_GRACE).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            } => {
-                tracing::warn!("HTTP connections still open {HTTP_GRACE:?} after the signal: closing them");
-                Ok(())
-            }
-        }
-    });
-    // A clean stop leaves the cluster at once (the record and claims go from Redis) rather
-    // than after their TTL.
-    if let Some(c) = leaving {
-        rt.block_on(async {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), c.leave()).await;
-        });
-    }
-    drop(rt);
-    if let Some(r) = rtmp {
-        r.stop();
-    }
-    handle.stop_all();
-    engine_threads.join();
-    // The workers held the tap's senders: the HLS thread has seen its queue close.
-    let _ = hls_thread.join();
-    if let Some((t, _)) = turn {
-        t.stop();
-    }
-    info!("tern stopped");
-    res
+    Ok((engine_streams, directory::Directory::new(infos, spare)))
 }
 
 /// The HTTP side's background work, once a second: the sweep that removes publisher-made

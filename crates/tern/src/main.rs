@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod lab;
 mod malloc;
-use tern_server::{ServeOptions, serve};
+use tern_server::{ServeError, ServeOptions, Server, load_config};
 
 /// The process-wide counting allocator: live bytes, peak and allocation count for the
 /// memory report and benchmarks.
@@ -189,7 +189,7 @@ fn main() -> ExitCode {
         app_worker_count: args.app_worker_count,
         stream_worker_count: args.stream_worker_count,
     };
-    match serve(opts) {
+    match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -248,4 +248,19 @@ fn fetch_dd(url: &str, sessions: bool) -> Result<String, String> {
         ));
     }
     Ok(body.to_string())
+}
+
+/// `tern serve` / `tern demo`: starts the server, prints one line with every bound address
+/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|-`, for supervisors
+/// and tests that bind port 0), and runs until SIGINT/SIGTERM.
+fn run(opts: ServeOptions) -> Result<(), ServeError> {
+    let cfg = load_config(&opts)?;
+    let server = Server::start(cfg, &opts)?;
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening {}", server.addrs());
+        let _ = out.flush();
+    }
+    server.run_until_signal()
 }

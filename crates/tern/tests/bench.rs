@@ -461,13 +461,12 @@ fn two_hundred_viewers_over_ome_websocket_signalling() {
 
 #[test]
 fn fifty_viewers_through_turn_with_relay() {
-    let turn: SocketAddr = ([127, 0, 0, 1], common::free_udp_port()).into();
     let server = Server::start(&[
         "demo",
         "--candidate",
         "127.0.0.1",
         "--turn",
-        &turn.to_string(),
+        "127.0.0.1:0",
         "--turn-relay-ip",
         "127.0.0.1",
     ]);

@@ -129,8 +129,8 @@ impl NodeSpec {
                 "--rtmp",
                 &rtmp,
             ],
-            self.http,
-            self.media,
+            &self.http.to_string(),
+            &self.media.to_string(),
         )
     }
 

@@ -20,7 +20,7 @@ use tern_rtc::viewer::DtlsContext;
 use tungstenite::{Message, WebSocket};
 
 mod common;
-use common::{Server, free_udp_port, http_get};
+use common::{Server, http_get};
 
 type Ws = WebSocket<TcpStream>;
 
@@ -542,14 +542,12 @@ fn transport_tcp_offers_turn_over_tcp() {
     }
     plain.stop();
 
-    let turn = free_udp_port().to_string();
-    let addr = format!("127.0.0.1:{turn}");
     let server = Server::start(&[
         "demo",
         "--candidate",
         "127.0.0.1",
         "--turn",
-        &addr,
+        "127.0.0.1:0",
         "--turn-relay-ip",
         "127.0.0.1",
     ]);
@@ -563,7 +561,10 @@ fn transport_tcp_offers_turn_over_tcp() {
     let s = &v["iceServers"][0];
     assert_eq!(
         s["urls"],
-        json!([format!("turn:127.0.0.1:{turn}?transport=tcp")]),
+        json!([format!(
+            "turn:127.0.0.1:{}?transport=tcp",
+            server.turn.expect("TURN address").port()
+        )]),
         "{v}"
     );
     let user = s["username"].as_str().expect("username");

@@ -53,8 +53,8 @@ fn start(ports: &Ports) -> Server {
             "--turn-relay-ip",
             "127.0.0.1",
         ],
-        ports.http,
-        ports.media,
+        &ports.http.to_string(),
+        &ports.media.to_string(),
     )
 }
 

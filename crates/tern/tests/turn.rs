@@ -25,11 +25,12 @@ const LOOPBACK_PEERS: &str =
 
 /// `tern demo` with TURN on, configured by `toml` (a whole config file).
 fn turn_server(toml: &str) -> (Server, SocketAddr) {
-    let turn: SocketAddr = ([127, 0, 0, 1], common::free_udp_port()).into();
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
     let cfg = std::env::temp_dir().join(format!(
         "tern-turn-test-{}-{}.toml",
         std::process::id(),
-        turn.port()
+        N.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&cfg, toml).expect("write config");
     let args = [
@@ -39,7 +40,7 @@ fn turn_server(toml: &str) -> (Server, SocketAddr) {
         "--candidate",
         "127.0.0.1",
         "--turn",
-        &turn.to_string(),
+        "127.0.0.1:0",
         "--turn-user",
         &format!("{USER}:{PASS}"),
         "--turn-secret",
@@ -47,7 +48,9 @@ fn turn_server(toml: &str) -> (Server, SocketAddr) {
         "--turn-relay-ip",
         "127.0.0.1",
     ];
-    (Server::start(&args), turn)
+    let server = Server::start(&args);
+    let turn = server.turn.expect("the server reports its TURN address");
+    (server, turn)
 }
 
 /// Runs `turnutils_uclient` and returns (sent, received, lost) from its summary.

@@ -177,5 +177,4 @@ impl AppState {
         }
         Ok((info, self.is_live(info)))
     }
-
 }

@@ -235,12 +235,20 @@ pub struct Server {
     pub http: SocketAddr,
     /// The one UDP media port.
     pub media: SocketAddr,
+    /// The RTMP listener, if RTMP is on.
+    pub rtmp: Option<SocketAddr>,
+    /// The TURN listener, if TURN is on.
+    pub turn: Option<SocketAddr>,
     /// Where the server's stderr goes.
     pub log: PathBuf,
 }
 
+/// Any port: the server binds what the kernel gives and reports it.
+const ANY: &str = "127.0.0.1:0";
+
 impl Server {
-    /// Start `tern demo` on free loopback ports and wait (≤ 20 s) until `GET /` answers.
+    /// Start `tern demo` on loopback ports the kernel chooses and wait (≤ 20 s) until it
+    /// reports them.
     pub fn demo() -> Server {
         Server::demo_announcing("127.0.0.1")
     }
@@ -251,16 +259,15 @@ impl Server {
         Server::start(&["demo", "--candidate", candidate])
     }
 
-    /// `tern serve --config FILE` on free loopback ports, announcing 127.0.0.1.
+    /// `tern serve --config FILE` on loopback ports, announcing 127.0.0.1.
     pub fn serve(config: &std::path::Path) -> Server {
         let config = config.to_str().expect("utf-8 path");
         Server::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
     }
 
-    /// `tern serve --config CFG --rtmp 127.0.0.1:PORT` on free loopback ports, announcing
-    /// 127.0.0.1; returns the server and its RTMP address.
+    /// `tern serve --config CFG` with RTMP on a loopback port, announcing 127.0.0.1;
+    /// returns the server and its RTMP address.
     pub fn serve_rtmp(config: &std::path::Path) -> (Server, SocketAddr) {
-        let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
         let server = Server::start(&[
             "serve",
             "--config",
@@ -268,51 +275,55 @@ impl Server {
             "--candidate",
             "127.0.0.1",
             "--rtmp",
-            &rtmp.to_string(),
+            ANY,
         ]);
+        let rtmp = server.rtmp.expect("the server reports its RTMP address");
         (server, rtmp)
     }
 
-    /// Runs `tern ARGS --http ... --media ...` on free loopback ports and waits (≤ 20 s)
-    /// until `GET /` answers.
+    /// Runs `tern ARGS --http ... --media ...` on loopback ports the kernel chooses and
+    /// waits (≤ 20 s) until it reports them.
     pub fn start(args: &[&str]) -> Server {
-        let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
-        let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
-        Server::start_on(args, http, media)
+        Server::start_on(args, ANY, ANY)
     }
 
-    /// Runs `tern ARGS --http HTTP --media MEDIA` and waits (≤ 20 s) until `GET /` answers.
-    pub fn start_on(args: &[&str], http: SocketAddr, media: SocketAddr) -> Server {
-        let log = std::env::temp_dir().join(format!(
-            "tern-test-{}-{}.log",
-            std::process::id(),
-            http.port()
-        ));
+    /// Runs `tern ARGS --http HTTP --media MEDIA` (`127.0.0.1:0` for any port) and waits
+    /// (≤ 20 s) for the line in which it reports every address it bound.
+    pub fn start_on(args: &[&str], http: &str, media: &str) -> Server {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let base = std::env::temp_dir().join(format!("tern-test-{}-{n}", std::process::id()));
+        let log = base.with_extension("log");
+        let out = base.with_extension("out");
         let log_file = File::create(&log).expect("create the server log file");
+        let out_file = File::create(&out).expect("create the server stdout file");
         let child = Command::new(env!("CARGO_BIN_EXE_tern"))
             .args(args)
-            .args(["--http", &http.to_string(), "--media"])
-            .arg(media.to_string())
+            .args(["--http", http, "--media", media])
             .env(
                 "RUST_LOG",
                 std::env::var("TERN_TEST_LOG").unwrap_or_else(|_| "info".into()),
             )
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(out_file))
             .stderr(Stdio::from(log_file))
             .spawn()
             .expect("spawn the tern binary");
+        let unset: SocketAddr = ([0, 0, 0, 0], 0).into();
         let mut server = Server {
             child: Some(child),
-            http,
-            media,
+            http: unset,
+            media: unset,
+            rtmp: None,
+            turn: None,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(r) = http_get(http, "/")
-                && r.status < 500
-            {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.starts_with("listening ")) {
+                server.take_addresses(line);
                 break;
             }
             let exited = server
@@ -324,13 +335,31 @@ impl Server {
             }
             if Instant::now() > deadline {
                 panic!(
-                    "tern did not answer GET / on {http} within 20 s; log:\n{}",
+                    "tern did not report its addresses within 20 s; log:\n{}",
                     server.log_tail(40)
                 );
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = std::fs::remove_file(&out);
         server
+    }
+
+    /// Reads `listening http=A media=A rtmp=A|- turn=A|-`.
+    fn take_addresses(&mut self, line: &str) {
+        for kv in line.split_whitespace().skip(1) {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let addr = v.parse::<SocketAddr>().ok();
+            match k {
+                "http" => self.http = addr.expect("an HTTP address"),
+                "media" => self.media = addr.expect("a media address"),
+                "rtmp" => self.rtmp = addr,
+                "turn" => self.turn = addr,
+                _ => {}
+            }
+        }
     }
 
     /// The server's process id, while it runs.
