@@ -7,8 +7,9 @@
 #   bench/run.sh --no-update   measure and write results, leave BENCHMARKS.md alone
 #
 # 1. Installs what is missing, pinned: Debian packages valgrind (3.19), coturn (4.6.1, for
-#    turnserver and turnutils_uclient), python3-matplotlib (3.6.3), iproute2; Rust stable
-#    through scripts/install-deps.sh --rust; Go 1.26.8 when no Go >= 1.26 is installed
+#    turnserver and turnutils_uclient), python3-matplotlib (3.6.3), iproute2; the Rust
+#    toolchain rust-toolchain.toml pins, through scripts/install-deps.sh --rust; Go 1.26.8
+#    when no Go >= 1.26 is installed
 #    (Debian's Go fetches the pinned toolchain, which the Go module proxy serves as the
 #    module golang.org/toolchain); pion/webrtc v4.2.26 via bench/pion-whep/go.sum.
 # 2. Builds tern, bench/baselines (str0m-fanout, udp-blaster) and the cargo benches in
@@ -32,7 +33,7 @@ for a in "$@"; do
         --quick) QUICK=(--quick) ;;
         --no-update) UPDATE=(--no-update) ;;
         -h | --help)
-            sed -n '2,27p' "$0"
+            sed -n '2,28p' "$0"
             exit 0
             ;;
         *)

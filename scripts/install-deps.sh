@@ -3,7 +3,7 @@
 # Idempotent: a second run on a ready machine does nothing but checks (about a second).
 #
 #   ./scripts/install-deps.sh          everything scripts/test.sh needs
-#   ./scripts/install-deps.sh --rust   only what building tern needs (C toolchain, Rust stable)
+#   ./scripts/install-deps.sh --rust   only what building tern needs (C toolchain, Rust)
 #
 # Runs as root; as another user it uses sudo for apt-get when sudo is there.
 # What it installs:
@@ -15,8 +15,9 @@
 #                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests;
 #                    the libav*-dev and libclang-dev packages build the B-frame transcoder;
 #                    redis-server for the cluster tests, which start their own on a free port)
-#   Rust             rustup with the stable toolchain + rustfmt + clippy, if cargo is missing;
-#                    the rustfmt and clippy components if only they are missing
+#   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
+#                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
+#                    clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
 #   interop tests    a Python venv in tests/interop/.venv with aiortc 1.16.0 (pip)
 #   browser tests    `npm ci` in tests/browser: playwright-core (no browser download, the
@@ -107,12 +108,14 @@ fi
 
 # --- Rust ------------------------------------------------------------------------------------
 export PATH="$HOME/.cargo/bin:$PATH"
+# The toolchain rust-toolchain.toml pins; cargo in this tree runs it.
+PINNED=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$ROOT/rust-toolchain.toml")
 if ! have cargo; then
     if ! have rustup; then
         # rustup-init straight from static.rust-lang.org, checked against its published
         # SHA-256: sh.rustup.rs (the usual installer script) does not resolve from every
         # network these machines are on, static.rust-lang.org does.
-        log "installing rustup with the stable toolchain"
+        log "installing rustup with the $PINNED toolchain"
         url=https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init
         tmp=$(mktemp -d)
         curl --proto '=https' --tlsv1.2 -sSf -o "$tmp/rustup-init" "$url"
@@ -123,12 +126,17 @@ if ! have cargo; then
             exit 1
         fi
         chmod +x "$tmp/rustup-init"
-        "$tmp/rustup-init" -y --no-modify-path --profile minimal --default-toolchain stable \
+        "$tmp/rustup-init" -y --no-modify-path --profile minimal --default-toolchain "$PINNED" \
             -c rustfmt -c clippy
         rm -rf "$tmp"
     else
-        rustup toolchain install stable --profile minimal -c rustfmt -c clippy
+        rustup toolchain install "$PINNED" --profile minimal -c rustfmt -c clippy
     fi
+fi
+# rustup installs a pinned toolchain on first use only when allowed to (RUSTUP_AUTO_INSTALL).
+if have rustup && ! rustup run "$PINNED" rustc --version >/dev/null 2>&1; then
+    log "installing the $PINNED toolchain (rust-toolchain.toml)"
+    rustup toolchain install "$PINNED" --profile minimal -c rustfmt -c clippy
 fi
 if ! cargo fmt --version >/dev/null 2>&1; then
     rustup component add rustfmt

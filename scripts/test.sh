@@ -4,12 +4,15 @@
 #
 #   ./scripts/test.sh                 everything (CI runs this through .ci/run)
 #   ./scripts/test.sh --quick         no fuzz runs, no browser tests, no soak
-#   ./scripts/test.sh --only STAGE    just STAGE (a comma-separated list works too)
+#   ./scripts/test.sh --only STAGE    just STAGE (a comma-separated list works too); deps runs
+#                                     only when listed, e.g. --only deps,browser
 #   ./scripts/test.sh --no-deps       skip scripts/install-deps.sh
 #
 # Stages, in order:
 #   deps        scripts/install-deps.sh
 #   fmt         cargo fmt --all --check
+#   lib         cargo test --workspace --lib, in debug: every crate's unit tests, the fast
+#               check that runs before the release builds (limit 600 s)
 #   clippy      cargo clippy --workspace --all-targets --release -- -D warnings
 #   test        cargo test --workspace --release
 #   fuzz-build  cd fuzz && cargo +nightly fuzz build -O
@@ -34,7 +37,7 @@ export FUZZ_SECONDS
 SOAK_MINUTES="${SOAK_MINUTES:-5}"
 export SOAK_MINUTES
 
-ALL_STAGES=(deps fmt clippy test fuzz-build fuzz browser soak)
+ALL_STAGES=(deps fmt lib clippy test fuzz-build fuzz browser soak)
 
 fuzz_targets() {
     local f
@@ -56,6 +59,7 @@ describe_stage() {
     case "$1" in
         deps) echo "scripts/install-deps.sh" ;;
         fmt) echo "cargo fmt --all --check" ;;
+        lib) echo "cargo test --workspace --lib (debug)" ;;
         clippy) echo "cargo clippy --workspace --all-targets --release -- -D warnings" ;;
         test) echo "cargo test --workspace --release" ;;
         fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
@@ -70,6 +74,7 @@ stage_limit() {
     case "$1" in
         deps) echo 1800 ;;
         fmt) echo 300 ;;
+        lib) echo 600 ;;
         clippy | test | fuzz-build) echo 2400 ;;
         fuzz) echo $(($(fuzz_targets | wc -l) * (FUZZ_SECONDS + 90) + 60)) ;;
         browser) echo 1800 ;;
@@ -85,6 +90,9 @@ run_stage_body() {
             ;;
         fmt)
             cargo fmt --all --check
+            ;;
+        lib)
+            cargo test --workspace --lib
             ;;
         clippy)
             cargo clippy --workspace --all-targets --release -- -D warnings
@@ -132,7 +140,7 @@ if [ "${1:-}" = "--stage" ]; then
     exit $?
 fi
 
-usage() { sed -n '2,23p' "$SELF"; }
+usage() { sed -n '2,/^set /{/^#/p}' "$SELF"; }
 
 QUICK=0
 DEPS=1
@@ -178,7 +186,6 @@ if [ -n "$ONLY" ]; then
     for s in "${ALL_STAGES[@]}"; do
         keep=0
         for w in "${wanted[@]}"; do [ "$s" = "$w" ] && keep=1; done
-        [ "$s" = deps ] && [ "$DEPS" -eq 1 ] && keep=1
         [ "$keep" -eq 1 ] || SKIP[$s]=1
     done
 else

@@ -2,7 +2,7 @@
 // tern's OvenMediaEngine-compatible WebSocket signalling, ws://HOST:PORT/live/demo, in
 // headless Chromium.
 //
-// Contract with the server (see README.md, "OvenMediaEngine signalling"):
+// Contract with the server (see docs/src/protocols/ome.md):
 //   GET ws://HOST:PORT/{app}/{stream}   WebSocket: request_offer -> offer (server offers),
 //                                       answer, candidate, stop; closing it ends the session
 //   GET /v1/memory                      the ome_signalling pool counts open sockets

@@ -1,6 +1,6 @@
 // End-to-end: `tern demo` on loopback, played by headless Chromium.
 //
-// Contract with the server (see README.md):
+// Contract with the server (see docs/src/protocols/whep.md):
 //   GET  /live/demo        player page: creates window.ternPc (RTCPeerConnection), plays over
 //                          WHEP into <video id="video">, shows status text in #status
 //   POST /live/demo/whep   SDP offer (application/sdp) -> 201, Location, SDP answer

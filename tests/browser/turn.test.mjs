@@ -1,7 +1,7 @@
 // End-to-end: headless Chromium plays live/demo through tern's built-in TURN server with
 // iceTransportPolicy 'relay' (no host candidates at all), first over UDP, then over TCP.
 //
-// Contract with the server (see README.md, "TURN"):
+// Contract with the server (see docs/src/protocols/turn.md):
 //   tern demo --turn ADDR --turn-relay-ip 127.0.0.1
 //   OPTIONS and POST /live/demo/whep   carry Link: <turn:HOST:PORT?transport=udp|tcp>;
 //                                      rel="ice-server"; username=...; credential=...
