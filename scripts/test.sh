@@ -59,7 +59,7 @@ describe_stage() {
     case "$1" in
         deps) echo "scripts/install-deps.sh" ;;
         fmt) echo "cargo fmt --all --check" ;;
-        lib) echo "cargo test --workspace --lib (debug)" ;;
+        lib) echo "cargo test --workspace --lib --no-fail-fast (debug)" ;;
         clippy) echo "cargo clippy --workspace --all-targets --release -- -D warnings" ;;
         test) echo "cargo test --workspace --release" ;;
         fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
@@ -92,7 +92,7 @@ run_stage_body() {
             cargo fmt --all --check
             ;;
         lib)
-            cargo test --workspace --lib
+            cargo test --workspace --lib --no-fail-fast
             ;;
         clippy)
             cargo clippy --workspace --all-targets --release -- -D warnings

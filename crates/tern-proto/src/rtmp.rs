@@ -769,7 +769,7 @@ mod tests {
         let mut s = ServerSession::new(1);
         handshake(&mut s);
         let garbage: Vec<u8> = (0..4000u32)
-            .map(|i| ((i * 2_654_435_761) >> 13) as u8)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
         assert!(s.receive(&garbage, &mut |_| {}).is_err());
         // publish before connect.

@@ -9,19 +9,25 @@
 //!
 //! | where | what |
 //! | --- | --- |
-//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, with `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep); `socket.rs` receives and routes datagrams; `batch.rs` sends with `sendmmsg`; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
-//! | `http/` | `router.rs` (every route) over the surfaces `whep.rs`, `whip.rs`, `ome.rs`, `api.rs`, `pages.rs`, `memory.rs`, which share `state.rs` (AppState, sessions, lookup) and `reply.rs` |
-//! | `rtmp.rs` | the RTMP listener and one thread per connection |
+//! | `session/` | may this client publish or play? names and dynamic streams, the app token, admission, per-address limits, the cluster claim and edge pull, lifetimes: one grant or one `Refusal` for every surface (`Core` is the state they share) |
+//! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
+//! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
+//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, with `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (simulcast layers); `socket.rs` receives and routes datagrams; `batch.rs` sends with `sendmmsg`; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
+//! | `hls.rs` | LL-HLS sessions and packagers (`http/hls.rs` serves them) |
+//! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
 //! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
 //! | `snapshot.rs` | cached snapshots and the event bus |
 //! | `limits.rs` | limits per client address |
 //! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
-//! | `admission.rs` | who may publish and play: JWT and the admission webhook, close notifications |
+//! | `admission.rs` | JWT and the admission webhook, close notifications |
+//! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `config.rs` | the TOML configuration and its validation |
 //!
-//! Imports point one way: `http` and `rtmp` use `media` through its re-exports, `media`
-//! never uses `http`; inside each folder, surfaces sit above shared state and nothing
-//! imports what imports it (`crates/tern/tests/house.rs` checks this).
+//! Imports point one way: surfaces (`http/`, `rtmp.rs`) stand on `session/`, which stands
+//! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
+//! `http/`, `media` never imports a surface; inside each folder nothing imports what imports
+//! it. `crates/tern/tests/house.rs` checks all three, and that this map names every module.
+//! [`Server::start`] puts them together and reports the addresses it bound.
 //!
 //! # One packet, from ingest to socket
 //!

@@ -652,6 +652,88 @@ fn no_source_file_passes_1000_lines_before_its_tests() {
     );
 }
 
+/// Ingest surfaces (and the session layer under every surface) must not import the HTTP
+/// side: a file is one when its path starts with one of these (relative to `src/`).
+const BELOW_HTTP: [&str; 7] = [
+    "rtmp.rs", "rtmp/", "srt.rs", "srt/", "rtsp.rs", "rtsp/", "session/",
+];
+
+/// Imports of `http/` by an ingest surface or the session layer, described for a reader.
+fn http_imports(files: &BTreeMap<PathBuf, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for root in roots(files) {
+        for e in edges(&module_tree(files, &root)) {
+            let from = e.from.to_string_lossy();
+            if BELOW_HTTP.iter().any(|p| from.starts_with(p)) && e.to.starts_with("http") {
+                out.push(format!(
+                    "{} imports {} ({}:{}: `{}`)",
+                    e.from.display(),
+                    e.to.display(),
+                    e.from.display(),
+                    e.line,
+                    e.path
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The modules a crate root declares (`mod x;`, `pub mod x;`) that its doc's module map
+/// (a table whose rows start with `` | `x.rs` `` or `` | `x/` ``) does not name, and the
+/// rows that name no declared module.
+fn map_mismatches(root_src: &str) -> Vec<String> {
+    let code = strip(root_src);
+    let declared: BTreeSet<String> = declared_children(&code).into_iter().collect();
+    let mut mapped = BTreeSet::new();
+    for line in root_src.lines() {
+        let Some(row) = line.trim_start().strip_prefix("//! | `") else {
+            continue;
+        };
+        let Some(name) = row.split('`').next() else {
+            continue;
+        };
+        let name = name.trim_end_matches(".rs").trim_end_matches('/');
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            mapped.insert(name.to_string());
+        }
+    }
+    let mut out: Vec<String> = declared
+        .difference(&mapped)
+        .map(|m| format!("module `{m}` is missing from the module map"))
+        .collect();
+    out.extend(
+        mapped
+            .difference(&declared)
+            .map(|m| format!("the module map names `{m}`, which is not a module")),
+    );
+    out
+}
+
+#[test]
+fn no_ingest_surface_or_the_session_layer_imports_http() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src");
+    let files = load(&dir);
+    assert!(
+        files.keys().any(|p| p.starts_with("session")),
+        "no session/ in {dir:?}"
+    );
+    let found = http_imports(&files);
+    assert!(found.is_empty(), "imports of http/:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_servers_module_map_names_every_module() {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src/lib.rs");
+    let src = std::fs::read_to_string(lib).expect("tern-server's lib.rs");
+    let found = map_mismatches(&src);
+    assert!(
+        found.is_empty(),
+        "tern-server/src/lib.rs:\n{}",
+        found.join("\n")
+    );
+}
+
 // The checker's own tests: it must find what it is for and nothing else.
 
 fn crate_of(files: &[(&str, &str)]) -> BTreeMap<PathBuf, String> {
@@ -808,6 +890,44 @@ fn checker_counts_lines_before_the_tests_only() {
         vec![
             (PathBuf::from("gated.rs"), 1012),
             (PathBuf::from("long.rs"), 1001)
+        ]
+    );
+}
+
+#[test]
+fn checker_finds_an_ingest_surface_importing_http() {
+    let files = crate_of(&[
+        ("lib.rs", "mod http;\nmod rtmp;\nmod session;\n"),
+        ("http/mod.rs", "pub struct AppState;\n"),
+        (
+            "rtmp.rs",
+            "use crate::session::Core;\nuse crate::http::AppState;\n",
+        ),
+        ("session/mod.rs", "pub struct Core;\n"),
+    ]);
+    let found = http_imports(&files);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("rtmp.rs imports http/mod.rs"),
+        "{found:?}"
+    );
+    let clean = crate_of(&[
+        ("lib.rs", "mod http;\nmod rtmp;\nmod session;\n"),
+        ("http/mod.rs", "use crate::session::Core;\n"),
+        ("rtmp.rs", "use crate::session::Core;\n"),
+        ("session/mod.rs", "pub struct Core;\n"),
+    ]);
+    assert!(http_imports(&clean).is_empty());
+}
+
+#[test]
+fn checker_finds_a_module_missing_from_the_map() {
+    let lib = "//! | where | what |\n//! | --- | --- |\n//! | `media/` | media |\n//! | `gone.rs` | was |\n\npub mod media;\nmod rtmp;\n";
+    assert_eq!(
+        map_mismatches(lib),
+        vec![
+            "module `rtmp` is missing from the module map".to_string(),
+            "the module map names `gone`, which is not a module".to_string(),
         ]
     );
 }

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::http::error::HttpError;
-use crate::http::extract::StreamPath;
-use crate::http::reply::{json, layer_of};
+use crate::http::extract::{StreamPath, layer_of};
+use crate::http::reply::json;
 use crate::http::state::AppState;
 use crate::media::{Command, ViewerId};
 

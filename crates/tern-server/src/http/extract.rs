@@ -1,19 +1,15 @@
 //! What handlers take from a request, checked once: the `app/stream` path
 //! ([`StreamPath`]), an SDP offer body ([`SdpOffer`]), the Bearer token and the
-//! credentials the session layer reads ([`credentials`]), and the API's token check
-//! ([`api_auth`], one layer over every `/v1` route and `/metrics`).
-
-use std::sync::Arc;
+//! credentials the session layer reads ([`credentials`]), and a `?layer=` RID
+//! ([`layer_of`]).
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::http::error::HttpError;
-use crate::http::state::AppState;
 use crate::session::Credentials;
 
 /// The `{app}/{stream}` of a route (`/{app}/{stream}/whep`, `/v1/streams/{app}/{stream}`).
@@ -105,17 +101,19 @@ pub(crate) fn credentials(headers: &HeaderMap, query: Option<String>) -> Credent
     }
 }
 
-/// The API's token check (`server.api_token`), as a layer over the `/v1` routes and
-/// `/metrics`: 401 with `WWW-Authenticate: Bearer` without it.
-pub(crate) async fn api_auth(
-    State(st): State<Arc<AppState>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if let Some(token) = st.config.server.api_token.as_deref()
-        && bearer(req.headers()) != Some(token)
-    {
-        return HttpError::ApiToken.into_response();
+/// The index of simulcast layer `rid` among a stream's RIDs, or a 400 naming the layers
+/// there are.
+pub(crate) fn layer_of(key: &str, rids: &[Box<str>], rid: &str) -> Result<u8, HttpError> {
+    if let Some(i) = rids.iter().position(|r| &**r == rid) {
+        return Ok(i as u8);
     }
-    next.run(req).await
+    let msg = if rids.is_empty() {
+        format!("stream {key} has no simulcast layers; no layer '{rid}' to pin")
+    } else {
+        format!(
+            "stream {key} has no layer '{rid}'; its layers are {}",
+            rids.join(", ")
+        )
+    };
+    Err(HttpError::BadRequest(msg))
 }

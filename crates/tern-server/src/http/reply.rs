@@ -4,8 +4,6 @@
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::http::error::HttpError;
-
 /// A plain-text response (the message and a newline) with the CORS headers.
 pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut r = (status, format!("{}\n", msg.into())).into_response();
@@ -116,21 +114,4 @@ pub(crate) fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
     query
         .split('&')
         .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-/// The index of simulcast layer `rid` among a stream's RIDs, or a 400 naming the layers
-/// there are.
-pub(crate) fn layer_of(key: &str, rids: &[Box<str>], rid: &str) -> Result<u8, HttpError> {
-    if let Some(i) = rids.iter().position(|r| &**r == rid) {
-        return Ok(i as u8);
-    }
-    let msg = if rids.is_empty() {
-        format!("stream {key} has no simulcast layers; no layer '{rid}' to pin")
-    } else {
-        format!(
-            "stream {key} has no layer '{rid}'; its layers are {}",
-            rids.join(", ")
-        )
-    };
-    Err(HttpError::BadRequest(msg))
 }

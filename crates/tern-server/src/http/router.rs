@@ -3,18 +3,22 @@
 //! metrics. `GET /v1/openapi.json` documents each of them (a test reads this file to check).
 //!
 //! The API's routes (`/v1/...` and `/metrics`) sit behind one layer that checks
-//! `server.api_token` ([`super::extract::api_auth`]); outside it stay the OpenAPI document
+//! `server.api_token` ([`api_auth`]); outside it stay the OpenAPI document
 //! and the memory and stats reads (`/v1/memory`, `/v1/stats/current`, read by `tern mem`
 //! and the dashboard), as before the layer.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::middleware::from_fn_with_state;
+use axum::extract::{Request, State};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
 
+use crate::http::error::HttpError;
+use crate::http::extract::bearer;
 use crate::http::state::AppState;
-use crate::http::{api, extract, hls, memory, metrics, openapi, pages, whep, whip};
+use crate::http::{api, hls, memory, metrics, openapi, pages, whep, whip};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -44,7 +48,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/turn/allocations/{id}", get(api::allocation))
         .route("/v1/events", get(api::events))
         .route("/metrics", get(metrics::metrics))
-        .route_layer(from_fn_with_state(state.clone(), extract::api_auth));
+        .route_layer(from_fn_with_state(state.clone(), api_auth));
     Router::new()
         .route("/", get(pages::index))
         .route("/dashboard", get(pages::dashboard))
@@ -77,4 +81,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/openapi.json", get(openapi::openapi))
         .merge(guarded)
         .with_state(state)
+}
+
+/// The API's token check (`server.api_token`), as a layer over the `/v1` routes and
+/// `/metrics`: 401 with `WWW-Authenticate: Bearer` without it.
+pub(crate) async fn api_auth(
+    State(st): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = st.config.server.api_token.as_deref()
+        && bearer(req.headers()) != Some(token)
+    {
+        return HttpError::ApiToken.into_response();
+    }
+    next.run(req).await
 }

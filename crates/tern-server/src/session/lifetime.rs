@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::admission::{Ask, SessionKey};
 use crate::media::{Command, PublisherId, ViewerId};
-use crate::session::Core;
+use crate::session::shared::Core;
 
 /// An admitted session now exists as `key`: its end will be told to the webhook, and with
 /// a `lifetime` a viewer is ended by the engine then (with DTLS close_notify).

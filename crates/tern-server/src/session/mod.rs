@@ -24,31 +24,9 @@ mod shared;
 
 pub use lifetime::sweep_streams;
 pub use play::{Play, PlayAsk, PlayGrant};
-pub use publish::{Publish, PublishAsk, PublisherSession};
+pub use publish::{Publish, PublishAsk};
 pub use refusal::Refusal;
-pub use shared::{Core, TurnCredentials, TurnLinks};
+pub use shared::{Core, Credentials, PublisherSession, TurnCredentials, TurnLinks, random_token};
 
 pub use crate::admission::{Action, Protocol};
 pub use crate::directory::StreamInfo;
-
-/// What a client offers to prove it may publish or play.
-#[derive(Debug, Clone, Default)]
-pub struct Credentials {
-    /// What it offers for the app's static token (`[[app]] token`): WHIP/WHEP/LL-HLS take
-    /// the Bearer token, OME signalling the Bearer token or `?token=`, RTMP `?token=`.
-    pub app_token: Option<String>,
-    /// What goes to admission (JWT, webhook) as the token.
-    pub token: Option<String>,
-    /// The request's query string, "" if none (the webhook sees it).
-    pub query: String,
-}
-
-/// `n` random characters of `[A-Za-z0-9]`: session ids, ETags, ICE credentials.
-pub fn random_token(n: usize) -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..n)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}

@@ -18,7 +18,8 @@ use std::time::Duration;
 use crate::admission::{Action, Ask, Protocol, SessionKey, Verdict};
 use crate::directory::StreamInfo;
 use crate::limits::AddrPermit;
-use crate::session::{Core, Credentials, Refusal, random_token};
+use crate::session::refusal::Refusal;
+use crate::session::shared::{Core, Credentials, random_token};
 
 /// How long a play request waits for an edge pull to bring the stream live.
 const PULL_WAIT: Duration = Duration::from_secs(5);

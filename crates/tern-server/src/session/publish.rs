@@ -16,7 +16,8 @@ use crate::admission::{Action, Ask, Protocol, Verdict};
 use crate::directory::StreamInfo;
 use crate::limits::AddrPermit;
 use crate::media::{AddError, Command, PublisherId};
-use crate::session::{Core, Credentials, Refusal, random_token};
+use crate::session::refusal::Refusal;
+use crate::session::shared::{Core, Credentials, PublisherSession, random_token};
 
 /// A request to publish.
 #[derive(Debug, Clone)]
@@ -42,18 +43,6 @@ pub struct Publish {
     ask: Ask,
     lifetime: Option<Duration>,
     permit: Option<AddrPermit>,
-}
-
-/// A publisher as the session layer knows it, by session id: a WHIP resource (with its
-/// ETag and the encoder's ICE ufrag, for PATCH) or an RTMP connection (both empty).
-#[derive(Debug, Clone)]
-pub struct PublisherSession {
-    /// The publisher in the engine.
-    pub id: PublisherId,
-    /// The resource's entity tag (`If-Match` of an ICE restart).
-    pub etag: String,
-    /// The encoder's ICE ufrag: a PATCH with another one is an ICE restart.
-    pub remote_ufrag: String,
 }
 
 impl Core {

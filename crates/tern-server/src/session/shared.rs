@@ -10,9 +10,8 @@ use crate::admission::Admission;
 use crate::config::Config;
 use crate::directory::{Directory, StreamInfo};
 use crate::limits::{AddrPermit, PerAddress};
-use crate::media::EngineHandle;
-use crate::session::Refusal;
-use crate::session::publish::PublisherSession;
+use crate::media::{EngineHandle, PublisherId};
+use crate::session::refusal::Refusal;
 
 /// Where clients reach the built-in TURN server, and the secret its REST credentials are
 /// minted with: WHEP/WHIP answers announce it in `Link` headers, OME offers in
@@ -202,4 +201,38 @@ impl Core {
     pub fn pending_permit(&self, ip: IpAddr) -> Result<AddrPermit, Refusal> {
         self.pending.acquire(ip).map_err(Refusal::TooMany)
     }
+}
+
+/// What a client offers to prove it may publish or play.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// What it offers for the app's static token (`[[app]] token`): WHIP/WHEP/LL-HLS take
+    /// the Bearer token, OME signalling the Bearer token or `?token=`, RTMP `?token=`.
+    pub app_token: Option<String>,
+    /// What goes to admission (JWT, webhook) as the token.
+    pub token: Option<String>,
+    /// The request's query string, "" if none (the webhook sees it).
+    pub query: String,
+}
+
+/// `n` random characters of `[A-Za-z0-9]`: session ids, ETags, ICE credentials.
+pub fn random_token(n: usize) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// A publisher as the session layer knows it, by session id: a WHIP resource (with its
+/// ETag and the encoder's ICE ufrag, for PATCH) or an RTMP connection (both empty).
+#[derive(Debug, Clone)]
+pub struct PublisherSession {
+    /// The publisher in the engine.
+    pub id: PublisherId,
+    /// The resource's entity tag (`If-Match` of an ICE restart).
+    pub etag: String,
+    /// The encoder's ICE ufrag: a PATCH with another one is an ICE restart.
+    pub remote_ufrag: String,
 }
