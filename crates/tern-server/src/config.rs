@@ -380,7 +380,7 @@ pub struct ServerConfig {
     #[serde(default, deserialize_with = "de_rtmp")]
     pub rtmp: Option<Option<SocketAddr>>,
     /// Seconds a WHIP publisher has from its answer to the end of ICE and DTLS before it is
-    /// ended and its stream freed. Default 10 (see `PublisherTimeouts`); 1 to 300.
+    /// ended and its stream freed. Default 10 ([`DEFAULT_PUBLISHER_TIMEOUT_S`]); 1 to 300.
     #[serde(default = "default_publisher_timeout")]
     pub publisher_connect_timeout: u64,
     /// Seconds a WHIP or RTMP publisher may go without sending media before it is ended and
@@ -388,6 +388,16 @@ pub struct ServerConfig {
     #[serde(default = "default_publisher_timeout")]
     pub publisher_timeout: u64,
 }
+
+/// Most workers of each kind (`worker_count`, `app_worker_count`, `stream_worker_count`):
+/// the media engine's viewer ids carry their worker in 8 bits.
+pub const MAX_WORKERS: usize = 128;
+
+/// Default `publisher_connect_timeout` and `publisher_timeout`, seconds. 10: ICE and DTLS take
+/// well under a second on any working path (a WHIP client retransmits its checks every
+/// 50-500 ms), and an encoder sends dozens of packets a second, so 10 s of nothing is a dead
+/// or stalled publisher, not a slow one.
+pub const DEFAULT_PUBLISHER_TIMEOUT_S: u64 = 10;
 
 /// Where `--rtmp` without a value listens: all interfaces, port 1935 (RTMP's registered port,
 /// the one encoders assume when a URL names none).
@@ -413,7 +423,7 @@ fn default_one() -> usize {
 }
 
 fn default_publisher_timeout() -> u64 {
-    crate::media::PublisherTimeouts::default().media.as_secs()
+    DEFAULT_PUBLISHER_TIMEOUT_S
 }
 
 fn default_http() -> SocketAddr {
@@ -743,7 +753,7 @@ impl Config {
                 message: message.to_string(),
             })
         };
-        let max = crate::media::MAX_WORKERS;
+        let max = MAX_WORKERS;
         let s = &self.server;
         if !(1..=max).contains(&s.worker_count) {
             return bad(
@@ -942,14 +952,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-
-    /// When publishers that do not connect or stop sending are ended.
-    pub fn publisher_timeouts(&self) -> crate::media::PublisherTimeouts {
-        crate::media::PublisherTimeouts {
-            connect: std::time::Duration::from_secs(self.server.publisher_connect_timeout),
-            media: std::time::Duration::from_secs(self.server.publisher_timeout),
-        }
     }
 
     /// The app named `name`, if configured.

@@ -246,7 +246,7 @@ pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         dtls: dtls.clone(),
         pool,
         cname: cfg.server.cname.clone(),
-        publisher_timeouts: cfg.publisher_timeouts(),
+        publisher_timeouts: (&cfg.server).into(),
         rings: (t.video_ring, t.audio_ring),
         hls_tap: cfg.hls.enabled.then_some(hls_tx),
         workers: WorkerCounts {
