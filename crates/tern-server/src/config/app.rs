@@ -199,7 +199,7 @@ impl AppConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{Config, OnError};
 
     #[test]
     fn apps_parse() {
@@ -255,7 +255,7 @@ mod tests {
                     a.admission = Some(AdmissionConfig {
                         url: "ftp://x".into(),
                         timeout_ms: 1,
-                        on_error: "allow".into(),
+                        on_error: OnError::Allow,
                         max_in_flight: 1,
                     });
                 },

@@ -15,7 +15,7 @@
 //! | `turn.rs` | `[turn]` ([`TurnSection`]): the STUN/TURN server |
 //! | `hls.rs` | `[hls]` ([`HlsSection`]): Low-Latency HLS |
 //! | `app.rs` | `[[app]]` ([`AppConfig`], [`RenditionConfig`], [`TranscodeSetting`]) and the name rule |
-//! | `admission.rs` | `[app.admission]` ([`AdmissionConfig`]) |
+//! | `admission.rs` | `[app.admission]` ([`AdmissionConfig`], [`OnError`]) |
 //! | `error.rs` | [`ConfigError`], which every section's check returns |
 //!
 //! `[cluster]` is the cluster's own section (`crate::cluster::section`). This folder is a leaf:
@@ -37,7 +37,7 @@ use serde::Deserialize;
 
 use crate::cluster::section::ClusterSection;
 
-pub use admission::{AdmissionConfig, webhook_url_ok};
+pub use admission::{AdmissionConfig, OnError, webhook_url_ok};
 pub use app::{
     AppConfig, DEFAULT_IDLE_GRACE_S, NAME_RULE, RenditionConfig, TranscodeSetting, valid_name,
 };
@@ -49,6 +49,10 @@ pub use server::{
 };
 pub use tunables::Tunables;
 pub use turn::TurnSection;
+
+/// The rules of the closed sets (enums) whose bad values [`Config::parse`] reports like
+/// out-of-range numbers: [`ConfigError::Invalid`] under the value's dotted key.
+const CLOSED_SET_RULES: [&str; 1] = [OnError::RULE];
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -83,9 +87,20 @@ impl Config {
 
     /// Parses and validates TOML text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: origin.to_string(),
             message: e.to_string().trim().replace('\n', " "),
+        };
+        let document = toml::Deserializer::parse(text).map_err(parse_error)?;
+        // The path to the value that failed, for the closed sets' errors.
+        let cfg: Config = serde_path_to_error::deserialize(document).map_err(|e| {
+            let key = e.path().to_string();
+            let e = e.into_inner();
+            if CLOSED_SET_RULES.contains(&e.message()) {
+                ConfigError::invalid(key, e.message())
+            } else {
+                parse_error(e)
+            }
         })?;
         cfg.validate()?;
         Ok(cfg)
