@@ -311,7 +311,7 @@ impl Admission {
                 g.webhook = Some(Webhook {
                     uri,
                     timeout: Duration::from_millis(*timeout_ms),
-                    allow_on_error: on_error == "allow",
+                    allow_on_error: *on_error == crate::config::OnError::Allow,
                     slots: Arc::new(Semaphore::new(*max_in_flight)),
                 });
             }

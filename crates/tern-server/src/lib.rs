@@ -21,7 +21,7 @@
 //! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
 //! | `admission.rs` | JWT and the admission webhook, close notifications |
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
-//! | `config.rs` | the TOML configuration and its validation |
+//! | `config/` | the TOML configuration: one file per section, each with its `Default` and its own check |
 //!
 //! Imports point one way: surfaces (`http/`, `rtmp.rs`) stand on `session/`, which stands
 //! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
@@ -286,7 +286,7 @@ impl Server {
             dtls: dtls.clone(),
             pool,
             cname: cfg.server.cname.clone(),
-            publisher_timeouts: cfg.publisher_timeouts(),
+            publisher_timeouts: (&cfg.server).into(),
             rings: (t.video_ring, t.audio_ring),
             hls_tap: cfg.hls.enabled.then_some(hls_tx),
             workers: WorkerCounts {

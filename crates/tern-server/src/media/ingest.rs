@@ -20,6 +20,7 @@ use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
 use tern_rtc::stream::MAX_LAYERS;
 use tokio::sync::oneshot;
 
+use crate::config::{DEFAULT_PUBLISHER_TIMEOUT_S, ServerConfig};
 use crate::limits::AddrPermit;
 
 /// Keyframe requests to a publisher are coalesced to one per this interval.
@@ -39,13 +40,21 @@ pub struct PublisherTimeouts {
 }
 
 impl Default for PublisherTimeouts {
-    /// 10 s each: ICE and DTLS take well under a second on any working path (a WHIP client
-    /// retransmits its checks every 50-500 ms), and an encoder sends dozens of packets a
-    /// second, so 10 s of nothing is a dead or stalled publisher, not a slow one.
+    /// [`DEFAULT_PUBLISHER_TIMEOUT_S`] each (10 s; the reason is there).
     fn default() -> Self {
         PublisherTimeouts {
-            connect: Duration::from_secs(10),
-            media: Duration::from_secs(10),
+            connect: Duration::from_secs(DEFAULT_PUBLISHER_TIMEOUT_S),
+            media: Duration::from_secs(DEFAULT_PUBLISHER_TIMEOUT_S),
+        }
+    }
+}
+
+impl From<&ServerConfig> for PublisherTimeouts {
+    /// The `[server]` keys `publisher_connect_timeout` and `publisher_timeout`.
+    fn from(s: &ServerConfig) -> Self {
+        PublisherTimeouts {
+            connect: Duration::from_secs(s.publisher_connect_timeout),
+            media: Duration::from_secs(s.publisher_timeout),
         }
     }
 }

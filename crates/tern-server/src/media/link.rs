@@ -44,8 +44,13 @@ impl std::fmt::Debug for HlsTap {
     }
 }
 
-/// Most workers of each kind: a [`ViewerId`] carries its worker in 8 bits.
-pub const MAX_WORKERS: usize = 128;
+/// Most workers of each kind, a bound of the `[server]` section: a [`ViewerId`] carries its
+/// worker in 8 bits.
+pub use crate::config::MAX_WORKERS;
+const _: () = assert!(
+    MAX_WORKERS <= 256,
+    "a ViewerId carries its worker in 8 bits"
+);
 
 /// Opaque handle of a viewer inside the engine (slot index + generation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

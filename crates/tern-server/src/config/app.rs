@@ -1,0 +1,415 @@
+//! `[[app]]`: one application, its streams, tokens and renditions; and the rule for app and
+//! stream names.
+
+use serde::Deserialize;
+use tern_rtc::renditions::{MAX_RENDITIONS, RenditionSpec, SOURCE_RID};
+
+use super::admission::AdmissionConfig;
+use super::error::ConfigError;
+
+/// Default `idle_grace_s`.
+pub const DEFAULT_IDLE_GRACE_S: u64 = 10;
+
+/// The rule [`valid_name`] checks, as errors state it.
+pub const NAME_RULE: &str = "must be 1-64 characters of [A-Za-z0-9._-]";
+
+/// Whether `s` is a valid app or stream name: 1-64 characters of `A-Z a-z 0-9 . _ -`.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// One application (the `{app}` in URLs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    /// Application name.
+    pub name: String,
+    /// Bearer token required for WHEP/WHIP on this app, if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Declared streams: they exist (WHEP answers 409 while not live) without a publisher.
+    #[serde(default)]
+    pub streams: Vec<String>,
+    /// Whether publishers (RTMP, WHIP) may publish to names not in `streams`, making the
+    /// stream while they are live. Default true; false keeps the closed list.
+    #[serde(default = "AppConfig::default_dynamic")]
+    pub dynamic: bool,
+    /// Seconds a publisher-made stream outlives its publisher (a reconnecting encoder keeps
+    /// its viewers); then it is removed and its viewers ended. Default 10.
+    #[serde(default = "AppConfig::default_idle_grace_s")]
+    pub idle_grace_s: u64,
+    /// HS256 secret: when set, every publish and play needs a JWT (Bearer for WHEP/WHIP,
+    /// `?token=` for RTMP and OME signalling) with `sub` = `app/stream`, `act` = `publish`
+    /// or `play`, and `exp`.
+    #[serde(default)]
+    pub jwt_secret: Option<String>,
+    /// End a session admitted by JWT when its token expires. Default false.
+    #[serde(default)]
+    pub end_at_exp: bool,
+    /// Admission webhook, asked before every publish and play.
+    #[serde(default)]
+    pub admission: Option<AdmissionConfig>,
+    /// What to do with an RTMP publisher whose H264 has B-frames, which WebRTC players
+    /// cannot play smoothly: `"auto"` (default) transcodes it to Constrained Baseline while
+    /// the stream has viewers, `"never"` passes it through (with a warning).
+    #[serde(default)]
+    pub transcode: TranscodeSetting,
+    /// Lower video layers made from an RTMP publisher's video (decoded, scaled, encoded
+    /// again), so that its viewers can move between layers as with a simulcast WHIP
+    /// publisher: at most 2, each `{ rid, height, bitrate_kbps }`. The source is layer `h`;
+    /// rendition `i` is layer `i + 1`. Default none: an RTMP stream has one layer.
+    #[serde(default)]
+    pub renditions: Vec<RenditionConfig>,
+}
+
+/// One entry of `[app] renditions`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenditionConfig {
+    /// The layer's RID, what `?layer=` names: 1-8 characters of `[A-Za-z0-9_-]`, unique in
+    /// the app, not `"h"` (the source's).
+    pub rid: String,
+    /// Picture height in pixels, even, 2-2160 (capped at the source's); the width keeps
+    /// the source's aspect ratio.
+    pub height: u32,
+    /// Average bitrate in kbit/s, 50-50000, held by a one-second VBV.
+    pub bitrate_kbps: u32,
+}
+
+/// `[app] transcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscodeSetting {
+    /// Transcode B-frame video while it has viewers.
+    #[default]
+    Auto,
+    /// Never transcode.
+    Never,
+}
+
+// `name` has no default, so the entry cannot take its other keys from an `impl Default`
+// (serde's container `default` would make `name` optional too, and a missing `name` would
+// no longer be reported as a missing field): the defaults that are not the types' own are
+// here.
+impl AppConfig {
+    /// Default `dynamic`: publishers may make streams.
+    const fn default_dynamic() -> bool {
+        true
+    }
+
+    /// Default `idle_grace_s`: [`DEFAULT_IDLE_GRACE_S`].
+    const fn default_idle_grace_s() -> u64 {
+        DEFAULT_IDLE_GRACE_S
+    }
+
+    /// The RIDs of an RTMP stream's layers: the source's (`"h"`) and the renditions', in
+    /// layer order; empty without renditions (one layer, no simulcast).
+    pub fn layer_rids(&self) -> Vec<Box<str>> {
+        if self.renditions.is_empty() {
+            return Vec::new();
+        }
+        std::iter::once(SOURCE_RID.into())
+            .chain(self.renditions.iter().map(|r| r.rid.as_str().into()))
+            .collect()
+    }
+
+    /// The renditions as the RTMP publisher takes them.
+    pub fn rendition_specs(&self) -> Vec<RenditionSpec> {
+        self.renditions
+            .iter()
+            .map(|r| RenditionSpec {
+                rid: r.rid.as_str().into(),
+                height: r.height,
+                bitrate_kbps: r.bitrate_kbps,
+            })
+            .collect()
+    }
+
+    /// The first bad key of the app, named inside it (`token`, `streams[1]`): the caller
+    /// puts it under the app's place in the list. Whether another app has the same name is
+    /// the caller's to check.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| Err(ConfigError::invalid(key, message));
+        if !valid_name(&self.name) {
+            return bad("name", NAME_RULE);
+        }
+        if self.jwt_secret.as_deref().is_some_and(str::is_empty) {
+            return bad("jwt_secret", "must not be empty");
+        }
+        if self.end_at_exp && self.jwt_secret.is_none() {
+            return bad("end_at_exp", "needs jwt_secret");
+        }
+        if let Some(a) = &self.admission {
+            a.check()?;
+        }
+        if self.token.as_deref().is_some_and(str::is_empty) {
+            return bad("token", "must not be empty");
+        }
+        for (j, s) in self.streams.iter().enumerate() {
+            if !valid_name(s) {
+                return bad(&format!("streams[{j}]"), NAME_RULE);
+            }
+        }
+        self.check_renditions()
+    }
+
+    /// What is wrong with `renditions`, named inside the app.
+    fn check_renditions(&self) -> Result<(), ConfigError> {
+        let r = &self.renditions;
+        if r.len() > MAX_RENDITIONS {
+            return Err(ConfigError::invalid(
+                "renditions",
+                format!("at most {MAX_RENDITIONS} (with the source, 3 layers)"),
+            ));
+        }
+        for (j, x) in r.iter().enumerate() {
+            let bad = |k: &str, message: String| {
+                Err(ConfigError::invalid(
+                    format!("renditions[{j}].{k}"),
+                    message,
+                ))
+            };
+            let rid_ok = (1..=8).contains(&x.rid.len())
+                && x.rid
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !rid_ok {
+                return bad("rid", "must be 1-8 characters of [A-Za-z0-9_-]".into());
+            }
+            if x.rid == SOURCE_RID {
+                return bad("rid", format!("\"{SOURCE_RID}\" is the source's layer"));
+            }
+            if r[..j].iter().any(|y| y.rid == x.rid) {
+                return bad("rid", "duplicate rid".into());
+            }
+            if !(2..=2160).contains(&x.height) || x.height % 2 != 0 {
+                return bad("height", "must be even and between 2 and 2160".into());
+            }
+            if !(50..=50_000).contains(&x.bitrate_kbps) {
+                return bad("bitrate_kbps", "must be between 50 and 50000".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, OnError};
+
+    #[test]
+    fn apps_parse() {
+        let c = Config::parse(
+            "[[app]]\nname = \"live\"\ntoken = \"s3cret\"\nstreams = [\"idle\"]\n",
+            "x.toml",
+        )
+        .expect("valid");
+        let app = c.app("live").expect("valid");
+        assert_eq!(app.token.as_deref(), Some("s3cret"));
+        assert_eq!(app.streams, vec!["idle".to_string()]);
+    }
+
+    #[test]
+    fn defaults_of_the_optional_keys() {
+        let c = Config::parse("[[app]]\nname = \"live\"\n", "x.toml").expect("valid");
+        let a = &c.apps[0];
+        assert!(a.dynamic && !a.end_at_exp);
+        assert_eq!(a.idle_grace_s, DEFAULT_IDLE_GRACE_S);
+        assert_eq!(a.transcode, TranscodeSetting::Auto);
+        assert!(a.token.is_none() && a.jwt_secret.is_none() && a.admission.is_none());
+        assert!(a.streams.is_empty() && a.renditions.is_empty());
+        // `name` is required, and named by the parser when missing.
+        let e = Config::parse("[[app]]\nstreams = [\"a\"]\n", "x.toml").expect_err("no name");
+        assert!(e.to_string().contains("missing field `name`"), "{e}");
+    }
+
+    #[test]
+    fn names_the_bad_key_inside_the_app() {
+        let ok = || AppConfig {
+            name: "live".into(),
+            token: None,
+            streams: vec!["cam".into()],
+            dynamic: true,
+            idle_grace_s: DEFAULT_IDLE_GRACE_S,
+            jwt_secret: None,
+            end_at_exp: false,
+            admission: None,
+            transcode: TranscodeSetting::Auto,
+            renditions: Vec::new(),
+        };
+        assert!(ok().check().is_ok());
+        type Breaker = fn(&mut AppConfig);
+        let cases: [(Breaker, &str); 8] = [
+            (|a| a.name = String::new(), "name"),
+            (|a| a.name = "x".repeat(65), "name"),
+            (|a| a.jwt_secret = Some(String::new()), "jwt_secret"),
+            (|a| a.end_at_exp = true, "end_at_exp"),
+            (|a| a.token = Some(String::new()), "token"),
+            (|a| a.streams.push("a b".into()), "streams[1]"),
+            (
+                |a| {
+                    a.admission = Some(AdmissionConfig {
+                        url: "ftp://x".into(),
+                        timeout_ms: 1,
+                        on_error: OnError::Allow,
+                        max_in_flight: 1,
+                    });
+                },
+                "admission.url",
+            ),
+            (
+                |a| {
+                    a.renditions = vec![RenditionConfig {
+                        rid: "m".into(),
+                        height: 360,
+                        bitrate_kbps: 1,
+                    }];
+                },
+                "renditions[0].bitrate_kbps",
+            ),
+        ];
+        for (break_it, key) in cases {
+            let mut a = ok();
+            break_it(&mut a);
+            let e = a.check().expect_err(key);
+            assert!(
+                e.to_string().starts_with(&format!("config key `{key}`: ")),
+                "{e}"
+            );
+        }
+        let named = AppConfig {
+            jwt_secret: Some("s".into()),
+            end_at_exp: true,
+            name: "a-Z_0.9".into(),
+            ..ok()
+        };
+        assert!(named.check().is_ok());
+    }
+
+    #[test]
+    fn app_keys_are_named_with_the_apps_place() {
+        for (text, key, message) in [
+            (
+                "[[app]]\nname = \"a\"\n[[app]]\nname = \"a\"\n",
+                "app[1].name",
+                "duplicate app name",
+            ),
+            (
+                "[[app]]\nname = \"a\"\n[[app]]\nname = \"b\"\nstreams = [\"ok\", \"no/slash\"]\n",
+                "app[1].streams[1]",
+                NAME_RULE,
+            ),
+            (
+                "[[app]]\nname = \"a\"\nend_at_exp = true\n",
+                "app[0].end_at_exp",
+                "needs jwt_secret",
+            ),
+            (
+                "[[app]]\nname = \"a\"\n[app.admission]\nurl = \"http://h/\"\ntimeout_ms = 0\n",
+                "app[0].admission.timeout_ms",
+                "must be 1-60000",
+            ),
+        ] {
+            let e = Config::parse(text, "x.toml").expect_err(text);
+            assert_eq!(e.to_string(), format!("config key `{key}`: {message}"));
+        }
+    }
+
+    #[test]
+    fn renditions_parse_and_bad_ones_are_named() {
+        let c = Config::parse(
+            "[[app]]\nname = \"live\"\nrenditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n",
+            "x.toml",
+        )
+        .expect("valid");
+        let app = c.app("live").expect("app");
+        assert_eq!(
+            app.renditions,
+            [
+                RenditionConfig {
+                    rid: "m".into(),
+                    height: 360,
+                    bitrate_kbps: 800
+                },
+                RenditionConfig {
+                    rid: "l".into(),
+                    height: 180,
+                    bitrate_kbps: 250
+                }
+            ]
+        );
+        assert_eq!(
+            app.layer_rids(),
+            ["h", "m", "l"].map(Box::<str>::from).to_vec()
+        );
+        assert_eq!(app.rendition_specs()[1].height, 180);
+        // None by default: one layer, no RIDs.
+        let c = Config::parse("[[app]]\nname = \"live\"\n", "x.toml").expect("valid");
+        assert!(c.apps[0].renditions.is_empty() && c.apps[0].layer_rids().is_empty());
+        let r = |list: &str| {
+            format!("[[app]]\nname = \"a\"\n[[app]]\nname = \"b\"\nrenditions = [{list}]\n")
+        };
+        let ok = "{ rid = \"m\", height = 360, bitrate_kbps = 800 }";
+        for (list, key) in [
+            (format!("{ok}, {ok}"), "app[1].renditions[1].rid"),
+            (format!("{ok}, {ok}, {ok}"), "app[1].renditions"),
+            (
+                "{ rid = \"h\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                "{ rid = \"\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                "{ rid = \"toolong12\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                "{ rid = \"a.b\", height = 360, bitrate_kbps = 800 }".into(),
+                "app[1].renditions[0].rid",
+            ),
+            (
+                format!("{ok}, {{ rid = \"l\", height = 181, bitrate_kbps = 250 }}"),
+                "app[1].renditions[1].height",
+            ),
+            (
+                "{ rid = \"l\", height = 0, bitrate_kbps = 250 }".into(),
+                "app[1].renditions[0].height",
+            ),
+            (
+                "{ rid = \"l\", height = 2162, bitrate_kbps = 250 }".into(),
+                "app[1].renditions[0].height",
+            ),
+            (
+                "{ rid = \"l\", height = 180, bitrate_kbps = 49 }".into(),
+                "app[1].renditions[0].bitrate_kbps",
+            ),
+            (
+                "{ rid = \"l\", height = 180, bitrate_kbps = 50001 }".into(),
+                "app[1].renditions[0].bitrate_kbps",
+            ),
+            // Unknown and missing fields: the parser names them.
+            (
+                "{ rid = \"l\", height = 180, bitrate_kbps = 250, fps = 30 }".into(),
+                "fps",
+            ),
+            ("{ rid = \"l\", height = 180 }".into(), "bitrate_kbps"),
+        ] {
+            let text = r(&list);
+            let e = Config::parse(&text, "x.toml").expect_err(&text);
+            assert!(e.to_string().contains(key), "{list}: {e}");
+        }
+        // The limits themselves are fine; the two renditions may be in any order.
+        for list in [
+            "{ rid = \"a-Z_9\", height = 2, bitrate_kbps = 50 }, { rid = \"abcdefgh\", height = 2160, bitrate_kbps = 50000 }",
+            "{ rid = \"l\", height = 180, bitrate_kbps = 250 }, { rid = \"m\", height = 360, bitrate_kbps = 800 }",
+        ] {
+            Config::parse(&r(list), "x.toml").expect(list);
+        }
+    }
+}

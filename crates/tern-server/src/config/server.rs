@@ -1,0 +1,237 @@
+//! The `[server]` section: listening addresses, worker counts, publisher timeouts.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Deserialize;
+
+use super::error::ConfigError;
+
+/// Most workers of each kind (`worker_count`, `app_worker_count`, `stream_worker_count`):
+/// the media engine's viewer ids carry their worker in 8 bits.
+pub const MAX_WORKERS: usize = 128;
+
+/// Where `--rtmp` without a value listens: all interfaces, port 1935 (RTMP's registered port,
+/// the one encoders assume when a URL names none).
+pub const DEFAULT_RTMP: &str = "0.0.0.0:1935";
+
+/// Default `publisher_connect_timeout` and `publisher_timeout`, seconds. 10: ICE and DTLS take
+/// well under a second on any working path (a WHIP client retransmits its checks every
+/// 50-500 ms), and an encoder sends dozens of packets a second, so 10 s of nothing is a dead
+/// or stalled publisher, not a slow one.
+pub const DEFAULT_PUBLISHER_TIMEOUT_S: u64 = 10;
+
+/// Listening addresses.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// HTTP listener (WHEP, WHIP, pages, API). Default `0.0.0.0:8080`.
+    pub http: SocketAddr,
+    /// The one UDP port for all WebRTC media. Default `0.0.0.0:10000`.
+    pub media: SocketAddr,
+    /// Host address announced in ICE candidates. Default: the media address if it is not
+    /// unspecified, else `127.0.0.1`.
+    pub candidate: Option<IpAddr>,
+    /// RTCP CNAME used in sender reports. Default `tern`.
+    pub cname: String,
+    /// Bearer token for the management API (`/v1/...` API routes, `/v1/events`,
+    /// `/metrics`). Default: none, the API is open (bind `http` to a private address).
+    pub api_token: Option<String>,
+    /// Socket workers on the media port, each with its own socket (`SO_REUSEPORT`):
+    /// OvenMediaEngine's `<Bind>...<WorkerCount>`. Default 1; 1 to 128.
+    pub worker_count: usize,
+    /// App workers: per-stream work (sources, ingest, rings); OvenMediaEngine's
+    /// `AppWorkerCount`. Default 1; 1 to 128.
+    pub app_worker_count: usize,
+    /// Stream workers: per-viewer work (SRTP, RTCP, sends); OvenMediaEngine's
+    /// `StreamWorkerCount`, where 0 means the app workers send. Default 1 (this is a
+    /// per-core knob: raise it up to the core count when one stream worker is saturated).
+    pub stream_worker_count: usize,
+    /// RTMP ingest listener (`--rtmp`), e.g. `"0.0.0.0:1935"`, or `"none"` for no RTMP.
+    /// Absent (`None`): [`DEFAULT_RTMP`] when that port is free; when it is taken (another
+    /// tern, a test beside a server) start-up goes on without RTMP and says so. An address set
+    /// here or on the command line that cannot be bound stops start-up.
+    #[serde(deserialize_with = "de_rtmp")]
+    pub rtmp: Option<Option<SocketAddr>>,
+    /// Seconds a WHIP publisher has from its answer to the end of ICE and DTLS before it is
+    /// ended and its stream freed. Default 10 ([`DEFAULT_PUBLISHER_TIMEOUT_S`]); 1 to 300.
+    pub publisher_connect_timeout: u64,
+    /// Seconds a WHIP or RTMP publisher may go without sending media before it is ended and
+    /// its stream freed. Default 10; 1 to 300.
+    pub publisher_timeout: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            http: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            media: SocketAddr::from(([0, 0, 0, 0], 10000)),
+            candidate: None,
+            cname: "tern".into(),
+            api_token: None,
+            worker_count: 1,
+            app_worker_count: 1,
+            stream_worker_count: 1,
+            rtmp: None,
+            publisher_connect_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
+            publisher_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The first bad key of the section.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let max = MAX_WORKERS;
+        if !(1..=max).contains(&self.worker_count) {
+            return Err(ConfigError::invalid(
+                "server.worker_count",
+                format!("must be between 1 and {max}"),
+            ));
+        }
+        if !(1..=max).contains(&self.app_worker_count) {
+            return Err(ConfigError::invalid(
+                "server.app_worker_count",
+                format!("must be between 1 and {max}"),
+            ));
+        }
+        if self.stream_worker_count > max {
+            return Err(ConfigError::invalid(
+                "server.stream_worker_count",
+                format!("must be between 0 and {max} (0: app workers send)"),
+            ));
+        }
+        for (key, v) in [
+            (
+                "server.publisher_connect_timeout",
+                self.publisher_connect_timeout,
+            ),
+            ("server.publisher_timeout", self.publisher_timeout),
+        ] {
+            if !(1..=300).contains(&v) {
+                return Err(ConfigError::invalid(
+                    key,
+                    "must be between 1 and 300 (seconds)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses an RTMP listener setting: `none` (off) or a socket address.
+pub fn parse_rtmp(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("`{s}` is neither `none` nor an address like 0.0.0.0:1935"))
+}
+
+fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<SocketAddr>>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_rtmp(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn the_default_passes_its_check() {
+        assert!(ServerConfig::default().check().is_ok());
+        let max = ServerConfig {
+            worker_count: MAX_WORKERS,
+            app_worker_count: MAX_WORKERS,
+            stream_worker_count: 0,
+            publisher_connect_timeout: 1,
+            publisher_timeout: 300,
+            ..ServerConfig::default()
+        };
+        assert!(max.check().is_ok());
+    }
+
+    #[test]
+    fn names_the_bad_key() {
+        type Breaker = fn(&mut ServerConfig);
+        let cases: [(Breaker, &str, &str); 7] = [
+            (
+                |s| s.worker_count = 0,
+                "server.worker_count",
+                "must be between 1 and 128",
+            ),
+            (
+                |s| s.worker_count = 129,
+                "server.worker_count",
+                "must be between 1 and 128",
+            ),
+            (
+                |s| s.app_worker_count = 0,
+                "server.app_worker_count",
+                "must be between 1 and 128",
+            ),
+            (
+                |s| s.stream_worker_count = 129,
+                "server.stream_worker_count",
+                "must be between 0 and 128 (0: app workers send)",
+            ),
+            (
+                |s| s.publisher_connect_timeout = 0,
+                "server.publisher_connect_timeout",
+                "must be between 1 and 300 (seconds)",
+            ),
+            (
+                |s| s.publisher_timeout = 301,
+                "server.publisher_timeout",
+                "must be between 1 and 300 (seconds)",
+            ),
+            (
+                |s| s.publisher_timeout = 0,
+                "server.publisher_timeout",
+                "must be between 1 and 300 (seconds)",
+            ),
+        ];
+        for (break_it, key, message) in cases {
+            let mut s = ServerConfig::default();
+            break_it(&mut s);
+            let e = s.check().expect_err(key);
+            assert_eq!(e.to_string(), format!("config key `{key}`: {message}"));
+        }
+    }
+
+    #[test]
+    fn publisher_timeouts_are_named() {
+        for (text, key) in [
+            (
+                "[server]\npublisher_timeout = 0\n",
+                "server.publisher_timeout",
+            ),
+            (
+                "[server]\npublisher_connect_timeout = 301\n",
+                "server.publisher_connect_timeout",
+            ),
+        ] {
+            let e = Config::parse(text, "x.toml").expect_err(text);
+            assert!(e.to_string().contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn rtmp_listener() {
+        assert_eq!(Config::default().server.rtmp, None);
+        assert_eq!(
+            parse_rtmp(DEFAULT_RTMP),
+            Ok(Some(SocketAddr::from(([0, 0, 0, 0], 1935))))
+        );
+        let c = Config::parse("[server]\nrtmp = \"127.0.0.1:1936\"\n", "x.toml").expect("valid");
+        assert_eq!(
+            c.server.rtmp,
+            Some(Some(SocketAddr::from(([127, 0, 0, 1], 1936))))
+        );
+        let c = Config::parse("[server]\nrtmp = \"none\"\n", "x.toml").expect("valid");
+        assert_eq!(c.server.rtmp, Some(None));
+        let e = Config::parse("[server]\nrtmp = \"yes\"\n", "x.toml").expect_err("bad");
+        assert!(e.to_string().contains("rtmp"), "{e}");
+    }
+}

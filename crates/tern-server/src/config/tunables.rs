@@ -1,0 +1,128 @@
+//! The `[tunables]` section: packet sizes, rings, the buffer pool and the global session caps.
+
+use serde::Deserialize;
+
+use super::error::ConfigError;
+
+/// Tunables, each default justified.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tunables {
+    /// Largest RTP payload the packetizer and pool handle. Default 1200: fits a 1280-byte
+    /// IPv6 minimum MTU path with IP/UDP/RTP/SRTP headers and the abs-capture-time extension.
+    pub max_payload: usize,
+    /// Video ring length in packets. Default 2048: ~5 s at 4 Mbps (≈400 packets/s), so a NACK
+    /// arriving within several round trips and a 1 s GOP keyframe are always still held.
+    pub video_ring: usize,
+    /// Audio ring length in packets. Default 256: ~5 s of 20 ms Opus frames.
+    pub audio_ring: usize,
+    /// Packet buffers allocated and prefaulted at start. Default 4096: both rings full
+    /// (2048 + 256) plus headroom for ingest bursts.
+    pub pool_initial: usize,
+    /// Free packet buffers kept before returning extras to the system. Default 8192.
+    pub pool_max_free: usize,
+    /// Seconds between housekeeping passes that give back what a burst left: packet buffers
+    /// above `pool_initial` that the period since the last pass did not need, then the C
+    /// allocator's free pages (glibc `malloc_trim`) once a MiB or more of heap was freed.
+    /// Default 10; 0 keeps everything.
+    pub pool_trim_s: u64,
+    /// Maximum concurrent DTLS handshakes; further WHEP requests get 503 + Retry-After.
+    /// Default 2000: at ~5 ms per handshake a burst of this size completes within seconds and
+    /// bounds transient handshake memory (tens of KiB each) to tens of MiB.
+    pub max_handshakes: usize,
+    /// Maximum viewers in total. Default 20000: the open-file limit does not apply (one UDP
+    /// port), memory at ~4 KiB per viewer is ~80 MiB.
+    pub max_viewers: usize,
+}
+
+impl Default for Tunables {
+    /// The reasons are on the fields.
+    fn default() -> Self {
+        Tunables {
+            max_payload: 1200,
+            video_ring: 2048,
+            audio_ring: 256,
+            pool_initial: 4096,
+            pool_max_free: 8192,
+            pool_trim_s: 10,
+            max_handshakes: 2000,
+            max_viewers: 20000,
+        }
+    }
+}
+
+impl Tunables {
+    /// The first bad key of the section.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| Err(ConfigError::invalid(key, message));
+        if !(200..=1400).contains(&self.max_payload) {
+            return bad("tunables.max_payload", "must be between 200 and 1400");
+        }
+        if !(64..=65536).contains(&self.video_ring) {
+            return bad("tunables.video_ring", "must be between 64 and 65536");
+        }
+        if !(16..=65536).contains(&self.audio_ring) {
+            return bad("tunables.audio_ring", "must be between 16 and 65536");
+        }
+        if self.pool_max_free < self.pool_initial {
+            return bad(
+                "tunables.pool_max_free",
+                "must be at least tunables.pool_initial",
+            );
+        }
+        if self.pool_trim_s > 86_400 {
+            return bad("tunables.pool_trim_s", "must be at most 86400 (a day)");
+        }
+        if self.max_handshakes == 0 {
+            return bad("tunables.max_handshakes", "must be at least 1");
+        }
+        if self.max_viewers == 0 {
+            return bad("tunables.max_viewers", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_bad_key() {
+        assert!(Tunables::default().check().is_ok());
+        type Breaker = fn(&mut Tunables);
+        let cases: [(Breaker, &str); 10] = [
+            (|t| t.max_payload = 199, "tunables.max_payload"),
+            (|t| t.max_payload = 1401, "tunables.max_payload"),
+            (|t| t.video_ring = 63, "tunables.video_ring"),
+            (|t| t.audio_ring = 65537, "tunables.audio_ring"),
+            (|t| t.audio_ring = 15, "tunables.audio_ring"),
+            (|t| t.pool_max_free = 4095, "tunables.pool_max_free"),
+            (|t| t.pool_initial = 8193, "tunables.pool_max_free"),
+            (|t| t.pool_trim_s = 86_401, "tunables.pool_trim_s"),
+            (|t| t.max_handshakes = 0, "tunables.max_handshakes"),
+            (|t| t.max_viewers = 0, "tunables.max_viewers"),
+        ];
+        for (break_it, key) in cases {
+            let mut t = Tunables::default();
+            break_it(&mut t);
+            let e = t.check().expect_err(key);
+            assert!(
+                e.to_string().starts_with(&format!("config key `{key}`: ")),
+                "{e}"
+            );
+        }
+        // The bounds themselves are fine.
+        let edges = Tunables {
+            max_payload: 200,
+            video_ring: 65536,
+            audio_ring: 16,
+            pool_initial: 0,
+            pool_max_free: 0,
+            pool_trim_s: 86_400,
+            max_handshakes: 1,
+            max_viewers: 1,
+        };
+        assert!(edges.check().is_ok());
+    }
+}
