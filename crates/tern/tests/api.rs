@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Server, http_get};
+use common::{Local, http_get};
 use serde_json::Value;
 use tern_bench::BenchArgs;
 
@@ -65,7 +65,7 @@ fn status(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) 
 
 #[test]
 fn a_thousand_viewers_cost_exactly_three_segment_builds_each_and_reads_none() {
-    let server = Server::demo();
+    let server = Local::demo("");
     let before = metric(server.http, "tern_snapshot_builds_total");
     let url = format!("http://{}/live/demo/whep", server.http);
     let o = bench(&format!(
@@ -91,7 +91,7 @@ fn a_thousand_viewers_cost_exactly_three_segment_builds_each_and_reads_none() {
 
 #[test]
 fn endpoints_events_and_kick() {
-    let server = Server::demo();
+    let server = Local::demo("");
     let a = server.http;
     let apps = get_json(a, "/v1/apps");
     assert_eq!(apps[0]["name"], "live");
@@ -201,7 +201,7 @@ fn endpoints_events_and_kick() {
 
 #[test]
 fn openapi_document_matches_the_routes() {
-    let server = Server::demo();
+    let server = Local::demo("");
     let a = server.http;
     let doc = get_json(a, "/v1/openapi.json");
     assert_eq!(doc["openapi"], "3.0.3");
@@ -256,15 +256,7 @@ fn openapi_document_matches_the_routes() {
 
 #[test]
 fn the_api_token_guards_the_api() {
-    let cfg = std::env::temp_dir().join(format!("tern-api-{}.toml", std::process::id()));
-    std::fs::write(&cfg, "[server]\napi_token = \"t0k\"\n").expect("config");
-    let server = Server::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("path"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
+    let server = Local::demo("[server]\napi_token = \"t0k\"\n");
     let a = server.http;
     assert_eq!(status(a, "GET", "/v1/streams", &[]), 401);
     assert_eq!(

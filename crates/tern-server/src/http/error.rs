@@ -18,6 +18,8 @@ pub enum HttpError {
     BadRequest(String),
     /// 401: the API's Bearer token is missing or wrong.
     ApiToken,
+    /// 403: the request may not have this resource.
+    Forbidden(&'static str),
     /// 404: no such resource.
     NotFound(String),
     /// 409: the request conflicts with the resource's state.
@@ -97,6 +99,7 @@ impl HttpError {
             },
             HttpError::BadRequest(_) => Wire::plain(S::BAD_REQUEST),
             HttpError::ApiToken => Wire::challenge(S::UNAUTHORIZED),
+            HttpError::Forbidden(_) => Wire::plain(S::FORBIDDEN),
             HttpError::NotFound(_) => Wire::plain(S::NOT_FOUND),
             HttpError::Conflict(_) => Wire::plain(S::CONFLICT),
             HttpError::PreconditionFailed(_) => Wire::plain(S::PRECONDITION_FAILED),
@@ -127,6 +130,7 @@ impl HttpError {
             | HttpError::Unprocessable(m)
             | HttpError::Unavailable(m, _) => m.clone(),
             HttpError::PreconditionFailed(m)
+            | HttpError::Forbidden(m)
             | HttpError::UnsupportedMediaType(m)
             | HttpError::PreconditionRequired(m)
             | HttpError::Internal(m) => (*m).to_string(),

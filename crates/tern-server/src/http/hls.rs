@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
 use tern_proto::codec::VideoCodec;
 use tern_rtc::hls::Packager;
 
@@ -28,7 +28,7 @@ use crate::hls::{Hls, OpenError};
 use crate::http::error::HttpError;
 use crate::http::extract::{StreamPath, credentials};
 use crate::http::listener::Peer;
-use crate::http::reply::{cors, text};
+use crate::http::reply::cors;
 use crate::http::state::AppState;
 use crate::media::Command;
 use crate::session::{PlayAsk, Protocol, Refusal};
@@ -95,47 +95,43 @@ pub(super) async fn get(
     Path((_, _, file)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Response {
+) -> Result<Response, HttpError> {
     if !st.config.hls.enabled {
-        return text(StatusCode::NOT_FOUND, "HLS is off (hls.enabled = false)");
+        return Err(HttpError::NotFound(
+            "HLS is off (hls.enabled = false)".into(),
+        ));
     }
     if file == "index.m3u8" {
-        return open(&st, peer, &path, query, &headers)
-            .await
-            .unwrap_or_else(IntoResponse::into_response);
+        return open(&st, peer, &path, query, &headers).await;
     }
     let Some(res) = resource(&file) else {
-        return text(
-            StatusCode::NOT_FOUND,
-            format!("no such HLS resource {file:?}"),
-        );
+        return Err(HttpError::NotFound(format!(
+            "no such HLS resource {file:?}"
+        )));
     };
     let q = query.unwrap_or_default();
     let Some(token) = crate::http::reply::query_param(&q, "session") else {
-        return text(
-            StatusCode::FORBIDDEN,
+        return Err(HttpError::Forbidden(
             "no HLS session: load index.m3u8 first (its URIs carry ?session=)",
-        );
+        ));
     };
     let hub = &st.hls;
     let now = Instant::now();
     let Some(index) = hub.touch(token, now) else {
-        return text(
-            StatusCode::FORBIDDEN,
+        return Err(HttpError::Forbidden(
             "unknown or expired HLS session: load index.m3u8 again",
-        );
+        ));
     };
     if st.streams.get(&path.key()).is_none_or(|i| i.index != index) {
-        return text(
-            StatusCode::FORBIDDEN,
+        return Err(HttpError::Forbidden(
             "this HLS session is for another stream",
-        );
+        ));
     }
     match res {
         Resource::Media => media_playlist(hub, index, token, &q).await,
         Resource::Init(v) => match hub.with_packager(index, |p| p.init(v)).flatten() {
-            Some(b) => media(hub, vec![b], "public, max-age=86400"),
-            None => text(StatusCode::NOT_FOUND, format!("no init segment {v}")),
+            Some(b) => Ok(media(hub, vec![b], "public, max-age=86400")),
+            None => Err(HttpError::NotFound(format!("no init segment {v}"))),
         },
         Resource::Segment(msn) => segment(hub, index, msn).await,
         Resource::Part(msn, part) => part_of(hub, index, msn, part).await,
@@ -296,26 +292,28 @@ fn has_a_part(p: &Packager) -> bool {
     p.oldest_msn().is_some_and(|m| p.has_part(m, 0))
 }
 
-fn unavailable(why: &str) -> Response {
-    let mut r = text(StatusCode::SERVICE_UNAVAILABLE, why);
-    set(&mut r, header::RETRY_AFTER, "1");
-    r
+fn unavailable(why: &str) -> HttpError {
+    HttpError::Unavailable(why.to_string(), Some("1"))
 }
 
 /// `media.m3u8`, plain or blocking (`_HLS_msn`, `_HLS_part`).
-async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Response {
+async fn media_playlist(
+    hub: &Hls,
+    stream: usize,
+    token: &str,
+    q: &str,
+) -> Result<Response, HttpError> {
     let msn = crate::http::reply::query_param(q, "_HLS_msn").map(str::parse::<u64>);
     let part = crate::http::reply::query_param(q, "_HLS_part").map(str::parse::<u32>);
     let target = Duration::from_millis(hub.settings().segment_target_ms);
     let (msn, part) = match (msn, part) {
         (Some(Err(_)), _) | (_, Some(Err(_))) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "_HLS_msn and _HLS_part must be numbers",
-            );
+            return Err(HttpError::BadRequest(
+                "_HLS_msn and _HLS_part must be numbers".into(),
+            ));
         }
         (None, Some(_)) => {
-            return text(StatusCode::BAD_REQUEST, "_HLS_part needs _HLS_msn");
+            return Err(HttpError::BadRequest("_HLS_part needs _HLS_msn".into()));
         }
         (m, p) => (m.and_then(Result::ok), p.and_then(Result::ok)),
     };
@@ -324,10 +322,9 @@ async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Respo
         Some(m) => {
             let next = hub.with_packager(stream, |p| p.next_part().0);
             if next.is_some_and(|n| m > n + 2) {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    "_HLS_msn is more than two segments past the playlist's last",
-                );
+                return Err(HttpError::BadRequest(
+                    "_HLS_msn is more than two segments past the playlist's last".into(),
+                ));
             }
             // A part index past the segment's end means the next segment's first part.
             wait_for(hub, stream, 3 * target.max(Duration::from_secs(1)), |p| {
@@ -342,13 +339,13 @@ async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Respo
         None => wait_for(hub, stream, FIRST_PART_WAIT, has_a_part).await,
     };
     if let Err(why) = waited {
-        return unavailable(&format!("playlist not ready: {why}"));
+        return Err(unavailable(&format!("playlist not ready: {why}")));
     }
     let Some(body) = hub
         .with_packager(stream, |p| p.media_playlist(&format!("session={token}")))
         .flatten()
     else {
-        return unavailable("the stream's packaging stopped");
+        return Err(unavailable("the stream's packaging stopped"));
     };
     hub_count_playlist(hub);
     let cache = if blocking {
@@ -356,30 +353,34 @@ async fn media_playlist(hub: &Hls, stream: usize, token: &str, q: &str) -> Respo
     } else {
         "no-cache".to_string()
     };
-    ok(Body::from(body), "application/vnd.apple.mpegurl", &cache)
+    Ok(ok(
+        Body::from(body),
+        "application/vnd.apple.mpegurl",
+        &cache,
+    ))
 }
 
 /// `{msn}.m4s`: a complete segment (waiting for the one in progress to complete).
-async fn segment(hub: &Hls, stream: usize, msn: u64) -> Response {
+async fn segment(hub: &Hls, stream: usize, msn: u64) -> Result<Response, HttpError> {
     let target = Duration::from_millis(hub.settings().segment_target_ms);
     let ahead = hub.with_packager(stream, |p| msn > p.next_part().0);
     if ahead != Some(false) {
-        return text(StatusCode::NOT_FOUND, format!("no segment {msn}"));
+        return Err(HttpError::NotFound(format!("no segment {msn}")));
     }
     if wait_for(hub, stream, 3 * target, |p| p.next_part().0 > msn)
         .await
         .is_err()
     {
-        return unavailable("segment not complete yet");
+        return Err(unavailable("segment not complete yet"));
     }
     match hub.with_packager(stream, |p| p.segment(msn)).flatten() {
-        Some(parts) => media(hub, parts, "public, max-age=60"),
-        None => text(StatusCode::NOT_FOUND, format!("segment {msn} is gone")),
+        Some(parts) => Ok(media(hub, parts, "public, max-age=60")),
+        None => Err(HttpError::NotFound(format!("segment {msn} is gone"))),
     }
 }
 
 /// `{msn}.{part}.m4s`: a part; the one the playlist hints at next is waited for.
-async fn part_of(hub: &Hls, stream: usize, msn: u64, part: u32) -> Response {
+async fn part_of(hub: &Hls, stream: usize, msn: u64, part: u32) -> Result<Response, HttpError> {
     let part_target = Duration::from_millis(hub.settings().part_target_ms);
     let hinted = hub.with_packager(stream, |p| {
         let (nm, np) = p.next_part();
@@ -392,14 +393,13 @@ async fn part_of(hub: &Hls, stream: usize, msn: u64, part: u32) -> Response {
         .await
         .is_err()
     {
-        return unavailable("part not made yet");
+        return Err(unavailable("part not made yet"));
     }
     match hub.with_packager(stream, |p| p.part(msn, part)).flatten() {
-        Some(b) => media(hub, vec![b], "public, max-age=60"),
-        None => text(
-            StatusCode::NOT_FOUND,
-            format!("no part {part} of segment {msn}"),
-        ),
+        Some(b) => Ok(media(hub, vec![b], "public, max-age=60")),
+        None => Err(HttpError::NotFound(format!(
+            "no part {part} of segment {msn}"
+        ))),
     }
 }
 

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::http::error::HttpError;
 use crate::http::reply::text;
 use crate::http::state::AppState;
 use crate::media::SessionMemory;
@@ -26,10 +27,8 @@ pub(super) async fn memory(
     };
     let sessions = if has("sessions=1") {
         let Ok(list) = st.engine.sessions().await else {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "media engine is not running",
-            );
+            return HttpError::Unavailable("media engine is not running".into(), None)
+                .into_response();
         };
         let table = st.sessions.lock().ok();
         let rows: Vec<SessionRow> = list

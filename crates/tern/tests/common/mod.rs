@@ -433,6 +433,62 @@ impl Drop for Server {
     }
 }
 
+/// A server started in this test process ([`tern_server::Server::start`]) on loopback
+/// ports the kernel chooses, announcing 127.0.0.1, with RTMP off. For tests that need one
+/// server and neither kill it nor read its process-wide memory figures.
+pub struct Local {
+    server: Option<tern_server::Server>,
+    /// The HTTP listener.
+    pub http: SocketAddr,
+    /// The one UDP media port.
+    pub media: SocketAddr,
+    /// The TURN listener, if TURN is on.
+    pub turn: Option<SocketAddr>,
+}
+
+impl Local {
+    /// The demo clip as `live/demo`, configured by `toml` (a whole config file, "" for
+    /// none).
+    pub fn demo(toml: &str) -> Local {
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let config = (!toml.is_empty()).then(|| config_file(&format!("local-{}", unique()), toml));
+        let opts = tern_server::ServeOptions {
+            http: Some(any),
+            media: Some(any),
+            candidate: Some([127, 0, 0, 1].into()),
+            config,
+            rtmp: Some(None),
+            demo: true,
+            ..Default::default()
+        };
+        let cfg = tern_server::load_config(&opts).expect("a valid config");
+        let server = tern_server::Server::start(cfg, &opts).expect("the server starts");
+        let a = server.addrs();
+        Local {
+            server: Some(server),
+            http: a.http,
+            media: a.media,
+            turn: a.turn,
+        }
+    }
+
+    /// Stops it (as SIGTERM would) and checks that its ports are free again.
+    pub fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+        TcpListener::bind(self.http).expect("the HTTP port is free after shutdown");
+        UdpSocket::bind(self.media).expect("the media port is free after shutdown");
+    }
+}
+
+/// A number no other call in this process returned.
+fn unique() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
 /// `Udp: RcvbufErrors` from `/proc/net/snmp`: datagrams the kernel dropped because a
 /// socket's receive buffer was full (whole host, all UDP sockets).
 pub fn udp_rcvbuf_errors() -> Option<u64> {
