@@ -1,7 +1,7 @@
 //! Admission: who may publish and play, decided per app by a signed token (JWT, HS256) and
 //! by the operator's own HTTP service (the admission webhook), before any session is made.
 //!
-//! The contract (README "Admission"): before every publish (RTMP, WHIP) and play (WHEP, OME
+//! The contract (`docs/src/security.md`, "Admission"): before every publish (RTMP, WHIP) and play (WHEP, OME
 //! signalling) tern POSTs `{"action", "protocol", "app", "stream", "client": {"address"},
 //! "token", "query", "session"}` and the webhook answers 200 with `{"allow", "reason"?,
 //! "lifetime_s"?}`. A timeout, an error or another status means `on_error`. Requests in
