@@ -332,10 +332,32 @@ impl Server {
             cfg.limits.rtmp_connections_per_ip,
             &cfg.limits.exempt_ranges(),
         );
+        // The runtime first: RTMP connections block on it for the session layer, and the
+        // HTTP listener binds on it (a cluster node's default URL needs its port).
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("HttpWorker")
+            .enable_all()
+            .build()
+            .map_err(|source| ServeError::Thread {
+                what: "HTTP runtime",
+                source,
+            })?;
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(http))
+            .and_then(|l| l.local_addr().map(|a| (l, a)));
+        let (listener, http_addr) = listener.map_err(|source| ServeError::Bind {
+            what: "HTTP",
+            addr: http,
+            source,
+        })?;
         let cluster = match cfg.cluster.clone() {
-            Some(c) => Some(Arc::new(
-                cluster::Cluster::new(c, dtls.clone()).map_err(ServeError::Cluster)?,
-            )),
+            Some(c) => {
+                let c = c.with_default_url(candidate_ip, http_addr);
+                Some(Arc::new(
+                    cluster::Cluster::new(c, dtls.clone()).map_err(ServeError::Cluster)?,
+                ))
+            }
             None => None,
         };
         let core = Arc::new(
@@ -350,16 +372,6 @@ impl Server {
             .with_turn(links)
             .with_cluster(cluster),
         );
-        // The runtime first: RTMP connections block on it for the session layer.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("HttpWorker")
-            .enable_all()
-            .build()
-            .map_err(|source| ServeError::Thread {
-                what: "HTTP runtime",
-                source,
-            })?;
         let _ = core.runtime.set(rt.handle().clone());
         let hls_thread = core
             .hls
@@ -392,14 +404,6 @@ impl Server {
             }
         };
         let state = Arc::new(AppState::new(core.clone()));
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind(http))
-            .and_then(|l| l.local_addr().map(|a| (l, a)));
-        let (listener, http_addr) = listener.map_err(|source| ServeError::Bind {
-            what: "HTTP",
-            addr: http,
-            source,
-        })?;
         let (stop_http, stopping) = tokio::sync::oneshot::channel::<()>();
         let http_task = rt.spawn(async move {
             start_service_tasks(&state);

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, free_tcp_port, free_udp_port, http_get};
+use common::{Ffmpeg, Server, free_tcp_port, http_get};
 use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -88,38 +88,44 @@ impl Drop for Redis {
     }
 }
 
-/// One node's addresses and config, so it can be started again on the same ports.
+/// One node's config, and the addresses its first start reported, so that it can be
+/// started again on the same ports.
 struct NodeSpec {
     name: &'static str,
-    http: SocketAddr,
-    media: SocketAddr,
-    rtmp: SocketAddr,
+    /// HTTP, media, RTMP: `127.0.0.1:0` until the first start reports them.
+    addrs: std::cell::Cell<[SocketAddr; 3]>,
     config: std::path::PathBuf,
 }
 
 impl NodeSpec {
     fn new(name: &'static str, redis: u16) -> NodeSpec {
-        let http: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
-        let media: SocketAddr = ([127, 0, 0, 1], free_udp_port()).into();
-        let rtmp: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+        // No `url`: the node announces its HTTP listener's address.
         let body = format!(
             "[[app]]\nname = \"live\"\ndynamic = true\nidle_grace_s = 30\n\n\
              [cluster]\nredis = \"redis://127.0.0.1:{redis}/0\"\nnode = \"{name}\"\n\
-             url = \"http://{http}\"\nsecret = \"{SECRET}\"\nredirect = true\n"
+             secret = \"{SECRET}\"\nredirect = true\n"
         );
-        let config = common::config_file(&format!("cluster-{name}-{}", http.port()), &body);
+        let config = common::config_file(&format!("cluster-{name}-{redis}"), &body);
         NodeSpec {
             name,
-            http,
-            media,
-            rtmp,
+            addrs: std::cell::Cell::new([SocketAddr::from(([127, 0, 0, 1], 0)); 3]),
             config,
         }
     }
 
+    /// The HTTP listener (known after the first start).
+    fn http(&self) -> SocketAddr {
+        self.addrs.get()[0]
+    }
+
+    /// The RTMP listener (known after the first start).
+    fn rtmp(&self) -> SocketAddr {
+        self.addrs.get()[2]
+    }
+
     fn start(&self) -> Server {
-        let rtmp = self.rtmp.to_string();
-        Server::start_on(
+        let [http, media, rtmp] = self.addrs.get();
+        let server = Server::start_on(
             &[
                 "serve",
                 "--config",
@@ -127,17 +133,31 @@ impl NodeSpec {
                 "--candidate",
                 "127.0.0.1",
                 "--rtmp",
-                &rtmp,
+                &rtmp.to_string(),
             ],
-            &self.http.to_string(),
-            &self.media.to_string(),
-        )
+            &http.to_string(),
+            &media.to_string(),
+        );
+        let reported = [server.http, server.media, server.rtmp.expect("RTMP is on")];
+        if http.port() != 0 {
+            assert_eq!(
+                reported,
+                [http, media, rtmp],
+                "a restart binds the same ports"
+            );
+        }
+        self.addrs.set(reported);
+        server
     }
 
     fn whep(&self, pin: bool) -> String {
         match pin {
-            true => format!("http://{}/live/cam/whep?tern_node={}", self.http, self.name),
-            false => format!("http://{}/live/cam/whep", self.http),
+            true => format!(
+                "http://{}/live/cam/whep?tern_node={}",
+                self.http(),
+                self.name
+            ),
+            false => format!("http://{}/live/cam/whep", self.http()),
         }
     }
 }
@@ -216,15 +236,15 @@ fn three_nodes(seconds: u32) -> (Redis, [NodeSpec; 3], [Server; 3], Ffmpeg) {
     let servers = [specs[0].start(), specs[1].start(), specs[2].start()];
     for s in &specs {
         wait_cluster(
-            s.http,
+            s.http(),
             Duration::from_secs(10),
             "three nodes registered",
             |v| v["redis"] == "up" && node_names(v) == ["a", "b", "c"],
         );
     }
-    let ff = Ffmpeg::push(&format!("rtmp://{}/live/cam", specs[0].rtmp), seconds);
+    let ff = Ffmpeg::push(&format!("rtmp://{}/live/cam", specs[0].rtmp()), seconds);
     wait_cluster(
-        specs[1].http,
+        specs[1].http(),
         Duration::from_secs(15),
         "a claims live/cam",
         |v| origin_of(v, "live/cam").as_deref() == Some("a"),
@@ -246,12 +266,15 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
     ));
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(
-        metric(a.http, "tern_viewers"),
+        metric(a.http(), "tern_viewers"),
         1,
         "the origin holds one session for b"
     );
-    assert_eq!(metric(b.http, "tern_viewers"), 20);
-    assert_eq!(cluster(b.http)["pulling"], serde_json::json!(["live/cam"]));
+    assert_eq!(metric(b.http(), "tern_viewers"), 20);
+    assert_eq!(
+        cluster(b.http())["pulling"],
+        serde_json::json!(["live/cam"])
+    );
     let (o, text) = bench.join().expect("bench thread");
     assert_eq!(o.summary.connected, 20, "{text}");
     for cl in &o.clients {
@@ -271,7 +294,7 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
     // least-loaded node.
     // First the registry must show b's viewers gone (it is read once a second).
     wait_cluster(
-        a.http,
+        a.http(),
         Duration::from_secs(10),
         "b's viewers gone from the registry",
         |v| {
@@ -280,17 +303,17 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
                 .is_some_and(|n| n.iter().all(|n| n["viewers"].as_u64() <= Some(1)))
         },
     );
-    let before = metric(a.http, "tern_cluster_redirects_total");
+    let before = metric(a.http(), "tern_cluster_redirects_total");
     let bench = viewers(format!(
         "-url {} -n 30 -cint 30 -life 6 -sint 20000 --json",
         a.whep(false)
     ));
     std::thread::sleep(Duration::from_secs(4));
-    let held = specs.each_ref().map(|s| metric(s.http, "tern_viewers"));
+    let held = specs.each_ref().map(|s| metric(s.http(), "tern_viewers"));
     // a's count includes one upstream session for each edge that pulls.
     let edges = [b, c]
         .iter()
-        .filter(|s| cluster(s.http)["pulling"] == serde_json::json!(["live/cam"]))
+        .filter(|s| cluster(s.http())["pulling"] == serde_json::json!(["live/cam"]))
         .count() as u64;
     let (o, text) = bench.join().expect("bench thread");
     all_played(&o, &text, 30, 100);
@@ -300,11 +323,11 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
     for (n, l) in ["a", "b", "c"].iter().zip(local) {
         assert!(l >= 6, "node {n} got {l} of 30 viewers: {local:?}");
     }
-    assert!(metric(a.http, "tern_cluster_redirects_total") - before >= 12);
+    assert!(metric(a.http(), "tern_cluster_redirects_total") - before >= 12);
 
     // A second node cannot take a claimed stream: an encoder pushing live/cam to c is
     // refused, naming the node that has it.
-    let mut rogue = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp), 10);
+    let mut rogue = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp()), 10);
     assert_eq!(
         rogue.wait(Duration::from_secs(10)),
         Some(false),
@@ -316,11 +339,11 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
         log.contains("stream live/cam is already published on node a"),
         "{log}"
     );
-    assert_eq!(metric(c.http, "tern_cluster_claims_refused_total"), 1);
+    assert_eq!(metric(c.http(), "tern_cluster_claims_refused_total"), 1);
 
     // LL-HLS at an edge: the playlist request pulls the stream (if the WHEP viewers' pull
     // has ended) and the edge packages its ring.
-    let index = http_get(c.http, "/live/cam/index.m3u8").expect("GET index.m3u8");
+    let index = http_get(c.http(), "/live/cam/index.m3u8").expect("GET index.m3u8");
     assert_eq!(index.status, 200, "{}", index.text());
     let text = index.text();
     let uri = text
@@ -328,15 +351,18 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
         .find(|l| l.starts_with("media.m3u8?session="))
         .unwrap_or_else(|| panic!("no variant: {text}"))
         .to_string();
-    let media = http_get(c.http, &format!("/live/cam/{uri}")).expect("GET media.m3u8");
+    let media = http_get(c.http(), &format!("/live/cam/{uri}")).expect("GET media.m3u8");
     assert_eq!(media.status, 200, "{}", media.text());
     assert!(media.text().contains("#EXT-X-PART:"), "{}", media.text());
-    assert_eq!(cluster(c.http)["pulling"], serde_json::json!(["live/cam"]));
+    assert_eq!(
+        cluster(c.http())["pulling"],
+        serde_json::json!(["live/cam"])
+    );
 
     // OvenMediaEngine signalling at an edge plays the pulled stream too.
     let (o, text) = viewers(format!(
         "-url ws://{}/live/cam -n 3 -cint 50 -life 4 -sint 20000 --json",
-        c.http
+        c.http()
     ))
     .join()
     .expect("bench thread");
@@ -363,15 +389,18 @@ fn origin_and_edge_failover() {
     ff.kill();
     // The claim expires within cluster.ttl_s (3 s); the encoder comes back on c.
     wait_cluster(
-        c.http,
+        c.http(),
         Duration::from_secs(6),
         "a leaves the registry and the map",
         |v| node_names(v) == ["b", "c"] && origin_of(v, "live/cam").is_none(),
     );
-    let mut ff2 = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp), 40);
-    wait_cluster(b.http, Duration::from_secs(10), "c claims live/cam", |v| {
-        origin_of(v, "live/cam").as_deref() == Some("c")
-    });
+    let mut ff2 = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp()), 40);
+    wait_cluster(
+        b.http(),
+        Duration::from_secs(10),
+        "c claims live/cam",
+        |v| origin_of(v, "live/cam").as_deref() == Some("c"),
+    );
     let (o, text) = bench.join().expect("bench thread");
     let resumed = killed.elapsed();
     assert_eq!(o.summary.connected, 5, "{text}");
@@ -410,12 +439,15 @@ fn origin_and_edge_failover() {
 
     // a comes back (same ports at once), then the edge b dies.
     let sa2 = a.start();
-    wait_cluster(c.http, Duration::from_secs(5), "a registered again", |v| {
-        node_names(v) == ["a", "b", "c"]
-    });
+    wait_cluster(
+        c.http(),
+        Duration::from_secs(5),
+        "a registered again",
+        |v| node_names(v) == ["a", "b", "c"],
+    );
     sb.kill();
     std::thread::sleep(Duration::from_secs(4));
-    wait_cluster(c.http, Duration::from_secs(1), "b gone within 4 s", |v| {
+    wait_cluster(c.http(), Duration::from_secs(1), "b gone within 4 s", |v| {
         node_names(v) == ["a", "c"]
     });
     let bench = viewers(format!(
@@ -430,9 +462,12 @@ fn origin_and_edge_failover() {
     // TTL.
     ff2.kill();
     sc.stop();
-    wait_cluster(a.http, Duration::from_millis(1500), "c left at once", |v| {
-        node_names(v) == ["a"] && origin_of(v, "live/cam").is_none()
-    });
+    wait_cluster(
+        a.http(),
+        Duration::from_millis(1500),
+        "c left at once",
+        |v| node_names(v) == ["a"] && origin_of(v, "live/cam").is_none(),
+    );
     drop(sa2);
 }
 
@@ -450,12 +485,12 @@ fn redis_stopped_and_started() {
     ));
     std::thread::sleep(Duration::from_secs(3));
     redis.stop();
-    wait_cluster(b.http, Duration::from_secs(5), "b sees Redis down", |v| {
+    wait_cluster(b.http(), Duration::from_secs(5), "b sees Redis down", |v| {
         v["redis"] == "down"
     });
     // c has no pull of live/cam: it needs the map, which it cannot read.
     let r = common::http_post(
-        c.http,
+        c.http(),
         "/live/cam/whep?tern_node=c",
         "application/sdp",
         common::whep_offer().as_bytes(),
@@ -478,13 +513,13 @@ fn redis_stopped_and_started() {
     redis.restart();
     for s in &specs {
         wait_cluster(
-            s.http,
+            s.http(),
             Duration::from_secs(12),
             "registry back after Redis returned",
             |v| v["redis"] == "up" && node_names(v) == ["a", "b", "c"],
         );
     }
-    wait_cluster(c.http, Duration::from_secs(5), "the map back", |v| {
+    wait_cluster(c.http(), Duration::from_secs(5), "the map back", |v| {
         origin_of(v, "live/cam").as_deref() == Some("a")
     });
     let (o, text) = viewers(format!(

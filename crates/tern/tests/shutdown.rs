@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, free_tcp_port, free_udp_port, http_get, rtmp_handshake};
+use common::{Ffmpeg, Server, http_get, rtmp_handshake};
 use tern_bench::BenchArgs;
 use tern_rtc::clip::Clip;
 
@@ -66,13 +66,24 @@ struct Ports {
 }
 
 impl Ports {
-    fn free() -> Ports {
-        let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    /// Any ports: the server binds what the kernel gives.
+    fn any() -> Ports {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
         Ports {
-            http: local(free_tcp_port()),
-            media: local(free_udp_port()),
-            rtmp: local(free_tcp_port()),
-            turn: local(free_udp_port()),
+            http: any,
+            media: any,
+            rtmp: any,
+            turn: any,
+        }
+    }
+
+    /// The ports `server` reports it bound.
+    fn of(server: &Server) -> Ports {
+        Ports {
+            http: server.http,
+            media: server.media,
+            rtmp: server.rtmp.expect("RTMP is on"),
+            turn: server.turn.expect("TURN is on"),
         }
     }
 }
@@ -117,8 +128,8 @@ fn long_lived(server: &Server, ports: &Ports) -> Vec<Box<dyn std::any::Any>> {
 
 #[test]
 fn sigterm_stops_the_process_within_5_s_with_connections_open() {
-    let ports = Ports::free();
-    let mut server = start(&ports);
+    let mut server = start(&Ports::any());
+    let ports = Ports::of(&server);
     let open = long_lived(&server, &ports);
     // A WHIP publisher (str0m) and an RTMP connection past its handshake.
     let clip = Arc::new(Clip::builtin_lite().expect("clip"));
@@ -195,14 +206,16 @@ fn sigterm_stops_the_process_within_5_s_with_connections_open() {
 
 #[test]
 fn after_sigkill_a_restart_binds_the_same_ports_at_once() {
-    let ports = Ports::free();
-    let mut first = start(&ports);
+    let mut first = start(&Ports::any());
+    let ports = Ports::of(&first);
     let open = long_lived(&first, &ports);
     first.kill();
     drop(open);
     // The killed process's TCP connections linger in the kernel (TIME_WAIT and friends);
     // the new one must bind the same ports anyway, at once.
     let second = start(&ports);
+    assert_eq!(second.http, ports.http);
+    assert_eq!(second.media, ports.media);
     assert_eq!(http_get(second.http, "/").expect("GET /").status, 200);
     let log = second.log_tail(30);
     assert!(

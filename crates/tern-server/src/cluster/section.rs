@@ -17,7 +17,10 @@ pub struct ClusterSection {
     pub redis: String,
     /// This node's name, unique in the cluster (letters, digits, `-`, `_`, `.`).
     pub node: String,
-    /// How viewers and other nodes reach this node's HTTP: `http://HOST:PORT`.
+    /// How viewers and other nodes reach this node's HTTP: `http://HOST:PORT`. Empty (the
+    /// default): `http://` the announced candidate address and the HTTP listener's bound
+    /// port, filled in at start ([`ClusterSection::with_default_url`]).
+    #[serde(default)]
     pub url: String,
     /// Shared by all nodes: node-to-node requests carry it (and skip admission).
     pub secret: String,
@@ -61,7 +64,7 @@ impl ClusterSection {
             ));
         }
         let rest = self.url.strip_prefix("http://").unwrap_or("");
-        if rest.is_empty() || rest.contains('/') && !rest.ends_with('/') {
+        if !self.url.is_empty() && (rest.is_empty() || rest.contains('/') && !rest.ends_with('/')) {
             return Err((
                 "cluster.url",
                 "must be http://HOST:PORT (how viewers and nodes reach this node)".into(),
@@ -80,6 +83,15 @@ impl ClusterSection {
             ));
         }
         Ok(())
+    }
+
+    /// The section with `url` set to `http://HOST:PORT` of this node's HTTP listener
+    /// (`host`: the address announced to clients) when the config left it empty.
+    pub fn with_default_url(mut self, host: std::net::IpAddr, http: std::net::SocketAddr) -> Self {
+        if self.url.is_empty() {
+            self.url = format!("http://{}", std::net::SocketAddr::new(host, http.port()));
+        }
+        self
     }
 
     /// [`ClusterSection::url`] without a trailing `/`.
@@ -105,13 +117,26 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_url_is_the_listeners_address() {
+        let mut c = ok();
+        c.url.clear();
+        assert_eq!(c.check(), Ok(()));
+        let ip = std::net::IpAddr::from([192, 0, 2, 7]);
+        let filled = c.with_default_url(ip, ([0, 0, 0, 0], 8123).into());
+        assert_eq!(filled.url, "http://192.0.2.7:8123");
+        let kept = ok().with_default_url(ip, ([0, 0, 0, 0], 8123).into());
+        assert_eq!(kept.url, "http://127.0.0.1:8080");
+    }
+
+    #[test]
     fn names_the_bad_key() {
         assert_eq!(ok().check(), Ok(()));
         type Breaker = fn(&mut ClusterSection);
-        let cases: [(Breaker, &str); 6] = [
+        let cases: [(Breaker, &str); 7] = [
             (|c| c.redis = "http://x".into(), "cluster.redis"),
             (|c| c.node = "a b".into(), "cluster.node"),
             (|c| c.url = "127.0.0.1:8080".into(), "cluster.url"),
+            (|c| c.url = "http://".into(), "cluster.url"),
             (|c| c.secret = "short".into(), "cluster.secret"),
             (|c| c.ttl_s = 1, "cluster.ttl_s"),
             (|c| c.edge_grace_s = 7200, "cluster.edge_grace_s"),
