@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tern_proto::sdp::{self, OfferParams};
 
@@ -76,29 +76,26 @@ fn start() -> (Proc, SocketAddr) {
         "[[app]]\nname = \"live\"\nstreams = [\"idle\"]\n\n[[app]]\nname = \"secure\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n",
     )
     .expect("write config");
-    let http: SocketAddr = ([127, 0, 0, 1], common::free_tcp_port()).into();
-    let media: SocketAddr = ([127, 0, 0, 1], common::free_udp_port()).into();
-    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "demo",
-            "--http",
-            &http.to_string(),
-            "--media",
-            &media.to_string(),
-        ])
-        .args(["--candidate", "127.0.0.1", "--config"])
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["demo", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0"])
+        .args(["--candidate", "127.0.0.1", "--rtmp", "none", "--config"])
         .arg(&cfg)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn tern");
+    // The server reports the ports it bound: `listening http=ADDR media=ADDR ...`.
+    let out = child.stdout.take().expect("stdout");
     let p = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(http).is_err() {
-        assert!(Instant::now() < deadline, "tern did not listen on {http}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
+        .expect("read the listening line");
+    let http: SocketAddr = line
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("http="))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no http= in {line:?}"));
     (p, http)
 }
 
