@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use tern_rtc::viewer::Viewer;
+use tern_rtc::viewer::adapt::LayerChooser;
 
 use crate::media::link::ViewerId;
 
@@ -33,22 +34,7 @@ pub(super) struct Entry {
     /// head). `None` once it is live.
     pub(super) catchup: Option<u64>,
     /// Layer choice and probing of a viewer of a simulcast stream (see `worker/layers.rs`).
-    pub(super) adapt: Adapt,
-}
-
-/// A viewer's layer-choice state: a few bytes in its table entry.
-#[derive(Debug, Default, Clone, Copy)]
-pub(in crate::media) struct Adapt {
-    /// Passes in a row a higher layer has fitted.
-    pub(in crate::media) up_streak: u8,
-    /// Sweeps of the current probe left (0: not probing).
-    pub(in crate::media) probe_ticks: u8,
-    /// Passes until the next probe may start.
-    pub(in crate::media) probe_wait: u8,
-    /// The wait after the next overuse (passes; 0 until the first).
-    pub(in crate::media) backoff: u8,
-    /// Probe bytes per sweep.
-    pub(in crate::media) probe_bytes: u16,
+    pub(super) layers: LayerChooser,
 }
 
 /// Bytes of one slot of the session table.

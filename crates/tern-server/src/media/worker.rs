@@ -31,6 +31,7 @@ use tern_pool::{BufferPool, CountingAlloc};
 use tern_proto::rtp;
 use tern_rtc::clip::ClipSource;
 use tern_rtc::stream::{RingPacket, Stream};
+use tern_rtc::viewer::adapt::Epoch;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
@@ -174,6 +175,10 @@ pub(super) struct Worker {
     next_catchup: Option<Instant>,
     /// Viewers sending probe packets (see `worker/layers.rs`).
     probing: Vec<ViewerId>,
+    /// The time origin of the viewers' layer choosers.
+    epoch: Epoch,
+    /// When the last round of probes ran (each round sends what the time since earned).
+    last_probe_round: Instant,
     /// When simulcast viewers' layers are next chosen.
     next_layers: Instant,
     /// The HLS thread's queue (app workers).
@@ -239,6 +244,8 @@ impl Worker {
             catching: Vec::new(),
             next_catchup: None,
             probing: Vec::new(),
+            epoch: Epoch::new(Instant::now()),
+            last_probe_round: Instant::now(),
             next_layers: Instant::now(),
             hls_tap: w.hls_tap,
             fanout: Vec::with_capacity(FANOUT_BATCH),

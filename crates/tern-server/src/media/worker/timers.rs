@@ -86,7 +86,7 @@ impl Worker {
                 }
             }
         }
-        self.probe();
+        self.probe(now);
         self.sweeps = self.sweeps.wrapping_add(1);
         if self.handshaking == 0 && !self.sweeps.is_multiple_of(VIEWER_TIMER_SWEEPS) {
             return;

@@ -8,6 +8,7 @@ use std::time::Instant;
 use tern_proto::stun;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::stream::RingPacket;
+use tern_rtc::viewer::adapt::LayerChooser;
 use tern_rtc::viewer::{CloseReason, PWD_LEN, UFRAG_LEN, Viewer, ViewerParams, ViewerState};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
@@ -69,7 +70,7 @@ impl Worker {
             booked: (false, 0),
             reported_lost: 0,
             catchup: None,
-            adapt: Default::default(),
+            layers: LayerChooser::default(),
         };
         self.pools.sessions.add(1, SLOT_BYTES);
         self.pools.book(&mut entry);
@@ -355,8 +356,8 @@ impl Worker {
             return;
         };
         if !e.viewer.pinned() {
-            let budget = e.viewer.can_estimate().then_some(super::layers::START_BPS);
-            e.viewer.set_layer(s.pick_layer(budget), false);
+            let first = LayerChooser::first_layer(&s.layer_rates(), e.viewer.can_estimate());
+            e.viewer.set_layer(first, false);
         }
         let layer = e.viewer.target_layer();
         let from = s
@@ -483,7 +484,7 @@ impl Worker {
 
     /// Writes one probe packet for a viewer into the send batch (see `worker/layers.rs`);
     /// false when it has none to send.
-    pub(super) fn send_padding(&mut self, id: ViewerId) -> bool {
+    pub(super) fn send_padding(&mut self, id: ViewerId, now: Instant) -> bool {
         if self.batch.is_full() {
             self.flush();
         }
@@ -496,7 +497,7 @@ impl Worker {
         let Some(slot) = self.batch.slot() else {
             return false;
         };
-        match e.viewer.write_padding(slot) {
+        match e.viewer.write_padding(slot, now) {
             Ok(Some(n)) => {
                 self.batch.commit(n, to);
                 self.stats.probe_packets.fetch_add(1, Ordering::Relaxed);
