@@ -17,7 +17,6 @@ mod publishers;
 mod timers;
 mod viewers;
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -35,7 +34,6 @@ use tern_rtc::viewer::adapt::Epoch;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
-use crate::limits::AddrPermit;
 use crate::media::batch::SendBatch;
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
@@ -43,7 +41,7 @@ use crate::media::ledger::Pools;
 use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
-use crate::media::table::Slot;
+use crate::media::table::ViewerTable;
 
 /// How often the worker sweeps: streams' ticks, layer choice and probes every time, every
 /// viewer's timers as [`VIEWER_TIMER_SWEEPS`] says. 20 ms keeps DTLS retransmission timing
@@ -139,8 +137,8 @@ pub(super) struct Worker {
     ctl_rx: Receiver<Ctl>,
     socket: std::net::UdpSocket,
     streams: Vec<EngineStream>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// The viewers here.
+    table: ViewerTable,
     dtls: Arc<DtlsContext>,
     pool: BufferPool,
     clock: NtpClock,
@@ -150,9 +148,6 @@ pub(super) struct Worker {
     next_sweep: Instant,
     ingest: Ingest,
     pools: Pools,
-    /// Generation given to new slots: above every generation a removed slot had, so an old
-    /// [`ViewerId`] never names a viewer in a slot that was freed and made again.
-    next_generation: u32,
     hosts: Arc<[WorkerLink]>,
     /// Stream workers this app worker hands its packets to.
     peers: Vec<WorkerLink>,
@@ -162,9 +157,6 @@ pub(super) struct Worker {
     loads: Arc<[AtomicUsize]>,
     /// Media packets sent since the last flush (added to the shared counter per batch).
     sent_packets: u64,
-    /// Per-address permits of viewers still handshaking (dropped when they connect or go):
-    /// only pending viewers have an entry, so connected ones cost nothing here.
-    pending: HashMap<ViewerId, AddrPermit>,
     /// The id of each owned stream's publisher (for its snapshot).
     publisher_ids: Vec<Option<u64>>,
     /// Video and audio ring lengths of a stream this worker serves.
@@ -186,8 +178,6 @@ pub(super) struct Worker {
     /// Live packets waiting for [`Worker::fan_out_queued`], with their stream; empty
     /// outside the part of a loop pass that takes in media (see [`Worker::run`]).
     fanout: Vec<(usize, RingPacket)>,
-    /// Viewers here still handshaking (see [`VIEWER_TIMER_SWEEPS`]).
-    handshaking: usize,
     /// Sweeps run, counting (wraps).
     sweeps: u32,
     /// The streams with a clip source (set at start). Every loop pass polls the sources,
@@ -220,8 +210,7 @@ impl Worker {
             ctl_rx: w.ctl_rx,
             socket: w.send,
             streams: w.streams,
-            slots: Vec::new(),
-            free: Vec::new(),
+            table: ViewerTable::new(w.index),
             dtls: w.dtls,
             pool: w.pool,
             clock: w.clock,
@@ -231,7 +220,6 @@ impl Worker {
             next_sweep: Instant::now(),
             ingest: Ingest::new(n_streams, w.timeouts),
             pools,
-            next_generation: 0,
             hosts: w.hosts,
             peers: w.peers,
             peers_woken,
@@ -239,7 +227,6 @@ impl Worker {
             loads: w.loads,
             sent_packets: 0,
             publisher_ids: vec![None; n_streams],
-            pending: HashMap::new(),
             rings: w.rings,
             catching: Vec::new(),
             next_catchup: None,
@@ -249,7 +236,6 @@ impl Worker {
             next_layers: Instant::now(),
             hls_tap: w.hls_tap,
             fanout: Vec::with_capacity(FANOUT_BATCH),
-            handshaking: 0,
             sweeps: 0,
             sourced,
         }
@@ -323,7 +309,7 @@ impl Worker {
                     }
                     Ok(Ctl::Cmd(cmd)) => self.handle_command(cmd),
                     Ok(Ctl::Sessions(reply)) => {
-                        let _ = reply.send(self.sessions());
+                        let _ = reply.send(self.table.sessions());
                     }
                     Ok(Ctl::Keyframe(stream, layer)) => {
                         self.keyframe_request(stream, layer, Instant::now());
@@ -401,7 +387,7 @@ impl Worker {
     }
 
     fn shutdown(&mut self) {
-        let ids: Vec<ViewerId> = self.ids().collect();
+        let ids: Vec<ViewerId> = self.table.ids().collect();
         for id in ids {
             self.remove(id, CloseReason::Local);
         }

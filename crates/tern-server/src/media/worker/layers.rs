@@ -22,7 +22,6 @@ use tern_rtc::viewer::adapt::ProbeRound;
 use super::Worker;
 use crate::media::ledger::ledger;
 use crate::media::link::ViewerId;
-use crate::media::table::entry_in;
 
 /// How often layers are chosen: a path that shrank is left within a quarter second of
 /// the estimate saying so.
@@ -36,7 +35,7 @@ impl Worker {
         let mut wanted = 0u8;
         let mut probes: Vec<ViewerId> = Vec::new();
         for &id in &self.streams[stream].viewers {
-            let Some(e) = entry_in(&mut self.slots, id) else {
+            let Some(e) = self.table.get(id) else {
                 continue;
             };
             if e.handshaking {
@@ -71,7 +70,7 @@ impl Worker {
         let mut i = 0;
         while i < self.probing.len() {
             let id = self.probing[i];
-            let Some(e) = entry_in(&mut self.slots, id) else {
+            let Some(e) = self.table.get(id) else {
                 self.probing.swap_remove(i);
                 continue;
             };

@@ -16,10 +16,9 @@ use tracing::{debug, warn};
 use super::{CATCHUP_BURST, CATCHUP_TICK, FANOUT_BATCH, Role, Worker};
 use crate::limits::AddrPermit;
 use crate::media::ledger::{ledger, vec_bytes};
-use crate::media::link::Ctl;
-use crate::media::link::{SessionMemory, Target, ViewerId};
+use crate::media::link::{Ctl, Target, ViewerId};
 use crate::media::socket::Route;
-use crate::media::table::{Entry, SLOT_BYTES, Slot, confirmed, entry_in};
+use crate::media::table::{Entry, SLOT_BYTES};
 
 impl Worker {
     /// Adds a viewer of `stream` (the WHEP or OME side made its parameters) and replies
@@ -35,9 +34,8 @@ impl Worker {
             self.unplace();
             return;
         }
-        if self.free.is_empty() && self.slots.len() >= 1 << 24 {
-            // A ViewerId holds 24 bits of slot index; the reply is dropped, which the
-            // HTTP side reports as unavailable.
+        if self.table.is_full() {
+            // The reply is dropped, which the HTTP side reports as unavailable.
             warn!("media worker {} is full", self.index);
             self.unplace();
             return;
@@ -45,26 +43,10 @@ impl Worker {
         let ufrag = params.local_ufrag;
         // The ufrag was allocated on the HTTP side; the viewer owns it from here.
         let heap = params.remote_ufrag.len();
-        let viewer = Viewer::new(params, Instant::now());
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot {
-                    generation: self.next_generation,
-                    entry: None,
-                });
-                self.book_slots();
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        let id = ViewerId::new(self.index, index, slot.generation);
-        let pos = self.streams[stream].viewers.len();
-        self.streams[stream].viewers.push(id);
-        let mut entry = Entry {
-            viewer,
+        let entry = Entry {
+            viewer: Viewer::new(params, Instant::now()),
             stream,
-            pos,
+            pos: self.streams[stream].viewers.len(),
             handshaking: true,
             heap,
             booked: (false, 0),
@@ -72,9 +54,16 @@ impl Worker {
             catchup: None,
             layers: LayerChooser::default(),
         };
-        self.pools.sessions.add(1, SLOT_BYTES);
-        self.pools.book(&mut entry);
-        slot.entry = Some(entry);
+        let Some(id) = self.table.insert(entry, permit) else {
+            self.unplace();
+            return;
+        };
+        self.book_slots();
+        self.streams[stream].viewers.push(id);
+        if let Some(e) = self.table.get(id) {
+            self.pools.sessions.add(1, SLOT_BYTES);
+            self.pools.book(e);
+        }
         // The route is queued before the reply, so it is in place before the
         // viewer's first check can arrive.
         self.route(|| Route::Ufrag {
@@ -87,26 +76,13 @@ impl Worker {
             .viewer_joined(id.raw(), &self.streams[stream].key);
         self.stats.viewers.fetch_add(1, Ordering::Relaxed);
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
-        self.handshaking += 1;
-        if let Some(p) = permit {
-            self.pending.insert(id, p);
-        }
         let _ = reply.send(id);
     }
 
     pub(super) fn remove(&mut self, id: ViewerId, reason: CloseReason) {
-        let Some(slot) = self.slots.get_mut(id.index()) else {
+        let Some(mut e) = self.table.remove(id) else {
             return;
         };
-        if slot.generation != id.generation() {
-            return;
-        }
-        let Some(mut e) = slot.entry.take() else {
-            return;
-        };
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(id.index() as u32);
-        self.pending.remove(&id);
         // Closing from our side tells a connected viewer with DTLS close_notify.
         let mut alert = [0u8; 64];
         let mut alert_len = 0;
@@ -139,7 +115,6 @@ impl Worker {
         );
         self.pools.unbook(&mut e);
         if e.handshaking {
-            self.handshaking -= 1;
             self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
             if reason != CloseReason::Local {
                 self.stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
@@ -163,7 +138,7 @@ impl Worker {
         let list = &mut self.streams[e.stream].viewers;
         list.swap_remove(e.pos);
         if let Some(&moved) = list.get(e.pos)
-            && let Some(m) = self.entry(moved)
+            && let Some(m) = self.table.get(moved)
         {
             m.pos = e.pos;
         }
@@ -178,7 +153,7 @@ impl Worker {
         pwd: [u8; PWD_LEN],
         remote_ufrag: Box<str>,
     ) {
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return;
         };
         let old = *e.viewer.local_ufrag();
@@ -201,7 +176,7 @@ impl Worker {
     /// Pins a viewer to a layer (the API), or unpins it; it moves at the layer's next
     /// keyframe, asked for at once.
     pub(super) fn set_layer(&mut self, id: ViewerId, pin: Option<u8>, now: Instant) {
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return;
         };
         let stream = e.stream;
@@ -227,43 +202,13 @@ impl Worker {
         }
     }
 
-    pub(super) fn ids(&self) -> impl Iterator<Item = ViewerId> + '_ {
-        let w = self.index;
-        self.slots.iter().enumerate().filter_map(move |(i, s)| {
-            s.entry
-                .as_ref()
-                .map(|_| ViewerId::new(w, i as u32, s.generation))
-        })
-    }
-
-    pub(super) fn entry(&mut self, id: ViewerId) -> Option<&mut Entry> {
-        entry_in(&mut self.slots, id)
-    }
-
-    pub(super) fn sessions(&self) -> Vec<SessionMemory> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let e = s.entry.as_ref()?;
-                Some(SessionMemory {
-                    id: ViewerId::new(self.index, i as u32, s.generation),
-                    state: format!("{:?}", e.viewer.state()),
-                    handshake: e.viewer.has_handshake(),
-                    inline_bytes: SLOT_BYTES,
-                    heap_bytes: e.heap,
-                })
-            })
-            .collect()
-    }
-
     pub(super) fn handle_stun(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let Ok(msg) = stun::Message::parse(buf) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let mut out = [0u8; 256];
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -302,7 +247,7 @@ impl Worker {
     pub(super) fn handle_dtls(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let dtls = self.dtls.clone();
         let mut flights: Vec<Vec<u8>> = Vec::new();
-        let Some(e) = confirmed(&mut self.slots, id, from) else {
+        let Some(e) = self.table.confirmed(id, from) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -324,14 +269,12 @@ impl Worker {
     /// Reacts to state changes after input: handshake completion (start media from the
     /// latest keyframe) or closure.
     pub(super) fn after_io(&mut self, id: ViewerId) {
-        let Some(e) = self.entry(id) else { return };
+        let Some(e) = self.table.get(id) else { return };
         match e.viewer.state() {
             ViewerState::Connected if e.handshaking => {
-                e.handshaking = false;
                 let stream = e.stream;
                 let remote = e.viewer.remote_addr();
-                self.pending.remove(&id);
-                self.handshaking -= 1;
+                self.table.connected(id);
                 self.stats.snapshots.viewer_connected(id.raw(), remote);
                 self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
                 self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
@@ -352,7 +295,7 @@ impl Worker {
     /// A simulcast viewer starts on its pinned layer, else on the best one sending.
     pub(super) fn start_viewer(&mut self, id: ViewerId, stream: usize) {
         let s = &self.streams[stream].stream;
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return;
         };
         if !e.viewer.pinned() {
@@ -367,7 +310,7 @@ impl Worker {
             self.ask_keyframe(stream, layer, Instant::now());
             return;
         };
-        if let Some(e) = entry_in(&mut self.slots, id) {
+        if let Some(e) = self.table.get(id) {
             e.catchup = Some(from);
             self.catching.push(id);
             self.catch_up_one(id);
@@ -401,7 +344,7 @@ impl Worker {
 
     /// One step of a viewer's catch-up; false once it is live (or gone).
     fn catch_up_one(&mut self, id: ViewerId) -> bool {
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return false;
         };
         let (stream, Some(mut next)) = (e.stream, e.catchup) else {
@@ -454,7 +397,7 @@ impl Worker {
         if self.batch.is_full() {
             self.flush();
         }
-        let e = entry_in(&mut self.slots, id)?;
+        let e = self.table.get(id)?;
         if live && e.catchup.is_some() && pkt.kind == MediaKind::Video {
             return None;
         }
@@ -488,7 +431,7 @@ impl Worker {
         if self.batch.is_full() {
             self.flush();
         }
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return false;
         };
         let Some(to) = e.viewer.remote_addr() else {
