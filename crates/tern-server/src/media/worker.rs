@@ -12,6 +12,7 @@
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
 //! one wake per stream worker handed packets.
 
+mod fanout;
 mod layers;
 mod publishers;
 mod timers;
@@ -29,7 +30,7 @@ use mio::{Events, Poll};
 use tern_pool::{BufferPool, CountingAlloc};
 use tern_proto::rtp;
 use tern_rtc::clip::ClipSource;
-use tern_rtc::stream::{RingPacket, Stream};
+use tern_rtc::stream::Stream;
 use tern_rtc::viewer::adapt::Epoch;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
@@ -42,6 +43,7 @@ use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
 use crate::media::table::ViewerTable;
+use fanout::FanOut;
 
 /// How often the worker sweeps: streams' ticks, layer choice and probes every time, every
 /// viewer's timers as [`VIEWER_TIMER_SWEEPS`] says. 20 ms keeps DTLS retransmission timing
@@ -55,10 +57,6 @@ const SWEEP: Duration = Duration::from_millis(20);
 /// each at thousands of viewers, and the books visit every stream slot: together about 2 %
 /// of the server's CPU in the egress profile at 1,000 viewers when they ran every 20 ms.
 pub(super) const VIEWER_TIMER_SWEEPS: u32 = 5;
-
-/// Live packets queued for a viewer-by-viewer fan-out before it runs anyway (a keyframe's
-/// packets, or a backlog): bounds the queue and the wait of the batch's first packet.
-pub(super) const FANOUT_BATCH: usize = 32;
 
 /// A viewer catching up from the keyframe cache gets this many packets per
 /// [`CATCHUP_TICK`]: 16 every 5 ms is 3,200 packets/s (~30 Mbit/s of 1,200-byte packets),
@@ -149,10 +147,8 @@ pub(super) struct Worker {
     ingest: Ingest,
     pools: Pools,
     hosts: Arc<[WorkerLink]>,
-    /// Stream workers this app worker hands its packets to.
-    peers: Vec<WorkerLink>,
-    /// Peers handed packets since they were last woken.
-    peers_woken: Vec<bool>,
+    /// Where new packets go: the stream workers, and the queue for the viewers here.
+    fanout: FanOut,
     sockets: Arc<[SocketLink]>,
     loads: Arc<[AtomicUsize]>,
     /// Media packets sent since the last flush (added to the shared counter per batch).
@@ -175,9 +171,6 @@ pub(super) struct Worker {
     next_layers: Instant,
     /// The HLS thread's queue (app workers).
     hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
-    /// Live packets waiting for [`Worker::fan_out_queued`], with their stream; empty
-    /// outside the part of a loop pass that takes in media (see [`Worker::run`]).
-    fanout: Vec<(usize, RingPacket)>,
     /// Sweeps run, counting (wraps).
     sweeps: u32,
     /// The streams with a clip source (set at start). Every loop pass polls the sources,
@@ -200,7 +193,6 @@ impl Worker {
         let sourced = (0..n_streams)
             .filter(|&s| w.streams[s].source.is_some())
             .collect();
-        let peers_woken = vec![false; w.peers.len()];
         Worker {
             index: w.index,
             role: w.role,
@@ -221,8 +213,7 @@ impl Worker {
             ingest: Ingest::new(n_streams, w.timeouts),
             pools,
             hosts: w.hosts,
-            peers: w.peers,
-            peers_woken,
+            fanout: FanOut::new(w.peers),
             sockets: w.sockets,
             loads: w.loads,
             sent_packets: 0,
@@ -235,7 +226,6 @@ impl Worker {
             last_probe_round: Instant::now(),
             next_layers: Instant::now(),
             hls_tap: w.hls_tap,
-            fanout: Vec::with_capacity(FANOUT_BATCH),
             sweeps: 0,
             sourced,
         }
@@ -366,7 +356,7 @@ impl Worker {
             // Ingest timeouts may have published packets.
             self.fan_out_queued();
             self.flush();
-            self.wake_peers();
+            self.fanout.wake();
         }
     }
 
