@@ -12,6 +12,7 @@
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
 //! one wake per stream worker handed packets.
 
+mod deadlines;
 mod fanout;
 mod layers;
 mod publishers;
@@ -43,6 +44,7 @@ use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
 use crate::media::table::ViewerTable;
+use deadlines::{Deadlines, Timer};
 use fanout::FanOut;
 
 /// How often the worker sweeps: streams' ticks, layer choice and probes every time, every
@@ -143,7 +145,8 @@ pub(super) struct Worker {
     stats: Arc<EngineStats>,
     cname: String,
     batch: SendBatch,
-    next_sweep: Instant,
+    /// When the loop wakes next, and for what.
+    deadlines: Deadlines,
     ingest: Ingest,
     pools: Pools,
     hosts: Arc<[WorkerLink]>,
@@ -159,8 +162,6 @@ pub(super) struct Worker {
     rings: (usize, usize),
     /// Viewers catching up from the keyframe cache (see `start_viewer`).
     catching: Vec<ViewerId>,
-    /// When the next catch-up step is due, while anyone catches up.
-    next_catchup: Option<Instant>,
     /// Viewers sending probe packets (see `worker/layers.rs`).
     probing: Vec<ViewerId>,
     /// The time origin of the viewers' layer choosers.
@@ -190,6 +191,9 @@ impl Worker {
         let bytes = usize::try_from(CountingAlloc::thread_net_bytes() - before).unwrap_or(0);
         pools.batch.add(1, bytes);
         let n_streams = w.streams.len();
+        let mut deadlines = Deadlines::default();
+        // The first sweep at once.
+        deadlines.set(Timer::Sweep, Instant::now());
         let sourced = (0..n_streams)
             .filter(|&s| w.streams[s].source.is_some())
             .collect();
@@ -209,7 +213,7 @@ impl Worker {
             stats: w.stats,
             cname: w.cname,
             batch,
-            next_sweep: Instant::now(),
+            deadlines,
             ingest: Ingest::new(n_streams, w.timeouts),
             pools,
             hosts: w.hosts,
@@ -220,7 +224,6 @@ impl Worker {
             publisher_ids: vec![None; n_streams],
             rings: w.rings,
             catching: Vec::new(),
-            next_catchup: None,
             probing: Vec::new(),
             epoch: Epoch::new(Instant::now()),
             last_probe_round: Instant::now(),
@@ -283,7 +286,7 @@ impl Worker {
         let mut events = Events::with_capacity(16);
         loop {
             let now = Instant::now();
-            let deadline = self.next_deadline();
+            let deadline = self.next_deadline(now);
             let timeout = deadline.saturating_duration_since(now);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -345,9 +348,9 @@ impl Worker {
                 self.ingest.handle_timeouts(now, &mut out);
                 self.apply_ingest(now, out);
             }
-            if now >= self.next_sweep {
+            if self.deadlines.is_expired(Timer::Sweep, now) {
                 self.sweep(now);
-                self.next_sweep = now + SWEEP;
+                self.deadlines.set(Timer::Sweep, now + SWEEP);
                 // Low-water refill and the dry-pool warning clock, off the per-packet path.
                 if self.index == 0 {
                     self.pool.maintain(now);
@@ -360,20 +363,22 @@ impl Worker {
         }
     }
 
-    fn next_deadline(&self) -> Instant {
-        let mut d = self.next_sweep;
-        if let Some(t) = self.next_catchup {
-            d = d.min(t);
-        }
-        if let Some(t) = self.ingest.next_timeout() {
-            d = d.min(t);
-        }
-        for &s in &self.sourced {
-            if let Some(src) = &self.streams[s].source {
-                d = d.min(src.poll_timeout());
-            }
-        }
-        d
+    /// When the loop wakes next: the soonest of its deadlines, with ingest's and the clip
+    /// sources' read in (they keep their own).
+    fn next_deadline(&mut self, now: Instant) -> Instant {
+        self.deadlines
+            .update(Timer::Ingest, self.ingest.next_timeout());
+        let source = self
+            .sourced
+            .iter()
+            .filter_map(|&s| self.streams[s].source.as_ref())
+            .map(ClipSource::poll_timeout)
+            .min();
+        self.deadlines.update(Timer::Source, source);
+        // (The sweep is always set.)
+        self.deadlines
+            .next_timeout()
+            .map_or(now + SWEEP, |(at, _)| at)
     }
 
     fn shutdown(&mut self) {

@@ -13,6 +13,7 @@ use tern_rtc::viewer::{CloseReason, PWD_LEN, UFRAG_LEN, Viewer, ViewerParams, Vi
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::deadlines::Timer;
 use super::{CATCHUP_BURST, CATCHUP_TICK, Role, Worker};
 use crate::limits::AddrPermit;
 use crate::media::ledger::{ledger, vec_bytes};
@@ -314,8 +315,10 @@ impl Worker {
             e.catchup = Some(from);
             self.catching.push(id);
             self.catch_up_one(id);
-            self.next_catchup
-                .get_or_insert_with(|| Instant::now() + CATCHUP_TICK);
+            if self.deadlines.get(Timer::CatchUp).is_none() {
+                self.deadlines
+                    .set(Timer::CatchUp, Instant::now() + CATCHUP_TICK);
+            }
         }
     }
 
@@ -323,7 +326,7 @@ impl Worker {
     /// cache; a viewer whose cursor passed the ring's head is live from then on. Runs every
     /// [`CATCHUP_TICK`] while anyone catches up.
     pub(super) fn catch_up(&mut self, now: Instant) {
-        if self.next_catchup.is_none_or(|t| now < t) {
+        if !self.deadlines.is_expired(Timer::CatchUp, now) {
             return;
         }
         let mut i = 0;
@@ -335,7 +338,10 @@ impl Worker {
                 self.catching.swap_remove(i);
             }
         }
-        self.next_catchup = (!self.catching.is_empty()).then(|| now + CATCHUP_TICK);
+        self.deadlines.update(
+            Timer::CatchUp,
+            (!self.catching.is_empty()).then(|| now + CATCHUP_TICK),
+        );
         if self.catching.is_empty() {
             // Nothing kept sized for the last wave of joins: idle holds no list.
             self.catching = Vec::new();
