@@ -12,6 +12,7 @@
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
 //! one wake per stream worker handed packets.
 
+mod adaptation;
 mod deadlines;
 mod fanout;
 mod layers;
@@ -32,7 +33,6 @@ use tern_pool::{BufferPool, CountingAlloc};
 use tern_proto::rtp;
 use tern_rtc::clip::ClipSource;
 use tern_rtc::stream::Stream;
-use tern_rtc::viewer::adapt::Epoch;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
@@ -44,6 +44,7 @@ use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
 use crate::media::table::ViewerTable;
+use adaptation::Adaptation;
 use deadlines::{Deadlines, Timer};
 use fanout::FanOut;
 
@@ -162,14 +163,8 @@ pub(super) struct Worker {
     rings: (usize, usize),
     /// Viewers catching up from the keyframe cache (see `start_viewer`).
     catching: Vec<ViewerId>,
-    /// Viewers sending probe packets (see `worker/layers.rs`).
-    probing: Vec<ViewerId>,
-    /// The time origin of the viewers' layer choosers.
-    epoch: Epoch,
-    /// When the last round of probes ran (each round sends what the time since earned).
-    last_probe_round: Instant,
-    /// When simulcast viewers' layers are next chosen.
-    next_layers: Instant,
+    /// Layer choice and probes: when and with what (see `worker/layers.rs`).
+    adaptation: Adaptation,
     /// The HLS thread's queue (app workers).
     hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
     /// Sweeps run, counting (wraps).
@@ -224,10 +219,7 @@ impl Worker {
             publisher_ids: vec![None; n_streams],
             rings: w.rings,
             catching: Vec::new(),
-            probing: Vec::new(),
-            epoch: Epoch::new(Instant::now()),
-            last_probe_round: Instant::now(),
-            next_layers: Instant::now(),
+            adaptation: Adaptation::new(Instant::now()),
             hls_tap: w.hls_tap,
             sweeps: 0,
             sourced,

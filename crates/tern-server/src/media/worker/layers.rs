@@ -3,7 +3,7 @@
 //! tern-rtc's sans-IO `LayerChooser` (`tern_rtc::viewer::adapt`: down at once, up
 //! after a hold, probes and their back-off, all in time); the worker runs it:
 //!
-//! - every [`EVERY`], for each simulcast stream it serves, each connected viewer's chooser
+//! - every 250 ms (`adaptation::EVERY`), for each simulcast stream it serves, each connected viewer's chooser
 //!   with what it observes of the viewer and the stream's layer rates, and carries out the
 //!   decision (pinned viewers never move);
 //! - every sweep, a round of each probing viewer's probe, as long as the time since the last
@@ -14,7 +14,7 @@
 //! libwebrtc keeps 300 ms per sender, whatever the layer; ingest still coalesces them to
 //! one per layer per 500 ms).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tern_rtc::stream::MAX_LAYERS;
 use tern_rtc::viewer::adapt::ProbeRound;
@@ -22,10 +22,6 @@ use tern_rtc::viewer::adapt::ProbeRound;
 use super::Worker;
 use crate::media::ledger::ledger;
 use crate::media::link::ViewerId;
-
-/// How often layers are chosen: a path that shrank is left within a quarter second of
-/// the estimate saying so.
-pub(super) const EVERY: Duration = Duration::from_millis(250);
 
 impl Worker {
     /// Points stream `stream`'s viewers at their layers and starts probes (see the module).
@@ -43,7 +39,7 @@ impl Worker {
             }
             // Observing starts the viewer's estimator (its heap is the viewer's).
             let seen = ledger(e, |v| v.observe(now));
-            let d = e.layers.choose(&self.epoch, &seen, &rates, now);
+            let d = e.layers.choose(self.adaptation.epoch(), &seen, &rates, now);
             let v = &mut e.viewer;
             v.apply(d.switch);
             if d.probe {
@@ -53,7 +49,7 @@ impl Worker {
                 wanted |= 1 << v.target_layer();
             }
         }
-        self.probing.extend(probes);
+        self.adaptation.started(probes);
         for layer in 0..MAX_LAYERS as u8 {
             if wanted & 1 << layer != 0 {
                 self.ask_keyframe(stream, layer, now);
@@ -65,17 +61,19 @@ impl Worker {
     /// earned. A probe that ran out is judged (overuse backs the next one off) and leaves
     /// the list.
     pub(super) fn probe(&mut self, now: Instant) {
-        let round = now.saturating_duration_since(self.last_probe_round);
-        self.last_probe_round = now;
+        let (round, mut probing) = self.adaptation.begin_round(now);
         let mut i = 0;
-        while i < self.probing.len() {
-            let id = self.probing[i];
+        while i < probing.len() {
+            let id = probing[i];
             let Some(e) = self.table.get(id) else {
-                self.probing.swap_remove(i);
+                probing.swap_remove(i);
                 continue;
             };
             let usage = e.viewer.bwe_usage();
-            match e.layers.probe_round(&self.epoch, now, round, usage) {
+            match e
+                .layers
+                .probe_round(self.adaptation.epoch(), now, round, usage)
+            {
                 ProbeRound::Send(packets) => {
                     for _ in 0..packets {
                         if !self.send_padding(id, now) {
@@ -85,12 +83,10 @@ impl Worker {
                     i += 1;
                 }
                 ProbeRound::Ended { .. } | ProbeRound::Idle => {
-                    self.probing.swap_remove(i);
+                    probing.swap_remove(i);
                 }
             }
         }
-        if self.probing.is_empty() && self.probing.capacity() > 0 {
-            self.probing = Vec::new();
-        }
+        self.adaptation.end_round(probing);
     }
 }

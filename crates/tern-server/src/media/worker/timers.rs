@@ -77,8 +77,7 @@ impl Worker {
         for s in &mut self.streams {
             s.stream.tick(now);
         }
-        if now >= self.next_layers {
-            self.next_layers = now + super::layers::EVERY;
+        if self.adaptation.pass_due(now) {
             for i in 0..self.streams.len() {
                 if self.streams[i].stream.layers() > 1 {
                     self.choose_layers(i, now);

@@ -338,13 +338,12 @@ impl Worker {
                 self.catching.swap_remove(i);
             }
         }
-        self.deadlines.update(
-            Timer::CatchUp,
-            (!self.catching.is_empty()).then(|| now + CATCHUP_TICK),
-        );
         if self.catching.is_empty() {
+            self.deadlines.stop(Timer::CatchUp);
             // Nothing kept sized for the last wave of joins: idle holds no list.
             self.catching = Vec::new();
+        } else {
+            self.deadlines.set(Timer::CatchUp, now + CATCHUP_TICK);
         }
     }
 
