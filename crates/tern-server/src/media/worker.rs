@@ -16,13 +16,13 @@ mod adaptation;
 mod deadlines;
 mod fanout;
 mod layers;
+mod outbox;
 mod publishers;
 mod timers;
 mod viewers;
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -47,6 +47,7 @@ use crate::media::table::ViewerTable;
 use adaptation::Adaptation;
 use deadlines::{Deadlines, Timer};
 use fanout::FanOut;
+use outbox::Outbox;
 
 /// How often the worker sweeps: streams' ticks, layer choice and probes every time, every
 /// viewer's timers as [`VIEWER_TIMER_SWEEPS`] says. 20 ms keeps DTLS retransmission timing
@@ -136,7 +137,6 @@ pub(super) struct Worker {
     poll: Poll,
     data_rx: Receiver<Data>,
     ctl_rx: Receiver<Ctl>,
-    socket: std::net::UdpSocket,
     streams: Vec<EngineStream>,
     /// The viewers here.
     table: ViewerTable,
@@ -145,7 +145,8 @@ pub(super) struct Worker {
     clock: NtpClock,
     stats: Arc<EngineStats>,
     cname: String,
-    batch: SendBatch,
+    /// The send batch on the shared port.
+    out: Outbox,
     /// When the loop wakes next, and for what.
     deadlines: Deadlines,
     ingest: Ingest,
@@ -155,8 +156,6 @@ pub(super) struct Worker {
     fanout: FanOut,
     sockets: Arc<[SocketLink]>,
     loads: Arc<[AtomicUsize]>,
-    /// Media packets sent since the last flush (added to the shared counter per batch).
-    sent_packets: u64,
     /// The id of each owned stream's publisher (for its snapshot).
     publisher_ids: Vec<Option<u64>>,
     /// Video and audio ring lengths of a stream this worker serves.
@@ -199,7 +198,6 @@ impl Worker {
             poll: w.poll,
             data_rx: w.data_rx,
             ctl_rx: w.ctl_rx,
-            socket: w.send,
             streams: w.streams,
             table: ViewerTable::new(w.index),
             dtls: w.dtls,
@@ -207,7 +205,7 @@ impl Worker {
             clock: w.clock,
             stats: w.stats,
             cname: w.cname,
-            batch,
+            out: Outbox::new(w.send, batch),
             deadlines,
             ingest: Ingest::new(n_streams, w.timeouts),
             pools,
@@ -215,7 +213,6 @@ impl Worker {
             fanout: FanOut::new(w.peers),
             sockets: w.sockets,
             loads: w.loads,
-            sent_packets: 0,
             publisher_ids: vec![None; n_streams],
             rings: w.rings,
             catching: Vec::new(),
@@ -425,33 +422,12 @@ impl Worker {
 
     /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
     fn send_to(&mut self, data: &[u8], to: SocketAddr) {
-        if self.batch.is_full() {
-            self.flush();
-        }
-        if !self.batch.push(data, to) {
-            self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
-        }
+        self.out.send_to(data, to, &self.stats);
     }
 
     /// Hands the send batch to the kernel.
     fn flush(&mut self) {
-        if self.sent_packets > 0 {
-            self.stats
-                .packets_out
-                .fetch_add(std::mem::take(&mut self.sent_packets), Ordering::Relaxed);
-        }
-        if self.batch.is_empty() {
-            return;
-        }
-        let f = self.batch.flush(self.socket.as_raw_fd());
-        self.stats
-            .bytes_out
-            .fetch_add(f.bytes as u64, Ordering::Relaxed);
-        if f.dropped > 0 {
-            self.stats
-                .send_errors
-                .fetch_add(f.dropped as u64, Ordering::Relaxed);
-        }
+        self.out.flush(&self.stats);
     }
 
     fn handle_datagram(&mut self, now: Instant, to: Target, buf: &mut [u8], from: SocketAddr) {

@@ -399,9 +399,7 @@ impl Worker {
         pkt: &RingPacket,
         live: bool,
     ) -> Option<usize> {
-        if self.batch.is_full() {
-            self.flush();
-        }
+        self.out.make_room(&self.stats);
         let e = self.table.get(id)?;
         if live && e.catchup.is_some() && pkt.kind == MediaKind::Video {
             return None;
@@ -409,11 +407,10 @@ impl Worker {
         let to = e.viewer.remote_addr()?;
         // A keyframe may start the viewer on a layer or move it to another.
         let layer_was = pkt.keyframe.then(|| e.viewer.video_layer());
-        let slot = self.batch.slot()?;
+        let slot = self.out.slot()?;
         match e.viewer.write_media(pkt, slot) {
             Ok(Some(n)) => {
-                self.batch.commit(n, to);
-                self.sent_packets += 1;
+                self.out.commit_media(n, to);
                 if let Some(was) = layer_was
                     && e.viewer.video_layer() != was
                 {
@@ -433,21 +430,19 @@ impl Worker {
     /// Writes one probe packet for a viewer into the send batch (see `worker/layers.rs`);
     /// false when it has none to send.
     pub(super) fn send_padding(&mut self, id: ViewerId, now: Instant) -> bool {
-        if self.batch.is_full() {
-            self.flush();
-        }
+        self.out.make_room(&self.stats);
         let Some(e) = self.table.get(id) else {
             return false;
         };
         let Some(to) = e.viewer.remote_addr() else {
             return false;
         };
-        let Some(slot) = self.batch.slot() else {
+        let Some(slot) = self.out.slot() else {
             return false;
         };
         match e.viewer.write_padding(slot, now) {
             Ok(Some(n)) => {
-                self.batch.commit(n, to);
+                self.out.commit(n, to);
                 self.stats.probe_packets.fetch_add(1, Ordering::Relaxed);
                 true
             }
