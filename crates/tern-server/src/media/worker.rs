@@ -1,12 +1,25 @@
 //! The app and stream workers: one thread each, the same type in two roles (see
-//! [`crate::media::engine`]). This file holds the worker's state and its loop; what it does
-//! lives beside it by concern:
+//! [`crate::media::engine`]). This file holds the worker's loop and its state. Most of the
+//! state is in owned parts, each a type in its own file with its own tests, that keep their
+//! fields to themselves:
+//!
+//! - `ViewerTable` (`media/table.rs`): the viewers' slots and ids, the free list, who is
+//!   still handshaking;
+//! - `FanOut` (`worker/fanout.rs`): where a new packet goes: the stream workers, and the
+//!   queue for the viewers here;
+//! - `Deadlines` (`worker/deadlines.rs`): what the loop wakes for next, and when;
+//! - `Outbox` (`worker/outbox.rs`): the send batch on the shared port, and its counters;
+//! - `Adaptation` (`worker/adaptation.rs`): what the viewers' layer choosers run with (the
+//!   policy is tern-rtc's `LayerChooser`, one in each viewer's table entry).
+//!
+//! What the worker does with them lives beside it by concern, as `impl Worker`:
 //!
 //! - `worker/viewers.rs`: viewers joining, leaving, ICE and DTLS, and media out to them;
 //! - `worker/publishers.rs`: publishers (WHIP, RTMP), clip sources, the ring and fan-out to
 //!   the stream workers;
 //! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping;
-//! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads.
+//! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads, and
+//!   its probes.
 //!
 //! One loop turn: control messages, then up to a queue's worth of datagrams and packets,
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and

@@ -1,12 +1,12 @@
 //! Simulcast layer choice and probing, for the viewers of simulcast streams only (a viewer
 //! of a single-layer stream has nothing to adapt and pays nothing here). The policy is
-//! tern-rtc's sans-IO `LayerChooser` (`tern_rtc::viewer::adapt`: down at once, up
-//! after a hold, probes and their back-off, all in time); the worker runs it:
+//! tern-rtc's sans-IO `LayerChooser` (`tern_rtc::viewer::adapt`: down at once, up after a
+//! hold, probes and their back-off, all stated in time); the worker runs it:
 //!
-//! - every 250 ms (`adaptation::EVERY`), for each simulcast stream it serves, each connected viewer's chooser
-//!   with what it observes of the viewer and the stream's layer rates, and carries out the
-//!   decision (pinned viewers never move);
-//! - every sweep, a round of each probing viewer's probe, as long as the time since the last
+//! - every 250 ms (`adaptation::EVERY`), for each simulcast stream it serves, each
+//!   connected viewer's chooser, with what it observes of the viewer and the stream's layer
+//!   rates, and carries out the decision (pinned viewers never move);
+//! - every sweep, a round of each probing viewer's probe: what the time since the last
 //!   round earned, in padding-only packets on its RTX SSRC (see `Worker::send_padding`).
 //!
 //! A viewer moves at the wanted layer's next keyframe; one waiting to move gets that
