@@ -810,7 +810,8 @@ mod tests {
     fn a_probe_starts_only_below_the_next_layer_on_a_quiet_path_with_feedback() {
         // On layer 1 with 2 Mbit/s: layer 0 needs 3.25, so a probe.
         assert!(Sim::new().choose(&seen(2_000_000, 1)).probe);
-        let refused: [(&str, fn(&mut Observed)); 7] = [
+        type Change = fn(&mut Observed);
+        let refused: [(&str, Change); 7] = [
             ("next layer fits", |s| {
                 s.estimate = Estimate::Feedback(3_300_000)
             }),
@@ -933,7 +934,7 @@ mod tests {
         assert!(sim.choose(&s).probe);
         let mut waits = Vec::new();
         for _ in 0..7 {
-            assert_eq!(sim.run_probe(ROUND, Usage::Over).1, true);
+            assert!(sim.run_probe(ROUND, Usage::Over).1);
             let end = sim.now;
             waits.push((
                 sim.c.backoff(),
@@ -948,7 +949,7 @@ mod tests {
             assert!(waited >= want && waited < want + PASS, "{s} s: {waited:?}");
         }
         // A probe without overuse clears it: the next waits only the rest.
-        assert_eq!(sim.run_probe(ROUND, Usage::Normal).1, false);
+        assert!(!sim.run_probe(ROUND, Usage::Normal).1);
         assert_eq!(sim.c.backoff(), Duration::ZERO);
         let end = sim.now;
         let waited = sim.next_probe(&s, end, 10).expect("a probe");
@@ -957,7 +958,7 @@ mod tests {
             "{waited:?}"
         );
         // And the next overuse starts again at 2 s.
-        assert_eq!(sim.run_probe(ROUND, Usage::Over).1, true);
+        assert!(sim.run_probe(ROUND, Usage::Over).1);
         assert_eq!(sim.c.backoff(), BACKOFF_MIN);
     }
 
