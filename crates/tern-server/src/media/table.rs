@@ -256,6 +256,19 @@ mod tests {
     }
 
     #[test]
+    fn what_a_slot_keeps_besides_the_viewer_does_not_grow() {
+        // Stream, list position, heap and booking, reported loss, catch-up cursor, the
+        // handshaking flag and the layer chooser (6 bytes, as the pass counters it replaced
+        // were): 72 bytes at issue 34, so a slot is the viewer plus 80 with its generation.
+        let bookkeeping = std::mem::size_of::<Entry>() - std::mem::size_of::<Viewer>();
+        assert!(bookkeeping <= 72, "{bookkeeping}");
+        assert!(
+            SLOT_BYTES <= std::mem::size_of::<Viewer>() + 80,
+            "{SLOT_BYTES}"
+        );
+    }
+
+    #[test]
     fn an_id_reaches_its_viewer_until_it_is_removed_and_never_the_slots_next_viewer() {
         let mut t = ViewerTable::new(3);
         let a = t.insert(entry(true), None).expect("room");
