@@ -50,9 +50,10 @@
 //!
 //! A chooser is 6 bytes, what the pass counters were: its times are 16-bit stamps of 5 ms
 //! ticks past an [`Epoch`] that the owner keeps once for all its viewers (an `Instant` is 16
-//! bytes). They wrap every 5.5 minutes; a deadline is at most [`BACKOFF_MAX`] ahead, so
-//! one that reads as further ahead is stale (its chooser was not called for minutes) and is
-//! dropped.
+//! bytes). The stamps wrap every 65,536 ticks (5.46 minutes). A wait is never more than
+//! [`BACKOFF_MAX`] ahead, so one that reads as further ahead is stale (its chooser was not
+//! called for minutes: a pinned viewer, a stream that lost its layers) and is dropped; only
+//! one left alone for 4.9 to 5.46 minutes can read as a wait still to run (32 s at most).
 
 use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
@@ -95,7 +96,7 @@ pub const PROBE_REST: Duration = Duration::from_millis(250);
 pub const BACKOFF_MIN: Duration = Duration::from_secs(2);
 /// ...up to this.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(32);
-/// Bytes of one probe packet on the wire, about: [`PADDING`] bytes, the RTP header with the
+/// Bytes of one probe packet on the wire, about: 255 bytes of padding, the RTP header with the
 /// transport-wide sequence number, the AEAD tag.
 pub const PROBE_PACKET: usize = 291;
 /// Most probe packets of one viewer back to back, in one round (~4.6 KB).
