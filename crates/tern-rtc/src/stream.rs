@@ -163,6 +163,48 @@ impl Ring {
 /// Most simulcast layers a stream takes (RFC 8853 allows more; encoders send 2 or 3).
 pub const MAX_LAYERS: usize = 3;
 
+/// The measured rate of each video layer of a stream (bit/s over the last second; 0 for a
+/// layer that is not sending), and the choices made from them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LayerRates(pub [u32; MAX_LAYERS]);
+
+impl LayerRates {
+    /// A layer's rate (bit/s; 0 for one not sending or beyond [`MAX_LAYERS`]).
+    pub fn rate(&self, layer: u8) -> u32 {
+        self.0.get(usize::from(layer)).copied().unwrap_or(0)
+    }
+
+    /// The layers sending now, highest rate first (layer 0 alone when none is measured:
+    /// a new stream, or one without simulcast).
+    pub fn ranked(&self) -> impl Iterator<Item = u8> + '_ {
+        let mut order = [0u8, 1, 2];
+        order.sort_by_key(|&l| std::cmp::Reverse(self.rate(l)));
+        let any = self.0.iter().any(|&r| r > 0);
+        order
+            .into_iter()
+            .filter(move |&l| if any { self.rate(l) > 0 } else { l == 0 })
+    }
+
+    /// The layer a viewer with `budget` bit/s should read: the highest-rate layer sending
+    /// now whose rate fits, else the lowest-rate one (`None`: the best).
+    pub fn pick(&self, budget: Option<u32>) -> u8 {
+        let mut last = 0;
+        for l in self.ranked() {
+            if budget.is_none_or(|b| self.rate(l) <= b) {
+                return l;
+            }
+            last = l;
+        }
+        last
+    }
+
+    /// The next layer up from `layer`: the lowest-rate one sending faster, if any.
+    pub fn next_above(&self, layer: u8) -> Option<u8> {
+        let floor = self.rate(layer);
+        self.ranked().filter(|&l| self.rate(l) > floor).last()
+    }
+}
+
 /// A live stream's media: one ring per video layer and one for audio.
 pub struct Stream {
     /// Video packets of layer 0 (the only layer without simulcast).
@@ -174,8 +216,8 @@ pub struct Stream {
     /// Payload bytes pushed per layer, and the count at the last [`Stream::tick`].
     bytes: [u64; MAX_LAYERS],
     bytes_at_tick: [u64; MAX_LAYERS],
-    /// Each layer's rate over the last tick interval, bit/s.
-    rates: [u32; MAX_LAYERS],
+    /// Each layer's rate over the last tick interval.
+    rates: LayerRates,
     last_tick: Option<Instant>,
 }
 
@@ -189,7 +231,7 @@ impl Stream {
             audio: Ring::new(audio_ring),
             bytes: [0; MAX_LAYERS],
             bytes_at_tick: [0; MAX_LAYERS],
-            rates: [0; MAX_LAYERS],
+            rates: LayerRates::default(),
             last_tick: None,
         }
     }
@@ -249,7 +291,7 @@ impl Stream {
             }
             for l in 0..MAX_LAYERS {
                 let d = self.bytes[l] - self.bytes_at_tick[l];
-                self.rates[l] = ((d * 8) as f64 / secs).min(f64::from(u32::MAX)) as u32;
+                self.rates.0[l] = ((d * 8) as f64 / secs).min(f64::from(u32::MAX)) as u32;
             }
         }
         self.bytes_at_tick = self.bytes;
@@ -258,31 +300,22 @@ impl Stream {
 
     /// A video layer's payload rate over the last tick interval (bit/s).
     pub fn rate(&self, layer: u8) -> u32 {
-        self.rates.get(usize::from(layer)).copied().unwrap_or(0)
+        self.rates.rate(layer)
     }
 
-    /// The layers sending now, highest rate first (layer 0 alone when none is measured:
-    /// a new stream, or one without simulcast).
+    /// Every layer's rate, for choosing between them (see [`LayerRates`]).
+    pub fn layer_rates(&self) -> LayerRates {
+        self.rates
+    }
+
+    /// The layers sending now, highest rate first (see [`LayerRates::ranked`]).
     pub fn ranked(&self) -> impl Iterator<Item = u8> + '_ {
-        let mut order = [0u8, 1, 2];
-        order.sort_by_key(|&l| std::cmp::Reverse(self.rate(l)));
-        let any = self.rates.iter().any(|&r| r > 0);
-        order
-            .into_iter()
-            .filter(move |&l| if any { self.rate(l) > 0 } else { l == 0 })
+        self.rates.ranked()
     }
 
-    /// The layer a viewer with `budget` bit/s should read: the highest-rate layer sending
-    /// now whose rate fits, else the lowest-rate one (`None`: the best).
+    /// The layer a viewer with `budget` bit/s should read (see [`LayerRates::pick`]).
     pub fn pick_layer(&self, budget: Option<u32>) -> u8 {
-        let mut last = 0;
-        for l in self.ranked() {
-            if budget.is_none_or(|b| self.rate(l) <= b) {
-                return l;
-            }
-            last = l;
-        }
-        last
+        self.rates.pick(budget)
     }
 
     /// Drops every packet; the upper layers' rings go (a new publisher may send fewer).
@@ -290,7 +323,7 @@ impl Stream {
         self.video.clear();
         self.audio.clear();
         self.upper = Vec::new();
-        self.rates = [0; MAX_LAYERS];
+        self.rates = LayerRates::default();
     }
 
     /// Every ring: the video layers', then audio's (for accounting).

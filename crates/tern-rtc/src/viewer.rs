@@ -26,7 +26,7 @@ use tern_proto::rtp::{self, HeaderOut};
 use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
 use tern_proto::{stun, twcc};
 
-mod adapt;
+pub mod adapt;
 mod estimate;
 mod track;
 

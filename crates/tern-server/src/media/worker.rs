@@ -1,26 +1,41 @@
 //! The app and stream workers: one thread each, the same type in two roles (see
-//! [`crate::media::engine`]). This file holds the worker's state and its loop; what it does
-//! lives beside it by concern:
+//! [`crate::media::engine`]). This file holds the worker's loop and its state. Most of the
+//! state is in owned parts, each a type in its own file with its own tests, that keep their
+//! fields to themselves:
+//!
+//! - `ViewerTable` (`media/table.rs`): the viewers' slots and ids, the free list, who is
+//!   still handshaking;
+//! - `FanOut` (`worker/fanout.rs`): where a new packet goes: the stream workers, and the
+//!   queue for the viewers here;
+//! - `Deadlines` (`worker/deadlines.rs`): what the loop wakes for next, and when;
+//! - `Outbox` (`worker/outbox.rs`): the send batch on the shared port, and its counters;
+//! - `Adaptation` (`worker/adaptation.rs`): what the viewers' layer choosers run with (the
+//!   policy is tern-rtc's `LayerChooser`, one in each viewer's table entry).
+//!
+//! What the worker does with them lives beside it by concern, as `impl Worker`:
 //!
 //! - `worker/viewers.rs`: viewers joining, leaving, ICE and DTLS, and media out to them;
 //! - `worker/publishers.rs`: publishers (WHIP, RTMP), clip sources, the ring and fan-out to
 //!   the stream workers;
 //! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping;
-//! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads.
+//! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads, and
+//!   its probes.
 //!
 //! One loop turn: control messages, then up to a queue's worth of datagrams and packets,
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
 //! one wake per stream worker handed packets.
 
+mod adaptation;
+mod deadlines;
+mod fanout;
 mod layers;
+mod outbox;
 mod publishers;
 mod timers;
 mod viewers;
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -30,11 +45,10 @@ use mio::{Events, Poll};
 use tern_pool::{BufferPool, CountingAlloc};
 use tern_proto::rtp;
 use tern_rtc::clip::ClipSource;
-use tern_rtc::stream::{RingPacket, Stream};
+use tern_rtc::stream::Stream;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
-use crate::limits::AddrPermit;
 use crate::media::batch::SendBatch;
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
@@ -42,7 +56,11 @@ use crate::media::ledger::Pools;
 use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
-use crate::media::table::Slot;
+use crate::media::table::ViewerTable;
+use adaptation::Adaptation;
+use deadlines::{Deadlines, Timer};
+use fanout::FanOut;
+use outbox::Outbox;
 
 /// How often the worker sweeps: streams' ticks, layer choice and probes every time, every
 /// viewer's timers as [`VIEWER_TIMER_SWEEPS`] says. 20 ms keeps DTLS retransmission timing
@@ -56,10 +74,6 @@ const SWEEP: Duration = Duration::from_millis(20);
 /// each at thousands of viewers, and the books visit every stream slot: together about 2 %
 /// of the server's CPU in the egress profile at 1,000 viewers when they ran every 20 ms.
 pub(super) const VIEWER_TIMER_SWEEPS: u32 = 5;
-
-/// Live packets queued for a viewer-by-viewer fan-out before it runs anyway (a keyframe's
-/// packets, or a backlog): bounds the queue and the wait of the batch's first packet.
-pub(super) const FANOUT_BATCH: usize = 32;
 
 /// A viewer catching up from the keyframe cache gets this many packets per
 /// [`CATCHUP_TICK`]: 16 every 5 ms is 3,200 packets/s (~30 Mbit/s of 1,200-byte packets),
@@ -136,53 +150,35 @@ pub(super) struct Worker {
     poll: Poll,
     data_rx: Receiver<Data>,
     ctl_rx: Receiver<Ctl>,
-    socket: std::net::UdpSocket,
     streams: Vec<EngineStream>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// The viewers here.
+    table: ViewerTable,
     dtls: Arc<DtlsContext>,
     pool: BufferPool,
     clock: NtpClock,
     stats: Arc<EngineStats>,
     cname: String,
-    batch: SendBatch,
-    next_sweep: Instant,
+    /// The send batch on the shared port.
+    out: Outbox,
+    /// When the loop wakes next, and for what.
+    deadlines: Deadlines,
     ingest: Ingest,
     pools: Pools,
-    /// Generation given to new slots: above every generation a removed slot had, so an old
-    /// [`ViewerId`] never names a viewer in a slot that was freed and made again.
-    next_generation: u32,
     hosts: Arc<[WorkerLink]>,
-    /// Stream workers this app worker hands its packets to.
-    peers: Vec<WorkerLink>,
-    /// Peers handed packets since they were last woken.
-    peers_woken: Vec<bool>,
+    /// Where new packets go: the stream workers, and the queue for the viewers here.
+    fanout: FanOut,
     sockets: Arc<[SocketLink]>,
     loads: Arc<[AtomicUsize]>,
-    /// Media packets sent since the last flush (added to the shared counter per batch).
-    sent_packets: u64,
-    /// Per-address permits of viewers still handshaking (dropped when they connect or go):
-    /// only pending viewers have an entry, so connected ones cost nothing here.
-    pending: HashMap<ViewerId, AddrPermit>,
     /// The id of each owned stream's publisher (for its snapshot).
     publisher_ids: Vec<Option<u64>>,
     /// Video and audio ring lengths of a stream this worker serves.
     rings: (usize, usize),
     /// Viewers catching up from the keyframe cache (see `start_viewer`).
     catching: Vec<ViewerId>,
-    /// When the next catch-up step is due, while anyone catches up.
-    next_catchup: Option<Instant>,
-    /// Viewers sending probe packets (see `worker/layers.rs`).
-    probing: Vec<ViewerId>,
-    /// When simulcast viewers' layers are next chosen.
-    next_layers: Instant,
+    /// Layer choice and probes: when and with what (see `worker/layers.rs`).
+    adaptation: Adaptation,
     /// The HLS thread's queue (app workers).
     hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
-    /// Live packets waiting for [`Worker::fan_out_queued`], with their stream; empty
-    /// outside the part of a loop pass that takes in media (see [`Worker::run`]).
-    fanout: Vec<(usize, RingPacket)>,
-    /// Viewers here still handshaking (see [`VIEWER_TIMER_SWEEPS`]).
-    handshaking: usize,
     /// Sweeps run, counting (wraps).
     sweeps: u32,
     /// The streams with a clip source (set at start). Every loop pass polls the sources,
@@ -202,10 +198,12 @@ impl Worker {
         let bytes = usize::try_from(CountingAlloc::thread_net_bytes() - before).unwrap_or(0);
         pools.batch.add(1, bytes);
         let n_streams = w.streams.len();
+        let mut deadlines = Deadlines::default();
+        // The first sweep at once.
+        deadlines.set(Timer::Sweep, Instant::now());
         let sourced = (0..n_streams)
             .filter(|&s| w.streams[s].source.is_some())
             .collect();
-        let peers_woken = vec![false; w.peers.len()];
         Worker {
             index: w.index,
             role: w.role,
@@ -213,36 +211,26 @@ impl Worker {
             poll: w.poll,
             data_rx: w.data_rx,
             ctl_rx: w.ctl_rx,
-            socket: w.send,
             streams: w.streams,
-            slots: Vec::new(),
-            free: Vec::new(),
+            table: ViewerTable::new(w.index),
             dtls: w.dtls,
             pool: w.pool,
             clock: w.clock,
             stats: w.stats,
             cname: w.cname,
-            batch,
-            next_sweep: Instant::now(),
+            out: Outbox::new(w.send, batch),
+            deadlines,
             ingest: Ingest::new(n_streams, w.timeouts),
             pools,
-            next_generation: 0,
             hosts: w.hosts,
-            peers: w.peers,
-            peers_woken,
+            fanout: FanOut::new(w.peers),
             sockets: w.sockets,
             loads: w.loads,
-            sent_packets: 0,
             publisher_ids: vec![None; n_streams],
-            pending: HashMap::new(),
             rings: w.rings,
             catching: Vec::new(),
-            next_catchup: None,
-            probing: Vec::new(),
-            next_layers: Instant::now(),
+            adaptation: Adaptation::new(Instant::now()),
             hls_tap: w.hls_tap,
-            fanout: Vec::with_capacity(FANOUT_BATCH),
-            handshaking: 0,
             sweeps: 0,
             sourced,
         }
@@ -300,7 +288,7 @@ impl Worker {
         let mut events = Events::with_capacity(16);
         loop {
             let now = Instant::now();
-            let deadline = self.next_deadline();
+            let deadline = self.next_deadline(now);
             let timeout = deadline.saturating_duration_since(now);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -316,7 +304,7 @@ impl Worker {
                     }
                     Ok(Ctl::Cmd(cmd)) => self.handle_command(cmd),
                     Ok(Ctl::Sessions(reply)) => {
-                        let _ = reply.send(self.sessions());
+                        let _ = reply.send(self.table.sessions());
                     }
                     Ok(Ctl::Keyframe(stream, layer)) => {
                         self.keyframe_request(stream, layer, Instant::now());
@@ -362,9 +350,9 @@ impl Worker {
                 self.ingest.handle_timeouts(now, &mut out);
                 self.apply_ingest(now, out);
             }
-            if now >= self.next_sweep {
+            if self.deadlines.is_expired(Timer::Sweep, now) {
                 self.sweep(now);
-                self.next_sweep = now + SWEEP;
+                self.deadlines.set(Timer::Sweep, now + SWEEP);
                 // Low-water refill and the dry-pool warning clock, off the per-packet path.
                 if self.index == 0 {
                     self.pool.maintain(now);
@@ -373,28 +361,30 @@ impl Worker {
             // Ingest timeouts may have published packets.
             self.fan_out_queued();
             self.flush();
-            self.wake_peers();
+            self.fanout.wake();
         }
     }
 
-    fn next_deadline(&self) -> Instant {
-        let mut d = self.next_sweep;
-        if let Some(t) = self.next_catchup {
-            d = d.min(t);
-        }
-        if let Some(t) = self.ingest.next_timeout() {
-            d = d.min(t);
-        }
-        for &s in &self.sourced {
-            if let Some(src) = &self.streams[s].source {
-                d = d.min(src.poll_timeout());
-            }
-        }
-        d
+    /// When the loop wakes next: the soonest of its deadlines, with ingest's and the clip
+    /// sources' read in (they keep their own).
+    fn next_deadline(&mut self, now: Instant) -> Instant {
+        self.deadlines
+            .update(Timer::Ingest, self.ingest.next_timeout());
+        let source = self
+            .sourced
+            .iter()
+            .filter_map(|&s| self.streams[s].source.as_ref())
+            .map(ClipSource::poll_timeout)
+            .min();
+        self.deadlines.update(Timer::Source, source);
+        // (The sweep is always set.)
+        self.deadlines
+            .next_timeout()
+            .map_or(now + SWEEP, |(at, _)| at)
     }
 
     fn shutdown(&mut self) {
-        let ids: Vec<ViewerId> = self.ids().collect();
+        let ids: Vec<ViewerId> = self.table.ids().collect();
         for id in ids {
             self.remove(id, CloseReason::Local);
         }
@@ -445,33 +435,12 @@ impl Worker {
 
     /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
     fn send_to(&mut self, data: &[u8], to: SocketAddr) {
-        if self.batch.is_full() {
-            self.flush();
-        }
-        if !self.batch.push(data, to) {
-            self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
-        }
+        self.out.send_to(data, to, &self.stats);
     }
 
     /// Hands the send batch to the kernel.
     fn flush(&mut self) {
-        if self.sent_packets > 0 {
-            self.stats
-                .packets_out
-                .fetch_add(std::mem::take(&mut self.sent_packets), Ordering::Relaxed);
-        }
-        if self.batch.is_empty() {
-            return;
-        }
-        let f = self.batch.flush(self.socket.as_raw_fd());
-        self.stats
-            .bytes_out
-            .fetch_add(f.bytes as u64, Ordering::Relaxed);
-        if f.dropped > 0 {
-            self.stats
-                .send_errors
-                .fetch_add(f.dropped as u64, Ordering::Relaxed);
-        }
+        self.out.flush(&self.stats);
     }
 
     fn handle_datagram(&mut self, now: Instant, to: Target, buf: &mut [u8], from: SocketAddr) {

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crossbeam_channel::TrySendError;
 use tern_proto::codec::VideoCodec;
 use tern_proto::h264;
 use tern_rtc::clip::MediaKind;
@@ -17,7 +16,6 @@ use tracing::{info, warn};
 use super::Worker;
 use crate::limits::AddrPermit;
 use crate::media::ingest::{AddError, IngestOutput, LeftReason, PublisherId, RtmpCommand};
-use crate::media::link::Data;
 use crate::media::socket::Route;
 
 /// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
@@ -218,29 +216,12 @@ impl Worker {
 
     /// A new packet of an owned stream: to this worker's viewers and to the stream workers.
     pub(super) fn publish(&mut self, stream: usize, pkt: RingPacket) {
-        for i in 0..self.peers.len() {
-            match self.peers[i].data.try_send(Data::Media {
-                stream,
-                pkt: pkt.clone(),
-            }) {
-                Ok(()) => self.peers_woken[i] = true,
-                Err(TrySendError::Full(_)) => {
-                    self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
-                    self.peers_woken[i] = true;
-                }
-                Err(TrySendError::Disconnected(_)) => {}
-            }
+        let full = self.fanout.hand_over(stream, &pkt);
+        if full > 0 {
+            self.stats.queue_full.fetch_add(full, Ordering::Relaxed);
         }
         // Last, so the packet moves into this worker's fan-out queue without a clone.
         self.fan_out(stream, pkt);
-    }
-
-    pub(super) fn wake_peers(&mut self) {
-        for i in 0..self.peers.len() {
-            if std::mem::take(&mut self.peers_woken[i]) {
-                self.peers[i].wake();
-            }
-        }
     }
 
     /// Carries out what ingest asked for: datagrams to publishers, media into the rings
@@ -299,11 +280,7 @@ impl Worker {
                     }
                     // Viewers stay; a later publisher continues the same RTP streams.
                     self.streams[stream].stream.clear();
-                    for i in 0..self.peers.len() {
-                        if self.peers[i].data.try_send(Data::Reset(stream)).is_ok() {
-                            self.peers_woken[i] = true;
-                        }
-                    }
+                    self.fanout.reset(stream);
                     self.route(|| Route::Publisher {
                         ufrag: Box::default(),
                         stream,

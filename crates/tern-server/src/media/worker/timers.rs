@@ -12,8 +12,7 @@ use tern_rtc::viewer::ViewerEvent;
 use super::{VIEWER_TIMER_SWEEPS, Worker};
 use crate::media::ledger::{book_set, ledger, vec_bytes};
 use crate::media::link::ViewerId;
-use crate::media::table::{SLOT_BYTES, confirmed, entry_in};
-use tern_pool::{shrink_map, shrink_vec};
+use tern_pool::shrink_vec;
 
 impl Worker {
     pub(super) fn handle_rtcp(
@@ -25,7 +24,7 @@ impl Worker {
     ) {
         let mut nacks: Vec<(MediaKind, u8, u64)> = Vec::new();
         let mut keyframe = false;
-        let Some(e) = confirmed(&mut self.slots, id, from) else {
+        let Some(e) = self.table.confirmed(id, from) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -60,7 +59,7 @@ impl Worker {
         if keyframe {
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
             self.stats.stream_keyframe_requests[stream].fetch_add(1, Ordering::Relaxed);
-            let layer = self.entry(id).map_or(0, |e| e.viewer.target_layer());
+            let layer = self.table.get(id).map_or(0, |e| e.viewer.target_layer());
             self.ask_keyframe(stream, layer, now);
         }
         for (kind, layer, seq) in nacks {
@@ -78,24 +77,23 @@ impl Worker {
         for s in &mut self.streams {
             s.stream.tick(now);
         }
-        if now >= self.next_layers {
-            self.next_layers = now + super::layers::EVERY;
+        if self.adaptation.pass_due(now) {
             for i in 0..self.streams.len() {
                 if self.streams[i].stream.layers() > 1 {
                     self.choose_layers(i, now);
                 }
             }
         }
-        self.probe();
+        self.probe(now);
         self.sweeps = self.sweeps.wrapping_add(1);
-        if self.handshaking == 0 && !self.sweeps.is_multiple_of(VIEWER_TIMER_SWEEPS) {
+        if self.table.handshaking() == 0 && !self.sweeps.is_multiple_of(VIEWER_TIMER_SWEEPS) {
             return;
         }
-        let ids: Vec<ViewerId> = self.ids().collect();
+        let ids: Vec<ViewerId> = self.table.ids().collect();
         let mut out = [0u8; 512];
         let mut flights: Vec<Vec<u8>> = Vec::new();
         for id in ids {
-            let Some(e) = entry_in(&mut self.slots, id) else {
+            let Some(e) = self.table.get(id) else {
                 continue;
             };
             let due = e.viewer.poll_timeout().is_some_and(|(t, _)| t <= now);
@@ -127,7 +125,10 @@ impl Worker {
 
     /// Books the session table's capacity in the `viewer_sessions` pool.
     pub(super) fn book_slots(&mut self) {
-        let bytes = self.slots.capacity() * SLOT_BYTES;
+        let bytes = self.table.slot_bytes();
+        if bytes == self.pools.slots_reserved {
+            return;
+        }
         self.pools.sessions.unreserve(self.pools.slots_reserved);
         self.pools.sessions.reserve(bytes);
         self.pools.slots_reserved = bytes;
@@ -137,16 +138,7 @@ impl Worker {
     /// mostly empty lists) and refreshes the ring and index pools. Runs in the sweep, off
     /// the per-packet path.
     pub(super) fn trim_and_book(&mut self) {
-        while self.slots.last().is_some_and(|s| s.entry.is_none()) {
-            if let Some(s) = self.slots.pop() {
-                self.next_generation = self.next_generation.max(s.generation.wrapping_add(1));
-            }
-        }
-        let len = self.slots.len();
-        self.free.retain(|&i| (i as usize) < len);
-        shrink_map(&mut self.pending);
-        shrink_vec(&mut self.slots);
-        shrink_vec(&mut self.free);
+        self.table.trim();
         for s in &mut self.streams {
             shrink_vec(&mut s.viewers);
         }
@@ -164,13 +156,14 @@ impl Worker {
         book_set(&self.pools.rings, &mut self.pools.rings_booked, now);
         let id = std::mem::size_of::<ViewerId>();
         let viewers: usize = self.streams.iter().map(|s| s.viewers.len()).sum();
-        let used = viewers * id + self.free.len() * 4;
+        let (free_used, free_allocated) = self.table.free_bytes();
+        let used = viewers * id + free_used;
         let allocated = self
             .streams
             .iter()
             .map(|s| s.viewers.capacity() * id)
             .sum::<usize>()
-            + self.free.capacity() * 4;
+            + free_allocated;
         let now = (viewers, used, allocated);
         book_set(&self.pools.index, &mut self.pools.index_booked, now);
     }

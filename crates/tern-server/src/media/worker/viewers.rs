@@ -8,17 +8,18 @@ use std::time::Instant;
 use tern_proto::stun;
 use tern_rtc::clip::MediaKind;
 use tern_rtc::stream::RingPacket;
+use tern_rtc::viewer::adapt::LayerChooser;
 use tern_rtc::viewer::{CloseReason, PWD_LEN, UFRAG_LEN, Viewer, ViewerParams, ViewerState};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use super::{CATCHUP_BURST, CATCHUP_TICK, FANOUT_BATCH, Role, Worker};
+use super::deadlines::Timer;
+use super::{CATCHUP_BURST, CATCHUP_TICK, Role, Worker};
 use crate::limits::AddrPermit;
 use crate::media::ledger::{ledger, vec_bytes};
-use crate::media::link::Ctl;
-use crate::media::link::{SessionMemory, Target, ViewerId};
+use crate::media::link::{Ctl, Target, ViewerId};
 use crate::media::socket::Route;
-use crate::media::table::{Entry, SLOT_BYTES, Slot, confirmed, entry_in};
+use crate::media::table::{Entry, SLOT_BYTES};
 
 impl Worker {
     /// Adds a viewer of `stream` (the WHEP or OME side made its parameters) and replies
@@ -34,9 +35,8 @@ impl Worker {
             self.unplace();
             return;
         }
-        if self.free.is_empty() && self.slots.len() >= 1 << 24 {
-            // A ViewerId holds 24 bits of slot index; the reply is dropped, which the
-            // HTTP side reports as unavailable.
+        if self.table.is_full() {
+            // The reply is dropped, which the HTTP side reports as unavailable.
             warn!("media worker {} is full", self.index);
             self.unplace();
             return;
@@ -44,36 +44,27 @@ impl Worker {
         let ufrag = params.local_ufrag;
         // The ufrag was allocated on the HTTP side; the viewer owns it from here.
         let heap = params.remote_ufrag.len();
-        let viewer = Viewer::new(params, Instant::now());
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot {
-                    generation: self.next_generation,
-                    entry: None,
-                });
-                self.book_slots();
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slot = &mut self.slots[index as usize];
-        let id = ViewerId::new(self.index, index, slot.generation);
-        let pos = self.streams[stream].viewers.len();
-        self.streams[stream].viewers.push(id);
-        let mut entry = Entry {
-            viewer,
+        let entry = Entry {
+            viewer: Viewer::new(params, Instant::now()),
             stream,
-            pos,
+            pos: self.streams[stream].viewers.len(),
             handshaking: true,
             heap,
             booked: (false, 0),
             reported_lost: 0,
             catchup: None,
-            adapt: Default::default(),
+            layers: LayerChooser::default(),
         };
-        self.pools.sessions.add(1, SLOT_BYTES);
-        self.pools.book(&mut entry);
-        slot.entry = Some(entry);
+        let Some(id) = self.table.insert(entry, permit) else {
+            self.unplace();
+            return;
+        };
+        self.book_slots();
+        self.streams[stream].viewers.push(id);
+        if let Some(e) = self.table.get(id) {
+            self.pools.sessions.add(1, SLOT_BYTES);
+            self.pools.book(e);
+        }
         // The route is queued before the reply, so it is in place before the
         // viewer's first check can arrive.
         self.route(|| Route::Ufrag {
@@ -86,26 +77,13 @@ impl Worker {
             .viewer_joined(id.raw(), &self.streams[stream].key);
         self.stats.viewers.fetch_add(1, Ordering::Relaxed);
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
-        self.handshaking += 1;
-        if let Some(p) = permit {
-            self.pending.insert(id, p);
-        }
         let _ = reply.send(id);
     }
 
     pub(super) fn remove(&mut self, id: ViewerId, reason: CloseReason) {
-        let Some(slot) = self.slots.get_mut(id.index()) else {
+        let Some(mut e) = self.table.remove(id) else {
             return;
         };
-        if slot.generation != id.generation() {
-            return;
-        }
-        let Some(mut e) = slot.entry.take() else {
-            return;
-        };
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(id.index() as u32);
-        self.pending.remove(&id);
         // Closing from our side tells a connected viewer with DTLS close_notify.
         let mut alert = [0u8; 64];
         let mut alert_len = 0;
@@ -138,7 +116,6 @@ impl Worker {
         );
         self.pools.unbook(&mut e);
         if e.handshaking {
-            self.handshaking -= 1;
             self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
             if reason != CloseReason::Local {
                 self.stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
@@ -162,7 +139,7 @@ impl Worker {
         let list = &mut self.streams[e.stream].viewers;
         list.swap_remove(e.pos);
         if let Some(&moved) = list.get(e.pos)
-            && let Some(m) = self.entry(moved)
+            && let Some(m) = self.table.get(moved)
         {
             m.pos = e.pos;
         }
@@ -177,7 +154,7 @@ impl Worker {
         pwd: [u8; PWD_LEN],
         remote_ufrag: Box<str>,
     ) {
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return;
         };
         let old = *e.viewer.local_ufrag();
@@ -200,7 +177,7 @@ impl Worker {
     /// Pins a viewer to a layer (the API), or unpins it; it moves at the layer's next
     /// keyframe, asked for at once.
     pub(super) fn set_layer(&mut self, id: ViewerId, pin: Option<u8>, now: Instant) {
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return;
         };
         let stream = e.stream;
@@ -226,43 +203,13 @@ impl Worker {
         }
     }
 
-    pub(super) fn ids(&self) -> impl Iterator<Item = ViewerId> + '_ {
-        let w = self.index;
-        self.slots.iter().enumerate().filter_map(move |(i, s)| {
-            s.entry
-                .as_ref()
-                .map(|_| ViewerId::new(w, i as u32, s.generation))
-        })
-    }
-
-    pub(super) fn entry(&mut self, id: ViewerId) -> Option<&mut Entry> {
-        entry_in(&mut self.slots, id)
-    }
-
-    pub(super) fn sessions(&self) -> Vec<SessionMemory> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let e = s.entry.as_ref()?;
-                Some(SessionMemory {
-                    id: ViewerId::new(self.index, i as u32, s.generation),
-                    state: format!("{:?}", e.viewer.state()),
-                    handshake: e.viewer.has_handshake(),
-                    inline_bytes: SLOT_BYTES,
-                    heap_bytes: e.heap,
-                })
-            })
-            .collect()
-    }
-
     pub(super) fn handle_stun(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let Ok(msg) = stun::Message::parse(buf) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let mut out = [0u8; 256];
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -301,7 +248,7 @@ impl Worker {
     pub(super) fn handle_dtls(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let dtls = self.dtls.clone();
         let mut flights: Vec<Vec<u8>> = Vec::new();
-        let Some(e) = confirmed(&mut self.slots, id, from) else {
+        let Some(e) = self.table.confirmed(id, from) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -323,14 +270,12 @@ impl Worker {
     /// Reacts to state changes after input: handshake completion (start media from the
     /// latest keyframe) or closure.
     pub(super) fn after_io(&mut self, id: ViewerId) {
-        let Some(e) = self.entry(id) else { return };
+        let Some(e) = self.table.get(id) else { return };
         match e.viewer.state() {
             ViewerState::Connected if e.handshaking => {
-                e.handshaking = false;
                 let stream = e.stream;
                 let remote = e.viewer.remote_addr();
-                self.pending.remove(&id);
-                self.handshaking -= 1;
+                self.table.connected(id);
                 self.stats.snapshots.viewer_connected(id.raw(), remote);
                 self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
                 self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
@@ -351,12 +296,12 @@ impl Worker {
     /// A simulcast viewer starts on its pinned layer, else on the best one sending.
     pub(super) fn start_viewer(&mut self, id: ViewerId, stream: usize) {
         let s = &self.streams[stream].stream;
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return;
         };
         if !e.viewer.pinned() {
-            let budget = e.viewer.can_estimate().then_some(super::layers::START_BPS);
-            e.viewer.set_layer(s.pick_layer(budget), false);
+            let first = LayerChooser::first_layer(&s.layer_rates(), e.viewer.can_estimate());
+            e.viewer.set_layer(first, false);
         }
         let layer = e.viewer.target_layer();
         let from = s
@@ -366,12 +311,14 @@ impl Worker {
             self.ask_keyframe(stream, layer, Instant::now());
             return;
         };
-        if let Some(e) = entry_in(&mut self.slots, id) {
+        if let Some(e) = self.table.get(id) {
             e.catchup = Some(from);
             self.catching.push(id);
             self.catch_up_one(id);
-            self.next_catchup
-                .get_or_insert_with(|| Instant::now() + CATCHUP_TICK);
+            if self.deadlines.get(Timer::CatchUp).is_none() {
+                self.deadlines
+                    .set(Timer::CatchUp, Instant::now() + CATCHUP_TICK);
+            }
         }
     }
 
@@ -379,7 +326,7 @@ impl Worker {
     /// cache; a viewer whose cursor passed the ring's head is live from then on. Runs every
     /// [`CATCHUP_TICK`] while anyone catches up.
     pub(super) fn catch_up(&mut self, now: Instant) {
-        if self.next_catchup.is_none_or(|t| now < t) {
+        if !self.deadlines.is_expired(Timer::CatchUp, now) {
             return;
         }
         let mut i = 0;
@@ -391,16 +338,18 @@ impl Worker {
                 self.catching.swap_remove(i);
             }
         }
-        self.next_catchup = (!self.catching.is_empty()).then(|| now + CATCHUP_TICK);
         if self.catching.is_empty() {
+            self.deadlines.stop(Timer::CatchUp);
             // Nothing kept sized for the last wave of joins: idle holds no list.
             self.catching = Vec::new();
+        } else {
+            self.deadlines.set(Timer::CatchUp, now + CATCHUP_TICK);
         }
     }
 
     /// One step of a viewer's catch-up; false once it is live (or gone).
     fn catch_up_one(&mut self, id: ViewerId) -> bool {
-        let Some(e) = entry_in(&mut self.slots, id) else {
+        let Some(e) = self.table.get(id) else {
             return false;
         };
         let (stream, Some(mut next)) = (e.stream, e.catchup) else {
@@ -450,21 +399,18 @@ impl Worker {
         pkt: &RingPacket,
         live: bool,
     ) -> Option<usize> {
-        if self.batch.is_full() {
-            self.flush();
-        }
-        let e = entry_in(&mut self.slots, id)?;
+        self.out.make_room(&self.stats);
+        let e = self.table.get(id)?;
         if live && e.catchup.is_some() && pkt.kind == MediaKind::Video {
             return None;
         }
         let to = e.viewer.remote_addr()?;
         // A keyframe may start the viewer on a layer or move it to another.
         let layer_was = pkt.keyframe.then(|| e.viewer.video_layer());
-        let slot = self.batch.slot()?;
+        let slot = self.out.slot()?;
         match e.viewer.write_media(pkt, slot) {
             Ok(Some(n)) => {
-                self.batch.commit(n, to);
-                self.sent_packets += 1;
+                self.out.commit_media(n, to);
                 if let Some(was) = layer_was
                     && e.viewer.video_layer() != was
                 {
@@ -483,22 +429,20 @@ impl Worker {
 
     /// Writes one probe packet for a viewer into the send batch (see `worker/layers.rs`);
     /// false when it has none to send.
-    pub(super) fn send_padding(&mut self, id: ViewerId) -> bool {
-        if self.batch.is_full() {
-            self.flush();
-        }
-        let Some(e) = entry_in(&mut self.slots, id) else {
+    pub(super) fn send_padding(&mut self, id: ViewerId, now: Instant) -> bool {
+        self.out.make_room(&self.stats);
+        let Some(e) = self.table.get(id) else {
             return false;
         };
         let Some(to) = e.viewer.remote_addr() else {
             return false;
         };
-        let Some(slot) = self.batch.slot() else {
+        let Some(slot) = self.out.slot() else {
             return false;
         };
-        match e.viewer.write_padding(slot) {
+        match e.viewer.write_padding(slot, now) {
             Ok(Some(n)) => {
-                self.batch.commit(n, to);
+                self.out.commit(n, to);
                 self.stats.probe_packets.fetch_add(1, Ordering::Relaxed);
                 true
             }
@@ -516,32 +460,23 @@ impl Worker {
         if self.streams[stream].viewers.is_empty() {
             return;
         }
-        self.fanout.push((stream, pkt));
-        if self.fanout.len() >= FANOUT_BATCH {
+        if self.fanout.queue(stream, pkt) {
             self.fan_out_queued();
         }
     }
 
-    /// Sends the queued live packets viewer by viewer: each viewer gets every queued packet
-    /// of its stream in a row, so its slot, SRTP context and cipher key are fetched into the
-    /// cache once per batch rather than once per packet. At 5,000 viewers that state no longer
-    /// fits in the cache and the packet-by-packet order paid the misses on every packet
-    /// (`tern lab`: 310 ns per packet per viewer at 1,000 viewers, 440-650 ns at 5,000).
-    /// Packets that arrive together are a video frame's, or whatever queued while the
-    /// worker was busy; a viewer still gets its packets in ring order.
+    /// Sends the queued live packets viewer by viewer (see `worker/fanout.rs`): each viewer
+    /// gets every queued packet of its stream in a row, in ring order.
     pub(super) fn fan_out_queued(&mut self) {
         if self.fanout.is_empty() {
             return;
         }
-        let queued = std::mem::take(&mut self.fanout);
-        for (first, &(stream, _)) in queued.iter().enumerate() {
-            if queued[..first].iter().any(|&(s, _)| s == stream) {
-                continue; // that stream's packets went out with its first one
-            }
+        let batch = self.fanout.take();
+        for (first, stream) in batch.streams() {
             let (mut packets, mut bytes) = (0u64, 0u64);
             for i in 0..self.streams[stream].viewers.len() {
                 let id = self.streams[stream].viewers[i];
-                for (_, pkt) in queued[first..].iter().filter(|&&(s, _)| s == stream) {
+                for pkt in batch.packets(first, stream) {
                     if let Some(b) = self.send_media(id, pkt, true) {
                         packets += 1;
                         bytes += b as u64;
@@ -552,7 +487,6 @@ impl Worker {
             self.stats.stream_packets[stream].fetch_add(packets, Ordering::Relaxed);
             self.stats.stream_bytes[stream].fetch_add(bytes, Ordering::Relaxed);
         }
-        self.fanout = queued;
-        self.fanout.clear();
+        self.fanout.give_back(batch);
     }
 }
