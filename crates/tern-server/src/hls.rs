@@ -6,7 +6,7 @@
 //!   offsets, so nothing is transcoded for HLS) and the AAC untouched.
 //! - WHIP publishers and clip sources: the owning app worker copies the stream's ring
 //!   packets (a reference count, not the bytes) into a bounded queue while the stream is
-//!   wanted ([`EngineStats::hls_wanted`]); the `HlsPackager` thread depacketizes them
+//!   wanted ([`crate::media::StreamCounters::hls_wanted`]); the `HlsPackager` thread depacketizes them
 //!   (H264 access units, Opus packets) and packages them. The media path never waits on
 //!   HLS: a full queue drops the packet and counts it.
 //!
@@ -240,7 +240,7 @@ impl Hls {
             pk.sessions += 1;
             pk.idle_since = None;
         }
-        if let Some(w) = self.stats.hls_wanted.get(stream) {
+        if let Some(w) = self.stats.stream(stream).map(|c| &c.hls_wanted) {
             w.store(true, Ordering::Relaxed);
         }
         Ok(SessionKey::Hls(serial))
@@ -272,9 +272,8 @@ impl Hls {
     /// Whether stream `stream` is being packaged (an RTMP connection then emits samples).
     pub fn wanted(&self, stream: usize) -> bool {
         self.stats
-            .hls_wanted
-            .get(stream)
-            .is_some_and(|w| w.load(Ordering::Relaxed))
+            .stream(stream)
+            .is_some_and(|c| c.hls_wanted.load(Ordering::Relaxed))
     }
 
     fn lock(&self, stream: usize) -> Option<(MutexGuard<'_, Option<Box<Packaging>>>, &Slot)> {
@@ -411,7 +410,7 @@ impl Hls {
             });
             if stop {
                 *g = None;
-                if let Some(w) = self.stats.hls_wanted.get(i) {
+                if let Some(w) = self.stats.stream(i).map(|c| &c.hls_wanted) {
                     w.store(false, Ordering::Relaxed);
                 }
                 info!("HLS packaging of stream {i} stopped: no session for {idle:?}");

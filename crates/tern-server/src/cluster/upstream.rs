@@ -118,9 +118,8 @@ pub(super) fn run(cluster: Arc<dyn Origins>, pull: Pull) {
 fn idle(pull: &Pull, since: &mut Option<Instant>) -> bool {
     let stats = &pull.engine.stats;
     let hls = stats
-        .hls_wanted
-        .get(pull.index)
-        .is_some_and(|w| w.load(Ordering::Relaxed));
+        .stream(pull.index)
+        .is_some_and(|c| c.hls_wanted.load(Ordering::Relaxed));
     if hls || !stats.snapshots.viewers(Some(&pull.key)).is_empty() {
         *since = None;
         return false;

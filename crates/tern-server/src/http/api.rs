@@ -31,9 +31,9 @@ fn stopped() -> HttpError {
 fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
     let s = &st.engine.stats;
     let idx = st.streams.get(key).map(|i| i.index);
-    let read = |v: &Vec<std::sync::atomic::AtomicU64>| {
-        idx.and_then(|i| v.get(i))
-            .map_or(0, |a| a.load(Ordering::Relaxed))
+    let read = |f: fn(&crate::media::StreamCounters) -> &std::sync::atomic::AtomicU64| {
+        idx.and_then(|i| s.stream(i))
+            .map_or(0, |c| f(c).load(Ordering::Relaxed))
     };
     let viewers = s.snapshots.viewers(Some(key)).len();
     // The video as viewers are answered: its codec and (H264) the SPS's profile-level-id.
@@ -43,8 +43,8 @@ fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
     });
     format!(
         "{{\"snapshot\":{snapshot},\"viewers\":{viewers},\"packets_out\":{},\"bytes_out\":{},\"video\":{{\"codec\":\"{}\",\"profile_level_id\":{profile}}}}}",
-        read(&s.stream_packets),
-        read(&s.stream_bytes),
+        read(|c| &c.packets),
+        read(|c| &c.bytes),
         video.codec.sdp_name(),
     )
 }

@@ -70,13 +70,13 @@ fn local(st: &AppState, meter: &mut Meter) -> Local {
                 .config
                 .app(app)
                 .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s);
-            let flag = |v: &Vec<std::sync::atomic::AtomicBool>| {
-                v.get(index).is_some_and(|f| f.load(Ordering::Relaxed))
-            };
+            let c = stats.stream(index);
             LocalStream {
                 // A publisher here, or a live built-in clip (a pulled stream is live too,
                 // but the refresh never claims what it pulls).
-                publishing: flag(&stats.publishing) || flag(&stats.live),
+                publishing: c.is_some_and(|c| {
+                    c.publishing.load(Ordering::Relaxed) || c.live.load(Ordering::Relaxed)
+                }),
                 grace: Duration::from_secs(grace),
                 key,
             }

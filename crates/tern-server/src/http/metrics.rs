@@ -228,17 +228,18 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     for (m, (name, help, kind)) in per_stream.iter().enumerate() {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (key, i) in &keys {
+            let c = s.stream(*i);
             let v = match m {
-                0 => u64::from(s.live.get(*i).is_some_and(|a| a.load(Ordering::Relaxed))),
+                0 => u64::from(c.is_some_and(|c| c.live.load(Ordering::Relaxed))),
                 1 => viewers
                     .iter()
                     .filter(|v| &*v.stream == key.as_str())
                     .count() as u64,
-                2 => s.stream_packets.get(*i).map_or(0, l),
-                3 => s.stream_bytes.get(*i).map_or(0, l),
-                4 => s.stream_nacks.get(*i).map_or(0, l),
-                5 => s.stream_keyframe_requests.get(*i).map_or(0, l),
-                _ => s.stream_reported_lost.get(*i).map_or(0, l),
+                2 => c.map_or(0, |c| l(&c.packets)),
+                3 => c.map_or(0, |c| l(&c.bytes)),
+                4 => c.map_or(0, |c| l(&c.nacks)),
+                5 => c.map_or(0, |c| l(&c.keyframe_requests)),
+                _ => c.map_or(0, |c| l(&c.reported_lost)),
             };
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }

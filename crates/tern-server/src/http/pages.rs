@@ -21,9 +21,8 @@ pub(super) async fn index(State(st): State<Arc<AppState>>) -> Html<String> {
         .filter(|(_, i)| {
             st.engine
                 .stats
-                .live
-                .get(*i)
-                .is_some_and(|l| l.load(Ordering::Relaxed))
+                .stream(*i)
+                .is_some_and(|c| c.live.load(Ordering::Relaxed))
         })
         .map(|(k, _)| k)
         .collect();

@@ -20,7 +20,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::SendTimeoutError;
@@ -35,7 +35,7 @@ use crate::media::clock::NtpClock;
 use crate::media::ingest::{PublisherTimeouts, RtmpCommand};
 use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, WorkerLink};
 use crate::media::socket::{Route, SocketLink, SocketWorker};
-use crate::media::stats::EngineStats;
+use crate::media::stats::{EngineStats, StreamCounters};
 use crate::media::worker::{EngineStream, Role, Worker, WorkerInit};
 
 const WAKER: Token = Token(1);
@@ -228,22 +228,10 @@ impl Engine {
         let local = sockets[0].local_addr()?;
         let n_streams = streams.len();
         let stats = Arc::new(EngineStats {
-            live: streams
+            streams: streams
                 .iter()
-                .map(|s| AtomicBool::new(s.source.is_some()))
+                .map(|s| StreamCounters::new(s.source.is_some()))
                 .collect(),
-            publishing: streams.iter().map(|_| AtomicBool::new(false)).collect(),
-            stream_packets: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            stream_bytes: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            stream_video: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            stream_rids: streams
-                .iter()
-                .map(|_| std::sync::Mutex::new(Arc::new([]) as Arc<[Box<str>]>))
-                .collect(),
-            stream_nacks: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            stream_keyframe_requests: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            stream_reported_lost: streams.iter().map(|_| AtomicU64::new(0)).collect(),
-            hls_wanted: streams.iter().map(|_| AtomicBool::new(false)).collect(),
             ..EngineStats::default()
         });
         // Spare slots (no name yet) are not streams until a publisher makes one.

@@ -30,5 +30,5 @@ pub use clock::NtpClock;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
 pub use ingest::{AddError, PublisherId, PublisherTimeouts, RtmpCommand};
 pub use link::{Command, HLS_TAP_QUEUE, HlsTap, MAX_WORKERS, SessionMemory, ViewerId};
-pub use stats::EngineStats;
+pub use stats::{EngineStats, StreamCounters};
 pub use worker::EngineStream;

@@ -41,30 +41,8 @@ pub struct EngineStats {
     pub probe_packets: AtomicU64,
     /// Media packets received from publishers.
     pub ingest_packets: AtomicU64,
-    /// Whether each stream is live (index as in the engine's streams).
-    pub live: Vec<AtomicBool>,
-    /// Whether each stream has a publisher, connected or connecting.
-    pub publishing: Vec<AtomicBool>,
-    /// Media packets sent per stream (index as in the engine's streams).
-    pub stream_packets: Vec<AtomicU64>,
-    /// Media bytes sent per stream.
-    pub stream_bytes: Vec<AtomicU64>,
-    /// Each stream's video as viewers are offered it: the codec's
-    /// [`VideoCodec::index`] in bits 32-39 and, for H264, the profile-level-id of its last
-    /// SPS in the low 24 bits with bit 24 set once one was seen (0: H264, SPS unknown).
-    /// Written by the stream's owning worker only; read by the HTTP side.
-    pub stream_video: Vec<AtomicU64>,
-    /// The RIDs of each stream's simulcast layers, in layer order (empty without
-    /// simulcast). Written by the owning worker when a WHIP publisher is added or leaves;
-    /// read by the HTTP side to resolve a viewer's `?layer=`.
-    pub stream_rids: Vec<Mutex<Arc<[Box<str>]>>>,
-    /// Sequence numbers viewers of each stream NACKed.
-    pub stream_nacks: Vec<AtomicU64>,
-    /// PLI/FIR requests from viewers of each stream.
-    pub stream_keyframe_requests: Vec<AtomicU64>,
-    /// Packets viewers of each stream reported lost in their receiver reports (the growth
-    /// of each viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
-    pub stream_reported_lost: Vec<AtomicU64>,
+    /// Each stream's counters and flags (index as in the engine's streams).
+    pub streams: Vec<StreamCounters>,
     /// TURN CreatePermission/ChannelBind (403) and Send indications refused by the peer
     /// policy (copied from the TURN worker once a second).
     pub turn_peer_refused: AtomicU64,
@@ -72,23 +50,82 @@ pub struct EngineStats {
     pub turn_rate_limited: AtomicU64,
     /// TURN allocations refused by a quota (total, per user, per address).
     pub turn_quota_refusals: AtomicU64,
-    /// Whether each stream is being packaged for LL-HLS: its owning worker then hands its
-    /// ring packets to the HLS thread (WHIP and clip streams; RTMP ones are packaged from
-    /// the connection's frames).
-    pub hls_wanted: Vec<AtomicBool>,
     /// Ring packets not handed to the HLS thread because its queue was full.
     pub hls_tap_dropped: AtomicU64,
     /// Cached snapshots of viewers and streams, and the event bus.
     pub snapshots: crate::snapshot::Snapshots,
 }
 
-/// Bit 24 of [`EngineStats::stream_video`]: a profile-level-id was seen.
+/// One stream's counters and flags, shared with the HTTP side. Written by the stream's
+/// owning worker (the HLS flag by the HLS side); read by metrics, the API and the session
+/// layer.
+#[derive(Debug, Default)]
+pub struct StreamCounters {
+    /// Whether the stream is live (has media).
+    pub live: AtomicBool,
+    /// Whether it has a publisher, connected or connecting.
+    pub publishing: AtomicBool,
+    /// Media packets sent to its viewers.
+    pub packets: AtomicU64,
+    /// Media bytes sent to its viewers.
+    pub bytes: AtomicU64,
+    /// Its video as viewers are offered it: the codec's [`VideoCodec::index`] in bits
+    /// 32-39 and, for H264, the profile-level-id of its last SPS in the low 24 bits with bit
+    /// 24 set once one was seen (0: H264, SPS unknown).
+    pub video: AtomicU64,
+    /// The RIDs of its simulcast layers, in layer order (empty without simulcast). Written
+    /// when a WHIP publisher is added or leaves; read to resolve a viewer's `?layer=`.
+    pub rids: Mutex<Arc<[Box<str>]>>,
+    /// Sequence numbers its viewers NACKed.
+    pub nacks: AtomicU64,
+    /// PLI/FIR requests from its viewers.
+    pub keyframe_requests: AtomicU64,
+    /// Packets its viewers reported lost in their receiver reports (the growth of each
+    /// viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
+    pub reported_lost: AtomicU64,
+    /// Whether it is being packaged for LL-HLS: its owning worker then hands its ring
+    /// packets to the HLS thread (WHIP and clip streams; RTMP ones are packaged from the
+    /// connection's frames).
+    pub hls_wanted: AtomicBool,
+}
+
+impl StreamCounters {
+    /// Counters for a stream that is live from the start (a built-in clip) or not.
+    pub fn new(live: bool) -> Self {
+        StreamCounters {
+            live: AtomicBool::new(live),
+            ..StreamCounters::default()
+        }
+    }
+
+    /// Zeroes what a removed stream's slot must not pass to the next stream made in it:
+    /// its traffic counters and its video (the flags are the engine's to clear).
+    pub fn reset(&self) {
+        for c in [
+            &self.packets,
+            &self.bytes,
+            &self.video,
+            &self.nacks,
+            &self.keyframe_requests,
+            &self.reported_lost,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Bit 24 of [`StreamCounters::video`]: a profile-level-id was seen.
 const PROFILE_SEEN: u64 = 1 << 24;
 
 impl EngineStats {
+    /// Stream `index`'s counters.
+    pub fn stream(&self, index: usize) -> Option<&StreamCounters> {
+        self.streams.get(index)
+    }
+
     /// Stream `index`'s video: its codec and (H264) SPS profile-level-id if one was seen.
     pub fn video(&self, index: usize) -> StreamVideo {
-        let Some(a) = self.stream_video.get(index) else {
+        let Some(a) = self.stream(index).map(|c| &c.video) else {
             return StreamVideo::default();
         };
         let v = a.load(Ordering::Relaxed);
@@ -104,22 +141,21 @@ impl EngineStats {
 
     /// Stream `index`'s simulcast RIDs in layer order (empty without simulcast).
     pub fn rids(&self, index: usize) -> Arc<[Box<str>]> {
-        self.stream_rids
-            .get(index)
-            .and_then(|m| m.lock().ok().map(|r| r.clone()))
+        self.stream(index)
+            .and_then(|c| c.rids.lock().ok().map(|r| r.clone()))
             .unwrap_or_else(|| Arc::new([]))
     }
 
     /// Records stream `index`'s simulcast RIDs.
     pub fn set_rids(&self, index: usize, rids: &[Box<str>]) {
-        if let Some(Ok(mut r)) = self.stream_rids.get(index).map(Mutex::lock) {
+        if let Some(Ok(mut r)) = self.stream(index).map(|c| c.rids.lock()) {
             *r = rids.into();
         }
     }
 
     /// Records the profile-level-id of an SPS of stream `index`.
     pub fn set_h264_profile(&self, index: usize, id: [u8; 3]) {
-        if let Some(a) = self.stream_video.get(index) {
+        if let Some(a) = self.stream(index).map(|c| &c.video) {
             let codec = a.load(Ordering::Relaxed) & (0xff << 32);
             let v = codec
                 | PROFILE_SEEN
@@ -133,12 +169,51 @@ impl EngineStats {
     /// Records the codec of stream `index`'s new publisher; a change of codec forgets the
     /// H264 profile.
     pub fn set_video_codec(&self, index: usize, codec: VideoCodec) {
-        if let Some(a) = self.stream_video.get(index) {
+        if let Some(a) = self.stream(index).map(|c| &c.video) {
             let old = a.load(Ordering::Relaxed);
             let c = u64::from(codec.index()) << 32;
             if old & (0xff << 32) != c {
                 a.store(c, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reset_slot_passes_no_traffic_or_video_to_the_next_stream() {
+        let stats = EngineStats {
+            streams: (0..2).map(|i| StreamCounters::new(i == 0)).collect(),
+            ..EngineStats::default()
+        };
+        let c = &stats.streams[1];
+        for a in [
+            &c.packets,
+            &c.bytes,
+            &c.nacks,
+            &c.keyframe_requests,
+            &c.reported_lost,
+        ] {
+            a.store(7, Ordering::Relaxed);
+        }
+        stats.set_video_codec(1, VideoCodec::Vp8);
+        stats.set_rids(1, &["h".into()]);
+        c.publishing.store(true, Ordering::Relaxed);
+        c.reset();
+        assert_eq!(c.packets.load(Ordering::Relaxed), 0);
+        assert_eq!(c.bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(c.nacks.load(Ordering::Relaxed), 0);
+        assert_eq!(c.keyframe_requests.load(Ordering::Relaxed), 0);
+        assert_eq!(c.reported_lost.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.video(1), StreamVideo::default());
+        // The flags and layers are the engine's: a reset leaves them.
+        assert!(c.publishing.load(Ordering::Relaxed));
+        assert_eq!(stats.rids(1).len(), 1);
+        // Its neighbour is untouched: live from the start, as a clip is.
+        assert!(stats.streams[0].live.load(Ordering::Relaxed));
+        assert!(!c.live.load(Ordering::Relaxed));
     }
 }

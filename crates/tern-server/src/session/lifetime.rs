@@ -60,24 +60,14 @@ pub fn sweep_streams(core: &Core) {
         },
         |i| {
             stats
-                .publishing
-                .get(i)
-                .is_some_and(|f| f.load(Ordering::Relaxed))
+                .stream(i)
+                .is_some_and(|c| c.publishing.load(Ordering::Relaxed))
         },
     );
     for (key, index) in gone {
         let _ = core.engine.send(Command::UnbindStream { index });
-        for v in [
-            &stats.stream_packets,
-            &stats.stream_video,
-            &stats.stream_bytes,
-            &stats.stream_nacks,
-            &stats.stream_keyframe_requests,
-            &stats.stream_reported_lost,
-        ] {
-            if let Some(c) = v.get(index) {
-                c.store(0, Ordering::Relaxed);
-            }
+        if let Some(c) = stats.stream(index) {
+            c.reset();
         }
         stats.snapshots.stream_removed(&key);
         core.streams.release(index);

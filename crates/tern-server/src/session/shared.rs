@@ -123,7 +123,7 @@ impl Core {
         );
         let hls = Arc::new(crate::hls::Hls::new(
             &config.hls,
-            engine.stats.live.len(),
+            engine.stats.streams.len(),
             engine.stats.clone(),
             &exempt,
         ));
@@ -169,9 +169,8 @@ impl Core {
     pub fn is_live(&self, info: StreamInfo) -> bool {
         self.engine
             .stats
-            .live
-            .get(info.index)
-            .is_some_and(|l| l.load(Ordering::Relaxed))
+            .stream(info.index)
+            .is_some_and(|c| c.live.load(Ordering::Relaxed))
     }
 
     /// Checks the app's static token (`[[app]] token`), if it has one, against `given`.

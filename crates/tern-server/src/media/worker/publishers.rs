@@ -62,7 +62,7 @@ impl Worker {
             };
         if let Ok(id) = &res {
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
-            set_flag(&self.stats.publishing, stream, true);
+            set_flag(self.stats.stream(stream).map(|c| &c.publishing), true);
             self.publisher_ids[stream] = Some(id.serial);
             self.stats
                 .snapshots
@@ -108,7 +108,7 @@ impl Worker {
             // Its layers (RTMP renditions), for `?layer=` and the snapshot.
             self.stats.set_rids(s, &rids);
             self.stats.publishers.fetch_add(1, Ordering::Relaxed);
-            set_flag(&self.stats.publishing, s, true);
+            set_flag(self.stats.stream(s).map(|c| &c.publishing), true);
             self.publisher_ids[s] = Some(id.serial);
             let key = &self.streams[s].key;
             self.stats
@@ -197,9 +197,8 @@ impl Worker {
         };
         if !self
             .stats
-            .hls_wanted
-            .get(stream)
-            .is_some_and(|w| w.load(Ordering::Relaxed))
+            .stream(stream)
+            .is_some_and(|c| c.hls_wanted.load(Ordering::Relaxed))
             || self.ingest.is_rtmp(stream)
             || pkt.layer != 0
         {
@@ -250,9 +249,7 @@ impl Worker {
                     self.accept(stream, head, &packet.payload);
                 }
                 IngestOutput::Live(stream) => {
-                    if let Some(l) = self.stats.live.get(stream) {
-                        l.store(true, Ordering::Relaxed);
-                    }
+                    set_flag(self.stats.stream(stream).map(|c| &c.live), true);
                     let kind = self.ingest.kind_name(stream);
                     self.stats.snapshots.stream_state(
                         &self.streams[stream].key,
@@ -266,8 +263,8 @@ impl Worker {
                     info!("{} is live (publisher)", self.streams[stream].key);
                 }
                 IngestOutput::Gone { stream, reason } => {
-                    set_flag(&self.stats.live, stream, false);
-                    set_flag(&self.stats.publishing, stream, false);
+                    set_flag(self.stats.stream(stream).map(|c| &c.live), false);
+                    set_flag(self.stats.stream(stream).map(|c| &c.publishing), false);
                     self.stats.snapshots.stream_state(
                         &self.streams[stream].key,
                         "none",
@@ -306,8 +303,8 @@ impl Worker {
     }
 }
 
-fn set_flag(flags: &[std::sync::atomic::AtomicBool], i: usize, v: bool) {
-    if let Some(f) = flags.get(i) {
+fn set_flag(flag: Option<&std::sync::atomic::AtomicBool>, v: bool) {
+    if let Some(f) = flag {
         f.store(v, Ordering::Relaxed);
     }
 }

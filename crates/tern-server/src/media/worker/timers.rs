@@ -48,17 +48,23 @@ impl Worker {
         if lost > e.reported_lost {
             let grew = (lost - e.reported_lost) as u64;
             e.reported_lost = lost;
-            self.stats.stream_reported_lost[stream].fetch_add(grew, Ordering::Relaxed);
+            self.stats.streams[stream]
+                .reported_lost
+                .fetch_add(grew, Ordering::Relaxed);
         }
         if !nacks.is_empty() {
-            self.stats.stream_nacks[stream].fetch_add(nacks.len() as u64, Ordering::Relaxed);
+            self.stats.streams[stream]
+                .nacks
+                .fetch_add(nacks.len() as u64, Ordering::Relaxed);
         }
         if res.is_err() {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
         }
         if keyframe {
             self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
-            self.stats.stream_keyframe_requests[stream].fetch_add(1, Ordering::Relaxed);
+            self.stats.streams[stream]
+                .keyframe_requests
+                .fetch_add(1, Ordering::Relaxed);
             let layer = self.table.get(id).map_or(0, |e| e.viewer.target_layer());
             self.ask_keyframe(stream, layer, now);
         }

@@ -484,8 +484,9 @@ impl Worker {
                 }
             }
             // Per-stream counters: one update per stream and batch, not per viewer.
-            self.stats.stream_packets[stream].fetch_add(packets, Ordering::Relaxed);
-            self.stats.stream_bytes[stream].fetch_add(bytes, Ordering::Relaxed);
+            let c = &self.stats.streams[stream];
+            c.packets.fetch_add(packets, Ordering::Relaxed);
+            c.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         self.fanout.give_back(batch);
     }
