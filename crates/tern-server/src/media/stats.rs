@@ -149,7 +149,12 @@ impl EngineStats {
     /// Records stream `index`'s simulcast RIDs.
     pub fn set_rids(&self, index: usize, rids: &[Box<str>]) {
         if let Some(Ok(mut r)) = self.stream(index).map(|c| c.rids.lock()) {
-            *r = rids.into();
+            // No layers is the shared empty slice (no allocation), as a new slot starts:
+            // a slot that had a publisher holds no more heap than one that never did.
+            *r = match rids {
+                [] => Arc::default(),
+                _ => rids.into(),
+            };
         }
     }
 
