@@ -42,17 +42,22 @@ fn client() -> SocketAddr {
     ([127, 0, 0, 1], 40000).into()
 }
 
+/// The same token offered for the app's token and to admission.
+fn credentials(token: Option<&str>) -> Credentials {
+    Credentials {
+        app_token: token.map(str::to_string),
+        token: token.map(str::to_string),
+        query: String::new(),
+    }
+}
+
 fn publish(app: &str, stream: &str, protocol: Protocol, token: Option<&str>) -> PublishAsk {
     PublishAsk {
         app: app.into(),
         stream: stream.into(),
         protocol,
         client: client(),
-        credentials: Credentials {
-            app_token: token.map(str::to_string),
-            token: token.map(str::to_string),
-            query: String::new(),
-        },
+        credentials: credentials(token),
     }
 }
 
@@ -62,11 +67,7 @@ fn play(app: &str, stream: &str, protocol: Protocol, token: Option<&str>) -> Pla
         stream: stream.into(),
         protocol,
         client: client(),
-        credentials: Credentials {
-            app_token: token.map(str::to_string),
-            token: token.map(str::to_string),
-            query: String::new(),
-        },
+        credentials: credentials(token),
         session: None,
         from_node: false,
     }

@@ -76,27 +76,31 @@ impl Wire {
     }
 }
 
+/// How a refusal goes on the wire over HTTP.
+fn refusal_wire(r: &Refusal) -> Wire {
+    use StatusCode as S;
+    match r {
+        Refusal::BadName(_) => Wire::plain(S::BAD_REQUEST),
+        Refusal::NotFound(_) => Wire::plain(S::NOT_FOUND),
+        Refusal::Unauthorized { .. } => Wire::challenge(S::UNAUTHORIZED),
+        Refusal::Denied { status: 401, .. } => Wire::challenge(S::UNAUTHORIZED),
+        Refusal::Denied { status: 503, .. } => Wire::retry(S::SERVICE_UNAVAILABLE, "1"),
+        Refusal::Denied { status, .. } => Wire::plain(S::from_u16(*status).unwrap_or(S::FORBIDDEN)),
+        Refusal::TooMany(_) => Wire::retry(S::TOO_MANY_REQUESTS, "5"),
+        Refusal::Full(_) | Refusal::Unavailable(_) => Wire::plain(S::SERVICE_UNAVAILABLE),
+        Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) => Wire::plain(S::CONFLICT),
+        Refusal::NotLive(_) => Wire::retry(S::CONFLICT, "5"),
+        Refusal::Capacity => Wire::retry(S::SERVICE_UNAVAILABLE, "1"),
+        Refusal::PullFailed(_) => Wire::retry(S::SERVICE_UNAVAILABLE, "2"),
+    }
+}
+
 impl HttpError {
     /// The table: each error's status and headers.
     fn wire(&self) -> Wire {
         use StatusCode as S;
         match self {
-            HttpError::Refused(r) => match r {
-                Refusal::BadName(_) => Wire::plain(S::BAD_REQUEST),
-                Refusal::NotFound(_) => Wire::plain(S::NOT_FOUND),
-                Refusal::Unauthorized { .. } => Wire::challenge(S::UNAUTHORIZED),
-                Refusal::Denied { status: 401, .. } => Wire::challenge(S::UNAUTHORIZED),
-                Refusal::Denied { status: 503, .. } => Wire::retry(S::SERVICE_UNAVAILABLE, "1"),
-                Refusal::Denied { status, .. } => {
-                    Wire::plain(S::from_u16(*status).unwrap_or(S::FORBIDDEN))
-                }
-                Refusal::TooMany(_) => Wire::retry(S::TOO_MANY_REQUESTS, "5"),
-                Refusal::Full(_) | Refusal::Unavailable(_) => Wire::plain(S::SERVICE_UNAVAILABLE),
-                Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) => Wire::plain(S::CONFLICT),
-                Refusal::NotLive(_) => Wire::retry(S::CONFLICT, "5"),
-                Refusal::Capacity => Wire::retry(S::SERVICE_UNAVAILABLE, "1"),
-                Refusal::PullFailed(_) => Wire::retry(S::SERVICE_UNAVAILABLE, "2"),
-            },
+            HttpError::Refused(r) => refusal_wire(r),
             HttpError::BadRequest(_) => Wire::plain(S::BAD_REQUEST),
             HttpError::ApiToken => Wire::challenge(S::UNAUTHORIZED),
             HttpError::Forbidden(_) => Wire::plain(S::FORBIDDEN),
@@ -137,9 +141,9 @@ impl HttpError {
         }
     }
 
-    /// The status it answers with.
-    pub fn status(&self) -> StatusCode {
-        self.wire().status
+    /// The status a refusal answers with over HTTP (OME signalling reports the same code).
+    pub fn status_of(r: &Refusal) -> StatusCode {
+        refusal_wire(r).status
     }
 }
 

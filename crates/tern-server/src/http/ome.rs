@@ -419,10 +419,10 @@ fn signal_error(r: Refusal) -> SignalError {
         }
         Refusal::Denied { status, reason } => SignalError::new(status, reason),
         Refusal::Capacity | Refusal::TooMany(_) => {
-            SignalError::new(HttpError::from(r.clone()).status().as_u16(), r.to_string())
+            SignalError::new(HttpError::status_of(&r).as_u16(), r.to_string())
         }
         other => SignalError::new(
-            HttpError::from(other.clone()).status().as_u16(),
+            HttpError::status_of(&other).as_u16(),
             format!("Cannot create offer: {other}"),
         ),
     }

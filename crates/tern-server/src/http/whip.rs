@@ -44,19 +44,17 @@ pub(super) async fn post(
     headers: HeaderMap,
     offer: Result<SdpOffer, HttpError>,
 ) -> Result<Response, HttpError> {
+    let ask = PublishAsk {
+        app: path.app.clone(),
+        stream: path.stream.clone(),
+        protocol: Protocol::Whip,
+        client: peer.0,
+        credentials: credentials(&headers, query),
+    };
     // The name and the app's token are answered before the body's format.
-    st.may_publish(&path.app, &path.stream)?;
-    st.check_app_token(&path.app, crate::http::extract::bearer(&headers))?;
+    st.check_publish(&ask)?;
     let SdpOffer(offer) = offer?;
-    let mut publish = st
-        .begin_publish(PublishAsk {
-            app: path.app.clone(),
-            stream: path.stream.clone(),
-            protocol: Protocol::Whip,
-            client: peer.0,
-            credentials: credentials(&headers, query),
-        })
-        .await?;
+    let mut publish = st.admit_publish(ask).await?;
     let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
     let (publisher, answer) = match Publisher::accept(&offer, local, Instant::now()) {
         Ok(x) => x,

@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::admission::{Action, Ask, Protocol, SessionKey, Verdict};
+use crate::admission::{Action, Ask, Protocol, SessionKey};
 use crate::directory::StreamInfo;
 use crate::limits::AddrPermit;
 use crate::session::refusal::Refusal;
@@ -156,33 +156,26 @@ impl Play {
             false => None,
         };
         let session = ask.session.unwrap_or_else(|| random_token(22));
-        if ask.from_node {
-            return Ok(PlayGrant {
-                info: self.info,
-                session,
-                admitted: None,
-                permit,
-            });
-        }
-        let asked = Ask {
-            action: Action::Play,
-            protocol: ask.protocol,
-            app: ask.app,
-            stream: ask.stream,
-            client: ask.client,
-            token: ask.credentials.token,
-            query: ask.credentials.query,
-            session: session.clone(),
+        let admitted = match ask.from_node {
+            true => None,
+            false => Some(
+                core.admit(
+                    Action::Play,
+                    ask.protocol,
+                    (ask.app, ask.stream),
+                    ask.client,
+                    ask.credentials,
+                    session.clone(),
+                )
+                .await?,
+            ),
         };
-        match core.admission.admit(&asked).await {
-            Verdict::Allow { lifetime } => Ok(PlayGrant {
-                info: self.info,
-                session,
-                admitted: Some((asked, lifetime)),
-                permit,
-            }),
-            Verdict::Deny { status, reason } => Err(Refusal::Denied { status, reason }),
-        }
+        Ok(PlayGrant {
+            info: self.info,
+            session,
+            admitted,
+            permit,
+        })
     }
 }
 

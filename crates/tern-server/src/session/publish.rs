@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::admission::{Action, Ask, Protocol, Verdict};
+use crate::admission::{Action, Ask, Protocol};
 use crate::directory::StreamInfo;
 use crate::limits::AddrPermit;
 use crate::media::{AddError, Command, PublisherId};
@@ -46,11 +46,24 @@ pub struct Publish {
 }
 
 impl Core {
-    /// Steps 1 of publishing (see the module doc): the name, the app's token, the
-    /// per-address limit and admission.
+    /// Step 1 of publishing (see the module doc): [`Core::check_publish`], then
+    /// [`Core::admit_publish`].
     pub async fn begin_publish(&self, ask: PublishAsk) -> Result<Publish, Refusal> {
+        self.check_publish(&ask)?;
+        self.admit_publish(ask).await
+    }
+
+    /// Step 1's checks that read only the configuration and the streams: the name and the
+    /// app's token. A surface with a request body to check (WHIP's offer) runs them first,
+    /// then checks its body, then [`Core::admit_publish`].
+    pub fn check_publish(&self, ask: &PublishAsk) -> Result<(), Refusal> {
         self.may_publish(&ask.app, &ask.stream)?;
-        self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())?;
+        self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())
+    }
+
+    /// The rest of step 1, after [`Core::check_publish`]: the per-address limit and
+    /// admission.
+    pub async fn admit_publish(&self, ask: PublishAsk) -> Result<Publish, Refusal> {
         let permit = match ask.protocol.handshakes_on_media_port() {
             true => Some(self.pending_permit(ask.client.ip())?),
             false => None,
@@ -60,26 +73,23 @@ impl Core {
             p => format!("{}-{}", p.as_str(), random_token(16)),
         };
         let key = format!("{}/{}", ask.app, ask.stream);
-        let asked = Ask {
-            action: Action::Publish,
-            protocol: ask.protocol,
-            app: ask.app,
-            stream: ask.stream,
-            client: ask.client,
-            token: ask.credentials.token,
-            query: ask.credentials.query,
-            session: session.clone(),
-        };
-        match self.admission.admit(&asked).await {
-            Verdict::Allow { lifetime } => Ok(Publish {
-                key,
-                session,
-                ask: asked,
-                lifetime,
-                permit,
-            }),
-            Verdict::Deny { status, reason } => Err(Refusal::Denied { status, reason }),
-        }
+        let (ask, lifetime) = self
+            .admit(
+                Action::Publish,
+                ask.protocol,
+                (ask.app, ask.stream),
+                ask.client,
+                ask.credentials,
+                session.clone(),
+            )
+            .await?;
+        Ok(Publish {
+            key,
+            session,
+            ask,
+            lifetime,
+            permit,
+        })
     }
 
     /// Whether a publisher may have stream `app/stream` (before admission): it exists, or

@@ -2,11 +2,12 @@
 //! static token, the viewer capacity, the per-address limit on pending sessions).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::admission::Admission;
+use crate::admission::{Action, Admission, Ask, Protocol, Verdict};
 use crate::config::Config;
 use crate::directory::{Directory, StreamInfo};
 use crate::limits::{AddrPermit, PerAddress};
@@ -180,6 +181,34 @@ impl Core {
                 app: app.to_string(),
             }),
             _ => Ok(()),
+        }
+    }
+
+    /// Asks admission (JWT, webhook) whether `client` may do `action` on `app/stream`
+    /// through `protocol` as session `session`: the question (kept for the close
+    /// notification) and the session's lifetime, or the refusal.
+    pub(super) async fn admit(
+        &self,
+        action: Action,
+        protocol: Protocol,
+        (app, stream): (String, String),
+        client: SocketAddr,
+        credentials: Credentials,
+        session: String,
+    ) -> Result<(Ask, Option<Duration>), Refusal> {
+        let ask = Ask {
+            action,
+            protocol,
+            app,
+            stream,
+            client,
+            token: credentials.token,
+            query: credentials.query,
+            session,
+        };
+        match self.admission.admit(&ask).await {
+            Verdict::Allow { lifetime } => Ok((ask, lifetime)),
+            Verdict::Deny { status, reason } => Err(Refusal::Denied { status, reason }),
         }
     }
 
