@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::{
-    Ffmpeg, Server, config_file, free_tcp_port, http_delete, http_get, http_request_with, jwt,
+    ClosedPort, Ffmpeg, Server, config_file, http_delete, http_get, http_request_with, jwt,
     silent_offer, whep_offer,
 };
 use serde_json::{Value, json};
@@ -294,7 +294,9 @@ fn lifetime_ends_a_viewer_and_a_dead_webhook_denies() {
             json!({"allow": true})
         }
     });
-    let dead = format!("http://127.0.0.1:{}/admit", free_tcp_port());
+    // A webhook that refuses connections: a bound port that never listens.
+    let closed = ClosedPort::new();
+    let dead = format!("http://{}/admit", closed.addr());
     let cfg = config_file(
         "lifetime",
         &format!(

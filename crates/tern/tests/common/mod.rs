@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests: free ports, a tiny blocking HTTP/1.1 client,
+//! Helpers shared by the integration tests: a closed port, a tiny blocking HTTP/1.1 client,
 //! spawning and stopping `tern demo`, and the kernel's UDP receive-overrun counters (so
 //! loss can be attributed to the right side of a loopback test).
 
@@ -22,29 +22,46 @@ pub fn config_file(name: &str, body: &str) -> PathBuf {
     p
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a process that is not tern (tern
+/// reports the ports it bound; use those): redis-server, restarted on the same port.
 pub fn free_tcp_port() -> u16 {
-    free_port(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
-}
-
-/// A UDP port on 127.0.0.1 that was free a moment ago.
-pub fn free_udp_port() -> u16 {
-    free_port(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok())
-}
-
-/// A port that `free` finds free, drawn at random from 20000-32767: below Linux's ephemeral
-/// range (32768-60999), so the thousands of client sockets a load test opens (each given an
-/// ephemeral port by the kernel) cannot take it between this check and the server's bind.
-fn free_port(free: impl Fn(u16) -> bool) -> u16 {
     use rand::Rng;
     let mut rng = rand::rng();
+    // Below Linux's ephemeral range (32768-60999), so the client sockets a load test opens
+    // cannot take it between this check and redis-server's bind.
     for _ in 0..1000 {
         let p = rng.random_range(20000..32768);
-        if free(p) {
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
             return p;
         }
     }
     panic!("no free port found in 20000-32767 after 1000 tries");
+}
+
+/// A loopback TCP address that refuses every connection for as long as this value lives: a
+/// socket bound to it that never listens, so no other process can take the port meanwhile.
+pub struct ClosedPort {
+    socket: socket2::Socket,
+}
+
+impl ClosedPort {
+    /// Binds 127.0.0.1:0 without listening.
+    pub fn new() -> ClosedPort {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("tcp socket");
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+        socket.bind(&any.into()).expect("bind 127.0.0.1:0");
+        ClosedPort { socket }
+    }
+
+    /// The address, e.g. `127.0.0.1:40123`.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.socket
+            .local_addr()
+            .expect("local address")
+            .as_socket()
+            .expect("an IP address")
+    }
 }
 
 /// A parsed HTTP/1.1 response.
@@ -546,7 +563,7 @@ impl Ffmpeg {
         let log = std::env::temp_dir().join(format!(
             "tern-rtmp-ffmpeg-{}-{}.log",
             std::process::id(),
-            free_tcp_port()
+            unique()
         ));
         let file = std::fs::File::create(&log).expect("ffmpeg log");
         let t = seconds.to_string();
