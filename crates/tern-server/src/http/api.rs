@@ -23,10 +23,6 @@ use crate::http::state::AppState;
 use crate::media::{Command, ViewerId};
 
 /// The engine is gone (shutting down).
-fn stopped() -> HttpError {
-    HttpError::Unavailable("media engine stopped".into(), None)
-}
-
 /// A stream's snapshot with its live counters.
 fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
     let s = &st.engine.stats;
@@ -148,7 +144,7 @@ pub(super) async fn kick_viewer(
         .send(Command::RemoveViewer(ViewerId::from_raw(id)))
         .is_err()
     {
-        return Err(stopped());
+        return Err(HttpError::engine_stopped());
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -209,7 +205,7 @@ fn set_layer(st: &AppState, id: &str, rid: Option<&str>) -> Result<Response, Htt
         pin,
     };
     if st.engine.send(cmd).is_err() {
-        return Err(stopped());
+        return Err(HttpError::engine_stopped());
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -297,7 +293,7 @@ pub(super) async fn kick_publisher(
         )));
     };
     if st.engine.send(Command::RemovePublisher(id)).is_err() {
-        return Err(stopped());
+        return Err(HttpError::engine_stopped());
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -96,6 +96,11 @@ fn refusal_wire(r: &Refusal) -> Wire {
 }
 
 impl HttpError {
+    /// 503 for a request that needs the media engine after it stopped (shutting down).
+    pub(crate) fn engine_stopped() -> HttpError {
+        HttpError::Unavailable("media engine stopped".into(), None)
+    }
+
     /// The table: each error's status and headers.
     fn wire(&self) -> Wire {
         use StatusCode as S;

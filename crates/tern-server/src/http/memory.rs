@@ -27,8 +27,7 @@ pub(super) async fn memory(
     };
     let sessions = if has("sessions=1") {
         let Ok(list) = st.engine.sessions().await else {
-            return HttpError::Unavailable("media engine is not running".into(), None)
-                .into_response();
+            return HttpError::engine_stopped().into_response();
         };
         let table = st.sessions.lock().ok();
         let rows: Vec<SessionRow> = list

@@ -370,7 +370,7 @@ impl Signalling {
         st.check_capacity().map_err(signal_error)?;
         let permit = st.pending_permit(self.client).map_err(signal_error)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let unavailable = || SignalError::new(503, "media engine is not running");
+        let unavailable = || SignalError::new(503, "media engine stopped");
         st.engine
             .send(EngineCommand::AddViewer {
                 stream: info.index,

@@ -27,10 +27,6 @@ use crate::session::{PlayAsk, Protocol, random_token};
 const METHODS: &str = "OPTIONS, POST, PATCH, DELETE, HEAD";
 
 /// The engine is gone (shutting down).
-fn stopped() -> HttpError {
-    HttpError::Unavailable("media engine is not running".into(), None)
-}
-
 /// `POST /{app}/{stream}/whep`: the offer in, the answer and the session's `Location` out.
 pub(super) async fn post(
     State(st): State<Arc<AppState>>,
@@ -101,8 +97,8 @@ pub(super) async fn post(
             reply: tx,
             permit: grant.take_permit(),
         })
-        .map_err(|_| stopped())?;
-    let viewer = rx.await.map_err(|_| stopped())?;
+        .map_err(|_| HttpError::engine_stopped())?;
+    let viewer = rx.await.map_err(|_| HttpError::engine_stopped())?;
     let sid = grant.session().to_string();
     grant.started(&st, SessionKey::Viewer(viewer.raw()));
     let etag = new_etag();
@@ -187,7 +183,7 @@ pub(super) async fn patch(
             pwd: to_array(&pwd),
             remote_ufrag: remote_ufrag.clone().into_boxed_str(),
         })
-        .map_err(|_| stopped())?;
+        .map_err(|_| HttpError::engine_stopped())?;
     sess.remote_ufrag = remote_ufrag;
     sess.local_ufrag = ufrag;
     sess.local_pwd = pwd;

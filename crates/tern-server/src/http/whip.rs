@@ -30,10 +30,6 @@ use crate::session::{Protocol, PublishAsk};
 const METHODS: &str = "OPTIONS, POST, PATCH, DELETE";
 
 /// The engine is gone (shutting down).
-fn stopped() -> HttpError {
-    HttpError::Unavailable("media engine stopped".into(), None)
-}
-
 /// `POST /{app}/{stream}/whip`: SDP offer in, `201 Created` with the answer and the
 /// session's `Location`.
 pub(super) async fn post(
@@ -74,11 +70,13 @@ pub(super) async fn post(
         reply: tx,
         permit: publish.take_permit(),
     };
-    st.engine.send(cmd).map_err(|_| stopped())?;
+    st.engine
+        .send(cmd)
+        .map_err(|_| HttpError::engine_stopped())?;
     let id = match rx.await {
         Ok(Ok(id)) => id,
         Ok(Err(e)) => return Err(publish.refused(e).into()),
-        Err(_) => return Err(stopped()),
+        Err(_) => return Err(HttpError::engine_stopped()),
     };
     if was != codec {
         end_viewers_of_other_codec(&st, publish.key(), was, codec);
@@ -136,11 +134,13 @@ pub(super) async fn patch(
         pwd,
         reply: tx,
     };
-    st.engine.send(cmd).map_err(|_| stopped())?;
+    st.engine
+        .send(cmd)
+        .map_err(|_| HttpError::engine_stopped())?;
     let (local_ufrag, local_pwd) = match rx.await {
         Ok(Ok(creds)) => creds,
         Ok(Err(e)) => return Err(HttpError::Unprocessable(e.to_string())),
-        Err(_) => return Err(stopped()),
+        Err(_) => return Err(HttpError::engine_stopped()),
     };
     let etag = new_etag();
     st.update_publisher(&sid, |s| {
