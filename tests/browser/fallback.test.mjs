@@ -1,16 +1,14 @@
 // The player page's fallback to LL-HLS: when WebRTC cannot connect (here: a browser
 // without RTCPeerConnection) the page at /{app}/{stream} plays the stream's index.m3u8
-// with hls.js, loaded from `hls.player_script` (pointed by this test at a copy of the npm
-// package served on loopback). A page that has WebRTC stays on it.
+// with hls.js, loaded by default from tern itself (`/assets/hls.min.js`, the pinned copy built
+// into the binary): the page asks no host but tern for anything. A page that has WebRTC stays
+// on it.
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { readFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
+import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
 import { startServer } from './server.mjs';
@@ -33,39 +31,39 @@ function readPlayer() {
 }
 
 describe('player page falls back to LL-HLS', { timeout: 120_000 }, () => {
-  let dir;
-  let scripts;
   let server;
   let browser;
-  let scriptRequests = 0;
 
   before(async () => {
-    const js = await readFile(HLS_JS);
-    scripts = createServer((req, res) => {
-      scriptRequests += 1;
-      res.writeHead(200, { 'content-type': 'text/javascript', 'access-control-allow-origin': '*' });
-      res.end(js);
-    });
-    await new Promise((ok) => scripts.listen(0, '127.0.0.1', ok));
-    dir = await mkdtemp(join(tmpdir(), 'tern-fallback-'));
-    const config = join(dir, 'tern.toml');
-    await writeFile(
-      config,
-      `[hls]\nplayer_script = "http://127.0.0.1:${scripts.address().port}/hls.min.js"\n`,
-    );
-    server = await startServer({ extraArgs: ['--config', config] });
+    server = await startServer({});
     browser = await launchBrowser();
   });
 
   after(async () => {
     await browser?.close();
     await server?.stop();
-    scripts?.close();
-    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('serves the pinned hls.js, the same bytes as the npm package the tests pin', async () => {
+    const res = await fetch(`${server.base}/assets/hls.min.js`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type'), /^text\/javascript/);
+    assert.match(res.headers.get('cache-control'), /max-age=\d{6,}/);
+    const body = Buffer.from(await res.arrayBuffer());
+    const npm = await readFile(HLS_JS);
+    assert.ok(body.equals(npm), `built-in hls.js (${body.length} B) differs from npm's (${npm.length} B)`);
+    const version = require('hls.js/package.json').version;
+    assert.equal(res.headers.get('etag'), `"hls.js-${version}"`);
+    const again = await fetch(`${server.base}/assets/hls.min.js`, {
+      headers: { 'if-none-match': res.headers.get('etag') },
+    });
+    assert.equal(again.status, 304);
   });
 
   it('without WebRTC the page plays HLS with hls.js', async () => {
     const { page, log } = await newLoggedPage(browser.context);
+    const requests = [];
+    page.on('request', (r) => requests.push(r.url()));
     await page.addInitScript(() => {
       window.RTCPeerConnection = undefined;
     });
@@ -81,7 +79,13 @@ describe('player page falls back to LL-HLS', { timeout: 120_000 }, () => {
     console.log(`fallback: ${JSON.stringify(s)}`);
     assert.equal(s.hls, true, 'hls.js played it (Chromium has no native HLS)');
     assert.match(s.status, /no WebRTC in this browser; playing HLS/);
-    assert.ok(scriptRequests >= 1, 'hls.js came from hls.player_script');
+    const origin = new URL(server.base).origin;
+    const elsewhere = requests.filter((u) => !u.startsWith(`${origin}/`) && !u.startsWith('blob:'));
+    assert.deepEqual(elsewhere, [], 'the page asked no host but tern');
+    assert.ok(
+      requests.includes(`${origin}/assets/hls.min.js`),
+      `hls.js came from tern: ${requests.slice(0, 5).join(' ')}`,
+    );
     await page.close();
   });
 

@@ -31,8 +31,8 @@ pub struct HlsSection {
     /// Default 50.
     pub sessions_per_ip: usize,
     /// Where the player page loads hls.js from when it falls back to HLS (browsers without
-    /// native HLS). Default jsDelivr's hls.js 1.x; point it at a copy you host to keep
-    /// players off third-party origins.
+    /// native HLS). Default `/assets/hls.min.js`, the pinned hls.js built into tern, so the
+    /// fallback needs no other host; an `http(s)://` URL loads it from elsewhere.
     pub player_script: String,
 }
 
@@ -47,7 +47,7 @@ impl Default for HlsSection {
             session_timeout_s: 30,
             max_sessions: 10_000,
             sessions_per_ip: 50,
-            player_script: "https://cdn.jsdelivr.net/npm/hls.js@1/dist/hls.min.js".into(),
+            player_script: "/assets/hls.min.js".into(),
         }
     }
 }

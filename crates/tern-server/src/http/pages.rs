@@ -1,11 +1,12 @@
 //! The pages: the index of live streams, the player (`GET /{app}/{stream}`, which also
-//! takes the OvenMediaEngine signalling upgrade) and the dashboard.
+//! takes the OvenMediaEngine signalling upgrade), the dashboard, and the hls.js the player
+//! falls back on (`GET /assets/hls.min.js`, built in).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
 use crate::http::listener::Peer;
@@ -91,4 +92,44 @@ const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 /// the API by the page itself.
 pub(super) async fn dashboard() -> Html<&'static str> {
     Html(DASHBOARD_HTML)
+}
+
+/// The hls.js built into the binary (`assets/hls.js/`, as published on npm; see its
+/// README for the version pin and `scripts/update-hls-js.sh`). Built in so that the player's
+/// LL-HLS fallback needs nothing beyond tern: no CDN, no other host.
+const HLS_JS: &[u8] = include_bytes!("../../assets/hls.js/hls.min.js");
+
+/// The built-in hls.js's version, which is also its entity tag.
+const HLS_JS_VERSION: &str = "1.7.4";
+
+/// `GET /assets/hls.min.js`: the built-in hls.js, cached by browsers for a week and
+/// revalidated by its version (`ETag`), so an upgraded tern's copy is picked up.
+pub(super) async fn hls_js(headers: HeaderMap) -> Response {
+    let etag = format!("\"hls.js-{HLS_JS_VERSION}\"");
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let mut reply = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+            HLS_JS,
+        )
+            .into_response()
+    };
+    let h = reply.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=604800"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    reply
 }

@@ -52,6 +52,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(pages::index))
         .route("/dashboard", get(pages::dashboard))
+        .route("/assets/hls.min.js", get(pages::hls_js))
         .route("/{app}/{stream}", get(pages::player))
         .route(
             "/{app}/{stream}/whep",
