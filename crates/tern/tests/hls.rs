@@ -273,3 +273,63 @@ fn the_first_playlist_is_admitted_like_whep_and_hls_can_be_off() {
     assert!(r.text().contains("hls.enabled = false"));
     server.stop();
 }
+
+/// Cold start for every HLS player (issue 39): `ffmpeg -i index.m3u8` as the very first
+/// request to a live RTMP stream, nobody having read it before, so packaging starts with that
+/// request. Players without LL-HLS read only complete segments; the first media playlist waits
+/// for one (at most three segment targets) instead of answering with parts only. ffmpeg must
+/// decode 10 s of video and audio with no error.
+#[test]
+fn ffmpeg_as_the_first_reader_of_a_live_stream_decodes_10_s() {
+    let cfg = config_file("cold", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    let mut ff = common::Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 40);
+    // Live is read through WHEP's HEAD, which starts no HLS packaging.
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let probe = tern_bench::signal::Whep::new(&whep, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !probe.live() {
+        assert!(Instant::now() < deadline, "not live:\n{}", ff.log_tail());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let packaged = memory_line(server.http, "hls_segments")
+        .and_then(|p| p["used_bytes"].as_u64())
+        .unwrap_or(0);
+    assert_eq!(
+        packaged, 0,
+        "nothing read the stream over HLS before ffmpeg"
+    );
+
+    let index = format!("http://{}/live/cam/index.m3u8", server.http);
+    let out = std::process::Command::new("timeout")
+        .args(["40", "ffmpeg", "-hide_banner", "-nostdin", "-v", "error"])
+        .args(["-i", &index, "-map", "0:v:0", "-map", "0:a:0", "-t", "10"])
+        .args(["-f", "framemd5", "-"])
+        .output()
+        .expect("run ffmpeg");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let frames = |stream: &str| {
+        stdout
+            .lines()
+            .filter(|l| l.split(',').next().map(str::trim) == Some(stream))
+            .count()
+    };
+    let (video, audio) = (frames("0"), frames("1"));
+    eprintln!("cold start: {video} video and {audio} audio frames decoded; stderr: {stderr}");
+    assert!(
+        out.status.success(),
+        "ffmpeg -i {index}: {}\n{stderr}\n{}",
+        out.status,
+        server.log_tail(20)
+    );
+    assert!(stderr.trim().is_empty(), "ffmpeg reported errors: {stderr}");
+    // 10 s of 30 fps video and 44.1 kHz AAC (1024 samples a frame, ~430 in 10 s).
+    assert!(video >= 280, "{video} video frames from 10 s at 30 fps");
+    assert!(audio >= 400, "{audio} audio frames from 10 s of AAC");
+    assert!(
+        ff.running(),
+        "the publisher ended early:\n{}",
+        ff.log_tail()
+    );
+}

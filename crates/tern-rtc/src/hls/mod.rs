@@ -412,6 +412,11 @@ impl Packager {
         }
     }
 
+    /// Whether a complete segment is held (what players without LL-HLS read).
+    pub fn has_complete_segment(&self) -> bool {
+        self.segments.iter().any(|s| s.complete)
+    }
+
     /// The first segment still held, if any.
     pub fn oldest_msn(&self) -> Option<u64> {
         self.segments.front().map(|s| s.msn)

@@ -3,6 +3,8 @@
 //! `_HLS_msn` / `_HLS_part`), `init{v}.mp4`, `{msn}.m4s` and `{msn}.{part}.m4s` (a
 //! preload-hinted part blocks until it exists). Every URI after the first carries the
 //! session token (`?session=`): admission runs once per player, not once per request.
+//! A plain `media.m3u8` of a stream with no complete segment yet (packaging just started)
+//! waits for one, at most three segment targets, so players without LL-HLS start cold.
 //!
 //! `index.m3u8` is always a multivariant playlist, with one variant until renditions
 //! exist: its variant URI is how the session token reaches the player, and players treat
@@ -336,7 +338,16 @@ async fn media_playlist(
             })
             .await
         }
-        None => wait_for(hub, stream, FIRST_PART_WAIT, has_a_part).await,
+        None => {
+            // Cold start: players without LL-HLS (ffmpeg, VLC) read whole segments and give
+            // up on a playlist that lists none, so a plain request waits for the first one
+            // (at most three segment targets), then takes what parts there are.
+            let cold = wait_for(hub, stream, 3 * target, Packager::has_complete_segment).await;
+            match cold {
+                Ok(()) => Ok(()),
+                Err(_) => wait_for(hub, stream, FIRST_PART_WAIT, has_a_part).await,
+            }
+        }
     };
     if let Err(why) = waited {
         return Err(unavailable(&format!("playlist not ready: {why}")));
