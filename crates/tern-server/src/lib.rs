@@ -115,6 +115,9 @@ pub enum ServeError {
     /// The HTTP server failed while serving.
     #[error("http server: {0}")]
     Http(std::io::Error),
+    /// The HTTPS certificate or key does not load.
+    #[error("config keys `server.tls_cert`/`server.tls_key`: {0}")]
+    Tls(http::tls::TlsError),
     /// Anything else that stops the server.
     #[error("{0}")]
     Other(String),
@@ -151,6 +154,12 @@ pub struct ServeOptions {
     pub app_worker_count: Option<usize>,
     /// `--stream-worker-count`, overriding `server.stream_worker_count`.
     pub stream_worker_count: Option<usize>,
+    /// `--https`, overriding `server.https`.
+    pub https: Option<SocketAddr>,
+    /// `--tls-cert`, overriding `server.tls_cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// `--tls-key`, overriding `server.tls_key`.
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The built-in clips.
@@ -200,6 +209,15 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     if let Some(n) = opts.stream_worker_count {
         cfg.server.stream_worker_count = n;
     }
+    if let Some(a) = opts.https {
+        cfg.server.https = Some(a);
+    }
+    if let Some(p) = &opts.tls_cert {
+        cfg.server.tls_cert = Some(p.clone());
+    }
+    if let Some(p) = &opts.tls_key {
+        cfg.server.tls_key = Some(p.clone());
+    }
     // Command-line values pass the same checks as the file's, named by their config key.
     cfg.validate()?;
     Ok(cfg)
@@ -211,6 +229,8 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
 pub struct Addresses {
     /// The HTTP listener (pages, WHEP, WHIP, OME signalling, LL-HLS, the API).
     pub http: SocketAddr,
+    /// The HTTPS listener (the same over TLS), if HTTPS is on.
+    pub https: Option<SocketAddr>,
     /// The one UDP port of all WebRTC media.
     pub media: SocketAddr,
     /// The RTMP listener, if RTMP is on.
@@ -220,17 +240,18 @@ pub struct Addresses {
 }
 
 impl std::fmt::Display for Addresses {
-    /// `http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|-`: the line `tern serve` prints once
-    /// it listens, for supervisors and tests.
+    /// `http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|- https=ADDR|-`: the line `tern serve`
+    /// prints once it listens, for supervisors and tests.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let opt = |a: Option<SocketAddr>| a.map_or("-".to_string(), |a| a.to_string());
         write!(
             f,
-            "http={} media={} rtmp={} turn={}",
+            "http={} media={} rtmp={} turn={} https={}",
             self.http,
             self.media,
             opt(self.rtmp),
-            opt(self.turn)
+            opt(self.turn),
+            opt(self.https)
         )
     }
 }
@@ -322,11 +343,23 @@ impl Server {
         let http = cfg.server.http;
         let rtmp_bind = cfg.server.rtmp;
         let max_payload = cfg.tunables.max_payload;
+        // A trusted proxy carries many clients over its connections: the per-address limits
+        // that matter (viewers, publishers, HLS sessions) count the clients behind it.
+        let mut http_exempt = cfg.limits.exempt_ranges();
+        http_exempt.extend(cfg.server.trusted_proxy_ranges());
         let http_per_ip = limits::PerAddress::new(
             "HTTP connections",
             cfg.limits.http_connections_per_ip,
-            &cfg.limits.exempt_ranges(),
+            &http_exempt,
         );
+        let redirect_http = cfg.server.redirect_http;
+        let tls = match (&cfg.server.https, &cfg.server.tls_cert, &cfg.server.tls_key) {
+            (Some(addr), Some(cert), Some(key)) => {
+                let store = http::CertStore::load(cert, key).map_err(ServeError::Tls)?;
+                Some((*addr, store))
+            }
+            _ => None,
+        };
         let rtmp_per_ip = limits::PerAddress::new(
             "RTMP connections",
             cfg.limits.rtmp_connections_per_ip,
@@ -351,6 +384,21 @@ impl Server {
             addr: http,
             source,
         })?;
+        let https = match tls {
+            Some((addr, store)) => {
+                let l = rt
+                    .block_on(tokio::net::TcpListener::bind(addr))
+                    .and_then(|l| l.local_addr().map(|a| (l, a)));
+                let (l, bound) = l.map_err(|source| ServeError::Bind {
+                    what: "HTTPS",
+                    addr,
+                    source,
+                })?;
+                let config = store.server_config().map_err(ServeError::Tls)?;
+                Some((l, bound, store, config))
+            }
+            None => None,
+        };
         let cluster = match cfg.cluster.clone() {
             Some(c) => {
                 let c = c.with_default_url(candidate_ip, http_addr);
@@ -403,21 +451,47 @@ impl Server {
                 }
             }
         };
-        let state = Arc::new(AppState::new(core.clone()));
+        let https_addr = https.as_ref().map(|h| h.1);
+        let state =
+            Arc::new(AppState::new(core.clone()).with_tls(https.as_ref().map(|h| h.2.clone())));
         let (stop_http, stopping) = tokio::sync::oneshot::channel::<()>();
         let http_task = rt.spawn(async move {
             start_service_tasks(&state);
-            let app = http::router(state).into_make_service_with_connect_info::<http::Peer>();
-            let listener = http::LimitedListener::new(listener, http_per_ip);
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopping.await;
-                })
-                .await
-                .map_err(ServeError::Http)
+            // One stop for both listeners.
+            let (stop_all, stop_rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                let _ = stopping.await;
+                let _ = stop_all.send(true);
+            });
+            let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let routes = http::router(state);
+            let plain_routes = match https_addr {
+                Some(a) if redirect_http => http::redirect_router(a.port()),
+                _ => routes.clone(),
+            };
+            let plain = axum::serve(
+                http::LimitedListener::new(listener, http_per_ip.clone()),
+                plain_routes.into_make_service_with_connect_info::<http::Peer>(),
+            )
+            .with_graceful_shutdown(stopped(stop_rx.clone()));
+            let Some((l, _, store, config)) = https else {
+                return plain.await.map_err(ServeError::Http);
+            };
+            store.watch();
+            let tls = http::TlsListener::spawn(l, http_per_ip, config).map_err(ServeError::Http)?;
+            let secure = axum::serve(
+                tls,
+                routes.into_make_service_with_connect_info::<http::Peer>(),
+            )
+            .with_graceful_shutdown(stopped(stop_rx));
+            let (a, b) = tokio::join!(plain, secure);
+            a.and(b).map_err(ServeError::Http)
         });
         let addrs = Addresses {
             http: http_addr,
+            https: https_addr,
             media: media_addr,
             rtmp: rtmp.as_ref().map(|r| r.addr),
             turn: turn.as_ref().map(|(t, _)| t.addr),

@@ -105,6 +105,16 @@ struct ServeArgs {
     /// Stream workers: per-viewer SRTP and sends (StreamWorkerCount; 0 = app workers send) [default: 1]
     #[arg(long, value_name = "N")]
     stream_worker_count: Option<usize>,
+    /// HTTPS listener: everything the HTTP listener serves, over TLS (h2 and http/1.1);
+    /// needs --tls-cert and --tls-key [default: `server.https`, else none]
+    #[arg(long, value_name = "ADDR")]
+    https: Option<SocketAddr>,
+    /// Certificate chain for --https, PEM (watched: a renewed file is picked up)
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Private key for --tls-cert, PEM
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `--rtmp ADDR|none`.
@@ -188,6 +198,9 @@ fn main() -> ExitCode {
         worker_count: args.worker_count,
         app_worker_count: args.app_worker_count,
         stream_worker_count: args.stream_worker_count,
+        https: args.https,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
     };
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
@@ -251,7 +264,7 @@ fn fetch_dd(url: &str, sessions: bool) -> Result<String, String> {
 }
 
 /// `tern serve` / `tern demo`: starts the server, prints one line with every bound address
-/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|-`, for supervisors
+/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|- https=ADDR|-`, for supervisors
 /// and tests that bind port 0), and runs until SIGINT/SIGTERM.
 fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let cfg = load_config(&opts)?;

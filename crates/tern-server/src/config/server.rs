@@ -1,6 +1,9 @@
 //! The `[server]` section: listening addresses, worker counts, publisher timeouts.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use tern_rtc::peer_policy::Cidr;
 
 use serde::Deserialize;
 
@@ -58,6 +61,25 @@ pub struct ServerConfig {
     /// Seconds a WHIP or RTMP publisher may go without sending media before it is ended and
     /// its stream freed. Default 10; 1 to 300.
     pub publisher_timeout: u64,
+    /// HTTPS listener (`--https`), e.g. `"0.0.0.0:8443"`: everything the HTTP listener
+    /// serves, over TLS with ALPN `h2` and `http/1.1`. Needs `tls_cert` and `tls_key`.
+    /// Default: none.
+    pub https: Option<SocketAddr>,
+    /// The certificate chain for `https`, PEM, leaf first (`--tls-cert`). Watched: a
+    /// renewed file is used for new connections within 10 s (and on SIGHUP).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key for `tls_cert`, PEM: PKCS#8, PKCS#1 (RSA) or SEC1 (EC)
+    /// (`--tls-key`).
+    pub tls_key: Option<PathBuf>,
+    /// With `https` on, the plain HTTP listener answers every request with a `308` to the
+    /// same path on HTTPS instead of serving it. Default `false`.
+    pub redirect_http: bool,
+    /// Reverse proxies whose `X-Forwarded-For` / `Forwarded: for=` headers are believed,
+    /// as CIDRs (`["127.0.0.1/32", "10.0.0.0/8"]`). For a connection from one of them the
+    /// client is the right-most address in those headers that is not itself a trusted proxy:
+    /// the per-address limits, admission, tokens, logs and snapshots see that address.
+    /// From anyone else the headers are ignored. Default: none.
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +96,11 @@ impl Default for ServerConfig {
             rtmp: None,
             publisher_connect_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
             publisher_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
+            https: None,
+            tls_cert: None,
+            tls_key: None,
+            redirect_http: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -114,7 +141,42 @@ impl ServerConfig {
                 ));
             }
         }
+        for (i, s) in self.trusted_proxies.iter().enumerate() {
+            if let Err(e) = s.parse::<Cidr>() {
+                return Err(ConfigError::invalid(
+                    format!("server.trusted_proxies[{i}]"),
+                    format!("{s:?} is not a CIDR: {e}"),
+                ));
+            }
+        }
+        if self.https.is_some() {
+            if self.tls_cert.is_none() {
+                return Err(ConfigError::invalid(
+                    "server.tls_cert",
+                    "server.https needs a certificate (PEM file)",
+                ));
+            }
+            if self.tls_key.is_none() {
+                return Err(ConfigError::invalid(
+                    "server.tls_key",
+                    "server.https needs a private key (PEM file)",
+                ));
+            }
+        } else if self.redirect_http {
+            return Err(ConfigError::invalid(
+                "server.redirect_http",
+                "redirects to HTTPS, so it needs server.https",
+            ));
+        }
         Ok(())
+    }
+
+    /// The trusted proxies; validated to parse.
+    pub fn trusted_proxy_ranges(&self) -> Vec<Cidr> {
+        self.trusted_proxies
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .collect()
     }
 }
 
@@ -137,6 +199,37 @@ fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Socke
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn https_needs_its_pair_and_proxies_must_be_cidrs() {
+        let with = |f: fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            f(&mut c);
+            c.check().err().map(|e| e.to_string())
+        };
+        let https: SocketAddr = "127.0.0.1:8443".parse().expect("addr");
+        let e = with(|c| c.https = Some("127.0.0.1:8443".parse().expect("addr")));
+        assert!(e.is_some_and(|e| e.contains("server.tls_cert")));
+        let e = with(|c| {
+            c.https = Some("127.0.0.1:8443".parse().expect("addr"));
+            c.tls_cert = Some("a.pem".into());
+        });
+        assert!(e.is_some_and(|e| e.contains("server.tls_key")));
+        let e = with(|c| c.redirect_http = true);
+        assert!(e.is_some_and(|e| e.contains("server.redirect_http")));
+        let e = with(|c| c.trusted_proxies = vec!["10.0.0.0/8".into(), "10.0.0.0/40".into()]);
+        assert!(e.is_some_and(|e| e.contains("server.trusted_proxies[1]")));
+        let ok = ServerConfig {
+            https: Some(https),
+            tls_cert: Some("a.pem".into()),
+            tls_key: Some("a.key".into()),
+            redirect_http: true,
+            trusted_proxies: vec!["127.0.0.1/32".into(), "::1/128".into()],
+            ..ServerConfig::default()
+        };
+        assert!(ok.check().is_ok());
+        assert_eq!(ok.trusted_proxy_ranges().len(), 2);
+    }
 
     #[test]
     fn the_default_passes_its_check() {

@@ -45,6 +45,20 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         "counter",
         l(&s.turn_quota_refusals),
     );
+    if let Some(tls) = &st.tls {
+        gauge(
+            "tern_tls_certificate_reloads_total",
+            "HTTPS certificate pairs loaded after the first (file change or SIGHUP).",
+            "counter",
+            tls.reloads(),
+        );
+        gauge(
+            "tern_tls_certificate_reload_failures_total",
+            "HTTPS certificate reloads that failed (the previous pair stayed in use).",
+            "counter",
+            tls.reload_failures(),
+        );
+    }
     let h = &st.hls;
     gauge(
         "tern_hls_sessions",
@@ -275,6 +289,13 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         "# HELP tern_heap_live_bytes Heap bytes live (counting allocator).\n# TYPE tern_heap_live_bytes gauge\ntern_heap_live_bytes {}",
         a.live_bytes
     );
+    if let Some(tls) = &st.tls {
+        let _ = writeln!(
+            o,
+            "# HELP tern_tls_certificate_expiry_seconds Seconds until the HTTPS certificate in use expires (negative once it has).\n# TYPE tern_tls_certificate_expiry_seconds gauge\ntern_tls_certificate_expiry_seconds {}",
+            tls.seconds_left()
+        );
+    }
     let mut r = (StatusCode::OK, o).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -13,7 +13,8 @@
 //!   session table), `extract.rs` (request extractors: stream path, SDP offer, tokens, the
 //!   API auth layer), `error.rs` ([`HttpError`]: one table from error to status and
 //!   headers), `reply.rs` (the successful responses surfaces share), `listener.rs` (the
-//!   TCP listener with its per-address limit).
+//!   TCP listener with its per-address limit), `tls.rs` (HTTPS: the TLS listener and the
+//!   certificate that reloads), `proxy.rs` (the client's address behind trusted proxies).
 //!
 //! What a surface may import: `state`, `extract`, `error`, `reply`, `trickle`, `cluster`
 //! and the crate's lower layers (`session`, `media`, `admission`, `snapshot`, ...); the
@@ -33,9 +34,11 @@ mod metrics;
 pub mod ome;
 mod openapi;
 mod pages;
+mod proxy;
 mod reply;
 pub mod router;
 mod state;
+pub mod tls;
 mod trickle;
 mod whep;
 mod whip;
@@ -43,5 +46,6 @@ mod whip;
 pub use error::HttpError;
 pub use listener::{LimitedListener, Peer};
 pub use openapi::openapi_doc;
-pub use router::router;
+pub use router::{redirect_router, router};
 pub use state::AppState;
+pub use tls::{CertStore, TlsListener};

@@ -122,5 +122,9 @@ pub fn openapi_doc() -> serde_json::Value {
         }
     });
     doc["paths"]["/v1/viewers/{id}/layer"] = layer_ops;
+    doc["paths"]["/assets/hls.min.js"] = json!({"get": {
+        "summary": "The hls.js built into tern (the player's LL-HLS fallback)",
+        "responses": {"200": {"description": "JavaScript, cached a week", "content": {"text/javascript": {}}},
+            "304": status("not modified (ETag)")}}});
     doc
 }

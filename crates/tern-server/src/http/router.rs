@@ -17,11 +17,13 @@ use axum::routing::{delete, get, patch, post, put};
 
 use crate::http::error::HttpError;
 use crate::http::extract::bearer;
+use crate::http::proxy::{self, TrustedProxies};
 use crate::http::state::AppState;
 use crate::http::{api, hls, memory, metrics, openapi, pages, whep, whip};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
+    let trusted = state.config.server.trusted_proxy_ranges();
     let guarded = Router::new()
         .route("/v1/apps", get(api::apps))
         .route("/v1/streams", get(api::streams))
@@ -49,7 +51,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/events", get(api::events))
         .route("/metrics", get(metrics::metrics))
         .route_layer(from_fn_with_state(state.clone(), api_auth));
-    Router::new()
+    let routes = Router::new()
         .route("/", get(pages::index))
         .route("/dashboard", get(pages::dashboard))
         .route("/assets/hls.min.js", get(pages::hls_js))
@@ -81,7 +83,42 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/stats/current", get(memory::stats_current))
         .route("/v1/openapi.json", get(openapi::openapi))
         .merge(guarded)
-        .with_state(state)
+        .with_state(state);
+    if trusted.is_empty() {
+        routes
+    } else {
+        routes.layer(from_fn_with_state(
+            TrustedProxies::new(trusted),
+            proxy::real_client,
+        ))
+    }
+}
+
+/// The plain listener's router with `server.redirect_http`: every request gets a `308` to
+/// the same path and query on HTTPS (port `https_port`, the host the client asked for).
+pub fn redirect_router(https_port: u16) -> Router {
+    Router::new().fallback(move |req: Request| async move {
+        let host = req
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<axum::http::uri::Authority>().ok());
+        let Some(host) = host else {
+            return HttpError::BadRequest("a Host header is needed to redirect to HTTPS".into())
+                .into_response();
+        };
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let location = if https_port == 443 {
+            format!("https://{}{path}", host.host())
+        } else {
+            format!("https://{}:{https_port}{path}", host.host())
+        };
+        (
+            axum::http::StatusCode::PERMANENT_REDIRECT,
+            [(axum::http::header::LOCATION, location)],
+        )
+            .into_response()
+    })
 }
 
 /// The API's token check (`server.api_token`), as a layer over the `/v1` routes and

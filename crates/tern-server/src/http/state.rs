@@ -12,6 +12,7 @@ use tern_pool::PoolCounter;
 
 use crate::http::error::HttpError;
 use crate::http::extract::{StreamPath, bearer};
+use crate::http::tls::CertStore;
 use crate::media::ViewerId;
 use crate::session::{Core, Refusal, StreamInfo, TurnLinks};
 
@@ -119,6 +120,8 @@ pub struct AppState {
     /// What every surface shares.
     pub core: Arc<Core>,
     pub(super) sessions: Mutex<SessionTable>,
+    /// The HTTPS certificate, when `server.https` is on (for `/metrics`).
+    pub tls: Option<Arc<CertStore>>,
 }
 
 impl Deref for AppState {
@@ -135,7 +138,14 @@ impl AppState {
         AppState {
             core,
             sessions: Mutex::new(SessionTable::new()),
+            tls: None,
         }
+    }
+
+    /// With the HTTPS certificate store.
+    pub fn with_tls(mut self, tls: Option<Arc<CertStore>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Whether a request comes from another node of the cluster (it carries the cluster

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod hook;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -256,6 +258,8 @@ pub struct Server {
     pub rtmp: Option<SocketAddr>,
     /// The TURN listener, if TURN is on.
     pub turn: Option<SocketAddr>,
+    /// The HTTPS listener, if HTTPS is on.
+    pub https: Option<SocketAddr>,
     /// Where the server's stderr goes.
     pub log: PathBuf,
 }
@@ -334,6 +338,7 @@ impl Server {
             media: unset,
             rtmp: None,
             turn: None,
+            https: None,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -362,7 +367,7 @@ impl Server {
         server
     }
 
-    /// Reads `listening http=A media=A rtmp=A|- turn=A|-`.
+    /// Reads `listening http=A media=A rtmp=A|- turn=A|- https=A|-`.
     fn take_addresses(&mut self, line: &str) {
         for kv in line.split_whitespace().skip(1) {
             let Some((k, v)) = kv.split_once('=') else {
@@ -374,6 +379,7 @@ impl Server {
                 "media" => self.media = addr.expect("a media address"),
                 "rtmp" => self.rtmp = addr,
                 "turn" => self.turn = addr,
+                "https" => self.https = addr,
                 _ => {}
             }
         }
