@@ -16,7 +16,8 @@
 #                    the libav*-dev and libclang-dev packages build the B-frame transcoder;
 #                    redis-server for the cluster tests, which start their own on a free port;
 #                    nginx-light, the reverse proxy in front of tern in the HTTPS tests, and
-#                    openssl, which reads the certificate tern serves)
+#                    openssl, which reads the certificate tern serves; systemd, whose
+#                    systemd-analyze checks packaging/tern.service)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
@@ -85,6 +86,7 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     need_cmd redis-server redis-server
     need_cmd nginx nginx-light
     need_cmd openssl openssl
+    need_cmd systemd-analyze systemd
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then
