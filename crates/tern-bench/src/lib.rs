@@ -230,10 +230,22 @@ impl Signaller {
 const RCVBUF: usize = 1 << 20;
 
 fn bind_to(ip: std::net::IpAddr, server: SocketAddr) -> std::io::Result<UdpSocket> {
-    let s = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+    let s = UdpSocket::bind(SocketAddr::new(local_for(ip, server), 0))?;
     let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &RCVBUF);
     s.connect(server)?;
     Ok(s)
+}
+
+/// The local address to bind for `server`: `bind` itself, except that the default
+/// unspecified address follows the server's family (`--bind` is `0.0.0.0` unless given, and
+/// an IPv6 server needs `::`).
+pub fn local_for(bind: std::net::IpAddr, server: SocketAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match (bind, server) {
+        (b, SocketAddr::V6(_)) if b.is_unspecified() => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        (b, SocketAddr::V4(_)) if b.is_unspecified() => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        (b, _) => b,
+    }
 }
 
 /// A `/v1/memory` reading: allocator live bytes and the pools' used and allocated sums.

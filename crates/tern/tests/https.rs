@@ -395,3 +395,68 @@ fn behind_nginx_limits_and_admission_see_the_real_client() {
     drop(nginx);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// IPv6: an RTMP publisher (ffmpeg) and WHEP viewers (tern bench) over `::1`, HTTP, media,
+/// RTMP and the ICE candidate all IPv6.
+#[test]
+fn an_rtmp_publisher_and_whep_viewers_over_ipv6() {
+    let cfg = config_file("v6", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let server = Server::start_on(
+        &[
+            "serve",
+            "--config",
+            cfg.to_str().expect("utf-8"),
+            "--candidate",
+            "::1",
+            "--rtmp",
+            "[::1]:0",
+        ],
+        "[::1]:0",
+        "[::1]:0",
+    );
+    assert!(server.http.is_ipv6() && server.media.is_ipv6());
+    let rtmp = server.rtmp.expect("rtmp");
+    assert!(rtmp.is_ipv6());
+    let mut ff = common::Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 20);
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let probe = tern_bench::signal::Whep::new(&whep, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !probe.live() {
+        assert!(
+            Instant::now() < deadline,
+            "not live over IPv6:\n{}\n{}",
+            ff.log_tail(),
+            server.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = viewers(format!(
+        "-url {whep} -n 3 -cint 100 -life 6 -sint 60000 --json"
+    ))
+    .join()
+    .expect("bench");
+    let s = &o.summary;
+    assert_eq!(s.connected, 3, "{}", server.log_tail(20));
+    assert_eq!(s.total_losses, 0);
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        let a = c.audio.as_ref().expect("audio");
+        assert!(
+            v.frames > 120,
+            "client_{}: {} frames over 6 s",
+            c.id,
+            v.frames
+        );
+        assert!(
+            a.packets > 200,
+            "client_{}: {} audio packets",
+            c.id,
+            a.packets
+        );
+    }
+    assert!(
+        ff.running(),
+        "the publisher ended early:\n{}",
+        ff.log_tail()
+    );
+}
