@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
-# tern's egress against the raw-UDP limit, steady state only (issue 24, point 2).
+# tern's egress against the raw-UDP limit, steady state only (issue 24, point 2; GSO arms:
+# issue 35).
 #
-#   bench/egress.sh [N ...]        default N = 1000 5000; ROUNDS=2 alternations per N
+#   bench/egress.sh [N ...]        default N = 100 500 2500; ROUNDS=2 alternations per N
 #
-# For each N, in a private network namespace (loopback only), alternating ROUNDS times:
-#   tern   `tern demo --clip lite` with `tern bench -n N` connected; once every viewer has
-#          connected and 5 s have passed, a WINDOW-second window (default 15 s): the
-#          server's packets sent (`tern_packets_out_total` from /metrics) per CPU-second of
-#          the whole server process (/proc/PID/stat utime + stime) in that window, so the
-#          handshakes of the ramp and the idle tail are not in it.
-#   raw    `udp-blaster --mode clip --receivers N` (tern's own sendmmsg batch, the same clip,
-#          no crypto, no sessions): packets per CPU-second of the sending thread.
-#   base   with TERN_BASE=<path to another tern binary>: that build too, the same way, so a
-#          change is measured against its baseline in the same run.
-# Prints one line per measurement and the ratio tern ÷ raw per round; JSON lines go to
-# $OUT (default bench/results/tmp/egress-<stamp>.jsonl). Needs target/release/{tern,udp-blaster}
-# (`cargo build --release -p tern && cargo build --release --manifest-path bench/baselines/Cargo.toml`).
+# SOURCES (default "rtmp lite") says which streams:
+#   rtmp   a 720p30 4 Mbit/s H264 stream (one slice a frame, a keyframe a second, no audio),
+#          encoded once by ffmpeg into bench/results/tmp/720p-4m.flv and pushed to tern over
+#          RTMP with `-stream_loop -1 -re -c copy`; the raw arms send the same H264
+#          (Annex-B) through the clip packetizer.
+#   lite   `tern demo --clip lite` (~300 kbit/s, 320x180, Opus audio).
+# ARMS (default "raw rawgso off auto"), run in this order for each N and round, so that
+# the machine's background load falls on every arm alike:
+#   raw     `udp-blaster --mode clip`: the same stream to N receiver sockets through tern's
+#           own sendmmsg batch, receiver by receiver, no crypto, no sessions: packets per
+#           CPU-second of the sending thread (which on loopback also pays the delivery).
+#   rawgso  the same with `--gso`: each receiver's run of equal-size packets one UDP GSO
+#           message.
+#   off     tern with `[tunables] gso = "off"`, `tern bench -n N` connected; once every
+#           viewer has connected and 5 s have passed, a WINDOW-second window (default 15 s):
+#           the server's packets sent (`tern_packets_out_total`) per CPU-second of the whole
+#           server process (/proc/PID/stat utime + stime) in that window.
+#   auto    the same with `gso = "auto"` (the default); also the share of the packets that
+#           left inside GSO messages (`tern_gso_packets_total`).
+#   base    with TERN_BASE=<path to another tern binary>: that build, its default config (no
+#           `gso` key), the same way: a change against its baseline in the same run.
+# Every tern arm also reports tern bench's connected viewers, losses and SRTP failures.
+# Prints one line per measurement and, per round, the ratios against raw and off; JSON lines
+# go to $OUT (default bench/results/tmp/egress-<stamp>.jsonl). Needs target/release/{tern,
+# udp-blaster} (`cargo build --release -p tern -p tern-baselines`) and ffmpeg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,91 +45,145 @@ BLASTER=${BLASTER_BIN:-$ROOT/bench/baselines/target/release/udp-blaster}
 ROUNDS=${ROUNDS:-2}
 WINDOW=${WINDOW:-15}
 CINT=${CINT:-2}
+SOURCES=${SOURCES:-rtmp lite}
+ARMS=${ARMS:-raw rawgso off auto}
+[ -n "${TERN_BASE:-}" ] && ARMS="$ARMS base"
 NS=("$@")
-[ ${#NS[@]} -gt 0 ] || NS=(1000 5000)
+[ ${#NS[@]} -gt 0 ] || NS=(100 500 2500)
 stamp=$(date -u +%Y-%m-%d-%H%M)
 OUT=${OUT:-$ROOT/bench/results/tmp/egress-$stamp.jsonl}
 mkdir -p "$(dirname "$OUT")"
 tmp=$(mktemp -d)
 server=""
 bench=""
+pusher=""
 cleanup() {
     [ -n "$bench" ] && kill "$bench" 2>/dev/null || true
+    [ -n "$pusher" ] && kill "$pusher" 2>/dev/null || true
     [ -n "$server" ] && kill "$server" 2>/dev/null || true
     wait 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
+# The 4 Mbit/s stream, made once (30 s, looped). Noise keeps x264 at the rate cap; one slice
+# a frame (no sliced threads), as a camera or OBS sends.
+CACHE=$ROOT/bench/results/tmp
+FLV=$CACHE/720p-4m.flv
+H264=$CACHE/720p-4m.h264
+if [[ " $SOURCES " == *" rtmp "* ]] && [ ! -s "$H264" ]; then
+    ffmpeg -hide_banner -nostdin -loglevel error -y \
+        -f lavfi -i "testsrc2=size=1280x720:rate=30,noise=alls=12:allf=t" -t 30 \
+        -c:v libx264 -preset veryfast -profile:v baseline -tune zerolatency \
+        -x264-params sliced-threads=0 -pix_fmt yuv420p -g 30 -bf 0 \
+        -b:v 4M -maxrate 4M -bufsize 2M -an -f flv "$FLV"
+    ffmpeg -hide_banner -nostdin -loglevel error -y -i "$FLV" -c:v copy \
+        -bsf:v h264_mp4toannexb -f h264 "$H264"
+fi
+
 ticks=$(getconf CLK_TCK)
 proc_cpu_s() { # utime + stime of a whole process, seconds
     awk -v t="$ticks" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$1/stat"
 }
-packets_out() {
-    curl -sf --max-time 2 "http://127.0.0.1:18180/metrics" | awk '$1 == "tern_packets_out_total" { print $2 }'
+metric() {
+    curl -sf --max-time 2 "http://127.0.0.1:18180/metrics" | awk -v m="$1" '$1 == m { print $2 }'
 }
 
-measure_tern() { # N [binary] -> packets per server CPU-second in the steady window
-    local n=$1 bin=${2:-$TERN} kind=${3:-tern}
-    "$bin" demo --clip lite --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
-        --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
-    server=$!
+measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] -> one JSON line
+    local src=$1 n=$2 gso=$3 bin=${4:-$TERN} kind=${5:-$3}
+    local cfg=$tmp/tern-$kind.toml path
+    : >"$cfg"
+    [ "$gso" != "-" ] && printf '[tunables]\ngso = "%s"\n' "$gso" >>"$cfg"
+    if [ "$src" = rtmp ]; then
+        printf '[[app]]\nname = "live"\nstreams = ["cam"]\n' >>"$cfg"
+        "$bin" serve --config "$cfg" --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
+            --rtmp 127.0.0.1:18182 --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
+        server=$!
+        path=/live/cam/whep
+        sleep 1
+        ffmpeg -hide_banner -nostdin -loglevel error -re -stream_loop -1 -i "$FLV" -c copy \
+            -f flv rtmp://127.0.0.1:18182/live/cam >"$tmp/ffmpeg.log" 2>&1 &
+        pusher=$!
+        sleep 2
+    else
+        "$bin" demo --clip lite --config "$cfg" --rtmp none --http 127.0.0.1:18180 \
+            --media 127.0.0.1:18181 --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
+        server=$!
+        path=/live/demo/whep
+    fi
     for _ in $(seq 100); do
-        curl -sf --max-time 1 -o /dev/null -I http://127.0.0.1:18180/live/demo/whep && break
+        curl -sf --max-time 1 -o /dev/null -I "http://127.0.0.1:18180$path" && break
         sleep 0.1
     done
     local ramp_s=$(((n * CINT + 999) / 1000))
     local life=$((ramp_s + 5 + WINDOW + 5))
-    "$bin" bench -url http://127.0.0.1:18180/live/demo/whep -n "$n" -cint "$CINT" \
+    "$bin" bench -url "http://127.0.0.1:18180$path" -n "$n" -cint "$CINT" \
         -life "$life" -sint 600000 >"$tmp/bench.out" 2>&1 &
     bench=$!
     sleep $((ramp_s + 5))
-    local c0 p0 c1 p1 t0 t1
-    c0=$(proc_cpu_s "$server"); p0=$(packets_out); t0=$(date +%s.%N)
+    local c0 p0 g0 c1 p1 g1 t0 t1
+    c0=$(proc_cpu_s "$server"); p0=$(metric tern_packets_out_total); t0=$(date +%s.%N)
+    g0=$(metric tern_gso_packets_total); g0=${g0:-0}
     sleep "$WINDOW"
-    c1=$(proc_cpu_s "$server"); p1=$(packets_out); t1=$(date +%s.%N)
+    c1=$(proc_cpu_s "$server"); p1=$(metric tern_packets_out_total); t1=$(date +%s.%N)
+    g1=$(metric tern_gso_packets_total); g1=${g1:-0}
     wait "$bench" || true
     bench=""
+    [ -n "$pusher" ] && { kill "$pusher" 2>/dev/null || true; wait "$pusher" 2>/dev/null || true; }
+    pusher=""
     kill "$server"; wait "$server" 2>/dev/null || true
     server=""
-    local connected losses
+    local connected losses srtp
     connected=$(grep -o 'Connected([0-9]*)' "$tmp/bench.out" | tr -dc 0-9)
     losses=$(grep -o 'Total Packet Losses([0-9]*)' "$tmp/bench.out" | tr -dc 0-9)
-    awk -v n="$n" -v c0="$c0" -v c1="$c1" -v p0="$p0" -v p1="$p1" -v t0="$t0" -v t1="$t1" \
-        -v conn="${connected:-0}" -v loss="${losses:-?}" -v kind="$kind" 'BEGIN {
+    srtp=$(grep -o 'SRTP auth failures([0-9]*)' "$tmp/bench.out" | tr -dc 0-9)
+    awk -v src="$src" -v n="$n" -v c0="$c0" -v c1="$c1" -v p0="$p0" -v p1="$p1" -v g0="$g0" \
+        -v g1="$g1" -v t0="$t0" -v t1="$t1" -v conn="${connected:-0}" -v loss="${losses:-?}" \
+        -v srtp="${srtp:-?}" -v kind="$kind" 'BEGIN {
         cpu = c1 - c0; pk = p1 - p0;
-        printf "{\"kind\":\"%s\",\"n\":%d,\"connected\":%d,\"losses\":\"%s\",\"window_s\":%.2f,\"server_cpu_s\":%.2f,\"packets\":%d,\"packets_per_cpu_s\":%.0f}\n",
-            kind, n, conn, loss, t1 - t0, cpu, pk, (cpu > 0 ? pk / cpu : 0) }'
+        printf "{\"source\":\"%s\",\"kind\":\"%s\",\"n\":%d,\"connected\":%d,\"losses\":\"%s\",\"srtp_failures\":\"%s\",\"window_s\":%.2f,\"server_cpu_s\":%.2f,\"packets\":%d,\"gso_share\":%.3f,\"packets_per_cpu_s\":%.0f}\n",
+            src, kind, n, conn, loss, srtp, t1 - t0, cpu, pk, (pk > 0 ? (g1 - g0) / pk : 0),
+            (cpu > 0 ? pk / cpu : 0) }'
 }
 
-measure_raw() {
-    "$BLASTER" --mode clip --receivers "$1" --seconds "$WINDOW" | python3 -c '
+measure_raw() { # SOURCE N KIND(raw|rawgso)
+    local src=$1 n=$2 kind=$3 args=()
+    [ "$src" = rtmp ] && args+=(--h264 "$H264" --opus "$ROOT/assets/clip/demo.opus" --video-only)
+    [ "$kind" = rawgso ] && args+=(--gso)
+    "$BLASTER" --mode clip --receivers "$n" --seconds "$WINDOW" "${args[@]}" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(json.dumps({"kind": "raw", "n": d["receivers"], "packets": d["sent_packets"],
-                  "sender_cpu_s": round(d["sender_cpu_s"], 2),
-                  "packets_per_cpu_s": round(d["packets_per_cpu_s"])}))'
+print(json.dumps({"source": sys.argv[1], "kind": sys.argv[2], "n": d["receivers"],
+                  "packets": d["sent_packets"], "received": d["received_packets"],
+                  "refused": d["send_refused"], "sender_cpu_s": round(d["sender_cpu_s"], 2),
+                  "gso_share": round(d["gso_packets"] / max(d["sent_packets"], 1), 3),
+                  "packets_per_cpu_s": round(d["packets_per_cpu_s"])}))' "$src" "$kind"
 }
 
-echo "# bench/egress.sh ${NS[*]}: $(date -u +%FT%TZ), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)" | tee -a "$OUT"
-for n in "${NS[@]}"; do
-    for r in $(seq "$ROUNDS"); do
-        t=$(measure_tern "$n"); echo "$t" | tee -a "$OUT"
-        w=$(measure_raw "$n"); echo "$w" | tee -a "$OUT"
-        if [ -n "${TERN_BASE:-}" ]; then
-            b=$(measure_tern "$n" "$TERN_BASE" base); echo "$b" | tee -a "$OUT"
+echo "# bench/egress.sh ${NS[*]} sources=[$SOURCES] arms=[$ARMS]: $(date -u +%FT%TZ), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)" | tee -a "$OUT"
+for src in $SOURCES; do
+    for n in "${NS[@]}"; do
+        for r in $(seq "$ROUNDS"); do
+            lines=()
+            for arm in $ARMS; do
+                case $arm in
+                raw | rawgso) l=$(measure_raw "$src" "$n" "$arm") ;;
+                off | auto) l=$(measure_tern "$src" "$n" "$arm") ;;
+                base) l=$(measure_tern "$src" "$n" - "$TERN_BASE" base) ;;
+                *) echo "unknown arm $arm" >&2; exit 2 ;;
+                esac
+                echo "$l" | tee -a "$OUT"
+                lines+=("$l")
+            done
             python3 -c '
 import json, sys
-t, b, w = (json.loads(a) for a in sys.argv[1:4])
-print("N = %d: base %d packets per CPU-second = %.2f of raw; tern / base = %.3f" % (
-    t["n"], b["packets_per_cpu_s"], b["packets_per_cpu_s"] / w["packets_per_cpu_s"],
-    t["packets_per_cpu_s"] / b["packets_per_cpu_s"]))' "$t" "$b" "$w"
-        fi
-        python3 -c '
-import json, sys
-t, w = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print("N = %d round %s: tern %d / raw %d packets per CPU-second = %.2f (tern connected %d, losses %s)" % (
-    t["n"], sys.argv[3], t["packets_per_cpu_s"], w["packets_per_cpu_s"],
-    t["packets_per_cpu_s"] / w["packets_per_cpu_s"], t["connected"], t["losses"]))' "$t" "$w" "$r"
+rows = {d["kind"]: d for d in map(json.loads, sys.argv[2:])}
+def r(a, b):
+    return "%s/%s %.2f" % (a, b, rows[a]["packets_per_cpu_s"] / rows[b]["packets_per_cpu_s"]) \
+        if a in rows and b in rows and rows[b]["packets_per_cpu_s"] else None
+pairs = [("auto", "raw"), ("auto", "off"), ("off", "raw"), ("rawgso", "raw"), ("auto", "rawgso"), ("auto", "base")]
+print("# %s N = %d round %s: %s" % (next(iter(rows.values()))["source"], next(iter(rows.values()))["n"],
+      sys.argv[1], ", ".join(x for x in (r(a, b) for a, b in pairs) if x)))' "$r" "${lines[@]}" | tee -a "$OUT"
+        done
     done
 done

@@ -734,6 +734,44 @@ fn the_servers_module_map_names_every_module() {
     );
 }
 
+/// The files of a crate that use `unsafe` (the keyword in code, comments and strings aside).
+fn unsafe_files(files: &BTreeMap<PathBuf, String>) -> Vec<PathBuf> {
+    files
+        .iter()
+        .filter(|(_, src)| {
+            let code = strip(src);
+            code.match_indices("unsafe").any(|(i, _)| {
+                let before = code[..i].chars().next_back();
+                let after = code[i + "unsafe".len()..].chars().next();
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                !word(before) && !word(after)
+            })
+        })
+        .map(|(p, _)| p.clone())
+        .collect()
+}
+
+#[test]
+fn unsafe_stays_in_the_servers_syscall_module() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src");
+    let files = load(&dir);
+    let found = unsafe_files(&files);
+    assert_eq!(
+        found,
+        [PathBuf::from("media/socket.rs")],
+        "only media/socket.rs (its `sys` module) may use unsafe"
+    );
+    for (p, src) in &files {
+        if p != Path::new("media/socket.rs") {
+            assert!(
+                !strip(src).contains("allow(unsafe_code)"),
+                "{} allows unsafe code",
+                p.display()
+            );
+        }
+    }
+}
+
 // The checker's own tests: it must find what it is for and nothing else.
 
 fn crate_of(files: &[(&str, &str)]) -> BTreeMap<PathBuf, String> {

@@ -8,12 +8,15 @@
 //! epoll), so nothing is dropped early at a full socket, which would flatter the sender.
 //!
 //! Modes:
-//! - `clip`: tern's lite clip in real time, each packet (payload + `--overhead` bytes for
-//!   the RTP header, the abs-capture-time extension and the SRTP tag) written to each
-//!   receiver in turn through tern's own `sendmmsg` batch ([`tern_server::media::batch::SendBatch`],
-//!   64 datagrams a call): tern's egress pattern and rate at N viewers, minus SRTP and
-//!   sessions. The ratio of tern's packets per server CPU-second to this one is how close
-//!   tern is to the kernel.
+//! - `clip`: tern's lite clip (or `--h264`/`--opus` files) in real time, each packet
+//!   (payload + `--overhead` bytes for the RTP header, the abs-capture-time extension and
+//!   the SRTP tag) written through tern's own `sendmmsg` batch
+//!   ([`tern_server::media::batch::SendBatch`], 64 messages a call) to each receiver in
+//!   turn, a receiver's due packets in a row (video, then audio), as tern's fan-out does:
+//!   tern's egress pattern and rate at N viewers, minus SRTP and sessions. With `--gso` the
+//!   batch sends each receiver's run of equal-size packets as one UDP GSO message, as tern
+//!   does with `gso = "auto"`. The ratio of tern's packets per server CPU-second to this one
+//!   is how close tern is to the kernel.
 //! - `max`: the same datagrams and batches back to back for `--seconds`: the most one core
 //!   can send this way.
 //! - `gso`: UDP GSO (`UDP_SEGMENT`), `--segments` datagrams of `--size` bytes per message,
@@ -38,8 +41,9 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
 };
+use tern_rtc::clip::MediaKind;
 use tern_rtc::clip::{Clip, ClipSource};
-use tern_server::media::batch::SendBatch;
+use tern_server::media::batch::{Gso, SendBatch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -73,6 +77,22 @@ struct Args {
     /// `gso`: bytes per segment.
     #[arg(long, default_value_t = 1200)]
     size: usize,
+    /// `clip`, `max`: send through a batch that uses UDP GSO (tern's `gso = "auto"`).
+    #[arg(long)]
+    gso: bool,
+    /// `clip`, `max`: an H264 Annex-B file to packetize instead of the lite clip (with
+    /// `--opus`).
+    #[arg(long)]
+    h264: Option<std::path::PathBuf>,
+    /// The Ogg Opus file that goes with `--h264`.
+    #[arg(long)]
+    opus: Option<std::path::PathBuf>,
+    /// Frame rate of `--h264`.
+    #[arg(long, default_value_t = 30)]
+    fps: u32,
+    /// `clip`, `max`: send the video only.
+    #[arg(long)]
+    video_only: bool,
 }
 
 /// Run time of the calling thread so far (`/proc/thread-self/schedstat`, first field, ns).
@@ -164,6 +184,32 @@ struct Sent {
     bytes: u64,
     dropped: u64,
     calls: u64,
+    gso_messages: u64,
+    gso_packets: u64,
+}
+
+impl Sent {
+    fn add(&mut self, f: tern_server::media::batch::Flushed) {
+        self.calls += 1;
+        self.packets += f.sent as u64;
+        self.bytes += f.bytes as u64;
+        self.dropped += f.dropped as u64;
+        self.gso_messages += f.gso_messages as u64;
+        self.gso_packets += f.gso_packets as u64;
+    }
+}
+
+/// The clip to send: `--h264` and `--opus`, or the lite built-in one.
+fn load_clip(a: &Args) -> Result<Clip, String> {
+    match (&a.h264, &a.opus) {
+        (Some(v), Some(o)) => {
+            let v = std::fs::read(v).map_err(|e| format!("--h264: {e}"))?;
+            let o = std::fs::read(o).map_err(|e| format!("--opus: {e}"))?;
+            Clip::parse(&v, &o, a.fps).map_err(|e| e.to_string())
+        }
+        (None, None) => Clip::builtin_lite().map_err(|e| e.to_string()),
+        _ => Err("--h264 and --opus go together".into()),
+    }
 }
 
 /// One clip packet's datagram: its payload plus `overhead` bytes (a fixed header stand-in).
@@ -181,12 +227,20 @@ fn send_clip(
     paced: bool,
     deadline: Instant,
 ) -> Result<Sent, String> {
-    let clip = Arc::new(Clip::builtin_lite().map_err(|e| e.to_string())?);
+    let clip = Arc::new(load_clip(a)?);
     let fd = sock.as_raw_fd();
-    let mut batch = SendBatch::new();
+    let gso = Arc::new(Gso::probe(
+        a.gso,
+        "127.0.0.1:0".parse().map_err(|_| "addr")?,
+    ));
+    if a.gso && !gso.is_on() {
+        return Err("--gso: this kernel has no UDP GSO".into());
+    }
+    let mut batch = SendBatch::with_gso(gso);
     let mut sent = Sent::default();
     let mut dgram = Vec::with_capacity(2048);
     let mut due: Vec<Vec<u8>> = Vec::new();
+    let video_only = a.video_only;
     let start = Instant::now();
     let mut src = ClipSource::new(clip.clone(), start);
     // Unpaced: replay the clip's packets in order, as fast as they go out.
@@ -198,6 +252,9 @@ fn send_clip(
         while t < start + clip.duration() {
             t += Duration::from_millis(10);
             s.poll(t, &mut |mp| {
+                if video_only && mp.kind != MediaKind::Video {
+                    return;
+                }
                 datagram(mp.payload, a.overhead, &mut dgram);
                 all.push(dgram.clone());
             });
@@ -211,11 +268,18 @@ fn send_clip(
         }
         due.clear();
         if paced {
+            // Video first, then audio, each in order (tern's fan-out order).
+            let mut audio = Vec::new();
             src.poll(now, &mut |mp| {
                 let mut d = Vec::with_capacity(mp.payload.len() + a.overhead);
                 datagram(mp.payload, a.overhead, &mut d);
-                due.push(d);
+                if mp.kind == MediaKind::Video {
+                    due.push(d);
+                } else if !video_only {
+                    audio.push(d);
+                }
             });
+            due.extend(audio);
         } else {
             // One "frame" of 16 packets at a time, so the deadline is checked often.
             for _ in 0..16 {
@@ -225,24 +289,17 @@ fn send_clip(
                 next += 1;
             }
         }
-        for d in &due {
-            for to in dests {
+        // Receiver by receiver, each its due packets in a row (tern's fan-out order).
+        for to in dests {
+            for d in &due {
                 if batch.is_full() {
-                    let f = batch.flush(fd);
-                    sent.calls += 1;
-                    sent.packets += f.sent as u64;
-                    sent.bytes += f.bytes as u64;
-                    sent.dropped += f.dropped as u64;
+                    sent.add(batch.flush(fd));
                 }
                 batch.push(d, *to);
             }
         }
         if !batch.is_empty() {
-            let f = batch.flush(fd);
-            sent.calls += 1;
-            sent.packets += f.sent as u64;
-            sent.bytes += f.bytes as u64;
-            sent.dropped += f.dropped as u64;
+            sent.add(batch.flush(fd));
         }
         if paced {
             let wait = src
@@ -385,6 +442,9 @@ fn run(a: &Args) -> Result<(), String> {
         "receiver_cpu_s": got.cpu_ns.load(Relaxed) as f64 / 1e9,
         "overhead_bytes": a.overhead,
         "gso_segments": if a.mode == Mode::Gso { Some(a.segments) } else { None },
+        "gso_batch": a.gso,
+        "gso_messages": sent.gso_messages,
+        "gso_packets": sent.gso_packets,
         "gso_size": if a.mode == Mode::Gso { Some(a.size) } else { None },
     });
     println!("{out}");

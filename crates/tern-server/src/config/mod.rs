@@ -10,7 +10,7 @@
 //! | file | what |
 //! | --- | --- |
 //! | `server.rs` | `[server]` ([`ServerConfig`]): addresses, worker counts ([`MAX_WORKERS`]), RTMP, publisher timeouts |
-//! | `tunables.rs` | `[tunables]` ([`Tunables`]): payload size, rings, the buffer pool, global caps |
+//! | `tunables.rs` | `[tunables]` ([`Tunables`]): payload size, rings, the buffer pool, global caps, UDP GSO |
 //! | `limits.rs` | `[limits]` ([`LimitsSection`]): what one client address may hold |
 //! | `turn.rs` | `[turn]` ([`TurnSection`]): the STUN/TURN server |
 //! | `hls.rs` | `[hls]` ([`HlsSection`]): Low-Latency HLS |
@@ -47,7 +47,7 @@ pub use limits::LimitsSection;
 pub use server::{
     DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, MAX_WORKERS, ServerConfig, parse_rtmp,
 };
-pub use tunables::Tunables;
+pub use tunables::{GsoMode, Tunables};
 pub use turn::TurnSection;
 
 /// The rules of the closed sets (enums) whose bad values [`Config::parse`] reports like

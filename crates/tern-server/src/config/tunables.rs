@@ -33,6 +33,24 @@ pub struct Tunables {
     /// Maximum viewers in total. Default 20000: the open-file limit does not apply (one UDP
     /// port), memory at ~4 KiB per viewer is ~80 MiB.
     pub max_viewers: usize,
+    /// UDP GSO (`UDP_SEGMENT`) on the viewer fan-out: each viewer's run of equal-size
+    /// packets in a send batch leaves as one message the kernel cuts into datagrams.
+    /// Default `auto`: on when the kernel supports it (Linux 4.18+, probed at start), off
+    /// for good after a GSO send fails with `EIO` or `EINVAL` (that batch is sent again
+    /// without it). On this kind of machine it sends several times the packets per
+    /// CPU-second of plain `sendmmsg` (BENCHMARKS.md). `off` never uses it.
+    pub gso: GsoMode,
+}
+
+/// The values of `tunables.gso`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GsoMode {
+    /// On when the kernel supports it.
+    #[default]
+    Auto,
+    /// Never.
+    Off,
 }
 
 impl Default for Tunables {
@@ -47,6 +65,7 @@ impl Default for Tunables {
             pool_trim_s: 10,
             max_handshakes: 2000,
             max_viewers: 20000,
+            gso: GsoMode::Auto,
         }
     }
 }
@@ -122,7 +141,18 @@ mod tests {
             pool_trim_s: 86_400,
             max_handshakes: 1,
             max_viewers: 1,
+            gso: GsoMode::Off,
         };
         assert!(edges.check().is_ok());
+    }
+
+    #[test]
+    fn gso_is_auto_or_off() {
+        let t: Tunables = toml::from_str("gso = \"off\"").expect("off");
+        assert_eq!(t.gso, GsoMode::Off);
+        let t: Tunables = toml::from_str("gso = \"auto\"").expect("auto");
+        assert_eq!(t.gso, GsoMode::Auto);
+        assert_eq!(Tunables::default().gso, GsoMode::Auto);
+        assert!(toml::from_str::<Tunables>("gso = \"on\"").is_err());
     }
 }

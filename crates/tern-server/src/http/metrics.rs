@@ -173,6 +173,24 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         l(&s.send_errors),
     );
     gauge(
+        "tern_gso_messages_total",
+        "UDP GSO messages sent (one viewer's run of equal-size packets each).",
+        "counter",
+        l(&s.gso_messages),
+    );
+    gauge(
+        "tern_gso_packets_total",
+        "Datagrams that left inside UDP GSO messages.",
+        "counter",
+        l(&s.gso_packets),
+    );
+    gauge(
+        "tern_gso_fallbacks_total",
+        "Send batches sent again without GSO after a GSO send failed (GSO is then off).",
+        "counter",
+        l(&s.gso_fallbacks),
+    );
+    gauge(
         "tern_queue_full_total",
         "Datagrams or packets dropped because a media worker's queue was full, and RTMP publishers closed because it stayed full.",
         "counter",

@@ -31,6 +31,7 @@ use tern_rtc::viewer::DtlsContext;
 use tokio::sync::oneshot;
 use tracing::info;
 
+use crate::media::batch::Gso;
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{PublisherTimeouts, RtmpCommand};
 use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, WorkerLink};
@@ -81,7 +82,13 @@ pub struct EngineConfig {
     pub rings: (usize, usize),
     /// Where app workers hand ring packets of streams packaged for LL-HLS.
     pub hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
+    /// Whether to send with UDP GSO where the kernel supports it (`tunables.gso`).
+    pub gso: bool,
 }
+
+/// With this variable set to `1`, the first GSO send is made to fail (the kernel refuses it
+/// with `EINVAL`, see [`Gso::fail_first_send`]): the test hook of the fallback.
+pub const GSO_FAIL_FIRST_ENV: &str = "TERN_GSO_FAIL_FIRST";
 
 /// The engine's threads; [`EngineThreads::join`] waits for them after a shutdown.
 #[derive(Debug)]
@@ -223,9 +230,14 @@ impl Engine {
             publisher_timeouts,
             rings,
             hls_tap,
+            gso,
         } = cfg;
         let sockets = bind_sockets(bind, workers.socket)?;
         let local = sockets[0].local_addr()?;
+        let gso = Arc::new(Gso::probe(gso, local));
+        if std::env::var(GSO_FAIL_FIRST_ENV).is_ok_and(|v| v == "1") {
+            gso.fail_first_send();
+        }
         let n_streams = streams.len();
         let stats = Arc::new(EngineStats {
             streams: streams
@@ -328,6 +340,7 @@ impl Engine {
                     loads: loads.clone(),
                     timeouts: publisher_timeouts,
                     rings,
+                    gso: gso.clone(),
                     hls_tap: if role == Role::App {
                         hls_tap.clone()
                     } else {
@@ -362,6 +375,7 @@ impl Engine {
             socket_workers = workers.socket,
             app_workers = workers.app,
             stream_workers = workers.stream,
+            gso = gso.is_on(),
             "media engine on {local}"
         );
         Ok((handle, local, EngineThreads(threads)))

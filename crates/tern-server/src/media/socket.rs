@@ -305,3 +305,139 @@ impl SocketWorker {
         book_set(&self.index, &mut self.index_booked, (0, 0, 0));
     }
 }
+
+/// The syscalls of the send path that no safe wrapper covers: `sendmmsg(2)` with a UDP GSO
+/// control message (`UDP_SEGMENT`, Linux 4.18+) on some messages and not on others. The
+/// only `unsafe` of this crate is here; [`crate::media::batch`] forms the messages.
+///
+/// `nix::sys::socket::sendmmsg` puts one set of control messages on every message, so it
+/// cannot send a GSO message to one viewer beside a plain datagram to another in one call.
+#[allow(unsafe_code)]
+pub(crate) mod sys {
+    use std::net::{SocketAddr, UdpSocket};
+    use std::os::fd::RawFd;
+
+    use nix::errno::Errno;
+    use nix::sys::socket::{SockaddrLike, SockaddrStorage, setsockopt, sockopt};
+
+    /// Messages one call takes at most.
+    pub(crate) const MAX_MESSAGES: usize = 64;
+
+    /// One message of [`send_messages`]: bytes `off..off + len` of the buffer, for one
+    /// address, cut by the kernel into datagrams of `segment` bytes (the last one may be
+    /// shorter) when `segment` is not 0.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct Message {
+        /// Where the message starts in the buffer.
+        pub off: u32,
+        /// Its length.
+        pub len: u32,
+        /// The GSO segment size, 0 for a plain datagram.
+        pub segment: u16,
+    }
+
+    /// A `UDP_SEGMENT` control message laid out as `CMSG_FIRSTHDR`/`CMSG_DATA` expect: the
+    /// header, then the `u16` segment size at `CMSG_LEN(0)`, padded to `CMSG_SPACE(2)`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct SegmentCmsg {
+        hdr: libc::cmsghdr,
+        segment: u16,
+    }
+
+    // SAFETY: CMSG_LEN and CMSG_SPACE are pure arithmetic on their argument.
+    const CMSG_LEN_2: usize = unsafe { libc::CMSG_LEN(2) } as usize;
+    const CMSG_SPACE_2: usize = unsafe { libc::CMSG_SPACE(2) } as usize;
+    const _: () = assert!(std::mem::offset_of!(SegmentCmsg, segment) + 2 == CMSG_LEN_2);
+    const _: () = assert!(std::mem::size_of::<SegmentCmsg>() <= CMSG_SPACE_2);
+    const _: () =
+        assert!(std::mem::align_of::<SegmentCmsg>() >= std::mem::align_of::<libc::cmsghdr>());
+
+    /// Sends `msgs` (at most [`MAX_MESSAGES`]; `addrs[i]` is the address of `msgs[i]`) with
+    /// one non-blocking `sendmmsg`. Returns how many messages the kernel took (it stops at
+    /// the first it refuses; the error is reported only when that is the first).
+    ///
+    /// A message outside `buf`, more than [`MAX_MESSAGES`] messages or fewer addresses
+    /// than messages are `EINVAL` before any syscall.
+    pub(crate) fn send_messages(
+        fd: RawFd,
+        buf: &[u8],
+        msgs: &[Message],
+        addrs: &[SockaddrStorage],
+    ) -> Result<usize, Errno> {
+        let n = msgs.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        if n > MAX_MESSAGES || addrs.len() < n {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: all-zero is a valid value of these plain C structs (null pointers, zero
+        // lengths).
+        let mut hdrs: [libc::mmsghdr; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
+        let mut cmsgs: [SegmentCmsg; MAX_MESSAGES] = unsafe { std::mem::zeroed() };
+        for (i, m) in msgs.iter().enumerate() {
+            let (off, len) = (m.off as usize, m.len as usize);
+            let Some(bytes) = off.checked_add(len).and_then(|end| buf.get(off..end)) else {
+                return Err(Errno::EINVAL);
+            };
+            iovs[i] = libc::iovec {
+                iov_base: bytes.as_ptr().cast_mut().cast(),
+                iov_len: bytes.len(),
+            };
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = addrs[i].as_ptr().cast_mut().cast();
+            h.msg_namelen = addrs[i].len();
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            if m.segment != 0 {
+                let c = &mut cmsgs[i];
+                c.hdr.cmsg_len = CMSG_LEN_2 as _;
+                c.hdr.cmsg_level = libc::SOL_UDP;
+                c.hdr.cmsg_type = libc::UDP_SEGMENT;
+                c.segment = m.segment;
+                h.msg_control = std::ptr::from_mut(c).cast();
+                h.msg_controllen = CMSG_SPACE_2 as _;
+            }
+        }
+        // SAFETY: the first `n` headers point at `iovs`, `cmsgs`, `addrs` and `buf`, which
+        // all outlive the call; each iovec covers bytes inside `buf` (checked above), each
+        // name is a valid socket address of the length given, each control buffer holds
+        // one well-formed cmsg of `msg_controllen` bytes. The kernel only reads them.
+        let sent =
+            unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+        Errno::result(sent).map(|s| s as usize)
+    }
+
+    /// Whether this kernel sends UDP GSO, probed as quinn-udp does: Linux 4.18 or later
+    /// (read from `/proc/sys/kernel/osrelease`), and a `UDP_SEGMENT` `setsockopt` accepted on
+    /// a throwaway socket of `family`'s kind (never on the media socket: a socket-wide
+    /// segment size would cut every send).
+    pub(crate) fn gso_supported(family: SocketAddr) -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if !kernel_at_least(&release, (4, 18)) {
+            return false;
+        }
+        let any: SocketAddr = match family {
+            SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
+            SocketAddr::V6(_) => ([0u16; 8], 0).into(),
+        };
+        let Ok(probe) = UdpSocket::bind(any) else {
+            return false;
+        };
+        setsockopt(&probe, sockopt::UdpGsoSegment, &1200).is_ok()
+    }
+
+    /// Whether a kernel release string (`6.18.44-...`) is at least `(major, minor)`.
+    pub(crate) fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+        let mut parts = release
+            .trim()
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|p| p.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor) >= want,
+            _ => false,
+        }
+    }
+}

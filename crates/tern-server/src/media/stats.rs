@@ -32,6 +32,12 @@ pub struct EngineStats {
     pub dropped_in: AtomicU64,
     /// Sends that failed (socket buffer full or error).
     pub send_errors: AtomicU64,
+    /// GSO messages sent (each one viewer's run of equal-size packets).
+    pub gso_messages: AtomicU64,
+    /// Datagrams that left inside GSO messages.
+    pub gso_packets: AtomicU64,
+    /// Batches sent again without GSO after a GSO send failed.
+    pub gso_fallbacks: AtomicU64,
     /// Datagrams or packets dropped because a worker's queue was full (it fell behind), and
     /// RTMP publishers closed because their app worker's queue stayed full.
     pub queue_full: AtomicU64,

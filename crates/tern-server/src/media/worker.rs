@@ -49,7 +49,7 @@ use tern_rtc::stream::Stream;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
-use crate::media::batch::SendBatch;
+use crate::media::batch::{Gso, SendBatch};
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
@@ -138,6 +138,8 @@ pub(super) struct WorkerInit {
     pub(super) timeouts: PublisherTimeouts,
     /// Video and audio ring lengths of a stream this worker serves.
     pub(super) rings: (usize, usize),
+    /// Whether the send batch may use UDP GSO (shared by every worker, see `batch.rs`).
+    pub(super) gso: Arc<Gso>,
     /// The HLS thread's queue (app workers).
     pub(super) hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
@@ -194,7 +196,7 @@ impl Worker {
         let pools = Pools::new();
         // Measured: the batch is allocated here on this thread, in one go.
         let before = CountingAlloc::thread_net_bytes();
-        let batch = SendBatch::new();
+        let batch = SendBatch::with_gso(w.gso);
         let bytes = usize::try_from(CountingAlloc::thread_net_bytes() - before).unwrap_or(0);
         pools.batch.add(1, bytes);
         let n_streams = w.streams.len();

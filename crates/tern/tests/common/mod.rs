@@ -311,6 +311,11 @@ impl Server {
     /// Runs `tern ARGS --http HTTP --media MEDIA` (`127.0.0.1:0` for any port) and waits
     /// (≤ 20 s) for the line in which it reports every address it bound.
     pub fn start_on(args: &[&str], http: &str, media: &str) -> Server {
+        Server::start_env(args, http, media, &[])
+    }
+
+    /// As [`Server::start_on`], with variables `env` added to the server's environment.
+    pub fn start_env(args: &[&str], http: &str, media: &str, env: &[(&str, &str)]) -> Server {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
@@ -326,6 +331,7 @@ impl Server {
                 "RUST_LOG",
                 std::env::var("TERN_TEST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out_file))
             .stderr(Stdio::from(log_file))

@@ -1,6 +1,8 @@
 //! What a worker sends: its send batch on the shared UDP port, handed to the kernel with
-//! one `sendmmsg` when it fills or at the end of a loop pass, and the counters that the
-//! sends add to (bytes, packets and failures, once per flush rather than per packet).
+//! one `sendmmsg` when it fills or at the end of a loop pass (each viewer's run of
+//! equal-size packets one UDP GSO message, see `media/batch.rs`), and the counters that the
+//! sends add to (bytes, packets, GSO messages and failures, once per flush rather than per
+//! packet).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -76,6 +78,17 @@ impl Outbox {
             stats
                 .send_errors
                 .fetch_add(f.dropped as u64, Ordering::Relaxed);
+        }
+        if f.gso_messages > 0 {
+            stats
+                .gso_messages
+                .fetch_add(f.gso_messages as u64, Ordering::Relaxed);
+            stats
+                .gso_packets
+                .fetch_add(f.gso_packets as u64, Ordering::Relaxed);
+        }
+        if f.fell_back {
+            stats.gso_fallbacks.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -466,7 +466,8 @@ impl Worker {
     }
 
     /// Sends the queued live packets viewer by viewer (see `worker/fanout.rs`): each viewer
-    /// gets every queued packet of its stream in a row, in ring order.
+    /// gets every queued packet of its stream in a row, its video then its audio, each in
+    /// ring order.
     pub(super) fn fan_out_queued(&mut self) {
         if self.fanout.is_empty() {
             return;
@@ -476,10 +477,18 @@ impl Worker {
             let (mut packets, mut bytes) = (0u64, 0u64);
             for i in 0..self.streams[stream].viewers.len() {
                 let id = self.streams[stream].viewers[i];
-                for pkt in batch.packets(first, stream) {
-                    if let Some(b) = self.send_media(id, pkt, true) {
-                        packets += 1;
-                        bytes += b as u64;
+                // Video first, then audio: a viewer's video packets lie next to each other
+                // in the send batch and leave as one GSO message (`media/batch.rs`); each
+                // kind keeps its order, and RTP orders nothing across SSRCs.
+                for video in [true, false] {
+                    for pkt in batch
+                        .packets(first, stream)
+                        .filter(|p| (p.kind == MediaKind::Video) == video)
+                    {
+                        if let Some(b) = self.send_media(id, pkt, true) {
+                            packets += 1;
+                            bytes += b as u64;
+                        }
                     }
                 }
             }
