@@ -53,9 +53,10 @@ export function assertPrivateNetwork() {
 /**
  * Starts Chromium with a fresh --user-data-dir. Returns { context, close }; close() shuts the
  * browser down and deletes the profile directory. `executablePath` replaces Debian's chromium
- * (e.g. a wrapper that runs it in another network namespace).
+ * (e.g. a wrapper that runs it in another network namespace); `extraArgs` are added to the
+ * standard flags (e.g. a certificate to trust).
  */
-export async function launchBrowser({ executablePath = CHROMIUM } = {}) {
+export async function launchBrowser({ executablePath = CHROMIUM, extraArgs = [] } = {}) {
   assertPrivateNetwork();
   const userDataDir = await mkdtemp(join(tmpdir(), 'tern-chromium-'));
   let context;
@@ -64,7 +65,7 @@ export async function launchBrowser({ executablePath = CHROMIUM } = {}) {
     context = await chromium.launchPersistentContext(userDataDir, {
       executablePath,
       headless: true,
-      args: CHROMIUM_FLAGS,
+      args: [...CHROMIUM_FLAGS, ...extraArgs],
       timeout: 30_000,
     });
   } catch (err) {

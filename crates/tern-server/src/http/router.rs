@@ -55,7 +55,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/", get(pages::index))
         .route("/dashboard", get(pages::dashboard))
         .route("/assets/hls.min.js", get(pages::hls_js))
-        .route("/{app}/{stream}", get(pages::player))
+        .route(
+            "/{app}/{stream}",
+            // CONNECT: the WebSocket upgrade over HTTP/2 (RFC 8441), which Chromium uses on
+            // an h2 connection to an HTTPS origin.
+            get(pages::player).connect(pages::player),
+        )
         .route(
             "/{app}/{stream}/whep",
             post(whep::post)
