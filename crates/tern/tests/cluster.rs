@@ -387,14 +387,15 @@ fn origin_and_edge_failover() {
     let killed = Instant::now();
     sa.kill();
     ff.kill();
-    // The claim expires within cluster.ttl_s (3 s); the encoder comes back on c.
+    // The encoder comes back on c at once, with one try (ffmpeg does not retry): c holds
+    // the publish until a's claim lapses (within cluster.ttl_s, 3 s), then takes it.
+    let mut ff2 = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp()), 40);
     wait_cluster(
         c.http(),
         Duration::from_secs(6),
-        "a leaves the registry and the map",
-        |v| node_names(v) == ["b", "c"] && origin_of(v, "live/cam").is_none(),
+        "a leaves the registry",
+        |v| node_names(v) == ["b", "c"],
     );
-    let mut ff2 = Ffmpeg::push(&format!("rtmp://{}/live/cam", c.rtmp()), 40);
     wait_cluster(
         b.http(),
         Duration::from_secs(10),
@@ -413,8 +414,9 @@ fn origin_and_edge_failover() {
             v.max_gap > Duration::from_secs(2),
             "the outage was seen: {text}"
         );
+        // Issue 39: the viewers resume within 5 s of the origin's death.
         assert!(
-            v.max_gap < Duration::from_secs(12),
+            v.max_gap < Duration::from_secs(5),
             "client_{} froze {:?}",
             cl.id,
             v.max_gap
@@ -431,6 +433,12 @@ fn origin_and_edge_failover() {
     eprintln!(
         "origin failover: longest video gap per viewer (ms) {gaps:?}, bench ended {resumed:?} after the kill"
     );
+    assert!(
+        ff2.running(),
+        "the encoder's one try was taken:\n{}",
+        ff2.log_tail()
+    );
+    assert_eq!(metric(c.http(), "tern_cluster_handovers_total"), 1);
     assert!(
         sb.log_tail(400).contains("edge: live/cam live from"),
         "{}",

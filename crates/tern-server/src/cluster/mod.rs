@@ -54,7 +54,13 @@ pub struct ClusterCounters {
     pub refresh_errors: AtomicU64,
     /// Publishers refused because another node holds the stream.
     pub claims_refused: AtomicU64,
+    /// Publishers that waited for a dead node's claim to lapse and took the stream.
+    pub handovers: AtomicU64,
 }
+
+/// A claim not refreshed for this long belongs to a node that stopped (live nodes refresh
+/// every second).
+const ABANDONED_AFTER: Duration = Duration::from_millis(1500);
 
 /// A stream of this node, as the refresh sees it.
 #[derive(Debug, Clone)]
@@ -348,10 +354,56 @@ impl Cluster {
     /// Takes stream `key` for a publisher arriving here. `Err(owner)` when another node
     /// has it. With Redis unreachable the publisher is let in (the node serves alone) and
     /// the claim is made at the next refresh.
+    ///
+    /// Hand-over: when the owner has stopped refreshing its claim (its node died: an
+    /// encoder moves here the moment its origin goes), the publish is held until the claim
+    /// lapses, at most `ttl_s` + 1 s, and then takes it; encoders without retries (ffmpeg,
+    /// hardware) would give up on a refusal. A live node refreshes its claims to the full
+    /// TTL every second, so a claim is the live node's once it is seen refreshed, and
+    /// abandoned once its node record is gone or no refresh came for [`ABANDONED_AFTER`]; a
+    /// publish for a live node's stream is refused within about a second.
     pub async fn claim(&self, key: &str) -> Result<(), String> {
         let ttl_ms = self.cfg.ttl_s * 1000;
-        match self.store.claim(&self.cfg.node, key, ttl_ms).await {
+        let started = tokio::time::Instant::now();
+        let held_until = started + Duration::from_millis(ttl_ms + 1000);
+        let mut last_left: Option<i64> = None;
+        let mut abandoned = false;
+        let answer = loop {
+            let r = self.store.claim(&self.cfg.node, key, ttl_ms).await;
+            let Ok(Err(owner)) = &r else {
+                break r;
+            };
+            let Ok((left, node_alive)) = self.store.claim_standing(key, owner).await else {
+                break r;
+            };
+            let silent_ms = ttl_ms as i64 - left;
+            if !node_alive || left < 0 || silent_ms > ABANDONED_AFTER.as_millis() as i64 {
+                if !abandoned {
+                    info!(
+                        "cluster: {key} is claimed by {owner}, which stopped refreshing it; holding the publish until the claim lapses"
+                    );
+                    abandoned = true;
+                }
+            } else if last_left.is_some_and(|l| left > l) {
+                // Refreshed since the last look: the owner is alive.
+                break r;
+            }
+            let now = tokio::time::Instant::now();
+            // Not seen refreshed nor silent long enough yet: look again, for at most a
+            // refresh interval and a half unless it is known to be abandoned.
+            let undecided_too_long = !abandoned && now >= started + ABANDONED_AFTER;
+            if now >= held_until || undecided_too_long {
+                break r;
+            }
+            last_left = Some(left);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let waited = abandoned;
+        match answer {
             Ok(Ok(())) => {
+                if waited {
+                    self.counters.handovers.fetch_add(1, Ordering::Relaxed);
+                }
                 if let Ok(mut c) = self.claims.lock() {
                     c.insert(key.to_string(), Instant::now());
                 }

@@ -228,6 +228,16 @@ impl Store {
         })
     }
 
+    /// How `owner`'s claim on stream `key` stands: its time left in ms (negative: gone) and
+    /// whether `owner`'s node record is still there.
+    pub async fn claim_standing(&self, key: &str, owner: &str) -> RedisResult<(i64, bool)> {
+        let mut p = redis::pipe();
+        p.cmd("PTTL").arg(format!("{ORIGIN_PREFIX}{key}"));
+        p.cmd("EXISTS").arg(format!("{NODE_PREFIX}{owner}"));
+        let (left, alive): (i64, i64) = self.run(&p, 2).await?;
+        Ok((left, alive == 1))
+    }
+
     /// The node that has stream `key`'s publisher, read now.
     pub async fn origin(&self, key: &str) -> RedisResult<Option<String>> {
         let mut p = redis::pipe();

@@ -228,6 +228,11 @@ pub(super) fn metrics(st: &AppState, o: &mut String) {
             "Publishers refused because another node has the stream.",
             k.claims_refused.load(Ordering::Relaxed),
         ),
+        (
+            "tern_cluster_handovers_total",
+            "Publishers held until a dead node's claim lapsed, then given the stream.",
+            k.handovers.load(Ordering::Relaxed),
+        ),
     ] {
         line(name, help, "counter", v);
     }
