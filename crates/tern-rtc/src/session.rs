@@ -377,6 +377,43 @@ mod tests {
         assert_eq!(client.state(), ClientState::Connected);
         assert!(!viewer.has_handshake());
 
+        // RTP padding (for equal-size GSO runs) is encrypted with the payload and taken off
+        // by the receiver: the same payload comes out, 1, 7 or 16 bytes longer on the wire.
+        let pool = tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("padding test"))
+            .expect("pool");
+        let mut sizes = Vec::new();
+        for (i, pad) in [0u8, 1, 7, 16].into_iter().enumerate() {
+            let mut buf = pool.alloc(301);
+            buf[0] = 0x65; // an H264 IDR slice: the video track starts here
+            for (k, b) in buf[1..].iter_mut().enumerate() {
+                *b = (k as u8) ^ (i as u8);
+            }
+            let pkt = crate::stream::RingPacket {
+                kind: crate::clip::MediaKind::Video,
+                layer: 0,
+                seq: i as u64,
+                rtp_ts: 0,
+                marker: true,
+                keyframe: true,
+                capture_ntp: 0,
+                payload: buf.freeze(),
+            };
+            let mut out = vec![0u8; 1500];
+            let n = viewer
+                .write_media_padded(&pkt, &mut out, pad)
+                .expect("written")
+                .expect("taken");
+            sizes.push(n);
+            let got = client
+                .handle_input(now, &mut out[..n])
+                .expect("a media packet");
+            assert_eq!(&out[got.payload.clone()], &pkt.payload[..], "pad {pad}");
+        }
+        assert_eq!(
+            sizes.iter().map(|&n| n - sizes[0]).collect::<Vec<_>>(),
+            [0, 1, 7, 16]
+        );
+
         // Closed from the server's side, the viewer still tells the client with the
         // close_notify it sealed before dropping the engine, and the client's DTLS accepts it.
         let mut alerts: Vec<Vec<u8>> = Vec::new();

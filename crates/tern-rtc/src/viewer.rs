@@ -719,6 +719,19 @@ impl Viewer {
         pkt: &RingPacket,
         out: &mut [u8],
     ) -> Result<Option<usize>, ViewerError> {
+        self.write_media_padded(pkt, out, 0)
+    }
+
+    /// As [`Viewer::write_media`], with `pad` bytes of RTP padding (RFC 3550 §5.1: the P bit
+    /// set, `pad - 1` zero bytes and the count byte after the payload, encrypted with it;
+    /// 0 for none). The fan-out pads packets of a frame that differ by a few bytes up to one
+    /// size, so that they leave as one UDP GSO message.
+    pub fn write_media_padded(
+        &mut self,
+        pkt: &RingPacket,
+        out: &mut [u8],
+        pad: u8,
+    ) -> Result<Option<usize>, ViewerError> {
         if self.state != ViewerState::Connected {
             return Ok(None);
         }
@@ -761,7 +774,8 @@ impl Viewer {
         let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
         let plen = pkt.payload.len();
         let end = hlen + plen;
-        if out.len() < end + srtp.rtp_tx.overhead() {
+        let padded = end + usize::from(pad);
+        if out.len() < padded + srtp.rtp_tx.overhead() {
             return Err(ViewerError::BufferTooSmall);
         }
         // Encrypted straight from the shared ring into the send batch: no plaintext copy.
@@ -771,7 +785,13 @@ impl Viewer {
             Some((ids, pid, tl0)) => {
                 out[hlen..end].copy_from_slice(&pkt.payload);
                 ids.rewrite(&mut out[hlen..end], pid, tl0);
-                srtp.rtp_tx.protect(out, end, hlen, roc)
+                write_padding(out, end, pad);
+                srtp.rtp_tx.protect(out, padded, hlen, roc)
+            }
+            None if pad > 0 => {
+                out[hlen..end].copy_from_slice(&pkt.payload);
+                write_padding(out, end, pad);
+                srtp.rtp_tx.protect(out, padded, hlen, roc)
             }
             None => srtp.rtp_tx.protect_payload(out, hlen, &pkt.payload, roc),
         }
@@ -790,7 +810,7 @@ impl Viewer {
             self.counters.retransmits += 1;
         }
         self.counters.packets_sent += 1;
-        self.counters.bytes_sent += end as u64;
+        self.counters.bytes_sent += padded as u64;
         Ok(Some(n))
     }
 
@@ -921,4 +941,16 @@ fn make_srtp(profile: SrtpProfile, km: &[u8]) -> Result<Srtp, srtp::SrtpError> {
         rtcp_tx: RtcpSender::new(profile, &server)?,
         rtcp_rx: RtcpReceiver::new(profile, &client)?,
     })
+}
+
+/// RTP padding of `pad` bytes after the payload that ends at `end` (RFC 3550 §5.1): zeros,
+/// then the count; and the P bit. Nothing for 0.
+fn write_padding(out: &mut [u8], end: usize, pad: u8) {
+    if pad == 0 {
+        return;
+    }
+    let last = end + usize::from(pad) - 1;
+    out[end..last].fill(0);
+    out[last] = pad;
+    out[0] |= 0x20;
 }

@@ -12,7 +12,7 @@
 //! | `session/` | may this client publish or play? names and dynamic streams, the app token, admission, per-address limits, the cluster claim and edge pull, lifetimes: one grant or one `Refusal` for every surface (`Core` is the state they share) |
 //! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
 //! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
-//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams; `batch.rs` sends with `sendmmsg`; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
+//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
 //! | `hls.rs` | LL-HLS sessions and packagers (`http/hls.rs` serves them) |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
 //! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
@@ -40,7 +40,8 @@
 //!    into the stream's ring (`tern_rtc::stream`) and hands it to every stream worker.
 //! 4. Each worker rewrites the header per viewer and SRTP-protects it straight into a slot of
 //!    its send batch (`worker/viewers.rs`, `tern_rtc::viewer`).
-//! 5. `media/batch.rs` sends the batch with one `sendmmsg` on the shared UDP port.
+//! 5. `media/batch.rs` sends the batch with one `sendmmsg` on the shared UDP port, each
+//!    viewer's run of equal-size packets one UDP GSO message.
 
 // `unsafe` is denied everywhere but in `media/socket.rs`'s `sys` (the raw `sendmmsg` with
 // UDP GSO control messages); `crates/tern/tests/house.rs` checks that no other file allows it.

@@ -181,6 +181,11 @@ impl SendBatch {
         }
     }
 
+    /// Whether this batch forms GSO messages now.
+    pub fn gso_on(&self) -> bool {
+        self.gso.as_ref().is_some_and(|g| g.is_on())
+    }
+
     /// Number of datagrams queued.
     pub fn len(&self) -> usize {
         self.msgs.iter().map(packets).sum()

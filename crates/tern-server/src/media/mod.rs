@@ -5,9 +5,10 @@
 //! - [`engine`]: [`Engine::spawn`] starts the threads; [`EngineHandle`] is the HTTP side's
 //!   handle on them (commands, RTMP media, session reports);
 //! - `worker`: the app and stream workers (viewers, publishers, timers and RTCP);
-//! - `socket`: the socket workers that receive on the media port and route each datagram;
+//! - `socket`: the socket workers that receive on the media port and route each datagram,
+//!   and `sys`, the raw `sendmmsg` with UDP GSO control messages (the crate's only `unsafe`);
 //! - `table` (the viewer session table), `ledger` (memory booking), [`ingest`] (publisher
-//!   slots: handover, sequence and timestamp rewriting), [`batch`] (`sendmmsg`);
+//!   slots: handover, sequence and timestamp rewriting), [`batch`] (`sendmmsg`, UDP GSO);
 //! - `link`: the messages and ids every thread speaks, [`stats`] the counters they share,
 //!   [`clock`] NTP time.
 //!

@@ -51,6 +51,11 @@ impl Outbox {
         self.batch.slot()
     }
 
+    /// Whether the batch forms UDP GSO messages now.
+    pub(super) fn gso_on(&self) -> bool {
+        self.batch.gso_on()
+    }
+
     /// Queues the `len` bytes written into the slot, for `to`.
     pub(super) fn commit(&mut self, len: usize, to: SocketAddr) {
         self.batch.commit(len, to);

@@ -73,7 +73,7 @@ impl Worker {
             let Some(p) = ring.and_then(|r| r.get(seq)).cloned() else {
                 continue;
             };
-            self.send_media(id, &p, false);
+            self.send_media(id, &p, false, 0);
             self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
         }
         self.after_io(id);

@@ -376,7 +376,7 @@ impl Worker {
         let done = next > head;
         e.catchup = (!done).then_some(next);
         for p in pkts.iter().flatten() {
-            self.send_media(id, p, false);
+            self.send_media(id, p, false, 0);
         }
         !done
     }
@@ -391,13 +391,15 @@ impl Worker {
         }
     }
 
-    /// Writes a media packet for a viewer into the send batch; returns its size. A `live`
-    /// video packet is skipped for a viewer still catching up: its cursor will reach it.
+    /// Writes a media packet for a viewer into the send batch, with `pad` bytes of RTP
+    /// padding (see `worker/fanout.rs`); returns its size. A `live` video packet is skipped
+    /// for a viewer still catching up: its cursor will reach it.
     pub(super) fn send_media(
         &mut self,
         id: ViewerId,
         pkt: &RingPacket,
         live: bool,
+        pad: u8,
     ) -> Option<usize> {
         self.out.make_room(&self.stats);
         let e = self.table.get(id)?;
@@ -408,7 +410,7 @@ impl Worker {
         // A keyframe may start the viewer on a layer or move it to another.
         let layer_was = pkt.keyframe.then(|| e.viewer.video_layer());
         let slot = self.out.slot()?;
-        match e.viewer.write_media(pkt, slot) {
+        match e.viewer.write_media_padded(pkt, slot, pad) {
             Ok(Some(n)) => {
                 self.out.commit_media(n, to);
                 if let Some(was) = layer_was
@@ -472,7 +474,7 @@ impl Worker {
         if self.fanout.is_empty() {
             return;
         }
-        let batch = self.fanout.take();
+        let batch = self.fanout.take(self.out.gso_on());
         for (first, stream) in batch.streams() {
             let (mut packets, mut bytes) = (0u64, 0u64);
             for i in 0..self.streams[stream].viewers.len() {
@@ -481,11 +483,11 @@ impl Worker {
                 // in the send batch and leave as one GSO message (`media/batch.rs`); each
                 // kind keeps its order, and RTP orders nothing across SSRCs.
                 for video in [true, false] {
-                    for pkt in batch
+                    for (pkt, pad) in batch
                         .packets(first, stream)
-                        .filter(|p| (p.kind == MediaKind::Video) == video)
+                        .filter(|(p, _)| (p.kind == MediaKind::Video) == video)
                     {
-                        if let Some(b) = self.send_media(id, pkt, true) {
+                        if let Some(b) = self.send_media(id, pkt, true, pad) {
                             packets += 1;
                             bytes += b as u64;
                         }
