@@ -3,7 +3,7 @@ use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::crypto::{CryptoProvider, SupportedDtls12CipherSuite};
+use crate::crypto::{CryptoProvider, SrtpProfile, SupportedDtls12CipherSuite};
 use crate::crypto::{SupportedDtls13CipherSuite, SupportedKxGroup};
 use crate::dtls12::message::Dtls12CipherSuite;
 use crate::types::{Dtls13CipherSuite, NamedGroup};
@@ -77,6 +77,7 @@ pub struct Config {
     dtls12_cipher_suites: Option<Vec<Dtls12CipherSuite>>,
     dtls13_cipher_suites: Option<Vec<Dtls13CipherSuite>>,
     kx_groups: Option<Vec<NamedGroup>>,
+    srtp_profiles: Option<Vec<SrtpProfile>>,
     psk: Option<Psk>,
 }
 
@@ -98,6 +99,7 @@ impl Config {
             dtls12_cipher_suites: None,
             dtls13_cipher_suites: None,
             kx_groups: None,
+            srtp_profiles: None,
             psk: None,
         }
     }
@@ -287,6 +289,16 @@ impl Config {
                 None => true,
             })
     }
+
+    /// The SRTP protection profile preference set with the builder's
+    /// `srtp_profiles` method, most preferred first.
+    ///
+    /// `None` (the default) keeps dimpl's built-in behaviour: a DTLS 1.2
+    /// server picks in [`SrtpProfile::ALL`] order and a DTLS 1.3 server takes
+    /// the client's first supported profile.
+    pub fn srtp_profiles(&self) -> Option<&[SrtpProfile]> {
+        self.srtp_profiles.as_deref()
+    }
 }
 
 /// Builder for [`Config`]. See each setter for defaults.
@@ -305,6 +317,7 @@ pub struct ConfigBuilder {
     dtls12_cipher_suites: Option<Vec<Dtls12CipherSuite>>,
     dtls13_cipher_suites: Option<Vec<Dtls13CipherSuite>>,
     kx_groups: Option<Vec<NamedGroup>>,
+    srtp_profiles: Option<Vec<SrtpProfile>>,
     psk: Option<Psk>,
 }
 
@@ -478,6 +491,27 @@ impl ConfigBuilder {
         self
     }
 
+    /// Set the server's SRTP protection profile preference (RFC 5764 `use_srtp`).
+    ///
+    /// Order is preference, first = most preferred: a server (DTLS 1.2 and
+    /// 1.3) picks the first of these that the client offered, whatever the
+    /// client's order, and picks none of the profiles left out. Profiles
+    /// listed twice count once. An empty list is rejected by `build()`.
+    /// A client still offers every supported profile.
+    ///
+    /// By default a DTLS 1.2 server picks in [`SrtpProfile::ALL`] order
+    /// (AES-256-GCM first) and a DTLS 1.3 server takes the client's first.
+    pub fn srtp_profiles(mut self, profiles: &[SrtpProfile]) -> Self {
+        let mut list: Vec<SrtpProfile> = Vec::with_capacity(profiles.len());
+        for p in profiles {
+            if !list.contains(p) {
+                list.push(*p);
+            }
+        }
+        self.srtp_profiles = Some(list);
+        self
+    }
+
     /// Configure PSK for a client endpoint.
     ///
     /// The `identity` is sent to the server during the handshake.
@@ -544,6 +578,10 @@ impl ConfigBuilder {
                 mtu: self.mtu as u16,
                 minimum: 64,
             }));
+        }
+
+        if self.srtp_profiles.as_ref().is_some_and(|l| l.is_empty()) {
+            return Err(Error::ConfigError(ConfigError::NoSrtpProfiles));
         }
 
         // Validate aead_encryption_limit: must be at least 1
@@ -642,6 +680,7 @@ impl ConfigBuilder {
             dtls12_cipher_suites: self.dtls12_cipher_suites,
             dtls13_cipher_suites: self.dtls13_cipher_suites,
             kx_groups: self.kx_groups,
+            srtp_profiles: self.srtp_profiles,
             psk: self.psk,
         })
     }
@@ -692,6 +731,7 @@ impl fmt::Debug for Config {
             .field("dtls12_cipher_suites", &self.dtls12_cipher_suites)
             .field("dtls13_cipher_suites", &self.dtls13_cipher_suites)
             .field("kx_groups", &self.kx_groups)
+            .field("srtp_profiles", &self.srtp_profiles)
             .field("psk", &self.psk)
             .finish()
     }
@@ -717,6 +757,7 @@ impl fmt::Debug for ConfigBuilder {
             .field("dtls12_cipher_suites", &self.dtls12_cipher_suites)
             .field("dtls13_cipher_suites", &self.dtls13_cipher_suites)
             .field("kx_groups", &self.kx_groups)
+            .field("srtp_profiles", &self.srtp_profiles)
             .field("psk", &self.psk)
             .finish()
     }

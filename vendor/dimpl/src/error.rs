@@ -194,6 +194,13 @@ pub enum CryptoError {
         /// The public key group used for verification.
         group: NamedGroup,
     },
+    /// An RSA signature (PKCS#1 v1.5 or PSS) did not verify.
+    RsaSignatureVerificationFailed {
+        /// The requested signature algorithm (`RSA` or `RSA_PSS_RSAE`).
+        signature: SignatureAlgorithm,
+        /// The requested hash algorithm.
+        hash: HashAlgorithm,
+    },
     /// The public key algorithm is unsupported.
     UnsupportedPublicKeyAlgorithm,
     /// A certificate or key references an unsupported EC curve.
@@ -561,6 +568,8 @@ pub enum ConfigError {
     NoDtls13KeyExchangeGroupsAfterFiltering,
     /// Crypto provider validation failed.
     CryptoProvider(CryptoProviderValidationError),
+    /// `srtp_profiles` was set to an empty list.
+    NoSrtpProfiles,
 }
 
 /// Fine-grained reason for crypto provider validation failure.
@@ -939,6 +948,9 @@ impl fmt::Display for CryptoError {
                 f,
                 "signature verification failed: {signature:?} + {hash:?} + {group:?}"
             ),
+            Self::RsaSignatureVerificationFailed { signature, hash } => {
+                write!(f, "signature verification failed: {signature:?} + {hash:?}")
+            }
             Self::UnsupportedPublicKeyAlgorithm => write!(f, "unsupported public key algorithm"),
             Self::UnsupportedEcCurve => write!(f, "unsupported EC curve"),
             Self::CertificateParseFailed => write!(f, "failed to parse certificate"),
@@ -1267,6 +1279,7 @@ impl fmt::Display for ConfigError {
                 "DTLS 1.3 cipher suites are enabled but no key exchange groups remain after filtering"
             ),
             Self::CryptoProvider(err) => write!(f, "crypto provider validation failed: {err}"),
+            Self::NoSrtpProfiles => write!(f, "srtp_profiles is empty"),
         }
     }
 }

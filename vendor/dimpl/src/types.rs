@@ -363,6 +363,13 @@ impl SignatureAlgorithm {
     pub const DSA: Self = Self(2);
     /// ECDSA signatures.
     pub const ECDSA: Self = Self(3);
+    /// RSA-PSS signatures with an rsaEncryption key (RFC 8446 `rsa_pss_rsae_*`).
+    ///
+    /// DTLS 1.2 carries these as the whole code points 0x0804/0x0805 (the
+    /// hash byte is 8, "intrinsic"); dimpl hands this value to
+    /// [`SignatureVerifier`](crate::crypto::SignatureVerifier) together with
+    /// the real hash. `RSA` on its own means PKCS#1 v1.5.
+    pub const RSA_PSS_RSAE: Self = Self(4);
 
     pub(crate) const UNKNOWN_DERIVED: Self = Self(u8::MAX);
 
@@ -378,7 +385,7 @@ impl SignatureAlgorithm {
 
     /// Returns true if this is not a known DTLS signature algorithm wire value.
     pub const fn is_unknown(&self) -> bool {
-        self.0 > Self::ECDSA.0
+        self.0 > Self::RSA_PSS_RSAE.0
     }
 
     /// Parse a `SignatureAlgorithm` from network bytes.
@@ -395,6 +402,7 @@ impl fmt::Debug for SignatureAlgorithm {
             SignatureAlgorithm::RSA => f.write_str("RSA"),
             SignatureAlgorithm::DSA => f.write_str("DSA"),
             SignatureAlgorithm::ECDSA => f.write_str("ECDSA"),
+            SignatureAlgorithm::RSA_PSS_RSAE => f.write_str("RSA_PSS_RSAE"),
             _ => f.debug_tuple("Unknown").field(&self.0).finish(),
         }
     }
@@ -609,13 +617,16 @@ impl SignatureScheme {
     const SUPPORTED: &[SignatureScheme] = &[
         SignatureScheme::ECDSA_SECP256R1_SHA256,
         SignatureScheme::ECDSA_SECP384R1_SHA384,
+        SignatureScheme::RSA_PSS_RSAE_SHA256,
+        SignatureScheme::RSA_PSS_RSAE_SHA384,
     ];
 
     /// Supported signature schemes in preference order.
-    pub fn supported() -> ArrayVec<SignatureScheme, 2> {
+    pub fn supported() -> ArrayVec<SignatureScheme, 4> {
         let mut schemes = ArrayVec::new();
-        schemes.push(SignatureScheme::ECDSA_SECP256R1_SHA256);
-        schemes.push(SignatureScheme::ECDSA_SECP384R1_SHA384);
+        for s in Self::SUPPORTED {
+            schemes.push(*s);
+        }
         schemes
     }
 

@@ -229,6 +229,22 @@ pub trait SigningKey: CryptoSafe {
     /// aws-lc-rs) return only the locked hash; backends that support
     /// arbitrary prehash signing (e.g. RustCrypto) may return several.
     fn supported_hash_algorithms(&self) -> &[HashAlgorithm];
+
+    /// Sign with RSA-PSS (MGF1 with the same hash, salt length = hash length).
+    ///
+    /// Only keys whose [`algorithm`](Self::algorithm) is
+    /// [`SignatureAlgorithm::RSA`] implement it: [`sign`](Self::sign) is
+    /// PKCS#1 v1.5 for them, and DTLS 1.3 CertificateVerify must be PSS.
+    fn sign_pss(
+        &mut self,
+        _data: &[u8],
+        _hash_alg: HashAlgorithm,
+        _out: &mut Buf,
+    ) -> Result<(), CryptoError> {
+        Err(CryptoError::UnsupportedSignatureAlgorithm(
+            SignatureAlgorithm::RSA_PSS_RSAE,
+        ))
+    }
 }
 
 /// Active key exchange instance (ephemeral keypair for one handshake).

@@ -497,7 +497,7 @@ impl State {
         let is_compatible = client
             .engine
             .crypto_context()
-            .is_cipher_suite_compatible(cs);
+            .is_cipher_suite_offerable_by_client(cs);
 
         if !is_compatible {
             return Err(Error::SecurityError(
@@ -1250,7 +1250,7 @@ fn handshake_create_client_hello(
         .config()
         .dtls12_cipher_suites()
         .map(|cs| cs.suite())
-        .filter(|suite| engine.crypto_context().is_cipher_suite_compatible(*suite))
+        .filter(|suite| engine.crypto_context().is_cipher_suite_offerable_by_client(*suite))
         .take(Dtls12CipherSuite::supported().len())
         .collect();
 

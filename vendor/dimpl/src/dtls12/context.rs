@@ -582,6 +582,19 @@ impl CryptoContext {
         }
     }
 
+    /// Check if a client may offer (and accept) a cipher suite.
+    ///
+    /// In DTLS 1.2 the suite names the *server's* key type; a client with a
+    /// certificate can offer every certificate suite whatever its own key
+    /// (an RSA client authenticates to an ECDSA server with CertificateVerify).
+    pub fn is_cipher_suite_offerable_by_client(&self, cipher_suite: Dtls12CipherSuite) -> bool {
+        match (&self.auth, cipher_suite.signature_algorithm()) {
+            (AuthMode::Certificate { .. }, Some(sig_alg)) => !sig_alg.is_unknown(),
+            (AuthMode::Psk, None) => true,
+            _ => false,
+        }
+    }
+
     /// Get the client write IV if derived.
     pub fn get_client_write_iv(&self) -> Option<Iv> {
         self.client_write_iv
@@ -600,12 +613,13 @@ impl CryptoContext {
         signature_buf: &[u8],
         cert_der: &[u8],
     ) -> Result<(), CryptoError> {
+        let (hash, sig) = signature.algorithm.components();
         self.provider().signature_verification.verify_signature(
             cert_der,
             data,
             signature.signature(signature_buf),
-            signature.algorithm.hash,
-            signature.algorithm.signature,
+            hash,
+            sig,
         )
     }
 }

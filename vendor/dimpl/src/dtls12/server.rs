@@ -451,15 +451,17 @@ impl State {
             .into());
         }
 
-        // Select SRTP profile according to server priority: AES256GCM, AES128GCM, then SHA1
+        // Select SRTP profile according to server priority: the configured
+        // preference, else AES256GCM, AES128GCM, then SHA1
         if let Some(profiles) = client_srtp_profiles {
             // Map client profile ids to SrtpProfile, then pick our preferred
             let mut selected_profile: Option<SrtpProfile> = None;
-            for preferred in [
-                SrtpProfile::AEAD_AES_256_GCM,
-                SrtpProfile::AEAD_AES_128_GCM,
-                SrtpProfile::AES128_CM_SHA1_80,
-            ] {
+            let preference = server
+                .engine
+                .config()
+                .srtp_profiles()
+                .unwrap_or(SrtpProfile::ALL);
+            for &preferred in preference {
                 if profiles.iter().any(|pid| preferred == (*pid).into()) {
                     selected_profile = Some(preferred);
                     break;
@@ -1321,9 +1323,10 @@ fn handshake_serialize_certificate_request(
     body: &mut Buf,
     sig_algs: &SignatureAndHashAlgorithmVec,
 ) -> Result<(), Error> {
-    // Only advertise ECDSA_SIGN (the only supported client cert type)
+    // Advertise the client certificate types dimpl verifies: ECDSA and RSA
     let mut cert_types = CertificateTypeVec::new();
     cert_types.push(ClientCertificateType::ECDSA_SIGN);
+    cert_types.push(ClientCertificateType::RSA_SIGN);
 
     // If intersection is empty (e.g., client didn't advertise), fall back to our supported set
     // Build the selected list with the capacity expected by CertificateRequest
@@ -1474,12 +1477,13 @@ mod tests {
     }
 
     #[test]
-    fn certificate_request_does_not_select_rsa_signatures() {
+    fn certificate_request_selects_rsa_signatures() {
         let mut client = SignatureAndHashAlgorithmVec::new();
         client.push(SignatureAndHashAlgorithm::new(
             HashAlgorithm::SHA256,
             SignatureAlgorithm::ECDSA,
         ));
+        client.push(SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA256);
         client.push(SignatureAndHashAlgorithm::new(
             HashAlgorithm::SHA256,
             SignatureAlgorithm::RSA,
@@ -1487,21 +1491,22 @@ mod tests {
 
         let selected = select_certificate_request_sig_algs(Some(&client));
 
-        assert_eq!(selected.len(), 1);
-        assert_eq!(selected[0].signature, SignatureAlgorithm::ECDSA);
-        assert_eq!(selected[0].hash, HashAlgorithm::SHA256);
+        assert_eq!(selected.as_slice(), client.as_slice());
     }
 
     #[test]
-    fn certificate_request_rejects_rsa_only_signatures() {
-        let mut client = SignatureAndHashAlgorithmVec::new();
-        client.push(SignatureAndHashAlgorithm::new(
-            HashAlgorithm::SHA256,
-            SignatureAlgorithm::RSA,
-        ));
-
-        let selected = select_certificate_request_sig_algs(Some(&client));
-
-        assert!(selected.is_empty());
+    fn certificate_request_offers_rsa_sign_type() {
+        let mut body = Buf::new();
+        handshake_serialize_certificate_request(&mut body, &SignatureAndHashAlgorithmVec::new())
+            .unwrap();
+        let (_, cr) = CertificateRequest::parse(&body, 0).unwrap();
+        assert!(
+            cr.certificate_types
+                .contains(&ClientCertificateType::RSA_SIGN)
+        );
+        assert!(
+            cr.supported_signature_algorithms
+                .contains(&SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA256)
+        );
     }
 }

@@ -1379,10 +1379,18 @@ pub(crate) fn handshake_create_certificate_verify(
     let sig_alg = engine.signing_key().algorithm();
 
     let mut signature = Buf::new();
-    engine
-        .signing_key()
-        .sign(&signed_content, hash_alg, &mut signature)
-        .map_err(Error::CryptoError)?;
+    // RFC 8446 §4.4.3: RSA keys sign CertificateVerify with RSA-PSS only.
+    if sig_alg == crate::types::SignatureAlgorithm::RSA {
+        engine
+            .signing_key()
+            .sign_pss(&signed_content, hash_alg, &mut signature)
+            .map_err(Error::CryptoError)?;
+    } else {
+        engine
+            .signing_key()
+            .sign(&signed_content, hash_alg, &mut signature)
+            .map_err(Error::CryptoError)?;
+    }
 
     // Determine the SignatureScheme from hash_alg + sig_alg
     let scheme = match (sig_alg, hash_alg) {
@@ -1394,6 +1402,9 @@ pub(crate) fn handshake_create_certificate_verify(
         }
         (crate::types::SignatureAlgorithm::RSA, crate::types::HashAlgorithm::SHA256) => {
             SignatureScheme::RSA_PSS_RSAE_SHA256
+        }
+        (crate::types::SignatureAlgorithm::RSA, crate::types::HashAlgorithm::SHA384) => {
+            SignatureScheme::RSA_PSS_RSAE_SHA384
         }
         _ => {
             return Err(Error::CryptoError(
@@ -1439,17 +1450,20 @@ pub(crate) fn signature_scheme_to_components(
             crate::SecurityError::UnsupportedSignatureScheme(scheme),
         )),
         SignatureScheme::RSA_PSS_RSAE_SHA256 => {
-            Ok((HashAlgorithm::SHA256, SignatureAlgorithm::RSA))
+            Ok((HashAlgorithm::SHA256, SignatureAlgorithm::RSA_PSS_RSAE))
         }
         SignatureScheme::RSA_PSS_RSAE_SHA384 => {
-            Ok((HashAlgorithm::SHA384, SignatureAlgorithm::RSA))
+            Ok((HashAlgorithm::SHA384, SignatureAlgorithm::RSA_PSS_RSAE))
         }
         SignatureScheme::RSA_PSS_RSAE_SHA512 => {
-            Ok((HashAlgorithm::SHA512, SignatureAlgorithm::RSA))
+            Ok((HashAlgorithm::SHA512, SignatureAlgorithm::RSA_PSS_RSAE))
         }
-        SignatureScheme::RSA_PSS_PSS_SHA256 => Ok((HashAlgorithm::SHA256, SignatureAlgorithm::RSA)),
-        SignatureScheme::RSA_PSS_PSS_SHA384 => Ok((HashAlgorithm::SHA384, SignatureAlgorithm::RSA)),
-        SignatureScheme::RSA_PSS_PSS_SHA512 => Ok((HashAlgorithm::SHA512, SignatureAlgorithm::RSA)),
+        // rsa_pss_pss_* needs an id-RSASSA-PSS key, which no verifier accepts.
+        SignatureScheme::RSA_PSS_PSS_SHA256
+        | SignatureScheme::RSA_PSS_PSS_SHA384
+        | SignatureScheme::RSA_PSS_PSS_SHA512 => Err(Error::SecurityError(
+            crate::SecurityError::UnsupportedSignatureScheme(scheme),
+        )),
         SignatureScheme::RSA_PKCS1_SHA256
         | SignatureScheme::RSA_PKCS1_SHA384
         | SignatureScheme::RSA_PKCS1_SHA512 => Err(Error::SecurityError(

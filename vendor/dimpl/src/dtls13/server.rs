@@ -716,12 +716,20 @@ impl State {
         // Select SRTP profile: first from client list that the server supports.
         // Per RFC 5764 Section 4.1.1, the server MUST select a profile that
         // both sides support.
+        // With a configured preference, the server's order wins instead.
         if let Some(profiles) = client_srtp_profiles {
-            for profile_id in profiles {
-                let profile: SrtpProfile = (*profile_id).into();
-                if SrtpProfile::ALL.contains(&profile) {
-                    server.negotiated_srtp_profile = Some(profile);
-                    break;
+            if let Some(preference) = server.engine.config().srtp_profiles() {
+                server.negotiated_srtp_profile = preference
+                    .iter()
+                    .copied()
+                    .find(|p| profiles.iter().any(|id| SrtpProfile::from(*id) == *p));
+            } else {
+                for profile_id in profiles {
+                    let profile: SrtpProfile = (*profile_id).into();
+                    if SrtpProfile::ALL.contains(&profile) {
+                        server.negotiated_srtp_profile = Some(profile);
+                        break;
+                    }
                 }
             }
         }

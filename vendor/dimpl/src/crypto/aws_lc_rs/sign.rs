@@ -7,6 +7,10 @@ use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA384_ASN1};
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, UnparsedPublicKey};
 use aws_lc_rs::signature::{ECDSA_P384_SHA256_ASN1, ECDSA_P384_SHA384_ASN1};
 use aws_lc_rs::signature::{EcdsaKeyPair, EcdsaSigningAlgorithm, EcdsaVerificationAlgorithm};
+use aws_lc_rs::signature::{RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_2048_8192_SHA384};
+use aws_lc_rs::signature::{RSA_PKCS1_SHA256, RSA_PKCS1_SHA384, RSA_PSS_SHA256, RSA_PSS_SHA384};
+use aws_lc_rs::signature::{RSA_PSS_2048_8192_SHA256, RSA_PSS_2048_8192_SHA384};
+use aws_lc_rs::signature::{RsaEncoding, RsaKeyPair, RsaParameters};
 use der::{Decode, Encode};
 use spki::ObjectIdentifier;
 use x509_cert::Certificate as X509Certificate;
@@ -81,6 +85,87 @@ impl SigningKey for EcdsaSigningKey {
     }
 }
 
+/// RSA signing key: PKCS#1 v1.5 through [`SigningKey::sign`] (DTLS 1.2),
+/// PSS through [`SigningKey::sign_pss`] (DTLS 1.3).
+struct RsaSigningKey {
+    key_pair: RsaKeyPair,
+}
+
+impl std::fmt::Debug for RsaSigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RsaSigningKey")
+            .field("modulus_bits", &(self.key_pair.public_modulus_len() * 8))
+            .finish()
+    }
+}
+
+impl RsaSigningKey {
+    fn sign_with(
+        &self,
+        data: &[u8],
+        hash_alg: HashAlgorithm,
+        pss: bool,
+        buf: &mut Buf,
+    ) -> Result<(), CryptoError> {
+        let padding: &'static dyn RsaEncoding = match (pss, hash_alg) {
+            (false, HashAlgorithm::SHA256) => &RSA_PKCS1_SHA256,
+            (false, HashAlgorithm::SHA384) => &RSA_PKCS1_SHA384,
+            (true, HashAlgorithm::SHA256) => &RSA_PSS_SHA256,
+            (true, HashAlgorithm::SHA384) => &RSA_PSS_SHA384,
+            _ => {
+                return Err(CryptoError::UnsupportedSignaturePair {
+                    signature: if pss {
+                        SignatureAlgorithm::RSA_PSS_RSAE
+                    } else {
+                        SignatureAlgorithm::RSA
+                    },
+                    hash: hash_alg,
+                });
+            }
+        };
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let mut signature = vec![0; self.key_pair.public_modulus_len()];
+        self.key_pair
+            .sign(padding, &rng, data, &mut signature)
+            .map_err(|_| CryptoError::OperationFailed(CryptoOperation::Sign))?;
+        buf.clear();
+        buf.extend_from_slice(&signature);
+        Ok(())
+    }
+}
+
+impl SigningKey for RsaSigningKey {
+    fn sign(
+        &mut self,
+        data: &[u8],
+        hash_alg: HashAlgorithm,
+        buf: &mut Buf,
+    ) -> Result<(), CryptoError> {
+        self.sign_with(data, hash_alg, false, buf)
+    }
+
+    fn sign_pss(
+        &mut self,
+        data: &[u8],
+        hash_alg: HashAlgorithm,
+        buf: &mut Buf,
+    ) -> Result<(), CryptoError> {
+        self.sign_with(data, hash_alg, true, buf)
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        SignatureAlgorithm::RSA
+    }
+
+    fn hash_algorithm(&self) -> HashAlgorithm {
+        HashAlgorithm::SHA256
+    }
+
+    fn supported_hash_algorithms(&self) -> &[HashAlgorithm] {
+        &[HashAlgorithm::SHA256, HashAlgorithm::SHA384]
+    }
+}
+
 /// Key provider implementation.
 #[derive(Debug)]
 pub(super) struct AwsLcKeyProvider;
@@ -99,6 +184,14 @@ impl KeyProvider for AwsLcKeyProvider {
                 key_pair,
                 signing_algorithm: &ECDSA_P384_SHA384_ASN1_SIGNING,
             }));
+        }
+
+        // RSA: PKCS#8, then PKCS#1 RSAPrivateKey (OpenSSL's "RSA PRIVATE KEY")
+        if let Ok(key_pair) = RsaKeyPair::from_pkcs8(key_der) {
+            return Ok(Box::new(RsaSigningKey { key_pair }));
+        }
+        if let Ok(key_pair) = RsaKeyPair::from_der(key_der) {
+            return Ok(Box::new(RsaSigningKey { key_pair }));
         }
 
         // Try parsing as SEC1 DER format (OpenSSL EC private key format)
@@ -191,6 +284,9 @@ impl SignatureVerifier for AwsLcSignatureVerifier {
         hash_alg: HashAlgorithm,
         sig_alg: SignatureAlgorithm,
     ) -> Result<(), CryptoError> {
+        if sig_alg == SignatureAlgorithm::RSA || sig_alg == SignatureAlgorithm::RSA_PSS_RSAE {
+            return verify_rsa(cert_der, data, signature, hash_alg, sig_alg);
+        }
         if sig_alg != SignatureAlgorithm::ECDSA {
             return Err(CryptoError::UnsupportedSignatureAlgorithm(sig_alg));
         }
@@ -245,6 +341,51 @@ impl SignatureVerifier for AwsLcSignatureVerifier {
                 group,
             })
     }
+}
+
+/// Verify an RSA signature, PKCS#1 v1.5 (`RSA`) or PSS (`RSA_PSS_RSAE`), with
+/// SHA-256 or SHA-384, against an rsaEncryption certificate of 2048 to 8192 bits.
+fn verify_rsa(
+    cert_der: &[u8],
+    data: &[u8],
+    signature: &[u8],
+    hash_alg: HashAlgorithm,
+    sig_alg: SignatureAlgorithm,
+) -> Result<(), CryptoError> {
+    const OID_RSA_ENCRYPTION: ObjectIdentifier =
+        ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+
+    let params: &'static RsaParameters = match (sig_alg, hash_alg) {
+        (SignatureAlgorithm::RSA, HashAlgorithm::SHA256) => &RSA_PKCS1_2048_8192_SHA256,
+        (SignatureAlgorithm::RSA, HashAlgorithm::SHA384) => &RSA_PKCS1_2048_8192_SHA384,
+        (SignatureAlgorithm::RSA_PSS_RSAE, HashAlgorithm::SHA256) => &RSA_PSS_2048_8192_SHA256,
+        (SignatureAlgorithm::RSA_PSS_RSAE, HashAlgorithm::SHA384) => &RSA_PSS_2048_8192_SHA384,
+        _ => {
+            return Err(CryptoError::UnsupportedSignaturePair {
+                signature: sig_alg,
+                hash: hash_alg,
+            });
+        }
+    };
+
+    let cert =
+        X509Certificate::from_der(cert_der).map_err(|_| CryptoError::CertificateParseFailed)?;
+    let spki = cert.tbs_certificate().subject_public_key_info();
+    if spki.algorithm.oid != OID_RSA_ENCRYPTION {
+        return Err(CryptoError::UnsupportedPublicKeyAlgorithm);
+    }
+    // The BIT STRING holds the PKCS#1 RSAPublicKey that aws-lc-rs expects.
+    let pubkey_bytes = spki
+        .subject_public_key
+        .as_bytes()
+        .ok_or(CryptoError::InvalidSubjectPublicKey)?;
+
+    UnparsedPublicKey::new(params, pubkey_bytes)
+        .verify(data, signature)
+        .map_err(|_| CryptoError::RsaSignatureVerificationFailed {
+            signature: sig_alg,
+            hash: hash_alg,
+        })
 }
 
 /// Static instance of the key provider.

@@ -120,13 +120,13 @@ mod test {
 
     // Test message with recognized values:
     // - Certificate type: 0x40 (ECDSA_SIGN)
-    // - Signature algorithms: SHA256/ECDSA (0x04, 0x03), SHA256/RSA (0x04, 0x01)
+    // - Signature algorithms: SHA256/ECDSA (0x04, 0x03), SHA1/RSA (0x02, 0x01)
     const MESSAGE: &[u8] = &[
         0x01, // Certificate types length (1 byte)
         0x40, // Certificate type: ECDSA_SIGN
         0x00, 0x04, // Signature algorithms length (4 bytes = 2 algorithms)
         0x04, 0x03, // SHA256/ECDSA
-        0x04, 0x01, // SHA256/RSA
+        0x02, 0x01, // SHA1/RSA
         0x00, 0x0C, // Certificate authorities length
         0x00, 0x04, // Distinguished name 1 length
         0x01, 0x02, 0x03, 0x04, // Distinguished name 1 data
@@ -135,7 +135,7 @@ mod test {
     ];
 
     #[test]
-    fn filters_unsupported_rsa_signature_algorithm() {
+    fn filters_unsupported_sha1_rsa_signature_algorithm() {
         // Parse the message with base_offset 0
         let (rest, parsed) = CertificateRequest::parse(MESSAGE, 0).unwrap();
         assert!(rest.is_empty());
@@ -148,7 +148,7 @@ mod test {
             )
         );
 
-        // Serialization must not re-advertise the filtered RSA algorithm.
+        // Serialization must not re-advertise the filtered SHA-1 algorithm.
         let mut serialized = Buf::new();
         parsed.serialize(MESSAGE, &mut serialized);
         let expected = [
@@ -170,7 +170,7 @@ mod test {
         // Message with unsupported certificate types and signature algorithms
         let message_with_unsupported: &[u8] = &[
             0x03, // Certificate types length (3 bytes)
-            0x01, // RSA_SIGN (unsupported, filtered)
+            0x03, // RSA_FIXED_DH (unsupported, filtered)
             0x40, // ECDSA_SIGN (supported)
             0x02, // DSS_SIGN (unsupported, filtered)
             0x00, 0x06, // Signature algorithms length (6 bytes = 3 algorithms)

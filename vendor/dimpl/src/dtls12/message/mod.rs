@@ -265,8 +265,8 @@ impl ClientCertificateType {
     }
 
     /// Supported client certificate types.
-    pub const fn supported() -> &'static [ClientCertificateType; 1] {
-        &[ClientCertificateType::ECDSA_SIGN]
+    pub const fn supported() -> &'static [ClientCertificateType; 2] {
+        &[ClientCertificateType::ECDSA_SIGN, ClientCertificateType::RSA_SIGN]
     }
 
     pub const fn as_u8(&self) -> u8 {
@@ -336,27 +336,41 @@ impl SignatureAndHashAlgorithm {
         Ok((input, SignatureAndHashAlgorithm::from_u16(value)))
     }
 
+    /// `rsa_pss_rsae_sha256` (0x0804): RFC 8446 code point, valid in TLS 1.2.
+    pub const RSA_PSS_RSAE_SHA256: Self = Self::new(HashAlgorithm::from_u8(8), SignatureAlgorithm::from_u8(4));
+    /// `rsa_pss_rsae_sha384` (0x0805): RFC 8446 code point, valid in TLS 1.2.
+    pub const RSA_PSS_RSAE_SHA384: Self = Self::new(HashAlgorithm::from_u8(8), SignatureAlgorithm::from_u8(5));
+
     /// All recognized signature+hash combinations.
     #[allow(dead_code)]
-    pub const fn all() -> &'static [SignatureAndHashAlgorithm; 4] {
-        const ALL: &[SignatureAndHashAlgorithm; 4] = &[
+    pub const fn all() -> &'static [SignatureAndHashAlgorithm; 6] {
+        Self::supported()
+    }
+
+    /// Supported signature+hash combinations, in the order dimpl offers them.
+    pub const fn supported() -> &'static [SignatureAndHashAlgorithm; 6] {
+        const SUPPORTED: &[SignatureAndHashAlgorithm; 6] = &[
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::ECDSA),
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA384, SignatureAlgorithm::ECDSA),
+            SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA256,
+            SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA384,
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::RSA),
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA384, SignatureAlgorithm::RSA),
         ];
 
-        ALL
+        SUPPORTED
     }
 
-    /// Supported signature+hash combinations.
-    pub const fn supported() -> &'static [SignatureAndHashAlgorithm; 2] {
-        const SUPPORTED: &[SignatureAndHashAlgorithm; 2] = &[
-            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::ECDSA),
-            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA384, SignatureAlgorithm::ECDSA),
-        ];
-
-        SUPPORTED
+    /// The (hash, signature) pair a [`SignatureVerifier`](crate::crypto::SignatureVerifier)
+    /// or signer works with: the PSS code points carry their hash in the low
+    /// byte, so they map to ([`HashAlgorithm::SHA256`] or `SHA384`,
+    /// [`SignatureAlgorithm::RSA_PSS_RSAE`]); every other pair is itself.
+    pub fn components(&self) -> (HashAlgorithm, SignatureAlgorithm) {
+        match *self {
+            Self::RSA_PSS_RSAE_SHA256 => (HashAlgorithm::SHA256, SignatureAlgorithm::RSA_PSS_RSAE),
+            Self::RSA_PSS_RSAE_SHA384 => (HashAlgorithm::SHA384, SignatureAlgorithm::RSA_PSS_RSAE),
+            _ => (self.hash, self.signature),
+        }
     }
 
     /// Returns true if this signature+hash combination is supported.
@@ -370,13 +384,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rsa_signature_algorithms_are_recognized_but_not_supported() {
+    fn rsa_signature_algorithms_are_supported() {
         let rsa_sha256 =
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::RSA);
+        let pss = SignatureAndHashAlgorithm::from_u16(0x0804);
 
-        assert!(SignatureAndHashAlgorithm::all().contains(&rsa_sha256));
-        assert!(!rsa_sha256.is_supported());
-        assert_eq!(SignatureAndHashAlgorithm::supported().len(), 2);
+        assert!(rsa_sha256.is_supported());
+        assert!(pss.is_supported());
+        assert_eq!(pss, SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA256);
+        assert_eq!(
+            pss.components(),
+            (HashAlgorithm::SHA256, SignatureAlgorithm::RSA_PSS_RSAE)
+        );
+        assert_eq!(
+            SignatureAndHashAlgorithm::from_u16(0x0805).components(),
+            (HashAlgorithm::SHA384, SignatureAlgorithm::RSA_PSS_RSAE)
+        );
+        assert_eq!(
+            rsa_sha256.components(),
+            (HashAlgorithm::SHA256, SignatureAlgorithm::RSA)
+        );
+        // SHA-512 and SHA-1 are recognized on the wire but not offered.
+        assert!(!SignatureAndHashAlgorithm::from_u16(0x0601).is_supported());
+        assert!(!SignatureAndHashAlgorithm::from_u16(0x0806).is_supported());
+        assert!(!SignatureAndHashAlgorithm::from_u16(0x0201).is_supported());
     }
 
     #[test]

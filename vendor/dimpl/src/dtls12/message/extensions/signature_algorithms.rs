@@ -101,7 +101,7 @@ mod tests {
 
         let (_, parsed) = SignatureAlgorithmsExtension::parse(&serialized).unwrap();
 
-        assert_eq!(parsed.supported_signature_algorithms.len(), 1);
+        assert_eq!(parsed.supported_signature_algorithms.len(), 2);
         assert_eq!(
             parsed.supported_signature_algorithms[0],
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::ECDSA,)
@@ -109,15 +109,15 @@ mod tests {
     }
 
     #[test]
-    fn default_does_not_advertise_rsa() {
+    fn default_advertises_rsa_pkcs1_and_pss() {
         let extension = SignatureAlgorithmsExtension::default();
+        let algs = &extension.supported_signature_algorithms;
 
-        assert!(
-            extension
-                .supported_signature_algorithms
-                .iter()
-                .all(|algorithm| algorithm.signature != SignatureAlgorithm::RSA)
-        );
+        assert!(algs.contains(&SignatureAndHashAlgorithm::new(
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::RSA
+        )));
+        assert!(algs.contains(&SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA256));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use nom::error::{Error, ErrorKind};
 /// Uses `SignatureScheme` (u16) instead of the TLS 1.2 `SignatureAndHashAlgorithm`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignatureAlgorithmsExtension {
-    pub supported_signature_algorithms: ArrayVec<SignatureScheme, 2>,
+    pub supported_signature_algorithms: ArrayVec<SignatureScheme, 4>,
 }
 
 impl SignatureAlgorithmsExtension {
@@ -28,7 +28,7 @@ impl SignatureAlgorithmsExtension {
             return Err(Err::Failure(Error::new(input, ErrorKind::LengthValue)));
         }
 
-        let mut algorithms: ArrayVec<SignatureScheme, 2> = ArrayVec::new();
+        let mut algorithms: ArrayVec<SignatureScheme, 4> = ArrayVec::new();
         let (input, mut current_input) = take(list_len)(input)?;
         if !input.is_empty() {
             return Err(Err::Failure(Error::new(input, ErrorKind::LengthValue)));
@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn test_signature_algorithms_extension() {
-        let mut algorithms: ArrayVec<SignatureScheme, 2> = ArrayVec::new();
+        let mut algorithms: ArrayVec<SignatureScheme, 4> = ArrayVec::new();
         algorithms.push(SignatureScheme::ECDSA_SECP256R1_SHA256);
         algorithms.push(SignatureScheme::ECDSA_SECP384R1_SHA384);
 
