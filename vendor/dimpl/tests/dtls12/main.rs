@@ -11,3 +11,4 @@ mod ossl;
 mod psk;
 mod reorder;
 mod retransmit;
+mod rsa;

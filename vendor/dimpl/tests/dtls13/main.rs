@@ -15,3 +15,4 @@ mod retransmit;
 
 #[cfg(not(windows))]
 mod wolfssl;
+mod rsa;
