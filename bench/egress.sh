@@ -12,7 +12,9 @@
 #   raw    `udp-blaster --mode clip --receivers N` (tern's own sendmmsg batch, the same clip,
 #          no crypto, no sessions): packets per CPU-second of the sending thread.
 #   base   with TERN_BASE=<path to another tern binary>: that build too, the same way, so a
-#          change is measured against its baseline in the same run.
+#          change is measured against its baseline in the same run. TERN_ARGS and
+#          TERN_BASE_ARGS add server arguments to each arm (e.g. TERN_BASE=<the same binary>
+#          TERN_BASE_ARGS="--config aes256.toml" compares two configurations of one build).
 # Prints one line per measurement and the ratio tern ÷ raw per round; JSON lines go to
 # $OUT (default bench/results/tmp/egress-<stamp>.jsonl). Needs target/release/{tern,udp-blaster}
 # (`cargo build --release -p tern && cargo build --release --manifest-path bench/baselines/Cargo.toml`).
@@ -56,10 +58,11 @@ packets_out() {
     curl -sf --max-time 2 "http://127.0.0.1:18180/metrics" | awk '$1 == "tern_packets_out_total" { print $2 }'
 }
 
-measure_tern() { # N [binary] -> packets per server CPU-second in the steady window
-    local n=$1 bin=${2:-$TERN} kind=${3:-tern}
+measure_tern() { # N [binary] [kind] [extra server args] -> packets per server CPU-second
+    local n=$1 bin=${2:-$TERN} kind=${3:-tern} extra=${4:-${TERN_ARGS:-}}
+    # shellcheck disable=SC2086 # extra is a list of arguments
     "$bin" demo --clip lite --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
-        --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
+        --candidate 127.0.0.1 $extra >"$tmp/server.log" 2>&1 &
     server=$!
     for _ in $(seq 100); do
         curl -sf --max-time 1 -o /dev/null -I http://127.0.0.1:18180/live/demo/whep && break
@@ -104,7 +107,7 @@ for n in "${NS[@]}"; do
         t=$(measure_tern "$n"); echo "$t" | tee -a "$OUT"
         w=$(measure_raw "$n"); echo "$w" | tee -a "$OUT"
         if [ -n "${TERN_BASE:-}" ]; then
-            b=$(measure_tern "$n" "$TERN_BASE" base); echo "$b" | tee -a "$OUT"
+            b=$(measure_tern "$n" "$TERN_BASE" base "${TERN_BASE_ARGS:-}"); echo "$b" | tee -a "$OUT"
             python3 -c '
 import json, sys
 t, b, w = (json.loads(a) for a in sys.argv[1:4])

@@ -14,7 +14,9 @@
 #                    turnutils_uclient, the TURN interop client; cmake builds the libopus the
 #                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests;
 #                    the libav*-dev and libclang-dev packages build the B-frame transcoder;
-#                    redis-server for the cluster tests, which start their own on a free port)
+#                    redis-server for the cluster tests, which start their own on a free port;
+#                    python3-gi and GStreamer 1.22's base/good/bad/ugly/libav plugins, gstreamer1.0-nice
+#                    and the GStreamer typelibs for the webrtcbin interop tests)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
@@ -81,6 +83,14 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     need_cmd node nodejs
     need_cmd turnutils_uclient coturn
     need_cmd redis-server redis-server
+    # GStreamer 1.22 through PyGObject for the webrtcbin interop tests (tests/interop/gst_*):
+    # webrtcbin (plugins-bad, its GstWebRTC/GstSdp typelibs), libnice's ICE elements, x264 and
+    # Opus encoders (ugly, base), RTP payloaders (good), the H264 decoder (libav).
+    for p in python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 \
+        gir1.2-gst-plugins-bad-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
+        gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-nice gstreamer1.0-libav; do
+        pkg_installed "$p" || missing+=("$p")
+    done
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -1250,7 +1250,11 @@ fn handshake_create_client_hello(
         .config()
         .dtls12_cipher_suites()
         .map(|cs| cs.suite())
-        .filter(|suite| engine.crypto_context().is_cipher_suite_offerable_by_client(*suite))
+        .filter(|suite| {
+            engine
+                .crypto_context()
+                .is_cipher_suite_offerable_by_client(*suite)
+        })
         .take(Dtls12CipherSuite::supported().len())
         .collect();
 

@@ -65,10 +65,14 @@ fn handshake(
         c_prof = c_prof.or(c.keying_material.map(|k| k.1));
         s_prof = s_prof.or(s.keying_material.map(|k| k.1));
         for p in &c.packets {
-            server.handle_packet(p).expect("server handles client packet");
+            server
+                .handle_packet(p)
+                .expect("server handles client packet");
         }
         for p in &s.packets {
-            client.handle_packet(p).expect("client handles server packet");
+            client
+                .handle_packet(p)
+                .expect("client handles server packet");
         }
         if c_prof.is_some() && s_prof.is_some() {
             break;
@@ -76,8 +80,14 @@ fn handshake(
         now += std::time::Duration::from_millis(20);
     }
     (
-        (c_cert.expect("client saw server cert"), c_prof.expect("client keys")),
-        (s_cert.expect("server saw client cert"), s_prof.expect("server keys")),
+        (
+            c_cert.expect("client saw server cert"),
+            c_prof.expect("client keys"),
+        ),
+        (
+            s_cert.expect("server saw client cert"),
+            s_prof.expect("server keys"),
+        ),
     )
 }
 
@@ -120,14 +130,16 @@ fn dtls12_rsa_client_with_forged_certificate_is_refused() {
             break;
         }
     }
-    assert!(refused, "the server refuses a CertificateVerify that does not verify");
+    assert!(
+        refused,
+        "the server refuses a CertificateVerify that does not verify"
+    );
 }
 
 #[test]
 fn dtls12_server_srtp_preference() {
-    let pref = |list: &[SrtpProfile]| {
-        Arc::new(Config::builder().srtp_profiles(list).build().unwrap())
-    };
+    let pref =
+        |list: &[SrtpProfile]| Arc::new(Config::builder().srtp_profiles(list).build().unwrap());
     let run = |config| {
         let c = generate_self_signed_certificate().unwrap();
         let s = generate_self_signed_certificate().unwrap();
@@ -175,7 +187,9 @@ fn dtls12_ossl_rsa_client_to_dimpl_server() {
         server.handle_timeout(Instant::now()).unwrap();
         client.handle_handshake(&mut events).unwrap();
         while let Some(d) = client.poll_datagram() {
-            server.handle_packet(&d).expect("server handles openssl packet");
+            server
+                .handle_packet(&d)
+                .expect("server handles openssl packet");
         }
         loop {
             match server.poll_output(&mut buf) {

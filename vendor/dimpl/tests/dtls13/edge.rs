@@ -1061,25 +1061,26 @@ fn dtls13_only_functional_signature_schemes_advertised() {
         i += 2;
     }
 
-    // Only ECDSA P-256 (0x0403) and P-384 (0x0503) should be advertised.
+    // Only ECDSA P-256 (0x0403), P-384 (0x0503) and RSA-PSS-RSAE SHA-256/384
+    // (0x0804, 0x0805) should be advertised.
     let non_functional: Vec<u16> = advertised
         .iter()
         .copied()
-        .filter(|s| *s != 0x0403 && *s != 0x0503)
+        .filter(|s| ![0x0403, 0x0503, 0x0804, 0x0805].contains(s))
         .collect();
 
     assert!(
         non_functional.is_empty(),
         "Non-functional signature schemes advertised: {:04X?}. \
-         Only ECDSA_SECP256R1_SHA256 (0x0403) and ECDSA_SECP384R1_SHA384 (0x0503) \
-         should be advertised.",
+         Only ECDSA_SECP256R1_SHA256 (0x0403), ECDSA_SECP384R1_SHA384 (0x0503) \
+         and RSA_PSS_RSAE_SHA256/384 (0x0804, 0x0805) should be advertised.",
         non_functional,
     );
 
     assert_eq!(
         advertised,
-        vec![0x0403, 0x0503],
-        "Expected exactly ECDSA P-256 and P-384"
+        vec![0x0403, 0x0503, 0x0804, 0x0805],
+        "Expected exactly ECDSA P-256 and P-384, then RSA-PSS-RSAE SHA-256 and SHA-384"
     );
 }
 

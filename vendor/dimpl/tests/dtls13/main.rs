@@ -13,6 +13,6 @@ mod key_update;
 mod reorder;
 mod retransmit;
 
+mod rsa;
 #[cfg(not(windows))]
 mod wolfssl;
-mod rsa;

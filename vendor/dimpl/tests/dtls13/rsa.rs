@@ -61,10 +61,14 @@ fn handshake(
         cp = cp.or(c.keying_material.map(|k| k.1));
         sp = sp.or(s.keying_material.map(|k| k.1));
         for p in &c.packets {
-            server.handle_packet(p).expect("server handles client packet");
+            server
+                .handle_packet(p)
+                .expect("server handles client packet");
         }
         for p in &s.packets {
-            client.handle_packet(p).expect("client handles server packet");
+            client
+                .handle_packet(p)
+                .expect("client handles server packet");
         }
         if cp.is_some() && sp.is_some() {
             break;

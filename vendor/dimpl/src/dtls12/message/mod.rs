@@ -266,7 +266,10 @@ impl ClientCertificateType {
 
     /// Supported client certificate types.
     pub const fn supported() -> &'static [ClientCertificateType; 2] {
-        &[ClientCertificateType::ECDSA_SIGN, ClientCertificateType::RSA_SIGN]
+        &[
+            ClientCertificateType::ECDSA_SIGN,
+            ClientCertificateType::RSA_SIGN,
+        ]
     }
 
     pub const fn as_u8(&self) -> u8 {
@@ -337,9 +340,11 @@ impl SignatureAndHashAlgorithm {
     }
 
     /// `rsa_pss_rsae_sha256` (0x0804): RFC 8446 code point, valid in TLS 1.2.
-    pub const RSA_PSS_RSAE_SHA256: Self = Self::new(HashAlgorithm::from_u8(8), SignatureAlgorithm::from_u8(4));
+    pub const RSA_PSS_RSAE_SHA256: Self =
+        Self::new(HashAlgorithm::from_u8(8), SignatureAlgorithm::from_u8(4));
     /// `rsa_pss_rsae_sha384` (0x0805): RFC 8446 code point, valid in TLS 1.2.
-    pub const RSA_PSS_RSAE_SHA384: Self = Self::new(HashAlgorithm::from_u8(8), SignatureAlgorithm::from_u8(5));
+    pub const RSA_PSS_RSAE_SHA384: Self =
+        Self::new(HashAlgorithm::from_u8(8), SignatureAlgorithm::from_u8(5));
 
     /// All recognized signature+hash combinations.
     #[allow(dead_code)]
