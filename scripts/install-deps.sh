@@ -75,6 +75,11 @@ pkg_installed ca-certificates || missing+=(ca-certificates)
 for p in libavcodec-dev libavformat-dev libswscale-dev libclang-dev; do
     pkg_installed "$p" || missing+=("$p")
 done
+# The vendored dimpl's interop tests (scripts/test.sh's vendor stage): the openssl crate
+# against the system's OpenSSL, and wolfSSL built from source with autotools.
+for p in libssl-dev autoconf automake libtool; do
+    pkg_installed "$p" || missing+=("$p")
+done
 if [ "$RUST_ONLY" -eq 0 ]; then
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     need_cmd ffmpeg ffmpeg
