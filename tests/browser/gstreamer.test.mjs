@@ -88,7 +88,7 @@ describe('GStreamer 1.22 webrtcbin (RSA certificate) as WHIP publisher and WHEP 
         await sleep(100);
       }
       await page.goto(`${server.base}/v1/streams`, { timeout: 10_000 });
-      const opened = await page.evaluate(openWhepViewer, { endpoint: `${stream}/whep` });
+      const opened = await page.evaluate(openWhepViewer, { endpoint: `${stream}/whep`, audio: true });
       assert.equal(opened.status, 201, why('WHEP offer', opened));
       let v = {};
       deadline = Date.now() + 15_000;
@@ -100,6 +100,7 @@ describe('GStreamer 1.22 webrtcbin (RSA certificate) as WHIP publisher and WHEP 
       console.log(`Chromium viewer of the GStreamer publisher: ${JSON.stringify(v)}`);
       assert.ok(v.frames >= 150, why('150 frames decoded within 15 s', v));
       assert.equal(v.width, 640, why("the publisher's 640x360", v));
+      assert.ok(v.audioPackets >= 100, why("the publisher's Opus reaches Chromium", v));
       const transport = await page.evaluate(readTransport);
       console.log(`Chromium transport: ${JSON.stringify(transport)}`);
       assert.equal(transport.srtpCipher, 'SRTP_AEAD_AES_128_GCM', why('Chromium srtpCipher', transport));
@@ -112,8 +113,6 @@ describe('GStreamer 1.22 webrtcbin (RSA certificate) as WHIP publisher and WHEP 
       assert.equal(p.status, 201, pub.output());
       assert.equal(p.state, 'connected', pub.output());
       assert.equal(p.key, 'rsaEncryption 2048', `webrtcbin's own RSA certificate: ${pub.output()}`);
-      assert.ok(p.packets_sent.video > 500, `video packets sent: ${pub.output()}`);
-      assert.ok(p.packets_sent.audio > 500, `audio packets sent: ${pub.output()}`);
       assert.equal(p.delete, 200, pub.output());
     } finally {
       pub.child.kill('SIGKILL');
