@@ -17,7 +17,9 @@
 #                    redis-server for the cluster tests, which start their own on a free port;
 #                    nginx-light, the reverse proxy in front of tern in the HTTPS tests, and
 #                    openssl, which reads the certificate tern serves; systemd, whose
-#                    systemd-analyze checks packaging/tern.service)
+#                    systemd-analyze checks packaging/tern.service;
+#                    python3-gi and GStreamer 1.22's base/good/bad/ugly/libav plugins, gstreamer1.0-nice
+#                    and the GStreamer typelibs for the webrtcbin interop tests)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
@@ -76,6 +78,11 @@ pkg_installed ca-certificates || missing+=(ca-certificates)
 for p in libavcodec-dev libavformat-dev libswscale-dev libclang-dev; do
     pkg_installed "$p" || missing+=("$p")
 done
+# The vendored dimpl's interop tests (scripts/test.sh's vendor stage): the openssl crate
+# against the system's OpenSSL, and wolfSSL built from source with autotools.
+for p in libssl-dev autoconf automake libtool; do
+    pkg_installed "$p" || missing+=("$p")
+done
 if [ "$RUST_ONLY" -eq 0 ]; then
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     need_cmd ffmpeg ffmpeg
@@ -87,6 +94,14 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     need_cmd nginx nginx-light
     need_cmd openssl openssl
     need_cmd systemd-analyze systemd
+    # GStreamer 1.22 through PyGObject for the webrtcbin interop tests (tests/interop/gst_*):
+    # webrtcbin (plugins-bad, its GstWebRTC/GstSdp typelibs), libnice's ICE elements, x264 and
+    # Opus encoders (ugly, base), RTP payloaders (good), the H264 decoder (libav).
+    for p in python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 \
+        gir1.2-gst-plugins-bad-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
+        gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-nice gstreamer1.0-libav; do
+        pkg_installed "$p" || missing+=("$p")
+    done
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -18,6 +18,8 @@
 #               after the lib stage, cold cache, this machine)
 #   test        cargo test --workspace --release --bins --test '*', then --doc: the integration
 #               tests and binaries' tests in release (the unit tests ran in the lib stage)
+#   vendor      the vendored dimpl's own tests (vendor/dimpl/PATCHES.md): its unit tests and
+#               its DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included
 #   fuzz-build  cd fuzz && cargo +nightly fuzz build -O
 #   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
@@ -40,7 +42,7 @@ export FUZZ_SECONDS
 SOAK_MINUTES="${SOAK_MINUTES:-5}"
 export SOAK_MINUTES
 
-ALL_STAGES=(deps fmt lib clippy test fuzz-build fuzz browser soak)
+ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser soak)
 
 fuzz_targets() {
     local f
@@ -65,6 +67,7 @@ describe_stage() {
         lib) echo "cargo test --workspace --lib --no-fail-fast (debug)" ;;
         clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
         test) echo "cargo test --workspace --release --bins --test '*'; cargo test --workspace --release --doc" ;;
+        vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13" ;;
         fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
         fuzz) echo "cargo +nightly fuzz run -O TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
@@ -79,6 +82,7 @@ stage_limit() {
         fmt) echo 300 ;;
         lib) echo 600 ;;
         clippy | test | fuzz-build) echo 2400 ;;
+        vendor) echo 1800 ;;
         fuzz) echo $(($(fuzz_targets | wc -l) * (FUZZ_SECONDS + 90) + 60)) ;;
         browser) echo 1800 ;;
         soak) echo $((SOAK_MINUTES * 60 + 900)) ;;
@@ -105,6 +109,11 @@ run_stage_body() {
             # every crate's test harness again in release took 37 s of this stage.
             cargo test --workspace --release --bins --test '*'
             cargo test --workspace --release --doc
+            ;;
+        vendor)
+            # The system's OpenSSL for the interop tests, not one built from source.
+            OPENSSL_NO_VENDOR=1 cargo test --manifest-path "$ROOT/vendor/dimpl/Cargo.toml" \
+                --lib --test dtls12 --test dtls13
             ;;
         fuzz-build)
             cd "$ROOT/fuzz"

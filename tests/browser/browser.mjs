@@ -104,8 +104,9 @@ export async function newLoggedPage(context) {
 export async function readVideo() {
   const pc = window.ternPc;
   if (!pc) return {};
-  const out = { ice: pc.iceConnectionState };
+  const out = { ice: pc.iceConnectionState, audioPackets: 0 };
   (await pc.getStats()).forEach((s) => {
+    if (s.type === 'inbound-rtp' && s.kind === 'audio') out.audioPackets = s.packetsReceived ?? 0;
     if (s.type !== 'inbound-rtp' || s.kind !== 'video') return;
     Object.assign(out, {
       framesDecoded: s.framesDecoded ?? 0,
@@ -245,11 +246,12 @@ export async function readLayers() {
 }
 
 /** In a viewer page (`page.evaluate(openWhepViewer, { endpoint })`): opens a WHEP viewer on
- * `endpoint`, kept as window.viewPc. */
-export async function openWhepViewer({ endpoint }) {
+ * `endpoint` (video, and audio too with `audio: true`), kept as window.viewPc. */
+export async function openWhepViewer({ endpoint, audio = false }) {
   const pc = new RTCPeerConnection();
   window.viewPc = pc;
   pc.addTransceiver('video', { direction: 'recvonly' });
+  if (audio) pc.addTransceiver('audio', { direction: 'recvonly' });
   await pc.setLocalDescription(await pc.createOffer());
   await new Promise((ok) => setTimeout(ok, 300));
   const res = await fetch(endpoint, {
@@ -267,8 +269,9 @@ export async function openWhepViewer({ endpoint }) {
 /** In a viewer page opened by openWhepViewer: its video inbound-rtp figures. */
 export async function readWhepViewer() {
   const pc = window.viewPc;
-  const out = { ice: pc.iceConnectionState };
+  const out = { ice: pc.iceConnectionState, audioPackets: 0 };
   (await pc.getStats()).forEach((s) => {
+    if (s.type === 'inbound-rtp' && s.kind === 'audio') out.audioPackets = s.packetsReceived ?? 0;
     if (s.type !== 'inbound-rtp' || s.kind !== 'video') return;
     Object.assign(out, {
       width: s.frameWidth ?? 0,

@@ -10,6 +10,7 @@ pub mod clip;
 pub mod hls;
 pub mod peer_policy;
 pub mod publisher;
+pub mod publisher_dtls;
 pub mod renditions;
 pub mod rtmp;
 pub mod session;

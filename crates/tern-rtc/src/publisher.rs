@@ -9,6 +9,7 @@
 //! Sans-IO like the rest of this crate: every call takes `now`; datagrams go in through
 //! [`Publisher::handle_input`] and come out of [`Publisher::poll`].
 
+use crate::publisher_dtls::PublisherDtls;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -217,10 +218,13 @@ fn ntp_of(t: SystemTime) -> u64 {
 impl Publisher {
     /// Accepts a WHIP offer; returns the session and the SDP answer. `local` is the media
     /// address announced as the host candidate (and the one the datagrams arrive on).
+    ///
+    /// `dtls` carries the SRTP profile preference ([`PublisherDtls`]).
     pub fn accept(
         offer: &str,
         local: SocketAddr,
         now: Instant,
+        dtls: &PublisherDtls,
     ) -> Result<(Publisher, String), PublishError> {
         // Check what is offered with our own parser first: a clear error beats str0m's.
         let parsed = sdp::SessionDescription::parse(offer)
@@ -247,6 +251,7 @@ impl Publisher {
         // that one (it sends with the first payload type the answer lists).
         let is = |c| video_codec == Some(c);
         let mut rtc = RtcConfig::new()
+            .set_crypto_provider(dtls.provider())
             .set_ice_lite(true)
             .set_rtp_mode(true)
             .clear_codecs()

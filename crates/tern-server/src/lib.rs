@@ -301,7 +301,7 @@ impl Server {
             None => None,
         };
         let (engine_streams, directory) = streams(&cfg, opts)?;
-        let dtls = Arc::new(DtlsContext::generate()?);
+        let dtls = Arc::new(DtlsContext::generate_with(&t.srtp_profiles())?);
         let media = cfg.server.media;
         let (hls_tx, hls_rx) = crossbeam_channel::bounded(media::HLS_TAP_QUEUE);
         let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {

@@ -342,7 +342,7 @@ impl Snapshots {
             &self.builds,
         );
         let connection = Segment::build(
-            json!({"state": "connecting", "remote": null, "connected_ms": null}),
+            json!({"state": "connecting", "remote": null, "connected_ms": null, "srtp": null}),
             &self.builds,
         );
         let snap = ViewerSnapshot {
@@ -364,9 +364,10 @@ impl Snapshots {
         });
     }
 
-    /// A viewer completed its handshake from `remote`: only the connection segment is
+    /// A viewer completed its handshake from `remote` with SRTP profile `srtp` (its RFC
+    /// name, as `chrome://webrtc-internals` shows it): only the connection segment is
     /// rebuilt; the identity segment is shared.
-    pub fn viewer_connected(&self, id: u64, remote: Option<SocketAddr>) {
+    pub fn viewer_connected(&self, id: u64, remote: Option<SocketAddr>, srtp: Option<&str>) {
         let at = now_ms();
         let snap = {
             let Ok(mut m) = self.viewers.write() else {
@@ -378,6 +379,7 @@ impl Snapshots {
                     "state": "connected",
                     "remote": remote.map(|a| a.to_string()),
                     "connected_ms": at,
+                    "srtp": srtp,
                 }),
                 &self.builds,
             );
@@ -724,7 +726,11 @@ mod tests {
         s.viewer_joined(1, "live/demo");
         assert_eq!(s.builds(), 2);
         let before = s.viewer(1).expect("cached");
-        s.viewer_connected(1, Some("127.0.0.1:5000".parse().expect("addr")));
+        s.viewer_connected(
+            1,
+            Some("127.0.0.1:5000".parse().expect("addr")),
+            Some("SRTP_AEAD_AES_128_GCM"),
+        );
         assert_eq!(s.builds(), 3, "only the connection segment is rebuilt");
         let after = s.viewer(1).expect("cached");
         assert!(Arc::ptr_eq(&before.identity, &after.identity));

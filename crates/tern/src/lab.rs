@@ -58,6 +58,31 @@ pub struct LabArgs {
     /// what it was sent every 100 ms (built here: the lean client sends none).
     #[arg(long)]
     pub bwe: bool,
+    /// The server's SRTP profile preference, most preferred first (as `[tunables]
+    /// srtp_profiles`): e.g. `--srtp aes256gcm` to measure AES-256-GCM.
+    #[arg(long, value_delimiter = ',', default_values = ["aes128gcm", "aes256gcm", "aes128cm"])]
+    pub srtp: Vec<SrtpArg>,
+}
+
+/// An SRTP profile on `tern lab`'s command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SrtpArg {
+    /// AEAD_AES_128_GCM.
+    Aes128gcm,
+    /// AEAD_AES_256_GCM.
+    Aes256gcm,
+    /// AES_CM_128_HMAC_SHA1_80.
+    Aes128cm,
+}
+
+impl From<SrtpArg> for tern_proto::srtp::SrtpProfile {
+    fn from(a: SrtpArg) -> Self {
+        match a {
+            SrtpArg::Aes128gcm => Self::AeadAes128Gcm,
+            SrtpArg::Aes256gcm => Self::AeadAes256Gcm,
+            SrtpArg::Aes128cm => Self::Aes128CmHmacSha1_80,
+        }
+    }
 }
 
 /// The transport-wide sequence number's extension id in `--bwe` mode.
@@ -185,7 +210,8 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
 
     // Startup: certificate, packet pool, ring.
     let (server_ctx, pool, mut stream) = ledger.run(|| {
-        let ctx = DtlsContext::generate().map_err(|e| e.to_string())?;
+        let profiles: Vec<_> = a.srtp.iter().map(|&p| p.into()).collect();
+        let ctx = DtlsContext::generate_with(&profiles).map_err(|e| e.to_string())?;
         let pool = BufferPool::new(PoolConfig {
             name: "packet_buffers",
             lower: 1,

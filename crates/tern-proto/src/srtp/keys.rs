@@ -75,6 +75,16 @@ pub enum SrtpProfile {
 }
 
 impl SrtpProfile {
+    /// The profile's name as Chromium reports it (`RTCTransportStats.srtpCipher`, shown in
+    /// `chrome://webrtc-internals`): BoringSSL's names for the RFC 5764/7714 profiles.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Aes128CmHmacSha1_80 => "SRTP_AES128_CM_SHA1_80",
+            Self::AeadAes128Gcm => "SRTP_AEAD_AES_128_GCM",
+            Self::AeadAes256Gcm => "SRTP_AEAD_AES_256_GCM",
+        }
+    }
+
     /// Master key length in bytes.
     pub const fn key_len(self) -> usize {
         match self {

@@ -52,11 +52,12 @@ pub(super) async fn post(
     let SdpOffer(offer) = offer?;
     let mut publish = st.admit_publish(ask).await?;
     let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
-    let (publisher, answer) = match Publisher::accept(&offer, local, Instant::now()) {
-        Ok(x) => x,
-        Err(e @ PublishError::BadOffer(_)) => return Err(HttpError::BadRequest(e.to_string())),
-        Err(e) => return Err(HttpError::Unprocessable(e.to_string())),
-    };
+    let (publisher, answer) =
+        match Publisher::accept(&offer, local, Instant::now(), &st.publisher_dtls) {
+            Ok(x) => x,
+            Err(e @ PublishError::BadOffer(_)) => return Err(HttpError::BadRequest(e.to_string())),
+            Err(e) => return Err(HttpError::Unprocessable(e.to_string())),
+        };
     let remote_ufrag = publisher.remote_ufrag().to_string();
     let codec = publisher.video_codec();
     // The stream is claimed (in a cluster) and made (if new) only for an offer that can

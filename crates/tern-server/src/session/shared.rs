@@ -99,6 +99,8 @@ pub struct Core {
     pub hls: Arc<crate::hls::Hls>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// str0m's crypto for WHIP publishers, with `tunables.srtp_profiles` (built once).
+    pub publisher_dtls: tern_rtc::publisher_dtls::PublisherDtls,
 }
 
 impl Core {
@@ -133,6 +135,9 @@ impl Core {
             ome_sockets,
             hls,
             admission: Admission::new(&config.apps),
+            publisher_dtls: tern_rtc::publisher_dtls::PublisherDtls::new(
+                &config.tunables.srtp_profiles(),
+            ),
             runtime: std::sync::OnceLock::new(),
             config,
             streams,

@@ -275,8 +275,11 @@ impl Worker {
             ViewerState::Connected if e.handshaking => {
                 let stream = e.stream;
                 let remote = e.viewer.remote_addr();
+                let srtp = e.viewer.srtp_profile().map(|p| p.name());
                 self.table.connected(id);
-                self.stats.snapshots.viewer_connected(id.raw(), remote);
+                self.stats
+                    .snapshots
+                    .viewer_connected(id.raw(), remote, srtp);
                 self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
                 self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
                 self.start_viewer(id, stream);

@@ -1,0 +1,137 @@
+//! str0m's DTLS with tern's dimpl configuration, so the WHIP publisher path (str0m) picks
+//! SRTP profiles in the same order as the lean viewer path.
+//!
+//! str0m 0.25 builds its `dimpl::Config` inside its crypto backend with dimpl's defaults and
+//! takes no profile order, but it takes a whole [`CryptoProvider`]
+//! (`RtcConfig::set_crypto_provider`): this one is str0m's own AWS-LC provider with the
+//! DTLS factory swapped for one that adds `srtp_profiles` to the same settings str0m uses
+//! (no server cookie, str0m's MTU). No patch to str0m is needed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use str0m::crypto::dtls::{
+    DtlsCert, DtlsImplError, DtlsInstance, DtlsOutput, DtlsProvider, DtlsVersion, ProtocolVersion,
+};
+use str0m::crypto::{CryptoError, CryptoProvider};
+use tern_proto::srtp::SrtpProfile;
+
+use crate::viewer::dimpl_profiles;
+
+/// The crypto provider every WHIP publisher of a server shares (built once, at start).
+#[derive(Debug, Clone)]
+pub struct PublisherDtls {
+    provider: Arc<CryptoProvider>,
+}
+
+impl PublisherDtls {
+    /// str0m's default provider with `profiles` as the DTLS server's SRTP preference.
+    ///
+    /// str0m wants `&'static` factories: each call leaks one small factory (a few dozen
+    /// bytes), so build this once per server, not per publisher.
+    pub fn new(profiles: &[SrtpProfile]) -> Self {
+        let factory: &'static Factory = Box::leak(Box::new(Factory {
+            profiles: dimpl_profiles(profiles),
+        }));
+        let provider = CryptoProvider {
+            dtls_provider: factory,
+            ..str0m::crypto::from_feature_flags()
+        };
+        PublisherDtls {
+            provider: Arc::new(provider),
+        }
+    }
+
+    pub(crate) fn provider(&self) -> Arc<CryptoProvider> {
+        self.provider.clone()
+    }
+}
+
+#[derive(Debug)]
+struct Factory {
+    profiles: Vec<dimpl::SrtpProfile>,
+}
+
+impl DtlsProvider for Factory {
+    fn generate_certificate(&self) -> Option<DtlsCert> {
+        dimpl::certificate::generate_self_signed_certificate().ok()
+    }
+
+    fn new_dtls(
+        &self,
+        cert: &DtlsCert,
+        now: Instant,
+        version: DtlsVersion,
+        mtu: Option<usize>,
+    ) -> Result<Box<dyn DtlsInstance>, CryptoError> {
+        // As str0m's backend: ICE already proved return routability, so no cookie.
+        let mut b = dimpl::Config::builder()
+            .use_server_cookie(false)
+            .srtp_profiles(&self.profiles);
+        if let Some(mtu) = mtu {
+            b = b.mtu(mtu);
+        }
+        let config = Arc::new(
+            b.build()
+                .map_err(|e| CryptoError::Other(format!("dimpl config: {e}")))?,
+        );
+        let dtls = match version {
+            DtlsVersion::Dtls12 => dimpl::Dtls::new_12(config, cert.clone(), now),
+            DtlsVersion::Dtls13 => dimpl::Dtls::new_13(config, cert.clone(), now),
+            DtlsVersion::Auto => dimpl::Dtls::new_auto(config, cert.clone(), now),
+            #[allow(unreachable_patterns)]
+            v => return Err(CryptoError::Other(format!("DTLS version {v}"))),
+        };
+        Ok(Box::new(Instance(dtls)))
+    }
+}
+
+struct Instance(dimpl::Dtls);
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Instance")
+    }
+}
+
+impl DtlsInstance for Instance {
+    fn set_active(&mut self, active: bool) {
+        self.0.set_active(active);
+    }
+
+    fn handle_packet(&mut self, packet: &[u8]) -> Result<(), DtlsImplError> {
+        self.0.handle_packet(packet)
+    }
+
+    fn poll_output<'a>(&mut self, buf: &'a mut [u8]) -> DtlsOutput<'a> {
+        self.0.poll_output(buf)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), DtlsImplError> {
+        self.0.handle_timeout(now)
+    }
+
+    fn send_application_data(&mut self, data: &[u8]) -> Result<usize, DtlsImplError> {
+        self.0.send_application_data(data)
+    }
+
+    fn is_active(&self) -> bool {
+        self.0.is_active()
+    }
+
+    fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.0.protocol_version()
+    }
+
+    fn is_closing(&self) -> bool {
+        self.0.is_closing()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+
+    fn close(&mut self) -> Result<(), DtlsImplError> {
+        self.0.close()
+    }
+}
