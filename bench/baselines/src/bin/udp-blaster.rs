@@ -21,9 +21,8 @@
 //!   can send this way.
 //! - `gso`: UDP GSO (`UDP_SEGMENT`), `--segments` datagrams of `--size` bytes per message,
 //!   each message to the next receiver, 64 messages per `sendmmsg`: the most one core can
-//!   send at all. GSO needs all segments of a message to go to one address, so a fan-out
-//!   that sends each packet to another viewer cannot use it; this is the ceiling, not a
-//!   like-for-like figure.
+//!   send at all, with every message full. `clip --gso` is the like-for-like figure: a
+//!   stream's real frames, one message per receiver and frame, as tern sends them.
 //!
 //! Output: one JSON object on stdout.
 
