@@ -97,6 +97,8 @@ pub struct Core {
     pub ome_sockets: Arc<PerAddress>,
     /// LL-HLS sessions and packagers.
     pub hls: Arc<crate::hls::Hls>,
+    /// Recordings and their writer.
+    pub record: Arc<crate::record::Recorder>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
@@ -128,7 +130,13 @@ impl Core {
             engine.stats.clone(),
             &exempt,
         ));
+        let record = Arc::new(crate::record::Recorder::new(
+            &config.apps,
+            engine.stats.streams.len(),
+            engine.stats.clone(),
+        ));
         Core {
+            record,
             pending,
             ome_sockets,
             hls,
