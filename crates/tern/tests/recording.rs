@@ -428,7 +428,7 @@ fn a_killed_server_leaves_a_file_that_plays_to_its_last_fragment() {
     let list = get_json(server.http, "/v1/recordings?app=live", None);
     let e = &list.as_array().expect("list")[0];
     let listed = e["duration_s"].as_f64().expect("duration_s");
-    assert!(listed >= 18.0 && listed <= 21.0, "{e}");
+    assert!((18.0..=21.0).contains(&listed), "{e}");
     assert_eq!(e["stream"], "cam");
     server.stop();
     let _ = std::fs::remove_dir_all(&d);
