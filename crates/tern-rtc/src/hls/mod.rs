@@ -425,6 +425,12 @@ impl Packager {
         self.video_sample(dts, dts, keyframe, vp8, frame, wall_ms);
     }
 
+    /// Whether a segment is in progress: `false` before the first keyframe and from a
+    /// discontinuity to the next keyframe (samples are dropped meanwhile).
+    pub fn in_progress(&self) -> bool {
+        self.segments.back().is_some_and(|s| !s.complete)
+    }
+
     /// Closes the part and the segment in progress, the held samples getting their
     /// nominal durations (a recording's clean stop, before its last
     /// [`take_parts`](Self::take_parts)).

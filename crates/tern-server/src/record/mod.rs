@@ -27,7 +27,7 @@ mod writer;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
 use tern_pool::PoolCounter;
@@ -85,6 +85,8 @@ struct Slot {
     video_cfg: Option<VideoConfig>,
     audio_cfg: Option<AudioConfig>,
     parts: Vec<TakenPart>,
+    /// When a keyframe was last asked of the publisher for this slot's recordings.
+    keyframe_asked: Option<Instant>,
 }
 
 /// Every stream's recordings, and the writer they feed.
@@ -102,7 +104,13 @@ pub struct Recorder {
     pub counters: Arc<WriterCounters>,
     /// Recordings stopped because the writer was behind.
     pub overruns: AtomicU64,
+    /// Asks stream `i`'s publisher for a keyframe (a WebRTC publisher sends one on PLI
+    /// only): a recording starts, or restarts after a codec configuration change, at one.
+    request_keyframe: Box<dyn Fn(usize) + Send + Sync>,
 }
+
+/// Keyframe requests for one stream's recordings, at most this often.
+const KEYFRAME_REQUEST_EVERY: Duration = Duration::from_millis(500);
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,7 +129,12 @@ fn wall_ms() -> u64 {
 
 impl Recorder {
     /// A recorder for `streams` engine streams and the configured apps.
-    pub fn new(apps: &[AppConfig], streams: usize, stats: Arc<EngineStats>) -> Recorder {
+    pub fn new(
+        apps: &[AppConfig],
+        streams: usize,
+        stats: Arc<EngineStats>,
+        request_keyframe: Box<dyn Fn(usize) + Send + Sync>,
+    ) -> Recorder {
         let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
         Recorder {
             slots: (0..streams).map(|_| Mutex::new(Slot::default())).collect(),
@@ -135,7 +148,21 @@ impl Recorder {
             open: Arc::new(Mutex::new(Vec::new())),
             counters: Arc::new(WriterCounters::default()),
             overruns: AtomicU64::new(0),
+            request_keyframe,
         }
+    }
+
+    /// Asks for a keyframe for stream `stream` unless one was asked for lately.
+    fn ask_keyframe(&self, stream: usize, slot: &mut Slot) {
+        let now = Instant::now();
+        if slot
+            .keyframe_asked
+            .is_some_and(|t| now.saturating_duration_since(t) < KEYFRAME_REQUEST_EVERY)
+        {
+            return;
+        }
+        slot.keyframe_asked = Some(now);
+        (self.request_keyframe)(stream);
     }
 
     /// Starts the `RecordWriter` thread (once); it ends after [`Recorder::shutdown`].
@@ -256,6 +283,7 @@ impl Recorder {
             failed,
         });
         self.set_wanted(stream, &s);
+        self.ask_keyframe(stream, &mut s);
         info!(%key, id, auto, "recording started");
         Ok(())
     }
@@ -460,6 +488,13 @@ impl Recorder {
                         _ => p.push_vp8(ts, &frame, wall),
                     }
                 });
+                // A recording waiting for a keyframe asks again until one comes (the
+                // publisher may not have been able to take the first request).
+                if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock())
+                    && s.recs.iter().any(|r| !r.packager.in_progress())
+                {
+                    self.ask_keyframe(stream, &mut s);
+                }
             }
             MediaKind::Audio => {
                 let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
@@ -468,8 +503,11 @@ impl Recorder {
                 let ts = s.audio_ts.extend(pkt.rtp_ts);
                 let first = s.audio_cfg.is_none();
                 if first {
-                    // WebRTC's Opus is always signalled as two channels.
+                    // WebRTC's Opus is always signalled as two channels. Its arrival after
+                    // the video started restarts the recordings' timeline (a new init with
+                    // an audio track) at the next keyframe: ask for one.
                     s.audio_cfg = Some(AudioConfig::Opus { channels: 2 });
+                    self.ask_keyframe(stream, &mut s);
                 }
                 drop(s);
                 self.feed(stream, |s, i| {

@@ -130,10 +130,14 @@ impl Core {
             engine.stats.clone(),
             &exempt,
         ));
+        let keyframes = engine.clone();
         let record = Arc::new(crate::record::Recorder::new(
             &config.apps,
             engine.stats.streams.len(),
             engine.stats.clone(),
+            Box::new(move |i| {
+                let _ = keyframes.send(crate::media::Command::RequestKeyframe(i));
+            }),
         ));
         Core {
             record,
