@@ -641,17 +641,28 @@ fn start_service_tasks(state: &Arc<AppState>) {
 /// The recorder's housekeeping on the HTTP runtime: `record.enabled` recordings start as
 /// soon as a stream has a publisher (on its `publisher.joined` event, before its first
 /// keyframe; and once a second in case an event was missed) and stop when it has neither
-/// a publisher nor media; every 10 s the `delete_after_s` sweep.
+/// a publisher nor media; every 10 s the `delete_after_s` sweep. The event bus is read only
+/// when some app records by itself (`record.enabled`); API recordings stop on the tick.
 fn record_tasks(state: &Arc<AppState>) {
     let st = state.clone();
-    let mut events = state.engine.stats.snapshots.subscribe();
+    let mut events = state
+        .record
+        .apps()
+        .iter()
+        .any(|a| a.record.enabled)
+        .then(|| state.engine.stats.snapshots.subscribe());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut n = 0u64;
         loop {
             tokio::select! {
-                e = events.recv() => match e {
+                e = async {
+                    match events.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match e {
                     Ok(e) if !matches!(e.kind, snapshot::EventKind::StreamChanged
                         | snapshot::EventKind::PublisherJoined
                         | snapshot::EventKind::PublisherLeft) => continue,
