@@ -658,6 +658,10 @@ fn a_full_disk_stops_the_recording_and_nothing_else() {
     assert_eq!(stopped["reason"], "write error", "{stopped}");
     let error = stopped["snapshot"]["error"].as_str().expect("error named");
     assert!(error.contains("No space left on device"), "{error}");
+    // Not restarted (and failed again) while the stream lasts.
+    std::thread::sleep(Duration::from_secs(3));
+    let again: Vec<Value> = ev.try_iter().collect();
+    assert!(again.is_empty(), "events after the failure: {again:?}");
     let (o, text) = bench.join().expect("bench thread");
     assert!(
         matches!(ff.try_wait(), Ok(None)),

@@ -25,7 +25,7 @@ use crate::http::extract::StreamPath;
 use crate::http::reply::json;
 use crate::http::state::AppState;
 use crate::record::StartError;
-use crate::record::files::{FileEntry, app_files};
+use crate::record::files::{FileEntry, app_files, find};
 
 /// Bytes read from a file per chunk of a response body.
 const CHUNK: usize = 256 << 10;
@@ -178,11 +178,15 @@ pub(super) async fn serve(
     if !file.ends_with(".mp4") || file.contains('/') || file.starts_with('.') {
         return Err(not_found());
     }
-    let found: Option<PathBuf> = files(&st, Some(app.clone()), Some(stream.clone()))
-        .await
-        .into_iter()
-        .find(|e| e.path.file_name().is_some_and(|n| *n == *file))
-        .map(|e| e.path);
+    let cfg = st.record.apps().iter().find(|a| a.name == app).cloned();
+    let (s, f) = (stream.clone(), file.clone());
+    let found: Option<PathBuf> = match cfg {
+        Some(cfg) => tokio::task::spawn_blocking(move || find(&cfg, &s, &f))
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
     let Some(path) = found else {
         return Err(not_found());
     };

@@ -181,6 +181,11 @@ fn matches<'a>(toks: &[Tok], s: &'a str, caps: &mut [Option<&'a str>; 2]) -> boo
 /// template makes.
 pub fn stream_of(template: &str, app: &str, path: &Path) -> Option<String> {
     let s = path.to_str()?.strip_suffix(".mp4")?;
+    // A template without a folder is walked from "."; its paths come back as "./…".
+    let s = match template.starts_with("./") {
+        true => s,
+        false => s.strip_prefix("./").unwrap_or(s),
+    };
     let toks = tokens(template, Some(app));
     let mut caps = [None, None];
     matches(&toks, s, &mut caps).then(|| caps[1].unwrap_or("").to_string())
@@ -341,6 +346,17 @@ pub fn app_files(app: &AppConfig, stream: Option<&str>) -> Vec<FileEntry> {
         .collect();
     out.sort_by(|a, b| (a.start_ms, &a.path).cmp(&(b.start_ms, &b.path)));
     out
+}
+
+/// The file of `app`/`stream` named `file` (its last path component), if the app's
+/// template makes it: what `GET /v1/recordings/{app}/{stream}/{file}` serves. Reads no file.
+pub fn find(app: &AppConfig, stream: &str, file: &str) -> Option<PathBuf> {
+    let mut paths = Vec::new();
+    walk(&root(&app.record.path), 0, &mut paths);
+    paths.into_iter().find(|p| {
+        p.file_name().is_some_and(|n| *n == *file)
+            && stream_of(&app.record.path, &app.name, p).as_deref() == Some(stream)
+    })
 }
 
 /// Deletes the files of `app` last written more than `delete_after_s` ago, except those in

@@ -87,6 +87,9 @@ struct Slot {
     parts: Vec<TakenPart>,
     /// When a keyframe was last asked of the publisher for this slot's recordings.
     keyframe_asked: Option<Instant>,
+    /// The `record.enabled` recording failed or overran: not restarted until the stream
+    /// ends (a full disk would otherwise start one, and fail it, every second).
+    auto_failed: bool,
 }
 
 /// Every stream's recordings, and the writer they feed.
@@ -369,6 +372,7 @@ impl Recorder {
                 continue;
             }
             let a = s.recs.remove(i);
+            s.auto_failed |= a.auto;
             if !a.failed.load(Ordering::Relaxed) {
                 // The writer is behind: stop, keeping what it has.
                 self.overruns.fetch_add(1, Ordering::Relaxed);
@@ -529,6 +533,7 @@ impl Recorder {
                 continue;
             };
             let ids: Vec<(String, bool)> = s.recs.iter().map(|r| (r.id.clone(), r.auto)).collect();
+            let auto_failed = s.auto_failed;
             drop(s);
             if !is_live {
                 for (id, _) in &ids {
@@ -542,12 +547,13 @@ impl Recorder {
                     s.vp8 = vp8::Depacketizer::default();
                     s.video_ts = Unwrap32::default();
                     s.audio_ts = Unwrap32::default();
+                    s.auto_failed = false;
                 }
                 continue;
             }
             let app = key.split('/').next().unwrap_or("");
             let enabled = self.app(app).is_some_and(|a| a.record.enabled);
-            if enabled && !ids.iter().any(|(_, auto)| *auto) {
+            if enabled && !auto_failed && !ids.iter().any(|(_, auto)| *auto) {
                 let _ = self.start(*index, key, "auto", true);
             }
         }
