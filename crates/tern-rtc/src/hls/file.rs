@@ -277,3 +277,142 @@ pub fn rebase_part(part: &mut [u8], bases: &[(u32, u64)]) {
         part[at..at + 8].copy_from_slice(&rebased.to_be_bytes());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{AudioConfig, HlsConfig, Packager, TakenPart};
+    use super::*;
+    use std::time::Duration;
+    use tern_pool::MemoryRegistry;
+
+    /// A VP8 keyframe of 640x360 (frame tag, start code, size) padded to `len`.
+    fn vp8_key(len: usize) -> Vec<u8> {
+        let mut f = vec![0x50, 0x42, 0x00, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0x68, 0x01];
+        f.resize(len, 0x11);
+        f
+    }
+
+    /// An inter frame (P bit set).
+    fn vp8_inter(len: usize) -> Vec<u8> {
+        vec![0x51; len]
+    }
+
+    /// 10 s of 30 fps VP8 (a keyframe every 2 s) and 20 ms Opus frames through a recording's
+    /// packager (1 s parts, 4 s segments), with a timeline far from 0, as RTP gives it.
+    fn record() -> Vec<TakenPart> {
+        let counter = MemoryRegistry::new().counter("recordings", 0);
+        let mut p = Packager::new(
+            HlsConfig {
+                part_target: Duration::from_secs(1),
+                segment_target: Duration::from_secs(4),
+                window: 1,
+                max_free_buffers: 0,
+            },
+            counter.clone(),
+        );
+        p.set_audio(AudioConfig::Opus { channels: 2 });
+        let wall0 = 1_795_622_400_000u64;
+        let (v0, a0) = (1_000_000_000i64, 77_000i64);
+        let mut parts = Vec::new();
+        let mut audio = 0i64;
+        for i in 0..300i64 {
+            let ms = i * 1000 / 30;
+            while audio * 20 <= ms {
+                // TOC 0x78: a 20 ms CELT frame.
+                p.push_audio(
+                    a0 + audio * 960,
+                    &[0x78, 1, 2, 3],
+                    wall0 + (audio * 20) as u64,
+                );
+                audio += 1;
+            }
+            let frame = if i % 60 == 0 {
+                vp8_key(3000)
+            } else {
+                vp8_inter(800)
+            };
+            p.push_vp8(v0 + i * 3000, &frame, wall0 + ms as u64);
+            p.take_parts(&mut parts);
+        }
+        p.finish();
+        p.take_parts(&mut parts);
+        assert_eq!(p.stats().bytes, 0, "every part taken out");
+        parts
+    }
+
+    #[test]
+    fn vp8_and_opus_make_a_file_that_reads_back() {
+        let parts = record();
+        // Segments of >= 4 s at the 2 s keyframes: 0-4, 4-8, 8-10.
+        let msns: Vec<u64> = parts.iter().map(|p| p.msn).collect();
+        assert_eq!(msns.first(), Some(&0));
+        assert_eq!(msns.last(), Some(&2), "{msns:?}");
+        assert!(parts.iter().all(|p| p.codecs == "vp08.00.10.08,opus"));
+        assert!(parts.iter().all(|p| p.timescale == 90_000));
+        assert!(parts[0].independent);
+        // The second segment as a file of its own, as the writer makes it.
+        let seg: Vec<&TakenPart> = parts.iter().filter(|p| p.msn == 1).collect();
+        let start_ms = seg[0].segment_pdt_ms;
+        let init = file_init(&seg[0].init, start_ms).expect("init");
+        let head = parse_head(&init).expect("head");
+        assert_eq!(head.codecs, "vp08.00.10.08,opus");
+        assert_eq!(head.duration_ms, 0, "not finished");
+        assert_eq!(head.start_unix_ms, start_ms / 1000 * 1000);
+        assert_eq!(head.driver, (1, 90_000));
+        assert_eq!(head.tracks, vec![(1, 90_000), (2, 48_000)]);
+        // Rebase: the video's first tfdt becomes 0; the audio keeps its offset to it.
+        let times = part_times(&seg[0].data);
+        let video0 = times.iter().find(|t| t.0 == 1).expect("video").1;
+        assert_eq!(video0, seg[0].start);
+        let bases = [(1, video0), (2, video0 * 48_000 / 90_000)];
+        let mut file = init.clone();
+        let mut index = Vec::new();
+        let mut end = 0;
+        for p in &seg {
+            let mut data = p.data.clone();
+            rebase_part(&mut data, &bases);
+            let t = part_times(&data);
+            let v = t.iter().find(|t| t.0 == 1).expect("video").1;
+            assert_eq!(v, p.start - video0);
+            if p.independent {
+                index.push((v, file.len() as u64));
+            }
+            let moof_end_v = moof_end(&data, 1).expect("moof");
+            assert_eq!(moof_end_v, v + p.duration);
+            end = moof_end_v;
+            file.extend_from_slice(&data);
+        }
+        // 4 s of 30 fps (the segment runs from the keyframe at 4 s to the one at 8 s).
+        assert_eq!(end, 4 * 90_000);
+        // The keyframes at 4 s and 6 s start parts: the index points at both.
+        assert_eq!(index.len(), 2, "{index:?}");
+        assert_eq!(index[0], (0, init.len() as u64));
+        assert_eq!(index[1].0, 2 * 90_000);
+        let finished = finished_init(&init, end / 90).expect("finished");
+        assert_eq!(finished.len(), init.len(), "written in place");
+        assert_eq!(parse_head(&finished).expect("head").duration_ms, 4000);
+        let m = mfra(1, &index).expect("mfra");
+        let mut buf = m.as_slice();
+        let decoded = Mfra::decode(&mut buf).expect("decodes");
+        assert_eq!(decoded.mfro.parent_size as usize, m.len());
+        assert_eq!(decoded.tfra[0].entries[0].moof_offset, init.len() as u64);
+    }
+
+    #[test]
+    fn garbage_does_not_panic() {
+        let parts = record();
+        let mut data = parts[3].data.clone();
+        for cut in [0, 1, 7, 8, 9, 30, data.len() / 2] {
+            let _ = part_times(&data[..cut]);
+            let _ = moof_end(&data[..cut], 1);
+            let _ = parse_head(&data[..cut]);
+        }
+        for b in data.iter_mut().step_by(7) {
+            *b = b.wrapping_mul(31).wrapping_add(7);
+        }
+        let _ = part_times(&data);
+        rebase_part(&mut data, &[(1, u64::MAX), (2, 5)]);
+        let _ = moof_end(&data, 1);
+        assert!(parse_head(&data).is_none());
+    }
+}
