@@ -684,3 +684,50 @@ fn a_full_disk_stops_the_recording_and_nothing_else() {
     }
     server.stop();
 }
+
+/// A stream fed from the ring (the built-in clip, H264 + Opus packets as a WHIP publisher's
+/// arrive) is recorded through the tap: started through the API, stopped, the file has
+/// H264 and Opus and decodes without an error.
+#[test]
+fn ring_streams_h264_and_opus_are_recorded() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = dir("ring");
+    let cfg = common::config_file(
+        "rec-ring",
+        &format!(
+            "[[app]]\nname = \"live\"\n[app.record]\npath = \"{}/%stream-%Y%m%d%H%M%S\"\n",
+            d.display()
+        ),
+    );
+    let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
+    let r = common::http_post(
+        server.http,
+        "/v1/streams/live/demo/recordings",
+        "application/json",
+        br#"{"id":"clip"}"#,
+    )
+    .expect("POST");
+    assert_eq!(r.status, 201, "{}", r.text());
+    std::thread::sleep(Duration::from_secs(8));
+    let del =
+        common::http_delete(server.http, "/v1/streams/live/demo/recordings/clip").expect("DELETE");
+    assert_eq!(del.status, 204);
+    let files = mp4s(&d);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (duration, streams) = ffprobe(&files[0]);
+    eprintln!("clip recorded: {duration:.3} s, {streams:?}");
+    assert!((5.0..=8.5).contains(&duration), "{duration}");
+    assert!(
+        streams.contains(&("video".into(), "h264".into())),
+        "{streams:?}"
+    );
+    assert!(
+        streams.contains(&("audio".into(), "opus".into())),
+        "{streams:?}"
+    );
+    let (ok, errors, frames) = decode(&files[0]);
+    assert!(ok && errors.trim().is_empty(), "decode errors:\n{errors}");
+    assert!(frames > 100, "{frames} frames");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&d);
+}
