@@ -18,3 +18,4 @@ pub mod srtp;
 pub mod stun;
 pub mod turn;
 pub mod twcc;
+pub mod vp8;

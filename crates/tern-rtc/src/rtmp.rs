@@ -505,6 +505,17 @@ impl RtmpPublisher {
             let (Some(sps), Some(pps)) = (cfg.sps.first(), cfg.pps.first()) else {
                 return Ok(());
             };
+            // The audio configuration too, when its sequence header came already: a
+            // packager then starts with both tracks rather than restart when the first
+            // audio frame follows the first keyframe.
+            if let (false, Some((asc, a))) = (self.tap.audio_config_sent, &self.tap.asc) {
+                ev(RtmpEvent::Sample(Sample::AudioConfig {
+                    asc: asc.clone(),
+                    sample_rate: a.sample_rate,
+                    channels: a.channels,
+                }));
+                self.tap.audio_config_sent = true;
+            }
             ev(RtmpEvent::Sample(Sample::VideoConfig {
                 sps: sps.clone(),
                 pps: pps.clone(),

@@ -328,8 +328,9 @@ impl Hls {
     }
 
     /// A ring packet of a WHIP or clip stream.
-    fn rtp_packet(&self, tap: HlsTap) {
+    fn rtp_packet(&self, tap: &HlsTap) {
         let HlsTap { stream, pkt } = tap;
+        let stream = *stream;
         if self.stats.video(stream).codec != VideoCodec::H264 && pkt.kind == MediaKind::Video {
             return;
         }
@@ -419,17 +420,20 @@ impl Hls {
     }
 
     /// Starts the `HlsPackager` thread: it packages the ring packets of WHIP and clip
-    /// streams, and ends when the engine's workers (the senders) are gone.
+    /// streams, hands each to `also` too (the recorder), and ends when the engine's workers
+    /// (the senders) are gone.
     pub fn spawn(
         self: &Arc<Self>,
         rx: Receiver<HlsTap>,
+        also: impl Fn(&HlsTap) + Send + 'static,
     ) -> std::io::Result<std::thread::JoinHandle<()>> {
         let hub = self.clone();
         std::thread::Builder::new()
             .name("HlsPackager".into())
             .spawn(move || {
                 while let Ok(t) = rx.recv() {
-                    hub.rtp_packet(t);
+                    hub.rtp_packet(&t);
+                    also(&t);
                 }
             })
     }

@@ -10,10 +10,11 @@
 //! | where | what |
 //! | --- | --- |
 //! | `session/` | may this client publish or play? names and dynamic streams, the app token, admission, per-address limits, the cluster claim and edge pull, lifetimes: one grant or one `Refusal` for every surface (`Core` is the state they share) |
-//! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
+//! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`, `recordings.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
 //! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
 //! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
 //! | `hls.rs` | LL-HLS sessions and packagers (`http/hls.rs` serves them) |
+//! | `record/` | recordings: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
 //! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
 //! | `snapshot.rs` | cached snapshots and the event bus |
@@ -56,6 +57,7 @@ pub mod http;
 pub mod limits;
 pub mod media;
 pub mod reclaim;
+pub mod record;
 pub mod rtmp;
 pub mod session;
 pub mod snapshot;
@@ -272,6 +274,7 @@ pub struct Server {
     turn: Option<turn::TurnHandle>,
     engine_threads: Option<media::EngineThreads>,
     hls_thread: Option<std::thread::JoinHandle<()>>,
+    record_thread: Option<std::thread::JoinHandle<()>>,
     _reclaim: Option<reclaim::ReclaimThread>,
 }
 
@@ -312,7 +315,9 @@ impl Server {
             cname: cfg.server.cname.clone(),
             publisher_timeouts: (&cfg.server).into(),
             rings: (t.video_ring, t.audio_ring),
-            hls_tap: cfg.hls.enabled.then_some(hls_tx),
+            // Always: recordings read the tap too (nothing is sent while no stream is
+            // packaged or recorded).
+            hls_tap: Some(hls_tx),
             gso: t.gso == config::GsoMode::Auto,
             workers: WorkerCounts {
                 socket: cfg.server.worker_count,
@@ -425,9 +430,14 @@ impl Server {
             .with_cluster(cluster),
         );
         let _ = core.runtime.set(rt.handle().clone());
+        let record = core.record.clone();
+        let record_thread = core.record.spawn().map_err(|source| ServeError::Thread {
+            what: "recording writer",
+            source,
+        })?;
         let hls_thread = core
             .hls
-            .spawn(hls_rx)
+            .spawn(hls_rx, move |t| record.rtp_packet(t))
             .map_err(|source| ServeError::Thread {
                 what: "HLS",
                 source,
@@ -511,6 +521,7 @@ impl Server {
             turn: turn.map(|(t, _)| t),
             engine_threads: Some(engine_threads),
             hls_thread: Some(hls_thread),
+            record_thread,
             _reclaim: reclaim,
         })
     }
@@ -589,6 +600,11 @@ impl Server {
         if let Some(h) = self.hls_thread.take() {
             let _ = h.join();
         }
+        // Nothing feeds the recordings any more: their files are finished.
+        self.core.record.shutdown();
+        if let Some(h) = self.record_thread.take() {
+            let _ = h.join();
+        }
         if let Some(t) = self.turn.take() {
             t.stop();
         }
@@ -662,6 +678,7 @@ fn start_service_tasks(state: &Arc<AppState>) {
             st.hls.housekeep(std::time::Instant::now(), &st.admission);
         }
     });
+    record_tasks(state);
     if !state.admission.has_webhooks() {
         return;
     }
@@ -694,6 +711,64 @@ fn start_service_tasks(state: &Arc<AppState>) {
                         .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// The recorder's housekeeping on the HTTP runtime: `record.enabled` recordings start as
+/// soon as a stream has a publisher (on its `publisher.joined` event, before its first
+/// keyframe; and once a second in case an event was missed) and stop when it has neither
+/// a publisher nor media; every 10 s the `delete_after_s` sweep. The event bus is read only
+/// when some app records by itself (`record.enabled`); API recordings stop on the tick.
+fn record_tasks(state: &Arc<AppState>) {
+    let st = state.clone();
+    let mut events = state
+        .record
+        .apps()
+        .iter()
+        .any(|a| a.record.enabled)
+        .then(|| state.engine.stats.snapshots.subscribe());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut n = 0u64;
+        loop {
+            tokio::select! {
+                e = async {
+                    match events.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match e {
+                    Ok(e) if !matches!(e.kind, snapshot::EventKind::StreamChanged
+                        | snapshot::EventKind::PublisherJoined
+                        | snapshot::EventKind::PublisherLeft) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                },
+                _ = tick.tick() => n += 1,
+            }
+            let streams = st.streams.list();
+            let stats = st.engine.stats.clone();
+            let published: std::collections::HashSet<Arc<str>> = stats
+                .snapshots
+                .publishers()
+                .into_iter()
+                .map(|p| p.stream)
+                .collect();
+            st.record.housekeep(&streams, |key, i| {
+                published.contains(key)
+                    || stats
+                        .stream(i)
+                        .is_some_and(|c| c.live.load(std::sync::atomic::Ordering::Relaxed))
+            });
+            if n.is_multiple_of(10) {
+                let rec = st.record.clone();
+                let deleted = tokio::task::spawn_blocking(move || rec.sweep()).await;
+                for p in deleted.unwrap_or_default() {
+                    info!(path = %p.display(), "recording deleted (delete_after_s)");
+                }
             }
         }
     });

@@ -504,7 +504,7 @@ impl Connection {
             }
             video.tick(&self.st, &mut p, now);
             if let Some((id, _, _)) = &self.slot {
-                p.set_samples(self.st.hls.wanted(id.stream));
+                p.set_samples(self.st.hls.wanted(id.stream) || self.st.record.wanted(id.stream));
             }
             let wanted = self.keyframe.swap(0, Ordering::Relaxed);
             for layer in (0..8u8).filter(|l| wanted & 1 << l != 0) {
@@ -583,6 +583,7 @@ impl Connection {
                         let outside = CountingAlloc::thread_net_bytes();
                         if let Some((id, _, _)) = &self.slot {
                             self.st.hls.rtmp_sample(id.stream, &s);
+                            self.st.record.rtmp_sample(id.stream, &s);
                         }
                         held.skip(CountingAlloc::thread_net_bytes() - outside);
                         drop(s);

@@ -149,6 +149,12 @@ pub enum EventKind {
     AllocationCreated,
     /// A TURN allocation ended (expired, refreshed to 0, its TCP connection closed).
     AllocationClosed,
+    /// A recording started (its first file is opened at the first keyframe).
+    RecordingStarted,
+    /// A recording finished a file (the segment webhook's object).
+    RecordingSegment,
+    /// A recording stopped: the API, the stream's end, or an error it names.
+    RecordingStopped,
 }
 
 impl EventKind {
@@ -168,6 +174,9 @@ impl EventKind {
             EventKind::PublisherWarning => "publisher.warning",
             EventKind::AllocationCreated => "allocation.created",
             EventKind::AllocationClosed => "allocation.closed",
+            EventKind::RecordingStarted => "recording.started",
+            EventKind::RecordingSegment => "recording.segment",
+            EventKind::RecordingStopped => "recording.stopped",
         }
     }
 }
@@ -198,6 +207,8 @@ pub enum SnapshotRef {
     Publisher(PublisherSnapshot),
     /// A TURN allocation's.
     Allocation(AllocationSnapshot),
+    /// A recording's (built once per event: recordings change rarely).
+    Recording(Arc<str>),
 }
 
 impl Event {
@@ -208,6 +219,7 @@ impl Event {
             SnapshotRef::Stream(s) => s.state.json.clone(),
             SnapshotRef::Publisher(p) => p.json(),
             SnapshotRef::Allocation(a) => a.identity.json.clone(),
+            SnapshotRef::Recording(r) => r.to_string(),
         };
         // A TURN allocation belongs to no stream.
         let stream = if self.stream.is_empty() {
@@ -607,6 +619,23 @@ impl Snapshots {
                 reason: Some(reason),
             });
         }
+    }
+
+    /// A recording's event on `stream`: `snapshot` is its JSON object.
+    pub fn recording(
+        &self,
+        kind: EventKind,
+        stream: &str,
+        snapshot: String,
+        reason: Option<&'static str>,
+    ) {
+        self.publish(Event {
+            kind,
+            stream: stream.into(),
+            at_ms: now_ms(),
+            snapshot: SnapshotRef::Recording(snapshot.into()),
+            reason,
+        });
     }
 
     /// A TURN allocation was made for `user` from `client` (`udp` or `tcp`), relayed at

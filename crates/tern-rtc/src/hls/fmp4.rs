@@ -5,7 +5,7 @@ use mp4_atom::esds::{DecoderConfig, DecoderSpecific, EsDescriptor, SLConfig};
 use mp4_atom::{
     Atom, Audio, Avc1, Avcc, AvccExt, Codec, Dinf, Dops, Dref, Encode, Esds, FixedPoint, Ftyp,
     Hdlr, Header, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof, Moov, Mp4a, Mvex, Mvhd, Opus, Smhd, Stbl,
-    Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url, Visual, Vmhd,
+    Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url, Visual, Vmhd, Vp08, VpcC,
 };
 
 use super::sps::parse_sps;
@@ -83,6 +83,35 @@ fn video_trak(sps: &[u8], pps: &[u8]) -> mp4_atom::Result<Trak> {
         (width, height),
         avc1.into(),
     ))
+}
+
+/// VP8 in ISO-BMFF (the WebM project's "VP Codec ISO Media File Format Binding"): a `vp08`
+/// sample entry with a `vpcC` (profile 0, 8 bits, 4:2:0; level unspecified).
+fn vp8_trak(width: u16, height: u16) -> Trak {
+    let vp08 = Vp08 {
+        visual: Visual {
+            data_reference_index: 1,
+            width,
+            height,
+            ..Visual::default()
+        },
+        vpcc: VpcC {
+            profile: 0,
+            level: 10,
+            bit_depth: 8,
+            chroma_subsampling: 1,
+            ..VpcC::default()
+        },
+        ..Vp08::default()
+    };
+    trak(
+        VIDEO_TRACK_ID,
+        VIDEO_TIMESCALE,
+        b"vide",
+        "VideoHandler",
+        (width, height),
+        vp08.into(),
+    )
 }
 
 fn audio_trak(cfg: &AudioConfig) -> Trak {
@@ -207,8 +236,10 @@ pub(crate) fn init_segment(
     audio: Option<&AudioConfig>,
 ) -> mp4_atom::Result<Vec<u8>> {
     let mut traks = Vec::new();
-    if let Some(VideoConfig::H264 { sps, pps }) = video {
-        traks.push(video_trak(sps, pps)?);
+    match video {
+        Some(VideoConfig::H264 { sps, pps }) => traks.push(video_trak(sps, pps)?),
+        Some(VideoConfig::Vp8 { width, height }) => traks.push(vp8_trak(*width, *height)),
+        None => {}
     }
     if let Some(cfg) = audio {
         traks.push(audio_trak(cfg));
@@ -316,9 +347,14 @@ pub(crate) fn write_part(out: &mut Vec<u8>, seq: u32, runs: &[Run<'_>]) -> mp4_a
 /// The RFC 6381 `CODECS` value of the tracks (`avc1.64001f,mp4a.40.2`, `opus`).
 pub(crate) fn codecs(video: Option<&VideoConfig>, audio: Option<&AudioConfig>) -> String {
     let mut parts = Vec::new();
-    if let Some(VideoConfig::H264 { sps, .. }) = video {
-        let b = |i: usize| sps.get(i).copied().unwrap_or(0);
-        parts.push(format!("avc1.{:02x}{:02x}{:02x}", b(1), b(2), b(3)));
+    match video {
+        Some(VideoConfig::H264 { sps, .. }) => {
+            let b = |i: usize| sps.get(i).copied().unwrap_or(0);
+            parts.push(format!("avc1.{:02x}{:02x}{:02x}", b(1), b(2), b(3)));
+        }
+        // profile 0, level 1.0, 8 bits, as the vpcC says.
+        Some(VideoConfig::Vp8 { .. }) => parts.push("vp08.00.10.08".into()),
+        None => {}
     }
     match audio {
         Some(AudioConfig::Aac { asc, .. }) => {

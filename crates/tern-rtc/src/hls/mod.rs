@@ -36,6 +36,7 @@
 //! through `mp4_atom::Header`), so that sample bytes are copied once, from the staging
 //! buffers into the part buffer, rather than through an intermediate `Mdat` vector.
 
+pub mod file;
 mod fmp4;
 mod nal;
 mod playlist;
@@ -94,6 +95,37 @@ pub enum VideoConfig {
         /// The PPS NAL unit.
         pps: Vec<u8>,
     },
+    /// VP8 (RFC 6386): frames are stored as they are coded; the picture size comes from
+    /// the last keyframe's header. Recordings only (LL-HLS players expect H264).
+    Vp8 {
+        /// Picture width in pixels.
+        width: u16,
+        /// Picture height in pixels.
+        height: u16,
+    },
+}
+
+/// One part moved out of a packager by [`Packager::take_parts`] (recordings).
+#[derive(Debug, Clone)]
+pub struct TakenPart {
+    /// The segment it belongs to: a new value starts a new segment (a new file).
+    pub msn: u64,
+    /// The init segment its samples need (ftyp + moov).
+    pub init: Arc<Vec<u8>>,
+    /// The moof + mdat bytes.
+    pub data: Vec<u8>,
+    /// Output decode time of its first driver sample, in `timescale` units.
+    pub start: u64,
+    /// Its duration, in `timescale` units.
+    pub duration: u64,
+    /// The timescale of the track that cuts parts (90 kHz, or the audio rate).
+    pub timescale: u32,
+    /// It starts with a keyframe.
+    pub independent: bool,
+    /// Unix ms of its segment's start (`EXT-X-PROGRAM-DATE-TIME`).
+    pub segment_pdt_ms: u64,
+    /// The RFC 6381 codecs of the init segment (`avc1.64001f,mp4a.40.2`).
+    pub codecs: String,
 }
 
 /// The audio codec configuration.
@@ -140,6 +172,8 @@ pub struct HlsStats {
 /// One part as held: its moof+mdat bytes and what the playlist says about it.
 pub(crate) struct PartEntry {
     pub data: Arc<Vec<u8>>,
+    /// Output decode time of its first driver sample, in the segment's timescale.
+    pub start: u64,
     /// In the segment's timescale.
     pub duration: u64,
     pub independent: bool,
@@ -289,10 +323,14 @@ impl Packager {
     /// `EXT-X-DISCONTINUITY` and a new init segment version. An SPS shorter than 4 bytes, or a
     /// parameter set over 64 KiB, is ignored.
     pub fn set_video(&mut self, cfg: VideoConfig) {
-        let VideoConfig::H264 { sps, pps } = &cfg;
         self.video_seen = true;
-        // avcC stores each parameter set's length in 16 bits.
-        let fits = sps.len() >= 4 && sps.len() <= 0xffff && pps.len() <= 0xffff;
+        let fits = match &cfg {
+            // avcC stores each parameter set's length in 16 bits.
+            VideoConfig::H264 { sps, pps } => {
+                sps.len() >= 4 && sps.len() <= 0xffff && pps.len() <= 0xffff
+            }
+            VideoConfig::Vp8 { width, height } => *width > 0 && *height > 0,
+        };
         if !fits || self.video_cfg.as_ref() == Some(&cfg) {
             return;
         }
@@ -360,6 +398,80 @@ impl Packager {
         }
         self.video_sample(dts, pts, keyframe, true, &scratch, wall_ms);
         self.scratch = scratch;
+    }
+
+    /// One VP8 frame (RFC 6386, as the RTP payloads rebuild it), `dts` in 90 kHz ticks. A
+    /// keyframe's header gives the picture size, which sets the video configuration (a new
+    /// size is a new init segment, as a new SPS is). A truncated keyframe is dropped.
+    pub fn push_vp8(&mut self, dts: i64, frame: &[u8], wall_ms: u64) {
+        let keyframe = frame.first().is_some_and(|b| b & 1 == 0);
+        if keyframe {
+            // RFC 6386 9.1: 3-byte frame tag, start code 9d 01 2a, then 14-bit width and
+            // height (2 bits of scaling each).
+            match frame.get(3..10) {
+                Some([0x9d, 0x01, 0x2a, w0, w1, h0, h1]) => {
+                    let width = u16::from_le_bytes([*w0, *w1]) & 0x3fff;
+                    let height = u16::from_le_bytes([*h0, *h1]) & 0x3fff;
+                    self.set_video(VideoConfig::Vp8 { width, height });
+                }
+                _ => {
+                    self.stats.samples_in += 1;
+                    self.stats.dropped_samples += 1;
+                    return;
+                }
+            }
+        }
+        let vp8 = matches!(self.video_cfg, Some(VideoConfig::Vp8 { .. }));
+        self.video_sample(dts, dts, keyframe, vp8, frame, wall_ms);
+    }
+
+    /// Whether a segment is in progress: `false` before the first keyframe and from a
+    /// discontinuity to the next keyframe (samples are dropped meanwhile).
+    pub fn in_progress(&self) -> bool {
+        self.segments.back().is_some_and(|s| !s.complete)
+    }
+
+    /// Closes the part and the segment in progress, the held samples getting their
+    /// nominal durations (a recording's clean stop, before its last
+    /// [`take_parts`](Self::take_parts)).
+    pub fn finish(&mut self) {
+        self.close_segment(None);
+    }
+
+    /// Moves every part completed since the last call out of the packager, in order, into
+    /// `out`: a recording writes them to a file instead of serving them. A packager used
+    /// this way holds only the samples of the part in progress; [`part`](Self::part) and
+    /// [`segment`](Self::segment) no longer find the parts taken.
+    pub fn take_parts(&mut self, out: &mut Vec<TakenPart>) {
+        for seg in &mut self.segments {
+            if seg.parts.is_empty() {
+                continue;
+            }
+            let Some(init) = self
+                .inits
+                .iter()
+                .find(|(v, _)| *v == seg.init_version)
+                .map(|(_, d)| d.clone())
+            else {
+                continue;
+            };
+            for part in seg.parts.drain(..) {
+                self.counter.sub(1, part.data.len());
+                self.counter.unreserve(part.data.capacity());
+                let data = Arc::try_unwrap(part.data).unwrap_or_else(|shared| (*shared).clone());
+                out.push(TakenPart {
+                    msn: seg.msn,
+                    init: init.clone(),
+                    data,
+                    start: part.start,
+                    duration: part.duration,
+                    timescale: seg.timescale,
+                    independent: part.independent,
+                    segment_pdt_ms: seg.pdt_ms,
+                    codecs: self.codecs.clone(),
+                });
+            }
+        }
     }
 
     /// One audio frame: a raw AAC frame (no ADTS) or one Opus packet, `pts` in the track's
@@ -449,10 +561,10 @@ impl Packager {
     /// The video's picture size from its SPS (a multivariant playlist's `RESOLUTION`);
     /// `None` before a video configuration or when the SPS does not parse.
     pub fn resolution(&self) -> Option<(u32, u32)> {
-        let Some(VideoConfig::H264 { sps, .. }) = &self.video_cfg else {
-            return None;
-        };
-        sps::parse_sps(sps).map(|i| (i.width, i.height))
+        match self.video_cfg.as_ref()? {
+            VideoConfig::H264 { sps, .. } => sps::parse_sps(sps).map(|i| (i.width, i.height)),
+            VideoConfig::Vp8 { width, height } => Some((u32::from(*width), u32::from(*height))),
+        }
     }
 
     /// Counters.

@@ -406,7 +406,7 @@ impl Packager {
 
     /// Closes the part and the segment in progress, if any. `next_out`: where the driver's
     /// next sample starts, when known (else the held samples get their fallback duration).
-    fn close_segment(&mut self, next_out: Option<u64>) {
+    pub(super) fn close_segment(&mut self, next_out: Option<u64>) {
         if !self.in_segment() {
             return;
         }
@@ -486,9 +486,11 @@ impl Packager {
             return;
         };
         self.counter.add(1, buf.len());
+        let start = seg.start + seg.duration;
         seg.duration += duration;
         seg.parts.push(PartEntry {
             data: Arc::new(buf),
+            start,
             duration,
             independent,
         });

@@ -63,6 +63,9 @@ pub struct AppConfig {
     /// rendition `i` is layer `i + 1`. Default none: an RTMP stream has one layer.
     #[serde(default)]
     pub renditions: Vec<RenditionConfig>,
+    /// `[app.record]`: recording the app's streams to files.
+    #[serde(default)]
+    pub record: super::record::RecordConfig,
 }
 
 /// One entry of `[app] renditions`.
@@ -145,6 +148,7 @@ impl AppConfig {
         if let Some(a) = &self.admission {
             a.check()?;
         }
+        self.record.check()?;
         if self.token.as_deref().is_some_and(str::is_empty) {
             return bad("token", "must not be empty");
         }
@@ -240,6 +244,7 @@ mod tests {
             admission: None,
             transcode: TranscodeSetting::Auto,
             renditions: Vec::new(),
+            record: Default::default(),
         };
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut AppConfig);

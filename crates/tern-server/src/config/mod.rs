@@ -16,6 +16,7 @@
 //! | `hls.rs` | `[hls]` ([`HlsSection`]): Low-Latency HLS |
 //! | `app.rs` | `[[app]]` ([`AppConfig`], [`RenditionConfig`], [`TranscodeSetting`]) and the name rule |
 //! | `admission.rs` | `[app.admission]` ([`AdmissionConfig`], [`OnError`]) |
+//! | `record.rs` | `[app.record]` ([`RecordConfig`]): recording to fMP4 files |
 //! | `error.rs` | [`ConfigError`], which every section's check returns |
 //!
 //! `[cluster]` is the cluster's own section (`crate::cluster::section`). This folder is a leaf:
@@ -27,6 +28,7 @@ mod app;
 mod error;
 mod hls;
 mod limits;
+mod record;
 mod server;
 mod tunables;
 mod turn;
@@ -44,6 +46,7 @@ pub use app::{
 pub use error::ConfigError;
 pub use hls::HlsSection;
 pub use limits::LimitsSection;
+pub use record::RecordConfig;
 pub use server::{
     DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, MAX_WORKERS, ServerConfig, parse_rtmp,
 };

@@ -112,6 +112,66 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         "counter",
         h.refused_per_ip(),
     );
+    let r = &st.record;
+    let rc = &r.counters;
+    for (name, help, kind, v) in [
+        (
+            "tern_recordings",
+            "Recordings running.",
+            "gauge",
+            r.active() as u64,
+        ),
+        (
+            "tern_record_queued_bytes",
+            "Bytes of fragments waiting for the recording writer.",
+            "gauge",
+            r.queued_bytes(),
+        ),
+        (
+            "tern_record_bytes_total",
+            "Bytes written to recorded files.",
+            "counter",
+            l(&rc.bytes),
+        ),
+        (
+            "tern_record_parts_total",
+            "Fragments written to recorded files.",
+            "counter",
+            l(&rc.parts),
+        ),
+        (
+            "tern_record_parts_late_total",
+            "Fragments written more than a second after their part length past their end.",
+            "counter",
+            l(&rc.late_parts),
+        ),
+        (
+            "tern_record_files_total",
+            "Recorded files finished.",
+            "counter",
+            l(&rc.files),
+        ),
+        (
+            "tern_record_failures_total",
+            "Recordings stopped by a write error.",
+            "counter",
+            l(&rc.failures),
+        ),
+        (
+            "tern_record_overruns_total",
+            "Recordings stopped because the writer was behind.",
+            "counter",
+            l(&r.overruns),
+        ),
+        (
+            "tern_record_hooks_failed_total",
+            "Segment webhook calls dropped or failed.",
+            "counter",
+            l(&rc.hooks_failed),
+        ),
+    ] {
+        gauge(name, help, kind, v);
+    }
     gauge(
         "tern_handshakes_in_progress",
         "DTLS handshakes in progress.",

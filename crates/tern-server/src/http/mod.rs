@@ -7,7 +7,8 @@
 //!   signalling), `api.rs` (REST API and events), `metrics.rs` (Prometheus),
 //!   `openapi.rs` (the OpenAPI document), `pages.rs` (index, player, dashboard),
 //!   `memory.rs` (`/v1/memory`, `/v1/stats/current`), `hls.rs` (LL-HLS), [`cluster`]
-//!   (WHEP routing to another node, the node's report, cluster JSON and metrics);
+//!   (WHEP routing to another node, the node's report, cluster JSON and metrics),
+//!   `recordings.rs` (start, stop, list and serve recordings);
 //!   `trickle.rs` (what WHIP and WHEP PATCHes share);
 //! - below the surfaces: `state.rs` ([`AppState`]: the session layer's `Core` and the WHEP
 //!   session table), `extract.rs` (request extractors: stream path, SDP offer, tokens, the
@@ -35,6 +36,7 @@ pub mod ome;
 mod openapi;
 mod pages;
 mod proxy;
+mod recordings;
 mod reply;
 pub mod router;
 mod state;

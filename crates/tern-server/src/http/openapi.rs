@@ -63,7 +63,7 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
                 "parameters": [
                     {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed, recording.started, recording.segment, recording.stopped"},
                     {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
                 "security": [{"bearer": []}],
                 "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},
@@ -126,5 +126,38 @@ pub fn openapi_doc() -> serde_json::Value {
         "summary": "The hls.js built into tern (the player's LL-HLS fallback)",
         "responses": {"200": {"description": "JavaScript, cached a week", "content": {"text/javascript": {}}},
             "304": status("not modified (ETag)")}}});
+    recordings(&mut doc["paths"]);
     doc
+}
+
+/// The recordings API (`recordings.rs`), added apart for the `json!` recursion limit.
+fn recordings(paths: &mut serde_json::Value) {
+    use serde_json::json;
+    let p = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}, "description": what});
+    let status = |what: &str| json!({"description": what});
+    let (app, stream) = (p("app", "application name"), p("stream", "stream name"));
+    let q = |name: &str, what: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": "string"}, "description": what});
+    paths["/v1/streams/{app}/{stream}/recordings"] = json!({"post": {
+        "summary": "Start recording the stream to fragmented MP4 files ([app.record] says where); the file is cut every record.segment_s at a keyframe",
+        "parameters": [app, stream], "security": [{"bearer": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["id"],
+            "properties": {"id": {"type": "string", "description": "the recording's name: 1-64 of [A-Za-z0-9._-]"}}}}}},
+        "responses": {"201": {"description": "started; Location names it", "content": {"application/json": {}}},
+            "400": status("not {\"id\": …}, or a bad id"), "404": status("no such stream"),
+            "409": status("the stream is not live, or that id records it already"), "401": status("API token required")}}});
+    paths["/v1/streams/{app}/{stream}/recordings/{id}"] = json!({"delete": {
+        "summary": "Stop a recording: its file is finished (duration, random-access index)",
+        "parameters": [app, stream, p("id", "recording id")], "security": [{"bearer": []}],
+        "responses": {"204": status("stopped"), "404": status("no such stream or recording"), "401": status("API token required")}}});
+    paths["/v1/recordings"] = json!({"get": {
+        "summary": "Recorded files: path, app, stream, file, url, start, duration_s, bytes, codecs (a file cut short by a crash: up to its last fragment)",
+        "parameters": [q("app", "only this app"), q("stream", "only this stream")], "security": [{"bearer": []}],
+        "responses": {"200": {"description": "list of files", "content": {"application/json": {}}}, "401": status("API token required")}}});
+    paths["/v1/recordings/{app}/{stream}/{file}"] = json!({"get": {
+        "summary": "One recorded file (video/mp4), with single-range Range requests for seeking players",
+        "parameters": [app, stream, p("file", "the file name, as the listing gives it"),
+            {"name": "Range", "in": "header", "required": false, "schema": {"type": "string"}, "description": "bytes=a-b, bytes=a- or bytes=-n"}],
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "the file", "content": {"video/mp4": {}}}, "206": status("the range asked for (Content-Range)"),
+            "404": status("no such file"), "416": status("range not satisfiable"), "401": status("API token required")}}});
 }

@@ -19,7 +19,7 @@ use crate::http::error::HttpError;
 use crate::http::extract::bearer;
 use crate::http::proxy::{self, TrustedProxies};
 use crate::http::state::AppState;
-use crate::http::{api, hls, memory, metrics, openapi, pages, whep, whip};
+use crate::http::{api, hls, memory, metrics, openapi, pages, recordings, whep, whip};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -43,6 +43,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/viewers/{id}/layer",
             put(api::pin_layer).delete(api::unpin_layer),
+        )
+        .route(
+            "/v1/streams/{app}/{stream}/recordings",
+            post(recordings::start),
+        )
+        .route(
+            "/v1/streams/{app}/{stream}/recordings/{id}",
+            delete(recordings::stop),
+        )
+        .route("/v1/recordings", get(recordings::list))
+        .route(
+            "/v1/recordings/{app}/{stream}/{file}",
+            get(recordings::serve),
         )
         .route("/v1/publishers", get(api::publishers))
         .route("/v1/cluster", get(api::cluster))

@@ -93,6 +93,9 @@ pub struct StreamCounters {
     /// packets to the HLS thread (WHIP and clip streams; RTMP ones are packaged from the
     /// connection's frames).
     pub hls_wanted: AtomicBool,
+    /// Whether it is being recorded (`crate::record`): its ring packets go to the same tap
+    /// as for LL-HLS.
+    pub record_wanted: AtomicBool,
 }
 
 impl StreamCounters {

@@ -97,6 +97,8 @@ pub struct Core {
     pub ome_sockets: Arc<PerAddress>,
     /// LL-HLS sessions and packagers.
     pub hls: Arc<crate::hls::Hls>,
+    /// Recordings and their writer.
+    pub record: Arc<crate::record::Recorder>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// str0m's crypto for WHIP publishers, with `tunables.srtp_profiles` (built once).
@@ -130,7 +132,17 @@ impl Core {
             engine.stats.clone(),
             &exempt,
         ));
+        let keyframes = engine.clone();
+        let record = Arc::new(crate::record::Recorder::new(
+            &config.apps,
+            engine.stats.streams.len(),
+            engine.stats.clone(),
+            Box::new(move |i| {
+                let _ = keyframes.send(crate::media::Command::RequestKeyframe(i));
+            }),
+        ));
         Core {
+            record,
             pending,
             ome_sockets,
             hls,

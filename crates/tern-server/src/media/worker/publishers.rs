@@ -195,11 +195,9 @@ impl Worker {
         let Some(tx) = &self.hls_tap else {
             return;
         };
-        if !self
-            .stats
-            .stream(stream)
-            .is_some_and(|c| c.hls_wanted.load(Ordering::Relaxed))
-            || self.ingest.is_rtmp(stream)
+        if !self.stats.stream(stream).is_some_and(|c| {
+            c.hls_wanted.load(Ordering::Relaxed) || c.record_wanted.load(Ordering::Relaxed)
+        }) || self.ingest.is_rtmp(stream)
             || pkt.layer != 0
         {
             return;

@@ -1,0 +1,592 @@
+//! Recording streams to fragmented MP4 files (issue 38).
+//!
+//! A recording is a [`Packager`] (the LL-HLS one, configured with `record.part_s` parts and
+//! `record.segment_s` segments) whose parts are taken out as they complete
+//! ([`Packager::take_parts`]) and handed to the `RecordWriter` thread ([`writer`]), which
+//! appends them to the file of the segment they belong to. The packaging is fed as LL-HLS
+//! is:
+//! - RTMP publishers: the connection thread hands over its frames ([`Recorder::rtmp_sample`]):
+//!   H264 with its B-frames and AAC, untouched;
+//! - WHIP publishers and clip sources: the owning app worker copies ring packets into the
+//!   tap queue while [`crate::media::StreamCounters::record_wanted`] is set; the tap thread
+//!   depacketizes them here ([`Recorder::rtp_packet`]): H264, VP8 and Opus.
+//!
+//! The media path never waits on a recording: parts queued for the writer are booked in
+//! the `recordings` memory pool and bounded by [`MAX_QUEUED_BYTES`]; a recording whose parts
+//! would pass it stops (`recording.stopped`, reason `writer behind`), as one whose file
+//! cannot be written does (reason `write error`, the error in the snapshot). Recordings
+//! start through the API or, with `record.enabled`, when a stream gets a publisher
+//! ([`Recorder::housekeep`]), and stop through the API or when the stream has neither a
+//! publisher nor media.
+//!
+//! `files.rs` holds the path template, the listing and the `delete_after_s` sweep.
+
+pub mod files;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Sender;
+use tern_pool::PoolCounter;
+use tern_proto::codec::VideoCodec;
+use tern_proto::h264;
+use tern_proto::rtp::Unwrap32;
+use tern_proto::vp8;
+use tern_rtc::clip::MediaKind;
+use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
+use tern_rtc::rtmp::Sample;
+use tracing::info;
+
+use crate::config::{AppConfig, RecordConfig};
+use crate::media::{EngineStats, HlsTap};
+pub use writer::WriterCounters;
+use writer::{Job, Writer};
+
+/// Bytes of parts queued for the writer, all recordings together: 64 MiB is over a second
+/// of 100 streams at 4 Mbit/s. A disk that falls further behind stops recordings rather
+/// than grow memory.
+pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
+/// Jobs the writer's queue holds (a part a second per recording, and starts and stops).
+const JOB_QUEUE: usize = 4096;
+
+/// Why a recording could not start.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StartError {
+    /// A recording with that id runs on the stream.
+    #[error("recording {0} exists")]
+    Exists(String),
+    /// The writer thread is gone (shutting down).
+    #[error("the recorder is stopped")]
+    Stopped,
+}
+
+/// One running recording of a stream.
+struct Active {
+    rec: u64,
+    id: String,
+    /// Started by `record.enabled` (stopped when the stream ends), not the API.
+    auto: bool,
+    packager: Packager,
+    failed: Arc<AtomicBool>,
+}
+
+/// A stream's recordings and what they share: the depacketizers of its RTP and its last
+/// codec configurations (for a recording that starts mid-stream).
+#[derive(Default)]
+struct Slot {
+    recs: Vec<Active>,
+    h264: h264::Depacketizer,
+    vp8: vp8::Depacketizer,
+    video_ts: Unwrap32,
+    audio_ts: Unwrap32,
+    video_cfg: Option<VideoConfig>,
+    audio_cfg: Option<AudioConfig>,
+    parts: Vec<TakenPart>,
+    /// When a keyframe was last asked of the publisher for this slot's recordings.
+    keyframe_asked: Option<Instant>,
+    /// The `record.enabled` recording failed or overran: not restarted until the stream
+    /// ends (a full disk would otherwise start one, and fail it, every second).
+    auto_failed: bool,
+}
+
+/// Every stream's recordings, and the writer they feed.
+pub struct Recorder {
+    slots: Vec<Mutex<Slot>>,
+    stats: Arc<EngineStats>,
+    apps: Vec<AppConfig>,
+    tx: Mutex<Option<Sender<Job>>>,
+    rx: Mutex<Option<crossbeam_channel::Receiver<Job>>>,
+    counter: PoolCounter,
+    queued: Arc<AtomicU64>,
+    serial: AtomicU64,
+    open: Arc<Mutex<Vec<PathBuf>>>,
+    /// Writer figures (bytes, parts, late parts, files, failures).
+    pub counters: Arc<WriterCounters>,
+    /// Recordings stopped because the writer was behind.
+    pub overruns: AtomicU64,
+    /// Asks stream `i`'s publisher for a keyframe (a WebRTC publisher sends one on PLI
+    /// only): a recording starts, or restarts after a codec configuration change, at one.
+    request_keyframe: Box<dyn Fn(usize) + Send + Sync>,
+}
+
+/// Keyframe requests for one stream's recordings, at most this often.
+const KEYFRAME_REQUEST_EVERY: Duration = Duration::from_millis(500);
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("streams", &self.slots.len())
+            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Recorder {
+    /// A recorder for `streams` engine streams and the configured apps.
+    pub fn new(
+        apps: &[AppConfig],
+        streams: usize,
+        stats: Arc<EngineStats>,
+        request_keyframe: Box<dyn Fn(usize) + Send + Sync>,
+    ) -> Recorder {
+        let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
+        Recorder {
+            slots: (0..streams).map(|_| Mutex::new(Slot::default())).collect(),
+            stats,
+            apps: apps.to_vec(),
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(Some(rx)),
+            counter: PoolCounter::new("recordings", 0),
+            queued: Arc::new(AtomicU64::new(0)),
+            serial: AtomicU64::new(1),
+            open: Arc::new(Mutex::new(Vec::new())),
+            counters: Arc::new(WriterCounters::default()),
+            overruns: AtomicU64::new(0),
+            request_keyframe,
+        }
+    }
+
+    /// Asks for a keyframe for stream `stream` unless one was asked for lately.
+    fn ask_keyframe(&self, stream: usize, slot: &mut Slot) {
+        let now = Instant::now();
+        if slot
+            .keyframe_asked
+            .is_some_and(|t| now.saturating_duration_since(t) < KEYFRAME_REQUEST_EVERY)
+        {
+            return;
+        }
+        slot.keyframe_asked = Some(now);
+        (self.request_keyframe)(stream);
+    }
+
+    /// Starts the `RecordWriter` thread (once); it ends after [`Recorder::shutdown`].
+    pub fn spawn(&self) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
+        let Some(rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
+            return Ok(None);
+        };
+        let w = Writer::new(
+            rx,
+            self.counter.clone(),
+            self.queued.clone(),
+            self.stats.clone(),
+            self.counters.clone(),
+            self.open.clone(),
+        )?;
+        std::thread::Builder::new()
+            .name("RecordWriter".into())
+            .spawn(move || w.run())
+            .map(Some)
+    }
+
+    fn app(&self, name: &str) -> Option<&AppConfig> {
+        self.apps.iter().find(|a| a.name == name)
+    }
+
+    /// The configured apps (for listings).
+    pub fn apps(&self) -> &[AppConfig] {
+        &self.apps
+    }
+
+    /// Paths being written now.
+    pub fn open_files(&self) -> Vec<PathBuf> {
+        self.open.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// Bytes of parts waiting for the writer.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Recordings running, all streams.
+    pub fn active(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.recs.len()))
+            .sum()
+    }
+
+    /// The ids of stream `stream`'s recordings.
+    pub fn ids(&self, stream: usize) -> Vec<String> {
+        self.slots.get(stream).map_or(Vec::new(), |s| {
+            s.lock()
+                .map(|s| s.recs.iter().map(|r| r.id.clone()).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    fn send(&self, job: Job) -> bool {
+        let Ok(tx) = self.tx.lock() else { return false };
+        tx.as_ref()
+            .is_some_and(|tx| tx.send_timeout(job, Duration::from_millis(200)).is_ok())
+    }
+
+    fn set_wanted(&self, stream: usize, slot: &Slot) {
+        if let Some(c) = self.stats.stream(stream) {
+            c.record_wanted
+                .store(!slot.recs.is_empty(), Ordering::Relaxed);
+        }
+    }
+
+    /// Starts recording `id` of stream `stream` (`key` is its `app/stream`). `auto`: by
+    /// `record.enabled` rather than the API.
+    pub fn start(&self, stream: usize, key: &str, id: &str, auto: bool) -> Result<(), StartError> {
+        let (app, name) = key.split_once('/').unwrap_or((key, ""));
+        let cfg = self.app(app).map(|a| a.record.clone()).unwrap_or_default();
+        let Some(slot) = self.slots.get(stream) else {
+            return Err(StartError::Stopped);
+        };
+        let Ok(mut s) = slot.lock() else {
+            return Err(StartError::Stopped);
+        };
+        if s.recs.iter().any(|r| r.id == id) {
+            return Err(StartError::Exists(id.to_string()));
+        }
+        let rec = self.serial.fetch_add(1, Ordering::Relaxed);
+        let failed = Arc::new(AtomicBool::new(false));
+        let started = self.send(Job::Start {
+            rec,
+            id: id.to_string(),
+            app: app.to_string(),
+            stream: name.to_string(),
+            cfg: cfg.clone(),
+            failed: failed.clone(),
+        });
+        if !started {
+            return Err(StartError::Stopped);
+        }
+        let mut packager = Packager::new(
+            HlsConfig {
+                part_target: Duration::from_secs(cfg.part_s),
+                segment_target: Duration::from_secs(cfg.segment_s),
+                window: 1,
+                max_free_buffers: 0,
+            },
+            self.counter.clone(),
+        );
+        if let Some(v) = s.video_cfg.clone() {
+            packager.set_video(v);
+        }
+        if let Some(a) = s.audio_cfg.clone() {
+            packager.set_audio(a);
+        }
+        s.recs.push(Active {
+            rec,
+            id: id.to_string(),
+            auto,
+            packager,
+            failed,
+        });
+        self.set_wanted(stream, &s);
+        self.ask_keyframe(stream, &mut s);
+        info!(%key, id, auto, "recording started");
+        Ok(())
+    }
+
+    /// Stops recording `id` of stream `stream` cleanly (its file finished). `false` when
+    /// there is no such recording.
+    pub fn stop(&self, stream: usize, id: &str, reason: &'static str) -> bool {
+        let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
+            return false;
+        };
+        let Some(i) = s.recs.iter().position(|r| r.id == id) else {
+            return false;
+        };
+        let mut a = s.recs.remove(i);
+        self.set_wanted(stream, &s);
+        let mut parts = std::mem::take(&mut s.parts);
+        drop(s);
+        a.packager.finish();
+        self.flush(&mut a, &mut parts);
+        self.send(Job::Stop { rec: a.rec, reason });
+        true
+    }
+
+    /// Sends the parts `a`'s packager completed to the writer; `false` when the recording
+    /// must stop (the writer is behind, or it failed).
+    fn flush(&self, a: &mut Active, parts: &mut Vec<TakenPart>) -> bool {
+        if a.failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        parts.clear();
+        a.packager.take_parts(parts);
+        for part in parts.drain(..) {
+            let len = part.data.len();
+            let accounted = part.data.capacity();
+            if self.queued.load(Ordering::Relaxed) + accounted as u64 > MAX_QUEUED_BYTES {
+                return false;
+            }
+            self.queued.fetch_add(accounted as u64, Ordering::Relaxed);
+            self.counter.add(1, len);
+            self.counter.reserve(accounted);
+            let job = Job::Part {
+                rec: a.rec,
+                part,
+                accounted,
+            };
+            let sent = self.tx.lock().ok().is_some_and(|tx| {
+                tx.as_ref().is_some_and(|tx| match tx.try_send(job) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        if let Job::Part { part, .. } = e.into_inner() {
+                            self.counter.sub(1, part.data.len());
+                        }
+                        false
+                    }
+                })
+            });
+            if !sent {
+                self.counter.unreserve(accounted);
+                self.queued.fetch_sub(accounted as u64, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs `f` on each recording of stream `stream`, then sends what they completed;
+    /// recordings that failed or overran are dropped.
+    fn feed(&self, stream: usize, f: impl Fn(&mut Slot, usize)) {
+        let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
+            return;
+        };
+        if s.recs.is_empty() {
+            return;
+        }
+        for i in 0..s.recs.len() {
+            f(&mut s, i);
+        }
+        let mut parts = std::mem::take(&mut s.parts);
+        let mut i = 0;
+        while i < s.recs.len() {
+            if self.flush(&mut s.recs[i], &mut parts) {
+                i += 1;
+                continue;
+            }
+            let a = s.recs.remove(i);
+            s.auto_failed |= a.auto;
+            if !a.failed.load(Ordering::Relaxed) {
+                // The writer is behind: stop, keeping what it has.
+                self.overruns.fetch_add(1, Ordering::Relaxed);
+                self.send(Job::Stop {
+                    rec: a.rec,
+                    reason: "writer behind",
+                });
+            }
+        }
+        s.parts = parts;
+        self.set_wanted(stream, &s);
+    }
+
+    /// Whether stream `stream` is being recorded (an RTMP connection then emits samples).
+    pub fn wanted(&self, stream: usize) -> bool {
+        self.stats
+            .stream(stream)
+            .is_some_and(|c| c.record_wanted.load(Ordering::Relaxed))
+    }
+
+    /// A frame from stream `stream`'s RTMP publisher.
+    pub fn rtmp_sample(&self, stream: usize, sample: &Sample) {
+        if !self.wanted(stream) {
+            return;
+        }
+        let wall = wall_ms();
+        match sample {
+            Sample::VideoConfig { sps, pps } => self.set_video(
+                stream,
+                VideoConfig::H264 {
+                    sps: sps.clone(),
+                    pps: pps.clone(),
+                },
+            ),
+            Sample::AudioConfig {
+                asc,
+                sample_rate,
+                channels,
+            } => self.set_audio(
+                stream,
+                AudioConfig::Aac {
+                    asc: asc.clone(),
+                    sample_rate: *sample_rate,
+                    channels: *channels,
+                },
+            ),
+            Sample::Video {
+                dts_ms,
+                pts_ms,
+                keyframe,
+                avcc,
+            } => self.feed(stream, |s, i| {
+                s.recs[i]
+                    .packager
+                    .push_video(dts_ms * 90, pts_ms * 90, *keyframe, avcc, wall);
+            }),
+            Sample::Audio { pts, data } => self.feed(stream, |s, i| {
+                s.recs[i].packager.push_audio(*pts, data, wall);
+            }),
+        }
+    }
+
+    fn set_video(&self, stream: usize, cfg: VideoConfig) {
+        if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) {
+            s.video_cfg = Some(cfg.clone());
+        }
+        self.feed(stream, |s, i| s.recs[i].packager.set_video(cfg.clone()));
+    }
+
+    fn set_audio(&self, stream: usize, cfg: AudioConfig) {
+        if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) {
+            s.audio_cfg = Some(cfg.clone());
+        }
+        self.feed(stream, |s, i| s.recs[i].packager.set_audio(cfg.clone()));
+    }
+
+    /// A ring packet of a WHIP or clip stream (from the tap thread).
+    pub fn rtp_packet(&self, tap: &HlsTap) {
+        let stream = tap.stream;
+        if !self.wanted(stream) {
+            return;
+        }
+        let pkt = &tap.pkt;
+        let wall = wall_ms();
+        match pkt.kind {
+            MediaKind::Video => {
+                let codec = self.stats.video(stream).codec;
+                let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
+                    return;
+                };
+                let ts = s.video_ts.extend(pkt.rtp_ts);
+                let seq = pkt.seq as u16;
+                let frame: Option<(Vec<u8>, bool)> = match codec {
+                    VideoCodec::H264 => {
+                        match s.h264.push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload) {
+                            Ok(Some(au)) => {
+                                let key =
+                                    h264::nal_units(au).any(|n| h264::nal_type(n) == h264::NAL_IDR);
+                                Some((au.to_vec(), key))
+                            }
+                            _ => None,
+                        }
+                    }
+                    VideoCodec::Vp8 => s
+                        .vp8
+                        .push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload)
+                        .map(|f| (f.to_vec(), false)),
+                    // Not stored yet: the file has the audio alone.
+                    _ => None,
+                };
+                drop(s);
+                let Some((frame, key)) = frame else { return };
+                self.feed(stream, |s, i| {
+                    let p = &mut s.recs[i].packager;
+                    match codec {
+                        VideoCodec::H264 => p.push_video_annexb(ts, ts, key, &frame, wall),
+                        _ => p.push_vp8(ts, &frame, wall),
+                    }
+                });
+                // A recording waiting for a keyframe asks again until one comes (the
+                // publisher may not have been able to take the first request).
+                if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock())
+                    && s.recs.iter().any(|r| !r.packager.in_progress())
+                {
+                    self.ask_keyframe(stream, &mut s);
+                }
+            }
+            MediaKind::Audio => {
+                let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
+                    return;
+                };
+                let ts = s.audio_ts.extend(pkt.rtp_ts);
+                let first = s.audio_cfg.is_none();
+                if first {
+                    // WebRTC's Opus is always signalled as two channels. Its arrival after
+                    // the video started restarts the recordings' timeline (a new init with
+                    // an audio track) at the next keyframe: ask for one.
+                    s.audio_cfg = Some(AudioConfig::Opus { channels: 2 });
+                    self.ask_keyframe(stream, &mut s);
+                }
+                drop(s);
+                self.feed(stream, |s, i| {
+                    let p = &mut s.recs[i].packager;
+                    p.set_audio(AudioConfig::Opus { channels: 2 });
+                    p.push_audio(ts, &pkt.payload, wall);
+                });
+            }
+        }
+    }
+
+    /// Starts `record.enabled` recordings of active streams and stops recordings of streams
+    /// no longer active. `streams`: every `(app/stream, index)` of the directory; `active`
+    /// whether one has a publisher or media. Once a second and on stream events.
+    pub fn housekeep(&self, streams: &[(String, usize)], active: impl Fn(&str, usize) -> bool) {
+        for (key, index) in streams {
+            let is_live = active(key, *index);
+            let Some(Ok(s)) = self.slots.get(*index).map(|s| s.lock()) else {
+                continue;
+            };
+            let ids: Vec<(String, bool)> = s.recs.iter().map(|r| (r.id.clone(), r.auto)).collect();
+            let auto_failed = s.auto_failed;
+            drop(s);
+            if !is_live {
+                for (id, _) in &ids {
+                    self.stop(*index, id, "stream ended");
+                }
+                if let Some(Ok(mut s)) = self.slots.get(*index).map(|s| s.lock()) {
+                    // The next publisher brings its own configuration.
+                    s.video_cfg = None;
+                    s.audio_cfg = None;
+                    s.h264 = h264::Depacketizer::default();
+                    s.vp8 = vp8::Depacketizer::default();
+                    s.video_ts = Unwrap32::default();
+                    s.audio_ts = Unwrap32::default();
+                    s.auto_failed = false;
+                }
+                continue;
+            }
+            let app = key.split('/').next().unwrap_or("");
+            let enabled = self.app(app).is_some_and(|a| a.record.enabled);
+            if enabled && !auto_failed && !ids.iter().any(|(_, auto)| *auto) {
+                let _ = self.start(*index, key, "auto", true);
+            }
+        }
+    }
+
+    /// Deletes the files past each app's `delete_after_s` (not those being written).
+    pub fn sweep(&self) -> Vec<PathBuf> {
+        let open = self.open_files();
+        let now = SystemTime::now();
+        self.apps
+            .iter()
+            .flat_map(|a| files::sweep(a, &open, now))
+            .collect()
+    }
+
+    /// Stops every recording (files finished) and lets the writer end.
+    pub fn shutdown(&self) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let ids: Vec<String> = slot
+                .lock()
+                .map(|s| s.recs.iter().map(|r| r.id.clone()).collect())
+                .unwrap_or_default();
+            for id in ids {
+                self.stop(i, &id, "server stopping");
+            }
+        }
+        if let Ok(mut tx) = self.tx.lock() {
+            *tx = None;
+        }
+    }
+
+    /// The app's `[app.record]` (the default for an unknown app).
+    pub fn config(&self, app: &str) -> RecordConfig {
+        self.app(app).map(|a| a.record.clone()).unwrap_or_default()
+    }
+}
