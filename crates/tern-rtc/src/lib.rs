@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod av;
 pub mod bwe;
 pub mod client;
 pub mod clip;
