@@ -16,6 +16,7 @@ pub mod rtmp;
 pub mod session;
 pub mod stream;
 pub mod transcode;
+pub mod ts_publisher;
 pub mod turn;
 pub mod turn_client;
 pub mod video_transcode;
