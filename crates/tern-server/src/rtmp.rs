@@ -37,11 +37,12 @@ use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::publisher::IngestPacket;
 use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
-use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode, VideoNotice};
+use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, TranscodeSetting};
+use crate::encoder::VideoWatch;
 use crate::limits::PerAddress;
 use crate::media::{Command, NtpClock};
 use crate::media::{PublisherId, RtmpCommand};
@@ -311,94 +312,6 @@ fn strip_query(s: &str) -> &str {
     s.split('?').next().unwrap_or_default().trim_matches('/')
 }
 
-/// How long a B-frame stream keeps being transcoded after its last viewer left (a viewer
-/// reloading the page should not restart the transcoder).
-const TRANSCODE_GRACE: Duration = Duration::from_secs(5);
-
-/// What the connection's thread knows and says about its publisher's video: B-frames, and
-/// whether the transcoder should run (the stream has viewers).
-#[derive(Default)]
-struct VideoWatch {
-    /// `app/stream`, once publishing.
-    key: String,
-    mode: TranscodeSetting,
-    /// The publisher's id (its snapshot's).
-    publisher: Option<u64>,
-    /// When the stream was last seen with a viewer.
-    last_viewer: Option<Instant>,
-    next_check: Option<Instant>,
-}
-
-impl VideoWatch {
-    /// Once a second, for a B-frame stream: tell the publisher whether viewers want it.
-    fn tick(&mut self, st: &Core, p: &mut RtmpPublisher, now: Instant) {
-        if !p.has_b_frames() || self.next_check.is_some_and(|t| now < t) {
-            return;
-        }
-        self.next_check = Some(now + Duration::from_secs(1));
-        if !st
-            .engine
-            .stats
-            .snapshots
-            .viewers(Some(&self.key))
-            .is_empty()
-        {
-            self.last_viewer = Some(now);
-        }
-        p.set_viewers(self.last_viewer.is_some_and(|t| now - t < TRANSCODE_GRACE));
-    }
-
-    /// Logs a notice and puts it in the publisher's snapshot, with a `publisher.warning`.
-    fn notice(&mut self, st: &Core, p: &RtmpPublisher, n: &VideoNotice) {
-        let key = &self.key;
-        let mode = match self.mode {
-            TranscodeSetting::Auto => "auto",
-            TranscodeSetting::Never => "never",
-        };
-        let (reason, transcoding, stats) = match n {
-            VideoNotice::BFrames if self.mode == TranscodeSetting::Never => {
-                warn!(
-                    "publisher of {key} sends B-frames and transcode = \"never\": WebRTC viewers will stutter (turn B-frames off in the encoder, e.g. -bf 0, or set transcode = \"auto\")"
-                );
-                ("b-frames", false, None)
-            }
-            VideoNotice::BFrames => {
-                warn!(
-                    "publisher of {key} sends B-frames: its video is transcoded to Constrained Baseline while it has viewers (transcode = \"auto\"); turn B-frames off in the encoder (-bf 0) to spare the CPU"
-                );
-                ("b-frames", false, None)
-            }
-            VideoNotice::TranscodeStarted => {
-                info!("{key}: transcoding B-frame video for its viewers");
-                ("transcode-started", true, None)
-            }
-            VideoNotice::TranscodeStopped(s) => {
-                info!(
-                    "{key}: transcoding stopped (no viewer for {TRANSCODE_GRACE:?}): {} frames in, {} out, {}x{}, latency mean {:?} max {:?}",
-                    s.frames_in, s.frames_out, s.width, s.height, s.mean_latency, s.max_latency
-                );
-                ("transcode-stopped", false, Some(*s))
-            }
-            VideoNotice::TranscodeFailed(e) => {
-                warn!("{key}: {e}; its video passes through as it is");
-                ("transcode-failed", false, None)
-            }
-        };
-        let Some(id) = self.publisher else {
-            return;
-        };
-        // Figures for a finished run only (what a running one did so far is in the log).
-        let video = serde_json::json!({
-            "b_frames": p.has_b_frames(),
-            "transcode": mode,
-            "transcoding": transcoding,
-            "transcoded_frames": stats.map(|s| s.frames_out),
-            "transcode_latency_ms": stats.map(|s| s.mean_latency.as_secs_f64() * 1e3),
-        });
-        st.engine.stats.snapshots.publisher_video(id, video, reason);
-    }
-}
-
 /// Where an RTMP publisher's renditions report: their packets go to the engine as the
 /// connection's do (from the renditions' threads, waiting up to [`MEDIA_STALL`] for room),
 /// their news to the log: the sizes at the start, the first time an encoder falls behind
@@ -502,7 +415,7 @@ impl Connection {
             if now - last_data > IDLE_TIMEOUT {
                 return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
             }
-            video.tick(&self.st, &mut p, now);
+            video.tick(&self.st, p.media(), now);
             if let Some((id, _, _)) = &self.slot {
                 p.set_samples(self.st.hls.wanted(id.stream));
             }
@@ -574,7 +487,7 @@ impl Connection {
                     RtmpEvent::Unpublish => end = Some(Ok("the client unpublished".into())),
                     RtmpEvent::Video(n) => {
                         let outside = CountingAlloc::thread_net_bytes();
-                        video.notice(&self.st, &p, &n);
+                        video.notice(&self.st, p.media(), &n);
                         held.skip(CountingAlloc::thread_net_bytes() - outside);
                     }
                     RtmpEvent::Sample(s) => {
