@@ -17,8 +17,8 @@ use tern_rtc::ts_publisher::TsPublisher;
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
+use super::link::{Control, Inbound, counters, reject_code};
 use super::transport::{ConnId, SrtStats};
-use super::{Control, Inbound, counters, reject_code};
 use crate::config::TranscodeSetting;
 use crate::encoder::VideoWatch;
 use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
@@ -179,9 +179,17 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         };
         let ntp = clock.ntp(Instant::now());
         ts.receive(ntp, &data, &mut |e| events.push(e));
-        // Whatever else is queued, in the same batch.
-        while let Ok(Inbound::Data(d)) = job.inbound.try_recv() {
-            ts.receive(ntp, &d, &mut |e| events.push(e));
+        // Whatever else is queued, in the same batch (a close after it ends the loop).
+        let mut end = None;
+        while let Ok(m) = job.inbound.try_recv() {
+            match m {
+                Inbound::Data(d) => ts.receive(ntp, &d, &mut |e| events.push(e)),
+                Inbound::Open => {}
+                Inbound::Closed(why) => {
+                    end = Some(why);
+                    break;
+                }
+            }
         }
         let mut packets: Vec<IngestPacket> = Vec::new();
         for e in events.drain(..) {
@@ -212,6 +220,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
                 warn!("srt {}: {e} for {MEDIA_STALL:?}", job.peer);
                 return "the media engine did not take its packets";
             }
+        }
+        if let Some(why) = end {
+            return why;
         }
     }
 }

@@ -21,8 +21,9 @@ use bytes::Bytes;
 use srt_protocol::connection::DuplexConnection;
 use srt_protocol::options::{KeySize, Passphrase};
 use srt_protocol::packet::{
-    ControlTypes, CoreRejectReason, HandshakeVsInfo, KeyingMaterialMessage, Packet, RejectReason,
-    ServerRejectReason, ShakeType, SocketId, SrtControlPacket,
+    Acknowledgement, ControlTypes, CoreRejectReason, FullAckSeqNumber, HandshakeVsInfo,
+    KeyingMaterialMessage, Packet, RejectReason, ServerRejectReason, ShakeType, SocketId,
+    SrtControlPacket,
 };
 use srt_protocol::protocol::pending_connection::listen::Listen;
 use srt_protocol::protocol::pending_connection::{
@@ -226,16 +227,50 @@ enum State {
     /// Handshaking; `request` once it asked for access.
     Pending {
         listen: Box<Listen>,
-        induction: Option<Packet>,
+        induction: Option<Box<Packet>>,
         cookie: Option<i32>,
         asked: bool,
         latency: Duration,
         /// The caller's key size, from its conclusion.
         key_size: KeySize,
         /// The caller's keying material (its stream key wrapped with its passphrase).
-        km: Option<KeyingMaterialMessage>,
+        km: Option<Box<KeyingMaterialMessage>>,
     },
-    Open(Box<DuplexConnection>),
+    Open(Box<DuplexConnection>, Rtt),
+}
+
+/// Round-trip time from our full ACKs and the caller's ACK2s (`srt-protocol` 0.4.4 keeps
+/// its estimate private and leaves the statistics' RTT fields at zero).
+#[derive(Default)]
+struct Rtt {
+    /// Full ACKs sent and not yet answered, newest last (at most 8).
+    sent: std::collections::VecDeque<(FullAckSeqNumber, Instant)>,
+    /// Smoothed RTT (ms), as RFC 6298 smooths it (1/8).
+    srtt: Option<f64>,
+}
+
+impl Rtt {
+    fn sent(&mut self, p: &Packet, now: Instant) {
+        if let Packet::Control(c) = p
+            && let ControlTypes::Ack(Acknowledgement::Full(_, _, n)) = &c.control_type
+        {
+            if self.sent.len() == 8 {
+                self.sent.pop_front();
+            }
+            self.sent.push_back((*n, now));
+        }
+    }
+
+    fn received(&mut self, p: &Packet, now: Instant) {
+        if let Packet::Control(c) = p
+            && let ControlTypes::Ack2(n) = &c.control_type
+            && let Some(i) = self.sent.iter().position(|(s, _)| s == n)
+        {
+            let ms = now.duration_since(self.sent[i].1).as_secs_f64() * 1e3;
+            self.sent.drain(..=i);
+            self.srtt = Some(self.srtt.map_or(ms, |r| r + (ms - r) / 8.0));
+        }
+    }
 }
 
 struct Peer {
@@ -396,10 +431,11 @@ impl ProtocolTransport {
         let mut end = None;
         let conn = peer.conn;
         match &mut peer.state {
-            State::Open(c) => {
+            State::Open(c, rtt) => {
                 if matches!(packet, Packet::Data(_)) {
                     peer.flowing = true;
                 }
+                rtt.received(&packet, now);
                 c.handle_packet_input(now, Ok((packet, from)));
             }
             State::Pending {
@@ -416,7 +452,7 @@ impl ProtocolTransport {
                 {
                     match hs.shake_type {
                         ShakeType::Induction if induction.is_none() => {
-                            *induction = Some(Packet::Control(c.clone()));
+                            *induction = Some(Box::new(Packet::Control(c.clone())));
                         }
                         ShakeType::Conclusion if !*asked => {
                             let HandshakeVsInfo::V5(info) = &hs.info else {
@@ -436,7 +472,7 @@ impl ProtocolTransport {
                             }
                             *key_size = info.key_size;
                             if let Some(SrtControlPacket::KeyRefreshRequest(k)) = &info.ext_km {
-                                *km = Some(k.clone());
+                                *km = Some(Box::new(k.clone()));
                             }
                             // The app's latency: a fresh listener with it, walked through
                             // the same induction, and the conclusion given its cookie.
@@ -453,7 +489,7 @@ impl ProtocolTransport {
                                     true,
                                 ));
                                 if let ConnectionResult::SendPacket((Packet::Control(r), _)) =
-                                    fresh.handle_packet(now, Ok((ind, from)))
+                                    fresh.handle_packet(now, Ok((*ind, from)))
                                     && let ControlTypes::Handshake(rh) = &r.control_type
                                 {
                                     hs.syn_cookie = rh.syn_cookie;
@@ -522,10 +558,11 @@ impl ProtocolTransport {
                         gone.push((*addr, "handshake not finished in time"));
                     }
                 }
-                State::Open(c) => {
+                State::Open(c, rtt) => {
                     let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
                         let t = c.check_timers(now);
                         while let Some(s) = c.next_packet(now) {
+                            rtt.sent(&s.0, now);
                             sends.push(s);
                         }
                         while let Some((_, data)) = c.next_data(now) {
@@ -641,7 +678,7 @@ impl Transport for ProtocolTransport {
                 }
                 if let Some(peer) = self.peers.get_mut(&addr) {
                     peer.since = now;
-                    peer.state = State::Open(Box::new(DuplexConnection::new(c)));
+                    peer.state = State::Open(Box::new(DuplexConnection::new(c)), Rtt::default());
                 }
                 return Ok(());
             }
@@ -726,7 +763,7 @@ impl Transport for ProtocolTransport {
         };
         let mut sends = Vec::new();
         if let Some(Peer {
-            state: State::Open(c),
+            state: State::Open(c, _),
             ..
         }) = self.peers.get_mut(&addr)
         {
@@ -745,7 +782,7 @@ impl Transport for ProtocolTransport {
     fn stats(&self, conn: ConnId) -> Option<SrtStats> {
         let addr = self.by_conn.get(&conn)?;
         let Some(Peer {
-            state: State::Open(c),
+            state: State::Open(c, rtt),
             ..
         }) = self.peers.get(addr)
         else {
@@ -753,7 +790,7 @@ impl Transport for ProtocolTransport {
         };
         let s = c.statistics();
         Some(SrtStats {
-            rtt_ms: s.rx_average_rtt.as_secs_f64() * 1e3,
+            rtt_ms: rtt.srtt.unwrap_or(0.0),
             latency_ms: c.settings().recv_tsbpd_latency.as_millis() as u64,
             packets: s.rx_data,
             bytes: s.rx_bytes,

@@ -1,0 +1,386 @@
+//! SRT ingest (issue 36) against a real `tern serve --srt`: Debian's ffmpeg (libsrt 1.5)
+//! publishes `testsrc` (H264) and `sine` (AAC) as MPEG-TS over SRT, with each stream ID form
+//! and with a passphrase (pbkeylen 16 and 32); `srt-live-transmit` (Debian's srt-tools)
+//! relays a TS; tern bench's WebRTC viewers receive H264 and Opus. Refusals (wrong
+//! passphrase, unknown app, malformed stream ID, playback mode, a second publisher) happen
+//! at the handshake, are counted, and disturb no viewer; 200 abandoned handshakes from one
+//! address are held to the per-address limit and freed after 5 s.
+//!
+//! Traffic stays on loopback. The tests run one at a time (x264 encoders and viewers on a
+//! small machine).
+
+mod common;
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::{Ffmpeg, Server, http_get};
+use serde_json::Value;
+use tern_bench::BenchArgs;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const PASS: &str = "correct horse battery";
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn args(line: &str) -> BenchArgs {
+    let argv =
+        std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
+    Cli::parse_from(tern_bench::normalize_args(argv)).bench
+}
+
+fn wait_live(url: &str, server: &Server, ff: &mut Ffmpeg) {
+    let whep = tern_bench::signal::Whep::new(url, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !whep.live() {
+        assert!(
+            Instant::now() < deadline,
+            "{url} did not go live; ffmpeg:\n{}\nserver log:\n{}",
+            ff.log_tail(),
+            server.log_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs tern bench's WebRTC viewers on a thread.
+fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let a = args(&line);
+        let o = tern_bench::run(&a, Arc::new(AtomicBool::new(false)), &mut out).expect("bench");
+        (o, String::from_utf8_lossy(&out).into_owned())
+    })
+}
+
+/// Every viewer connected and got ~`secs` of 30 fps video with keyframes and 50/s Opus.
+fn assert_played(o: &tern_bench::Outcome, text: &str, n: usize, secs: u64) {
+    let s = &o.summary;
+    assert_eq!(s.connected, n, "{text}");
+    assert_eq!(s.failed, 0, "{text}");
+    assert_eq!(s.total_losses, 0, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        let a = c.audio.as_ref().expect("audio");
+        assert!(
+            v.frames > secs * 30 * 8 / 10,
+            "client_{}: {} frames",
+            c.id,
+            v.frames
+        );
+        assert!(
+            v.keyframes + 1 >= secs,
+            "client_{}: {} keyframes",
+            c.id,
+            v.keyframes
+        );
+        assert!(
+            a.packets > secs * 50 * 8 / 10,
+            "client_{}: {} audio packets",
+            c.id,
+            a.packets
+        );
+    }
+}
+
+/// `/metrics` as text.
+fn metrics(server: &Server) -> String {
+    http_get(server.http, "/metrics")
+        .expect("GET /metrics")
+        .text()
+}
+
+/// A metric's value (`name` with its labels, as it appears before the value).
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+/// The publisher snapshots of `GET /v1/publishers`.
+fn publishers(server: &Server) -> Vec<Value> {
+    let r = http_get(server.http, "/v1/publishers").expect("GET /v1/publishers");
+    serde_json::from_slice::<Value>(&r.body)
+        .expect("publishers JSON")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn config() -> std::path::PathBuf {
+    common::config_file(
+        "srt",
+        &format!(
+            "[[app]]\nname = \"live\"\n\n[[app]]\nname = \"sec\"\nsrt_passphrase = \"{PASS}\"\nsrt_latency_ms = 200\n"
+        ),
+    )
+}
+
+/// Acceptance: ffmpeg publishes over SRT with each stream ID form, in the clear and with
+/// pbkeylen 16 and 32; each stream plays to WebRTC viewers as H264 and Opus without loss;
+/// the publisher snapshot says `srt`, with its figures and key length.
+#[test]
+fn ffmpeg_publishes_over_srt_in_each_stream_id_form_with_and_without_encryption() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let cases = [
+        ("live/bare", "streamid=live/bare".to_string(), None::<u64>),
+        (
+            "sec/ac",
+            format!("streamid=#!::r=sec/ac,m=publish,u=enc&passphrase={PASS}&pbkeylen=16"),
+            Some(16u64),
+        ),
+        (
+            "sec/mtx",
+            format!("streamid=publish:sec/mtx:user:pw&passphrase={PASS}&pbkeylen=32"),
+            Some(32u64),
+        ),
+    ];
+    for (key, query, key_len) in cases {
+        let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?{query}"), 9, &[]);
+        let whep = format!("http://{}/{key}/whep", server.http);
+        wait_live(&whep, &server, &mut ff);
+        let bench = viewers(format!(
+            "-url {whep} -n 3 -cint 20 -life 4 -sint 5000 --json"
+        ));
+        let (o, text) = bench.join().expect("bench thread");
+        assert_played(&o, &format!("{key}: {text}\n{}", server.log_tail(20)), 3, 4);
+        let p = publishers(&server);
+        let me = p
+            .iter()
+            .find(|p| p["identity"]["stream"] == key)
+            .unwrap_or_else(|| panic!("{key} in {p:?}"));
+        assert_eq!(me["identity"]["protocol"], "srt");
+        assert_eq!(me["state"]["state"], "live");
+        let s = &me["srt"];
+        assert!(s["packets"].as_u64().is_some_and(|n| n > 100), "{me}");
+        assert_eq!(s["key_length"].as_u64(), key_len, "{me}");
+        assert_eq!(s["packets_undecrypted"], 0, "{me}");
+        // The app's srt_latency_ms (sec: 200) or libsrt's 120, whichever is larger.
+        let want = if key.starts_with("sec") { 200 } else { 120 };
+        assert_eq!(s["latency_ms"].as_u64(), Some(want), "{me}");
+        assert!(ff.wait(Duration::from_secs(10)).is_some(), "ffmpeg ended");
+    }
+    let m = metrics(&server);
+    assert_eq!(metric(&m, "tern_srt_accepted_total"), 3, "{m}");
+    server.stop();
+}
+
+/// Starts ffmpeg publishing to `url` and returns whether it was refused (exited with an
+/// error within 10 s), and its log.
+fn refused(url: &str) -> (bool, String) {
+    let mut ff = Ffmpeg::push_ts(url, 5, &[]);
+    match ff.wait(Duration::from_secs(10)) {
+        Some(ok) => (!ok, ff.log_tail()),
+        None => (false, ff.log_tail()),
+    }
+}
+
+/// Refusals at the handshake: wrong and missing passphrase, unknown app, malformed stream ID,
+/// playback mode, a second publisher on a live stream. Each is counted under its reject
+/// reason; the live stream's viewers lose nothing.
+#[test]
+fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let mut live = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/cam"), 16, &[]);
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    wait_live(&whep, &server, &mut live);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 10 -sint 5000 --json"
+    ));
+    let cases = [
+        (
+            "streamid=sec/x&passphrase=wrong-passphrase&pbkeylen=16".to_string(),
+            "bad_secret",
+        ),
+        ("streamid=sec/x".to_string(), "unsecure"),
+        ("streamid=nope/x".to_string(), "not_found"),
+        ("streamid=just-a-name".to_string(), "bad_request"),
+        ("streamid=#!::r=live/cam,m=request".to_string(), "bad_mode"),
+        ("streamid=live/cam".to_string(), "conflict"),
+    ];
+    for (query, reason) in &cases {
+        let (was_refused, log) = refused(&format!("srt://{srt}?{query}"));
+        assert!(was_refused, "{query} was not refused:\n{log}");
+        let m = metrics(&server);
+        let n = metric(
+            &m,
+            &format!("tern_srt_refused_total{{reason=\"{reason}\"}}"),
+        );
+        assert_eq!(n, 1, "{query}: {reason}\n{}", server.log_tail(10));
+    }
+    let log = std::fs::read_to_string(&server.log).expect("log");
+    assert!(log.contains("wrong passphrase for app sec"), "{log}");
+    assert!(log.contains("is not APP/STREAM"), "{log}");
+    assert!(log.contains("tern takes SRT publishers only"), "{log}");
+    let (o, text) = bench.join().expect("bench thread");
+    assert_played(&o, &text, 2, 10);
+    assert!(
+        live.running(),
+        "the live publisher went on:\n{}",
+        live.log_tail()
+    );
+    let m = metrics(&server);
+    assert_eq!(metric(&m, "tern_srt_accepted_total"), 1, "{m}");
+    assert_eq!(metric(&m, "tern_srt_publishers"), 1, "{m}");
+    server.stop();
+}
+
+/// A handshake induction (SRT v4 form, as libsrt's caller sends it first) from `socket`.
+fn induction(socket_id: u32) -> Vec<u8> {
+    let mut p = vec![0x80, 0x00, 0x00, 0x00]; // control, type 0 (handshake)
+    p.extend([0u8; 4]); // type-specific
+    p.extend([0u8; 4]); // timestamp
+    p.extend([0u8; 4]); // destination socket 0: a new connection
+    p.extend(4u32.to_be_bytes()); // version
+    p.extend(0u16.to_be_bytes()); // encryption
+    p.extend(2u16.to_be_bytes()); // extension field: SRT magic for an induction
+    p.extend(0x1234_5678u32.to_be_bytes()); // initial sequence number
+    p.extend(1500u32.to_be_bytes()); // MTU
+    p.extend(8192u32.to_be_bytes()); // flow window
+    p.extend(1u32.to_be_bytes()); // handshake type: induction
+    p.extend(socket_id.to_be_bytes());
+    p.extend(0u32.to_be_bytes()); // cookie
+    p.extend([127, 0, 0, 1]);
+    p.extend([0u8; 12]);
+    p
+}
+
+/// 200 handshakes started and abandoned from one address: the per-address limit (8) holds
+/// the state to 8 callers, the rest are dropped and counted; after the 5 s handshake
+/// timeout the 8 are freed and a real encoder from the same address publishes.
+#[test]
+fn abandoned_handshakes_are_bounded_per_address_and_freed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = common::config_file(
+        "srt-limit",
+        "[limits]\nexempt = []\nsrt_connections_per_ip = 8\n\n[[app]]\nname = \"live\"\n",
+    );
+    let (server, srt) = Server::serve_srt(&cfg);
+    let mut answered = 0;
+    let mut sockets = Vec::new();
+    let first_sent = Instant::now();
+    for i in 0..200u32 {
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        s.send_to(&induction(1000 + i), srt).expect("send");
+        let mut buf = [0u8; 1500];
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            // An induction response: a handshake control packet with our socket id.
+            assert!(n >= 64 && buf[0] == 0x80, "{n} bytes");
+            answered += 1;
+        }
+        sockets.push(s);
+    }
+    assert_eq!(answered, 8, "only the per-address limit's worth got state");
+    // The listener's figures reach /metrics once a second; the 8 are freed by the handshake
+    // timeout (5 s).
+    let started = Instant::now();
+    let wait_for = |name: &str, want: u64, limit: Duration| loop {
+        let m = metrics(&server);
+        if metric(&m, name) == want {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "{name} is not {want}:\n{m}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    wait_for("tern_srt_limited_total", 192, Duration::from_secs(3));
+    wait_for(
+        "tern_srt_handshake_timeouts_total",
+        8,
+        Duration::from_secs(8),
+    );
+    let freed = first_sent.elapsed();
+    assert!(freed > Duration::from_secs(5), "freed after {freed:?}");
+    drop(sockets);
+    let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/after"), 6, &[]);
+    let whep = format!("http://{}/live/after/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    server.stop();
+}
+
+/// `srt-live-transmit` (Debian's srt-tools) relays a live TS (ffmpeg to UDP) to tern over
+/// SRT; viewers get video and audio.
+#[test]
+fn srt_live_transmit_relays_a_ts_to_viewers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("a free UDP port");
+    let port = udp.local_addr().expect("addr").port();
+    drop(udp);
+    let mut relay = Command::new("srt-live-transmit")
+        .args([
+            &format!("udp://127.0.0.1:{port}"),
+            &format!(
+                "srt://{srt}?streamid=#!::r=sec/relay,m=publish&passphrase={PASS}&pbkeylen=24"
+            ),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn srt-live-transmit (scripts/install-deps.sh installs srt-tools)");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ff = Ffmpeg::push_ts(&format!("udp://127.0.0.1:{port}?pkt_size=1316"), 12, &[]);
+    let whep = format!("http://{}/sec/relay/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 5 -sint 5000 --json"
+    ));
+    let (o, text) = bench.join().expect("bench thread");
+    let _ = relay.kill();
+    let _ = relay.wait();
+    assert_played(&o, &format!("{text}\n{}", server.log_tail(20)), 2, 5);
+    let p = publishers(&server);
+    let me = p.iter().find(|p| p["identity"]["stream"] == "sec/relay");
+    assert!(me.is_none_or(|m| m["srt"]["key_length"] == 24), "{p:?}");
+    server.stop();
+}
+
+/// A publisher that leaves and comes back within the stream's grace keeps the viewers:
+/// they go on receiving after the second encoder starts (as RTMP's).
+#[test]
+fn a_returning_srt_publisher_keeps_the_viewers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let url = format!("srt://{srt}?streamid=live/back");
+    let mut first = Ffmpeg::push_ts(&url, 5, &[]);
+    let whep = format!("http://{}/live/back/whep", server.http);
+    wait_live(&whep, &server, &mut first);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 10 -sint 5000 --json"
+    ));
+    assert!(
+        first.wait(Duration::from_secs(10)).is_some(),
+        "first encoder ended"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut second = Ffmpeg::push_ts(&url, 8, &[]);
+    let (o, text) = bench.join().expect("bench thread");
+    assert!(second.running() || second.wait(Duration::ZERO) == Some(true));
+    let s = &o.summary;
+    assert_eq!(s.connected, 2, "{text}");
+    assert_eq!(s.failed, 0, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        // Both encoders' video: more than the first's 5 s could give.
+        assert!(
+            v.frames > 7 * 30 * 8 / 10,
+            "client_{}: {} frames\n{text}",
+            c.id,
+            v.frames
+        );
+    }
+    server.stop();
+}
