@@ -8,13 +8,14 @@
 # Runs as root; as another user it uses sudo for apt-get when sudo is there.
 # What it installs:
 #   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential cmake curl
-#                    ca-certificates coturn redis-server libavcodec-dev libavformat-dev libswscale-dev
-#                    libclang-dev (each only when its command or package is missing;
+#                    ca-certificates coturn redis-server srt-tools libavcodec-dev libavformat-dev
+#                    libswscale-dev libclang-dev (each only when its command or package is missing;
 #                    npm only when the installed nodejs does not already ship it; coturn for
 #                    turnutils_uclient, the TURN interop client; cmake builds the libopus the
 #                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests;
 #                    the libav*-dev and libclang-dev packages build the B-frame transcoder;
-#                    redis-server for the cluster tests, which start their own on a free port)
+#                    redis-server for the cluster tests, which start their own on a free port;
+#                    srt-tools for srt-live-transmit, the SRT ingest tests' libsrt relay)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
@@ -81,6 +82,7 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     need_cmd node nodejs
     need_cmd turnutils_uclient coturn
     need_cmd redis-server redis-server
+    need_cmd srt-live-transmit srt-tools
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then
