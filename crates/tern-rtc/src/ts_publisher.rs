@@ -6,7 +6,7 @@
 //!   ([`TsPublisher::unsupported`]) and skipped.
 //! * H264: each PES is an access unit in Annex B; its SPS/PPS become the pipeline's
 //!   configuration when they change, the rest goes on as length-prefixed NAL units (access
-//!   unit delimiters dropped), with PTS and DTS; B-frames take the same transcoder as RTMP's.
+//!   unit delimiters and parameter sets dropped from the unit), with PTS and DTS; B-frames take the same transcoder as RTMP's.
 //! * AAC: each ADTS frame of a PES goes to the AAC → Opus transcoder at the PES's PTS plus
 //!   1024 samples a frame; its header gives the AudioSpecificConfig.
 //! * Time: PTS/DTS (90 kHz, 33 bits) are unwrapped and put on the publisher's millisecond
@@ -36,14 +36,15 @@ struct TsClock {
     last: Option<i64>,
     /// Added to an extended 90 kHz value to give the timeline (90 kHz).
     offset: i64,
-    /// Highest timeline value given out (ms).
-    high: Option<i64>,
+    /// Highest timeline value given out (ms), per track (video, audio): a muxer interleaves
+    /// the tracks up to about a second apart, so each track is compared with itself.
+    high: [Option<i64>; 2],
     jumps: u64,
 }
 
 impl TsClock {
-    /// The timeline (ms) of a 33-bit 90 kHz timestamp.
-    fn ms(&mut self, ts: u64) -> i64 {
+    /// The timeline (ms) of a 33-bit 90 kHz timestamp of `track` (0 video, 1 audio).
+    fn ms(&mut self, ts: u64, track: usize) -> i64 {
         const WRAP: i64 = 1 << 33;
         let ts = (ts & (WRAP as u64 - 1)) as i64;
         let ext = match self.last {
@@ -62,7 +63,8 @@ impl TsClock {
         };
         self.last = Some(ext);
         let mut ms = (ext + self.offset).div_euclid(90);
-        if let Some(high) = self.high
+        let track = track.min(1);
+        if let Some(high) = self.high[track]
             && (ms - high > MAX_JUMP_MS || high - ms > MAX_BACK_MS)
         {
             // Go on one 30 fps frame after the highest value given out.
@@ -70,7 +72,8 @@ impl TsClock {
             self.jumps += 1;
             ms = high + 33;
         }
-        self.high = Some(self.high.map_or(ms, |h| h.max(ms)));
+        let h = &mut self.high[track];
+        *h = Some(h.map_or(ms, |h| h.max(ms)));
         ms
     }
 }
@@ -185,7 +188,7 @@ impl TsPublisher {
         let Some(pts) = p.pts else {
             return self.drop_frame("a video PES without a PTS".into());
         };
-        let pts_ms = self.clock.ms(pts);
+        let pts_ms = self.clock.ms(pts, 0);
         let dts_ms = match p.dts {
             Some(dts) => pts_ms - (pts.wrapping_sub(dts) & ((1 << 33) - 1)) as i64 / 90,
             None => pts_ms,
@@ -194,10 +197,18 @@ impl TsPublisher {
         let mut body = Vec::with_capacity(p.data.len() + 16);
         let mut idr = false;
         for nal in h264::nal_units(&p.data) {
+            // The parameter sets go to the configuration (the pipeline puts them in front
+            // of each keyframe), not in the access unit: as an RTMP encoder sends them.
             match h264::nal_type(nal) {
                 h264::NAL_AUD => continue,
-                h264::NAL_SPS => sps = sps.or(Some(nal)),
-                h264::NAL_PPS => pps = pps.or(Some(nal)),
+                h264::NAL_SPS => {
+                    sps = sps.or(Some(nal));
+                    continue;
+                }
+                h264::NAL_PPS => {
+                    pps = pps.or(Some(nal));
+                    continue;
+                }
                 h264::NAL_IDR => idr = true,
                 _ => {}
             }
@@ -230,7 +241,7 @@ impl TsPublisher {
         let Some(pts) = p.pts else {
             return self.drop_frame("an audio PES without a PTS".into());
         };
-        let ms = self.clock.ms(pts);
+        let ms = self.clock.ms(pts, 1);
         let (frames, clean) = adts_frames(&p.data);
         if !clean {
             self.drop_frame(format!("malformed ADTS at {ms} ms"));
@@ -366,9 +377,15 @@ mod tests {
     fn the_clock_unwraps_33_bits() {
         let mut c = TsClock::default();
         let near_wrap = (1u64 << 33) - 900;
-        let a = c.ms(near_wrap);
-        let b = c.ms(900); // 1800 ticks = 20 ms later, past the wrap
+        let a = c.ms(near_wrap, 0);
+        let b = c.ms(900, 0); // 1800 ticks = 20 ms later, past the wrap
         assert_eq!(b - a, 20);
+        assert_eq!(c.jumps, 0);
+        // The other track 800 ms ahead (a muxer's interleaving) is no discontinuity, for
+        // either track.
+        let audio = c.ms(900 + 800 * 90, 1);
+        assert_eq!(audio - b, 800);
+        assert_eq!(c.ms(900 + 3000, 0) - b, 33);
         assert_eq!(c.jumps, 0);
     }
 }

@@ -384,3 +384,209 @@ fn a_returning_srt_publisher_keeps_the_viewers() {
     }
     server.stop();
 }
+
+/// H264 with B-frames over SRT takes RTMP's path: reported in the publisher snapshot and
+/// transcoded to Baseline while viewers watch, who get smooth video without loss.
+#[test]
+fn b_frame_video_over_srt_is_transcoded_while_watched() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let mut ff = Ffmpeg::push_ts(
+        &format!("srt://{srt}?streamid=live/bframes"),
+        12,
+        &["-profile:v", "main", "-bf", "2"],
+    );
+    let whep = format!("http://{}/live/bframes/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 6 -sint 5000 --json"
+    ));
+    std::thread::sleep(Duration::from_secs(4));
+    let p = publishers(&server);
+    let me = p
+        .iter()
+        .find(|p| p["identity"]["stream"] == "live/bframes")
+        .unwrap_or_else(|| panic!("{p:?}"));
+    assert_eq!(me["video"]["b_frames"], true, "{me}");
+    let (o, text) = bench.join().expect("bench thread");
+    assert_played(&o, &format!("{text}\n{}", server.log_tail(20)), 2, 5);
+    let log = std::fs::read_to_string(&server.log).expect("log");
+    assert!(log.contains("sends B-frames"), "{log}");
+    server.stop();
+}
+
+/// LL-HLS packages an SRT stream: ffmpeg reads its playlist and gets H264 and AAC.
+#[test]
+fn ll_hls_plays_an_srt_stream() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/hls"), 14, &[]);
+    let whep = format!("http://{}/live/hls/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
+        .args(["-i", &format!("http://{}/live/hls/index.m3u8", server.http)])
+        .args(["-t", "3", "-f", "null", "-"])
+        .output()
+        .expect("run ffmpeg");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}\n{}", server.log_tail(20));
+    assert!(log.contains("Video: h264"), "{log}");
+    assert!(log.contains("Audio: aac"), "{log}");
+    server.stop();
+}
+
+/// A lossy path between an SRT caller and tern, in user space: every datagram in either
+/// direction is dropped with probability `loss` and delivered `delay` + up to `jitter` later
+/// (so some arrive out of order). This kernel has no `sch_netem`, so the issue's
+/// `tc netem loss 5% delay 40ms` is emulated here; the proxy binds loopback only.
+struct LossyPath {
+    /// Where the caller sends.
+    front: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(u64, u64)>>,
+}
+
+impl LossyPath {
+    fn start(to: std::net::SocketAddr, loss: f64, delay: Duration, jitter: Duration) -> LossyPath {
+        let front = UdpSocket::bind("127.0.0.1:0").expect("bind front");
+        let back = UdpSocket::bind("127.0.0.1:0").expect("bind back");
+        back.connect(to).expect("connect back");
+        front.set_nonblocking(true).expect("nonblocking");
+        back.set_nonblocking(true).expect("nonblocking");
+        let addr = front.local_addr().expect("addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            // A fixed-seed LCG: the same run drops the same datagrams.
+            let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+            let mut rnd = move || {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 11) as f64 / (1u64 << 53) as f64
+            };
+            let mut client = None;
+            let mut queue: Vec<(Instant, bool, Vec<u8>)> = Vec::new();
+            let (mut passed, mut dropped) = (0u64, 0u64);
+            let mut buf = vec![0u8; 65536];
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for up in [true, false] {
+                    loop {
+                        let got = if up {
+                            front.recv_from(&mut buf).map(|(n, a)| {
+                                client = Some(a);
+                                n
+                            })
+                        } else {
+                            back.recv(&mut buf)
+                        };
+                        let Ok(n) = got else { break };
+                        if rnd() < loss {
+                            dropped += 1;
+                            continue;
+                        }
+                        passed += 1;
+                        let at = Instant::now() + delay + jitter.mul_f64(rnd());
+                        queue.push((at, up, buf[..n].to_vec()));
+                    }
+                }
+                let now = Instant::now();
+                let mut i = 0;
+                while i < queue.len() {
+                    if queue[i].0 <= now {
+                        let (_, up, data) = queue.swap_remove(i);
+                        if up {
+                            let _ = back.send(&data);
+                        } else if let Some(c) = client {
+                            let _ = front.send_to(&data, c);
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            (passed, dropped)
+        });
+        LossyPath {
+            front: addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops it: (datagrams passed, dropped).
+    fn stop(mut self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Acceptance (lossy path): ffmpeg (libsrt) publishes through 5 % loss and 40 ms delay each
+/// way, with up to 10 ms of jitter that reorders datagrams, at latency 200 ms: SRT's
+/// retransmissions repair it; the WHEP viewers lose at most 0.5 % of packets and never
+/// freeze for over 1 s.
+#[test]
+fn a_lossy_srt_path_is_repaired_and_viewers_do_not_freeze() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let path = LossyPath::start(
+        srt,
+        0.05,
+        Duration::from_millis(40),
+        Duration::from_millis(10),
+    );
+    let mut ff = Ffmpeg::push_ts(
+        &format!(
+            "srt://{}?streamid=sec/lossy&passphrase={PASS}&pbkeylen=16&latency=200000",
+            path.front
+        ),
+        20,
+        &[],
+    );
+    let whep = format!("http://{}/sec/lossy/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 15 -sint 5000 --json"
+    ));
+    let (o, text) = bench.join().expect("bench thread");
+    let p = publishers(&server);
+    let srt_figures = p
+        .iter()
+        .find(|p| p["identity"]["stream"] == "sec/lossy")
+        .map(|p| p["srt"].clone())
+        .unwrap_or_default();
+    let (passed, dropped) = path.stop();
+    let s = &o.summary;
+    assert_eq!(s.connected, 2, "{text}");
+    let gaps = common::video_gaps_ms(&o);
+    let mut report = format!(
+        "path: {passed} datagrams passed, {dropped} dropped ({:.1} %); srt: {srt_figures}; viewers: max video gap {gaps:?} ms",
+        dropped as f64 * 100.0 / (passed + dropped).max(1) as f64
+    );
+    let share = s.total_losses as f64 / (s.total_packets + s.total_losses).max(1) as f64;
+    report += &format!(
+        "; viewers: {} packets, {} lost ({:.3} %)",
+        s.total_packets,
+        s.total_losses,
+        share * 100.0
+    );
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        report += &format!("; client_{}: {} frames", c.id, v.frames);
+        assert!(v.frames > 15 * 30 * 8 / 10, "{report}\n{text}");
+    }
+    assert!(share <= 0.005, "{report}\n{text}");
+    eprintln!("{report}");
+    assert!(gaps.iter().all(|&g| g <= 1000), "{report}");
+    // The path really lost packets and SRT really repaired them.
+    assert!(
+        srt_figures["packets_retransmitted"].as_u64() > Some(0),
+        "{report}"
+    );
+    server.stop();
+}
