@@ -468,5 +468,66 @@ pub fn adts_frames(mut data: &[u8]) -> (Vec<(AdtsConfig, &[u8])>, bool) {
     (frames, true)
 }
 
+/// The Opus packets of an Opus PES (ETSI TS 102 366-style control headers, as ffmpeg's
+/// muxer writes them: `0x7fe0 | flags`, the size in 255-steps, optional trims and
+/// extension); stops at the first malformed header, with `false`.
+pub fn opus_packets(mut data: &[u8]) -> (Vec<&[u8]>, bool) {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        if data.len() < 2 || data[0] != 0x7f || data[1] & 0xe0 != 0xe0 {
+            return (out, false);
+        }
+        let flags = data[1];
+        let mut i = 2;
+        let mut size = 0usize;
+        loop {
+            let Some(&b) = data.get(i) else {
+                return (out, false);
+            };
+            i += 1;
+            size += usize::from(b);
+            if b != 0xff {
+                break;
+            }
+        }
+        if flags & 0x10 != 0 {
+            i += 2;
+        }
+        if flags & 0x08 != 0 {
+            i += 2;
+        }
+        if flags & 0x04 != 0 {
+            let Some(&n) = data.get(i) else {
+                return (out, false);
+            };
+            i += 1 + usize::from(n);
+        }
+        let Some(packet) = data.get(i..i + size) else {
+            return (out, false);
+        };
+        out.push(packet);
+        data = &data[i + size..];
+    }
+    (out, true)
+}
+
+/// Samples at 48 kHz in an Opus packet, from its TOC byte (RFC 6716 §3.1); `None` if
+/// malformed.
+pub fn opus_samples(packet: &[u8]) -> Option<u32> {
+    let toc = *packet.first()?;
+    let config = toc >> 3;
+    let frame = match config {
+        0..=11 => [480, 960, 1920, 2880][usize::from(config % 4)],
+        12..=15 => [480, 960][usize::from(config % 2)],
+        _ => [120, 240, 480, 960][usize::from(config % 4)],
+    };
+    let frames = match toc & 3 {
+        0 => 1,
+        1 | 2 => 2,
+        _ => u32::from(*packet.get(1)? & 0x3f),
+    };
+    Some(frame * frames).filter(|&n| n > 0 && n <= 5760)
+}
+
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 //!   front of keyframes) with the RTP timestamp PTS × 90 (ms); B-frame video goes through
 //!   the transcoder while the stream has viewers ([`crate::video_transcode`]); renditions
 //!   are made from it ([`crate::renditions`]);
+//! * Opus packets pass through ([`AvPipeline::opus_frame`]);
 //! * AAC frames are transcoded to 20 ms Opus frames ([`crate::transcode`]) with the RTP
 //!   timestamp ms × 48 at the start of the audio, advancing by samples; an AAC frame that
 //!   does not decode is dropped and counted ([`AvPipeline::audio_dropped`]);
@@ -195,6 +196,8 @@ pub struct AvPipeline {
     video_frames: u64,
     /// AAC frames that failed to decode and were dropped.
     audio_dropped: u64,
+    /// The RTP timestamp the next passed-through Opus packet continues at.
+    next_opus_ts: Option<u64>,
     max_payload: usize,
     pub(crate) reorder: Reorder,
     tap: SampleTap,
@@ -238,6 +241,7 @@ impl AvPipeline {
             ntp_base: None,
             video_frames: 0,
             audio_dropped: 0,
+            next_opus_ts: None,
             max_payload,
             reorder: Reorder::default(),
             tap: SampleTap::default(),
@@ -416,6 +420,37 @@ impl AvPipeline {
             .map(|c| (asc.to_vec(), c));
         self.tap.audio_config_sent = false;
         Ok(())
+    }
+
+    /// One Opus packet of `samples` (48 kHz) at `ms` on the publisher's clock, passed
+    /// through: RTP timestamps go on by samples from the first packet, re-anchored at `ms`
+    /// × 48 when the two drift apart by more than [`crate::transcode::MAX_DRIFT_MS`].
+    pub fn opus_frame(
+        &mut self,
+        now_ntp: u64,
+        ms: i64,
+        samples: u32,
+        packet: &[u8],
+        ev: &mut dyn FnMut(AvEvent),
+    ) {
+        let at = (ms.max(0) as u64) * 48;
+        let ts = match self.next_opus_ts {
+            Some(n) if n.abs_diff(at) <= crate::transcode::MAX_DRIFT_MS as u64 * 48 => n,
+            _ => at,
+        };
+        self.next_opus_ts = Some(ts + u64::from(samples));
+        let capture_ntp = Some(self.capture(now_ntp, ms, ts as i64, 48_000));
+        let seq = self.audio_seq;
+        self.audio_seq += 1;
+        ev(AvEvent::Packet(IngestPacket {
+            layer: 0,
+            kind: MediaKind::Audio,
+            seq,
+            rtp_ts: ts,
+            marker: false,
+            payload: Arc::from(packet),
+            capture_ntp,
+        }));
     }
 
     /// One raw AAC frame at `ms` on the publisher's clock.

@@ -1,5 +1,6 @@
-//! Sans-IO sessions for tern: the lean viewer, the WHIP publisher, the RTMP publisher (with
-//! its AAC → Opus transcoder and its video renditions), the stream ring, the clip source, the
+//! Sans-IO sessions for tern: the lean viewer, the WHIP publisher, the RTMP publisher and the
+//! SRT publisher's MPEG-TS (over one encoded-media pipeline, `av`, with its AAC → Opus
+//! transcoder and its video renditions), the stream ring, the clip source, the
 //! offer/answer glue and a lean receiving client for tests and load.
 
 #![forbid(unsafe_code)]

@@ -2,11 +2,13 @@
 //! same [`AvEvent`]s as an RTMP publisher's out, through the shared [`AvPipeline`].
 //!
 //! * The demuxer ([`tern_proto::ts`]) follows the first program: its first H264 stream and
-//!   its first AAC stream. Other streams (H265, Opus, MPEG audio, data) are reported once
-//!   ([`TsPublisher::unsupported`]) and skipped.
+//!   its first audio stream (AAC or Opus). Other streams (H265, MPEG audio, data) are
+//!   reported once ([`TsPublisher::unsupported`]) and skipped.
 //! * H264: each PES is an access unit in Annex B; its SPS/PPS become the pipeline's
 //!   configuration when they change, the rest goes on as length-prefixed NAL units (access
 //!   unit delimiters and parameter sets dropped from the unit), with PTS and DTS; B-frames take the same transcoder as RTMP's.
+//! * Opus: each packet of a PES (after its control header) passes through, timed by its
+//!   TOC's duration from the PES's PTS.
 //! * AAC: each ADTS frame of a PES goes to the AAC → Opus transcoder at the PES's PTS plus
 //!   1024 samples a frame; its header gives the AudioSpecificConfig.
 //! * Time: PTS/DTS (90 kHz, 33 bits) are unwrapped and put on the publisher's millisecond
@@ -17,7 +19,7 @@
 //!   path (SRT gives up on a packet after its latency) costs a frame, not the publisher.
 
 use tern_proto::h264;
-use tern_proto::ts::{Demuxer, Pes, TsCodec, TsStats, adts_frames};
+use tern_proto::ts::{Demuxer, Pes, TsCodec, TsStats, adts_frames, opus_packets, opus_samples};
 
 use crate::av::{AvEvent, AvPipeline};
 
@@ -143,7 +145,7 @@ impl TsPublisher {
         }
     }
 
-    /// Elementary streams present but not taken (H265, Opus: passed over for now).
+    /// Elementary streams present but not taken (H265: passed over for now).
     pub fn unsupported(&self) -> &[TsCodec] {
         &self.unsupported
     }
@@ -175,7 +177,10 @@ impl TsPublisher {
             TsCodec::Aac if *self.audio_pid.get_or_insert(p.pid) == p.pid => {
                 self.audio(now_ntp, &p, ev)
             }
-            TsCodec::H264 | TsCodec::Aac => {}
+            TsCodec::Opus if *self.audio_pid.get_or_insert(p.pid) == p.pid => {
+                self.opus(now_ntp, &p, ev)
+            }
+            TsCodec::H264 | TsCodec::Aac | TsCodec::Opus => {}
             other => {
                 if !self.unsupported.contains(&other) {
                     self.unsupported.push(other);
@@ -264,6 +269,30 @@ impl TsPublisher {
                 Ok(()) => self.stats.audio_frames += 1,
                 Err(e) => self.drop_frame(format!("AAC frame at {at} ms: {e}")),
             }
+        }
+    }
+}
+
+impl TsPublisher {
+    fn opus(&mut self, now_ntp: u64, p: &Pes, ev: &mut dyn FnMut(AvEvent)) {
+        let Some(pts) = p.pts else {
+            return self.drop_frame("an Opus PES without a PTS".into());
+        };
+        let ms = self.clock.ms(pts, 1);
+        let (packets, clean) = opus_packets(&p.data);
+        if !clean {
+            self.drop_frame(format!("malformed Opus control header at {ms} ms"));
+        }
+        let mut offset = 0u32;
+        for packet in packets {
+            let Some(n) = opus_samples(packet) else {
+                self.drop_frame(format!("malformed Opus packet at {ms} ms"));
+                continue;
+            };
+            let at = ms + i64::from(offset) / 48;
+            self.av.opus_frame(now_ntp, at, n, packet, ev);
+            self.stats.audio_frames += 1;
+            offset += n;
         }
     }
 }
@@ -371,6 +400,60 @@ mod tests {
         let s = p.stats();
         assert!(s.video_frames >= 27, "{s:?}");
         assert!(s.demux.cc_errors == 1 || s.demux.malformed >= 1, "{s:?}");
+    }
+
+    /// Opus in MPEG-TS (as ffmpeg muxes it) passes through: every packet a 20 ms Opus
+    /// packet, RTP timestamps 960 apart, decodable.
+    #[test]
+    fn opus_in_ts_passes_through() {
+        let path = std::env::temp_dir().join(format!("tern-opus-{}.ts", std::process::id()));
+        let made = std::process::Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"])
+            .args([
+                "-i",
+                "testsrc2=size=160x96:rate=15",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine",
+            ])
+            .args([
+                "-t",
+                "2",
+                "-c:v",
+                "libx264",
+                "-profile:v",
+                "baseline",
+                "-bf",
+                "0",
+            ])
+            .args(["-c:a", "libopus", "-b:a", "64k", "-f", "mpegts"])
+            .arg(&path)
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("ffmpeg with libopus not installed: skipped");
+            return;
+        }
+        let data = std::fs::read(&path).expect("the TS");
+        let _ = std::fs::remove_file(&path);
+        let mut p = TsPublisher::new(1200);
+        let packets = run(&mut p, &data);
+        let audio: Vec<&IngestPacket> = packets
+            .iter()
+            .filter(|k| k.kind == MediaKind::Audio)
+            .collect();
+        assert!(p.unsupported().is_empty(), "{:?}", p.unsupported());
+        assert!(audio.len() >= 80, "{} Opus packets", audio.len());
+        assert!(audio.windows(2).all(|w| w[1].rtp_ts - w[0].rtp_ts == 960));
+        let mut dec = opus::Decoder::new(48_000, opus::Channels::Stereo).expect("decoder");
+        let mut pcm = vec![0f32; 960 * 2];
+        for a in &audio {
+            let n = dec
+                .decode_float(&a.payload, &mut pcm, false)
+                .expect("decodes");
+            assert_eq!(n, 960);
+        }
+        assert!(packets.iter().any(|k| k.kind == MediaKind::Video));
     }
 
     #[test]

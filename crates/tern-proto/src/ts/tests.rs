@@ -106,3 +106,23 @@ fn garbage_is_counted_and_skipped() {
     let (frames, clean) = adts_frames(&[0xff, 0xf1, 0x50, 0x80, 0xff, 0xff, 0xfc]);
     assert!(frames.is_empty() && !clean, "ADTS length past the end");
 }
+
+#[test]
+fn opus_control_headers_and_durations() {
+    // Two packets: one of 3 bytes, one of 300 bytes with a start trim.
+    let mut pes = vec![0x7f, 0xe0, 3, 0xfc, 1, 2];
+    pes.extend([0x7f, 0xf0, 0xff, 45, 0, 0]);
+    pes.extend(std::iter::repeat_n(0xfcu8, 300));
+    let (packets, clean) = opus_packets(&pes);
+    assert!(clean);
+    assert_eq!(
+        packets.iter().map(|p| p.len()).collect::<Vec<_>>(),
+        [3, 300]
+    );
+    // TOC 0xfc: CELT fullband 20 ms, one frame.
+    assert_eq!(opus_samples(&[0xfc]), Some(960));
+    assert_eq!(opus_samples(&[0xfd]), Some(1920));
+    assert_eq!(opus_samples(&[0x03]), None, "code 3 without its count byte");
+    let (_, clean) = opus_packets(&[0x7f, 0xe0, 10, 1]);
+    assert!(!clean, "size past the end");
+}

@@ -150,11 +150,13 @@ pub struct SrtStats {
     pub packets: u64,
     /// Payload bytes received.
     pub bytes: u64,
-    /// Packets found missing (reported in NAKs).
+    /// Packets found missing: retransmitted or dropped (srt-protocol 0.4.4 does not count
+    /// its losses itself).
     pub lost: u64,
     /// Retransmitted packets received.
     pub retransmitted: u64,
-    /// Lost packets that came again in time (received = unique + recovered).
+    /// Lost packets that came again, by retransmission (spurious retransmissions of packets
+    /// that were not lost count too).
     pub recovered: u64,
     /// Packets given up (too late for the latency), never delivered.
     pub dropped: u64,
@@ -794,9 +796,11 @@ impl Transport for ProtocolTransport {
             latency_ms: c.settings().recv_tsbpd_latency.as_millis() as u64,
             packets: s.rx_data,
             bytes: s.rx_bytes,
-            lost: s.rx_loss_data,
+            // srt-protocol 0.4.4 leaves its loss counter at zero: a packet was lost if it
+            // came again (retransmitted) or never (dropped); it was recovered if it came again.
+            lost: s.rx_loss_data.max(s.rx_retransmit_data + s.rx_dropped_data),
             retransmitted: s.rx_retransmit_data,
-            recovered: s.rx_loss_data.saturating_sub(s.rx_dropped_data),
+            recovered: s.rx_retransmit_data,
             dropped: s.rx_dropped_data,
             undecrypted: s.rx_decrypt_errors,
         })
