@@ -423,6 +423,28 @@ fn ll_hls_plays_an_srt_stream() {
     let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/hls"), 14, &[]);
     let whep = format!("http://{}/live/hls/whep", server.http);
     wait_live(&whep, &server, &mut ff);
+    // ffmpeg's HLS reader wants a whole segment in its first playlist: wait for one (the
+    // packager starts at the first keyframe after the first request).
+    let index = http_get(server.http, "/live/hls/index.m3u8")
+        .expect("index")
+        .text();
+    let media = index
+        .lines()
+        .find(|l| l.starts_with("media.m3u8"))
+        .unwrap_or_else(|| panic!("{index}"))
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pl = http_get(server.http, &format!("/live/hls/{media}"))
+            .expect("media playlist")
+            .text();
+        if pl.contains("#EXTINF") {
+            assert!(!pl.contains("#EXT-X-DISCONTINUITY"), "{pl}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no segment:\n{pl}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let out = Command::new("ffmpeg")
         .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
         .args(["-i", &format!("http://{}/live/hls/index.m3u8", server.http)])

@@ -205,7 +205,7 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         if ts.unsupported().len() > warned_unsupported {
             warned_unsupported = ts.unsupported().len();
             warn!(
-                "srt {}: {}: elementary streams {:?} are not taken (H264 and AAC are)",
+                "srt {}: {}: elementary streams {:?} are not taken (H264, AAC and Opus are)",
                 job.peer,
                 job.id.key(),
                 ts.unsupported()
