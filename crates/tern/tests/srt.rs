@@ -120,7 +120,7 @@ fn config() -> std::path::PathBuf {
     common::config_file(
         "srt",
         &format!(
-            "[[app]]\nname = \"live\"\n\n[[app]]\nname = \"sec\"\nsrt_passphrase = \"{PASS}\"\nsrt_latency_ms = 200\n"
+            "[[app]]\nname = \"live\"\n\n[[app]]\nname = \"sec\"\nsrt_passphrase = \"{PASS}\"\nsrt_latency_ms = 200\n\n[[app]]\nname = \"tok\"\ntoken = \"T0K3N\"\n"
         ),
     )
 }
@@ -143,6 +143,12 @@ fn ffmpeg_publishes_over_srt_in_each_stream_id_form_with_and_without_encryption(
             "sec/mtx",
             format!("streamid=publish:sec/mtx:user:pw&passphrase={PASS}&pbkeylen=32"),
             Some(32u64),
+        ),
+        // The app's token as the access-control form's `s=`.
+        (
+            "tok/ac",
+            "streamid=#!::r=tok/ac,m=publish,s=T0K3N".to_string(),
+            None,
         ),
     ];
     for (key, query, key_len) in cases {
@@ -171,7 +177,7 @@ fn ffmpeg_publishes_over_srt_in_each_stream_id_form_with_and_without_encryption(
         assert!(ff.wait(Duration::from_secs(10)).is_some(), "ffmpeg ended");
     }
     let m = metrics(&server);
-    assert_eq!(metric(&m, "tern_srt_accepted_total"), 3, "{m}");
+    assert_eq!(metric(&m, "tern_srt_accepted_total"), 4, "{m}");
     server.stop();
 }
 
@@ -205,6 +211,7 @@ fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
         ),
         ("streamid=sec/x".to_string(), "unsecure"),
         ("streamid=nope/x".to_string(), "not_found"),
+        ("streamid=tok/x?token=wrong".to_string(), "unauthorized"),
         ("streamid=just-a-name".to_string(), "bad_request"),
         ("streamid=#!::r=live/cam,m=request".to_string(), "bad_mode"),
         ("streamid=live/cam".to_string(), "conflict"),
