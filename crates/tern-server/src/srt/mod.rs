@@ -358,3 +358,59 @@ impl Listener {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::LimitReached;
+    use crate::session::Refusal;
+
+    /// Each refusal maps once to the reject reason an encoder's log shows (libsrt's
+    /// numbers), and each stream ID rule to its own.
+    #[test]
+    fn refusals_map_to_srt_reject_reasons() {
+        let denied = |status: u16| Refusal::Denied {
+            status,
+            reason: "no".into(),
+        };
+        let cases = [
+            (Refusal::BadName("a b".into()), 1400),
+            (Refusal::NotFound("x/y".into()), 1404),
+            (Refusal::Unauthorized { app: "a".into() }, 1401),
+            (denied(401), 1401),
+            (denied(403), 1403),
+            (denied(503), 1503),
+            (Refusal::Busy("x/y".into()), 1409),
+            (
+                Refusal::PublishedElsewhere {
+                    key: "x/y".into(),
+                    node: "n2".into(),
+                },
+                1409,
+            ),
+            (
+                Refusal::TooMany(LimitReached {
+                    what: "SRT connections",
+                    max: 8,
+                }),
+                1402,
+            ),
+            (Refusal::Capacity, 1402),
+            (Refusal::Unavailable("stopping"), 1503),
+        ];
+        for (r, code) in cases {
+            assert_eq!(reject_code(&r).libsrt(), code, "{r:?}");
+        }
+        assert_eq!(
+            stream_id_code(&StreamId::parse("#!::r=a/b,m=request").expect_err("mode")),
+            RejectCode::BadMode
+        );
+        assert_eq!(
+            stream_id_code(&StreamId::parse("nope").expect_err("resource")),
+            RejectCode::BadRequest
+        );
+        // Every reason has its own metric label.
+        let names: std::collections::BTreeSet<&str> = REASONS.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), REASONS.len());
+    }
+}
