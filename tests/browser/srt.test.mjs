@@ -1,18 +1,20 @@
 // End-to-end SRT ingest (issue 36): Debian's ffmpeg (libsrt) publishes testsrc (H264) + sine
 // (AAC) as MPEG-TS over SRT to `tern serve --srt`, with each stream ID form (bare, SRT access
-// control with pbkeylen 16, MediaMTX with pbkeylen 32), and headless Chromium plays each from
+// control with pbkeylen 16, MediaMTX with pbkeylen 32; and through srt-live-transmit with
+// pbkeylen 24), and headless Chromium plays each from
 // the WHEP player page: video frames decoded, Opus audio received, decoded and audible (the
 // 440 Hz sine made it through AAC -> Opus).
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
-import { publishRtmp, startServer } from './server.mjs';
+import { freeUdpPort, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 const PASS = 'correct horse battery';
@@ -64,20 +66,31 @@ describe('SRT ingest played in Chromium', { timeout: 240_000 }, () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
+  // [stream, SRT query, relay]: with a relay, ffmpeg sends the TS over UDP to Debian's
+  // srt-live-transmit, which calls tern.
   const forms = [
-    ['live/bare', 'streamid=live/bare'],
-    ['sec/ac', `streamid=#!::r=sec/ac,m=publish&passphrase=${PASS}&pbkeylen=16`],
-    ['sec/mtx', `streamid=publish:sec/mtx:user:pw&passphrase=${PASS}&pbkeylen=32`],
+    ['live/bare', 'streamid=live/bare', false],
+    ['sec/ac', `streamid=#!::r=sec/ac,m=publish&passphrase=${PASS}&pbkeylen=16`, false],
+    ['sec/mtx', `streamid=publish:sec/mtx:user:pw&passphrase=${PASS}&pbkeylen=32`, false],
+    ['sec/relay', `streamid=#!::r=sec/relay,m=publish&passphrase=${PASS}&pbkeylen=24`, true],
   ];
-  for (const [key, query] of forms) {
-    it(`player page plays ${key} (${query.split('&').slice(0, 1)}): frames decoded, audio audible`, { timeout: 60_000 }, async (t) => {
+  for (const [key, query, relayed] of forms) {
+    it(`player page plays ${key} (${query.split('&').slice(0, 1)}${relayed ? ', via srt-live-transmit' : ''}): frames decoded, audio audible`, { timeout: 60_000 }, async (t) => {
+      let relay = null;
+      let target = `srt://${srt}?${query}`;
+      if (relayed) {
+        const udp = await freeUdpPort();
+        relay = spawn('srt-live-transmit', [`udp://127.0.0.1:${udp}`, target], { stdio: 'ignore' });
+        await sleep(300);
+        target = `udp://127.0.0.1:${udp}?pkt_size=1316`;
+      }
       const ffmpeg = await publishRtmp(server, key, [
         '-hide_banner', '-nostdin', '-loglevel', 'warning',
         '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
         '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=44100',
         '-t', '30', '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
         '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac',
-        '-f', 'mpegts', `srt://${srt}?${query}`,
+        '-f', 'mpegts', target,
       ]);
       const { page, log } = await newLoggedPage(browser.context);
       const failure = (what, s) =>
@@ -118,6 +131,7 @@ describe('SRT ingest played in Chromium', { timeout: 240_000 }, () => {
       } finally {
         await page.close();
         ffmpeg.proc.kill('SIGKILL');
+        relay?.kill('SIGKILL');
       }
     });
   }
