@@ -817,3 +817,111 @@ fn send(socket: &UdpSocket, buf: &mut Vec<u8>, packet: &Packet, to: SocketAddr) 
     packet.serialize(buf);
     let _ = socket.send_to(buf, to);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transport(per_ip: usize) -> ProtocolTransport {
+        let latency = Duration::from_millis(120);
+        ProtocolTransport::bind(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            PerAddress::new("SRT connections", per_ip, &[]),
+            latency,
+            Box::new(move |_| latency),
+        )
+        .expect("bind")
+    }
+
+    /// Datagrams that are not SRT, SRT from no caller, and random bytes shaped like control
+    /// packets (handshakes of every kind among them) are counted or answered, never a
+    /// panic, and state stays within the per-address limit.
+    #[test]
+    fn junk_is_counted_and_bounded_never_a_panic() {
+        let mut t = transport(4);
+        let to = t.local_addr();
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for n in [0usize, 1, 3, 15, 16, 17, 63, 64, 1500] {
+            s.send_to(&vec![0xab; n], to).expect("send");
+        }
+        // A data packet for a connection nobody opened.
+        s.send_to(
+            &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1, 2, 3],
+            to,
+        )
+        .expect("send");
+        let mut events = Vec::new();
+        for _ in 0..20 {
+            t.poll(Duration::from_millis(5), &mut events).expect("poll");
+        }
+        assert!(events.is_empty(), "{events:?}");
+        assert!(t.counts().stray >= 2, "{:?}", t.counts());
+        // 3,000 random control-shaped datagrams from 8 addresses (ports).
+        let senders: Vec<UdpSocket> = (0..8)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind"))
+            .collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..3000usize {
+            let mut d = vec![0u8; 16 + 48 + (i % 80)];
+            for b in &mut d {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                *b = (seed >> 56) as u8;
+            }
+            d[0] = 0x80;
+            d[1] = 0;
+            d[2] = 0;
+            d[3] = 0;
+            // Handshake type: induction, conclusion, or anything.
+            if i % 3 < 2 {
+                d[36..40].copy_from_slice(&[1u32, 0xffff_ffff][i % 3].to_be_bytes());
+                d[16..20].copy_from_slice(&[4u32, 5][i % 2].to_be_bytes());
+            }
+            senders[i % 8].send_to(&d, to).expect("send");
+            if i % 100 == 0 {
+                t.poll(Duration::from_millis(1), &mut events).expect("poll");
+            }
+        }
+        for _ in 0..50 {
+            t.poll(Duration::from_millis(2), &mut events).expect("poll");
+        }
+        assert_eq!(t.counts().panics, 0, "{:?}", t.counts());
+        let before = t.peers.len();
+        assert!(before <= 4, "{before} peers");
+        // Then 10 real inductions from 10 more ports of the same address: the limit holds.
+        let induction = |id: u32| {
+            let mut p = vec![0x80, 0, 0, 0];
+            p.extend([0u8; 12]);
+            p.extend(4u32.to_be_bytes());
+            p.extend(0u16.to_be_bytes());
+            p.extend(2u16.to_be_bytes());
+            p.extend(7u32.to_be_bytes());
+            p.extend(1500u32.to_be_bytes());
+            p.extend(8192u32.to_be_bytes());
+            p.extend(1u32.to_be_bytes());
+            p.extend(id.to_be_bytes());
+            p.extend(0u32.to_be_bytes());
+            p.extend([127, 0, 0, 1]);
+            p.extend([0u8; 12]);
+            p
+        };
+        let limited = t.counts().limited;
+        let callers: Vec<UdpSocket> = (0..10u32)
+            .map(|i| {
+                let c = UdpSocket::bind("127.0.0.1:0").expect("bind");
+                c.send_to(&induction(100 + i), to).expect("send");
+                c
+            })
+            .collect();
+        for _ in 0..20 {
+            t.poll(Duration::from_millis(2), &mut events).expect("poll");
+        }
+        assert_eq!(t.peers.len(), 4, "{:?}", t.counts());
+        assert_eq!(
+            t.counts().limited - limited,
+            10 - (4 - before) as u64,
+            "{:?}",
+            t.counts()
+        );
+        drop(callers);
+    }
+}
