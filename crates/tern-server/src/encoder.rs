@@ -1,9 +1,11 @@
 //! What the encoder surfaces (RTMP in `rtmp.rs`, SRT in `srt/`) share around their media
 //! pipeline ([`tern_rtc::av::AvPipeline`]): the B-frame watch, which turns the transcoder on
-//! while the stream has viewers and reports what it finds.
+//! while the stream has viewers and reports what it finds; and the [`Ledger`] that measures
+//! the heap a connection's thread holds for its memory pool (`rtmp_ingest`, `srt_ingest`).
 
 use std::time::{Duration, Instant};
 
+use tern_pool::CountingAlloc;
 use tern_rtc::av::{AvPipeline, VideoNotice};
 use tracing::{info, warn};
 
@@ -96,5 +98,49 @@ impl VideoWatch {
             "transcode_latency_ms": stats.map(|s| s.mean_latency.as_secs_f64() * 1e3),
         });
         st.engine.stats.snapshots.publisher_video(id, video, reason);
+    }
+}
+
+/// Heap a `[u8]` of `len` bytes takes in an `Arc` (two counters in front, padded to 8):
+/// the packets handed to the engine leave this thread's ledger.
+pub fn arc_bytes(len: usize) -> i64 {
+    ((2 * std::mem::size_of::<usize>() + len).next_multiple_of(8)) as i64
+}
+
+/// What an encoder connection's thread (RTMP's, an SRT publisher's) holds: the thread's net allocations since the connection
+/// began, less what it handed to other threads (packets, the publisher slot). The engine
+/// frees the packets on its own thread, so without the `skip`s they would count here.
+pub struct Ledger {
+    last: i64,
+    held: i64,
+}
+
+impl Ledger {
+    /// Starts measuring on this thread, from now.
+    pub fn start() -> Self {
+        Ledger {
+            last: CountingAlloc::thread_net_bytes(),
+            held: 0,
+        }
+    }
+
+    /// `bytes` allocated here since the last mark belong to someone else.
+    pub fn skip(&mut self, bytes: i64) {
+        self.held -= bytes;
+    }
+
+    /// The bytes held now. Allocations between a mark and the next call go uncounted only
+    /// if skipped; the channel to the engine is left outside marks on purpose (its blocks
+    /// are allocated by senders and freed by the receiver).
+    pub fn mark(&mut self) -> usize {
+        let now = CountingAlloc::thread_net_bytes();
+        self.held += now - self.last;
+        self.last = now;
+        usize::try_from(self.held).unwrap_or(0)
+    }
+
+    /// Restarts the measurement here (after a section that is not ours).
+    pub fn resume(&mut self) {
+        self.last = CountingAlloc::thread_net_bytes();
     }
 }

@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, TranscodeSetting};
-use crate::encoder::VideoWatch;
+use crate::encoder::{Ledger, VideoWatch, arc_bytes};
 use crate::limits::PerAddress;
 use crate::media::{Command, NtpClock};
 use crate::media::{PublisherId, RtmpCommand};
@@ -247,49 +247,6 @@ impl Drop for Connection {
 fn counter() -> &'static PoolCounter {
     static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
     COUNTER.get_or_init(|| PoolCounter::new("rtmp_ingest", 0))
-}
-
-/// Heap a `[u8]` of `len` bytes takes in an `Arc` (two counters in front, padded to 8):
-/// the packets handed to the engine leave this thread's ledger.
-fn arc_bytes(len: usize) -> i64 {
-    ((2 * std::mem::size_of::<usize>() + len).next_multiple_of(8)) as i64
-}
-
-/// What a connection's thread holds: the thread's net allocations since the connection
-/// began, less what it handed to other threads (packets, the publisher slot). The engine
-/// frees the packets on its own thread, so without the `skip`s they would count here.
-struct Ledger {
-    last: i64,
-    held: i64,
-}
-
-impl Ledger {
-    fn start() -> Self {
-        Ledger {
-            last: CountingAlloc::thread_net_bytes(),
-            held: 0,
-        }
-    }
-
-    /// `bytes` allocated here since the last mark belong to someone else.
-    fn skip(&mut self, bytes: i64) {
-        self.held -= bytes;
-    }
-
-    /// The bytes held now. Allocations between a mark and the next call go uncounted only
-    /// if skipped; the channel to the engine is left outside marks on purpose (its blocks
-    /// are allocated by senders and freed by the receiver).
-    fn mark(&mut self) -> usize {
-        let now = CountingAlloc::thread_net_bytes();
-        self.held += now - self.last;
-        self.last = now;
-        usize::try_from(self.held).unwrap_or(0)
-    }
-
-    /// Restarts the measurement here (after a section that is not ours).
-    fn resume(&mut self) {
-        self.last = CountingAlloc::thread_net_bytes();
-    }
 }
 
 impl Connection {

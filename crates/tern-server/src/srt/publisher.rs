@@ -5,10 +5,11 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
 use tern_proto::srt_stream_id::StreamId;
 use tern_rtc::av::{AvEvent, TranscodeMode};
@@ -20,7 +21,7 @@ use tracing::{info, warn};
 use super::link::{Control, Inbound, counters, reject_code};
 use super::transport::{ConnId, SrtStats};
 use crate::config::TranscodeSetting;
-use crate::encoder::VideoWatch;
+use crate::encoder::{Ledger, VideoWatch, arc_bytes};
 use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
 use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
 
@@ -30,6 +31,16 @@ const MEDIA_STALL: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(200);
 /// How often the publisher snapshot's SRT figures are refreshed.
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(2);
+
+/// The memory line of SRT ingest (`srt_ingest` in `GET /v1/memory`): one item per
+/// publisher thread, its bytes the heap that thread allocated and still holds (the TS
+/// demuxer's PES buffers, the AAC decoder, resampler and Opus buffers), measured with the
+/// counting allocator as RTMP's are. Not included: the listener thread's SRT state (receive
+/// buffers, in `srt-protocol`), libopus's and libavcodec's own mallocs.
+fn pool() -> &'static PoolCounter {
+    static POOL: OnceLock<PoolCounter> = OnceLock::new();
+    POOL.get_or_init(|| PoolCounter::new("srt_ingest", 0))
+}
 
 /// What the listener hands a publisher's thread.
 pub(super) struct Job {
@@ -151,6 +162,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     let mut last_snapshot = Instant::now();
     let mut warned_unsupported = 0;
     let mut events = Vec::new();
+    let mut held = Ledger::start();
+    let mut booked = Booked(0);
+    pool().add(1, 0);
     loop {
         if slot.closed.load(Ordering::Relaxed) {
             let _ = job.control.send(Control::Close(job.conn));
@@ -177,13 +191,12 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return "listener stopped",
         };
-        let ntp = clock.ntp(Instant::now());
-        ts.receive(ntp, &data, &mut |e| events.push(e));
         // Whatever else is queued, in the same batch (a close after it ends the loop).
+        let mut batch = vec![data];
         let mut end = None;
         while let Ok(m) = job.inbound.try_recv() {
             match m {
-                Inbound::Data(d) => ts.receive(ntp, &d, &mut |e| events.push(e)),
+                Inbound::Data(d) => batch.push(d),
                 Inbound::Open => {}
                 Inbound::Closed(why) => {
                     end = Some(why);
@@ -191,14 +204,36 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
                 }
             }
         }
+        // Measured from here: the messages were allocated by the listener thread, and are
+        // freed (after the mark) outside the measure.
+        held.resume();
+        let ntp = clock.ntp(Instant::now());
+        for d in &batch {
+            ts.receive(ntp, d, &mut |e| events.push(e));
+        }
         let mut packets: Vec<IngestPacket> = Vec::new();
         for e in events.drain(..) {
             match e {
-                AvEvent::Packet(p) => packets.push(p),
-                AvEvent::Video(n) => video.notice(core, ts.media(), &n),
-                AvEvent::Sample(s) => core.hls.rtmp_sample(slot.id.stream, &s),
+                AvEvent::Packet(p) => {
+                    // Handed to the engine, which frees it on its own thread.
+                    held.skip(arc_bytes(p.payload.len()));
+                    packets.push(p);
+                }
+                // The snapshot's and the packager's bytes are theirs, not this thread's.
+                AvEvent::Video(n) => {
+                    let outside = CountingAlloc::thread_net_bytes();
+                    video.notice(core, ts.media(), &n);
+                    held.skip(CountingAlloc::thread_net_bytes() - outside);
+                }
+                AvEvent::Sample(s) => {
+                    let outside = CountingAlloc::thread_net_bytes();
+                    core.hls.rtmp_sample(slot.id.stream, &s);
+                    held.skip(CountingAlloc::thread_net_bytes() - outside);
+                }
             }
         }
+        held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
+        booked.set(held.mark());
         if let Some(e) = ts.take_error() {
             warn!("srt {}: {}: frame dropped: {e}", job.peer, job.id.key());
         }
@@ -221,9 +256,27 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
                 return "the media engine did not take its packets";
             }
         }
+        drop(batch);
         if let Some(why) = end {
             return why;
         }
+    }
+}
+
+/// This thread's bytes in the `srt_ingest` pool; given back (with the item) when dropped.
+struct Booked(usize);
+
+impl Booked {
+    fn set(&mut self, bytes: usize) {
+        pool().sub(0, self.0);
+        pool().add(0, bytes);
+        self.0 = bytes;
+    }
+}
+
+impl Drop for Booked {
+    fn drop(&mut self) {
+        pool().sub(1, self.0);
     }
 }
 
