@@ -1,9 +1,10 @@
 //! MPEG-TS demuxing: any bytes, pushed in any cuts, never panic; the same bytes cut
 //! differently give the same PES packets; every PES is bounded; ADTS splitting of each
-//! audio PES never panics and its frames lie inside the PES.
+//! audio PES (and the Opus control headers of an Opus PES) never panics and its frames lie
+//! inside the PES.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tern_proto::ts::{Demuxer, MAX_PES, Pes, TsCodec, adts_frames};
+use tern_proto::ts::{Demuxer, MAX_PES, Pes, TsCodec, adts_frames, opus_packets, opus_samples};
 
 fn run(data: &[u8], cut: usize) -> Vec<Pes> {
     let mut d = Demuxer::new();
@@ -26,6 +27,13 @@ fuzz_target!(|data: &[u8]| {
         if p.codec == TsCodec::Aac {
             let (frames, _) = adts_frames(&p.data);
             assert!(frames.iter().map(|(_, f)| f.len()).sum::<usize>() <= p.data.len());
+        }
+        if p.codec == TsCodec::Opus {
+            let (packets, _) = opus_packets(&p.data);
+            assert!(packets.iter().map(|f| f.len()).sum::<usize>() <= p.data.len());
+            for f in packets {
+                assert!(opus_samples(f).is_none_or(|n| n <= 5760));
+            }
         }
     }
 });
