@@ -8,8 +8,8 @@
 # Runs as root; as another user it uses sudo for apt-get when sudo is there.
 # What it installs:
 #   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential cmake curl
-#                    ca-certificates coturn redis-server nginx-light openssl libavcodec-dev libavformat-dev libswscale-dev
-#                    libclang-dev (each only when its command or package is missing;
+#                    ca-certificates coturn redis-server srt-tools nginx-light openssl libavcodec-dev
+#                    libavformat-dev libswscale-dev libclang-dev (each only when its command or package is missing;
 #                    npm only when the installed nodejs does not already ship it; coturn for
 #                    turnutils_uclient, the TURN interop client; cmake builds the libopus the
 #                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests;
@@ -19,7 +19,8 @@
 #                    openssl, which reads the certificate tern serves; systemd, whose
 #                    systemd-analyze checks packaging/tern.service;
 #                    python3-gi and GStreamer 1.22's base/good/bad/ugly/libav plugins, gstreamer1.0-nice
-#                    and the GStreamer typelibs for the webrtcbin interop tests)
+#                    and the GStreamer typelibs for the webrtcbin interop tests;
+#                    srt-tools for srt-live-transmit, the SRT ingest tests' libsrt relay)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
@@ -102,6 +103,7 @@ if [ "$RUST_ONLY" -eq 0 ]; then
         gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-nice gstreamer1.0-libav; do
         pkg_installed "$p" || missing+=("$p")
     done
+    need_cmd srt-live-transmit srt-tools
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -58,6 +58,8 @@ pub enum Protocol {
     Whip,
     /// RTMP ingest.
     Rtmp,
+    /// SRT ingest.
+    Srt,
     /// WHEP playback.
     Whep,
     /// OvenMediaEngine-style WebSocket signalling.
@@ -72,6 +74,7 @@ impl Protocol {
         match self {
             Protocol::Whip => "whip",
             Protocol::Rtmp => "rtmp",
+            Protocol::Srt => "srt",
             Protocol::Whep => "whep",
             Protocol::Ome => "ome",
             Protocol::Hls => "hls",

@@ -1,7 +1,7 @@
 //! LL-HLS egress: one [`Packager`] per stream, running only while an HLS session reads it.
 //!
 //! Where the media comes from:
-//! - RTMP publishers: their connection thread hands over the frames as the encoder sent
+//! - RTMP and SRT publishers: their connection thread hands over the frames as the encoder sent
 //!   them ([`Hls::rtmp_sample`]): H264 with its B-frames (fMP4 carries composition
 //!   offsets, so nothing is transcoded for HLS) and the AAC untouched.
 //! - WHIP publishers and clip sources: the owning app worker copies the stream's ring

@@ -12,6 +12,8 @@
 //! | `session/` | may this client publish or play? names and dynamic streams, the app token, admission, per-address limits, the cluster claim and edge pull, lifetimes: one grant or one `Refusal` for every surface (`Core` is the state they share) |
 //! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`, `recordings.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
 //! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
+//! | `srt/` | SRT ingest: the listener thread over `srt-protocol` (behind a `Transport` trait), stream IDs, one publisher thread per caller feeding MPEG-TS through `tern_rtc::ts_publisher`; a surface over `session/` |
+//! | `encoder.rs` | what the encoder surfaces (RTMP, SRT) share: the B-frame watch around `tern_rtc::av::AvPipeline` |
 //! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
 //! | `hls.rs` | LL-HLS sessions and packagers (`http/hls.rs` serves them) |
 //! | `record/` | recordings: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
@@ -24,7 +26,7 @@
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `config/` | the TOML configuration: one file per section, each with its `Default` and its own check |
 //!
-//! Imports point one way: surfaces (`http/`, `rtmp.rs`) stand on `session/`, which stands
+//! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`) stand on `session/`, which stands
 //! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
 //! `http/`, `media` never imports a surface; inside each folder nothing imports what imports
 //! it. `crates/tern/tests/house.rs` checks all three, and that this map names every module.
@@ -52,6 +54,7 @@ pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod directory;
+pub mod encoder;
 pub mod hls;
 pub mod http;
 pub mod limits;
@@ -61,6 +64,7 @@ pub mod record;
 pub mod rtmp;
 pub mod session;
 pub mod snapshot;
+pub mod srt;
 pub mod turn;
 
 use std::collections::HashMap;
@@ -141,6 +145,8 @@ pub struct ServeOptions {
     pub config: Option<PathBuf>,
     /// `--rtmp` (`Some(None)`: `--rtmp none`), overriding the config.
     pub rtmp: Option<Option<SocketAddr>>,
+    /// `--srt` (`Some(None)`: `--srt none`), overriding the config.
+    pub srt: Option<Option<SocketAddr>>,
     /// Serve the built-in clip as `live/demo`.
     pub demo: bool,
     /// Which built-in clip `demo` serves.
@@ -195,6 +201,9 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     if let Some(r) = opts.rtmp {
         cfg.server.rtmp = Some(r);
     }
+    if let Some(s) = opts.srt {
+        cfg.server.srt = s;
+    }
     if let Some(a) = opts.turn {
         cfg.turn.listen = Some(a);
     }
@@ -240,21 +249,24 @@ pub struct Addresses {
     pub media: SocketAddr,
     /// The RTMP listener, if RTMP is on.
     pub rtmp: Option<SocketAddr>,
+    /// The SRT listener (UDP), if SRT is on.
+    pub srt: Option<SocketAddr>,
     /// The STUN/TURN listener (UDP and TCP), if TURN is on.
     pub turn: Option<SocketAddr>,
 }
 
 impl std::fmt::Display for Addresses {
-    /// `http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|- https=ADDR|-`: the line `tern serve`
-    /// prints once it listens, for supervisors and tests.
+    /// `http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|-`: the line
+    /// `tern serve` prints once it listens, for supervisors and tests.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let opt = |a: Option<SocketAddr>| a.map_or("-".to_string(), |a| a.to_string());
         write!(
             f,
-            "http={} media={} rtmp={} turn={} https={}",
+            "http={} media={} rtmp={} srt={} turn={} https={}",
             self.http,
             self.media,
             opt(self.rtmp),
+            opt(self.srt),
             opt(self.turn),
             opt(self.https)
         )
@@ -271,6 +283,7 @@ pub struct Server {
     stop_http: Option<tokio::sync::oneshot::Sender<()>>,
     http_task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
     rtmp: Option<rtmp::RtmpServer>,
+    srt: Option<srt::SrtServer>,
     turn: Option<turn::TurnHandle>,
     engine_threads: Option<media::EngineThreads>,
     hls_thread: Option<std::thread::JoinHandle<()>>,
@@ -374,6 +387,12 @@ impl Server {
             cfg.limits.rtmp_connections_per_ip,
             &cfg.limits.exempt_ranges(),
         );
+        let srt_bind = cfg.server.srt;
+        let srt_per_ip = limits::PerAddress::new(
+            "SRT connections",
+            cfg.limits.srt_connections_per_ip,
+            &cfg.limits.exempt_ranges(),
+        );
         // The runtime first: RTMP connections block on it for the session layer, and the
         // HTTP listener binds on it (a cluster node's default URL needs its port).
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -465,6 +484,18 @@ impl Server {
                 }
             }
         };
+        let srt = match srt_bind {
+            Some(addr) => Some(
+                srt::SrtServer::spawn(addr, core.clone(), max_payload, srt_per_ip).map_err(
+                    |source| ServeError::Bind {
+                        what: "SRT",
+                        addr,
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
         let https_addr = https.as_ref().map(|h| h.1);
         let state =
             Arc::new(AppState::new(core.clone()).with_tls(https.as_ref().map(|h| h.2.clone())));
@@ -508,9 +539,10 @@ impl Server {
             https: https_addr,
             media: media_addr,
             rtmp: rtmp.as_ref().map(|r| r.addr),
+            srt: srt.as_ref().map(|s| s.addr),
             turn: turn.as_ref().map(|(t, _)| t.addr),
         };
-        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, %candidate_ip, "tern listening");
+        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, srt = ?addrs.srt, %candidate_ip, "tern listening");
         Ok(Server {
             addrs,
             core,
@@ -518,6 +550,7 @@ impl Server {
             stop_http: Some(stop_http),
             http_task: Some(http_task),
             rtmp,
+            srt,
             turn: turn.map(|(t, _)| t),
             engine_threads: Some(engine_threads),
             hls_thread: Some(hls_thread),
@@ -559,7 +592,7 @@ impl Server {
     }
 
     /// Stops the server: the HTTP listener (open connections get [`HTTP_GRACE`] to
-    /// finish), the cluster membership (at once rather than after the TTL), RTMP, the
+    /// finish), the cluster membership (at once rather than after the TTL), RTMP, SRT, the
     /// media engine, the HLS thread and TURN, in that order.
     pub fn shutdown(mut self) {
         self.stop();
@@ -591,6 +624,9 @@ impl Server {
         drop(rt);
         if let Some(r) = self.rtmp.take() {
             r.stop();
+        }
+        if let Some(s) = self.srt.take() {
+            s.stop();
         }
         self.core.engine.stop_all();
         if let Some(t) = self.engine_threads.take() {

@@ -37,11 +37,12 @@ use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::publisher::IngestPacket;
 use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
-use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode, VideoNotice};
+use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, TranscodeSetting};
+use crate::encoder::{Ledger, VideoWatch, arc_bytes};
 use crate::limits::PerAddress;
 use crate::media::{Command, NtpClock};
 use crate::media::{PublisherId, RtmpCommand};
@@ -248,49 +249,6 @@ fn counter() -> &'static PoolCounter {
     COUNTER.get_or_init(|| PoolCounter::new("rtmp_ingest", 0))
 }
 
-/// Heap a `[u8]` of `len` bytes takes in an `Arc` (two counters in front, padded to 8):
-/// the packets handed to the engine leave this thread's ledger.
-fn arc_bytes(len: usize) -> i64 {
-    ((2 * std::mem::size_of::<usize>() + len).next_multiple_of(8)) as i64
-}
-
-/// What a connection's thread holds: the thread's net allocations since the connection
-/// began, less what it handed to other threads (packets, the publisher slot). The engine
-/// frees the packets on its own thread, so without the `skip`s they would count here.
-struct Ledger {
-    last: i64,
-    held: i64,
-}
-
-impl Ledger {
-    fn start() -> Self {
-        Ledger {
-            last: CountingAlloc::thread_net_bytes(),
-            held: 0,
-        }
-    }
-
-    /// `bytes` allocated here since the last mark belong to someone else.
-    fn skip(&mut self, bytes: i64) {
-        self.held -= bytes;
-    }
-
-    /// The bytes held now. Allocations between a mark and the next call go uncounted only
-    /// if skipped; the channel to the engine is left outside marks on purpose (its blocks
-    /// are allocated by senders and freed by the receiver).
-    fn mark(&mut self) -> usize {
-        let now = CountingAlloc::thread_net_bytes();
-        self.held += now - self.last;
-        self.last = now;
-        usize::try_from(self.held).unwrap_or(0)
-    }
-
-    /// Restarts the measurement here (after a section that is not ours).
-    fn resume(&mut self) {
-        self.last = CountingAlloc::thread_net_bytes();
-    }
-}
-
 impl Connection {
     /// Sets this connection's bytes in the `rtmp_ingest` pool.
     fn book(&mut self, bytes: usize) {
@@ -309,94 +267,6 @@ fn query_token(s: &str) -> Option<&str> {
 /// The part before any `?query`, without slashes around it.
 fn strip_query(s: &str) -> &str {
     s.split('?').next().unwrap_or_default().trim_matches('/')
-}
-
-/// How long a B-frame stream keeps being transcoded after its last viewer left (a viewer
-/// reloading the page should not restart the transcoder).
-const TRANSCODE_GRACE: Duration = Duration::from_secs(5);
-
-/// What the connection's thread knows and says about its publisher's video: B-frames, and
-/// whether the transcoder should run (the stream has viewers).
-#[derive(Default)]
-struct VideoWatch {
-    /// `app/stream`, once publishing.
-    key: String,
-    mode: TranscodeSetting,
-    /// The publisher's id (its snapshot's).
-    publisher: Option<u64>,
-    /// When the stream was last seen with a viewer.
-    last_viewer: Option<Instant>,
-    next_check: Option<Instant>,
-}
-
-impl VideoWatch {
-    /// Once a second, for a B-frame stream: tell the publisher whether viewers want it.
-    fn tick(&mut self, st: &Core, p: &mut RtmpPublisher, now: Instant) {
-        if !p.has_b_frames() || self.next_check.is_some_and(|t| now < t) {
-            return;
-        }
-        self.next_check = Some(now + Duration::from_secs(1));
-        if !st
-            .engine
-            .stats
-            .snapshots
-            .viewers(Some(&self.key))
-            .is_empty()
-        {
-            self.last_viewer = Some(now);
-        }
-        p.set_viewers(self.last_viewer.is_some_and(|t| now - t < TRANSCODE_GRACE));
-    }
-
-    /// Logs a notice and puts it in the publisher's snapshot, with a `publisher.warning`.
-    fn notice(&mut self, st: &Core, p: &RtmpPublisher, n: &VideoNotice) {
-        let key = &self.key;
-        let mode = match self.mode {
-            TranscodeSetting::Auto => "auto",
-            TranscodeSetting::Never => "never",
-        };
-        let (reason, transcoding, stats) = match n {
-            VideoNotice::BFrames if self.mode == TranscodeSetting::Never => {
-                warn!(
-                    "publisher of {key} sends B-frames and transcode = \"never\": WebRTC viewers will stutter (turn B-frames off in the encoder, e.g. -bf 0, or set transcode = \"auto\")"
-                );
-                ("b-frames", false, None)
-            }
-            VideoNotice::BFrames => {
-                warn!(
-                    "publisher of {key} sends B-frames: its video is transcoded to Constrained Baseline while it has viewers (transcode = \"auto\"); turn B-frames off in the encoder (-bf 0) to spare the CPU"
-                );
-                ("b-frames", false, None)
-            }
-            VideoNotice::TranscodeStarted => {
-                info!("{key}: transcoding B-frame video for its viewers");
-                ("transcode-started", true, None)
-            }
-            VideoNotice::TranscodeStopped(s) => {
-                info!(
-                    "{key}: transcoding stopped (no viewer for {TRANSCODE_GRACE:?}): {} frames in, {} out, {}x{}, latency mean {:?} max {:?}",
-                    s.frames_in, s.frames_out, s.width, s.height, s.mean_latency, s.max_latency
-                );
-                ("transcode-stopped", false, Some(*s))
-            }
-            VideoNotice::TranscodeFailed(e) => {
-                warn!("{key}: {e}; its video passes through as it is");
-                ("transcode-failed", false, None)
-            }
-        };
-        let Some(id) = self.publisher else {
-            return;
-        };
-        // Figures for a finished run only (what a running one did so far is in the log).
-        let video = serde_json::json!({
-            "b_frames": p.has_b_frames(),
-            "transcode": mode,
-            "transcoding": transcoding,
-            "transcoded_frames": stats.map(|s| s.frames_out),
-            "transcode_latency_ms": stats.map(|s| s.mean_latency.as_secs_f64() * 1e3),
-        });
-        st.engine.stats.snapshots.publisher_video(id, video, reason);
-    }
 }
 
 /// Where an RTMP publisher's renditions report: their packets go to the engine as the
@@ -502,7 +372,7 @@ impl Connection {
             if now - last_data > IDLE_TIMEOUT {
                 return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
             }
-            video.tick(&self.st, &mut p, now);
+            video.tick(&self.st, p.media(), now);
             if let Some((id, _, _)) = &self.slot {
                 p.set_samples(self.st.hls.wanted(id.stream) || self.st.record.wanted(id.stream));
             }
@@ -574,7 +444,7 @@ impl Connection {
                     RtmpEvent::Unpublish => end = Some(Ok("the client unpublished".into())),
                     RtmpEvent::Video(n) => {
                         let outside = CountingAlloc::thread_net_bytes();
-                        video.notice(&self.st, &p, &n);
+                        video.notice(&self.st, p.media(), &n);
                         held.skip(CountingAlloc::thread_net_bytes() - outside);
                     }
                     RtmpEvent::Sample(s) => {

@@ -97,13 +97,20 @@ pub struct PublisherSnapshot {
     /// What tern found in its video and does about it (`null` until there is something):
     /// `{"b_frames": true, "transcode": "auto", "transcoding": …}`.
     pub video: Arc<Segment>,
+    /// An SRT publisher's transport figures (RTT, packets lost, retransmitted, recovered,
+    /// dropped), refreshed every few seconds without an event; absent for other protocols.
+    pub srt: Option<Arc<Segment>>,
 }
 
 impl PublisherSnapshot {
     /// The whole snapshot as JSON (segments are spliced, not re-serialized).
     pub fn json(&self) -> String {
+        let srt = match &self.srt {
+            Some(s) => format!(",\"srt\":{}", s.json),
+            None => String::new(),
+        };
         format!(
-            "{{\"identity\":{},\"state\":{},\"video\":{}}}",
+            "{{\"identity\":{},\"state\":{},\"video\":{}{srt}}}",
             self.identity.json, self.state.json, self.video.json
         )
     }
@@ -539,6 +546,7 @@ impl Snapshots {
             identity,
             state,
             video: self.no_video.clone(),
+            srt: None,
         };
         if let Ok(mut m) = self.publishers.write() {
             m.insert(id, snap.clone());
@@ -599,6 +607,17 @@ impl Snapshots {
             snapshot: SnapshotRef::Publisher(snap),
             reason: Some(reason),
         });
+    }
+
+    /// Publisher `id`'s SRT figures changed: only its `srt` segment is rebuilt, quietly (no
+    /// event: these are counters, refreshed every few seconds while it publishes).
+    pub fn publisher_srt(&self, id: u64, srt: serde_json::Value) {
+        let Ok(mut m) = self.publishers.write() else {
+            return;
+        };
+        if let Some(old) = m.get_mut(&id) {
+            old.srt = Some(Segment::build(srt, &self.builds));
+        }
     }
 
     /// A publisher left; its last snapshot goes out with the event, nothing is built.

@@ -81,6 +81,12 @@ struct ServeArgs {
           default_missing_value = tern_server::config::DEFAULT_RTMP,
           value_parser = parse_rtmp)]
     rtmp: Option<RtmpBind>,
+    /// SRT ingest listener (UDP), or `none`; `--srt` alone listens on 0.0.0.0:8890
+    /// [default: `server.srt` in the config, else off]
+    #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
+          default_missing_value = tern_server::config::DEFAULT_SRT,
+          value_parser = parse_srt)]
+    srt: Option<RtmpBind>,
     /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)
     #[arg(long, value_enum, default_value_t = tern_server::DemoClip::Standard)]
     clip: tern_server::DemoClip,
@@ -123,6 +129,11 @@ struct RtmpBind(Option<SocketAddr>);
 
 fn parse_rtmp(s: &str) -> Result<RtmpBind, String> {
     tern_server::config::parse_rtmp(s).map(RtmpBind)
+}
+
+/// `--srt ADDR|none` (the same shape as `--rtmp`).
+fn parse_srt(s: &str) -> Result<RtmpBind, String> {
+    tern_server::config::parse_srt(s).map(RtmpBind)
 }
 
 fn main() -> ExitCode {
@@ -189,6 +200,7 @@ fn main() -> ExitCode {
         candidate: args.candidate,
         config: args.config,
         rtmp: args.rtmp.map(|r| r.0),
+        srt: args.srt.map(|r| r.0),
         demo,
         clip: args.clip,
         turn: args.turn,
@@ -264,7 +276,7 @@ fn fetch_dd(url: &str, sessions: bool) -> Result<String, String> {
 }
 
 /// `tern serve` / `tern demo`: starts the server, prints one line with every bound address
-/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- turn=ADDR|- https=ADDR|-`, for supervisors
+/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|-`, for supervisors
 /// and tests that bind port 0), and runs until SIGINT/SIGTERM.
 fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let cfg = load_config(&opts)?;

@@ -505,3 +505,62 @@ fn whep_post_to(http: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, Str
     .expect("WHEP POST");
     (r.status, r.text().trim().to_string())
 }
+
+/// SRT publishers go through the same admission (issue 36): the webhook is asked with
+/// `"protocol": "srt"`, the stream ID's `s=` as the token and its query; a denial refuses
+/// the caller at the handshake (`SRT_REJX_FORBIDDEN`, counted).
+#[test]
+fn srt_publishers_ask_the_webhook_with_protocol_srt() {
+    let hook = Hook::start(|v| {
+        if v["stream"] == "blocked" {
+            json!({"allow": false, "reason": "not this one"})
+        } else {
+            json!({"allow": true})
+        }
+    });
+    let cfg = config_file(
+        "admission-srt",
+        &format!(
+            "[[app]]\nname = \"live\"\n\n[app.admission]\nurl = \"{}\"\n",
+            hook.url()
+        ),
+    );
+    let (server, srt) = Server::serve_srt(&cfg);
+    let _ff = Ffmpeg::push_ts(
+        &format!("srt://{srt}?streamid=#!::r=live/anyname,m=publish,s=abc"),
+        8,
+        &[],
+    );
+    wait_live(&server, "live/anyname");
+    let publish = hook
+        .wait_for(Duration::from_secs(1), |v| v["action"] == "publish")
+        .expect("the webhook was asked about the publish");
+    assert_eq!(publish["protocol"], "srt");
+    assert_eq!(publish["app"], "live");
+    assert_eq!(publish["stream"], "anyname");
+    assert_eq!(publish["token"], "abc");
+    assert!(
+        publish["session"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("srt-")),
+        "{publish}"
+    );
+    let mut denied = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/blocked"), 5, &[]);
+    assert_eq!(
+        denied.wait(Duration::from_secs(10)),
+        Some(false),
+        "refused at the handshake:\n{}",
+        denied.log_tail()
+    );
+    let m = http_get(server.http, "/metrics").expect("metrics").text();
+    assert!(
+        m.contains("tern_srt_refused_total{reason=\"forbidden\"} 1"),
+        "{m}"
+    );
+    assert!(
+        std::fs::read_to_string(&server.log)
+            .expect("log")
+            .contains("not this one")
+    );
+    server.stop();
+}

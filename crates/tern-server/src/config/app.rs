@@ -10,6 +10,9 @@ use super::error::ConfigError;
 /// Default `idle_grace_s`.
 pub const DEFAULT_IDLE_GRACE_S: u64 = 10;
 
+/// Default `srt_latency_ms`: libsrt's default latency (`SRTO_LATENCY`).
+pub const DEFAULT_SRT_LATENCY_MS: u64 = 120;
+
 /// The rule [`valid_name`] checks, as errors state it.
 pub const NAME_RULE: &str = "must be 1-64 characters of [A-Za-z0-9._-]";
 
@@ -66,6 +69,17 @@ pub struct AppConfig {
     /// `[app.record]`: recording the app's streams to files.
     #[serde(default)]
     pub record: super::record::RecordConfig,
+    /// SRT encryption: callers must use this passphrase (10-79 characters, as libsrt);
+    /// any key length (`pbkeylen` 16, 24 or 32). A caller with no or another passphrase is
+    /// refused at the handshake. Default none: SRT publishers send in the clear (a caller
+    /// that encrypts is refused, since its stream could not be read).
+    #[serde(default)]
+    pub srt_passphrase: Option<String>,
+    /// SRT latency (ms) this app's publishers get at least: the receive buffer in which SRT
+    /// retransmits what was lost, so about 4 round trips of the path. Default 120 (libsrt's).
+    /// 20 to 8000.
+    #[serde(default = "AppConfig::default_srt_latency_ms")]
+    pub srt_latency_ms: u64,
 }
 
 /// One entry of `[app] renditions`.
@@ -101,6 +115,11 @@ impl AppConfig {
     /// Default `dynamic`: publishers may make streams.
     const fn default_dynamic() -> bool {
         true
+    }
+
+    /// Default `srt_latency_ms`: [`DEFAULT_SRT_LATENCY_MS`].
+    const fn default_srt_latency_ms() -> u64 {
+        DEFAULT_SRT_LATENCY_MS
     }
 
     /// Default `idle_grace_s`: [`DEFAULT_IDLE_GRACE_S`].
@@ -151,6 +170,14 @@ impl AppConfig {
         self.record.check()?;
         if self.token.as_deref().is_some_and(str::is_empty) {
             return bad("token", "must not be empty");
+        }
+        if let Some(p) = &self.srt_passphrase
+            && !(10..=79).contains(&p.len())
+        {
+            return bad("srt_passphrase", "must be 10 to 79 characters (as libsrt)");
+        }
+        if !(20..=8000).contains(&self.srt_latency_ms) {
+            return bad("srt_latency_ms", "must be between 20 and 8000 (ms)");
         }
         for (j, s) in self.streams.iter().enumerate() {
             if !valid_name(s) {
@@ -245,10 +272,21 @@ mod tests {
             transcode: TranscodeSetting::Auto,
             renditions: Vec::new(),
             record: Default::default(),
+            srt_passphrase: Some("0123456789".into()),
+            srt_latency_ms: DEFAULT_SRT_LATENCY_MS,
         };
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut AppConfig);
-        let cases: [(Breaker, &str); 8] = [
+        let cases: [(Breaker, &str); 11] = [
+            (
+                |a| a.srt_passphrase = Some("short".into()),
+                "srt_passphrase",
+            ),
+            (
+                |a| a.srt_passphrase = Some("x".repeat(80)),
+                "srt_passphrase",
+            ),
+            (|a| a.srt_latency_ms = 10, "srt_latency_ms"),
             (|a| a.name = String::new(), "name"),
             (|a| a.name = "x".repeat(65), "name"),
             (|a| a.jwt_secret = Some(String::new()), "jwt_secret"),

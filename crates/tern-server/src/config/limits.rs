@@ -23,6 +23,10 @@ pub struct LimitsSection {
     pub ome_connections_per_ip: usize,
     /// Open RTMP connections. Default 8: an encoder publishes one stream per connection.
     pub rtmp_connections_per_ip: usize,
+    /// SRT connections, counted from the first handshake packet (so handshakes that are
+    /// never finished count until they are dropped, 5 s later). Default 8: an encoder
+    /// publishes one stream per connection.
+    pub srt_connections_per_ip: usize,
     /// TURN allocations (UDP and TCP together). Default 64: a viewer uses one or two.
     pub turn_allocations_per_ip: usize,
     /// Streams publishers may make on names not declared in any app's `streams` (each a
@@ -43,6 +47,7 @@ impl Default for LimitsSection {
             http_connections_per_ip: 64,
             ome_connections_per_ip: 32,
             rtmp_connections_per_ip: 8,
+            srt_connections_per_ip: 8,
             turn_allocations_per_ip: 64,
             dynamic_streams: 1024,
             exempt: vec!["127.0.0.0/8".into(), "::1/128".into()],
@@ -72,6 +77,7 @@ impl LimitsSection {
                 "limits.rtmp_connections_per_ip",
                 self.rtmp_connections_per_ip,
             ),
+            ("limits.srt_connections_per_ip", self.srt_connections_per_ip),
             (
                 "limits.turn_allocations_per_ip",
                 self.turn_allocations_per_ip,

@@ -9,8 +9,8 @@
 //!
 //! | file | what |
 //! | --- | --- |
-//! | `server.rs` | `[server]` ([`ServerConfig`]): addresses, worker counts ([`MAX_WORKERS`]), RTMP, publisher timeouts |
-//! | `tunables.rs` | `[tunables]` ([`Tunables`]): payload size, rings, the buffer pool, global caps, UDP GSO |
+//! | `server.rs` | `[server]` ([`ServerConfig`]): addresses, worker counts ([`MAX_WORKERS`]), RTMP, SRT, HTTPS, trusted proxies, publisher timeouts |
+//! | `tunables.rs` | `[tunables]` ([`Tunables`]): payload size, rings, the buffer pool, global caps, UDP GSO, SRTP profiles |
 //! | `limits.rs` | `[limits]` ([`LimitsSection`]): what one client address may hold |
 //! | `turn.rs` | `[turn]` ([`TurnSection`]): the STUN/TURN server |
 //! | `hls.rs` | `[hls]` ([`HlsSection`]): Low-Latency HLS |
@@ -41,14 +41,16 @@ use crate::cluster::section::ClusterSection;
 
 pub use admission::{AdmissionConfig, OnError, webhook_url_ok};
 pub use app::{
-    AppConfig, DEFAULT_IDLE_GRACE_S, NAME_RULE, RenditionConfig, TranscodeSetting, valid_name,
+    AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_SRT_LATENCY_MS, NAME_RULE, RenditionConfig,
+    TranscodeSetting, valid_name,
 };
 pub use error::ConfigError;
 pub use hls::HlsSection;
 pub use limits::LimitsSection;
 pub use record::RecordConfig;
 pub use server::{
-    DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, MAX_WORKERS, ServerConfig, parse_rtmp,
+    DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_WORKERS, ServerConfig, parse_rtmp,
+    parse_srt,
 };
 pub use tunables::{GsoMode, Tunables};
 pub use turn::TurnSection;

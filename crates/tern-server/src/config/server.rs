@@ -17,6 +17,10 @@ pub const MAX_WORKERS: usize = 128;
 /// the one encoders assume when a URL names none).
 pub const DEFAULT_RTMP: &str = "0.0.0.0:1935";
 
+/// Where `--srt` without a value listens: all interfaces, UDP port 8890 (MediaMTX's, the one
+/// encoders' SRT presets name).
+pub const DEFAULT_SRT: &str = "0.0.0.0:8890";
+
 /// Default `publisher_connect_timeout` and `publisher_timeout`, seconds. 10: ICE and DTLS take
 /// well under a second on any working path (a WHIP client retransmits its checks every
 /// 50-500 ms), and an encoder sends dozens of packets a second, so 10 s of nothing is a dead
@@ -55,6 +59,10 @@ pub struct ServerConfig {
     /// here or on the command line that cannot be bound stops start-up.
     #[serde(deserialize_with = "de_rtmp")]
     pub rtmp: Option<Option<SocketAddr>>,
+    /// SRT ingest listener (`--srt`), a UDP address such as `"0.0.0.0:8890"`
+    /// ([`DEFAULT_SRT`]), or `"none"`. Default none: SRT is off unless asked for.
+    #[serde(deserialize_with = "de_srt")]
+    pub srt: Option<SocketAddr>,
     /// Seconds a WHIP publisher has from its answer to the end of ICE and DTLS before it is
     /// ended and its stream freed. Default 10 ([`DEFAULT_PUBLISHER_TIMEOUT_S`]); 1 to 300.
     pub publisher_connect_timeout: u64,
@@ -94,6 +102,7 @@ impl Default for ServerConfig {
             app_worker_count: 1,
             stream_worker_count: 1,
             rtmp: None,
+            srt: None,
             publisher_connect_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
             publisher_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
             https: None,
@@ -188,6 +197,21 @@ pub fn parse_rtmp(s: &str) -> Result<Option<SocketAddr>, String> {
     s.parse()
         .map(Some)
         .map_err(|_| format!("`{s}` is neither `none` nor an address like 0.0.0.0:1935"))
+}
+
+/// Parses an SRT listener setting: `none` (off) or a socket address.
+pub fn parse_srt(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("`{s}` is neither `none` nor an address like {DEFAULT_SRT}"))
+}
+
+fn de_srt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_srt(&s).map_err(serde::de::Error::custom)
 }
 
 fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<SocketAddr>>, D::Error> {

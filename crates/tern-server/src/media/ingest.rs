@@ -318,14 +318,15 @@ impl Ingest {
         }
     }
 
-    /// Whether stream `stream`'s publisher is an RTMP connection (not an edge's upstream,
-    /// whose RTP is packaged for LL-HLS from the ring like a WHIP publisher's).
+    /// Whether stream `stream`'s publisher is an RTMP or SRT connection, which hands LL-HLS
+    /// its frames itself (not an edge's upstream, whose RTP is packaged for LL-HLS from the
+    /// ring like a WHIP publisher's).
     pub fn is_rtmp(&self, stream: usize) -> bool {
         matches!(
             self.slots.get(stream),
             Some(Some(PubSlot {
                 session: Session::Rtmp {
-                    protocol: "rtmp",
+                    protocol: "rtmp" | "srt",
                     ..
                 },
                 ..

@@ -256,6 +256,8 @@ pub struct Server {
     pub media: SocketAddr,
     /// The RTMP listener, if RTMP is on.
     pub rtmp: Option<SocketAddr>,
+    /// The SRT listener (UDP), if SRT is on.
+    pub srt: Option<SocketAddr>,
     /// The TURN listener, if TURN is on.
     pub turn: Option<SocketAddr>,
     /// The HTTPS listener, if HTTPS is on.
@@ -302,6 +304,24 @@ impl Server {
         (server, rtmp)
     }
 
+    /// `tern serve --config CFG` with SRT (and no RTMP) on a loopback UDP port, announcing
+    /// 127.0.0.1; returns the server and its SRT address.
+    pub fn serve_srt(config: &std::path::Path) -> (Server, SocketAddr) {
+        let server = Server::start(&[
+            "serve",
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--candidate",
+            "127.0.0.1",
+            "--rtmp",
+            "none",
+            "--srt",
+            ANY,
+        ]);
+        let srt = server.srt.expect("the server reports its SRT address");
+        (server, srt)
+    }
+
     /// Runs `tern ARGS --http ... --media ...` on loopback ports the kernel chooses and
     /// waits (≤ 20 s) until it reports them.
     pub fn start(args: &[&str]) -> Server {
@@ -343,6 +363,7 @@ impl Server {
             http: unset,
             media: unset,
             rtmp: None,
+            srt: None,
             turn: None,
             https: None,
             log,
@@ -373,7 +394,7 @@ impl Server {
         server
     }
 
-    /// Reads `listening http=A media=A rtmp=A|- turn=A|- https=A|-`.
+    /// Reads `listening http=A media=A rtmp=A|- srt=A|- turn=A|- https=A|-`.
     fn take_addresses(&mut self, line: &str) {
         for kv in line.split_whitespace().skip(1) {
             let Some((k, v)) = kv.split_once('=') else {
@@ -384,6 +405,7 @@ impl Server {
                 "http" => self.http = addr.expect("an HTTP address"),
                 "media" => self.media = addr.expect("a media address"),
                 "rtmp" => self.rtmp = addr,
+                "srt" => self.srt = addr,
                 "turn" => self.turn = addr,
                 "https" => self.https = addr,
                 _ => {}
@@ -572,6 +594,16 @@ pub struct Ffmpeg {
 impl Ffmpeg {
     /// Pushes `testsrc` (H264 baseline, GOP 30) and a sine (AAC) to `url` for `seconds`.
     pub fn push(url: &str, seconds: u32) -> Ffmpeg {
+        Ffmpeg::push_as(url, seconds, "flv", &[])
+    }
+
+    /// The same media as MPEG-TS to an `srt://` URL (or any URL ffmpeg's mpegts muxer
+    /// writes to), with `extra` encoder options after the defaults (e.g. `-bf 2`).
+    pub fn push_ts(url: &str, seconds: u32, extra: &[&str]) -> Ffmpeg {
+        Ffmpeg::push_as(url, seconds, "mpegts", extra)
+    }
+
+    fn push_as(url: &str, seconds: u32, format: &str, extra: &[&str]) -> Ffmpeg {
         let log = std::env::temp_dir().join(format!(
             "tern-rtmp-ffmpeg-{}-{}.log",
             std::process::id(),
@@ -591,7 +623,8 @@ impl Ffmpeg {
             ])
             .args(["-t", &t, "-c:v", "libx264", "-profile:v", "baseline"])
             .args(["-tune", "zerolatency", "-pix_fmt", "yuv420p", "-g", "30"])
-            .args(["-c:a", "aac", "-f", "flv", url])
+            .args(extra)
+            .args(["-c:a", "aac", "-f", format, url])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(file))

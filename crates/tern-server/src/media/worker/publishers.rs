@@ -189,7 +189,7 @@ impl Worker {
     }
 
     /// Hands a packet of a WHIP or clip stream that is being packaged for LL-HLS to the HLS
-    /// thread (RTMP streams are packaged from the connection's own frames). Never waits: a
+    /// thread (RTMP and SRT streams are packaged from the connection's own frames). Never waits: a
     /// full queue drops the packet and counts it.
     fn tap_hls(&mut self, stream: usize, pkt: &RingPacket) {
         let Some(tx) = &self.hls_tap else {

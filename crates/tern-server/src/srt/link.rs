@@ -1,0 +1,183 @@
+//! What the SRT listener thread and the publisher threads say to each other, and what
+//! they count (a neutral module both import, as `media/link.rs` is for the engine).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::session::Refusal;
+use crate::srt::transport::{ConnId, RejectCode};
+
+/// Listener to a publisher's thread.
+#[derive(Debug)]
+pub(super) enum Inbound {
+    /// The caller is connected (its handshake answered).
+    Open,
+    /// A message of its stream.
+    Data(bytes::Bytes),
+    /// It is gone.
+    Closed(&'static str),
+}
+
+/// A publisher's thread to the listener.
+#[derive(Debug)]
+pub(super) enum Control {
+    /// Accept the caller with its app's passphrase.
+    Accept(ConnId, Option<String>),
+    /// Refuse it.
+    Reject(ConnId, RejectCode),
+    /// Close it (its publisher ended).
+    Close(ConnId),
+}
+
+/// What the listener counts for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SrtCounters {
+    /// Callers accepted.
+    pub accepted: AtomicU64,
+    /// Callers refused, by reason (index: [`REASONS`]).
+    pub refused: [AtomicU64; REASONS.len()],
+    /// Publishers live now.
+    pub publishers: AtomicUsize,
+    /// Messages dropped because a publisher's queue was full.
+    pub queue_drops: AtomicU64,
+    /// The transport's counts, copied once a second.
+    pub handshake_timeouts: AtomicU64,
+    /// First packets dropped by `limits.srt_connections_per_ip` or the peer cap.
+    pub limited: AtomicU64,
+    /// Datagrams that did not parse or belonged to no peer.
+    pub stray: AtomicU64,
+    /// Inputs the SRT library panicked on (their peer was dropped).
+    pub panics: AtomicU64,
+    /// Sums over finished and running connections: packets lost, retransmitted, dropped.
+    pub lost: AtomicU64,
+    /// Retransmitted packets received.
+    pub retransmitted: AtomicU64,
+    /// Packets SRT gave up on.
+    pub dropped: AtomicU64,
+}
+
+/// The reject reasons, in [`SrtCounters::refused`]'s order.
+pub const REASONS: [RejectCode; 11] = [
+    RejectCode::BadSecret,
+    RejectCode::Unsecure,
+    RejectCode::BadRequest,
+    RejectCode::Unauthorized,
+    RejectCode::Overload,
+    RejectCode::Forbidden,
+    RejectCode::NotFound,
+    RejectCode::BadMode,
+    RejectCode::Conflict,
+    RejectCode::Internal,
+    RejectCode::Unavailable,
+];
+
+/// The process's SRT counters.
+pub fn counters() -> &'static SrtCounters {
+    static C: OnceLock<SrtCounters> = OnceLock::new();
+    C.get_or_init(SrtCounters::default)
+}
+
+impl SrtCounters {
+    pub(super) fn refused(&self, code: RejectCode) {
+        if let Some(i) = REASONS.iter().position(|r| *r == code) {
+            self.refused[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The `/metrics` lines.
+    pub fn write_metrics(&self, o: &mut String) {
+        use std::fmt::Write as _;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut line = |name: &str, help: &str, kind: &str, v: u64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        line(
+            "tern_srt_publishers",
+            "SRT publishers connected.",
+            "gauge",
+            self.publishers.load(Ordering::Relaxed) as u64,
+        );
+        line(
+            "tern_srt_accepted_total",
+            "SRT callers accepted.",
+            "counter",
+            l(&self.accepted),
+        );
+        line(
+            "tern_srt_handshake_timeouts_total",
+            "SRT handshakes dropped unfinished after 5 s.",
+            "counter",
+            l(&self.handshake_timeouts),
+        );
+        line(
+            "tern_srt_limited_total",
+            "SRT handshakes dropped by limits.srt_connections_per_ip.",
+            "counter",
+            l(&self.limited),
+        );
+        line(
+            "tern_srt_stray_total",
+            "SRT datagrams that did not parse or belonged to no caller.",
+            "counter",
+            l(&self.stray),
+        );
+        line(
+            "tern_srt_queue_drops_total",
+            "SRT messages dropped: a publisher's queue was full.",
+            "counter",
+            l(&self.queue_drops),
+        );
+        line(
+            "tern_srt_library_panics_total",
+            "SRT inputs the SRT library panicked on (peer dropped).",
+            "counter",
+            l(&self.panics),
+        );
+        line(
+            "tern_srt_packets_lost_total",
+            "SRT data packets found missing (sum over publishers).",
+            "counter",
+            l(&self.lost),
+        );
+        line(
+            "tern_srt_packets_retransmitted_total",
+            "SRT retransmitted data packets received.",
+            "counter",
+            l(&self.retransmitted),
+        );
+        line(
+            "tern_srt_packets_dropped_total",
+            "SRT data packets given up as too late.",
+            "counter",
+            l(&self.dropped),
+        );
+        let _ = writeln!(
+            o,
+            "# HELP tern_srt_refused_total SRT callers refused at the handshake, by reject reason.\n# TYPE tern_srt_refused_total counter"
+        );
+        for (i, r) in REASONS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "tern_srt_refused_total{{reason=\"{}\"}} {}",
+                r.name(),
+                self.refused[i].load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// A session layer refusal as SRT tells it: the reject reason the caller gets.
+pub fn reject_code(r: &Refusal) -> RejectCode {
+    match r {
+        Refusal::BadName(_) => RejectCode::BadRequest,
+        Refusal::NotFound(_) => RejectCode::NotFound,
+        Refusal::Unauthorized { .. } => RejectCode::Unauthorized,
+        Refusal::Denied { status: 401, .. } => RejectCode::Unauthorized,
+        Refusal::Denied { status: 503, .. } => RejectCode::Unavailable,
+        Refusal::Denied { .. } => RejectCode::Forbidden,
+        Refusal::TooMany(_) | Refusal::Full(_) | Refusal::Capacity => RejectCode::Overload,
+        Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) => RejectCode::Conflict,
+        Refusal::Unavailable(_) => RejectCode::Unavailable,
+        _ => RejectCode::BadRequest,
+    }
+}

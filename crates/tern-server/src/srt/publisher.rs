@@ -1,0 +1,334 @@
+//! One SRT publisher's thread (`SrtSession`): the session layer's answer, the engine's
+//! publisher slot, then MPEG-TS from the listener through
+//! [`tern_rtc::ts_publisher::TsPublisher`] to the engine, as an RTMP connection's thread
+//! does with FLV (same command, same bounded queue, same stall rule).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use tern_pool::{CountingAlloc, PoolCounter};
+use tern_proto::codec::VideoCodec;
+use tern_proto::srt_stream_id::StreamId;
+use tern_rtc::av::{AvEvent, TranscodeMode};
+use tern_rtc::publisher::IngestPacket;
+use tern_rtc::ts_publisher::TsPublisher;
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use super::link::{Control, Inbound, counters, reject_code};
+use super::transport::{ConnId, SrtStats};
+use crate::config::TranscodeSetting;
+use crate::encoder::{Ledger, VideoWatch, arc_bytes};
+use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
+use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
+
+/// How long the thread waits for room in its app worker's queue (as RTMP's).
+const MEDIA_STALL: Duration = Duration::from_secs(2);
+/// How often the thread wakes without data (kicks, the B-frame watch).
+const TICK: Duration = Duration::from_millis(200);
+/// How often the publisher snapshot's SRT figures are refreshed.
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(2);
+
+/// The memory line of SRT ingest (`srt_ingest` in `GET /v1/memory`): one item per
+/// publisher thread, its bytes the heap that thread allocated and still holds (the TS
+/// demuxer's PES buffers, the AAC decoder, resampler and Opus buffers), measured with the
+/// counting allocator as RTMP's are. Not included: the listener thread's SRT state (receive
+/// buffers, in `srt-protocol`), libopus's and libavcodec's own mallocs.
+fn pool() -> &'static PoolCounter {
+    static POOL: OnceLock<PoolCounter> = OnceLock::new();
+    POOL.get_or_init(|| PoolCounter::new("srt_ingest", 0))
+}
+
+/// What the listener hands a publisher's thread.
+pub(super) struct Job {
+    pub conn: ConnId,
+    pub peer: SocketAddr,
+    pub id: StreamId,
+    pub key_len: Option<u16>,
+    pub core: Arc<Core>,
+    pub max_payload: usize,
+    pub inbound: Receiver<Inbound>,
+    pub control: Sender<Control>,
+    pub stats: Arc<Mutex<SrtStats>>,
+}
+
+/// The engine's publisher slot; dropping it ends the publisher, whatever the way out.
+struct Slot {
+    core: Arc<Core>,
+    id: PublisherId,
+    session: String,
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.core.forget_publisher(&self.session);
+        let _ = self.core.engine.send(Command::RemovePublisher(self.id));
+        counters()
+            .publishers
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The thread's body.
+pub(super) fn run(job: Job) {
+    let (peer, key) = (job.peer, job.id.key());
+    let keyframe = Arc::new(AtomicU8::new(0));
+    let slot = match publish(&job, keyframe.clone()) {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            let code = reject_code(&refusal);
+            warn!(
+                "srt {peer}: refused ({} {}): {refusal}",
+                code.libsrt(),
+                code.name()
+            );
+            let _ = job.control.send(Control::Reject(job.conn, code));
+            return;
+        }
+    };
+    counters().publishers.fetch_add(1, Ordering::Relaxed);
+    let pass = job
+        .core
+        .config
+        .app(&job.id.app)
+        .and_then(|a| a.srt_passphrase.clone());
+    let _ = job.control.send(Control::Accept(job.conn, pass));
+    // The listener answers the caller, then says whether it connected.
+    match job
+        .inbound
+        .recv_timeout(super::transport::HANDSHAKE_TIMEOUT)
+    {
+        Ok(Inbound::Open) => {}
+        Ok(Inbound::Closed(why)) => return info!("srt {peer}: {key} not started: {why}"),
+        _ => return warn!("srt {peer}: {key} not started: no answer from the listener"),
+    }
+    let enc = match job.key_len {
+        Some(n) => format!("AES-{}", n * 8),
+        None => "no encryption".into(),
+    };
+    info!("srt {peer}: publishing {key} ({enc})");
+    let why = stream(&job, &slot, &keyframe);
+    let s = job.stats.lock().map(|s| *s).unwrap_or_default();
+    let c = counters();
+    c.lost.fetch_add(s.lost, Ordering::Relaxed);
+    c.retransmitted
+        .fetch_add(s.retransmitted, Ordering::Relaxed);
+    c.dropped.fetch_add(s.dropped, Ordering::Relaxed);
+    info!(
+        "srt {peer}: {key} ended: {why}; {} packets, {} lost, {} retransmitted, {} recovered, {} dropped, RTT {:.1} ms",
+        s.packets, s.lost, s.retransmitted, s.recovered, s.dropped, s.rtt_ms
+    );
+    if !slot.closed.load(Ordering::Relaxed) {
+        let _ = job.control.send(Control::Close(job.conn));
+    }
+    drop(slot);
+}
+
+/// The figures as the publisher snapshot shows them.
+fn snapshot_json(s: &SrtStats, key_len: Option<u16>) -> serde_json::Value {
+    serde_json::json!({
+        "rtt_ms": (s.rtt_ms * 10.0).round() / 10.0,
+        "latency_ms": s.latency_ms,
+        "packets": s.packets,
+        "bytes": s.bytes,
+        "packets_lost": s.lost,
+        "packets_retransmitted": s.retransmitted,
+        "packets_recovered": s.recovered,
+        "packets_dropped": s.dropped,
+        "packets_undecrypted": s.undecrypted,
+        "key_length": key_len,
+    })
+}
+
+/// Streams until the caller leaves or the engine ends the publisher; the reason.
+fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
+    let core = &job.core;
+    let clock = NtpClock::now();
+    let mut ts = TsPublisher::new(job.max_payload);
+    let app = core.config.app(&job.id.app);
+    let mode = app.map_or(TranscodeSetting::Auto, |a| a.transcode);
+    ts.media().set_transcode(match mode {
+        TranscodeSetting::Auto => TranscodeMode::Auto,
+        TranscodeSetting::Never => TranscodeMode::Never,
+    });
+    let mut video = VideoWatch::default();
+    video.key = job.id.key();
+    video.mode = mode;
+    video.publisher = Some(slot.id.serial);
+    let mut last_snapshot = Instant::now();
+    let mut warned_unsupported = 0;
+    let mut events = Vec::new();
+    let mut held = Ledger::start();
+    let mut booked = Booked(0);
+    pool().add(1, 0);
+    loop {
+        if slot.closed.load(Ordering::Relaxed) {
+            let _ = job.control.send(Control::Close(job.conn));
+            return "publisher removed by the server";
+        }
+        let now = Instant::now();
+        video.tick(core, ts.media(), now);
+        ts.media().set_samples(core.hls.wanted(slot.id.stream));
+        let wanted = keyframe.swap(0, Ordering::Relaxed);
+        for layer in (0..8u8).filter(|l| wanted & 1 << l != 0) {
+            ts.media().request_layer_keyframe(layer);
+        }
+        if now.duration_since(last_snapshot) >= SNAPSHOT_EVERY {
+            last_snapshot = now;
+            if let Ok(s) = job.stats.lock() {
+                let v = snapshot_json(&s, job.key_len);
+                core.engine.stats.snapshots.publisher_srt(slot.id.serial, v);
+            }
+        }
+        let data = match job.inbound.recv_timeout(TICK) {
+            Ok(Inbound::Data(d)) => d,
+            Ok(Inbound::Open) => continue,
+            Ok(Inbound::Closed(why)) => return why,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return "listener stopped",
+        };
+        // Whatever else is queued, in the same batch (a close after it ends the loop).
+        let mut batch = vec![data];
+        let mut end = None;
+        while let Ok(m) = job.inbound.try_recv() {
+            match m {
+                Inbound::Data(d) => batch.push(d),
+                Inbound::Open => {}
+                Inbound::Closed(why) => {
+                    end = Some(why);
+                    break;
+                }
+            }
+        }
+        // Measured from here: the messages were allocated by the listener thread, and are
+        // freed (after the mark) outside the measure.
+        held.resume();
+        let ntp = clock.ntp(Instant::now());
+        for d in &batch {
+            ts.receive(ntp, d, &mut |e| events.push(e));
+        }
+        let mut packets: Vec<IngestPacket> = Vec::new();
+        for e in events.drain(..) {
+            match e {
+                AvEvent::Packet(p) => {
+                    // Handed to the engine, which frees it on its own thread.
+                    held.skip(arc_bytes(p.payload.len()));
+                    packets.push(p);
+                }
+                // The snapshot's and the packager's bytes are theirs, not this thread's.
+                AvEvent::Video(n) => {
+                    let outside = CountingAlloc::thread_net_bytes();
+                    video.notice(core, ts.media(), &n);
+                    held.skip(CountingAlloc::thread_net_bytes() - outside);
+                }
+                AvEvent::Sample(s) => {
+                    let outside = CountingAlloc::thread_net_bytes();
+                    core.hls.rtmp_sample(slot.id.stream, &s);
+                    held.skip(CountingAlloc::thread_net_bytes() - outside);
+                }
+            }
+        }
+        held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
+        booked.set(held.mark());
+        if let Some(e) = ts.take_error() {
+            warn!("srt {}: {}: frame dropped: {e}", job.peer, job.id.key());
+        }
+        if ts.unsupported().len() > warned_unsupported {
+            warned_unsupported = ts.unsupported().len();
+            warn!(
+                "srt {}: {}: elementary streams {:?} are not taken (H264, AAC and Opus are)",
+                job.peer,
+                job.id.key(),
+                ts.unsupported()
+            );
+        }
+        if !packets.is_empty() {
+            let cmd = RtmpCommand::Media {
+                id: slot.id,
+                packets,
+            };
+            if let Err(e) = core.engine.send_rtmp_media(cmd, MEDIA_STALL) {
+                warn!("srt {}: {e} for {MEDIA_STALL:?}", job.peer);
+                return "the media engine did not take its packets";
+            }
+        }
+        drop(batch);
+        if let Some(why) = end {
+            return why;
+        }
+    }
+}
+
+/// This thread's bytes in the `srt_ingest` pool; given back (with the item) when dropped.
+struct Booked(usize);
+
+impl Booked {
+    fn set(&mut self, bytes: usize) {
+        pool().sub(0, self.0);
+        pool().add(0, bytes);
+        self.0 = bytes;
+    }
+}
+
+impl Drop for Booked {
+    fn drop(&mut self) {
+        pool().sub(1, self.0);
+    }
+}
+
+/// Asks the session layer for the stream (name, token, JWT, admission, cluster claim) and
+/// takes the stream's publisher slot.
+fn publish(job: &Job, keyframe: Arc<AtomicU8>) -> Result<Slot, Refusal> {
+    let core = &job.core;
+    let id = &job.id;
+    // `token=` or `s=` for admission (JWT); the app token is that, or MediaMTX's password.
+    let app_token = id.token.clone().or_else(|| id.pass.clone());
+    let ask = PublishAsk {
+        app: id.app.clone(),
+        stream: id.stream.clone(),
+        protocol: Protocol::Srt,
+        client: job.peer,
+        credentials: Credentials {
+            app_token,
+            token: id.token.clone(),
+            query: id.query.clone(),
+        },
+    };
+    let rt = core
+        .runtime()
+        .ok_or(Refusal::Unavailable("admission is not running"))?;
+    let (publish, info) = rt.block_on(async {
+        let publish = core.begin_publish(ask).await?;
+        publish.claim(core).await.map(|info| (publish, info))
+    })?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = oneshot::channel();
+    let cmd = Command::Rtmp(RtmpCommand::Add {
+        stream: info.index,
+        protocol: "srt",
+        codec: VideoCodec::H264,
+        closed: closed.clone(),
+        keyframe,
+        rids: Vec::new(),
+        reply: tx,
+    });
+    let stopped = || Refusal::Unavailable("media engine stopped");
+    core.engine.send(cmd).map_err(|_| stopped())?;
+    match rx.blocking_recv() {
+        Ok(Ok(pid)) => {
+            let session = publish.started(core, pid, String::new(), String::new());
+            Ok(Slot {
+                core: core.clone(),
+                id: pid,
+                session,
+                closed,
+            })
+        }
+        Ok(Err(e)) => Err(publish.refused(e)),
+        Err(_) => Err(stopped()),
+    }
+}
