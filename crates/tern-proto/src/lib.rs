@@ -19,3 +19,4 @@ pub mod stun;
 pub mod turn;
 pub mod twcc;
 pub mod vp8;
+pub mod vp9;
