@@ -1,5 +1,5 @@
-// Recording a WHIP publisher (issue 38): headless Chromium publishes a canvas (VP8) and a
-// WebAudio tone (Opus) over WHIP to an app with `record.enabled`; after ~12 s it stops.
+// Recording a WHIP publisher (issue 38): headless Chromium publishes a canvas (VP8, then
+// VP9) and a WebAudio tone (Opus) over WHIP to an app with `record.enabled`; after ~12 s it stops.
 // The file tern wrote is checked with ffprobe (vp8 + opus), then played back from the API
 // URL in Chromium's <video> (served with Range): it plays, has the picture size, decodes
 // frames and audio, and seeks to 6 s and plays on from there.
@@ -18,7 +18,7 @@ import { startServer } from './server.mjs';
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
 /** In the page: publishes a 640x360 canvas as VP8 and a 440 Hz tone as Opus over WHIP. */
-async function publish({ endpoint }) {
+async function publish({ endpoint, codec }) {
   const canvas = document.createElement('canvas');
   canvas.width = 640;
   canvas.height = 360;
@@ -44,8 +44,8 @@ async function publish({ endpoint }) {
   window.pubPc = pc;
   const video = canvas.captureStream(30).getVideoTracks()[0];
   const tv = pc.addTransceiver(video, { direction: 'sendonly' });
-  const vp8 = RTCRtpSender.getCapabilities('video').codecs.filter((c) => c.mimeType.toLowerCase() === 'video/vp8');
-  tv.setCodecPreferences(vp8);
+  const want = RTCRtpSender.getCapabilities('video').codecs.filter((c) => c.mimeType.toLowerCase() === `video/${codec.toLowerCase()}`);
+  tv.setCodecPreferences(want);
   pc.addTransceiver(dest.stream.getAudioTracks()[0], { direction: 'sendonly' });
   await pc.setLocalDescription(await pc.createOffer());
   await new Promise((ok) => {
@@ -107,7 +107,12 @@ async function playBack({ url, seekTo }) {
   };
 }
 
-describe('a WHIP publisher (VP8 + Opus) recorded and played back in Chromium', { timeout: 120_000 }, () => {
+const CASES = [
+  { codec: 'VP8', codecs: 'vp08.00.10.08,opus', ffprobe: ['opus', 'vp8'] },
+  { codec: 'VP9', codecs: 'vp09.00.10.08,opus', ffprobe: ['opus', 'vp9'] },
+];
+
+describe('a WHIP publisher (VP8 or VP9 + Opus) recorded and played back in Chromium', { timeout: 120_000 }, () => {
   let server;
   let browser;
   let dir;
@@ -117,7 +122,7 @@ describe('a WHIP publisher (VP8 + Opus) recorded and played back in Chromium', {
     const config = join(dir, 'tern.toml');
     await writeFile(
       config,
-      `[[app]]\nname = "live"\nstreams = ["cam"]\n[app.record]\nenabled = true\npath = "${dir}/rec/%stream-%Y%m%d-%H%M%S"\n`,
+      `[[app]]\nname = "live"\nstreams = ["vp8", "vp9"]\n[app.record]\nenabled = true\npath = "${dir}/rec/%stream-%Y%m%d-%H%M%S"\n`,
     );
     server = await startServer({ readyTimeoutMs: 20_000, extraArgs: ['--config', config] });
     browser = await launchBrowser();
@@ -129,35 +134,36 @@ describe('a WHIP publisher (VP8 + Opus) recorded and played back in Chromium', {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('records the file, which plays and seeks in <video>', { timeout: 90_000 }, async () => {
+  for (const c of CASES) it(`${c.codec}: records the file, which plays and seeks in <video>`, { timeout: 90_000 }, async () => {
+    const name = c.codec.toLowerCase();
     const pub = await newLoggedPage(browser.context);
     const view = await newLoggedPage(browser.context);
     const why = () => `\n--- publisher ---\n${pub.log()}\n--- viewer ---\n${view.log()}\n--- server ---\n${server.tail()}`;
     await pub.page.goto(`${server.base}/`);
-    const p = await pub.page.evaluate(publish, { endpoint: `${server.base}/live/cam/whip` });
+    const p = await pub.page.evaluate(publish, { endpoint: `${server.base}/live/${name}/whip`, codec: c.codec });
     assert.equal(p.error, undefined, `${JSON.stringify(p)}${why()}`);
     assert.equal(p.state, 'connected', why());
-    assert.ok(p.codecs.includes('VP8') && p.codecs.includes('opus'), `${p.codecs}`);
+    assert.ok(p.codecs.includes(c.codec) && p.codecs.includes('opus'), `${p.codecs}`);
     await sleep(12_000);
     await pub.page.evaluate(unpublish);
 
     // The recording stops with the stream and is listed once its file is finished.
     let files = [];
     for (let i = 0; i < 100; i++) {
-      files = await (await fetch(`${server.base}/v1/recordings?app=live&stream=cam`)).json();
-      if (files.length === 1 && server.output().includes('recording: file finished')) break;
+      files = await (await fetch(`${server.base}/v1/recordings?app=live&stream=${name}`)).json();
+      if (files.length === 1 && files[0].duration_s >= 9) break;
       await sleep(200);
     }
     assert.equal(files.length, 1, `${JSON.stringify(files)}${why()}`);
     const f = files[0];
     console.log(`recorded: ${JSON.stringify(f)}`);
-    assert.equal(f.codecs, 'vp08.00.10.08,opus', JSON.stringify(f));
+    assert.equal(f.codecs, c.codecs, JSON.stringify(f));
     assert.ok(f.duration_s >= 9 && f.duration_s <= 13, JSON.stringify(f));
     const probe = JSON.parse(
       execFileSync('ffprobe', ['-v', 'error', '-show_entries', 'stream=codec_name,width,height', '-of', 'json', f.path]).toString(),
     );
     const names = probe.streams.map((s) => s.codec_name).sort();
-    assert.deepEqual(names, ['opus', 'vp8'], JSON.stringify(probe));
+    assert.deepEqual(names, c.ffprobe, JSON.stringify(probe));
     const errors = execFileSync('ffmpeg', ['-v', 'error', '-i', f.path, '-f', 'null', '-'], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
     assert.equal(errors.trim(), '', errors);
 

@@ -21,3 +21,4 @@ pub mod ts;
 pub mod turn;
 pub mod twcc;
 pub mod vp8;
+pub mod vp9;

@@ -5,7 +5,8 @@ use mp4_atom::esds::{DecoderConfig, DecoderSpecific, EsDescriptor, SLConfig};
 use mp4_atom::{
     Atom, Audio, Avc1, Avcc, AvccExt, Codec, Dinf, Dops, Dref, Encode, Esds, FixedPoint, Ftyp,
     Hdlr, Header, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof, Moov, Mp4a, Mvex, Mvhd, Opus, Smhd, Stbl,
-    Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url, Visual, Vmhd, Vp08, VpcC,
+    Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url, Visual, Vmhd, Vp08, Vp09,
+    VpcC,
 };
 
 use super::sps::parse_sps;
@@ -111,6 +112,38 @@ fn vp8_trak(width: u16, height: u16) -> Trak {
         "VideoHandler",
         (width, height),
         vp08.into(),
+    )
+}
+
+/// VP9: a `vp09` sample entry with a `vpcC` (the profile of the key frames, 8 bits, 4:2:0;
+/// level unspecified), as for VP8.
+fn vp9_trak(width: u16, height: u16, profile: u8) -> Trak {
+    let vp09 = Vp09 {
+        visual: Visual {
+            data_reference_index: 1,
+            width,
+            height,
+            ..Visual::default()
+        },
+        vpcc: VpcC {
+            profile,
+            level: 10,
+            bit_depth: 8,
+            chroma_subsampling: 1,
+            ..VpcC::default()
+        },
+        btrt: None,
+        colr: None,
+        pasp: None,
+        spatial: None,
+    };
+    trak(
+        VIDEO_TRACK_ID,
+        VIDEO_TIMESCALE,
+        b"vide",
+        "VideoHandler",
+        (width, height),
+        vp09.into(),
     )
 }
 
@@ -239,6 +272,11 @@ pub(crate) fn init_segment(
     match video {
         Some(VideoConfig::H264 { sps, pps }) => traks.push(video_trak(sps, pps)?),
         Some(VideoConfig::Vp8 { width, height }) => traks.push(vp8_trak(*width, *height)),
+        Some(VideoConfig::Vp9 {
+            width,
+            height,
+            profile,
+        }) => traks.push(vp9_trak(*width, *height, *profile)),
         None => {}
     }
     if let Some(cfg) = audio {
@@ -354,6 +392,7 @@ pub(crate) fn codecs(video: Option<&VideoConfig>, audio: Option<&AudioConfig>) -
         }
         // profile 0, level 1.0, 8 bits, as the vpcC says.
         Some(VideoConfig::Vp8 { .. }) => parts.push("vp08.00.10.08".into()),
+        Some(VideoConfig::Vp9 { profile, .. }) => parts.push(format!("vp09.{profile:02}.10.08")),
         None => {}
     }
     match audio {

@@ -103,6 +103,16 @@ pub enum VideoConfig {
         /// Picture height in pixels.
         height: u16,
     },
+    /// VP9 (the frames, superframes included, as coded); size and profile from the last
+    /// key frame's header. Recordings only.
+    Vp9 {
+        /// Picture width in pixels.
+        width: u16,
+        /// Picture height in pixels.
+        height: u16,
+        /// Profile 0-3.
+        profile: u8,
+    },
 }
 
 /// One part moved out of a packager by [`Packager::take_parts`] (recordings).
@@ -329,7 +339,9 @@ impl Packager {
             VideoConfig::H264 { sps, pps } => {
                 sps.len() >= 4 && sps.len() <= 0xffff && pps.len() <= 0xffff
             }
-            VideoConfig::Vp8 { width, height } => *width > 0 && *height > 0,
+            VideoConfig::Vp8 { width, height } | VideoConfig::Vp9 { width, height, .. } => {
+                *width > 0 && *height > 0
+            }
         };
         if !fits || self.video_cfg.as_ref() == Some(&cfg) {
             return;
@@ -423,6 +435,26 @@ impl Packager {
         }
         let vp8 = matches!(self.video_cfg, Some(VideoConfig::Vp8 { .. }));
         self.video_sample(dts, dts, keyframe, vp8, frame, wall_ms);
+    }
+
+    /// One VP9 frame or superframe (RFC 9628 payloads rebuilt), `dts` in 90 kHz ticks. A key
+    /// frame's header sets the video configuration (size, profile). A frame whose header
+    /// does not parse is dropped.
+    pub fn push_vp9(&mut self, dts: i64, frame: &[u8], wall_ms: u64) {
+        let Some(info) = tern_proto::vp9::frame_info(frame) else {
+            self.stats.samples_in += 1;
+            self.stats.dropped_samples += 1;
+            return;
+        };
+        if info.keyframe {
+            self.set_video(VideoConfig::Vp9 {
+                width: info.width,
+                height: info.height,
+                profile: info.profile,
+            });
+        }
+        let vp9 = matches!(self.video_cfg, Some(VideoConfig::Vp9 { .. }));
+        self.video_sample(dts, dts, info.keyframe, vp9, frame, wall_ms);
     }
 
     /// Whether a segment is in progress: `false` before the first keyframe and from a
@@ -563,7 +595,9 @@ impl Packager {
     pub fn resolution(&self) -> Option<(u32, u32)> {
         match self.video_cfg.as_ref()? {
             VideoConfig::H264 { sps, .. } => sps::parse_sps(sps).map(|i| (i.width, i.height)),
-            VideoConfig::Vp8 { width, height } => Some((u32::from(*width), u32::from(*height))),
+            VideoConfig::Vp8 { width, height } | VideoConfig::Vp9 { width, height, .. } => {
+                Some((u32::from(*width), u32::from(*height)))
+            }
         }
     }
 

@@ -9,7 +9,7 @@
 //!   H264 with its B-frames and AAC, untouched;
 //! - WHIP publishers and clip sources: the owning app worker copies ring packets into the
 //!   tap queue while [`crate::media::StreamCounters::record_wanted`] is set; the tap thread
-//!   depacketizes them here ([`Recorder::rtp_packet`]): H264, VP8 and Opus.
+//!   depacketizes them here ([`Recorder::rtp_packet`]): H264, VP8, VP9 and Opus.
 //!
 //! The media path never waits on a recording: parts queued for the writer are booked in
 //! the `recordings` memory pool and bounded by [`MAX_QUEUED_BYTES`]; a recording whose parts
@@ -80,6 +80,7 @@ struct Slot {
     recs: Vec<Active>,
     h264: h264::Depacketizer,
     vp8: vp8::Depacketizer,
+    vp9: tern_proto::vp9::Depacketizer,
     video_ts: Unwrap32,
     audio_ts: Unwrap32,
     video_cfg: Option<VideoConfig>,
@@ -87,6 +88,9 @@ struct Slot {
     parts: Vec<TakenPart>,
     /// When a keyframe was last asked of the publisher for this slot's recordings.
     keyframe_asked: Option<Instant>,
+    /// Video frames held until the stream's audio is known (see [`HOLD_TICKS`]):
+    /// `(90 kHz dts, codec, keyframe, frame, wall ms)`.
+    held: Vec<(i64, VideoCodec, bool, Vec<u8>, u64)>,
     /// The `record.enabled` recording failed or overran: not restarted until the stream
     /// ends (a full disk would otherwise start one, and fail it, every second).
     auto_failed: bool,
@@ -111,6 +115,15 @@ pub struct Recorder {
     /// only): a recording starts, or restarts after a codec configuration change, at one.
     request_keyframe: Box<dyn Fn(usize) + Send + Sync>,
 }
+
+/// A WebRTC publisher's first audio packet often comes a moment after its first video
+/// frame; an audio track known only then would restart the file's timeline at the next
+/// keyframe, which a WebRTC encoder sends only when asked. So until audio is seen, video
+/// frames are held, for at most this long (90 kHz: one second), then released (the stream
+/// has no audio, or it comes later and restarts the timeline after all).
+const HOLD_TICKS: i64 = 90_000;
+/// Bytes of video held at most (a second of 30 Mbit/s).
+const HOLD_BYTES: usize = 4 << 20;
 
 /// Keyframe requests for one stream's recordings, at most this often.
 const KEYFRAME_REQUEST_EVERY: Duration = Duration::from_millis(500);
@@ -480,18 +493,27 @@ impl Recorder {
                         .vp8
                         .push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload)
                         .map(|f| (f.to_vec(), false)),
+                    VideoCodec::Vp9 => s
+                        .vp9
+                        .push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload)
+                        .map(|f| (f.to_vec(), false)),
                     // Not stored yet: the file has the audio alone.
                     _ => None,
                 };
-                drop(s);
                 let Some((frame, key)) = frame else { return };
-                self.feed(stream, |s, i| {
-                    let p = &mut s.recs[i].packager;
-                    match codec {
-                        VideoCodec::H264 => p.push_video_annexb(ts, ts, key, &frame, wall),
-                        _ => p.push_vp8(ts, &frame, wall),
-                    }
-                });
+                let held_bytes: usize = s.held.iter().map(|h| h.3.len()).sum();
+                let first_held = s.held.first().map(|h| h.0);
+                if s.audio_cfg.is_none()
+                    && first_held.is_none_or(|t| ts - t < HOLD_TICKS)
+                    && held_bytes + frame.len() <= HOLD_BYTES
+                {
+                    s.held.push((ts, codec, key, frame, wall));
+                    return;
+                }
+                s.held.push((ts, codec, key, frame, wall));
+                let frames = std::mem::take(&mut s.held);
+                drop(s);
+                self.push_video(stream, &frames);
                 // A recording waiting for a keyframe asks again until one comes (the
                 // publisher may not have been able to take the first request).
                 if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock())
@@ -513,7 +535,17 @@ impl Recorder {
                     s.audio_cfg = Some(AudioConfig::Opus { channels: 2 });
                     self.ask_keyframe(stream, &mut s);
                 }
+                let frames = std::mem::take(&mut s.held);
                 drop(s);
+                if !frames.is_empty() {
+                    // Audio is known: the held video goes in first, behind the audio track.
+                    self.feed(stream, |s, i| {
+                        s.recs[i]
+                            .packager
+                            .set_audio(AudioConfig::Opus { channels: 2 });
+                    });
+                    self.push_video(stream, &frames);
+                }
                 self.feed(stream, |s, i| {
                     let p = &mut s.recs[i].packager;
                     p.set_audio(AudioConfig::Opus { channels: 2 });
@@ -521,6 +553,20 @@ impl Recorder {
                 });
             }
         }
+    }
+
+    /// Video frames into every recording of stream `stream`.
+    fn push_video(&self, stream: usize, frames: &[(i64, VideoCodec, bool, Vec<u8>, u64)]) {
+        self.feed(stream, |s, i| {
+            let p = &mut s.recs[i].packager;
+            for (ts, codec, key, frame, wall) in frames {
+                match codec {
+                    VideoCodec::H264 => p.push_video_annexb(*ts, *ts, *key, frame, *wall),
+                    VideoCodec::Vp9 => p.push_vp9(*ts, frame, *wall),
+                    _ => p.push_vp8(*ts, frame, *wall),
+                }
+            }
+        });
     }
 
     /// Starts `record.enabled` recordings of active streams and stops recordings of streams
@@ -545,9 +591,11 @@ impl Recorder {
                     s.audio_cfg = None;
                     s.h264 = h264::Depacketizer::default();
                     s.vp8 = vp8::Depacketizer::default();
+                    s.vp9 = tern_proto::vp9::Depacketizer::default();
                     s.video_ts = Unwrap32::default();
                     s.audio_ts = Unwrap32::default();
                     s.auto_failed = false;
+                    s.held.clear();
                 }
                 continue;
             }

@@ -101,6 +101,8 @@ struct Rec {
     cfg: RecordConfig,
     failed: Arc<AtomicBool>,
     file: Option<OpenFile>,
+    /// Files opened so far.
+    files: u32,
 }
 
 /// A finished file, as the webhook and `recording.segment` give it.
@@ -207,6 +209,7 @@ impl Writer {
                     cfg,
                     failed,
                     file: None,
+                    files: 0,
                 };
                 self.stats.snapshots.recording(
                     EventKind::RecordingStarted,
@@ -242,13 +245,22 @@ impl Writer {
         }
         if r.file.as_ref().is_some_and(|f| f.msn != part.msn) {
             let done = r.file.take();
+            let first = r.files == 1;
             if let Some(f) = done {
-                self.finish_file(rec, f)?;
+                // A WebRTC publisher's audio often starts a moment after its first video
+                // frame: the new audio track restarts the timeline at once. A first file
+                // shorter than a second is that glitch, not a recording: it goes.
+                if first && f.end < u64::from(f.driver.1) {
+                    self.drop_file(f);
+                } else {
+                    self.finish_file(rec, f)?;
+                }
             }
         }
         let r = self.recs.get_mut(&rec).expect("present above");
         if r.file.is_none() {
             r.file = Some(open_file(r, &part)?);
+            r.files += 1;
             if let (Ok(mut o), Some(f)) = (self.open.lock(), &r.file) {
                 o.push(f.path.clone());
             }
@@ -321,6 +333,16 @@ impl Writer {
             self.counters.hooks_failed.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Removes a file that is not worth keeping (see [`Writer::part`]).
+    fn drop_file(&mut self, f: OpenFile) {
+        if let Ok(mut o) = self.open.lock() {
+            o.retain(|p| *p != f.path);
+        }
+        info!(path = %f.path.display(), "recording: a first file under a second, before the stream's tracks were all known, removed");
+        drop(f.f);
+        let _ = std::fs::remove_file(&f.path);
     }
 
     fn stop(&mut self, rec: u64, reason: &'static str) {
