@@ -135,3 +135,75 @@ impl DtlsInstance for Instance {
         self.0.close()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The factory str0m gets hands out DTLS servers that pick SRTP profiles in the given
+    /// order, against a client (dimpl with its defaults, as str0m and browsers offer
+    /// AES-256-GCM first) — and its default order stays tern's.
+    #[test]
+    fn str0m_dtls_factory_applies_the_preference() {
+        let run = |profiles: &[SrtpProfile]| {
+            let dtls = PublisherDtls::new(profiles);
+            let p = dtls.provider();
+            let now = Instant::now();
+            let cert = p.dtls_provider.generate_certificate().expect("certificate");
+            let mut server = p
+                .dtls_provider
+                .new_dtls(&cert, now, DtlsVersion::Dtls12, None)
+                .expect("server");
+            server.set_active(false);
+            let client_cert = dimpl::certificate::generate_self_signed_certificate().expect("cert");
+            let mut client =
+                dimpl::Dtls::new_12(Arc::new(dimpl::Config::default()), client_cert, now);
+            client.set_active(true);
+            let mut buf = vec![0u8; 4096];
+            let mut got = None;
+            for _ in 0..20 {
+                client.handle_timeout(now).expect("client timeout");
+                server.handle_timeout(now).expect("server timeout");
+                let mut to_server = Vec::new();
+                loop {
+                    match client.poll_output(&mut buf) {
+                        DtlsOutput::Packet(d) => to_server.push(d.to_vec()),
+                        DtlsOutput::Timeout(_) => break,
+                        _ => {}
+                    }
+                }
+                for d in &to_server {
+                    server.handle_packet(d).expect("server input");
+                }
+                let mut to_client = Vec::new();
+                loop {
+                    match server.poll_output(&mut buf) {
+                        DtlsOutput::Packet(d) => to_client.push(d.to_vec()),
+                        DtlsOutput::KeyingMaterial(_, profile) => got = Some(profile),
+                        DtlsOutput::Timeout(_) => break,
+                        _ => {}
+                    }
+                }
+                for d in &to_client {
+                    client.handle_packet(d).expect("client input");
+                }
+                if got.is_some() {
+                    break;
+                }
+            }
+            got.expect("server derived SRTP keys")
+        };
+        assert_eq!(
+            run(&crate::viewer::DEFAULT_SRTP_PROFILES),
+            dimpl::SrtpProfile::AEAD_AES_128_GCM
+        );
+        assert_eq!(
+            run(&[SrtpProfile::AeadAes256Gcm]),
+            dimpl::SrtpProfile::AEAD_AES_256_GCM
+        );
+        assert_eq!(
+            run(&[SrtpProfile::Aes128CmHmacSha1_80]),
+            dimpl::SrtpProfile::AES128_CM_SHA1_80
+        );
+    }
+}

@@ -1016,6 +1016,7 @@ mod tests {
             (1, SignatureAlgorithm::RSA),
             (2, SignatureAlgorithm::DSA),
             (3, SignatureAlgorithm::ECDSA),
+            (4, SignatureAlgorithm::RSA_PSS_RSAE),
         ];
 
         for (wire, algorithm) in known {
@@ -1024,8 +1025,8 @@ mod tests {
             assert!(!algorithm.is_unknown());
         }
 
-        let unknown = SignatureAlgorithm::from_u8(4);
-        assert_eq!(unknown.as_u8(), 4);
+        let unknown = SignatureAlgorithm::from_u8(5);
+        assert_eq!(unknown.as_u8(), 5);
         assert!(unknown.is_unknown());
     }
 
@@ -1034,8 +1035,12 @@ mod tests {
         assert_eq!(format!("{:?}", SignatureAlgorithm::Anonymous), "Anonymous");
         assert_eq!(format!("{:?}", SignatureAlgorithm::ECDSA), "ECDSA");
         assert_eq!(
-            format!("{:?}", SignatureAlgorithm::from_u8(4)),
-            "Unknown(4)"
+            format!("{:?}", SignatureAlgorithm::RSA_PSS_RSAE),
+            "RSA_PSS_RSAE"
+        );
+        assert_eq!(
+            format!("{:?}", SignatureAlgorithm::from_u8(5)),
+            "Unknown(5)"
         );
     }
 
