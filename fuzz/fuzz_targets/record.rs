@@ -1,4 +1,4 @@
-//! Recording's parsers: VP8 RTP payloads rebuilt into frames (any payloads, sequence numbers,
+//! Recording's parsers: VP8 and VP9 RTP payloads rebuilt into frames (any payloads, sequence numbers,
 //! timestamps and markers), the frames pushed into a recording's packager and its parts
 //! taken out; and the recorded-file readers a listing runs on whatever is in the folder
 //! (`parse_head`, `moof_end`, `part_times`, `rebase_part`) on any bytes. No panic; every
@@ -8,6 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 use tern_pool::PoolCounter;
 use tern_proto::vp8::Depacketizer;
+use tern_proto::vp9;
 use tern_rtc::hls::file::{moof_end, parse_head, part_times, rebase_part};
 use tern_rtc::hls::{HlsConfig, Packager};
 
@@ -19,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
     rebase_part(&mut copy, &[(1, 3), (2, u64::MAX)]);
 
     let mut d = Depacketizer::new();
+    let mut d9 = vp9::Depacketizer::new();
+    let _ = vp9::frame_info(data);
+    let _ = vp9::descriptor(data);
     let mut p = Packager::new(
         HlsConfig {
             part_target: Duration::from_secs(1),
@@ -43,6 +47,11 @@ fuzz_target!(|data: &[u8]| {
         if let Some(frame) = d.push(seq, ts, op & 0x80 != 0, payload) {
             let frame = frame.to_vec();
             p.push_vp8(i64::from(ts), &frame, wall);
+            p.take_parts(&mut parts);
+        }
+        if let Some(frame) = d9.push(seq, ts, op & 0x80 != 0, payload) {
+            let frame = frame.to_vec();
+            p.push_vp9(i64::from(ts), &frame, wall);
             p.take_parts(&mut parts);
         }
     }
