@@ -156,6 +156,13 @@ describe('WHIP codecs passed through to WHEP viewers (Chromium to Chromium)', { 
         // The API says what viewers are answered with.
         const api = await (await fetch(`${server.base}/v1/streams/live/${codec.toLowerCase()}`)).json();
         assert.equal(api.video?.codec, codec, JSON.stringify(api));
+        // The WHIP path (str0m) picks SRTP profiles in [tunables] srtp_profiles order too.
+        const cipher = await pub.page.evaluate(async () => {
+          let c = null;
+          (await window.pubPc.getStats()).forEach((s) => { if (s.type === 'transport') c = s.srtpCipher; });
+          return c;
+        });
+        assert.equal(cipher, 'SRTP_AEAD_AES_128_GCM', `the publisher's srtpCipher: ${why()}`);
       } finally {
         await pub.page.evaluate(() => {
           clearInterval(window.drawTimer);
