@@ -27,8 +27,12 @@ use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
 use tern_proto::{stun, twcc};
 
 pub mod adapt;
+mod bytes;
 mod estimate;
 mod track;
+
+pub(crate) use bytes::sha256;
+use bytes::write_padding;
 
 use crate::clip::MediaKind;
 use crate::stream::RingPacket;
@@ -133,13 +137,6 @@ impl DtlsContext {
     pub fn fingerprint(&self) -> &[u8; 32] {
         &self.fingerprint
     }
-}
-
-pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
-    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(d.as_ref());
-    out
 }
 
 /// Everything needed to create a viewer.
@@ -994,16 +991,4 @@ fn make_srtp(profile: SrtpProfile, km: &[u8]) -> Result<Srtp, srtp::SrtpError> {
         rtcp_tx: RtcpSender::new(profile, &server)?,
         rtcp_rx: RtcpReceiver::new(profile, &client)?,
     })
-}
-
-/// RTP padding of `pad` bytes after the payload that ends at `end` (RFC 3550 §5.1): zeros,
-/// then the count; and the P bit. Nothing for 0.
-fn write_padding(out: &mut [u8], end: usize, pad: u8) {
-    if pad == 0 {
-        return;
-    }
-    let last = end + usize::from(pad) - 1;
-    out[end..last].fill(0);
-    out[last] = pad;
-    out[0] |= 0x20;
 }
