@@ -10,6 +10,7 @@
 pub mod codec;
 pub mod h264;
 pub mod ome;
+mod reassembly;
 pub mod rtcp;
 pub mod rtmp;
 pub mod rtp;

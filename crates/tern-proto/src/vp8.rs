@@ -1,6 +1,8 @@
 //! VP8 over RTP (RFC 7741): the payload descriptor, and frames rebuilt from payloads (for
 //! recordings, which store frames as coded).
 
+use crate::reassembly::Reassembly;
+
 /// Length of the payload descriptor at the start of `p` (RFC 7741 §4.2), `None` when it is
 /// truncated (nothing after it counts as truncated).
 pub fn descriptor_len(p: &[u8]) -> Option<usize> {
@@ -31,15 +33,7 @@ pub fn descriptor_len(p: &[u8]) -> Option<usize> {
 /// the next frame start.
 #[derive(Debug, Default)]
 pub struct Depacketizer {
-    frame: Vec<u8>,
-    /// `frame` holds a finished frame returned by the previous push.
-    ready: bool,
-    in_frame: bool,
-    ts: u32,
-    damaged: bool,
-    last_seq: Option<u16>,
-    frames: u64,
-    damaged_frames: u64,
+    frame: Reassembly,
 }
 
 impl Depacketizer {
@@ -51,72 +45,22 @@ impl Depacketizer {
     /// Feeds one payload; returns the frame it completes, if intact. Duplicate and late
     /// packets are ignored.
     pub fn push(&mut self, seq: u16, rtp_ts: u32, marker: bool, payload: &[u8]) -> Option<&[u8]> {
-        if self.ready {
-            self.frame.clear();
-            self.ready = false;
-        }
-        if let Some(last) = self.last_seq {
-            let ahead = seq.wrapping_sub(last);
-            if ahead == 0 || ahead >= 0x8000 {
-                return None;
-            }
-            if ahead > 1 && self.in_frame {
-                self.damaged = true;
-            }
-        }
-        self.last_seq = Some(seq);
-        if self.in_frame && rtp_ts != self.ts {
-            self.drop_frame();
-        }
-        let Some(n) = descriptor_len(payload) else {
-            if self.in_frame {
-                self.damaged = true;
-            }
-            return None;
-        };
-        let b0 = payload[0];
-        let start = b0 & 0x10 != 0 && b0 & 0x07 == 0;
-        if start {
-            if self.in_frame {
-                self.drop_frame();
-            }
-            self.in_frame = true;
-            self.damaged = false;
-            self.ts = rtp_ts;
-            self.frame.clear();
-        }
-        if !self.in_frame {
-            return None;
-        }
-        self.frame.extend_from_slice(&payload[n..]);
-        if !marker {
-            return None;
-        }
-        self.in_frame = false;
-        if self.damaged {
-            self.damaged_frames += 1;
-            self.frame.clear();
-            return None;
-        }
-        self.frames += 1;
-        self.ready = true;
-        Some(&self.frame)
-    }
-
-    fn drop_frame(&mut self) {
-        self.in_frame = false;
-        self.damaged_frames += 1;
-        self.frame.clear();
+        let descriptor = descriptor_len(payload).map(|n| {
+            let b0 = payload[0];
+            (n, b0 & 0x10 != 0 && b0 & 0x07 == 0)
+        });
+        self.frame
+            .push(seq, rtp_ts, marker, payload, descriptor, true)
     }
 
     /// Frames returned.
     pub fn frames(&self) -> u64 {
-        self.frames
+        self.frame.frames()
     }
 
     /// Frames dropped as damaged.
     pub fn damaged_frames(&self) -> u64 {
-        self.damaged_frames
+        self.frame.damaged_frames()
     }
 }
 

@@ -1,6 +1,8 @@
 //! VP9 over RTP (RFC 9628): the payload descriptor, frames rebuilt from payloads, and what
 //! a recording needs from a frame's uncompressed header (keyframe, profile, picture size).
 
+use crate::reassembly::Reassembly;
+
 /// Length of the payload descriptor at the start of `p` (RFC 9628 §4.2), with its B (start
 /// of a frame) and E (end of a frame) bits; `None` when it is truncated.
 pub fn descriptor(p: &[u8]) -> Option<(usize, bool, bool)> {
@@ -143,14 +145,7 @@ pub fn frame_info(frame: &[u8]) -> Option<FrameInfo> {
 /// for VP8: a frame starts at B=1 and ends at the marker bit; a gap damages it.
 #[derive(Debug, Default)]
 pub struct Depacketizer {
-    frame: Vec<u8>,
-    ready: bool,
-    in_frame: bool,
-    ts: u32,
-    damaged: bool,
-    last_seq: Option<u16>,
-    frames: u64,
-    damaged_frames: u64,
+    frame: Reassembly,
 }
 
 impl Depacketizer {
@@ -159,69 +154,22 @@ impl Depacketizer {
         Depacketizer::default()
     }
 
-    /// Feeds one payload; returns the frame it completes, if intact.
+    /// Feeds one payload; returns the frame it completes, if intact. Duplicate and late
+    /// packets are ignored.
     pub fn push(&mut self, seq: u16, rtp_ts: u32, marker: bool, payload: &[u8]) -> Option<&[u8]> {
-        if self.ready {
-            self.frame.clear();
-            self.ready = false;
-        }
-        if let Some(last) = self.last_seq {
-            let ahead = seq.wrapping_sub(last);
-            if ahead == 0 || ahead >= 0x8000 {
-                return None;
-            }
-            if ahead > 1 && self.in_frame {
-                self.damaged = true;
-            }
-        }
-        self.last_seq = Some(seq);
-        if self.in_frame && rtp_ts != self.ts {
-            self.drop_frame();
-        }
-        let Some((n, start, _end)) = descriptor(payload) else {
-            if self.in_frame {
-                self.damaged = true;
-            }
-            return None;
-        };
-        if start && !self.in_frame {
-            self.in_frame = true;
-            self.damaged = false;
-            self.ts = rtp_ts;
-            self.frame.clear();
-        }
-        if !self.in_frame {
-            return None;
-        }
-        self.frame.extend_from_slice(&payload[n..]);
-        if !marker {
-            return None;
-        }
-        self.in_frame = false;
-        if self.damaged {
-            self.damaged_frames += 1;
-            self.frame.clear();
-            return None;
-        }
-        self.frames += 1;
-        self.ready = true;
-        Some(&self.frame)
-    }
-
-    fn drop_frame(&mut self) {
-        self.in_frame = false;
-        self.damaged_frames += 1;
-        self.frame.clear();
+        let descriptor = descriptor(payload).map(|(n, start, _end)| (n, start));
+        self.frame
+            .push(seq, rtp_ts, marker, payload, descriptor, false)
     }
 
     /// Frames returned.
     pub fn frames(&self) -> u64 {
-        self.frames
+        self.frame.frames()
     }
 
     /// Frames dropped as damaged.
     pub fn damaged_frames(&self) -> u64 {
-        self.damaged_frames
+        self.frame.damaged_frames()
     }
 }
 
