@@ -439,6 +439,18 @@ impl AvPipeline {
             _ => at,
         };
         self.next_opus_ts = Some(ts + u64::from(samples));
+        self.audio_packet(now_ntp, ms, ts, Arc::from(packet), ev);
+    }
+
+    /// Hands on one Opus packet at 48 kHz time `ts` (media time `ms`), numbered next.
+    fn audio_packet(
+        &mut self,
+        now_ntp: u64,
+        ms: i64,
+        ts: u64,
+        payload: Arc<[u8]>,
+        ev: &mut dyn FnMut(AvEvent),
+    ) {
         let capture_ntp = Some(self.capture(now_ntp, ms, ts as i64, 48_000));
         let seq = self.audio_seq;
         self.audio_seq += 1;
@@ -448,7 +460,7 @@ impl AvPipeline {
             seq,
             rtp_ts: ts,
             marker: false,
-            payload: Arc::from(packet),
+            payload,
             capture_ntp,
         }));
     }
@@ -481,18 +493,7 @@ impl AvPipeline {
             res => res?,
         }
         for (payload, ts) in frames {
-            let capture_ntp = Some(self.capture(now_ntp, ms, ts as i64, 48_000));
-            let seq = self.audio_seq;
-            self.audio_seq += 1;
-            ev(AvEvent::Packet(IngestPacket {
-                layer: 0,
-                kind: MediaKind::Audio,
-                seq,
-                rtp_ts: ts,
-                marker: false,
-                payload,
-                capture_ntp,
-            }));
+            self.audio_packet(now_ntp, ms, ts, payload, ev);
         }
         Ok(())
     }
