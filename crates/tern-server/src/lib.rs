@@ -68,7 +68,7 @@ pub mod srt;
 pub mod turn;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -139,8 +139,8 @@ pub struct ServeOptions {
     pub http: Option<SocketAddr>,
     /// `--media`, overriding the config.
     pub media: Option<SocketAddr>,
-    /// `--candidate`, overriding the config.
-    pub candidate: Option<IpAddr>,
+    /// `--candidate` (repeatable), overriding the config when given.
+    pub candidate: Vec<IpAddr>,
     /// `--config`.
     pub config: Option<PathBuf>,
     /// `--rtmp` (`Some(None)`: `--rtmp none`), overriding the config.
@@ -195,8 +195,8 @@ pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     if let Some(a) = opts.media {
         cfg.server.media = a;
     }
-    if let Some(ip) = opts.candidate {
-        cfg.server.candidate = Some(ip);
+    if !opts.candidate.is_empty() {
+        cfg.server.candidate = opts.candidate.clone();
     }
     if let Some(r) = opts.rtmp {
         cfg.server.rtmp = Some(r);
@@ -343,19 +343,14 @@ impl Server {
             addr: media,
             source,
         })?;
-        let candidate_ip = cfg
-            .server
-            .candidate
-            .unwrap_or(if media.ip().is_unspecified() {
-                IpAddr::V4(Ipv4Addr::LOCALHOST)
-            } else {
-                media.ip()
-            });
+        let candidate_ips = cfg.server.candidates(media);
+        // The first is the node's address where one is needed (TURN relay, cluster URL).
+        let candidate_ip = candidate_ips[0];
         let turn = match cfg.turn.listen {
             Some(listen) => Some(start_turn(
                 &cfg,
                 listen,
-                candidate_ip,
+                &candidate_ips,
                 media_addr.port(),
                 handle.stats.clone(),
             )?),
@@ -442,7 +437,7 @@ impl Server {
                 directory,
                 handle.clone(),
                 *dtls.fingerprint(),
-                candidate_ip,
+                candidate_ips.clone(),
                 media_addr.port(),
             )
             .with_turn(links)
@@ -542,7 +537,7 @@ impl Server {
             srt: srt.as_ref().map(|s| s.addr),
             turn: turn.as_ref().map(|(t, _)| t.addr),
         };
-        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, srt = ?addrs.srt, %candidate_ip, "tern listening");
+        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, srt = ?addrs.srt, candidates = ?candidate_ips, "tern listening");
         Ok(Server {
             addrs,
             core,
@@ -765,6 +760,13 @@ fn record_tasks(state: &Arc<AppState>) {
         .iter()
         .any(|a| a.record.enabled)
         .then(|| state.engine.stats.snapshots.subscribe());
+    // The sweep runs on a blocking thread: spawned only when some app deletes old files, so a
+    // server that keeps them does not start (and hold, for tokio's keep-alive) a thread every 10 s.
+    let sweeps = state
+        .record
+        .apps()
+        .iter()
+        .any(|a| a.record.delete_after_s > 0);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -799,7 +801,7 @@ fn record_tasks(state: &Arc<AppState>) {
                         .stream(i)
                         .is_some_and(|c| c.live.load(std::sync::atomic::Ordering::Relaxed))
             });
-            if n.is_multiple_of(10) {
+            if sweeps && n.is_multiple_of(10) {
                 let rec = st.record.clone();
                 let deleted = tokio::task::spawn_blocking(move || rec.sweep()).await;
                 for p in deleted.unwrap_or_default() {
@@ -819,11 +821,19 @@ const HTTP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 fn start_turn(
     cfg: &Config,
     listen: SocketAddr,
-    candidate_ip: IpAddr,
+    candidate_ips: &[IpAddr],
     media_port: u16,
     stats: Arc<media::EngineStats>,
 ) -> Result<(turn::TurnHandle, session::TurnLinks), ServeError> {
     let t = &cfg.turn;
+    // The relay's default address: the listen address, else the first candidate of the
+    // listen address's family (a relay on 0.0.0.0 cannot announce ::1).
+    let v4 = listen.ip().is_ipv4();
+    let candidate_ip = candidate_ips
+        .iter()
+        .copied()
+        .find(|ip| ip.to_canonical().is_ipv4() == v4)
+        .unwrap_or(candidate_ips[0]);
     let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
         candidate_ip
     } else {
@@ -839,8 +849,9 @@ fn start_turn(
             .collect()
     });
     // The relay never reaches the server's own addresses or internal ranges unless allowed.
-    let own: Vec<IpAddr> = [listen.ip(), relay_ip, candidate_ip]
+    let own: Vec<IpAddr> = [listen.ip(), relay_ip]
         .into_iter()
+        .chain(candidate_ips.iter().copied())
         .filter(|ip| !ip.is_unspecified())
         .collect();
     let (allowed, denied) = t.peer_ranges();
@@ -851,8 +862,12 @@ fn start_turn(
         max_allocations: t.max_allocations,
         max_allocations_per_user: t.max_allocations_per_user,
         // Relayed viewers reach tern's own media port, and only that port of its address.
-        peers: tern_rtc::peer_policy::PeerPolicy::new(&own, allowed, denied)
-            .with_exceptions(vec![SocketAddr::new(candidate_ip, media_port)]),
+        peers: tern_rtc::peer_policy::PeerPolicy::new(&own, allowed, denied).with_exceptions(
+            candidate_ips
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, media_port))
+                .collect(),
+        ),
         max_allocations_per_ip: cfg.limits.turn_allocations_per_ip,
         max_bytes_per_sec: u32::try_from(t.max_bps / 8).unwrap_or(u32::MAX),
         nonce_seed: rand::random(),

@@ -969,3 +969,44 @@ fn checker_finds_a_module_missing_from_the_map() {
         ]
     );
 }
+
+/// The `[patch.crates-io]` lines of a Cargo manifest, with `path` values made absolute
+/// against `dir` (the manifest's folder).
+fn patches(manifest: &str, dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut inside = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == "[patch.crates-io]";
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=').filter(|_| inside) else {
+            continue;
+        };
+        let path = value.split('"').nth(1).unwrap_or_default();
+        let full = dir.join(path);
+        let full = full.canonicalize().unwrap_or(full);
+        out.insert(format!("{} -> {}", name.trim(), full.display()));
+    }
+    out
+}
+
+/// The fuzz crate is a workspace of its own: it builds the server's crates against the same
+/// patched dependencies as the root, or it does not build at all (CI stop 43: the fuzz build
+/// failed on a method only the vendored dimpl has).
+#[test]
+fn the_fuzz_workspace_takes_the_roots_patches() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let read = |p: &Path| std::fs::read_to_string(p).expect("read a manifest");
+    let want = patches(&read(&root.join("Cargo.toml")), &root);
+    let fuzz = root.join("fuzz");
+    let have = patches(&read(&fuzz.join("Cargo.toml")), &fuzz);
+    assert!(
+        !want.is_empty(),
+        "the root patches nothing: is the checker still right?"
+    );
+    assert_eq!(
+        have, want,
+        "fuzz/Cargo.toml's [patch.crates-io] differs from the root's"
+    );
+}
