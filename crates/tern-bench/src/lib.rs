@@ -123,6 +123,37 @@ struct Signaller {
     /// Go through the server's TURN.
     relay: bool,
     url: String,
+    /// Take the server's IPv6 candidate when it offers both families: `--bind` is an IPv6
+    /// address, or (unbound) the signalling URL's host is an IPv6 literal.
+    prefer_v6: bool,
+}
+
+/// The server's UDP candidate to use: `first` (the one the answer prefers) unless it is not
+/// of the wanted family and `others` (every UDP candidate, in order) has one that is.
+pub fn pick_candidate(
+    first: SocketAddr,
+    others: impl IntoIterator<Item = SocketAddr>,
+    prefer_v6: bool,
+) -> SocketAddr {
+    let v6 = |a: &SocketAddr| !a.ip().to_canonical().is_ipv4();
+    if v6(&first) == prefer_v6 {
+        return first;
+    }
+    others
+        .into_iter()
+        .find(|a| v6(a) == prefer_v6)
+        .unwrap_or(first)
+}
+
+/// The UDP candidates of an SDP body or of `candidate:` lines.
+fn udp_candidates<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<SocketAddr> {
+    lines
+        .into_iter()
+        .flat_map(|l| l.lines())
+        .filter_map(|l| sdp::parse_candidate_line(l.trim()).ok().flatten())
+        .filter(|c| c.transport.eq_ignore_ascii_case("udp") && c.component == 1)
+        .map(|c| SocketAddr::new(c.ip, c.port))
+        .collect()
 }
 
 impl Signaller {
@@ -155,8 +186,13 @@ impl Signaller {
         let t0 = Instant::now();
         let (answer, location, links) = self.whep.offer(&offer)?;
         let signalling = t0.elapsed();
-        let params = client_params(&answer, &client_offer)
+        let mut params = client_params(&answer, &client_offer)
             .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
+        params.server = pick_candidate(
+            params.server,
+            udp_candidates([answer.as_str()]),
+            self.prefer_v6,
+        );
         let relay = if self.relay {
             let (turn, user, pass) = signal::turn_from_links(&links).ok_or_else(|| {
                 SignalError::BadAnswer("--relay: no TURN-over-UDP Link header in the answer".into())
@@ -198,8 +234,13 @@ impl Signaller {
         let mut params = None;
         let fp = *self.ctx.fingerprint();
         let sess = signal::ome_exchange(&self.url, Duration::from_secs(10), &mut |sdp, cands| {
-            let a = answer_offer(sdp, cands, client_offer, &fp)
+            let mut a = answer_offer(sdp, cands, client_offer, &fp)
                 .map_err(|e| SignalError::BadAnswer(e.to_string()))?;
+            a.params.server = pick_candidate(
+                a.params.server,
+                udp_candidates(std::iter::once(sdp).chain(cands.iter().copied())),
+                self.prefer_v6,
+            );
             params = Some(a.params);
             Ok(a.answer)
         })?;
@@ -362,6 +403,11 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         ome: a.url.starts_with("ws://"),
         relay: a.relay,
         url: a.url.clone(),
+        prefer_v6: if a.bind.is_unspecified() {
+            a.url.contains("://[")
+        } else {
+            a.bind.is_ipv6()
+        },
     });
     let mut heap = a.heap_report.then(|| HeapTable {
         origin: origin.clone(),
@@ -760,4 +806,24 @@ fn end_all(whep: &Whep, holds: Vec<Hold>) {
             });
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_candidate_of_the_wanted_family_is_taken() {
+        let v4: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let v6: SocketAddr = "[::1]:9".parse().expect("addr");
+        assert_eq!(pick_candidate(v4, [v4, v6], true), v6);
+        assert_eq!(pick_candidate(v4, [v4, v6], false), v4);
+        assert_eq!(pick_candidate(v6, [v6, v4], false), v4);
+        // Only one family offered: the answer's first.
+        assert_eq!(pick_candidate(v4, [v4], true), v4);
+        let sdp = "a=candidate:1 1 udp 2130706431 127.0.0.1 9 typ host\r\n\
+                   a=candidate:2 1 udp 2130706175 ::1 9 typ host\r\n\
+                   a=candidate:3 1 tcp 1 ::2 9 typ host\r\na=end-of-candidates\r\n";
+        assert_eq!(udp_candidates([sdp]), [v4, v6]);
+    }
 }

@@ -40,7 +40,7 @@ pub use server_offer::{
     write_client_answer, write_server_offer,
 };
 
-pub use write::{AnswerParams, OfferParams, write_answer, write_offer};
+pub use write::{AnswerParams, HostCandidate, OfferParams, write_answer, write_offer};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -95,7 +95,9 @@ pub struct Publisher {
     /// The encoder's ICE ufrag (a PATCH with another one is an ICE restart).
     remote_ufrag: String,
     ufrag: String,
-    local: SocketAddr,
+    /// Our host candidates (one per configured address, one port); a datagram is handed to
+    /// str0m as arriving on the one of its sender's family.
+    locals: Vec<SocketAddr>,
     video_pts: Vec<u8>,
     audio_pts: Vec<u8>,
     /// The codec of the video it sends (H264 when it sends none).
@@ -216,13 +218,14 @@ fn ntp_of(t: SystemTime) -> u64 {
 }
 
 impl Publisher {
-    /// Accepts a WHIP offer; returns the session and the SDP answer. `local` is the media
-    /// address announced as the host candidate (and the one the datagrams arrive on).
+    /// Accepts a WHIP offer; returns the session and the SDP answer. `locals` are the media
+    /// addresses announced as host candidates, most preferred first (the datagrams arrive on
+    /// them); at least one.
     ///
     /// `dtls` carries the SRTP profile preference ([`PublisherDtls`]).
     pub fn accept(
         offer: &str,
-        local: SocketAddr,
+        locals: &[SocketAddr],
         now: Instant,
         dtls: &PublisherDtls,
     ) -> Result<(Publisher, String), PublishError> {
@@ -264,9 +267,14 @@ impl Publisher {
             .set_extension(15, Extension::AbsoluteCaptureTime)
             .set_stats_interval(None)
             .build(now);
-        let cand =
-            Candidate::host(local, "udp").map_err(|e| PublishError::Rejected(e.to_string()))?;
-        rtc.add_local_candidate(cand);
+        if locals.is_empty() {
+            return Err(PublishError::Rejected("no local candidate address".into()));
+        }
+        for &local in locals {
+            let cand =
+                Candidate::host(local, "udp").map_err(|e| PublishError::Rejected(e.to_string()))?;
+            rtc.add_local_candidate(cand);
+        }
         let answer = rtc
             .sdp_api()
             .accept_offer(offer)
@@ -299,7 +307,7 @@ impl Publisher {
                 offer: remote_offer,
                 remote_ufrag,
                 ufrag,
-                local,
+                locals: locals.to_vec(),
                 video_pts,
                 audio_pts,
                 video_codec: video_codec.unwrap_or_default(),
@@ -385,7 +393,16 @@ impl Publisher {
 
     /// Feeds a datagram from `from`. Returns false when str0m did not accept it.
     pub fn handle_input(&mut self, now: Instant, from: SocketAddr, data: &[u8]) -> bool {
-        let Ok(r) = Receive::new(Protocol::Udp, from, self.local, data) else {
+        let v4 = from.ip().to_canonical().is_ipv4();
+        let Some(&local) = self
+            .locals
+            .iter()
+            .find(|l| l.ip().to_canonical().is_ipv4() == v4)
+            .or(self.locals.first())
+        else {
+            return false;
+        };
+        let Ok(r) = Receive::new(Protocol::Udp, from, local, data) else {
             return false;
         };
         self.rtc.handle_input(Input::Receive(now, r)).is_ok()

@@ -35,9 +35,9 @@ pub fn random_chars(out: &mut [u8], rand: &mut dyn FnMut() -> u64) {
 pub struct LocalInfo<'a> {
     /// SHA-256 fingerprint of the shared DTLS certificate.
     pub fingerprint: &'a [u8; 32],
-    /// Address in the host candidate.
-    pub candidate_ip: IpAddr,
-    /// Media port in the host candidate.
+    /// Addresses of the host candidates, most preferred first (at least one).
+    pub candidate_ips: &'a [IpAddr],
+    /// Media port of the host candidates.
     pub candidate_port: u16,
     /// RTCP CNAME of the stream.
     pub cname: &'a str,
@@ -93,7 +93,7 @@ pub fn accept(
             ice_ufrag: &ufrag_s,
             ice_pwd: &pwd_s,
             fingerprint_sha256: local.fingerprint,
-            candidate_ip: local.candidate_ip,
+            candidate_ips: local.candidate_ips,
             candidate_port: local.candidate_port,
             video_ssrc,
             audio_ssrc,
@@ -157,9 +157,9 @@ impl TrackSeed {
 pub struct ServerOffer {
     /// The SDP offer to send.
     pub sdp: String,
-    /// The server's host candidate as `candidate:...`, for the signalling to send beside the
+    /// The server's host candidates as `candidate:...`, for the signalling to send beside the
     /// SDP (the offer itself carries no candidate, as OME's does not).
-    pub candidate: String,
+    pub candidates: Vec<String>,
     local_ufrag: [u8; UFRAG_LEN],
     local_pwd: [u8; PWD_LEN],
     video: Option<TrackSeed>,
@@ -217,10 +217,12 @@ pub fn offer(
     });
     ServerOffer {
         sdp,
-        candidate: format!(
-            "candidate:1 1 UDP 2130706431 {} {} typ host",
-            local.candidate_ip, local.candidate_port
-        ),
+        candidates: local
+            .candidate_ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| sdp::HostCandidate::new(i, *ip, local.candidate_port).to_string())
+            .collect(),
         local_ufrag: ufrag,
         local_pwd: pwd,
         video: video_seed,
@@ -297,7 +299,7 @@ mod tests {
         let mut rand = rng(7);
         let local = LocalInfo {
             fingerprint: server_ctx.fingerprint(),
-            candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            candidate_ips: &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
             candidate_port: 10000,
             cname: "tern-test",
         };
@@ -307,13 +309,13 @@ mod tests {
             "candidates go beside the SDP"
         );
         assert_eq!(
-            so.candidate,
-            "candidate:1 1 UDP 2130706431 127.0.0.1 10000 typ host"
+            so.candidates,
+            ["candidate:1 1 udp 2130706431 127.0.0.1 10000 typ host"]
         );
         let t0 = Instant::now();
         let ca = answer_offer(
             &so.sdp,
-            &[&so.candidate],
+            &[&so.candidates[0]],
             &client_offer(t0),
             client_ctx.fingerprint(),
         )
@@ -438,7 +440,7 @@ mod tests {
         let fp = [9u8; 32];
         let local = LocalInfo {
             fingerprint: &fp,
-            candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            candidate_ips: &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
             candidate_port: 1,
             cname: "c",
         };
@@ -457,7 +459,7 @@ mod tests {
         let so = offer(&local, true, true, sdp::StreamVideo::default(), &mut rng(2));
         let ca = answer_offer(
             &so.sdp,
-            &[&so.candidate],
+            &[&so.candidates[0]],
             &client_offer(Instant::now()),
             &cfp,
         )
@@ -479,7 +481,7 @@ mod tests {
         let fp = [9u8; 32];
         let local = LocalInfo {
             fingerprint: &fp,
-            candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            candidate_ips: &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
             candidate_port: 1,
             cname: "c",
         };
@@ -498,7 +500,7 @@ mod tests {
         assert!(matches!(ca, Err(AnswerError::Offer(_))));
         let ca = answer_offer(
             &so.sdp,
-            &["bogus", &so.candidate],
+            &["bogus", &so.candidates[0]],
             &client_offer(Instant::now()),
             &[3; 32],
         )
@@ -516,7 +518,7 @@ mod tests {
         assert!(matches!(
             answer_offer(
                 &active_offer,
-                &[&so.candidate],
+                &[&so.candidates[0]],
                 &client_offer(Instant::now()),
                 &[3; 32]
             ),

@@ -24,7 +24,7 @@ fn server() -> Server {
     let opts = ServeOptions {
         http: Some(any),
         media: Some(any),
-        candidate: Some([127, 0, 0, 1].into()),
+        candidate: vec![[127, 0, 0, 1].into()],
         config: Some(path),
         rtmp: Some(None),
         ..Default::default()

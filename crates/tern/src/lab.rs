@@ -276,7 +276,7 @@ pub fn run(a: &LabArgs) -> Result<(), String> {
     };
     let local = LocalInfo {
         fingerprint: server_ctx.fingerprint(),
-        candidate_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        candidate_ips: &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
         candidate_port: 10000,
         cname: "tern-lab",
     };

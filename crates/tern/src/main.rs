@@ -69,9 +69,10 @@ struct ServeArgs {
     /// The one UDP port for all WebRTC media [default: 0.0.0.0:10000]
     #[arg(long)]
     media: Option<SocketAddr>,
-    /// Host address announced in ICE candidates
+    /// Host address announced in ICE candidates; repeat it for one candidate per address
+    /// (e.g. an IPv4 and an IPv6 address with --media [::]:10000)
     #[arg(long)]
-    candidate: Option<IpAddr>,
+    candidate: Vec<IpAddr>,
     /// TOML configuration file
     #[arg(long)]
     config: Option<PathBuf>,

@@ -460,3 +460,85 @@ fn an_rtmp_publisher_and_whep_viewers_over_ipv6() {
         ff.log_tail()
     );
 }
+
+/// One media socket on `[::]` serves both families, with a host candidate for each announced
+/// address (default for `[::]`: `127.0.0.1` then `::1`): the WHEP answer lists both in that
+/// order, and WHEP viewers over IPv4 and over IPv6 play the same RTMP stream from the one port.
+#[test]
+fn a_dual_stack_media_socket_announces_a_candidate_per_address() {
+    let cfg = config_file("dual", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let server = Server::start_on(
+        &[
+            "serve",
+            "--config",
+            cfg.to_str().expect("utf-8"),
+            "--rtmp",
+            "127.0.0.1:0",
+        ],
+        "127.0.0.1:0",
+        "[::]:0",
+    );
+    let port = server.media.port();
+    let mut ff = common::Ffmpeg::push(
+        &format!("rtmp://{}/live/cam", server.rtmp.expect("rtmp")),
+        20,
+    );
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let probe = tern_bench::signal::Whep::new(&whep, Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !probe.live() {
+        assert!(Instant::now() < deadline, "not live:\n{}", ff.log_tail());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = common::http_request_with(
+        server.http,
+        "POST",
+        "/live/cam/whep",
+        &[],
+        Some("application/sdp"),
+        common::whep_offer().as_bytes(),
+    )
+    .expect("WHEP POST");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let answer = r.text();
+    let lines: Vec<&str> = answer
+        .lines()
+        .filter(|l| l.starts_with("a=candidate:"))
+        .collect();
+    let per_section = [
+        format!("a=candidate:1 1 udp 2130706431 127.0.0.1 {port} typ host"),
+        format!("a=candidate:2 1 udp 2130706175 ::1 {port} typ host"),
+    ];
+    assert!(
+        !lines.is_empty() && lines.chunks(2).all(|c| c == per_section),
+        "every media section has the IPv4 then the IPv6 candidate:\n{answer}"
+    );
+    // `--bind` picks the family: the bench takes the server's candidate of its own family (a
+    // socket bound to ::1 reaches only an IPv6 address).
+    let v4 = viewers(format!(
+        "-url {whep} -n 2 -cint 100 -life 6 -sint 60000 --json --bind 127.0.0.1"
+    ));
+    let v6 = viewers(format!(
+        "-url {whep} -n 2 -cint 100 -life 6 -sint 60000 --json --bind ::1"
+    ));
+    for (family, o) in [("IPv4", v4), ("IPv6", v6)] {
+        let o = o.join().expect("bench");
+        let s = &o.summary;
+        assert_eq!(s.connected, 2, "{family}: {}", server.log_tail(20));
+        assert_eq!(s.total_losses, 0, "{family}");
+        for c in &o.clients {
+            let frames = c.video.as_ref().map_or(0, |v| v.frames);
+            let audio = c.audio.as_ref().map_or(0, |a| a.packets);
+            assert!(
+                frames > 120 && audio > 200,
+                "{family} client_{}: {frames} frames, {audio} audio packets over 6 s",
+                c.id
+            );
+        }
+    }
+    assert!(
+        ff.running(),
+        "the publisher ended early:\n{}",
+        ff.log_tail()
+    );
+}

@@ -690,7 +690,7 @@ a=fmtp:111 minptime=10;useinbandfec=1\r
                 ice_ufrag: "srvUfrag",
                 ice_pwd: "srvPasswordSrvPassword12",
                 fingerprint_sha256: &FP,
-                candidate_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+                candidate_ips: &[std::net::Ipv4Addr::LOCALHOST.into()],
                 candidate_port: 1,
                 video_ssrc: 1,
                 audio_ssrc: 2,

@@ -195,13 +195,14 @@ fn fp_bytes() -> [u8; 32] {
 }
 
 const OUR_FP: [u8; 32] = [0xAB; 32];
+const OUR_IP: [IpAddr; 1] = [IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))];
 
 fn answer_params() -> AnswerParams<'static> {
     AnswerParams {
         ice_ufrag: "srvufrag",
         ice_pwd: "srvpasswordsrvpassword12",
         fingerprint_sha256: &OUR_FP,
-        candidate_ip: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),
+        candidate_ips: &OUR_IP,
         candidate_port: 10000,
         video_ssrc: 0x1234_5678,
         audio_ssrc: 0x9abc_def0,
@@ -355,7 +356,7 @@ fn answer_to_chrome_offer() {
     assert_eq!(v.fingerprint().unwrap().1.as_slice(), &OUR_FP[..]);
     assert_eq!(v.ssrcs(), [0x1234_5678, 0x0bad_cafe]);
     assert_eq!(v.ssrc_cname(0x1234_5678), Some("tern"));
-    assert_eq!(v.candidates()[0].ip, p.candidate_ip);
+    assert_eq!(v.candidates()[0].ip, p.candidate_ips[0]);
     assert_eq!(v.candidates()[0].port, 10000);
     assert!(v.end_of_candidates() && v.rtcp_mux());
     let vp = v.payload(102).unwrap();
@@ -770,7 +771,7 @@ fn offer_answer_round_trip() {
                     component: 1,
                     transport: "udp".into(),
                     priority: 2_130_706_431,
-                    ip: p.candidate_ip,
+                    ip: p.candidate_ips[0],
                     port: 10000,
                     typ: "host".into(),
                 }
@@ -807,7 +808,8 @@ fn ipv6_candidates() {
     assert_eq!(c.ip, "2001:db8::5".parse::<IpAddr>().unwrap());
     assert_eq!((c.transport.as_str(), c.typ.as_str()), ("UDP", "srflx"));
     let mut p = answer_params();
-    p.candidate_ip = "2001:db8::1".parse().unwrap();
+    let ip = ["2001:db8::1".parse().unwrap()];
+    p.candidate_ips = &ip;
     let offer = write_offer(&OfferParams {
         ice_ufrag: "cliu",
         ice_pwd: "clientpasswordclientpwd1",
@@ -820,7 +822,7 @@ fn ipv6_candidates() {
     let sd = SessionDescription::parse(&offer).unwrap();
     let text = write_answer(&sd, &negotiate(&sd).unwrap(), &p);
     let ans = SessionDescription::parse(&text).unwrap();
-    assert_eq!(ans.media()[0].candidates()[0].ip, p.candidate_ip);
+    assert_eq!(ans.media()[0].candidates()[0].ip, ip[0]);
 }
 
 #[test]

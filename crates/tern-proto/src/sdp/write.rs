@@ -17,9 +17,10 @@ pub struct AnswerParams<'a> {
     pub ice_pwd: &'a str,
     /// SHA-256 of our DTLS certificate.
     pub fingerprint_sha256: &'a [u8; 32],
-    /// Address of our single host candidate.
-    pub candidate_ip: IpAddr,
-    /// Port of our single host candidate.
+    /// Addresses of our host candidates, most preferred first (one per configured address,
+    /// all on the same port; at least one).
+    pub candidate_ips: &'a [IpAddr],
+    /// Port of our host candidates.
     pub candidate_port: u16,
     /// SSRC of the video we send.
     pub video_ssrc: u32,
@@ -31,6 +32,43 @@ pub struct AnswerParams<'a> {
     pub cname: &'a str,
     /// The o= line session id.
     pub session_id: u64,
+}
+
+/// One of our host candidates as an ICE candidate attribute value (`candidate:...`, no `a=`):
+/// the `index`-th configured address gets foundation `index + 1` and a local preference one
+/// below the previous, so a peer that can reach several tries them in the configured order
+/// (RFC 8445 §5.1.2.1: type preference 126 for host, component 1).
+#[derive(Debug, Clone, Copy)]
+pub struct HostCandidate {
+    index: usize,
+    ip: IpAddr,
+    port: u16,
+}
+
+impl HostCandidate {
+    /// The `index`-th host candidate (0 = most preferred) at `ip`:`port`.
+    pub fn new(index: usize, ip: IpAddr, port: u16) -> Self {
+        HostCandidate { index, ip, port }
+    }
+
+    /// Its priority: type preference 126, local preference 65535 − index, component 1.
+    pub fn priority(&self) -> u32 {
+        let local = 65535u32.saturating_sub(u32::try_from(self.index).unwrap_or(u32::MAX));
+        (126 << 24) | (local << 8) | 255
+    }
+}
+
+impl fmt::Display for HostCandidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "candidate:{} 1 udp {} {} {} typ host",
+            self.index + 1,
+            self.priority(),
+            self.ip,
+            self.port
+        )
+    }
 }
 
 /// An SDP body being written, CRLF line ends.
@@ -158,12 +196,9 @@ fn write_accepted(
     if n.rtx_pt.is_some() {
         sdp_line!(o, "a=ssrc:{} cname:{}", p.rtx_ssrc, p.cname);
     }
-    sdp_line!(
-        o,
-        "a=candidate:1 1 udp 2130706431 {} {} typ host",
-        p.candidate_ip,
-        p.candidate_port
-    );
+    for (i, ip) in p.candidate_ips.iter().enumerate() {
+        sdp_line!(o, "a={}", HostCandidate::new(i, *ip, p.candidate_port));
+    }
     sdp_line!(o, "a=end-of-candidates");
 }
 
@@ -296,4 +331,30 @@ pub fn write_offer(p: &OfferParams<'_>) -> String {
         }
     }
     o.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_candidates_fall_in_priority_in_the_configured_order() {
+        let v4: IpAddr = "203.0.113.7".parse().expect("ip");
+        let v6: IpAddr = "2001:db8::7".parse().expect("ip");
+        assert_eq!(
+            HostCandidate::new(0, v4, 10000).to_string(),
+            "candidate:1 1 udp 2130706431 203.0.113.7 10000 typ host"
+        );
+        assert_eq!(
+            HostCandidate::new(1, v6, 10000).to_string(),
+            "candidate:2 1 udp 2130706175 2001:db8::7 10000 typ host"
+        );
+        // Each line parses back as what it says.
+        let line = HostCandidate::new(1, v6, 10000).to_string();
+        let c = super::super::parse_candidate_line(&line)
+            .expect("parses")
+            .expect("not mDNS");
+        assert_eq!((c.ip, c.port, c.priority), (v6, 10000, 2_130_706_175));
+        assert!(HostCandidate::new(7, v4, 1).priority() < HostCandidate::new(6, v4, 1).priority());
+    }
 }

@@ -1,6 +1,6 @@
 //! The `[server]` section: listening addresses, worker counts, publisher timeouts.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use tern_rtc::peer_policy::Cidr;
@@ -35,9 +35,12 @@ pub struct ServerConfig {
     pub http: SocketAddr,
     /// The one UDP port for all WebRTC media. Default `0.0.0.0:10000`.
     pub media: SocketAddr,
-    /// Host address announced in ICE candidates. Default: the media address if it is not
-    /// unspecified, else `127.0.0.1`.
-    pub candidate: Option<IpAddr>,
+    /// Host addresses announced in ICE candidates, most preferred first: one address or a
+    /// list (`candidate = ["203.0.113.7", "2001:db8::7"]`), each a candidate on the media port.
+    /// Default: the media address if it is not unspecified; else `127.0.0.1` (`0.0.0.0`) or
+    /// `127.0.0.1` and `::1` (`[::]`, which serves both families).
+    #[serde(deserialize_with = "one_or_many")]
+    pub candidate: Vec<IpAddr>,
     /// RTCP CNAME used in sender reports. Default `tern`.
     pub cname: String,
     /// Bearer token for the management API (`/v1/...` API routes, `/v1/events`,
@@ -95,7 +98,7 @@ impl Default for ServerConfig {
         ServerConfig {
             http: SocketAddr::from(([0, 0, 0, 0], 8080)),
             media: SocketAddr::from(([0, 0, 0, 0], 10000)),
-            candidate: None,
+            candidate: Vec::new(),
             cname: "tern".into(),
             api_token: None,
             worker_count: 1,
@@ -158,6 +161,44 @@ impl ServerConfig {
                 ));
             }
         }
+        if self.candidate.len() > MAX_CANDIDATES {
+            return Err(ConfigError::invalid(
+                "server.candidate",
+                format!("at most {MAX_CANDIDATES} addresses"),
+            ));
+        }
+        for (i, ip) in self.candidate.iter().enumerate() {
+            let key = if self.candidate.len() == 1 {
+                "server.candidate".to_string()
+            } else {
+                format!("server.candidate[{i}]")
+            };
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("{ip} cannot be reached: announce the address viewers reach"),
+                ));
+            }
+            if self.candidate[..i].contains(ip) {
+                return Err(ConfigError::invalid(key, format!("{ip} is listed twice")));
+            }
+            let media = self.media.ip();
+            let v4 = ip.to_canonical().is_ipv4();
+            let reachable = match media {
+                IpAddr::V6(m) if m.is_unspecified() => true,
+                m if m.is_unspecified() => v4,
+                m => m.to_canonical().is_ipv4() == v4,
+            };
+            if !reachable {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
+                        "{ip} is not of the media socket's family (server.media = {}); bind media to [::]:PORT to serve both",
+                        self.media
+                    ),
+                ));
+            }
+        }
         if self.https.is_some() {
             if self.tls_cert.is_none() {
                 return Err(ConfigError::invalid(
@@ -180,6 +221,21 @@ impl ServerConfig {
         Ok(())
     }
 
+    /// The addresses announced in ICE candidates, most preferred first: `candidate`, or its
+    /// default for the media address `media` (the bound one).
+    pub fn candidates(&self, media: SocketAddr) -> Vec<IpAddr> {
+        if !self.candidate.is_empty() {
+            return self.candidate.clone();
+        }
+        match media.ip() {
+            IpAddr::V6(m) if m.is_unspecified() => {
+                vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()]
+            }
+            m if m.is_unspecified() => vec![Ipv4Addr::LOCALHOST.into()],
+            m => vec![m],
+        }
+    }
+
     /// The trusted proxies; validated to parse.
     pub fn trusted_proxy_ranges(&self) -> Vec<Cidr> {
         self.trusted_proxies
@@ -187,6 +243,36 @@ impl ServerConfig {
             .filter_map(|s| s.parse().ok())
             .collect()
     }
+}
+
+/// Most addresses in `candidate`: each is a line in every answer.
+pub const MAX_CANDIDATES: usize = 8;
+
+/// One address or a list of them (serde's untagged enums would only say that neither matched).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Vec<IpAddr>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an IP address or a list of IP addresses")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            s.parse()
+                .map(|ip| vec![ip])
+                .map_err(|_| E::custom(format!("{s:?} is not an IP address")))
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut v = Vec::new();
+            while let Some(ip) = a.next_element()? {
+                v.push(ip);
+            }
+            Ok(v)
+        }
+    }
+    d.deserialize_any(V)
 }
 
 /// Parses an RTMP listener setting: `none` (off) or a socket address.
@@ -253,6 +339,51 @@ mod tests {
         };
         assert!(ok.check().is_ok());
         assert_eq!(ok.trusted_proxy_ranges().len(), 2);
+    }
+
+    #[test]
+    fn candidates_are_one_address_or_a_list_each_reachable() {
+        let parse = |t: &str| Config::parse(t, "test").map(|c| c.server);
+        let one = parse("[server]\ncandidate = \"203.0.113.7\"\n").expect("one");
+        assert_eq!(
+            one.candidate,
+            ["203.0.113.7".parse::<IpAddr>().expect("ip")]
+        );
+        let both = parse(
+            "[server]\nmedia = \"[::]:10000\"\ncandidate = [\"203.0.113.7\", \"2001:db8::7\"]\n",
+        )
+        .expect("a list on a dual-stack socket");
+        assert_eq!(both.candidates(both.media).len(), 2);
+        let err = |t: &str| parse(t).err().map(|e| e.to_string()).unwrap_or_default();
+        // A v6 address on an IPv4 media socket, a duplicate, an unspecified address.
+        let e = err("[server]\ncandidate = [\"203.0.113.7\", \"2001:db8::7\"]\n");
+        assert!(
+            e.contains("server.candidate[1]") && e.contains("[::]"),
+            "{e}"
+        );
+        let e = err("[server]\nmedia = \"[::]:1\"\ncandidate = [\"::1\", \"::1\"]\n");
+        assert!(
+            e.contains("server.candidate[1]") && e.contains("twice"),
+            "{e}"
+        );
+        let e = err("[server]\ncandidate = \"0.0.0.0\"\n");
+        assert!(e.contains("server.candidate"), "{e}");
+        assert!(!err("[server]\ncandidate = 7\n").is_empty());
+        // Defaults: the specific media address; loopback of each family the socket serves.
+        let d = ServerConfig::default();
+        let ips = |m: &str| d.candidates(m.parse().expect("addr"));
+        assert_eq!(
+            ips("192.0.2.1:9"),
+            ["192.0.2.1".parse::<IpAddr>().expect("ip")]
+        );
+        assert_eq!(ips("0.0.0.0:9"), [IpAddr::from(Ipv4Addr::LOCALHOST)]);
+        assert_eq!(
+            ips("[::]:9"),
+            [
+                IpAddr::from(Ipv4Addr::LOCALHOST),
+                Ipv6Addr::LOCALHOST.into()
+            ]
+        );
     }
 
     #[test]

@@ -98,7 +98,7 @@ fn record(st: &AppState, egress_bps: u64, cpu: f64) -> NodeRecord {
     NodeRecord {
         name,
         url,
-        media: std::net::SocketAddr::new(st.candidate_ip, st.candidate_port).to_string(),
+        media: std::net::SocketAddr::new(st.candidate_ips[0], st.candidate_port).to_string(),
         viewers: stats.viewers.load(Ordering::Relaxed) as u64,
         publishers: stats.publishers.load(Ordering::Relaxed) as u64,
         egress_bps,

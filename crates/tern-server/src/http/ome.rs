@@ -194,7 +194,9 @@ impl Signalling {
     /// Brings this socket's bytes in [`counter`] up to date.
     fn recount(&mut self) {
         let pending = match &self.phase {
-            Phase::Offered(o) => o.sdp.capacity() + o.candidate.capacity(),
+            Phase::Offered(o) => {
+                o.sdp.capacity() + o.candidates.iter().map(String::capacity).sum::<usize>()
+            }
             _ => 0,
         };
         let now =
@@ -323,7 +325,7 @@ impl Signalling {
         let offer = session::offer(
             &LocalInfo {
                 fingerprint: &st.fingerprint,
-                candidate_ip: st.candidate_ip,
+                candidate_ips: &st.candidate_ips,
                 candidate_port: st.candidate_port,
                 cname: &st.config.server.cname,
             },
@@ -335,11 +337,15 @@ impl Signalling {
         let text = ome::write_offer(
             id,
             &offer.sdp,
-            &[OfferCandidate {
-                candidate: &offer.candidate,
-                sdp_mline_index: 0,
-                sdp_mid: Some("0"),
-            }],
+            &offer
+                .candidates
+                .iter()
+                .map(|c| OfferCandidate {
+                    candidate: c,
+                    sdp_mline_index: 0,
+                    sdp_mid: Some("0"),
+                })
+                .collect::<Vec<_>>(),
             &ice_servers(st, self.params.tcp),
         );
         debug!(%key, id, ufrag = offer.local_ufrag(), "offer");

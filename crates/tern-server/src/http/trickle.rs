@@ -3,6 +3,8 @@
 //! answers (204 for trickled candidates, 200 with the server's new credentials and candidate
 //! for a restart). Each handler keeps what is its own: its session table and how it restarts.
 
+use std::fmt::Write as _;
+
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -78,10 +80,14 @@ pub(super) fn restarted(
     etag: &str,
 ) -> Response {
     let mid = frag.mids.first().map_or("0", String::as_str);
-    let body = format!(
-        "a=ice-lite\r\na=ice-ufrag:{ufrag}\r\na=ice-pwd:{pwd}\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{mid}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
-        st.candidate_ip, st.candidate_port
+    let mut body = format!(
+        "a=ice-lite\r\na=ice-ufrag:{ufrag}\r\na=ice-pwd:{pwd}\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:{mid}\r\n"
     );
+    for (i, ip) in st.candidate_ips.iter().enumerate() {
+        let c = sdp::HostCandidate::new(i, *ip, st.candidate_port);
+        let _ = write!(body, "a={c}\r\n");
+    }
+    body.push_str("a=end-of-candidates\r\n");
     let mut r = (StatusCode::OK, body).into_response();
     let h = r.headers_mut();
     cors(h);

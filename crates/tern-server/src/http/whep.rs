@@ -78,7 +78,7 @@ pub(super) async fn post(
         &neg,
         &LocalInfo {
             fingerprint: &st.fingerprint,
-            candidate_ip: st.candidate_ip,
+            candidate_ips: &st.candidate_ips,
             candidate_port: st.candidate_port,
             cname: &st.config.server.cname,
         },

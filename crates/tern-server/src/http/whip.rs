@@ -51,9 +51,13 @@ pub(super) async fn post(
     st.check_publish(&ask)?;
     let SdpOffer(offer) = offer?;
     let mut publish = st.admit_publish(ask).await?;
-    let local = SocketAddr::new(st.candidate_ip, st.candidate_port);
+    let locals: Vec<SocketAddr> = st
+        .candidate_ips
+        .iter()
+        .map(|ip| SocketAddr::new(*ip, st.candidate_port))
+        .collect();
     let (publisher, answer) =
-        match Publisher::accept(&offer, local, Instant::now(), &st.publisher_dtls) {
+        match Publisher::accept(&offer, &locals, Instant::now(), &st.publisher_dtls) {
             Ok(x) => x,
             Err(e @ PublishError::BadOffer(_)) => return Err(HttpError::BadRequest(e.to_string())),
             Err(e) => return Err(HttpError::Unprocessable(e.to_string())),

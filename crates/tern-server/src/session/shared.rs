@@ -81,9 +81,9 @@ pub struct Core {
     pub engine: EngineHandle,
     /// Our DTLS certificate fingerprint.
     pub fingerprint: [u8; 32],
-    /// Address announced in the ICE candidate.
-    pub candidate_ip: IpAddr,
-    /// Media port announced in the ICE candidate.
+    /// Addresses announced in ICE candidates, most preferred first (at least one).
+    pub candidate_ips: Vec<IpAddr>,
+    /// Media port announced in the ICE candidates.
     pub candidate_port: u16,
     /// The TURN server clients are told about, when TURN is on.
     pub turn: Option<TurnLinks>,
@@ -112,7 +112,7 @@ impl Core {
         streams: Directory,
         engine: EngineHandle,
         fingerprint: [u8; 32],
-        candidate_ip: IpAddr,
+        candidate_ips: Vec<IpAddr>,
         candidate_port: u16,
     ) -> Self {
         let exempt = config.limits.exempt_ranges();
@@ -155,7 +155,7 @@ impl Core {
             streams,
             engine,
             fingerprint,
-            candidate_ip,
+            candidate_ips,
             candidate_port,
             turn: None,
             cluster: None,

@@ -506,7 +506,7 @@ impl Local {
         let opts = tern_server::ServeOptions {
             http: Some(any),
             media: Some(any),
-            candidate: Some([127, 0, 0, 1].into()),
+            candidate: vec![[127, 0, 0, 1].into()],
             config,
             rtmp: Some(None),
             demo: true,
