@@ -66,6 +66,7 @@ impl Core {
     pub async fn begin_play(&self, ask: PlayAsk) -> Result<Play, Refusal> {
         if !ask.from_node {
             self.pull(&ask.app, &ask.stream).await?;
+            self.wake_source(&ask.app, &ask.stream).await?;
         }
         let key = format!("{}/{}", ask.app, ask.stream);
         let info = self.streams.get(&key).ok_or(Refusal::NotFound(key))?;
@@ -114,6 +115,36 @@ impl Core {
         Err(Refusal::PullFailed(format!(
             "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
         )))
+    }
+}
+
+impl Core {
+    /// A play request for a stream a camera feeds (`[[app.source]]`): its pull is started
+    /// (an on-demand source) or kept, and the request waits until the stream is live (the
+    /// camera's first keyframe), at most [`PULL_WAIT`] as an edge pull. `Ok` at once for
+    /// any other stream, or a source's stream that is live.
+    pub async fn wake_source(&self, app: &str, stream: &str) -> Result<(), Refusal> {
+        let Some(sources) = self.sources.get() else {
+            return Ok(());
+        };
+        let key = format!("{app}/{stream}");
+        if !sources.wake(&key) {
+            return Ok(());
+        }
+        let live_here = || self.streams.get(&key).is_some_and(|i| self.is_live(i));
+        let until = std::time::Instant::now() + PULL_WAIT;
+        while !live_here() {
+            if std::time::Instant::now() >= until {
+                let why = sources
+                    .last_error(&key)
+                    .map_or(String::new(), |e| format!(" (last error: {e})"));
+                return Err(Refusal::PullFailed(format!(
+                    "the camera of {key} gave no keyframe within {PULL_WAIT:?}{why}; retry"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
     }
 }
 
