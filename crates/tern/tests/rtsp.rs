@@ -177,7 +177,10 @@ fn assert_password_nowhere(server: &Server) {
         assert!(!text.contains(PASSWORD), "{path}: {text}");
     }
     let log = std::fs::read_to_string(&server.log).expect("log");
-    assert!(!log.contains(PASSWORD), "the log holds the password:\n{log}");
+    assert!(
+        !log.contains(PASSWORD),
+        "the log holds the password:\n{log}"
+    );
     assert!(log.contains("rtsp://***@127.0.0.1"), "{log}");
 }
 
@@ -232,12 +235,25 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
         let v = c.video.as_ref().expect("video");
         let a = c.audio.as_ref().expect("audio");
         // About 16 s at 30 fps, less the camera's absence and its way back.
-        assert!(v.frames > 7 * 30, "client_{}: {} frames\n{ctx}", c.id, v.frames);
-        assert!(a.packets > 7 * 50, "client_{}: {} audio\n{ctx}", c.id, a.packets);
+        assert!(
+            v.frames > 7 * 30,
+            "client_{}: {} frames\n{ctx}",
+            c.id,
+            v.frames
+        );
+        assert!(
+            a.packets > 7 * 50,
+            "client_{}: {} audio\n{ctx}",
+            c.id,
+            a.packets
+        );
         // The returning camera continues the stream's numbering: nothing looks lost.
         assert_eq!(v.lost(), 0, "client_{}\n{ctx}", c.id);
         if c.id == 0 {
-            assert!(first < Duration::from_secs(3), "first frame after {first:?}\n{ctx}");
+            assert!(
+                first < Duration::from_secs(3),
+                "first frame after {first:?}\n{ctx}"
+            );
         }
     }
     println!("back live {back:?} after the camera's return");
@@ -280,7 +296,14 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
     let port = free_tcp_port();
     let _cam = Camera::start(
         port,
-        &["--user", "viewer", "--password", PASSWORD, "--sps-change", "3"],
+        &[
+            "--user",
+            "viewer",
+            "--password",
+            PASSWORD,
+            "--sps-change",
+            "3",
+        ],
     );
     let closed = common::ClosedPort::new();
     let server = Server::serve(&config(
@@ -319,9 +342,11 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
     }
     // The new SPS: the picture goes from 640x360 to 320x240 after 3 s; viewers play on.
     let whep = format!("http://{}/cams/sps/whep", server.http);
-    let (o, text) = viewers(format!("-url {whep} -n 1 -cint 20 -life 8 -sint 5000 --json"))
-        .join()
-        .expect("bench");
+    let (o, text) = viewers(format!(
+        "-url {whep} -n 1 -cint 20 -life 8 -sint 5000 --json"
+    ))
+    .join()
+    .expect("bench");
     let ctx = format!("{text}\n{}", server.log_tail(30));
     assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
     let v = o.clients[0].video.as_ref().expect("video");

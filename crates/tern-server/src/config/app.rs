@@ -197,7 +197,10 @@ impl AppConfig {
             let place = format!("source[{j}]");
             src.check().map_err(|e| e.under(&place))?;
             if self.sources[..j].iter().any(|o| o.stream == src.stream) {
-                return bad(&format!("{place}.stream"), "another source feeds this stream");
+                return bad(
+                    &format!("{place}.stream"),
+                    "another source feeds this stream",
+                );
             }
         }
         self.check_renditions()

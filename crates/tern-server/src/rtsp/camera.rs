@@ -254,7 +254,10 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
             Err(_) => continue,
             Ok(None) => return media.end(Failure::Camera, "the camera ended the session".into()),
             Ok(Some(Err(err))) => {
-                let End::Failed { failure, message, .. } = camera_error(&err) else {
+                let End::Failed {
+                    failure, message, ..
+                } = camera_error(&err)
+                else {
                     return End::Stop;
                 };
                 return media.end(failure, message);
@@ -398,14 +401,11 @@ impl<'a> Media<'a> {
         let t = ms(f.timestamp());
         let ntp = self.clock.ntp(Instant::now());
         let events = &mut self.events;
-        let res = self.av.video_frame(
-            ntp,
-            t,
-            t,
-            f.is_random_access_point(),
-            f.data(),
-            &mut |e| events.push(e),
-        );
+        let res = self
+            .av
+            .video_frame(ntp, t, t, f.is_random_access_point(), f.data(), &mut |e| {
+                events.push(e)
+            });
         if let Err(err) = res {
             debug!("rtsp {}: frame dropped: {err}", self.job.entry.key);
         }
@@ -478,7 +478,10 @@ mod tests {
         let (url, creds) = split_credentials("rtsp://adm%40n:p%3Ass@cam:8554/a/b").expect("url");
         assert_eq!(url.as_str(), "rtsp://cam:8554/a/b");
         let c = creds.expect("credentials");
-        assert_eq!((c.username.as_str(), c.password.as_str()), ("adm@n", "p:ss"));
+        assert_eq!(
+            (c.username.as_str(), c.password.as_str()),
+            ("adm@n", "p:ss")
+        );
         let (url, creds) = split_credentials("rtsp://cam/x").expect("url");
         assert_eq!((url.as_str(), creds), ("rtsp://cam/x", None));
         assert!(split_credentials("rtsp://u:%zz@cam/x").is_err());

@@ -130,7 +130,11 @@ pub(super) fn run(job: Job) {
             End::Stop => break,
             // The loop's next look at `idle` ends the pull (or a wake keeps it).
             End::Idle => continue,
-            End::Failed { went_live, failure, message } => {
+            End::Failed {
+                went_live,
+                failure,
+                message,
+            } => {
                 if went_live {
                     backoff = BACKOFF_MIN;
                 }

@@ -161,9 +161,10 @@ impl SourceStatus {
         let Ok(i) = self.inner.lock() else {
             return serde_json::Value::Null;
         };
-        let err = i.last_error.as_ref().map(|(f, m, at)| {
-            serde_json::json!({"reason": f.as_str(), "message": m, "at_ms": at})
-        });
+        let err = i
+            .last_error
+            .as_ref()
+            .map(|(f, m, at)| serde_json::json!({"reason": f.as_str(), "message": m, "at_ms": at}));
         serde_json::json!({
             "stream": self.key,
             "protocol": "rtsp",

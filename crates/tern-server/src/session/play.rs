@@ -143,6 +143,8 @@ impl Core {
                 )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
+            // A waiting request is a viewer to be: the pull's idle grace starts over.
+            sources.wake(&key);
         }
         Ok(())
     }
