@@ -195,6 +195,9 @@ impl AppConfig {
         }
         for (j, src) in self.sources.iter().enumerate() {
             let place = format!("source[{j}]");
+            if !valid_name(&src.stream) {
+                return bad(&format!("{place}.stream"), NAME_RULE);
+            }
             src.check().map_err(|e| e.under(&place))?;
             if self.sources[..j].iter().any(|o| o.stream == src.stream) {
                 return bad(

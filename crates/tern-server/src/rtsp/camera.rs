@@ -22,7 +22,7 @@ use tern_rtc::av::{AvEvent, AvPipeline, TranscodeMode};
 use tern_rtc::publisher::IngestPacket;
 use tracing::{debug, info};
 
-use super::pull::{Idle, Job};
+use super::entry::{Idle, Job};
 use super::status::{Failure, SourceState};
 use crate::config::{SourceTransport, TranscodeSetting};
 use crate::encoder::VideoWatch;

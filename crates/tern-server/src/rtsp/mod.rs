@@ -5,6 +5,7 @@
 //! | file | what |
 //! | --- | --- |
 //! | `mod.rs` | [`Sources`]: one entry per source, the wake from a play request, the metrics |
+//! | `entry.rs` | what a source's thread and sessions share: its entry, the thread's job, the idle rule |
 //! | `status.rs` | a source's state (idle, connecting, live, retrying), last error, counters; its snapshot and events |
 //! | `pull.rs` | one source's thread (`RtspPull`): connect, stream, back off and retry, stop when idle |
 //! | `camera.rs` | one RTSP session with the camera: DESCRIBE/SETUP/PLAY with `retina`, its frames through [`tern_rtc::av::AvPipeline`] to the engine |
@@ -39,6 +40,7 @@
 //! ([`crate::session::Refusal::Source`]).
 
 mod camera;
+mod entry;
 mod pull;
 mod status;
 
@@ -51,29 +53,8 @@ use std::thread::JoinHandle;
 
 use tracing::{info, warn};
 
-use crate::config::SourceConfig;
 use crate::session::{Core, SourcePulls};
-
-/// One configured source.
-pub(crate) struct Entry {
-    /// `app/stream`.
-    pub key: String,
-    /// Its configuration.
-    pub cfg: SourceConfig,
-    /// How long an on-demand pull outlives the last viewer (the app's `idle_grace_s`).
-    pub grace: std::time::Duration,
-    /// State, last error, counters.
-    pub status: SourceStatus,
-    /// Whether its thread runs, and the wakes since it started (see [`pull`]).
-    pub run: Mutex<Run>,
-}
-
-/// Whether a source's thread runs, and how many wakes it has had.
-#[derive(Debug, Default)]
-pub(crate) struct Run {
-    pub running: bool,
-    pub wakes: u64,
-}
+use entry::{Entry, Run};
 
 /// The configured sources and their threads.
 pub struct Sources {
@@ -152,7 +133,7 @@ impl SourcePulls for Sources {
             return true;
         }
         run.running = true;
-        let job = pull::Job {
+        let job = entry::Job {
             core: self.core.clone(),
             entry: e.clone(),
             stop: self.stop.clone(),

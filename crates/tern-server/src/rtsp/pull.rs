@@ -6,88 +6,19 @@
 //! The thread runs a current-thread tokio runtime of its own for `retina` (its sessions are
 //! async); it blocks only on the engine's bounded queue, as an RTMP connection's thread.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::Entry;
 use super::camera::{self, End};
+use super::entry::{Idle, Job};
 use super::status::SourceState;
-use crate::session::Core;
 
 /// The first wait after a failed session.
 pub(super) const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between two sessions.
 pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// What a source's thread needs.
-pub(super) struct Job {
-    pub core: Arc<Core>,
-    pub entry: Arc<Entry>,
-    pub stop: Arc<AtomicBool>,
-}
-
-/// Whether the source has a viewer: a WebRTC viewer, or LL-HLS packaging for players.
-pub(super) fn watched(core: &Core, key: &str) -> bool {
-    let stats = &core.engine.stats;
-    let hls = core
-        .streams
-        .get(key)
-        .and_then(|i| stats.stream(i.index))
-        .is_some_and(|c| c.hls_wanted.load(Ordering::Relaxed));
-    hls || !stats.snapshots.viewers(Some(key)).is_empty()
-}
-
-/// Tells when an on-demand source has been unwatched for its grace.
-pub(super) struct Idle {
-    on_demand: bool,
-    grace: Duration,
-    since: Option<Instant>,
-    wakes: u64,
-}
-
-impl Idle {
-    fn new(job: &Job) -> Self {
-        Idle {
-            on_demand: job.entry.cfg.on_demand,
-            grace: job.entry.grace,
-            since: None,
-            wakes: job.entry.run.lock().map_or(0, |r| r.wakes),
-        }
-    }
-
-    /// Whether the pull should end now: unwatched for the grace with no wake since.
-    pub(super) fn over(&mut self, job: &Job, now: Instant) -> bool {
-        if !self.on_demand {
-            return false;
-        }
-        let wakes = job.entry.run.lock().map_or(0, |r| r.wakes);
-        if wakes != self.wakes || watched(&job.core, &job.entry.key) {
-            self.wakes = wakes;
-            self.since = None;
-            return false;
-        }
-        let since = *self.since.get_or_insert(now);
-        now.duration_since(since) >= self.grace
-    }
-
-    /// Ends the pull unless a wake came in meanwhile (then the pull goes on): under the
-    /// entry's lock, so that a wake either sees the thread running or starts a new one.
-    fn finish(&mut self, job: &Job) -> bool {
-        let Ok(mut run) = job.entry.run.lock() else {
-            return true;
-        };
-        if run.wakes != self.wakes && !job.stop.load(Ordering::Relaxed) {
-            self.wakes = run.wakes;
-            self.since = None;
-            return false;
-        }
-        run.running = false;
-        true
-    }
-}
 
 /// The thread's body.
 pub(super) fn run(job: Job) {
