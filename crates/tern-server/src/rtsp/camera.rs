@@ -1,6 +1,8 @@
-//! One RTSP session with a camera: DESCRIBE, SETUP of its video (H264) and audio (AAC)
-//! streams, PLAY, then its frames through [`AvPipeline`] to the engine as one publisher,
-//! until the camera fails, goes silent, the source goes idle or the server stops.
+//! One RTSP session with a camera: DESCRIBE, SETUP of its video (H264, else H265) and audio
+//! (AAC, else PCMU or PCMA) streams, PLAY, then its frames to the engine as one publisher,
+//! until the camera fails, goes silent, the source goes idle or the server stops: H264 and
+//! AAC through [`AvPipeline`] (as RTMP's), H265 packetized here and passed through, G.711
+//! transcoded to Opus ([`tern_rtc::g711`]) and handed to the pipeline as Opus.
 //!
 //! Every step with the camera has a deadline ([`STEP`]); a playing camera that sends no
 //! frame for [`SILENCE`] is taken as gone. Whatever the camera answers, the worst outcome
@@ -19,6 +21,8 @@ use retina::client::{
 use retina::codec::{CodecItem, FrameFormat, ParametersRef};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::{AvEvent, AvPipeline, TranscodeMode};
+use tern_rtc::clip::MediaKind;
+use tern_rtc::g711::{G711ToOpus, Law};
 use tern_rtc::publisher::IngestPacket;
 use tracing::{debug, info};
 
@@ -126,13 +130,13 @@ impl Drop for Slot {
 }
 
 /// Takes the stream's publisher slot in the engine.
-async fn add_publisher(core: &Arc<Core>, index: usize) -> Result<Slot, String> {
+async fn add_publisher(core: &Arc<Core>, index: usize, codec: VideoCodec) -> Result<Slot, String> {
     let closed = Arc::new(AtomicBool::new(false));
     let (tx, rx) = tokio::sync::oneshot::channel();
     let cmd = Command::Rtmp(RtmpCommand::Add {
         stream: index,
         protocol: "rtsp",
-        codec: VideoCodec::H264,
+        codec,
         closed: closed.clone(),
         // A camera cannot be asked for a keyframe: the bits are never read.
         keyframe: Arc::new(AtomicU8::new(0)),
@@ -188,12 +192,18 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         Err(end) => return end,
     };
     let streams = described.streams();
-    let video = streams
-        .iter()
-        .position(|s| s.media() == "video" && s.encoding_name() == "h264");
-    let audio = streams
-        .iter()
-        .position(|s| s.media() == "audio" && s.encoding_name() == "mpeg4-generic");
+    let find = |media: &str, name: &str| {
+        streams
+            .iter()
+            .position(|s| s.media() == media && s.encoding_name() == name)
+    };
+    let video = find("video", "h264")
+        .map(|i| (i, VideoCodec::H264))
+        .or_else(|| find("video", "h265").map(|i| (i, VideoCodec::H265)));
+    let audio = find("audio", "mpeg4-generic")
+        .map(|i| (i, AudioCodec::Aac))
+        .or_else(|| find("audio", "pcmu").map(|i| (i, AudioCodec::G711(Law::Mu))))
+        .or_else(|| find("audio", "pcma").map(|i| (i, AudioCodec::G711(Law::A))));
     let offered: Vec<String> = streams
         .iter()
         .map(|s| format!("{}/{}", s.media(), s.encoding_name()))
@@ -201,17 +211,24 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
     let Some(video) = video else {
         return failed(
             Failure::Unsupported,
-            format!("no H264 video among the camera's streams {offered:?}"),
+            format!("no H264 or H265 video among the camera's streams {offered:?}"),
         );
     };
     let transport = match e.cfg.transport {
         SourceTransport::Tcp => Transport::Tcp(TcpTransportOptions::default()),
         SourceTransport::Udp => Transport::Udp(UdpTransportOptions::default()),
     };
-    for i in std::iter::once(video).chain(audio) {
+    let (video, codec) = video;
+    for i in std::iter::once(video).chain(audio.map(|a| a.0)) {
+        // H264's parameter sets are put in front of keyframes by the pipeline; H265 is
+        // passed through as it comes, so they come inline, before each keyframe.
+        let format = match codec {
+            VideoCodec::H264 => FrameFormat::MP4,
+            _ => FrameFormat::default(),
+        };
         let o = SetupOptions::default()
             .transport(transport.clone())
-            .frame_format(FrameFormat::MP4);
+            .frame_format(format);
         if let Err(end) = step("SETUP", described.setup(i, o)).await {
             return end;
         }
@@ -224,7 +241,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         Ok(d) => d,
         Err(err) => return camera_error(&err),
     };
-    let slot = match add_publisher(core, info.index).await {
+    let slot = match add_publisher(core, info.index, codec).await {
         Ok(s) => s,
         Err(m) => return failed(Failure::Camera, m),
     };
@@ -233,7 +250,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         e.key,
         e.cfg.shown_url()
     );
-    let mut media = Media::new(core, job, &slot, video, audio);
+    let mut media = Media::new(core, job, &slot, codec, audio.map(|a| a.1));
     let mut last_frame = Instant::now();
     loop {
         let now = Instant::now();
@@ -267,7 +284,9 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         match item {
             CodecItem::VideoFrame(f) => {
                 last_frame = Instant::now();
-                let params = match f.has_new_parameters() || !media.av.has_video_config() {
+                let wants = codec == VideoCodec::H264
+                    && (f.has_new_parameters() || !media.av.has_video_config());
+                let params = match wants {
                     true => match demuxed.streams()[f.stream_id()].parameters() {
                         Some(ParametersRef::Video(v)) => Some(v.extra_data().to_vec()),
                         _ => None,
@@ -278,7 +297,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
             }
             CodecItem::AudioFrame(f) => {
                 last_frame = Instant::now();
-                if !media.has_audio_config {
+                if media.audio_config.is_none() {
                     let config = match demuxed.streams()[f.stream_id()].parameters() {
                         Some(ParametersRef::Audio(a)) => Some(a.extra_data().to_vec()),
                         _ => None,
@@ -305,10 +324,33 @@ struct Media<'a> {
     watch: VideoWatch,
     events: Vec<AvEvent>,
     packets: Vec<IngestPacket>,
-    has_audio_config: bool,
+    /// The audio's codec, once its configuration was taken (`None` before).
+    audio_config: Option<AudioCodec>,
     live: bool,
-    video_stream: usize,
-    audio_stream: Option<usize>,
+    codec: VideoCodec,
+    audio: Option<AudioCodec>,
+    g711: Option<G711ToOpus>,
+    /// H265 passed through: the next packet's number in this publisher's video sequence.
+    h265_seq: u64,
+}
+
+/// The audio codecs taken from cameras.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AudioCodec {
+    /// AAC (RFC 3640 `mpeg4-generic`), transcoded to Opus by the pipeline.
+    Aac,
+    /// G.711, transcoded to Opus here.
+    G711(Law),
+}
+
+impl AudioCodec {
+    fn name(self) -> &'static str {
+        match self {
+            AudioCodec::Aac => "AAC (to Opus)",
+            AudioCodec::G711(Law::Mu) => "PCMU (to Opus)",
+            AudioCodec::G711(Law::A) => "PCMA (to Opus)",
+        }
+    }
 }
 
 /// A retina timestamp in ms on the camera's clock.
@@ -321,8 +363,8 @@ impl<'a> Media<'a> {
         core: &'a Arc<Core>,
         job: &'a Job,
         slot: &'a Slot,
-        video_stream: usize,
-        audio_stream: Option<usize>,
+        codec: VideoCodec,
+        audio: Option<AudioCodec>,
     ) -> Self {
         let mut av = AvPipeline::new(core.config.tunables.max_payload);
         let (app, _) = job.entry.key.split_once('/').unwrap_or_default();
@@ -347,10 +389,12 @@ impl<'a> Media<'a> {
             watch,
             events: Vec::new(),
             packets: Vec::new(),
-            has_audio_config: false,
+            audio_config: None,
             live: false,
-            video_stream,
-            audio_stream,
+            codec,
+            audio,
+            g711: None,
+            h265_seq: 0,
         }
     }
 
@@ -375,16 +419,16 @@ impl<'a> Media<'a> {
                 .first_frame_ms
                 .store(waited.as_millis() as u64, Ordering::Relaxed);
             e.status.set_codecs(
-                Some("H264".into()),
-                self.audio_stream
-                    .map(|_| "AAC (to Opus)".to_string())
-                    .filter(|_| self.has_audio_config),
+                Some(self.codec.sdp_name().into()),
+                self.audio.map(|a| a.name().to_string()),
             );
             e.status
                 .set(SourceState::Live, &self.core.engine.stats.snapshots);
             info!(
-                "rtsp {}: live {waited:?} after the wake (video stream {})",
-                e.key, self.video_stream
+                "rtsp {}: live {waited:?} after the wake ({}, audio {:?})",
+                e.key,
+                self.codec.sdp_name(),
+                self.audio.map(AudioCodec::name)
             );
         }
     }
@@ -399,6 +443,9 @@ impl<'a> Media<'a> {
         s.video_frames.fetch_add(1, Ordering::Relaxed);
         s.bytes.fetch_add(f.data().len() as u64, Ordering::Relaxed);
         let t = ms(f.timestamp());
+        if self.codec == VideoCodec::H265 {
+            return self.h265(f, t);
+        }
         let ntp = self.clock.ntp(Instant::now());
         let events = &mut self.events;
         let res = self
@@ -411,8 +458,41 @@ impl<'a> Media<'a> {
         }
     }
 
+    /// H265 passed through: RFC 7798 payloads of the access unit (its parameter sets in
+    /// front of keyframes, as the camera's depacketizer puts them), at 90 kHz.
+    fn h265(&mut self, f: &retina::codec::VideoFrame, t: i64) {
+        let rtp_ts = (t.max(0) as u64) * 90;
+        let mut payloads: Vec<(Arc<[u8]>, bool)> = Vec::new();
+        let max = self.core.config.tunables.max_payload;
+        let res = tern_proto::h265::packetize(f.data(), max, &mut |p, last| {
+            payloads.push((Arc::from(p), last));
+        });
+        if let Err(err) = res {
+            return debug!("rtsp {}: frame dropped: {err}", self.job.entry.key);
+        }
+        for (payload, marker) in payloads {
+            self.packets.push(IngestPacket {
+                layer: 0,
+                kind: MediaKind::Video,
+                seq: self.h265_seq,
+                rtp_ts,
+                marker,
+                payload,
+                capture_ntp: None,
+            });
+            self.h265_seq += 1;
+        }
+    }
+
     fn audio_config(&mut self, config: Option<&[u8]>) {
-        self.has_audio_config = true;
+        self.audio_config = self.audio;
+        if let Some(AudioCodec::G711(law)) = self.audio {
+            match G711ToOpus::new(law) {
+                Ok(t) => self.g711 = Some(t),
+                Err(err) => info!("rtsp {}: no audio: {err}", self.job.entry.key),
+            }
+            return;
+        }
         if let Some(c) = config
             && let Err(err) = self.av.audio_config(c)
         {
@@ -429,9 +509,22 @@ impl<'a> Media<'a> {
         s.bytes.fetch_add(f.data().len() as u64, Ordering::Relaxed);
         let ntp = self.clock.ntp(Instant::now());
         let events = &mut self.events;
-        let res = self
-            .av
-            .audio_frame(ntp, ms(f.timestamp()), f.data(), &mut |e| events.push(e));
+        let t = ms(f.timestamp());
+        if let Some(g) = self.g711.as_mut() {
+            let mut opus: Vec<(Vec<u8>, u64)> = Vec::new();
+            let res = g.push(f.data(), t.max(0) as u64, &mut |p, ts| {
+                opus.push((p.to_vec(), ts));
+            });
+            if let Err(err) = res {
+                debug!("rtsp {}: audio frame dropped: {err}", self.job.entry.key);
+            }
+            for (p, ts) in opus {
+                let ms = (ts / 48) as i64;
+                self.av.opus_frame(ntp, ms, 960, &p, &mut |e| events.push(e));
+            }
+            return;
+        }
+        let res = self.av.audio_frame(ntp, t, f.data(), &mut |e| events.push(e));
         if let Err(err) = res {
             debug!("rtsp {}: audio frame dropped: {err}", self.job.entry.key);
         }
