@@ -129,7 +129,10 @@ mod tests {
         assert_eq!(out.len(), 1 + 3, "VPS whole, the IDR in three fragments");
         assert_eq!(out[0], (vps.to_vec(), false));
         assert!(VideoCodec::H265.is_keyframe(&out[0].0));
-        assert!(VideoCodec::H265.is_keyframe(&out[1].0), "FU start of an IDR");
+        assert!(
+            VideoCodec::H265.is_keyframe(&out[1].0),
+            "FU start of an IDR"
+        );
         assert!(out.iter().all(|(p, _)| p.len() <= 1200));
         assert!(out[3].1 && !out[2].1);
         assert_eq!(out[1].0[2], 0x80 | 19);

@@ -60,7 +60,9 @@ pub struct G711ToOpus {
 
 impl std::fmt::Debug for G711ToOpus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("G711ToOpus").field("law", &self.law).finish()
+        f.debug_struct("G711ToOpus")
+            .field("law", &self.law)
+            .finish()
     }
 }
 
@@ -149,8 +151,10 @@ mod tests {
         let mut out = Vec::new();
         // 160 bytes = 20 ms at 8 kHz, starting at 1 s.
         for i in 0..5u64 {
-            t.push(&[0x7f; 160], 1000 + i * 20, &mut |p, ts| out.push((p.len(), ts)))
-                .expect("push");
+            t.push(&[0x7f; 160], 1000 + i * 20, &mut |p, ts| {
+                out.push((p.len(), ts))
+            })
+            .expect("push");
         }
         assert_eq!(out.len(), 5);
         assert_eq!(out[0].1, 48_000);

@@ -358,3 +358,73 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
     assert_password_nowhere(&server);
     server.stop();
 }
+
+/// An H265 camera with PCMU audio: its video is passed through (a WHEP offer with H265 is
+/// answered in H265; the stream's video is H265), its audio becomes Opus. An H264 camera
+/// with PCMA audio: WebRTC viewers get its audio as Opus.
+#[test]
+fn h265_is_passed_through_and_g711_becomes_opus() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (p265, p711) = (free_tcp_port(), free_tcp_port());
+    let _hevc = Camera::start(p265, &["--video", "h265", "--audio", "pcmu"]);
+    let _alaw = Camera::start(p711, &["--audio", "pcma"]);
+    let server = Server::serve(&config(
+        "rtsp-codecs",
+        &[
+            ("hevc", format!("rtsp://127.0.0.1:{p265}/cam")),
+            ("alaw", format!("rtsp://127.0.0.1:{p711}/cam")),
+        ],
+    ));
+    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
+        ice_ufrag: "abcd",
+        ice_pwd: "abcdefghijklmnopqrstuvwx",
+        fingerprint_sha256: &[7; 32],
+        video: true,
+        audio: true,
+        abs_capture_time: false,
+        all_video: true,
+    });
+    let r = http_request(
+        server.http,
+        "POST",
+        "/cams/hevc/whep",
+        Some("application/sdp"),
+        offer.as_bytes(),
+    )
+    .expect("WHEP POST");
+    assert_eq!(r.status, 201, "{}\n{}", r.text(), server.log_tail(20));
+    let answer = r.text();
+    assert!(answer.contains("H265/90000"), "{answer}");
+    assert!(!answer.contains("H264/90000"), "{answer}");
+    assert!(answer.contains("opus/48000"), "{answer}");
+    let (_, v) = get_json(&server, "/v1/streams/cams/hevc");
+    assert_eq!(v["video"]["codec"], "H265", "{v}");
+    assert_eq!(v["source"]["video"], "H265", "{v}");
+    assert_eq!(v["source"]["audio"], "PCMU (to Opus)", "{v}");
+
+    let whep = format!("http://{}/cams/alaw/whep", server.http);
+    let (o, text) = viewers(format!(
+        "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
+    ))
+    .join()
+    .expect("bench");
+    let ctx = format!("{text}\n{}", server.log_tail(30));
+    assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
+    let a = o.clients[0].audio.as_ref().expect("audio");
+    // 50 Opus frames a second from the 8 kHz A-law.
+    assert!(
+        a.packets > 4 * 50 * 8 / 10,
+        "{} audio packets\n{ctx}",
+        a.packets
+    );
+    assert_eq!(source(&server, "alaw")["audio"], "PCMA (to Opus)");
+    let m = http_get(server.http, "/metrics").expect("metrics").text();
+    assert!(
+        metric(
+            &m,
+            "tern_source_frames_total{stream=\"cams/hevc\",kind=\"video\"}"
+        ) > 30.0,
+        "{m}"
+    );
+    server.stop();
+}

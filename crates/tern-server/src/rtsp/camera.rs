@@ -520,11 +520,14 @@ impl<'a> Media<'a> {
             }
             for (p, ts) in opus {
                 let ms = (ts / 48) as i64;
-                self.av.opus_frame(ntp, ms, 960, &p, &mut |e| events.push(e));
+                self.av
+                    .opus_frame(ntp, ms, 960, &p, &mut |e| events.push(e));
             }
             return;
         }
-        let res = self.av.audio_frame(ntp, t, f.data(), &mut |e| events.push(e));
+        let res = self
+            .av
+            .audio_frame(ntp, t, f.data(), &mut |e| events.push(e));
         if let Err(err) = res {
             debug!("rtsp {}: audio frame dropped: {err}", self.job.entry.key);
         }
