@@ -3,9 +3,10 @@
 serving a live test picture and tone on rtsp://127.0.0.1:PORT/cam.
 
   camera.py PORT [--video h264|h265] [--audio aac|pcmu|pcma|opus|none]
-                 [--user U --password P] [--size WxH] [--sps-change SECS]
+                 [--user U --password P] [--size WxH] [--sps-change SECS] [--file F]
 
 --sps-change: the picture size changes after SECS (a new SPS mid-stream).
+--file: serve a Matroska file's H264 and AAC as they are (no encoding), in real time.
 Prints one line per event on stdout: "ready", "client-connected", "resized".
 """
 import argparse
@@ -31,6 +32,7 @@ def main():
     p.add_argument("--password")
     p.add_argument("--size", default="640x360")
     p.add_argument("--sps-change", type=float)
+    p.add_argument("--file")
     a = p.parse_args()
     Gst.init(None)
     w, h = a.size.split("x")
@@ -56,6 +58,12 @@ def main():
         launch += (
             f" audiotestsrc is-live=true wave=sine ! audioconvert ! audioresample "
             f"! audio/x-raw,rate={rate},channels=1 ! {audio}"
+        )
+    if a.file:
+        launch = (
+            f"filesrc location={a.file} ! matroskademux name=d d.video_0 ! queue ! h264parse "
+            "! rtph264pay name=pay0 pt=96 config-interval=-1 d.audio_0 ! queue ! aacparse "
+            "! rtpmp4gpay name=pay1 pt=97"
         )
     server = GstRtspServer.RTSPServer()
     server.set_address("127.0.0.1")

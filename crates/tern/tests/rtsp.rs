@@ -118,11 +118,12 @@ impl Drop for Camera {
     }
 }
 
-fn config(name: &str, sources: &[(&str, String)]) -> PathBuf {
+/// A configuration with app `cams` and its sources (stream, URL, on demand).
+fn config(name: &str, sources: &[(&str, String, bool)]) -> PathBuf {
     let mut body = String::from("[[app]]\nname = \"cams\"\nidle_grace_s = 2\n");
-    for (stream, url) in sources {
+    for (stream, url, on_demand) in sources {
         body.push_str(&format!(
-            "\n[[app.source]]\nstream = \"{stream}\"\nurl = \"{url}\"\n"
+            "\n[[app.source]]\nstream = \"{stream}\"\nurl = \"{url}\"\non_demand = {on_demand}\n"
         ));
     }
     common::config_file(name, &body)
@@ -195,7 +196,7 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
     let port = free_tcp_port();
     let mut cam = Camera::start(port, &["--user", "viewer", "--password", PASSWORD]);
     let url = format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam");
-    let server = Server::serve(&config("rtsp-door", &[("door", url)]));
+    let server = Server::serve(&config("rtsp-door", &[("door", url, true)]));
     // On demand: nothing asked for it, nothing connects.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(cam.connections(), 0, "{}", cam.text());
@@ -312,14 +313,25 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
             (
                 "door",
                 format!("rtsp://viewer:not-{PASSWORD}@127.0.0.1:{port}/cam"),
+                true,
             ),
-            ("gone", format!("rtsp://{}/cam", closed.addr())),
+            ("gone", format!("rtsp://{}/cam", closed.addr()), true),
             (
                 "sps",
                 format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam"),
+                true,
             ),
         ],
     ));
+    let (mut events, _) = tungstenite::connect(format!(
+        "ws://{}/v1/events?type=source.error,source.changed&stream=cams/door",
+        server.http
+    ))
+    .expect("event stream");
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = events.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+    }
     for (stream, reason) in [("door", "auth failed"), ("gone", "unreachable")] {
         let t0 = Instant::now();
         let r = http_get(server.http, &format!("/cams/{stream}/index.m3u8")).expect("GET");
@@ -340,6 +352,20 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
         // Tried at once, then after 1 s and 2 s of backoff, within the 5 s wait.
         assert!((2.0..=4.0).contains(&n), "{stream}: {n} attempts\n{m}");
     }
+    // The camera's events: connecting, then the failed session, its reason and no password.
+    let mut seen = Vec::new();
+    while !seen.iter().any(|(t, _): &(String, String)| t == "source.error") {
+        if let tungstenite::Message::Text(t) = events.read().expect("an event") {
+            let v: Value = serde_json::from_str(t.as_str()).expect("event JSON");
+            assert!(!t.as_str().contains(PASSWORD), "{t}");
+            seen.push((
+                v["type"].as_str().unwrap_or_default().to_string(),
+                v["reason"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    assert!(seen.contains(&("source.changed".into(), String::new())), "{seen:?}");
+    assert!(seen.contains(&("source.error".into(), "auth failed".into())), "{seen:?}");
     // The new SPS: the picture goes from 640x360 to 320x240 after 3 s; viewers play on.
     let whep = format!("http://{}/cams/sps/whep", server.http);
     let (o, text) = viewers(format!(
@@ -367,12 +393,12 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (p265, p711) = (free_tcp_port(), free_tcp_port());
     let _hevc = Camera::start(p265, &["--video", "h265", "--audio", "pcmu"]);
-    let _alaw = Camera::start(p711, &["--audio", "pcma"]);
+    let alaw = Camera::start(p711, &["--audio", "pcma"]);
     let server = Server::serve(&config(
         "rtsp-codecs",
         &[
-            ("hevc", format!("rtsp://127.0.0.1:{p265}/cam")),
-            ("alaw", format!("rtsp://127.0.0.1:{p711}/cam")),
+            ("hevc", format!("rtsp://127.0.0.1:{p265}/cam"), true),
+            ("alaw", format!("rtsp://127.0.0.1:{p711}/cam"), false),
         ],
     ));
     let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
@@ -402,6 +428,17 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
     assert_eq!(v["source"]["video"], "H265", "{v}");
     assert_eq!(v["source"]["audio"], "PCMU (to Opus)", "{v}");
 
+    // `on_demand = false`: pulled from start-up, before any viewer; its session is a
+    // publisher with protocol `rtsp`.
+    wait_state(&server, "alaw", "live", Duration::from_secs(5));
+    assert_eq!(alaw.connections(), 1, "{}", alaw.text());
+    let (_, p) = get_json(&server, "/v1/publishers");
+    let list = p.as_array().cloned().unwrap_or_default();
+    let me = list
+        .iter()
+        .find(|p| p["identity"]["stream"] == "cams/alaw")
+        .unwrap_or_else(|| panic!("cams/alaw in {p}"));
+    assert_eq!(me["identity"]["protocol"], "rtsp", "{me}");
     let whep = format!("http://{}/cams/alaw/whep", server.http);
     let (o, text) = viewers(format!(
         "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
