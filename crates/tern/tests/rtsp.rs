@@ -354,7 +354,10 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
     }
     // The camera's events: connecting, then the failed session, its reason and no password.
     let mut seen = Vec::new();
-    while !seen.iter().any(|(t, _): &(String, String)| t == "source.error") {
+    while !seen
+        .iter()
+        .any(|(t, _): &(String, String)| t == "source.error")
+    {
         if let tungstenite::Message::Text(t) = events.read().expect("an event") {
             let v: Value = serde_json::from_str(t.as_str()).expect("event JSON");
             assert!(!t.as_str().contains(PASSWORD), "{t}");
@@ -364,8 +367,14 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
             ));
         }
     }
-    assert!(seen.contains(&("source.changed".into(), String::new())), "{seen:?}");
-    assert!(seen.contains(&("source.error".into(), "auth failed".into())), "{seen:?}");
+    assert!(
+        seen.contains(&("source.changed".into(), String::new())),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&("source.error".into(), "auth failed".into())),
+        "{seen:?}"
+    );
     // The new SPS: the picture goes from 640x360 to 320x240 after 3 s; viewers play on.
     let whep = format!("http://{}/cams/sps/whep", server.http);
     let (o, text) = viewers(format!(
@@ -423,6 +432,8 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
     assert!(answer.contains("H265/90000"), "{answer}");
     assert!(!answer.contains("H264/90000"), "{answer}");
     assert!(answer.contains("opus/48000"), "{answer}");
+    // The pull notes the stream live at its next look (within 200 ms).
+    wait_state(&server, "hevc", "live", Duration::from_secs(2));
     let (_, v) = get_json(&server, "/v1/streams/cams/hevc");
     assert_eq!(v["video"]["codec"], "H265", "{v}");
     assert_eq!(v["source"]["video"], "H265", "{v}");
