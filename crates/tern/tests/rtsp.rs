@@ -118,12 +118,12 @@ impl Drop for Camera {
     }
 }
 
-/// A configuration with app `cams` and its sources (stream, URL, on demand).
-fn config(name: &str, sources: &[(&str, String, bool)]) -> PathBuf {
+/// A configuration with app `cams` and its sources (stream, URL, more keys).
+fn config(name: &str, sources: &[(&str, String, &str)]) -> PathBuf {
     let mut body = String::from("[[app]]\nname = \"cams\"\nidle_grace_s = 2\n");
-    for (stream, url, on_demand) in sources {
+    for (stream, url, more) in sources {
         body.push_str(&format!(
-            "\n[[app.source]]\nstream = \"{stream}\"\nurl = \"{url}\"\non_demand = {on_demand}\n"
+            "\n[[app.source]]\nstream = \"{stream}\"\nurl = \"{url}\"\n{more}\n"
         ));
     }
     common::config_file(name, &body)
@@ -196,7 +196,7 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
     let port = free_tcp_port();
     let mut cam = Camera::start(port, &["--user", "viewer", "--password", PASSWORD]);
     let url = format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam");
-    let server = Server::serve(&config("rtsp-door", &[("door", url, true)]));
+    let server = Server::serve(&config("rtsp-door", &[("door", url, "")]));
     // On demand: nothing asked for it, nothing connects.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(cam.connections(), 0, "{}", cam.text());
@@ -313,13 +313,13 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
             (
                 "door",
                 format!("rtsp://viewer:not-{PASSWORD}@127.0.0.1:{port}/cam"),
-                true,
+                "",
             ),
-            ("gone", format!("rtsp://{}/cam", closed.addr()), true),
+            ("gone", format!("rtsp://{}/cam", closed.addr()), ""),
             (
                 "sps",
                 format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam"),
-                true,
+                "",
             ),
         ],
     ));
@@ -394,7 +394,7 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
     server.stop();
 }
 
-/// An H265 camera with PCMU audio: its video is passed through (a WHEP offer with H265 is
+/// An H265 camera with PCMU audio, over UDP: its video is passed through (a WHEP offer with H265 is
 /// answered in H265; the stream's video is H265), its audio becomes Opus. An H264 camera
 /// with PCMA audio: WebRTC viewers get its audio as Opus.
 #[test]
@@ -406,8 +406,16 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
     let server = Server::serve(&config(
         "rtsp-codecs",
         &[
-            ("hevc", format!("rtsp://127.0.0.1:{p265}/cam"), true),
-            ("alaw", format!("rtsp://127.0.0.1:{p711}/cam"), false),
+            (
+                "hevc",
+                format!("rtsp://127.0.0.1:{p265}/cam"),
+                "transport = \"udp\"",
+            ),
+            (
+                "alaw",
+                format!("rtsp://127.0.0.1:{p711}/cam"),
+                "on_demand = false",
+            ),
         ],
     ));
     let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
@@ -438,6 +446,7 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
     assert_eq!(v["video"]["codec"], "H265", "{v}");
     assert_eq!(v["source"]["video"], "H265", "{v}");
     assert_eq!(v["source"]["audio"], "PCMU (to Opus)", "{v}");
+    assert_eq!(v["source"]["transport"], "udp", "{v}");
 
     // `on_demand = false`: pulled from start-up, before any viewer; its session is a
     // publisher with protocol `rtsp`.

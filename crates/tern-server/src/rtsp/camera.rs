@@ -287,7 +287,11 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
                 let wants = codec == VideoCodec::H264
                     && (f.has_new_parameters() || !media.av.has_video_config());
                 let params = match wants {
-                    true => match demuxed.streams()[f.stream_id()].parameters() {
+                    true => match demuxed
+                        .streams()
+                        .get(f.stream_id())
+                        .and_then(|s| s.parameters())
+                    {
                         Some(ParametersRef::Video(v)) => Some(v.extra_data().to_vec()),
                         _ => None,
                     },
@@ -298,7 +302,11 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
             CodecItem::AudioFrame(f) => {
                 last_frame = Instant::now();
                 if media.audio_config.is_none() {
-                    let config = match demuxed.streams()[f.stream_id()].parameters() {
+                    let config = match demuxed
+                        .streams()
+                        .get(f.stream_id())
+                        .and_then(|s| s.parameters())
+                    {
                         Some(ParametersRef::Audio(a)) => Some(a.extra_data().to_vec()),
                         _ => None,
                     };
