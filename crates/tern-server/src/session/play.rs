@@ -3,7 +3,8 @@
 //! 1. [`Core::begin_play`]: in a cluster, a stream published on another node is pulled
 //!    here first (edge pull); then the stream must exist, and the app's static token must
 //!    match (a request from another node skips the token: it proved itself with the
-//!    cluster secret);
+//!    cluster secret); a stream an on-demand camera feeds is then pulled, and the request
+//!    waits for its first keyframe ([`Core::wake_source`]);
 //! 2. the surface's own checks (WHEP: the `?layer=` pin and the SDP offer; LL-HLS: H264);
 //! 3. [`Play::admit`]: the stream must be live; WHEP and OME viewers need room
 //!    (`max_viewers`, `max_handshakes`), a WHEP viewer a pending-session permit (an OME
@@ -66,12 +67,13 @@ impl Core {
     pub async fn begin_play(&self, ask: PlayAsk) -> Result<Play, Refusal> {
         if !ask.from_node {
             self.pull(&ask.app, &ask.stream).await?;
-            self.wake_source(&ask.app, &ask.stream).await?;
         }
         let key = format!("{}/{}", ask.app, ask.stream);
         let info = self.streams.get(&key).ok_or(Refusal::NotFound(key))?;
         if !ask.from_node {
             self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())?;
+            // A camera is woken only for a client that holds the app's token.
+            self.wake_source(&ask.app, &ask.stream).await?;
         }
         let live = self.is_live(info);
         Ok(Play { ask, info, live })
