@@ -321,3 +321,53 @@ pub(super) fn write_metrics<'a>(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SourceTransport;
+
+    #[test]
+    fn failures_are_counted_and_shown_without_credentials() {
+        let cfg = SourceConfig {
+            stream: "door".into(),
+            url: "rtsp://admin:hunter2@192.0.2.10/s1".into(),
+            on_demand: true,
+            transport: SourceTransport::Tcp,
+        };
+        let snaps = Snapshots::default();
+        let mut events = snaps.subscribe();
+        let s = SourceStatus::new("cams/door", &cfg);
+        s.set(SourceState::Connecting, &snaps);
+        s.set(SourceState::Connecting, &snaps);
+        s.failed(Failure::Auth, "401 response to DESCRIBE".into(), &snaps);
+        assert_eq!(s.state(), SourceState::Retrying);
+        assert_eq!(s.failures(Failure::Auth), 1);
+        assert_eq!(
+            s.last_error().as_deref(),
+            Some("auth failed: 401 response to DESCRIBE")
+        );
+        // One event per change (the repeated state is none), the failure a source.error.
+        let a = events.try_recv().expect("changed");
+        let b = events.try_recv().expect("error");
+        assert!(events.try_recv().is_err());
+        assert_eq!(
+            (a.kind.name(), b.kind.name()),
+            ("source.changed", "source.error")
+        );
+        assert_eq!(b.reason, Some("auth failed"));
+        let text = b.json();
+        assert!(text.contains("rtsp://***@192.0.2.10/s1"), "{text}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("admin"),
+            "{text}"
+        );
+        let mut m = String::new();
+        write_metrics([&s].into_iter(), &mut m);
+        assert!(m.contains("tern_source_state{stream=\"cams/door\",state=\"retrying\"} 1"));
+        assert!(
+            m.contains("tern_source_errors_total{stream=\"cams/door\",reason=\"auth failed\"} 1")
+        );
+        assert!(!m.contains("hunter2"));
+    }
+}
