@@ -485,3 +485,33 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
     );
     server.stop();
 }
+
+/// An app with a token: a request without it is refused and wakes no camera; with it, the
+/// camera is pulled and the stream plays.
+#[test]
+fn a_camera_is_woken_only_for_a_client_with_the_apps_token() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let port = free_tcp_port();
+    let cam = Camera::start(port, &[]);
+    let body = format!(
+        "[[app]]\nname = \"cams\"\ntoken = \"T0K3N\"\n\n[[app.source]]\nstream = \"door\"\nurl = \"rtsp://127.0.0.1:{port}/cam\"\n"
+    );
+    let server = Server::serve(&common::config_file("rtsp-token", &body));
+    let r = http_get(server.http, "/cams/door/index.m3u8").expect("GET");
+    assert_eq!(r.status, 401, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(cam.connections(), 0, "{}", cam.text());
+    assert_eq!(source(&server, "door")["state"], "idle");
+    let r = common::http_request_with(
+        server.http,
+        "GET",
+        "/cams/door/index.m3u8",
+        &[("Authorization", "Bearer T0K3N")],
+        None,
+        b"",
+    )
+    .expect("GET with the token");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), server.log_tail(20));
+    assert_eq!(cam.connections(), 1, "{}", cam.text());
+    server.stop();
+}
