@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { launchBrowser, newLoggedPage, publishCanvas } from './browser.mjs';
+import { launchBrowser, newLoggedPage, publishCanvas, readHls, startHls } from './browser.mjs';
 import {
   avcCodecString, cacheable, checkMedia, checkProgress, hasPartOrLater, parseMedia, parseMultivariant,
   partName, readFragment, readInit, shortLived,
@@ -89,78 +89,6 @@ function run(cmd, args, timeoutMs) {
       ok({ code, signal, stdout, stderr, timedOut, ms: performance.now() - t0 });
     });
   });
-}
-
-/** In the page (hls.js loaded): plays `url` muted in a new <video>, with lowLatencyMode. */
-function startHls({ url }) {
-  const video = document.createElement('video');
-  video.muted = true;
-  video.autoplay = true;
-  video.playsInline = true;
-  document.body.append(video);
-  const st = { errors: [], parts: 0, frags: 0, playingAt: null, startedAt: performance.now(), waiting: 0 };
-  window.hlsState = st;
-  // eslint-disable-next-line no-undef
-  const H = Hls;
-  if (!H.isSupported()) return { error: 'Hls.isSupported() is false: no MediaSource with H264/AAC in this Chromium' };
-  const hls = new H({ lowLatencyMode: true, backBufferLength: 30 });
-  window.hls = hls;
-  hls.on(H.Events.ERROR, (_e, d) => {
-    st.errors.push({
-      type: d.type, details: d.details, fatal: d.fatal,
-      reason: d.reason ?? d.error?.message ?? null,
-      url: d.frag?.url ?? d.part?.url ?? d.url ?? d.context?.url ?? null,
-      code: d.response?.code ?? null,
-    });
-  });
-  hls.on(H.Events.FRAG_LOADED, (_e, d) => {
-    if (d.part) st.parts += 1;
-    else st.frags += 1;
-  });
-  hls.on(H.Events.MANIFEST_PARSED, () => {
-    video.play().catch((err) => st.errors.push({ type: 'play()', details: err.message, fatal: false }));
-  });
-  video.addEventListener('playing', () => {
-    st.playingAt ??= performance.now() - st.startedAt;
-  });
-  video.addEventListener('waiting', () => {
-    st.waiting += 1;
-  });
-  hls.loadSource(url);
-  hls.attachMedia(video);
-  return { version: H.version };
-}
-
-/** In the page: the <video>'s and hls.js's figures. */
-function readHls() {
-  const video = document.querySelector('video');
-  const hls = window.hls;
-  const q = video.getVideoPlaybackQuality();
-  const level = hls.levels?.[Math.max(hls.currentLevel, 0)];
-  const d = level?.details;
-  return {
-    currentTime: video.currentTime,
-    paused: video.paused,
-    readyState: video.readyState,
-    videoWidth: video.videoWidth,
-    videoHeight: video.videoHeight,
-    frames: q.totalVideoFrames,
-    dropped: q.droppedVideoFrames,
-    audioBytes: video.webkitAudioDecodedByteCount ?? null,
-    buffered: video.buffered.length ? video.buffered.end(video.buffered.length - 1) - video.currentTime : 0,
-    latency: hls.latency,
-    targetLatency: hls.targetLatency,
-    playingDate: hls.playingDate ? hls.playingDate.getTime() : null,
-    now: Date.now(),
-    live: d?.live ?? null,
-    canBlockReload: d?.canBlockReload ?? null,
-    partTarget: d?.partTarget ?? null,
-    partHoldBack: d?.partHoldBack ?? null,
-    videoCodec: level?.videoCodec ?? null,
-    audioCodec: level?.audioCodec ?? null,
-    ...window.hlsState,
-    errors: window.hlsState.errors.slice(-10),
-  };
 }
 
 describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffmpeg, hls.js)', { timeout: 175_000 }, () => {

@@ -9,6 +9,7 @@
 
 pub mod codec;
 pub mod h264;
+pub mod h265;
 pub mod ome;
 mod reassembly;
 pub mod rtcp;

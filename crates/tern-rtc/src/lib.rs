@@ -9,6 +9,7 @@ pub mod av;
 pub mod bwe;
 pub mod client;
 pub mod clip;
+pub mod g711;
 pub mod hls;
 pub mod peer_policy;
 pub mod publisher;

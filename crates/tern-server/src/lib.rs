@@ -13,6 +13,7 @@
 //! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`, `recordings.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
 //! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
 //! | `srt/` | SRT ingest: the listener thread over `srt-protocol` (behind a `Transport` trait), stream IDs, one publisher thread per caller feeding MPEG-TS through `tern_rtc::ts_publisher`; a surface over `session/` |
+//! | `rtsp/` | RTSP cameras (`[[app.source]]`): one `RtspPull` thread per source on `retina`, on demand or always, retried with backoff; its frames through `tern_rtc::av::AvPipeline`; state, events, metrics |
 //! | `encoder.rs` | what the encoder surfaces (RTMP, SRT) share: the B-frame watch around `tern_rtc::av::AvPipeline` |
 //! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
 //! | `hls.rs` | LL-HLS sessions and packagers (`http/hls.rs` serves them) |
@@ -26,7 +27,7 @@
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `config/` | the TOML configuration: one file per section, each with its `Default` and its own check |
 //!
-//! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`) stand on `session/`, which stands
+//! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`, `rtsp/`) stand on `session/`, which stands
 //! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
 //! `http/`, `media` never imports a surface; inside each folder nothing imports what imports
 //! it. `crates/tern/tests/house.rs` checks all three, and that this map names every module.
@@ -62,6 +63,7 @@ pub mod media;
 pub mod reclaim;
 pub mod record;
 pub mod rtmp;
+pub mod rtsp;
 pub mod session;
 pub mod snapshot;
 pub mod srt;
@@ -284,6 +286,7 @@ pub struct Server {
     http_task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
     rtmp: Option<rtmp::RtmpServer>,
     srt: Option<srt::SrtServer>,
+    sources: Option<Arc<rtsp::Sources>>,
     turn: Option<turn::TurnHandle>,
     engine_threads: Option<media::EngineThreads>,
     hls_thread: Option<std::thread::JoinHandle<()>>,
@@ -491,6 +494,7 @@ impl Server {
             ),
             None => None,
         };
+        let sources = Some(rtsp::Sources::start(core.clone()));
         let https_addr = https.as_ref().map(|h| h.1);
         let state =
             Arc::new(AppState::new(core.clone()).with_tls(https.as_ref().map(|h| h.2.clone())));
@@ -546,6 +550,7 @@ impl Server {
             http_task: Some(http_task),
             rtmp,
             srt,
+            sources,
             turn: turn.map(|(t, _)| t),
             engine_threads: Some(engine_threads),
             hls_thread: Some(hls_thread),
@@ -623,6 +628,9 @@ impl Server {
         if let Some(s) = self.srt.take() {
             s.stop();
         }
+        if let Some(s) = self.sources.take() {
+            s.stop();
+        }
         self.core.engine.stop_all();
         if let Some(t) = self.engine_threads.take() {
             t.join();
@@ -673,7 +681,9 @@ fn streams(
         ));
     }
     for app in &cfg.apps {
-        for s in &app.streams {
+        // A camera source declares its stream.
+        let sources = app.sources.iter().map(|s| &s.stream);
+        for s in app.streams.iter().chain(sources) {
             let key = format!("{}/{}", app.name, s);
             if infos.contains_key(&key) {
                 continue;

@@ -568,7 +568,8 @@ fn netstream(r: &Refusal) -> (&'static str, String) {
         Refusal::BadName(_)
         | Refusal::NotFound(_)
         | Refusal::PublishedElsewhere { .. }
-        | Refusal::Busy(_) => "NetStream.Publish.BadName",
+        | Refusal::Busy(_)
+        | Refusal::Source(_) => "NetStream.Publish.BadName",
         Refusal::Unauthorized { .. } | Refusal::Denied { .. } => "NetStream.Publish.Unauthorized",
         _ => "NetStream.Publish.Failed",
     };

@@ -162,6 +162,11 @@ pub enum EventKind {
     RecordingSegment,
     /// A recording stopped: the API, the stream's end, or an error it names.
     RecordingStopped,
+    /// A camera source changed state (idle, connecting, live, retrying).
+    SourceChanged,
+    /// A camera source's session failed (auth failed, unreachable, unsupported codec, …);
+    /// it is retried.
+    SourceError,
 }
 
 impl EventKind {
@@ -184,6 +189,8 @@ impl EventKind {
             EventKind::RecordingStarted => "recording.started",
             EventKind::RecordingSegment => "recording.segment",
             EventKind::RecordingStopped => "recording.stopped",
+            EventKind::SourceChanged => "source.changed",
+            EventKind::SourceError => "source.error",
         }
     }
 }
@@ -216,6 +223,8 @@ pub enum SnapshotRef {
     Allocation(AllocationSnapshot),
     /// A recording's (built once per event: recordings change rarely).
     Recording(Arc<str>),
+    /// A camera source's.
+    Source(Arc<Segment>),
 }
 
 impl Event {
@@ -227,6 +236,7 @@ impl Event {
             SnapshotRef::Publisher(p) => p.json(),
             SnapshotRef::Allocation(a) => a.identity.json.clone(),
             SnapshotRef::Recording(r) => r.to_string(),
+            SnapshotRef::Source(x) => x.json.clone(),
         };
         // A TURN allocation belongs to no stream.
         let stream = if self.stream.is_empty() {
@@ -259,6 +269,8 @@ pub struct Snapshots {
     streams: RwLock<HashMap<Arc<str>, StreamSnapshot>>,
     publishers: RwLock<HashMap<u64, PublisherSnapshot>>,
     allocations: RwLock<HashMap<u64, AllocationSnapshot>>,
+    /// Camera sources by `app/stream`.
+    sources: RwLock<HashMap<Arc<str>, Arc<Segment>>>,
     builds: AtomicU64,
     /// The `null` video segment every publisher starts with (one, shared, never rebuilt).
     no_video: Arc<Segment>,
@@ -276,6 +288,7 @@ impl Default for Snapshots {
             streams: RwLock::default(),
             publishers: RwLock::default(),
             allocations: RwLock::default(),
+            sources: RwLock::default(),
             builds: AtomicU64::new(0),
             no_video: Segment::build(serde_json::Value::Null, &AtomicU64::new(0)),
             events: broadcast::channel(EVENT_BACKLOG).0,
@@ -508,6 +521,32 @@ impl Snapshots {
             snapshot: SnapshotRef::Stream(snap),
             reason: None,
         });
+    }
+
+    /// Camera source `key`'s state changed: its snapshot is rebuilt and announced, as
+    /// `source.error` with `error` as the reason when a session failed, else as
+    /// `source.changed`.
+    pub fn source_state(&self, key: &str, v: serde_json::Value, error: Option<&'static str>) {
+        let key: Arc<str> = key.into();
+        let seg = Segment::build(v, &self.builds);
+        if let Ok(mut m) = self.sources.write() {
+            m.insert(key.clone(), seg.clone());
+        }
+        self.publish(Event {
+            kind: match error {
+                Some(_) => EventKind::SourceError,
+                None => EventKind::SourceChanged,
+            },
+            stream: key,
+            at_ms: now_ms(),
+            snapshot: SnapshotRef::Source(seg),
+            reason: error,
+        });
+    }
+
+    /// Camera source `key`'s snapshot, if the stream has a source.
+    pub fn source(&self, key: &str) -> Option<Arc<Segment>> {
+        self.sources.read().ok()?.get(key).cloned()
     }
 
     /// Stream `key` was removed: out of the cache, announced with its last snapshot.

@@ -80,6 +80,10 @@ pub struct AppConfig {
     /// 20 to 8000.
     #[serde(default = "AppConfig::default_srt_latency_ms")]
     pub srt_latency_ms: u64,
+    /// `[[app.source]]`: RTSP cameras pulled into this app's streams (`crate::rtsp`). Each
+    /// declares its stream; a publisher on it is refused.
+    #[serde(default, rename = "source")]
+    pub sources: Vec<super::source::SourceConfig>,
 }
 
 /// One entry of `[app] renditions`.
@@ -138,6 +142,11 @@ impl AppConfig {
             .collect()
     }
 
+    /// The source that feeds stream `stream`, if one does.
+    pub fn source(&self, stream: &str) -> Option<&super::source::SourceConfig> {
+        self.sources.iter().find(|s| s.stream == stream)
+    }
+
     /// The renditions as the RTMP publisher takes them.
     pub fn rendition_specs(&self) -> Vec<RenditionSpec> {
         self.renditions
@@ -182,6 +191,19 @@ impl AppConfig {
         for (j, s) in self.streams.iter().enumerate() {
             if !valid_name(s) {
                 return bad(&format!("streams[{j}]"), NAME_RULE);
+            }
+        }
+        for (j, src) in self.sources.iter().enumerate() {
+            let place = format!("source[{j}]");
+            if !valid_name(&src.stream) {
+                return bad(&format!("{place}.stream"), NAME_RULE);
+            }
+            src.check().map_err(|e| e.under(&place))?;
+            if self.sources[..j].iter().any(|o| o.stream == src.stream) {
+                return bad(
+                    &format!("{place}.stream"),
+                    "another source feeds this stream",
+                );
             }
         }
         self.check_renditions()
@@ -230,7 +252,7 @@ impl AppConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, OnError};
+    use crate::config::{Config, OnError, SourceTransport};
 
     #[test]
     fn apps_parse() {
@@ -274,6 +296,7 @@ mod tests {
             record: Default::default(),
             srt_passphrase: Some("0123456789".into()),
             srt_latency_ms: DEFAULT_SRT_LATENCY_MS,
+            sources: Vec::new(),
         };
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut AppConfig);
@@ -340,6 +363,21 @@ mod tests {
                 "[[app]]\nname = \"a\"\n[[app]]\nname = \"a\"\n",
                 "app[1].name",
                 "duplicate app name",
+            ),
+            (
+                "[[app]]\nname = \"c\"\n[[app.source]]\nstream = \"d\"\nurl = \"rtsp://h/x\"\n[[app.source]]\nstream = \"d\"\nurl = \"rtsp://h/y\"\n",
+                "app[0].source[1].stream",
+                "another source feeds this stream",
+            ),
+            (
+                "[[app]]\nname = \"c\"\n[[app.source]]\nstream = \"d\"\nurl = \"rtsp://u:p@h/x\"\ntransport = \"sctp\"\n",
+                "app[0].source[0].transport",
+                SourceTransport::RULE,
+            ),
+            (
+                "[[app]]\nname = \"c\"\n[[app.source]]\nstream = \"d\"\nurl = \"http://h/x\"\n",
+                "app[0].source[0].url",
+                "must start with rtsp://",
             ),
             (
                 "[[app]]\nname = \"a\"\n[[app]]\nname = \"b\"\nstreams = [\"ok\", \"no/slash\"]\n",

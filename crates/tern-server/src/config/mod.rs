@@ -16,6 +16,7 @@
 //! | `hls.rs` | `[hls]` ([`HlsSection`]): Low-Latency HLS |
 //! | `app.rs` | `[[app]]` ([`AppConfig`], [`RenditionConfig`], [`TranscodeSetting`]) and the name rule |
 //! | `admission.rs` | `[app.admission]` ([`AdmissionConfig`], [`OnError`]) |
+//! | `source.rs` | `[[app.source]]` ([`SourceConfig`], [`SourceTransport`]): RTSP cameras, [`redact_url`] |
 //! | `record.rs` | `[app.record]` ([`RecordConfig`]): recording to fMP4 files |
 //! | `error.rs` | [`ConfigError`], which every section's check returns |
 //!
@@ -30,6 +31,7 @@ mod hls;
 mod limits;
 mod record;
 mod server;
+mod source;
 mod tunables;
 mod turn;
 
@@ -52,12 +54,13 @@ pub use server::{
     DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_WORKERS, ServerConfig, parse_rtmp,
     parse_srt,
 };
+pub use source::{SourceConfig, SourceTransport, redact_url};
 pub use tunables::{GsoMode, Tunables};
 pub use turn::TurnSection;
 
 /// The rules of the closed sets (enums) whose bad values [`Config::parse`] reports like
 /// out-of-range numbers: [`ConfigError::Invalid`] under the value's dotted key.
-const CLOSED_SET_RULES: [&str; 1] = [OnError::RULE];
+const CLOSED_SET_RULES: [&str; 2] = [OnError::RULE, SourceTransport::RULE];
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]

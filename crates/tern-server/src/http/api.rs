@@ -37,8 +37,13 @@ fn stream_json(st: &AppState, key: &str, snapshot: &str) -> String {
     let profile = video.h264_profile.map_or("null".to_string(), |[a, b, c]| {
         format!("\"{a:02x}{b:02x}{c:02x}\"")
     });
+    // A camera source's state and last error (never its credentials).
+    let source = s
+        .snapshots
+        .source(key)
+        .map_or_else(|| "null".to_string(), |x| x.json.clone());
     format!(
-        "{{\"snapshot\":{snapshot},\"viewers\":{viewers},\"packets_out\":{},\"bytes_out\":{},\"video\":{{\"codec\":\"{}\",\"profile_level_id\":{profile}}}}}",
+        "{{\"snapshot\":{snapshot},\"source\":{source},\"viewers\":{viewers},\"packets_out\":{},\"bytes_out\":{},\"video\":{{\"codec\":\"{}\",\"profile_level_id\":{profile}}}}}",
         read(|c| &c.packets),
         read(|c| &c.bytes),
         video.codec.sdp_name(),

@@ -88,7 +88,9 @@ fn refusal_wire(r: &Refusal) -> Wire {
         Refusal::Denied { status, .. } => Wire::plain(S::from_u16(*status).unwrap_or(S::FORBIDDEN)),
         Refusal::TooMany(_) => Wire::retry(S::TOO_MANY_REQUESTS, "5"),
         Refusal::Full(_) | Refusal::Unavailable(_) => Wire::plain(S::SERVICE_UNAVAILABLE),
-        Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) => Wire::plain(S::CONFLICT),
+        Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) | Refusal::Source(_) => {
+            Wire::plain(S::CONFLICT)
+        }
         Refusal::NotLive(_) => Wire::retry(S::CONFLICT, "5"),
         Refusal::Capacity => Wire::retry(S::SERVICE_UNAVAILABLE, "1"),
         Refusal::PullFailed(_) => Wire::retry(S::SERVICE_UNAVAILABLE, "2"),

@@ -362,6 +362,9 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     }
     crate::http::cluster::metrics(&st, &mut o);
     crate::srt::counters().write_metrics(&mut o);
+    if let Some(sources) = st.core.sources.get() {
+        sources.write_metrics(&mut o);
+    }
     let a = tern_pool::CountingAlloc::stats();
     let _ = writeln!(
         o,

@@ -63,7 +63,7 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
                 "parameters": [
                     {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed, recording.started, recording.segment, recording.stopped"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed, recording.started, recording.segment, recording.stopped, source.changed, source.error"},
                     {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
                 "security": [{"bearer": []}],
                 "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},

@@ -318,15 +318,20 @@ impl Ingest {
         }
     }
 
-    /// Whether stream `stream`'s publisher is an RTMP or SRT connection, which hands LL-HLS
-    /// its frames itself (not an edge's upstream, whose RTP is packaged for LL-HLS from the
+    /// Whether stream `stream`'s publisher is an RTMP or SRT connection or an RTSP camera's
+    /// session, which hands LL-HLS its frames itself (not an edge's upstream, whose RTP is packaged for LL-HLS from the
     /// ring like a WHIP publisher's).
     pub fn is_rtmp(&self, stream: usize) -> bool {
+        // An RTSP camera's H265 is passed through as RTP: packaged from the ring.
         matches!(
             self.slots.get(stream),
             Some(Some(PubSlot {
                 session: Session::Rtmp {
                     protocol: "rtmp" | "srt",
+                    ..
+                } | Session::Rtmp {
+                    protocol: "rtsp",
+                    codec: VideoCodec::H264,
                     ..
                 },
                 ..

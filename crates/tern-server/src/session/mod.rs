@@ -26,7 +26,9 @@ pub use lifetime::sweep_streams;
 pub use play::{Play, PlayAsk, PlayGrant};
 pub use publish::{Publish, PublishAsk};
 pub use refusal::Refusal;
-pub use shared::{Core, Credentials, PublisherSession, TurnCredentials, TurnLinks, random_token};
+pub use shared::{
+    Core, Credentials, PublisherSession, SourcePulls, TurnCredentials, TurnLinks, random_token,
+};
 
 pub use crate::admission::{Action, Protocol};
 pub use crate::directory::StreamInfo;

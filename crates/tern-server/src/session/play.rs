@@ -3,7 +3,8 @@
 //! 1. [`Core::begin_play`]: in a cluster, a stream published on another node is pulled
 //!    here first (edge pull); then the stream must exist, and the app's static token must
 //!    match (a request from another node skips the token: it proved itself with the
-//!    cluster secret);
+//!    cluster secret); a stream an on-demand camera feeds is then pulled, and the request
+//!    waits for its first keyframe ([`Core::wake_source`]);
 //! 2. the surface's own checks (WHEP: the `?layer=` pin and the SDP offer; LL-HLS: H264);
 //! 3. [`Play::admit`]: the stream must be live; WHEP and OME viewers need room
 //!    (`max_viewers`, `max_handshakes`), a WHEP viewer a pending-session permit (an OME
@@ -71,6 +72,8 @@ impl Core {
         let info = self.streams.get(&key).ok_or(Refusal::NotFound(key))?;
         if !ask.from_node {
             self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())?;
+            // A camera is woken only for a client that holds the app's token.
+            self.wake_source(&ask.app, &ask.stream).await?;
         }
         let live = self.is_live(info);
         Ok(Play { ask, info, live })
@@ -114,6 +117,38 @@ impl Core {
         Err(Refusal::PullFailed(format!(
             "{key} is published on node {origin}, but pulling it here gave no media within {PULL_WAIT:?}; retry"
         )))
+    }
+}
+
+impl Core {
+    /// A play request for a stream a camera feeds (`[[app.source]]`): its pull is started
+    /// (an on-demand source) or kept, and the request waits until the stream is live (the
+    /// camera's first keyframe), at most [`PULL_WAIT`] as an edge pull. `Ok` at once for
+    /// any other stream, or a source's stream that is live.
+    pub async fn wake_source(&self, app: &str, stream: &str) -> Result<(), Refusal> {
+        let Some(sources) = self.sources.get() else {
+            return Ok(());
+        };
+        let key = format!("{app}/{stream}");
+        if !sources.wake(&key) {
+            return Ok(());
+        }
+        let live_here = || self.streams.get(&key).is_some_and(|i| self.is_live(i));
+        let until = std::time::Instant::now() + PULL_WAIT;
+        while !live_here() {
+            if std::time::Instant::now() >= until {
+                let why = sources
+                    .last_error(&key)
+                    .map_or(String::new(), |e| format!(" (last error: {e})"));
+                return Err(Refusal::PullFailed(format!(
+                    "the camera of {key} gave no keyframe within {PULL_WAIT:?}{why}; retry"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            // A waiting request is a viewer to be: the pull's idle grace starts over.
+            sources.wake(&key);
+        }
+        Ok(())
     }
 }
 

@@ -96,6 +96,13 @@ impl Core {
     /// its app makes streams on any valid name.
     pub fn may_publish(&self, app: &str, stream: &str) -> Result<(), Refusal> {
         let key = format!("{app}/{stream}");
+        if self
+            .config
+            .app(app)
+            .is_some_and(|a| a.source(stream).is_some())
+        {
+            return Err(Refusal::Source(key));
+        }
         if self.streams.contains(&key) {
             return Ok(());
         }

@@ -47,6 +47,9 @@ pub enum Refusal {
     /// The stream already has a publisher here (or is a built-in clip).
     #[error("stream {0} already has a publisher (or is a built-in clip)")]
     Busy(String),
+    /// The stream is fed by a camera (`[[app.source]]`): no publisher may take it.
+    #[error("stream {0} is pulled from a camera ([[app.source]]); it takes no publisher")]
+    Source(String),
     /// The stream exists but has no media yet.
     #[error("stream {0} is not live")]
     NotLive(String),

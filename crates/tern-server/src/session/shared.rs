@@ -103,6 +103,21 @@ pub struct Core {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// str0m's crypto for WHIP publishers, with `tunables.srtp_profiles` (built once).
     pub publisher_dtls: tern_rtc::publisher_dtls::PublisherDtls,
+    /// The pulled sources (RTSP cameras, `crate::rtsp`), set once they are started: a play
+    /// request for a source's stream wakes its pull ([`Core::wake_source`]).
+    pub sources: std::sync::OnceLock<Arc<dyn SourcePulls>>,
+}
+
+/// What the session layer asks of the pulled sources (implemented in `crate::rtsp`, which
+/// stands on this module, so it is a trait here).
+pub trait SourcePulls: Send + Sync {
+    /// A viewer wants `app/stream`: if a source feeds it, its pull is started (or kept
+    /// running) and true is returned; false if no source feeds it.
+    fn wake(&self, key: &str) -> bool;
+    /// Why the source of `key` last failed (its URL without credentials), if it did.
+    fn last_error(&self, key: &str) -> Option<String>;
+    /// The sources' `tern_source_*` metrics, in Prometheus text.
+    fn write_metrics(&self, out: &mut String);
 }
 
 impl Core {
@@ -160,6 +175,7 @@ impl Core {
             turn: None,
             cluster: None,
             publishers: Mutex::new(HashMap::new()),
+            sources: std::sync::OnceLock::new(),
         }
     }
 

@@ -176,7 +176,9 @@ pub fn reject_code(r: &Refusal) -> RejectCode {
         Refusal::Denied { status: 503, .. } => RejectCode::Unavailable,
         Refusal::Denied { .. } => RejectCode::Forbidden,
         Refusal::TooMany(_) | Refusal::Full(_) | Refusal::Capacity => RejectCode::Overload,
-        Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) => RejectCode::Conflict,
+        Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) | Refusal::Source(_) => {
+            RejectCode::Conflict
+        }
         Refusal::Unavailable(_) => RejectCode::Unavailable,
         _ => RejectCode::BadRequest,
     }
