@@ -19,6 +19,11 @@ use tern_proto::twcc::Feedback;
 /// all; at 1,000 packets a second (10 Mbit/s) 128 ms, more than the 50-100 ms between two
 /// feedbacks (a 2.5 Mbit/s layer: half a second).
 const SENT_RING: usize = 128;
+/// A slot of the sent ring holds the packet's size in its low 14 bits (16 KiB, more than
+/// any UDP packet here), and two flags: its arrival was counted, it was counted lost.
+const SIZE_MASK: u16 = 0x3fff;
+const ACKED: u16 = 0x8000;
+const LOST: u16 = 0x4000;
 /// Packets sent within this of a group's first belong to the group (a burst).
 const GROUP_US: i64 = 5_000;
 /// Delay samples in the trendline's regression window.
@@ -188,7 +193,7 @@ impl Estimator {
     /// `now_us`.
     pub fn on_sent(&mut self, seq: u16, size: usize, now_us: i64) {
         let i = usize::from(seq) % SENT_RING;
-        self.sizes[i] = size.clamp(1, usize::from(u16::MAX)) as u16;
+        self.sizes[i] = size.clamp(1, usize::from(SIZE_MASK)) as u16;
         self.send_lo[i] = now_us as u32;
         // Sequence numbers only grow (mod 2^16); a late report of an older send keeps the
         // newest.
@@ -219,18 +224,29 @@ impl Estimator {
         let mut reported = 0usize;
         for p in &fb.packets {
             let i = usize::from(p.seq) % SENT_RING;
-            let (size, send_lo) = (self.sizes[i], self.send_lo[i]);
+            let (raw, send_lo) = (self.sizes[i], self.send_lo[i]);
+            let size = raw & SIZE_MASK;
             let recent = self
                 .newest
                 .is_some_and(|n| usize::from(n.wrapping_sub(p.seq)) < SENT_RING);
-            if size == 0 || !recent {
-                continue; // not ours, or too old to remember
+            if size == 0 || !recent || raw & ACKED != 0 {
+                continue; // not ours, too old to remember, or its arrival already counted
             }
-            reported += 1;
             let Some(arrival) = p.arrival_us else {
-                lost += 1;
+                // Counted lost once, however often it is reported missing.
+                if raw & LOST == 0 {
+                    self.sizes[i] |= LOST;
+                    reported += 1;
+                    lost += 1;
+                }
                 continue;
             };
+            // A receiver may report a packet again (pion's recorder reports from the lowest
+            // sequence number recorded since its last feedback, so a late packet makes it
+            // repeat what it sent): counted twice, its bytes would inflate the throughput
+            // acknowledged and with it the estimate's floor.
+            self.sizes[i] |= ACKED;
+            reported += 1;
             let send = now_us - i64::from((now_us as u32).wrapping_sub(send_lo));
             self.ack(arrival, u64::from(size));
             self.on_arrival(send, arrival);

@@ -24,6 +24,9 @@ struct Sim {
     feedbacks: u8,
     now: i64,
     seq: u16,
+    /// Each feedback repeats the one before it (pion's recorder does after a late packet).
+    repeat: bool,
+    last: Vec<PacketStatus>,
 }
 
 impl Sim {
@@ -40,6 +43,8 @@ impl Sim {
             feedbacks: 0,
             now: 0,
             seq: 0,
+            repeat: false,
+            last: Vec::new(),
         }
     }
 
@@ -106,6 +111,11 @@ impl Sim {
         if list.is_empty() {
             return;
         }
+        if self.repeat {
+            let new = list.clone();
+            list = std::mem::replace(&mut self.last, new);
+            list.extend_from_slice(&self.last);
+        }
         self.feedbacks = self.feedbacks.wrapping_add(1);
         let fb = Feedback {
             base_seq: list[0].seq,
@@ -149,6 +159,25 @@ fn backs_off_under_a_bottleneck_and_climbs_back_when_it_goes() {
     let at = back.expect("the estimate climbed back to 2 Mbit/s") as f64 * 0.1;
     eprintln!("bottleneck: down to ≤ 1.2 Mbit/s, then back to 2 Mbit/s {at:.1} s after it went");
     assert!(at <= 15.0, "took {at} s");
+}
+
+#[test]
+fn packets_reported_again_count_once() {
+    // A 300 kbit/s path offered 530 kbit/s (issue 41's pion viewer stuck on a simulcast
+    // stream's top layer); the receiver repeats each feedback in the next. Counted twice,
+    // the repeated arrivals doubled the throughput acknowledged, which the estimate never
+    // falls below: it stayed above the path.
+    for repeat in [false, true] {
+        let mut sim = Sim::new(300e3);
+        sim.repeat = repeat;
+        let seen = sim.run(530e3, 12.0);
+        let high = seen[30..].iter().max().copied().unwrap_or(0);
+        eprintln!("repeat {repeat}: highest estimate after 3 s {high}");
+        assert!(
+            high <= 400_000,
+            "repeat {repeat}: estimate up to {high} on a 300 kbit/s path"
+        );
+    }
 }
 
 #[test]

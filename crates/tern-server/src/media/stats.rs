@@ -86,6 +86,10 @@ pub struct StreamCounters {
     pub nacks: AtomicU64,
     /// PLI/FIR requests from its viewers.
     pub keyframe_requests: AtomicU64,
+    /// Packets retransmitted to its viewers (NACKs answered within their budgets).
+    pub retransmits: AtomicU64,
+    /// Its viewers whose video is paused now (a path narrower than its only layer).
+    pub paused_viewers: AtomicU64,
     /// Packets its viewers reported lost in their receiver reports (the growth of each
     /// viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
     pub reported_lost: AtomicU64,
@@ -116,6 +120,8 @@ impl StreamCounters {
             &self.video,
             &self.nacks,
             &self.keyframe_requests,
+            &self.retransmits,
+            &self.paused_viewers,
             &self.reported_lost,
         ] {
             c.store(0, Ordering::Relaxed);
