@@ -135,6 +135,10 @@ pub struct Estimator {
     /// (bin start µs, bytes), and the last arrival.
     acked: [(i64, u64); 2],
     last_arrival: Option<i64>,
+    /// Send times of the first packet counted in the older bin and of the newest counted:
+    /// the throughput acknowledged is never taken as faster than those packets were sent.
+    acked_first_send: [i64; 2],
+    last_send: i64,
 }
 
 impl Estimator {
@@ -165,6 +169,8 @@ impl Estimator {
             last_loss_cut: None,
             acked: [(0, 0); 2],
             last_arrival: None,
+            acked_first_send: [0; 2],
+            last_send: 0,
         }
     }
 
@@ -179,10 +185,14 @@ impl Estimator {
     }
 
     /// Throughput the receiver acknowledged over the last quarter to half second (bit/s),
-    /// once a tenth of a second has been seen.
+    /// once a tenth of a second has been seen. Its span is the longer of the packets'
+    /// arrival and send spans: a receiver that timestamps packets when its application
+    /// reads them (pion's transport-wide feedback does) reports a stalled read's backlog
+    /// as arriving at once, which would read as a path many times faster than the sender.
     pub fn acked_bps(&self) -> Option<f64> {
         let last = self.last_arrival?;
-        let span = (last - self.acked[0].0) as f64 / 1e6;
+        let span =
+            (last - self.acked[0].0).max(self.last_send - self.acked_first_send[0]) as f64 / 1e6;
         if span < 0.1 {
             return None;
         }
@@ -205,17 +215,23 @@ impl Estimator {
         }
     }
 
-    /// Counts `size` bytes arrived at `arrival` in the acknowledged-throughput bins.
-    fn ack(&mut self, arrival: i64, size: u64) {
+    /// Counts `size` bytes sent at `send` and arrived at `arrival` in the
+    /// acknowledged-throughput bins.
+    fn ack(&mut self, send: i64, arrival: i64, size: u64) {
         if self.last_arrival.is_none() {
             self.acked = [(arrival, 0), (arrival, 0)];
+            self.acked_first_send = [send; 2];
+            self.last_send = send;
         }
         if arrival >= self.acked[1].0 + ACKED_BIN_US {
             self.acked[0] = self.acked[1];
+            self.acked_first_send[0] = self.acked_first_send[1];
             self.acked[1] = (arrival, 0);
+            self.acked_first_send[1] = send;
         }
         self.acked[1].1 += size;
         self.last_arrival = Some(self.last_arrival.map_or(arrival, |l| l.max(arrival)));
+        self.last_send = self.last_send.max(send);
     }
 
     /// A feedback arrived at `now_us`.
@@ -248,7 +264,7 @@ impl Estimator {
             self.sizes[i] |= ACKED;
             reported += 1;
             let send = now_us - i64::from((now_us as u32).wrapping_sub(send_lo));
-            self.ack(arrival, u64::from(size));
+            self.ack(send, arrival, u64::from(size));
             self.on_arrival(send, arrival);
         }
         if reported > 0 {

@@ -27,6 +27,9 @@ struct Sim {
     /// Each feedback repeats the one before it (pion's recorder does after a late packet).
     repeat: bool,
     last: Vec<PacketStatus>,
+    /// The receiver timestamps a packet when its application reads it, and the reads stall
+    /// for this long (µs; 0: timestamps at arrival): a stall's backlog is read at once.
+    stall_us: i64,
 }
 
 impl Sim {
@@ -45,6 +48,7 @@ impl Sim {
             seq: 0,
             repeat: false,
             last: Vec::new(),
+            stall_us: 0,
         }
     }
 
@@ -102,9 +106,13 @@ impl Sim {
             if arrival.unwrap_or(send + PROP_US) > at_receiver {
                 break;
             }
+            let read = |a: i64| match self.stall_us {
+                0 => a,
+                s => (a + s - 1) / s * s,
+            };
             list.push(PacketStatus {
                 seq,
-                arrival_us: arrival,
+                arrival_us: arrival.map(read),
             });
             self.next_report += 1;
         }
@@ -178,6 +186,27 @@ fn packets_reported_again_count_once() {
             "repeat {repeat}: estimate up to {high} on a 300 kbit/s path"
         );
     }
+}
+
+#[test]
+fn a_receiver_whose_reads_stall_is_not_taken_for_a_faster_path() {
+    // 250 kbit/s sent over a 300 kbit/s path; the receiver's reads stall 300 ms at a time
+    // and it timestamps what it reads (pion's feedback does): the backlog "arrives" in one
+    // instant. The throughput acknowledged (the estimate's floor) must not read that as a
+    // path several times faster.
+    let mut sim = Sim::new(300e3);
+    sim.stall_us = 300_000;
+    let mut high = 0.0f64;
+    for _ in 0..120 {
+        sim.run(250e3, 0.1);
+        high = high.max(sim.est.acked_bps().unwrap_or(0.0));
+    }
+    // (Bins of a quarter second against 300 ms stalls still alias: 384 kbit/s at most
+    // here, against 544 kbit/s when the arrival span alone counted.)
+    assert!(
+        high <= 400_000.0,
+        "acknowledged up to {high:.0} bit/s for 250 kbit/s sent"
+    );
 }
 
 #[test]

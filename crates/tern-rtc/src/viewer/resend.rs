@@ -68,6 +68,10 @@ pub struct ViewerLive {
     pub nacks: u64,
     /// Packets retransmitted.
     pub retransmits: u64,
+    /// RTP bytes sent (media and retransmissions), and of them retransmitted.
+    pub bytes_sent: u64,
+    /// See `bytes_sent`.
+    pub retransmitted_bytes: u64,
     /// NACKed packets not retransmitted (gone from the ring, resent within an RTT, over
     /// the budget).
     pub nacks_ignored: u64,
@@ -184,6 +188,8 @@ impl Viewer {
                 .map(|(f, _, _)| f64::from(f) / 256.0),
             nacks: self.counters.nacks,
             retransmits: self.counters.retransmits,
+            bytes_sent: self.counters.bytes_sent,
+            retransmitted_bytes: self.resend.as_ref().map_or(0, |r| r.resent_bytes),
             nacks_ignored: self.resend.as_ref().map_or(0, |r| u64::from(r.ignored)),
             twcc_parsed: parsed,
             twcc_dropped: dropped,

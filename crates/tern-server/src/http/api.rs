@@ -146,6 +146,8 @@ fn live_json(l: &tern_rtc::viewer::ViewerLive) -> String {
         "loss": l.loss,
         "nacks": l.nacks,
         "retransmits": l.retransmits,
+        "bytes_sent": l.bytes_sent,
+        "retransmitted_bytes": l.retransmitted_bytes,
         "nacks_ignored": l.nacks_ignored,
         "twcc_parsed": l.twcc_parsed,
         "twcc_dropped": l.twcc_dropped,
