@@ -175,14 +175,14 @@ export async function publishCanvas({ endpoint, codec }) {
 }
 
 /**
- * In the page: publishes a 30 fps 1280x720 canvas over WHIP as simulcast with `rids` (the
+ * In the page: publishes a 30 fps 16:9 canvas (`width` wide, 1280 by default) over WHIP as simulcast with `rids` (the
  * first full size, each next one half the size of the one before, each at most its entry of
  * `maxBitrates`), in `codec` (`vp8`, or `h264` in packetization mode 1). Returns
  * `{ ok: true }` or `{ error }`.
  */
-export async function publishSimulcast({ endpoint, rids, codec = 'vp8', maxBitrates = [2_000_000, 600_000, 200_000] }) {
-  const W = 1280;
-  const H = 720;
+export async function publishSimulcast({ endpoint, rids, codec = 'vp8', maxBitrates = [2_000_000, 600_000, 200_000], width = 1280 }) {
+  const W = width;
+  const H = (width * 9) / 16;
   const canvas = document.createElement('canvas');
   canvas.width = W;
   canvas.height = H;

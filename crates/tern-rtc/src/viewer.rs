@@ -29,7 +29,6 @@ use tern_proto::{stun, twcc};
 pub mod adapt;
 mod bytes;
 mod estimate;
-mod pause;
 mod resend;
 mod track;
 

@@ -79,8 +79,6 @@ pub struct ViewerLive {
     pub twcc_parsed: u64,
     /// See `twcc_parsed`.
     pub twcc_dropped: u64,
-    /// Whether its video is paused (a path narrower than the stream's only layer).
-    pub video_paused: bool,
     /// The simulcast layer sent.
     pub layer: Option<u8>,
 }
@@ -193,7 +191,6 @@ impl Viewer {
             nacks_ignored: self.resend.as_ref().map_or(0, |r| u64::from(r.ignored)),
             twcc_parsed: parsed,
             twcc_dropped: dropped,
-            video_paused: self.video_paused(),
             layer: self.video_layer(),
         }
     }

@@ -48,9 +48,6 @@ pub(super) struct Track {
     /// The layer being sent is held back until the switch (a path too narrow for it:
     /// what it would send only deepens the queue the new layer's keyframe waits in).
     pub(super) hold: bool,
-    /// Video paused (a path narrower than the only layer): nothing is sent until it
-    /// resumes, at a keyframe.
-    pub(super) paused: bool,
     /// VP8: the last picture ID and TL0PICIDX sent, and what is added to the layer's own
     /// since the last switch.
     pub(super) last_pid: u16,
@@ -79,7 +76,6 @@ impl Track {
             layer: 0,
             target: 0,
             hold: false,
-            paused: false,
             last_pid: 0,
             last_tl0: 0,
             pid_off: 0,
@@ -167,12 +163,9 @@ impl Track {
     /// `switch`, a keyframe of the wanted layer also counts.
     pub(super) fn takes(&self, pkt: &RingPacket) -> bool {
         match self.src_start {
-            _ if pkt.kind == MediaKind::Video && self.paused => false,
-            // A keyframe of the wanted layer: a switch, or (held on the same layer) the
-            // resumption of a paused track.
             _ if pkt.kind == MediaKind::Video
                 && pkt.layer == self.target
-                && (pkt.layer != self.layer || self.hold)
+                && pkt.layer != self.layer
                 && pkt.keyframe =>
             {
                 true

@@ -151,7 +151,6 @@ fn live_json(l: &tern_rtc::viewer::ViewerLive) -> String {
         "nacks_ignored": l.nacks_ignored,
         "twcc_parsed": l.twcc_parsed,
         "twcc_dropped": l.twcc_dropped,
-        "video_paused": l.video_paused,
         "layer": l.layer,
     })
     .to_string()

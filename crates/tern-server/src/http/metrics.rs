@@ -287,7 +287,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         s.snapshots.subscribers() as u64,
     );
     let keys = st.streams.list();
-    let per_stream: [(&str, &str, &str); 9] = [
+    let per_stream: [(&str, &str, &str); 8] = [
         ("tern_stream_live", "Whether the stream is live.", "gauge"),
         ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
         (
@@ -320,11 +320,6 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "Packets retransmitted to the stream's viewers (NACKs answered within budget).",
             "counter",
         ),
-        (
-            "tern_stream_paused_viewers",
-            "Viewers of the stream whose video is paused (path narrower than its only layer).",
-            "gauge",
-        ),
     ];
     let viewers = s.snapshots.viewers(None);
     for (m, (name, help, kind)) in per_stream.iter().enumerate() {
@@ -342,8 +337,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
                 4 => c.map_or(0, |c| l(&c.nacks)),
                 5 => c.map_or(0, |c| l(&c.keyframe_requests)),
                 6 => c.map_or(0, |c| l(&c.reported_lost)),
-                7 => c.map_or(0, |c| l(&c.retransmits)),
-                _ => c.map_or(0, |c| l(&c.paused_viewers)),
+                _ => c.map_or(0, |c| l(&c.retransmits)),
             };
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }

@@ -88,8 +88,7 @@ pub struct StreamCounters {
     pub keyframe_requests: AtomicU64,
     /// Packets retransmitted to its viewers (NACKs answered within their budgets).
     pub retransmits: AtomicU64,
-    /// Its viewers whose video is paused now (a path narrower than its only layer).
-    pub paused_viewers: AtomicU64,
+
     /// Packets its viewers reported lost in their receiver reports (the growth of each
     /// viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
     pub reported_lost: AtomicU64,
@@ -121,7 +120,6 @@ impl StreamCounters {
             &self.nacks,
             &self.keyframe_requests,
             &self.retransmits,
-            &self.paused_viewers,
             &self.reported_lost,
         ] {
             c.store(0, Ordering::Relaxed);
