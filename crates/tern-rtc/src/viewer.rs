@@ -27,6 +27,7 @@ use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
 use tern_proto::{stun, twcc};
 
 pub mod adapt;
+mod budget;
 mod bytes;
 mod estimate;
 mod resend;
@@ -37,9 +38,9 @@ use bytes::{CloseAlert, write_padding};
 
 use crate::clip::MediaKind;
 use crate::stream::RingPacket;
+pub use budget::{MIN_RESEND_GAP_MS, RETRANSMIT_SHARE, ViewerLive};
+use budget::{Resend, Rtt};
 use estimate::Bwe;
-pub use resend::{MIN_RESEND_GAP_MS, RETRANSMIT_SHARE, ViewerLive};
-use resend::{Resend, Rtt};
 use track::Track;
 pub use track::TrackParams;
 

@@ -13,75 +13,17 @@
 //! judged (no per-packet work). A packet already resent within the round-trip time (at
 //! least [`MIN_RESEND_GAP`]) is not sent again: its retransmission may still be on the way.
 //!
-//! The state is boxed and made at a viewer's first NACK: 144 bytes, for viewers whose
+//! The state is boxed and made at a viewer's first NACK: 112 bytes, for viewers whose
 //! receivers NACK; the rest pay a pointer.
 
 use std::time::Instant;
 
 use super::Viewer;
+use super::budget::{
+    DEPTH_MS, MIN_DEPTH, MIN_RESEND_GAP_MS, NO_ESTIMATE_DEPTH, RECENT, RETRANSMIT_SHARE, Resend,
+    ViewerLive,
+};
 use crate::clip::MediaKind;
-
-/// Share of a viewer's estimate (or of the media it was sent) its retransmissions may use.
-pub const RETRANSMIT_SHARE: f64 = 0.25;
-/// A packet is not resent again within this, nor within the round-trip time when longer.
-pub const MIN_RESEND_GAP_MS: u32 = 30;
-/// Recently resent packets remembered for [`MIN_RESEND_GAP_MS`] (a burst of losses
-/// NACKed again is mostly within this many packets).
-const RECENT: usize = 16;
-/// The buckets hold this much time of their rate (ms): libwebrtc's limiter's window.
-const DEPTH_MS: u64 = 1_000;
-/// A bucket always holds at least one full packet, so that a slow path can recover one.
-const MIN_DEPTH: i64 = 1_500;
-/// Without an estimate the bucket holds at most this (bytes): ten packets.
-const NO_ESTIMATE_DEPTH: i64 = 12_000;
-
-/// A viewer's retransmission state (see the module).
-#[derive(Debug, Default)]
-pub(super) struct Resend {
-    /// Bytes the retransmission bucket and the egress bucket hold.
-    rtx_tokens: i64,
-    egress_tokens: i64,
-    /// Media bytes (sent minus resent) at the last refill, and when it was (ms since the
-    /// viewer was made).
-    media_mark: u64,
-    at_ms: u32,
-    /// Bytes and packets resent; NACKed packets not resent (too old, resent within an
-    /// RTT, over budget).
-    pub(super) resent_bytes: u64,
-    pub(super) ignored: u32,
-    /// The last packets resent: source sequence number (low 16 bits) << 16 | ms stamp
-    /// (low 16 bits).
-    recent: [u32; RECENT],
-    next: u8,
-}
-
-/// A viewer's figures for the API (`GET /v1/viewers/{id}`), read live.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ViewerLive {
-    /// Bandwidth estimate (bit/s), from transport-wide feedback or REMB.
-    pub estimate_bps: Option<u64>,
-    /// Round-trip time from the viewer's receiver reports (ms).
-    pub rtt_ms: Option<u32>,
-    /// Fraction of video packets lost, from the latest receiver report (0 to 1).
-    pub loss: Option<f64>,
-    /// Sequence numbers NACKed.
-    pub nacks: u64,
-    /// Packets retransmitted.
-    pub retransmits: u64,
-    /// RTP bytes sent (media and retransmissions), and of them retransmitted.
-    pub bytes_sent: u64,
-    /// See `bytes_sent`.
-    pub retransmitted_bytes: u64,
-    /// NACKed packets not retransmitted (gone from the ring, resent within an RTT, over
-    /// the budget).
-    pub nacks_ignored: u64,
-    /// Transport-wide feedback packets read, and dropped as malformed.
-    pub twcc_parsed: u64,
-    /// See `twcc_parsed`.
-    pub twcc_dropped: u64,
-    /// The simulcast layer sent.
-    pub layer: Option<u8>,
-}
 
 impl Viewer {
     /// Milliseconds since the viewer was made (wraps after 49 days).
@@ -193,27 +135,5 @@ impl Viewer {
             twcc_dropped: dropped,
             layer: self.video_layer(),
         }
-    }
-}
-
-/// What a viewer keeps to measure its round-trip time (RFC 3550 §6.4.1): the middle 32
-/// bits of the NTP time of its latest video sender report and when it went (ms since the
-/// viewer was made), and the last RTT measured (ms, 0: none). 12 bytes, inline.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Rtt {
-    pub(super) sr_mid: u32,
-    pub(super) sr_at_ms: u32,
-    pub(super) rtt_ms: u16,
-}
-
-impl Rtt {
-    /// A report block that echoes `lsr` after `dlsr` (1/65536 s) arrived at `now_ms`.
-    pub(super) fn on_report(&mut self, lsr: u32, dlsr: u32, now_ms: u32) {
-        if lsr == 0 || lsr != self.sr_mid {
-            return;
-        }
-        let held = u64::from(dlsr) * 1000 / 65_536;
-        let rtt = u64::from(now_ms.wrapping_sub(self.sr_at_ms)).saturating_sub(held);
-        self.rtt_ms = rtt.clamp(1, u64::from(u16::MAX)) as u16;
     }
 }
