@@ -26,7 +26,9 @@
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
 #   fuzzing          the nightly toolchain and cargo-fuzz (cargo install --locked)
-#   interop tests    a Python venv in tests/interop/.venv with aiortc 1.16.0 (pip)
+#   interop tests    a Python venv in tests/interop/.venv with aiortc 1.16.0 (pip); the pion
+#                    WHEP viewer in tests/interop/pion-viewer (go build; golang-go when no
+#                    Go is installed)
 #   browser tests    `npm ci` in tests/browser: playwright-core (no browser download, the
 #                    tests drive Debian's /usr/bin/chromium) and ovenplayer (OvenPlayer's
 #                    published bundle, played against tern's OME-compatible signalling)
@@ -193,6 +195,22 @@ if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
     log "npm ci in tests/browser"
     (cd "$ROOT/tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
     cp "$lock" "$stamp"
+fi
+
+# --- adaptive tests: the pion WHEP viewer (tests/interop/pion-viewer), built with Go -------
+# A pion/webrtc v4 player with its default interceptors (transport-wide feedback, NACK), for
+# tests/browser/adaptive-clients.test.mjs and nack-budget.test.mjs. Debian's Go fetches the
+# toolchain go.mod names (GOTOOLCHAIN=auto) from the Go module proxy, as the modules.
+GO_BIN=$(command -v go || true)
+[ -z "$GO_BIN" ] && [ -x /usr/local/go/bin/go ] && GO_BIN=/usr/local/go/bin/go
+if [ -z "$GO_BIN" ]; then
+    apt_install golang-go
+    GO_BIN=$(command -v go)
+fi
+pion="$ROOT/tests/interop/pion-viewer"
+if [ ! -x "$pion/pion-viewer" ] || [ -n "$(find "$pion" -name '*.go' -newer "$pion/pion-viewer" -o -name 'go.sum' -newer "$pion/pion-viewer")" ]; then
+    log "go build tests/interop/pion-viewer"
+    (cd "$pion" && "$GO_BIN" build -trimpath -o pion-viewer .)
 fi
 
 # --- interop tests: aiortc from PyPI, in a venv of its own ----------------------------------

@@ -10,14 +10,14 @@
 // ./scripts/netns-run.sh node --test tests/browser/ (as scripts/test.sh does).
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
   CHROMIUM,
   launchBrowser,
+  narrowLink,
   newLoggedPage,
   openWhepViewer,
   publishSimulcast,
@@ -27,15 +27,6 @@ import {
 import { startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-const ip = (...args) => execFileSync('ip', args, { stdio: 'pipe' });
-const tc = (...args) => execFileSync('tc', args, { stdio: 'pipe' });
-
-// tern's side of the pair and the limited viewer's side (RFC 2544 benchmarking range, as
-// netns-run.sh uses; this pair exists only inside the test's namespace).
-const HOST = '198.19.0.1';
-const PEER = '198.19.0.2';
-const NS = `tern-lim-${process.pid}`;
-const DEV = `tlim${process.pid % 10000}`;
 const LIMIT = '1mbit';
 
 describe('adaptive layers for a viewer behind a rate-limited link', { timeout: 300_000 }, () => {
@@ -43,25 +34,16 @@ describe('adaptive layers for a viewer behind a rate-limited link', { timeout: 3
   let open;
   let limited;
   let dir;
+  let link;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tern-adaptive-'));
-    // The limited viewer's namespace: a veth pair, tern's end here.
-    ip('netns', 'add', NS);
-    ip('link', 'add', DEV, 'type', 'veth', 'peer', 'name', `${DEV}p`);
-    ip('link', 'set', `${DEV}p`, 'netns', NS);
-    ip('addr', 'add', `${HOST}/24`, 'dev', DEV);
-    ip('link', 'set', DEV, 'up');
-    ip('netns', 'exec', NS, 'ip', 'addr', 'add', `${PEER}/24`, 'dev', `${DEV}p`);
-    ip('netns', 'exec', NS, 'ip', 'link', 'set', `${DEV}p`, 'up');
-    ip('netns', 'exec', NS, 'ip', 'link', 'set', 'lo', 'up');
-    // Chromium for that namespace: a wrapper playwright starts in its place.
-    const wrapper = join(dir, 'chromium-limited');
-    await writeFile(wrapper, `#!/bin/sh\nexec ip netns exec ${NS} ${CHROMIUM} "$@"\n`);
-    await chmod(wrapper, 0o755);
+    // The limited viewer's namespace, and Chromium for it (a wrapper playwright starts).
+    link = narrowLink();
+    const wrapper = await link.wrap(CHROMIUM, dir);
     const config = join(dir, 'tern.toml');
     await writeFile(config, '[[app]]\nname = "live"\nstreams = ["sim"]\n');
-    server = await startServer({ readyTimeoutMs: 20_000, extraArgs: ['--config', config], host: HOST });
+    server = await startServer({ readyTimeoutMs: 20_000, extraArgs: ['--config', config], host: link.host });
     open = await launchBrowser();
     limited = await launchBrowser({ executablePath: wrapper });
   }, { timeout: 90_000 });
@@ -70,12 +52,7 @@ describe('adaptive layers for a viewer behind a rate-limited link', { timeout: 3
     await limited?.close();
     await open?.close();
     await server?.stop();
-    try {
-      ip('netns', 'del', NS);
-    } catch {}
-    try {
-      ip('link', 'del', DEV);
-    } catch {}
+    link?.close();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
@@ -112,7 +89,7 @@ describe('adaptive layers for a viewer behind a rate-limited link', { timeout: 3
       assert.ok(s.free.width === top && s.lim.width === top, why('both viewers should reach the top layer first', s));
 
       // The limit goes on (tern to the limited viewer).
-      tc('qdisc', 'add', 'dev', DEV, 'root', 'tbf', 'rate', LIMIT, 'burst', '20kb', 'latency', '300ms');
+      link.limit(LIMIT);
       const on = Date.now();
       const before = await read();
       // Sample every 250 ms. Two views of the longest freeze: the longest stretch without
@@ -158,7 +135,7 @@ describe('adaptive layers for a viewer behind a rate-limited link', { timeout: 3
       assert.equal(afterLimit.free.freezeSecs - before.free.freezeSecs, 0, why('unlimited viewer froze', { before, afterLimit }));
 
       // The limit comes off: the limited viewer climbs back to the top.
-      tc('qdisc', 'del', 'dev', DEV, 'root');
+      link.lift();
       const off = Date.now();
       const up = await watch(45_000, (c) => c.lim.width === top);
       const climbMs = Date.now() - off;

@@ -2,7 +2,8 @@
 // removed again on close. Refuses to run outside a private network namespace
 // (scripts/netns-run.sh), so that the browser can offer no ICE candidate on a real interface.
 
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -174,13 +175,14 @@ export async function publishCanvas({ endpoint, codec }) {
 }
 
 /**
- * In the page: publishes a 30 fps 1280x720 canvas over WHIP as VP8 simulcast with `rids`
- * (the first full size, each next one half the size of the one before). Returns
+ * In the page: publishes a 30 fps 16:9 canvas (`width` wide, 1280 by default) over WHIP as simulcast with `rids` (the
+ * first full size, each next one half the size of the one before, each at most its entry of
+ * `maxBitrates`), in `codec` (`vp8`, or `h264` in packetization mode 1). Returns
  * `{ ok: true }` or `{ error }`.
  */
-export async function publishSimulcast({ endpoint, rids }) {
-  const W = 1280;
-  const H = 720;
+export async function publishSimulcast({ endpoint, rids, codec = 'vp8', maxBitrates = [2_000_000, 600_000, 200_000], width = 1280 }) {
+  const W = width;
+  const H = (width * 9) / 16;
   const canvas = document.createElement('canvas');
   canvas.width = W;
   canvas.height = H;
@@ -204,11 +206,14 @@ export async function publishSimulcast({ endpoint, rids }) {
     sendEncodings: rids.map((rid, i) => ({
       rid,
       scaleResolutionDownBy: 2 ** i,
-      maxBitrate: [2_000_000, 600_000, 200_000][i],
+      maxBitrate: maxBitrates[i],
     })),
   });
-  const vp8 = RTCRtpSender.getCapabilities('video').codecs.filter((c) => /vp8/i.test(c.mimeType));
-  tr.setCodecPreferences(vp8);
+  const want = new RegExp(codec, 'i');
+  const prefs = RTCRtpSender.getCapabilities('video').codecs.filter(
+    (c) => want.test(c.mimeType) && (codec !== 'h264' || /packetization-mode=1/.test(c.sdpFmtpLine ?? '')),
+  );
+  tr.setCodecPreferences(prefs);
   await pc.setLocalDescription(await pc.createOffer());
   await new Promise((ok) => {
     if (pc.iceGatheringState === 'complete') ok();
@@ -359,5 +364,54 @@ export function readHls() {
     audioCodec: level?.audioCodec ?? null,
     ...window.hlsState,
     errors: window.hlsState.errors.slice(-10),
+  };
+}
+
+const run = (cmd, ...args) => execFileSync(cmd, args, { stdio: 'pipe' });
+
+/**
+ * A narrow link for adaptive tests: a network namespace of its own joined to this one by a
+ * veth pair (198.19.0.1 here, 198.19.0.2 there, RFC 2544 range, existing only inside the
+ * test's namespace). `limit(rate)` puts a token bucket (`tc tbf`) on this end, so what tern
+ * sends to the namespace is held to `rate`; `lift()` takes it off. `wrap(bin, dir)` writes a
+ * script that runs `bin` in the namespace (e.g. Chromium for playwright); `exec(args)`
+ * gives the argv that runs a command there. `close()` deletes both. Needs root in the test's
+ * namespace (scripts/netns-run.sh).
+ */
+export function narrowLink() {
+  const ns = `tern-lim-${process.pid}`;
+  const dev = `tlim${process.pid % 10000}`;
+  const host = '198.19.0.1';
+  const peer = '198.19.0.2';
+  run('ip', 'netns', 'add', ns);
+  run('ip', 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`);
+  run('ip', 'link', 'set', `${dev}p`, 'netns', ns);
+  run('ip', 'addr', 'add', `${host}/24`, 'dev', dev);
+  run('ip', 'link', 'set', dev, 'up');
+  run('ip', 'netns', 'exec', ns, 'ip', 'addr', 'add', `${peer}/24`, 'dev', `${dev}p`);
+  run('ip', 'netns', 'exec', ns, 'ip', 'link', 'set', `${dev}p`, 'up');
+  run('ip', 'netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
+  return {
+    ns,
+    dev,
+    host,
+    peer,
+    limit: (rate) => run('tc', 'qdisc', 'replace', 'dev', dev, 'root', 'tbf', 'rate', rate, 'burst', '20kb', 'latency', '300ms'),
+    lift: () => run('tc', 'qdisc', 'del', 'dev', dev, 'root'),
+    exec: (args) => ['ip', ['netns', 'exec', ns, ...args]],
+    async wrap(bin, dir) {
+      const path = join(dir, `in-${ns}`);
+      await writeFile(path, `#!/bin/sh\nexec ip netns exec ${ns} ${bin} "$@"\n`);
+      await chmod(path, 0o755);
+      return path;
+    },
+    close() {
+      try {
+        run('ip', 'netns', 'del', ns);
+      } catch {}
+      try {
+        run('ip', 'link', 'del', dev);
+      } catch {}
+    },
   };
 }

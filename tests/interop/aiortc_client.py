@@ -9,6 +9,11 @@ viewer, for the interop matrix (tests/browser/interop.test.mjs runs it).
         Watches the WHEP URL for SECONDS and prints one JSON line: status, codec, frames
         decoded, the longest gap between decoded frames (a freeze), first-frame time, RTP
         packets received and lost (from aiortc's receiver stats).
+    python aiortc_client.py watch URL SECONDS
+        Watches the WHEP URL for SECONDS, printing every half second one JSON line of
+        cumulative figures, as tests/interop/pion-viewer does: frames decoded, video packets
+        received and lost, audio frames, and the longest gap between two audio frames since
+        the line before (tests/browser/adaptive-clients.test.mjs reads them).
 """
 
 import asyncio
@@ -152,6 +157,56 @@ async def view(url, seconds):
     return 0
 
 
+async def watch(url, seconds):
+    pc = RTCPeerConnection(NO_STUN)
+    pc.addTransceiver("video", direction="recvonly")
+    pc.addTransceiver("audio", direction="recvonly")
+    fig = {"frames": 0, "audio_packets": 0, "audio_gap_ms": 0}
+    last_audio = [None]
+
+    async def consume(track):
+        try:
+            while True:
+                await track.recv()
+                if track.kind == "video":
+                    fig["frames"] += 1
+                else:
+                    now = time.monotonic()
+                    if last_audio[0] is not None:
+                        gap = round((now - last_audio[0]) * 1000)
+                        fig["audio_gap_ms"] = max(fig["audio_gap_ms"], gap)
+                    last_audio[0] = now
+                    fig["audio_packets"] += 1
+        except Exception:
+            pass
+
+    tasks = []
+
+    @pc.on("track")
+    def on_track(track):
+        tasks.append(asyncio.ensure_future(consume(track)))
+
+    out, location = await offer_answer(pc, url, "viewer")
+    if location is None:
+        return 1
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        await asyncio.sleep(0.5)
+        line = dict(fig, ms=round((time.monotonic() - started) * 1000), location=location)
+        line.update(video_packets=0, lost=0)
+        for s in (await pc.getStats()).values():
+            if s.type == "inbound-rtp" and s.kind == "video":
+                line.update(video_packets=s.packetsReceived, lost=max(0, s.packetsLost))
+        print(json.dumps(line), flush=True)
+        fig["audio_gap_ms"] = 0
+    await asyncio.to_thread(delete, url, location)
+    await pc.close()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return 0
+
+
 def main():
     mode, url, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     if mode == "publish":
@@ -159,6 +214,8 @@ def main():
         return asyncio.run(publish(url, seconds, sys.argv[4], codec))
     if mode == "view":
         return asyncio.run(view(url, seconds))
+    if mode == "watch":
+        return asyncio.run(watch(url, seconds))
     print(f"unknown mode {mode}", file=sys.stderr)
     return 2
 

@@ -19,6 +19,11 @@ use tern_proto::twcc::Feedback;
 /// all; at 1,000 packets a second (10 Mbit/s) 128 ms, more than the 50-100 ms between two
 /// feedbacks (a 2.5 Mbit/s layer: half a second).
 const SENT_RING: usize = 128;
+/// A slot of the sent ring holds the packet's size in its low 14 bits (16 KiB, more than
+/// any UDP packet here), and two flags: its arrival was counted, it was counted lost.
+const SIZE_MASK: u16 = 0x3fff;
+const ACKED: u16 = 0x8000;
+const LOST: u16 = 0x4000;
 /// Packets sent within this of a group's first belong to the group (a burst).
 const GROUP_US: i64 = 5_000;
 /// Delay samples in the trendline's regression window.
@@ -130,6 +135,10 @@ pub struct Estimator {
     /// (bin start µs, bytes), and the last arrival.
     acked: [(i64, u64); 2],
     last_arrival: Option<i64>,
+    /// Send times of the first packet counted in the older bin and of the newest counted:
+    /// the throughput acknowledged is never taken as faster than those packets were sent.
+    acked_first_send: [i64; 2],
+    last_send: i64,
 }
 
 impl Estimator {
@@ -160,6 +169,8 @@ impl Estimator {
             last_loss_cut: None,
             acked: [(0, 0); 2],
             last_arrival: None,
+            acked_first_send: [0; 2],
+            last_send: 0,
         }
     }
 
@@ -174,10 +185,14 @@ impl Estimator {
     }
 
     /// Throughput the receiver acknowledged over the last quarter to half second (bit/s),
-    /// once a tenth of a second has been seen.
+    /// once a tenth of a second has been seen. Its span is the longer of the packets'
+    /// arrival and send spans: a receiver that timestamps packets when its application
+    /// reads them (pion's transport-wide feedback does) reports a stalled read's backlog
+    /// as arriving at once, which would read as a path many times faster than the sender.
     pub fn acked_bps(&self) -> Option<f64> {
         let last = self.last_arrival?;
-        let span = (last - self.acked[0].0) as f64 / 1e6;
+        let span =
+            (last - self.acked[0].0).max(self.last_send - self.acked_first_send[0]) as f64 / 1e6;
         if span < 0.1 {
             return None;
         }
@@ -188,7 +203,7 @@ impl Estimator {
     /// `now_us`.
     pub fn on_sent(&mut self, seq: u16, size: usize, now_us: i64) {
         let i = usize::from(seq) % SENT_RING;
-        self.sizes[i] = size.clamp(1, usize::from(u16::MAX)) as u16;
+        self.sizes[i] = size.clamp(1, usize::from(SIZE_MASK)) as u16;
         self.send_lo[i] = now_us as u32;
         // Sequence numbers only grow (mod 2^16); a late report of an older send keeps the
         // newest.
@@ -200,17 +215,23 @@ impl Estimator {
         }
     }
 
-    /// Counts `size` bytes arrived at `arrival` in the acknowledged-throughput bins.
-    fn ack(&mut self, arrival: i64, size: u64) {
+    /// Counts `size` bytes sent at `send` and arrived at `arrival` in the
+    /// acknowledged-throughput bins.
+    fn ack(&mut self, send: i64, arrival: i64, size: u64) {
         if self.last_arrival.is_none() {
             self.acked = [(arrival, 0), (arrival, 0)];
+            self.acked_first_send = [send; 2];
+            self.last_send = send;
         }
         if arrival >= self.acked[1].0 + ACKED_BIN_US {
             self.acked[0] = self.acked[1];
+            self.acked_first_send[0] = self.acked_first_send[1];
             self.acked[1] = (arrival, 0);
+            self.acked_first_send[1] = send;
         }
         self.acked[1].1 += size;
         self.last_arrival = Some(self.last_arrival.map_or(arrival, |l| l.max(arrival)));
+        self.last_send = self.last_send.max(send);
     }
 
     /// A feedback arrived at `now_us`.
@@ -219,20 +240,31 @@ impl Estimator {
         let mut reported = 0usize;
         for p in &fb.packets {
             let i = usize::from(p.seq) % SENT_RING;
-            let (size, send_lo) = (self.sizes[i], self.send_lo[i]);
+            let (raw, send_lo) = (self.sizes[i], self.send_lo[i]);
+            let size = raw & SIZE_MASK;
             let recent = self
                 .newest
                 .is_some_and(|n| usize::from(n.wrapping_sub(p.seq)) < SENT_RING);
-            if size == 0 || !recent {
-                continue; // not ours, or too old to remember
+            if size == 0 || !recent || raw & ACKED != 0 {
+                continue; // not ours, too old to remember, or its arrival already counted
             }
-            reported += 1;
             let Some(arrival) = p.arrival_us else {
-                lost += 1;
+                // Counted lost once, however often it is reported missing.
+                if raw & LOST == 0 {
+                    self.sizes[i] |= LOST;
+                    reported += 1;
+                    lost += 1;
+                }
                 continue;
             };
+            // A receiver may report a packet again (pion's recorder reports from the lowest
+            // sequence number recorded since its last feedback, so a late packet makes it
+            // repeat what it sent): counted twice, its bytes would inflate the throughput
+            // acknowledged and with it the estimate's floor.
+            self.sizes[i] |= ACKED;
+            reported += 1;
             let send = now_us - i64::from((now_us as u32).wrapping_sub(send_lo));
-            self.ack(arrival, u64::from(size));
+            self.ack(send, arrival, u64::from(size));
             self.on_arrival(send, arrival);
         }
         if reported > 0 {

@@ -27,15 +27,19 @@ use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
 use tern_proto::{stun, twcc};
 
 pub mod adapt;
+mod budget;
 mod bytes;
 mod estimate;
+mod resend;
 mod track;
 
 pub(crate) use bytes::sha256;
-use bytes::write_padding;
+use bytes::{CloseAlert, write_padding};
 
 use crate::clip::MediaKind;
 use crate::stream::RingPacket;
+pub use budget::{MIN_RESEND_GAP_MS, RETRANSMIT_SHARE, ViewerLive};
+use budget::{Resend, Rtt};
 use estimate::Bwe;
 use track::Track;
 pub use track::TrackParams;
@@ -258,41 +262,6 @@ struct Srtp {
     rtcp_rx: RtcpReceiver,
 }
 
-/// A sealed DTLS close_notify record, inline (one alert is 24-39 bytes: DTLS 1.3 or 1.2
-/// with AES-GCM). Empty when none was sealed or it did not fit.
-#[derive(Clone, Copy)]
-struct CloseAlert {
-    len: u8,
-    buf: [u8; CLOSE_ALERT_MAX],
-}
-
-/// Room for the sealed alert: the largest tern's DTLS suites produce, with margin.
-const CLOSE_ALERT_MAX: usize = 47;
-
-impl Default for CloseAlert {
-    fn default() -> Self {
-        CloseAlert {
-            len: 0,
-            buf: [0; CLOSE_ALERT_MAX],
-        }
-    }
-}
-
-impl CloseAlert {
-    fn new(rec: &[u8]) -> Self {
-        let mut a = CloseAlert::default();
-        if let Some(dst) = a.buf.get_mut(..rec.len()) {
-            dst.copy_from_slice(rec);
-            a.len = rec.len() as u8;
-        }
-        a
-    }
-
-    fn record(&self) -> Option<&[u8]> {
-        (self.len > 0).then(|| &self.buf[..usize::from(self.len)])
-    }
-}
-
 /// Counters of one viewer (read by metrics, never copied into snapshots).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ViewerCounters {
@@ -339,6 +308,9 @@ pub struct Viewer {
     /// feedback; 0 when none came.
     remb_bps: u32,
     bwe: Option<Box<Bwe>>,
+    /// The retransmission budget, made at the first NACK (see `resend.rs`).
+    resend: Option<Box<Resend>>,
+    rtt: Rtt,
     counters: ViewerCounters,
 }
 
@@ -368,6 +340,8 @@ impl Viewer {
             pinned: p.pin.is_some(),
             remb_bps: 0,
             bwe: None,
+            resend: None,
+            rtt: Rtt::default(),
             audio: p.audio.map(Track::new),
             counters: ViewerCounters::default(),
         }
@@ -660,12 +634,12 @@ impl Viewer {
             match pkt {
                 RtcpPacket::ReceiverReport(rr) => {
                     for b in rr.blocks() {
-                        self.note_report(b.ssrc, b.fraction_lost, b.cumulative_lost, b.jitter);
+                        self.note_report(&b, now);
                     }
                 }
                 RtcpPacket::SenderReport(sr) => {
                     for b in sr.blocks() {
-                        self.note_report(b.ssrc, b.fraction_lost, b.cumulative_lost, b.jitter);
+                        self.note_report(&b, now);
                     }
                 }
                 RtcpPacket::Nack(n) => {
@@ -724,13 +698,18 @@ impl Viewer {
         }
     }
 
-    fn note_report(&mut self, ssrc: u32, fraction: u8, cumulative: i32, jitter: u32) {
-        if let Some(kind) = self.kind_of(ssrc)
-            && let Some(t) = self.track_mut(kind)
-        {
-            t.fraction_lost = fraction;
-            t.cumulative_lost = cumulative;
-            t.jitter = jitter;
+    fn note_report(&mut self, b: &rtcp::ReportBlock, now: Instant) {
+        let Some(kind) = self.kind_of(b.ssrc) else {
+            return;
+        };
+        if kind == MediaKind::Video {
+            let ms = self.ms(now);
+            self.rtt.on_report(b.lsr, b.dlsr, ms);
+        }
+        if let Some(t) = self.track_mut(kind) {
+            t.fraction_lost = b.fraction_lost;
+            t.cumulative_lost = b.cumulative_lost;
+            t.jitter = b.jitter;
         }
     }
 
@@ -953,6 +932,10 @@ impl Viewer {
                 octet_count: t.octets,
             };
             len += rtcp::write_sr(&mut out[len..], &info, &[]).ok()?;
+            if first_ssrc.is_none() && self.video.is_some_and(|v| v.p.ssrc == t.p.ssrc) {
+                self.rtt.sr_mid = (t.last_ntp >> 16) as u32;
+                self.rtt.sr_at_ms = now.saturating_duration_since(self.created).as_millis() as u32;
+            }
             first_ssrc.get_or_insert(t.p.ssrc);
         }
         let ssrc = first_ssrc?;

@@ -143,6 +143,25 @@ fn endpoints_events_and_kick() {
     let one = get_json(a, &format!("/v1/viewers/{id}"));
     assert_eq!(one["identity"]["stream"], "live/demo");
     assert!(one["connection"]["remote"].as_str().is_some());
+    // Live figures, read from the viewer's worker on each request (issue 41).
+    let live = &one["live"];
+    assert!(
+        live["bytes_sent"].as_u64().expect("bytes_sent") > 0,
+        "{one}"
+    );
+    for k in [
+        "nacks",
+        "retransmits",
+        "nacks_ignored",
+        "twcc_parsed",
+        "twcc_dropped",
+    ] {
+        assert!(live[k].as_u64().is_some(), "{k} in {one}");
+    }
+    assert!(
+        live.get("estimate_bps").is_some() && live.get("rtt_ms").is_some(),
+        "{one}"
+    );
     let s = get_json(a, "/v1/streams/live/demo");
     assert_eq!(s["viewers"], 2);
     assert!(s["packets_out"].as_u64().expect("counter") > 0);

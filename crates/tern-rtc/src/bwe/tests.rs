@@ -24,6 +24,12 @@ struct Sim {
     feedbacks: u8,
     now: i64,
     seq: u16,
+    /// Each feedback repeats the one before it (pion's recorder does after a late packet).
+    repeat: bool,
+    last: Vec<PacketStatus>,
+    /// The receiver timestamps a packet when its application reads it, and the reads stall
+    /// for this long (µs; 0: timestamps at arrival): a stall's backlog is read at once.
+    stall_us: i64,
 }
 
 impl Sim {
@@ -40,6 +46,9 @@ impl Sim {
             feedbacks: 0,
             now: 0,
             seq: 0,
+            repeat: false,
+            last: Vec::new(),
+            stall_us: 0,
         }
     }
 
@@ -97,14 +106,23 @@ impl Sim {
             if arrival.unwrap_or(send + PROP_US) > at_receiver {
                 break;
             }
+            let read = |a: i64| match self.stall_us {
+                0 => a,
+                s => (a + s - 1) / s * s,
+            };
             list.push(PacketStatus {
                 seq,
-                arrival_us: arrival,
+                arrival_us: arrival.map(read),
             });
             self.next_report += 1;
         }
         if list.is_empty() {
             return;
+        }
+        if self.repeat {
+            let new = list.clone();
+            list = std::mem::replace(&mut self.last, new);
+            list.extend_from_slice(&self.last);
         }
         self.feedbacks = self.feedbacks.wrapping_add(1);
         let fb = Feedback {
@@ -149,6 +167,46 @@ fn backs_off_under_a_bottleneck_and_climbs_back_when_it_goes() {
     let at = back.expect("the estimate climbed back to 2 Mbit/s") as f64 * 0.1;
     eprintln!("bottleneck: down to ≤ 1.2 Mbit/s, then back to 2 Mbit/s {at:.1} s after it went");
     assert!(at <= 15.0, "took {at} s");
+}
+
+#[test]
+fn packets_reported_again_count_once() {
+    // A 300 kbit/s path offered 530 kbit/s (issue 41's pion viewer stuck on a simulcast
+    // stream's top layer); the receiver repeats each feedback in the next. Counted twice,
+    // the repeated arrivals doubled the throughput acknowledged, which the estimate never
+    // falls below: it stayed above the path.
+    for repeat in [false, true] {
+        let mut sim = Sim::new(300e3);
+        sim.repeat = repeat;
+        let seen = sim.run(530e3, 12.0);
+        let high = seen[30..].iter().max().copied().unwrap_or(0);
+        eprintln!("repeat {repeat}: highest estimate after 3 s {high}");
+        assert!(
+            high <= 400_000,
+            "repeat {repeat}: estimate up to {high} on a 300 kbit/s path"
+        );
+    }
+}
+
+#[test]
+fn a_receiver_whose_reads_stall_is_not_taken_for_a_faster_path() {
+    // 250 kbit/s sent over a 300 kbit/s path; the receiver's reads stall 300 ms at a time
+    // and it timestamps what it reads (pion's feedback does): the backlog "arrives" in one
+    // instant. The throughput acknowledged (the estimate's floor) must not read that as a
+    // path several times faster.
+    let mut sim = Sim::new(300e3);
+    sim.stall_us = 300_000;
+    let mut high = 0.0f64;
+    for _ in 0..120 {
+        sim.run(250e3, 0.1);
+        high = high.max(sim.est.acked_bps().unwrap_or(0.0));
+    }
+    // (Bins of a quarter second against 300 ms stalls still alias: 384 kbit/s at most
+    // here, against 544 kbit/s when the arrival span alone counted.)
+    assert!(
+        high <= 400_000.0,
+        "acknowledged up to {high:.0} bit/s for 250 kbit/s sent"
+    );
 }
 
 #[test]

@@ -451,6 +451,8 @@ impl Viewer {
                     .and_then(|t| t.p.rtx)
                     .map_or(0, |(_, ssrc)| u64::from(ssrc >> 17)),
                 epoch: now,
+                parsed: 0,
+                dropped: 0,
             }));
         }
         self.bwe.is_some()
@@ -472,8 +474,12 @@ impl Viewer {
             Ok(fb) => {
                 let t = b.micros(now);
                 b.est.on_feedback(&fb, t);
+                b.parsed = b.parsed.wrapping_add(1);
             }
-            Err(_) => self.counters.dropped += 1,
+            Err(_) => {
+                b.dropped = b.dropped.wrapping_add(1);
+                self.counters.dropped += 1;
+            }
         }
     }
 

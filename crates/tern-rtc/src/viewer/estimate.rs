@@ -14,6 +14,9 @@ pub(super) struct Bwe {
     pub(super) rtx_seq: u64,
     /// The estimator's time zero.
     pub(super) epoch: Instant,
+    /// Transport-wide feedback packets read, and dropped as malformed.
+    pub(super) parsed: u32,
+    pub(super) dropped: u32,
 }
 
 impl Bwe {

@@ -127,10 +127,38 @@ pub(super) async fn viewer(
         .parse::<u64>()
         .ok()
         .and_then(|id| st.engine.stats.snapshots.viewer(id));
-    match snap {
-        Some(v) => Ok(json(StatusCode::OK, v.json())),
-        None => Err(HttpError::NotFound(format!("viewer {id} not found"))),
-    }
+    let Some(v) = snap else {
+        return Err(HttpError::NotFound(format!("viewer {id} not found")));
+    };
+    // The snapshot, and the figures that change with every packet, read live from the
+    // viewer's worker (never copied into the snapshot).
+    let live = match st.engine.viewer_live(ViewerId::from_raw(v.id)).await {
+        Ok(Some(l)) => live_json(&l),
+        Ok(None) => "null".to_owned(),
+        Err(_) => return Err(HttpError::engine_stopped()),
+    };
+    let mut body = v.json();
+    body.pop();
+    body.push_str(&format!(",\"live\":{live}}}"));
+    Ok(json(StatusCode::OK, body))
+}
+
+/// A viewer's live figures as the API shows them (see docs/src/http-api.md).
+fn live_json(l: &tern_rtc::viewer::ViewerLive) -> String {
+    serde_json::json!({
+        "estimate_bps": l.estimate_bps,
+        "rtt_ms": l.rtt_ms,
+        "loss": l.loss,
+        "nacks": l.nacks,
+        "retransmits": l.retransmits,
+        "bytes_sent": l.bytes_sent,
+        "retransmitted_bytes": l.retransmitted_bytes,
+        "nacks_ignored": l.nacks_ignored,
+        "twcc_parsed": l.twcc_parsed,
+        "twcc_dropped": l.twcc_dropped,
+        "layer": l.layer,
+    })
+    .to_string()
 }
 
 pub(super) async fn kick_viewer(

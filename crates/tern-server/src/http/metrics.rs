@@ -287,7 +287,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         s.snapshots.subscribers() as u64,
     );
     let keys = st.streams.list();
-    let per_stream: [(&str, &str, &str); 7] = [
+    let per_stream: [(&str, &str, &str); 8] = [
         ("tern_stream_live", "Whether the stream is live.", "gauge"),
         ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
         (
@@ -315,6 +315,11 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "Packets the stream's viewers reported lost in RTCP receiver reports.",
             "counter",
         ),
+        (
+            "tern_stream_retransmits_total",
+            "Packets retransmitted to the stream's viewers (NACKs answered within budget).",
+            "counter",
+        ),
     ];
     let viewers = s.snapshots.viewers(None);
     for (m, (name, help, kind)) in per_stream.iter().enumerate() {
@@ -331,7 +336,8 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
                 3 => c.map_or(0, |c| l(&c.bytes)),
                 4 => c.map_or(0, |c| l(&c.nacks)),
                 5 => c.map_or(0, |c| l(&c.keyframe_requests)),
-                _ => c.map_or(0, |c| l(&c.reported_lost)),
+                6 => c.map_or(0, |c| l(&c.reported_lost)),
+                _ => c.map_or(0, |c| l(&c.retransmits)),
             };
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }

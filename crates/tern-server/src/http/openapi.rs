@@ -56,8 +56,8 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/turn/allocations/{id}": {"get": {"summary": "A TURN allocation's cached snapshot", "parameters": [p("id", "allocation id")], "security": [{"bearer": []}],
                 "responses": {"200": ok_json("allocation snapshot"), "404": status("no such allocation"), "401": status("API token required")}}},
             "/v1/viewers/{id}": {
-                "get": {"summary": "A viewer's cached snapshot", "parameters": [id], "security": [{"bearer": []}],
-                    "responses": {"200": ok_json("viewer snapshot"), "404": status("no such viewer"), "401": status("API token required")}},
+                "get": {"summary": "A viewer's cached snapshot with its live figures (live: estimate_bps, rtt_ms, loss, nacks, retransmits, bytes_sent, retransmitted_bytes, nacks_ignored, twcc_parsed, twcc_dropped, layer)", "parameters": [id], "security": [{"bearer": []}],
+                    "responses": {"200": ok_json("viewer snapshot with live figures"), "404": status("no such viewer"), "401": status("API token required")}},
                 "delete": {"summary": "Kick a viewer", "parameters": [id], "security": [{"bearer": []}],
                     "responses": {"204": status("kicked"), "404": status("no such viewer"), "401": status("API token required")}}},
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",

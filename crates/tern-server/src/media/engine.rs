@@ -27,14 +27,14 @@ use crossbeam_channel::SendTimeoutError;
 use mio::{Poll, Token, Waker};
 use tern_pool::{BufferPool, PoolCounter};
 use tern_rtc::stream::Stream;
-use tern_rtc::viewer::DtlsContext;
+use tern_rtc::viewer::{DtlsContext, ViewerLive};
 use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::media::batch::Gso;
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{PublisherTimeouts, RtmpCommand};
-use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, WorkerLink};
+use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink, SocketWorker};
 use crate::media::stats::{EngineStats, StreamCounters};
 use crate::media::worker::{EngineStream, Role, Worker, WorkerInit};
@@ -194,6 +194,14 @@ impl EngineHandle {
             all.extend(rx.await.map_err(|_| "media engine stopped")?);
         }
         Ok(all)
+    }
+
+    /// A viewer's live figures (for `GET /v1/viewers/{id}`); `None` when it is gone.
+    pub async fn viewer_live(&self, id: ViewerId) -> Result<Option<ViewerLive>, &'static str> {
+        let host = self.hosts.get(id.worker()).ok_or("no such media worker")?;
+        let (tx, rx) = oneshot::channel();
+        host.ctl(Ctl::Live(id, tx))?;
+        rx.await.map_err(|_| "media engine stopped")
     }
 
     /// The host for a new viewer of `stream`: the stream's app worker when there are no

@@ -231,6 +231,11 @@ pub(crate) enum Data {
 pub(super) enum Ctl {
     Cmd(Command),
     Sessions(oneshot::Sender<Vec<SessionMemory>>),
+    /// A viewer's live figures (`None`: not here).
+    Live(
+        ViewerId,
+        oneshot::Sender<Option<tern_rtc::viewer::ViewerLive>>,
+    ),
     /// A viewer asked for a keyframe (stream worker -> the stream's app worker).
     Keyframe(usize, u8),
 }

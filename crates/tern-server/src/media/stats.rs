@@ -86,6 +86,9 @@ pub struct StreamCounters {
     pub nacks: AtomicU64,
     /// PLI/FIR requests from its viewers.
     pub keyframe_requests: AtomicU64,
+    /// Packets retransmitted to its viewers (NACKs answered within their budgets).
+    pub retransmits: AtomicU64,
+
     /// Packets its viewers reported lost in their receiver reports (the growth of each
     /// viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
     pub reported_lost: AtomicU64,
@@ -116,6 +119,7 @@ impl StreamCounters {
             &self.video,
             &self.nacks,
             &self.keyframe_requests,
+            &self.retransmits,
             &self.reported_lost,
         ] {
             c.store(0, Ordering::Relaxed);

@@ -308,6 +308,9 @@ impl Worker {
                     Ok(Ctl::Sessions(reply)) => {
                         let _ = reply.send(self.table.sessions());
                     }
+                    Ok(Ctl::Live(id, reply)) => {
+                        let _ = reply.send(self.table.get(id).map(|e| e.viewer.live()));
+                    }
                     Ok(Ctl::Keyframe(stream, layer)) => {
                         self.keyframe_request(stream, layer, Instant::now());
                     }

@@ -14,6 +14,10 @@ use crate::media::ledger::{book_set, ledger, vec_bytes};
 use crate::media::link::ViewerId;
 use tern_pool::shrink_vec;
 
+/// Bytes a retransmission adds to its payload on the wire, about: the RTP header with its
+/// extensions, the SRTP tag, UDP and IP.
+const RTP_OVERHEAD: usize = 12 + 16 + 16 + 28;
+
 impl Worker {
     pub(super) fn handle_rtcp(
         &mut self,
@@ -68,13 +72,28 @@ impl Worker {
             let layer = self.table.get(id).map_or(0, |e| e.viewer.target_layer());
             self.ask_keyframe(stream, layer, now);
         }
+        // Each NACKed packet still in the ring, within the viewer's retransmission budget
+        // (tern-rtc's viewer/resend.rs); the rest are counted as ignored.
         for (kind, layer, seq) in nacks {
             let ring = self.streams[stream].stream.ring_of(kind, layer);
-            let Some(p) = ring.and_then(|r| r.get(seq)).cloned() else {
-                continue;
-            };
-            self.send_media(id, &p, false, 0);
-            self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
+            let p = ring.and_then(|r| r.get(seq)).cloned();
+            let Some(e) = self.table.get(id) else { break };
+            let resend = ledger(e, |v| match &p {
+                Some(p) => v.may_retransmit(kind, seq, p.payload.len() + RTP_OVERHEAD, now),
+                None => {
+                    v.nack_ignored();
+                    false
+                }
+            });
+            self.pools.book(e);
+            if let Some(p) = p.filter(|_| resend)
+                && self.send_media(id, &p, false, 0).is_some()
+            {
+                self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
+                self.stats.streams[stream]
+                    .retransmits
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.after_io(id);
     }

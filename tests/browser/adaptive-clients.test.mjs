@@ -1,0 +1,143 @@
+// Adaptive layers for viewers that are not Chromium (issue 41): headless Chromium publishes
+// three H264 simulcast layers over WHIP (top ~530 kbit/s); a pion/webrtc v4 viewer with
+// pion's default interceptors (transport-wide feedback, NACK) plays it unlimited, and a
+// second viewer (pion, then aiortc) plays it from a namespace of its own behind a
+// 300 kbit/s token bucket. Within 10 s of the limit the narrow viewer must be on `m` or
+// `l`, over 45 s it must average at least 12 frames a second with under 2 % of its video
+// packets lost after the move, and the unlimited viewer must stay on `h`. When the limit
+// lifts the narrow viewer climbs back (the time is printed, for BENCHMARKS.md).
+//
+// Needs root in the test's namespace (ip netns, tc), and the clients that
+// scripts/install-deps.sh builds (tests/interop/pion-viewer/pion-viewer, the aiortc venv).
+
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { launchBrowser, narrowLink, newLoggedPage, publishSimulcast, readLayers } from './browser.mjs';
+import { startServer } from './server.mjs';
+import { startClient, viewersBy } from './clients.mjs';
+
+const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+const LIMIT = '300kbit';
+
+describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { timeout: 600_000 }, () => {
+  let server;
+  let browser;
+  let link;
+  let dir;
+  let pub;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'tern-adaptive-clients-'));
+    link = narrowLink();
+    const config = join(dir, 'tern.toml');
+    await writeFile(config, '[[app]]\nname = "live"\nstreams = ["sim"]\n');
+    server = await startServer({ readyTimeoutMs: 20_000, extraArgs: ['--config', config], host: link.host });
+    browser = await launchBrowser();
+    pub = await newLoggedPage(browser.context);
+    await pub.page.goto(`${server.base}/`, { waitUntil: 'domcontentloaded' });
+    const p = await pub.page.evaluate(publishSimulcast, {
+      endpoint: `${server.base}/live/sim/whip`,
+      rids: ['h', 'm', 'l'],
+      codec: 'h264',
+      maxBitrates: [600_000, 250_000, 100_000],
+      // 960x540 at the top: three H264 encodes of 720p starve a 2-core machine
+      // (Chromium then drops to ~9 fps on every layer).
+      width: 960,
+    });
+    assert.ok(p.ok, `publish failed: ${JSON.stringify(p)}\n${server.tail()}`);
+    let layers = {};
+    for (const t0 = Date.now(); Date.now() - t0 < 30_000; await sleep(500)) {
+      layers = await pub.page.evaluate(readLayers);
+      if (['h', 'm', 'l'].every((r) => layers[r]?.frames > 30)) break;
+    }
+    assert.ok(['h', 'm', 'l'].every((r) => layers[r]?.frames > 30), `Chromium did not send three layers: ${JSON.stringify(layers)}`);
+  }, { timeout: 120_000 });
+
+  after(async () => {
+    await pub?.page.close().catch(() => {});
+    await browser?.close();
+    await server?.stop();
+    link?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  // Both run and report; neither fails the suite yet (node:test's todo), for the reasons given.
+  const todo = {
+    pion:
+      'issue 41 open: the move (about 1 s), the frame rate (about 15 fps) and the unlimited viewer hold, ' +
+      'but 3-4 % of packets are lost after the move: probes fit in the token bucket\'s 20 KB burst, the ' +
+      'estimate then admits m (250 kbit/s) whose keyframes overflow the 300 kbit/s queue, and back to l',
+    aiortc: 'issue 41 open: not run yet on the development machine (no aiortc venv there); same bounds as pion',
+  };
+  for (const kind of ['pion', 'aiortc']) {
+    it(`a ${kind} viewer behind ${LIMIT} moves to m or l within 10 s and plays at 12 fps or more, the unlimited pion viewer stays on h`, { timeout: 240_000, todo: todo[kind] }, async () => {
+      const whep = `${server.base}/live/sim/whep`;
+      const free = startClient('pion', whep, 150);
+      const narrow = startClient(kind, whep, 150, link);
+      let trace = [];
+      const why = (what, extra = {}) =>
+        `${what}\n${JSON.stringify({ free: free.last(), narrow: narrow.last(), ...extra })}\n${trace.slice(-60).map((t) => JSON.stringify(t)).join('\n')}\n--- narrow client ---\n${narrow.stderr()}\n--- server ---\n${server.tail()}`;
+      try {
+        // Every read of the viewers' layers is kept (with the narrow one's live figures) and
+        // shown when an assertion fails.
+        trace = [];
+        const t0 = Date.now();
+        const layer = async () => {
+          const v = await viewersBy(server.base, 'live/sim', link.peer);
+          trace.push({ ms: Date.now() - t0, free: v.free?.layer, narrow: v.narrow?.layer, live: v.narrow?.live, frames: narrow.last()?.frames });
+          return { free: v.free?.layer, narrow: v.narrow?.layer };
+        };
+        let l = {};
+        for (const t0 = Date.now(); Date.now() - t0 < 40_000; await sleep(500)) {
+          l = await layer();
+          if (l.free === 'h' && l.narrow === 'h' && narrow.last()?.frames > 30) break;
+        }
+        assert.ok(l.free === 'h' && l.narrow === 'h', why('both viewers should play h first', l));
+
+        link.limit(LIMIT);
+        const on = Date.now();
+        const atLimit = narrow.last();
+        let moved = null;
+        let freeLeft = null;
+        for (const t0 = Date.now(); Date.now() - t0 < 10_000 && !moved; await sleep(250)) {
+          l = await layer();
+          if (l.free !== 'h') freeLeft = l.free;
+          if (l.narrow === 'm' || l.narrow === 'l') moved = { ms: Date.now() - on, layer: l.narrow, stats: narrow.last() };
+        }
+        assert.ok(moved, why(`narrow viewer still on ${l.narrow} 10 s after the ${LIMIT} limit`));
+        // 45 s from the limit on: frames, and loss after the move.
+        while (Date.now() - on < 45_000) {
+          await sleep(500);
+          l = await layer();
+          if (l.free !== 'h') freeLeft = l.free;
+          assert.ok(l.narrow === 'm' || l.narrow === 'l', why(`narrow viewer went back to ${l.narrow} under the limit`));
+        }
+        const end = narrow.last();
+        const fps = (end.frames - atLimit.frames) / ((Date.now() - on) / 1000);
+        const got = end.video_packets - moved.stats.video_packets;
+        const loss = (end.lost - moved.stats.lost) / Math.max(1, got + end.lost - moved.stats.lost);
+        console.log(`# ${kind}: on ${moved.layer} ${moved.ms} ms after the ${LIMIT} limit; ${fps.toFixed(1)} fps over 45 s; ${(loss * 100).toFixed(2)} % lost after the move`);
+        assert.ok(fps >= 12, why(`narrow viewer averaged ${fps.toFixed(1)} fps over 45 s`));
+        assert.ok(loss < 0.02, why(`narrow viewer lost ${(loss * 100).toFixed(2)} % after the move`));
+        assert.equal(freeLeft, null, why(`unlimited viewer left h for ${freeLeft}`));
+
+        link.lift();
+        const off = Date.now();
+        let back = null;
+        for (const t0 = Date.now(); Date.now() - t0 < 45_000 && !back; await sleep(250)) {
+          if ((await layer()).narrow === 'h') back = Date.now() - off;
+        }
+        console.log(`# ${kind}: back on h ${back ?? 'not within 45000'} ms after the limit lifted`);
+      } finally {
+        await free.stop();
+        await narrow.stop();
+        try {
+          link.lift();
+        } catch {}
+      }
+    });
+  }
+});

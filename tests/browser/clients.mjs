@@ -1,0 +1,78 @@
+// Non-browser WHEP viewers for the adaptive tests, as child processes that print one JSON
+// line of cumulative figures every half second: the pion/webrtc v4 viewer
+// (tests/interop/pion-viewer, built by scripts/install-deps.sh) and aiortc
+// (tests/interop/aiortc_client.py `watch`, in the venv install-deps.sh makes). Both print
+// `frames`, `video_packets`, `lost`, `audio_packets` and `audio_gap_ms` (the longest gap
+// between two audio packets since the line before).
+
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const PION_VIEWER = process.env.TERN_PION_VIEWER || join(ROOT, 'tests/interop/pion-viewer/pion-viewer');
+export const AIORTC_PYTHON = join(ROOT, 'tests/interop/.venv/bin/python');
+
+/**
+ * Starts a `kind` ('pion' or 'aiortc') viewer of `whep` for `seconds`, in `link`'s
+ * namespace when given (see narrowLink), with `args` added (pion: e.g. `-nack-all`).
+ * Returns { lines, last(), stderr(), stop() }: every JSON line so far, the newest, the
+ * client's stderr, and a stop that kills it and waits for it.
+ */
+export function startClient(kind, whep, seconds, link = null, args = []) {
+  let argv;
+  if (kind === 'pion') {
+    if (!existsSync(PION_VIEWER)) throw new Error(`${PION_VIEWER} missing: run scripts/install-deps.sh`);
+    argv = [PION_VIEWER, '-whep', whep, '-seconds', String(seconds), '-every', '500', ...args];
+  } else {
+    if (!existsSync(AIORTC_PYTHON)) throw new Error(`${AIORTC_PYTHON} missing: run scripts/install-deps.sh`);
+    argv = [AIORTC_PYTHON, join(ROOT, 'tests/interop/aiortc_client.py'), 'watch', whep, String(seconds), ...args];
+  }
+  const [cmd, rest] = link ? link.exec(argv) : [argv[0], argv.slice(1)];
+  const child = spawn(cmd, rest, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines = [];
+  let partial = '';
+  let err = '';
+  child.stdout.on('data', (d) => {
+    partial += d;
+    const parts = partial.split('\n');
+    partial = parts.pop();
+    for (const p of parts) {
+      try {
+        lines.push(JSON.parse(p));
+      } catch {}
+    }
+  });
+  child.stderr.on('data', (d) => {
+    err = (err + d).slice(-4000);
+  });
+  const done = new Promise((ok) => child.on('close', ok));
+  return {
+    lines,
+    last: () => lines[lines.length - 1],
+    stderr: () => err,
+    async stop() {
+      child.kill('SIGTERM');
+      await Promise.race([done, new Promise((ok) => setTimeout(ok, 3000))]);
+    },
+  };
+}
+
+/**
+ * The viewers of `stream` (`app/name`) by where they are, with their live figures
+ * (`GET /v1/viewers/{id}`): `narrow` for the one whose remote address is `ip`, `free` for
+ * another one. Each is `{ id, layer, live }` (layer: the RID sent).
+ */
+export async function viewersBy(base, stream, ip) {
+  const res = await fetch(`${base}/v1/streams/${stream}/viewers`);
+  if (!res.ok) return {};
+  const out = {};
+  for (const v of await res.json()) {
+    const remote = String(v.connection?.remote ?? '');
+    const one = await fetch(`${base}/v1/viewers/${v.identity.id}`);
+    const live = one.ok ? (await one.json()).live : null;
+    out[remote.startsWith(`${ip}:`) ? 'narrow' : 'free'] = { id: v.identity.id, layer: v.connection?.layer, live };
+  }
+  return out;
+}

@@ -1,0 +1,52 @@
+// The retransmission budget (issue 41): a viewer that NACKs every packet it receives (the
+// pion viewer with -nack-all) is resent at most RETRANSMIT_SHARE (25 %) of the media it is
+// sent, by tern's own count (GET /v1/viewers/{id}: pion's SRTP replay check drops the
+// copies before its application sees them), and another viewer of the same stream loses
+// nothing. The stream is the demo clip (~1.1 Mbit/s, one layer); no link is limited.
+//
+// Run inside ./scripts/netns-run.sh (pion gathers the namespace's veth address).
+
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { startClient } from './clients.mjs';
+import { startServer } from './server.mjs';
+
+const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+const SHARE = 0.25;
+
+describe('retransmission budget', { timeout: 120_000 }, () => {
+  it('a client NACKing every packet gets at most the share, the other viewer loses nothing', async () => {
+    const server = await startServer({ host: '198.18.0.1' });
+    const whep = `${server.base}/live/demo/whep`;
+    const hostile = startClient('pion', whep, 25, null, ['-nack-all']);
+    const other = startClient('pion', whep, 25);
+    try {
+      await sleep(24_000);
+      const h = hostile.last();
+      const o = other.last();
+      const why = (what) => `${what}\n${JSON.stringify({ hostile: h, other: o })}\n${hostile.stderr()}\n${server.tail()}`;
+      assert.ok(h?.nacked > 500 && o?.video_packets > 500, why('both viewers should play'));
+      const live = [];
+      for (const v of await (await fetch(`${server.base}/v1/streams/live/demo/viewers`)).json()) {
+        live.push((await (await fetch(`${server.base}/v1/viewers/${v.identity.id}`)).json()).live);
+      }
+      const bad = live.find((l) => l.nacks > 100);
+      assert.ok(bad, why(`no viewer with NACKs: ${JSON.stringify(live)}`));
+      const media = bad.bytes_sent - bad.retransmitted_bytes;
+      const share = bad.retransmitted_bytes / media;
+      const detail = JSON.stringify(bad);
+      assert.ok(share <= SHARE * 1.05, why(`retransmitted ${(share * 100).toFixed(1)} % of the media: ${detail}`));
+      assert.ok(share >= SHARE / 2, why(`retransmitted only ${(share * 100).toFixed(1)} %: NACKs not answered: ${detail}`));
+      assert.ok(bad.nacks_ignored > 0, why(`no NACK was refused: ${detail}`));
+      assert.equal(o.lost, 0, why('the other viewer lost packets'));
+      const m = await (await fetch(`${server.base}/metrics`)).text();
+      const rtx = Number(/tern_stream_retransmits_total\{stream="live\/demo"\} (\d+)/.exec(m)?.[1]);
+      assert.equal(rtx, bad.retransmits, why(`tern_stream_retransmits_total ${rtx}: ${detail}`));
+      console.log(`# NACKed ${bad.nacks} packets; retransmitted ${bad.retransmits} (${bad.retransmitted_bytes} B, ${(share * 100).toFixed(1)} % of ${media} media bytes), ${bad.nacks_ignored} refused; other viewer: ${o.video_packets} packets, 0 lost`);
+    } finally {
+      await hostile.stop();
+      await other.stop();
+      await server.stop();
+    }
+  });
+});
