@@ -64,16 +64,13 @@ describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { time
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  // Both run and report; neither fails the suite yet (node:test's todo), for the reasons given.
-  const todo = {
-    pion:
-      'issue 41 open: the move (about 1 s), the frame rate (about 15 fps) and the unlimited viewer hold, ' +
-      'but 3-4 % of packets are lost after the move: probes fit in the token bucket\'s 20 KB burst, the ' +
-      'estimate then admits m (250 kbit/s) whose keyframes overflow the 300 kbit/s queue, and back to l',
-    aiortc: 'issue 41 open: not run yet on the development machine (no aiortc venv there); same bounds as pion',
-  };
+  // The loss bound is not met yet (issue 41 open): it runs as a todo subtest, reported and
+  // shown in the output but not failing the suite; every other bound is asserted.
+  const lossTodo =
+    'issue 41 open: 3-5 % of packets are lost after the move: probes fit in the token bucket\'s 20 KB ' +
+    'burst, the estimate then admits m (250 kbit/s) whose keyframes overflow the 300 kbit/s queue, and back to l';
   for (const kind of ['pion', 'aiortc']) {
-    it(`a ${kind} viewer behind ${LIMIT} moves to m or l within 10 s and plays at 12 fps or more, the unlimited pion viewer stays on h`, { timeout: 240_000, todo: todo[kind] }, async () => {
+    it(`a ${kind} viewer behind ${LIMIT} moves to m or l within 10 s and plays at 12 fps or more, the unlimited pion viewer stays on h`, { timeout: 240_000 }, async (t) => {
       const whep = `${server.base}/live/sim/whep`;
       const free = startClient('pion', whep, 150);
       const narrow = startClient(kind, whep, 150, link);
@@ -121,8 +118,10 @@ describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { time
         const loss = (end.lost - moved.stats.lost) / Math.max(1, got + end.lost - moved.stats.lost);
         console.log(`# ${kind}: on ${moved.layer} ${moved.ms} ms after the ${LIMIT} limit; ${fps.toFixed(1)} fps over 45 s; ${(loss * 100).toFixed(2)} % lost after the move`);
         assert.ok(fps >= 12, why(`narrow viewer averaged ${fps.toFixed(1)} fps over 45 s`));
-        assert.ok(loss < 0.02, why(`narrow viewer lost ${(loss * 100).toFixed(2)} % after the move`));
         assert.equal(freeLeft, null, why(`unlimited viewer left h for ${freeLeft}`));
+        await t.test(`${kind}: under 2 % of video packets lost after the move`, { todo: lossTodo }, () => {
+          assert.ok(loss < 0.02, `narrow viewer lost ${(loss * 100).toFixed(2)} % after the move`);
+        });
 
         link.lift();
         const off = Date.now();
