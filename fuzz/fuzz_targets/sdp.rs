@@ -3,7 +3,7 @@
 //! parse back.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use tern_proto::sdp;
 
 fuzz_target!(|data: &[u8]| {
@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
             ice_ufrag: "fuzzufrg",
             ice_pwd: "fuzzpasswordfuzzpassword",
             fingerprint_sha256: &[0x5a; 32],
-            candidate_ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+            candidate_ips: &[IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), IpAddr::V6(Ipv6Addr::LOCALHOST)],
             candidate_port: 10000,
             video_ssrc: 1,
             audio_ssrc: 2,
