@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use tern_pool::{PoolCounter, shrink_map};
@@ -38,6 +38,7 @@ use tracing::{debug, info};
 use crate::admission::{Admission, SessionKey};
 use crate::config::HlsSection;
 use crate::limits::{AddrPermit, LimitReached, PerAddress};
+use crate::media::clock::unix_ms;
 use crate::media::{EngineStats, HlsTap};
 
 /// A player's session: admitted once, named by the token in its URIs.
@@ -126,12 +127,6 @@ impl std::fmt::Debug for Hls {
             .field("sessions", &self.session_count())
             .finish()
     }
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Hls {
@@ -291,7 +286,7 @@ impl Hls {
             return;
         };
         let before = pk.packager.version();
-        f(pk, wall_ms());
+        f(pk, unix_ms());
         let v = pk.packager.version();
         if v != before {
             slot.version.send_replace(v);

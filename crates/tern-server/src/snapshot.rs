@@ -15,8 +15,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::media::clock::unix_ms;
 use serde_json::json;
 use tern_pool::PoolCounter;
 use tokio::sync::broadcast;
@@ -256,12 +256,6 @@ impl Event {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The snapshot cache and the event bus.
 #[derive(Debug)]
 pub struct Snapshots {
@@ -368,7 +362,7 @@ impl Snapshots {
     /// A viewer was created on `stream`.
     pub fn viewer_joined(&self, id: u64, stream: &str) {
         let stream: Arc<str> = stream.into();
-        let at = now_ms();
+        let at = unix_ms();
         let identity = Segment::build(
             json!({"id": id, "stream": &*stream, "signalling": "whep", "created_ms": at}),
             &self.builds,
@@ -400,7 +394,7 @@ impl Snapshots {
     /// name, as `chrome://webrtc-internals` shows it): only the connection segment is
     /// rebuilt; the identity segment is shared.
     pub fn viewer_connected(&self, id: u64, remote: Option<SocketAddr>, srtp: Option<&str>) {
-        let at = now_ms();
+        let at = unix_ms();
         let snap = {
             let Ok(mut m) = self.viewers.write() else {
                 return;
@@ -435,7 +429,7 @@ impl Snapshots {
     /// A viewer of a simulcast stream is now sent layer `rid` (`pinned`: by `?layer=` or
     /// the API): the connection segment is rebuilt with both.
     pub fn viewer_layer(&self, id: u64, rid: &str, pinned: bool) {
-        let at = now_ms();
+        let at = unix_ms();
         let snap = {
             let Ok(mut m) = self.viewers.write() else {
                 return;
@@ -473,7 +467,7 @@ impl Snapshots {
             self.publish(Event {
                 kind: EventKind::ViewerLeft,
                 stream: snap.stream.clone(),
-                at_ms: now_ms(),
+                at_ms: unix_ms(),
                 snapshot: SnapshotRef::Viewer(snap),
                 reason: Some(reason),
             });
@@ -504,7 +498,7 @@ impl Snapshots {
         let layers: Vec<serde_json::Value> = layers.iter().map(|r| json!({"rid": &**r})).collect();
         let state = Segment::build(
             json!({"key": &*key, "source": source, "live": live, "layers": layers,
-                "changed_ms": now_ms()}),
+                "changed_ms": unix_ms()}),
             &self.builds,
         );
         let snap = StreamSnapshot {
@@ -517,7 +511,7 @@ impl Snapshots {
         self.publish(Event {
             kind,
             stream: key,
-            at_ms: now_ms(),
+            at_ms: unix_ms(),
             snapshot: SnapshotRef::Stream(snap),
             reason: None,
         });
@@ -538,7 +532,7 @@ impl Snapshots {
                 None => EventKind::SourceChanged,
             },
             stream: key,
-            at_ms: now_ms(),
+            at_ms: unix_ms(),
             snapshot: SnapshotRef::Source(seg),
             reason: error,
         });
@@ -560,7 +554,7 @@ impl Snapshots {
             self.publish(Event {
                 kind: EventKind::StreamRemoved,
                 stream: snap.key.clone(),
-                at_ms: now_ms(),
+                at_ms: unix_ms(),
                 snapshot: SnapshotRef::Stream(snap),
                 reason: Some("no publisher for the idle grace"),
             });
@@ -570,7 +564,7 @@ impl Snapshots {
     /// A publisher session was created on `stream`; `protocol` is `whip` or `rtmp`.
     pub fn publisher_joined(&self, id: u64, stream: &str, protocol: &'static str) {
         let stream: Arc<str> = stream.into();
-        let at = now_ms();
+        let at = unix_ms();
         let identity = Segment::build(
             json!({"id": id, "stream": &*stream, "protocol": protocol, "created_ms": at}),
             &self.builds,
@@ -601,7 +595,7 @@ impl Snapshots {
 
     /// A publisher's media started flowing: only the state segment is rebuilt.
     pub fn publisher_live(&self, id: u64) {
-        let at = now_ms();
+        let at = unix_ms();
         let snap = {
             let Ok(mut m) = self.publishers.write() else {
                 return;
@@ -642,7 +636,7 @@ impl Snapshots {
         self.publish(Event {
             kind: EventKind::PublisherWarning,
             stream: snap.stream.clone(),
-            at_ms: now_ms(),
+            at_ms: unix_ms(),
             snapshot: SnapshotRef::Publisher(snap),
             reason: Some(reason),
         });
@@ -672,7 +666,7 @@ impl Snapshots {
             self.publish(Event {
                 kind: EventKind::PublisherLeft,
                 stream: snap.stream.clone(),
-                at_ms: now_ms(),
+                at_ms: unix_ms(),
                 snapshot: SnapshotRef::Publisher(snap),
                 reason: Some(reason),
             });
@@ -690,7 +684,7 @@ impl Snapshots {
         self.publish(Event {
             kind,
             stream: stream.into(),
-            at_ms: now_ms(),
+            at_ms: unix_ms(),
             snapshot: SnapshotRef::Recording(snapshot.into()),
             reason,
         });
@@ -706,7 +700,7 @@ impl Snapshots {
         client: SocketAddr,
         relay: SocketAddr,
     ) {
-        let at = now_ms();
+        let at = unix_ms();
         let identity = Segment::build(
             json!({"id": id, "user": user, "transport": transport, "client": client.to_string(),
                    "relayed": relay.to_string(), "created_ms": at}),
@@ -736,7 +730,7 @@ impl Snapshots {
             self.publish(Event {
                 kind: EventKind::AllocationClosed,
                 stream: Arc::from(""),
-                at_ms: now_ms(),
+                at_ms: unix_ms(),
                 snapshot: SnapshotRef::Allocation(snap),
                 reason: Some(reason),
             });

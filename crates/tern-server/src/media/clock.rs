@@ -5,6 +5,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tern_proto::rtp;
 
+/// Milliseconds since the Unix epoch by the wall clock (0 before 1970): the `time` of events,
+/// snapshots, playlists and recordings.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Maps instants to 64-bit NTP time (read from the wall clock once at start).
 #[derive(Debug, Clone, Copy)]
 pub struct NtpClock {

@@ -27,7 +27,7 @@ mod writer;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Sender;
 use tern_pool::PoolCounter;
@@ -41,6 +41,7 @@ use tern_rtc::rtmp::Sample;
 use tracing::info;
 
 use crate::config::{AppConfig, RecordConfig};
+use crate::media::clock::unix_ms;
 use crate::media::{EngineStats, HlsTap};
 pub use writer::WriterCounters;
 use writer::{Job, Writer};
@@ -135,12 +136,6 @@ impl std::fmt::Debug for Recorder {
             .field("queued", &self.queued.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Recorder {
@@ -411,7 +406,7 @@ impl Recorder {
         if !self.wanted(stream) {
             return;
         }
-        let wall = wall_ms();
+        let wall = unix_ms();
         match sample {
             Sample::VideoConfig { sps, pps } => self.set_video(
                 stream,
@@ -469,7 +464,7 @@ impl Recorder {
             return;
         }
         let pkt = &tap.pkt;
-        let wall = wall_ms();
+        let wall = unix_ms();
         match pkt.kind {
             MediaKind::Video => {
                 let codec = self.stats.video(stream).codec;

@@ -4,9 +4,9 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::SourceConfig;
+use crate::media::clock::unix_ms;
 use crate::snapshot::Snapshots;
 
 /// Where a source is.
@@ -108,12 +108,6 @@ pub struct SourceStatus {
     pub first_frame_ms: AtomicU64,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl SourceStatus {
     /// An idle source.
     pub(crate) fn new(key: &str, cfg: &SourceConfig) -> Self {
@@ -204,7 +198,7 @@ impl SourceStatus {
             self.failures[i].fetch_add(1, Ordering::Relaxed);
         }
         if let Ok(mut i) = self.inner.lock() {
-            i.last_error = Some((f, message, now_ms()));
+            i.last_error = Some((f, message, unix_ms()));
             i.state = SourceState::Retrying;
         }
         self.publish(snaps, Some(f.as_str()));
