@@ -8,27 +8,13 @@
 mod common;
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use common::bench::viewers;
 use common::{Ffmpeg, Server, http_get, rtmp_handshake as handshake};
-use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn args(line: &str) -> BenchArgs {
-    let argv =
-        std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
-    Cli::parse_from(tern_bench::normalize_args(argv)).bench
-}
 
 fn wait_live(url: &str, server: &Server) {
     let whep = tern_bench::signal::Whep::new(url, Duration::from_secs(2));
@@ -56,16 +42,6 @@ fn rtmp_pool(http: SocketAddr) -> (u64, u64) {
         p["items_in_use"].as_u64().expect("items"),
         p["used_bytes"].as_u64().expect("bytes"),
     )
-}
-
-/// Runs tern bench's WebRTC viewers on a thread.
-fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
-    std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let a = args(&line);
-        let o = tern_bench::run(&a, Arc::new(AtomicBool::new(false)), &mut out).expect("bench");
-        (o, String::from_utf8_lossy(&out).into_owned())
-    })
 }
 
 /// Acceptance: ffmpeg's RTMP push (H264 + AAC) reaches WebRTC viewers as H264 and Opus,

@@ -15,41 +15,17 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use common::bench::viewers;
 use common::{Server, free_tcp_port, http_get, http_request};
 use serde_json::Value;
-use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The camera's password: it must show up nowhere tern answers or logs.
 const PASSWORD: &str = "Pw-0f-the-c4mera";
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn args(line: &str) -> BenchArgs {
-    let argv =
-        std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
-    Cli::parse_from(tern_bench::normalize_args(argv)).bench
-}
-
-/// Runs tern bench's WebRTC viewers on a thread.
-fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
-    std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let a = args(&line);
-        let o = tern_bench::run(&a, Arc::new(AtomicBool::new(false)), &mut out).expect("bench");
-        (o, String::from_utf8_lossy(&out).into_owned())
-    })
-}
 
 /// The GStreamer RTSP server of `tests/rtsp/camera.py` on a loopback port; killed on drop.
 struct Camera {

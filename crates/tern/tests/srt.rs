@@ -17,26 +17,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use common::bench::viewers;
 use common::{Ffmpeg, Server, http_get};
 use serde_json::Value;
-use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const PASS: &str = "correct horse battery";
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn args(line: &str) -> BenchArgs {
-    let argv =
-        std::iter::once("bench".to_string()).chain(line.split_whitespace().map(String::from));
-    Cli::parse_from(tern_bench::normalize_args(argv)).bench
-}
 
 fn wait_live(url: &str, server: &Server, ff: &mut Ffmpeg) {
     let whep = tern_bench::signal::Whep::new(url, Duration::from_secs(2));
@@ -50,16 +37,6 @@ fn wait_live(url: &str, server: &Server, ff: &mut Ffmpeg) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Runs tern bench's WebRTC viewers on a thread.
-fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
-    std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let a = args(&line);
-        let o = tern_bench::run(&a, Arc::new(AtomicBool::new(false)), &mut out).expect("bench");
-        (o, String::from_utf8_lossy(&out).into_owned())
-    })
 }
 
 /// Every viewer connected and got ~`secs` of 30 fps video with keyframes and 50/s Opus.

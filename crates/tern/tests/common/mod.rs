@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod hook;
 
 use std::collections::HashMap;
