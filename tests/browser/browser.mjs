@@ -126,12 +126,13 @@ export async function readVideo() {
 }
 
 /**
- * In a page (`page.evaluate(publishCanvas, { endpoint, codec })`): publishes a 30 fps 640x360
- * canvas over WHIP with only `codec` offered; the peer connection is window.pubPc, the
- * drawing timer window.drawTimer and the WHIP resource window.whipLocation. Returns the
- * video codecs the answer names, or `{ error }`.
+ * In a page (`page.evaluate(publishCanvas, { endpoint, codec, tone })`): publishes a 30 fps
+ * 640x360 canvas over WHIP with only `codec` offered (and, with `tone`, a 440 Hz tone as a
+ * second, audio track); the peer connection is window.pubPc, the drawing timer
+ * window.drawTimer and the WHIP resource window.whipLocation. Returns the video codecs the
+ * answer names (`answered`) and its audio ones (`audio`), or `{ error }`.
  */
-export async function publishCanvas({ endpoint, codec }) {
+export async function publishCanvas({ endpoint, codec, tone = false }) {
   const canvas = document.createElement('canvas');
   canvas.width = 640;
   canvas.height = 360;
@@ -154,6 +155,16 @@ export async function publishCanvas({ endpoint, codec }) {
   const track = canvas.captureStream(30).getVideoTracks()[0];
   const tr = pc.addTransceiver(track, { direction: 'sendonly' });
   tr.setCodecPreferences(want);
+  if (tone) {
+    const ac = new AudioContext();
+    const osc = ac.createOscillator();
+    osc.frequency.value = 440;
+    const dest = ac.createMediaStreamDestination();
+    osc.connect(dest);
+    osc.start();
+    await ac.resume();
+    pc.addTransceiver(dest.stream.getAudioTracks()[0], { direction: 'sendonly' });
+  }
   await pc.setLocalDescription(await pc.createOffer());
   await new Promise((ok) => {
     if (pc.iceGatheringState === 'complete') ok();
@@ -171,7 +182,8 @@ export async function publishCanvas({ endpoint, codec }) {
   window.whipLocation = new URL(res.headers.get('location'), endpoint).toString();
   const answered = [...new Set([...answer.matchAll(/a=rtpmap:\d+ ([^/]+)\/90000/g)].map((m) => m[1]))]
     .filter((c) => !/^(rtx|red|ulpfec)$/i.test(c));
-  return { answered };
+  const audio = [...new Set([...answer.matchAll(/a=rtpmap:\d+ ([^/]+)\/48000/g)].map((m) => m[1]))];
+  return { answered, audio };
 }
 
 /**

@@ -12,55 +12,10 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { launchBrowser, newLoggedPage, publishCanvas } from './browser.mjs';
 import { startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-
-/** In the page: publishes a 640x360 canvas as VP8 and a 440 Hz tone as Opus over WHIP. */
-async function publish({ endpoint, codec }) {
-  const canvas = document.createElement('canvas');
-  canvas.width = 640;
-  canvas.height = 360;
-  document.body.append(canvas);
-  const g = canvas.getContext('2d');
-  let n = 0;
-  window.drawTimer = setInterval(() => {
-    n += 1;
-    g.fillStyle = `hsl(${(n * 7) % 360} 80% 50%)`;
-    g.fillRect(0, 0, 640, 360);
-    g.fillStyle = '#fff';
-    g.font = '48px sans-serif';
-    g.fillText(String(n), 40 + (n % 400), 180);
-  }, 33);
-  const ac = new AudioContext();
-  const osc = ac.createOscillator();
-  osc.frequency.value = 440;
-  const dest = ac.createMediaStreamDestination();
-  osc.connect(dest);
-  osc.start();
-  await ac.resume();
-  const pc = new RTCPeerConnection();
-  window.pubPc = pc;
-  const video = canvas.captureStream(30).getVideoTracks()[0];
-  const tv = pc.addTransceiver(video, { direction: 'sendonly' });
-  const want = RTCRtpSender.getCapabilities('video').codecs.filter((c) => c.mimeType.toLowerCase() === `video/${codec.toLowerCase()}`);
-  tv.setCodecPreferences(want);
-  pc.addTransceiver(dest.stream.getAudioTracks()[0], { direction: 'sendonly' });
-  await pc.setLocalDescription(await pc.createOffer());
-  await new Promise((ok) => {
-    if (pc.iceGatheringState === 'complete') ok();
-    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && ok();
-    setTimeout(ok, 2000);
-  });
-  const res = await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/sdp' }, body: pc.localDescription.sdp });
-  const answer = await res.text();
-  if (res.status !== 201) return { error: `WHIP POST ${res.status}: ${answer}` };
-  await pc.setRemoteDescription({ type: 'answer', sdp: answer });
-  window.whipLocation = new URL(res.headers.get('location'), endpoint).toString();
-  for (let i = 0; i < 100 && pc.connectionState !== 'connected'; i++) await new Promise((ok) => setTimeout(ok, 100));
-  return { state: pc.connectionState, codecs: [...answer.matchAll(/a=rtpmap:\d+ ([^/]+)\//g)].map((m) => m[1]) };
-}
 
 /** In the page: ends the WHIP session. */
 async function unpublish() {
@@ -140,10 +95,13 @@ describe('a WHIP publisher (VP8 or VP9 + Opus) recorded and played back in Chrom
     const view = await newLoggedPage(browser.context);
     const why = () => `\n--- publisher ---\n${pub.log()}\n--- viewer ---\n${view.log()}\n--- server ---\n${server.tail()}`;
     await pub.page.goto(`${server.base}/`);
-    const p = await pub.page.evaluate(publish, { endpoint: `${server.base}/live/${name}/whip`, codec: c.codec });
+    const p = await pub.page.evaluate(publishCanvas, { endpoint: `${server.base}/live/${name}/whip`, codec: c.codec, tone: true });
     assert.equal(p.error, undefined, `${JSON.stringify(p)}${why()}`);
-    assert.equal(p.state, 'connected', why());
-    assert.ok(p.codecs.includes(c.codec) && p.codecs.includes('opus'), `${p.codecs}`);
+    const state = await pub.page
+      .waitForFunction(() => window.pubPc.connectionState === 'connected', null, { polling: 100, timeout: 10_000 })
+      .then(() => 'connected', () => pub.page.evaluate(() => window.pubPc.connectionState));
+    assert.equal(state, 'connected', why());
+    assert.ok(p.answered.includes(c.codec) && p.audio.includes('opus'), `${JSON.stringify(p)}`);
     await sleep(12_000);
     await pub.page.evaluate(unpublish);
 
