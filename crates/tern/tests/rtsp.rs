@@ -463,21 +463,41 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
 }
 
 /// An app with a token: a request without it is refused and wakes no camera; with it, the
-/// camera is pulled and the stream plays.
+/// camera is pulled and the stream plays. An app with JWT admission: a request without a
+/// valid JWT is refused by admission before the camera is dialled; with one it plays.
 #[test]
 fn a_camera_is_woken_only_for_a_client_with_the_apps_token() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let port = free_tcp_port();
     let cam = Camera::start(port, &[]);
     let body = format!(
-        "[[app]]\nname = \"cams\"\ntoken = \"T0K3N\"\n\n[[app.source]]\nstream = \"door\"\nurl = \"rtsp://127.0.0.1:{port}/cam\"\n"
+        "[[app]]\nname = \"cams\"\ntoken = \"T0K3N\"\n\n[[app.source]]\nstream = \"door\"\nurl = \"rtsp://127.0.0.1:{port}/cam\"\n\n\
+         [[app]]\nname = \"jcams\"\njwt_secret = \"s3cret\"\n\n[[app.source]]\nstream = \"gate\"\nurl = \"rtsp://127.0.0.1:{port}/cam\"\n"
     );
     let server = Server::serve(&common::config_file("rtsp-token", &body));
     let r = http_get(server.http, "/cams/door/index.m3u8").expect("GET");
     assert_eq!(r.status, 401, "{}", r.text());
+    // JWT: none, another stream's, and an expired one are refused with no camera dialled.
+    let other = common::jwt("s3cret", "jcams/other", "play", 60);
+    let expired = common::jwt("s3cret", "jcams/gate", "play", -10);
+    for query in [
+        String::new(),
+        format!("?token={other}"),
+        format!("?token={expired}"),
+    ] {
+        let r = http_get(server.http, &format!("/jcams/gate/index.m3u8{query}")).expect("GET");
+        assert!(
+            r.status == 401 || r.status == 403,
+            "{query}: {} {}",
+            r.status,
+            r.text()
+        );
+    }
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(cam.connections(), 0, "{}", cam.text());
     assert_eq!(source(&server, "door")["state"], "idle");
+    let gate = get_json(&server, "/v1/streams/jcams/gate").1;
+    assert_eq!(gate["source"]["state"], "idle", "{gate}");
     let r = common::http_request_with(
         server.http,
         "GET",
@@ -489,5 +509,9 @@ fn a_camera_is_woken_only_for_a_client_with_the_apps_token() {
     .expect("GET with the token");
     assert_eq!(r.status, 200, "{}\n{}", r.text(), server.log_tail(20));
     assert_eq!(cam.connections(), 1, "{}", cam.text());
+    let good = common::jwt("s3cret", "jcams/gate", "play", 60);
+    let r = http_get(server.http, &format!("/jcams/gate/index.m3u8?token={good}")).expect("GET");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), server.log_tail(20));
+    assert_eq!(cam.connections(), 2, "{}", cam.text());
     server.stop();
 }

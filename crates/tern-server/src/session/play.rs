@@ -3,13 +3,14 @@
 //! 1. [`Core::begin_play`]: in a cluster, a stream published on another node is pulled
 //!    here first (edge pull); then the stream must exist, and the app's static token must
 //!    match (a request from another node skips the token: it proved itself with the
-//!    cluster secret); a stream an on-demand camera feeds is then pulled, and the request
-//!    waits for its first keyframe ([`Core::wake_source`]);
+//!    cluster secret); a stream a camera feeds that is not live yet is then admitted
+//!    (JWT, webhook: before the camera is woken, so only an admitted client can make tern
+//!    dial it), pulled, and the request waits for its first keyframe ([`Core::wake_source`]);
 //! 2. the surface's own checks (WHEP: the `?layer=` pin and the SDP offer; LL-HLS: H264);
 //! 3. [`Play::admit`]: the stream must be live; WHEP and OME viewers need room
 //!    (`max_viewers`, `max_handshakes`), a WHEP viewer a pending-session permit (an OME
 //!    viewer takes its permit with its answer); then admission (JWT, webhook), which a
-//!    node's request skips;
+//!    node's request skips, as does a request admitted in step 1;
 //! 4. the surface makes its session, and [`PlayGrant::started`] records it: lifetime and
 //!    close notification.
 
@@ -51,6 +52,9 @@ pub struct Play {
     ask: PlayAsk,
     info: StreamInfo,
     live: bool,
+    /// Admission's verdict when it was asked in step 1 (a camera's stream woken for this
+    /// request).
+    admitted: Option<(Ask, Option<Duration>)>,
 }
 
 /// An admitted viewer, until its session exists ([`PlayGrant::started`]).
@@ -64,19 +68,45 @@ pub struct PlayGrant {
 
 impl Core {
     /// Step 1 of playing (see the module doc): the edge pull, the stream, its token.
-    pub async fn begin_play(&self, ask: PlayAsk) -> Result<Play, Refusal> {
+    pub async fn begin_play(&self, mut ask: PlayAsk) -> Result<Play, Refusal> {
         if !ask.from_node {
             self.pull(&ask.app, &ask.stream).await?;
         }
         let key = format!("{}/{}", ask.app, ask.stream);
         let info = self.streams.get(&key).ok_or(Refusal::NotFound(key))?;
+        let mut admitted = None;
         if !ask.from_node {
             self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())?;
-            // A camera is woken only for a client that holds the app's token.
+            // A camera is woken only for a client admission lets in: asked here, before
+            // the pull, when the stream is a camera's and not live (a live one is joined
+            // and admitted in step 3 as any stream).
+            let camera = self
+                .config
+                .app(&ask.app)
+                .is_some_and(|a| a.source(&ask.stream).is_some());
+            if camera && !self.is_live(info) {
+                let session = ask.session.get_or_insert_with(|| random_token(22)).clone();
+                admitted = Some(
+                    self.admit(
+                        Action::Play,
+                        ask.protocol,
+                        (ask.app.clone(), ask.stream.clone()),
+                        ask.client,
+                        ask.credentials.clone(),
+                        session,
+                    )
+                    .await?,
+                );
+            }
             self.wake_source(&ask.app, &ask.stream).await?;
         }
         let live = self.is_live(info);
-        Ok(Play { ask, info, live })
+        Ok(Play {
+            ask,
+            info,
+            live,
+            admitted,
+        })
     }
 
     /// Edge pull for a play request: when `app/stream` is not live here and another node
@@ -191,9 +221,10 @@ impl Play {
             false => None,
         };
         let session = ask.session.unwrap_or_else(|| random_token(22));
-        let admitted = match ask.from_node {
-            true => None,
-            false => Some(
+        let admitted = match (ask.from_node, self.admitted) {
+            (true, _) => None,
+            (false, Some(admitted)) => Some(admitted),
+            (false, None) => Some(
                 core.admit(
                     Action::Play,
                     ask.protocol,
