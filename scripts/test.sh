@@ -18,8 +18,9 @@
 #               after the lib stage, cold cache, this machine)
 #   test        cargo test --workspace --release --bins --test '*', then --doc: the integration
 #               tests and binaries' tests in release (the unit tests ran in the lib stage)
-#   vendor      the vendored dimpl's own tests (vendor/dimpl/PATCHES.md): its unit tests and
-#               its DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included
+#   vendor      the vendored crates' own tests: dimpl's (vendor/dimpl/PATCHES.md) unit tests and
+#               DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included; retina's
+#               (vendor/retina/PATCHES.md) unit tests
 #   fuzz-build  cd fuzz && cargo +nightly fuzz build -O
 #   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
@@ -67,7 +68,7 @@ describe_stage() {
         lib) echo "cargo test --workspace --lib --no-fail-fast (debug)" ;;
         clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
         test) echo "cargo test --workspace --release --bins --test '*'; cargo test --workspace --release --doc" ;;
-        vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13" ;;
+        vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib" ;;
         fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
         fuzz) echo "cargo +nightly fuzz run -O TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
@@ -114,6 +115,7 @@ run_stage_body() {
             # The system's OpenSSL for the interop tests, not one built from source.
             OPENSSL_NO_VENDOR=1 cargo test --manifest-path "$ROOT/vendor/dimpl/Cargo.toml" \
                 --lib --test dtls12 --test dtls13
+            cargo test --manifest-path "$ROOT/vendor/retina/Cargo.toml" --lib
             ;;
         fuzz-build)
             cd "$ROOT/fuzz"

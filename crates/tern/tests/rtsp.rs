@@ -374,11 +374,12 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
 /// answered in H265; the stream's video is H265), its audio becomes Opus. An H264 camera
 /// with PCMA audio: WebRTC viewers get its audio as Opus.
 #[test]
-fn h265_is_passed_through_and_g711_becomes_opus() {
+fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (p265, p711) = (free_tcp_port(), free_tcp_port());
+    let (p265, p711, popus) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
     let _hevc = Camera::start(p265, &["--video", "h265", "--audio", "pcmu"]);
     let alaw = Camera::start(p711, &["--audio", "pcma"]);
+    let _opus = Camera::start(popus, &["--audio", "opus"]);
     let server = Server::serve(&config(
         "rtsp-codecs",
         &[
@@ -390,6 +391,11 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
             (
                 "alaw",
                 format!("rtsp://127.0.0.1:{p711}/cam"),
+                "on_demand = false",
+            ),
+            (
+                "opus",
+                format!("rtsp://127.0.0.1:{popus}/cam"),
                 "on_demand = false",
             ),
         ],
@@ -451,6 +457,31 @@ fn h265_is_passed_through_and_g711_becomes_opus() {
         a.packets
     );
     assert_eq!(source(&server, "alaw")["audio"], "PCMA (to Opus)");
+
+    // An Opus camera's audio is passed through (retina's Opus depacketizer is tern's
+    // patch, vendor/retina/PATCHES.md): 50 packets a second of opusenc's 20 ms frames.
+    wait_state(&server, "opus", "live", Duration::from_secs(5));
+    let whep = format!("http://{}/cams/opus/whep", server.http);
+    let (o, text) = viewers(format!(
+        "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
+    ))
+    .join()
+    .expect("bench");
+    let ctx = format!("{text}\n{}", server.log_tail(30));
+    assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
+    let a = o.clients[0].audio.as_ref().expect("audio");
+    assert!(
+        a.packets > 4 * 50 * 8 / 10,
+        "{} audio packets\n{ctx}",
+        a.packets
+    );
+    assert_eq!(a.lost(), 0, "{ctx}");
+    let src = source(&server, "opus");
+    assert_eq!(
+        (&src["video"], &src["audio"]),
+        (&"H264".into(), &"Opus".into()),
+        "{src}"
+    );
     let m = http_get(server.http, "/metrics").expect("metrics").text();
     assert!(
         metric(

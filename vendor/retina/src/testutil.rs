@@ -162,22 +162,11 @@ macro_rules! assert_eq_hexes {
 #[cfg(test)]
 pub(crate) use {assert_eq_hex, assert_eq_hexes};
 
+/// Upstream installs its git-only `mylog` logger here; crates.io strips that
+/// dev-dependency, so the vendored copy's tests run without a logger.
 #[cfg(test)]
 pub(crate) fn init_logging() {
-    use std::str::FromStr as _;
-    INIT_LOGGING.call_once(|| {
-        let h = mylog::Builder::new()
-            .is_test(true)
-            .format(
-                ::std::env::var("RUST_FORMAT")
-                    .map_err(|_| ())
-                    .and_then(|s| mylog::Format::from_str(&s))
-                    .unwrap_or(mylog::Format::Google),
-            )
-            .spec(::std::env::var("RUST_LOG").as_deref().unwrap_or("info"))
-            .build();
-        h.install().unwrap();
-    })
+    INIT_LOGGING.call_once(|| {})
 }
 
 #[cfg(test)]

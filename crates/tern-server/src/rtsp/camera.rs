@@ -1,8 +1,10 @@
 //! One RTSP session with a camera: DESCRIBE, SETUP of its video (H264, else H265) and audio
-//! (AAC, else PCMU or PCMA) streams, PLAY, then its frames to the engine as one publisher,
-//! until the camera fails, goes silent, the source goes idle or the server stops: H264 and
-//! AAC through [`AvPipeline`] (as RTMP's), H265 packetized here and passed through, G.711
-//! transcoded to Opus ([`tern_rtc::g711`]) and handed to the pipeline as Opus.
+//! (AAC, else PCMU, PCMA or Opus) streams, PLAY, then its frames to the engine as one
+//! publisher, until the camera fails, goes silent, the source goes idle or the server stops:
+//! H264 and AAC through [`AvPipeline`] (as RTMP's), H265 packetized here and passed through,
+//! G.711 transcoded to Opus ([`tern_rtc::g711`]) and handed to the pipeline as Opus, Opus
+//! passed through the pipeline as it comes (retina's Opus depacketizer is tern's patch:
+//! `vendor/retina/PATCHES.md`).
 //!
 //! Every step with the camera has a deadline ([`STEP`]); a playing camera that sends no
 //! frame for [`SILENCE`] is taken as gone. Whatever the camera answers, the worst outcome
@@ -203,7 +205,8 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
     let audio = find("audio", "mpeg4-generic")
         .map(|i| (i, AudioCodec::Aac))
         .or_else(|| find("audio", "pcmu").map(|i| (i, AudioCodec::G711(Law::Mu))))
-        .or_else(|| find("audio", "pcma").map(|i| (i, AudioCodec::G711(Law::A))));
+        .or_else(|| find("audio", "pcma").map(|i| (i, AudioCodec::G711(Law::A))))
+        .or_else(|| find("audio", "opus").map(|i| (i, AudioCodec::Opus)));
     let offered: Vec<String> = streams
         .iter()
         .map(|s| format!("{}/{}", s.media(), s.encoding_name()))
@@ -349,6 +352,8 @@ enum AudioCodec {
     Aac,
     /// G.711, transcoded to Opus here.
     G711(Law),
+    /// Opus (RFC 7587), passed through.
+    Opus,
 }
 
 impl AudioCodec {
@@ -357,6 +362,7 @@ impl AudioCodec {
             AudioCodec::Aac => "AAC (to Opus)",
             AudioCodec::G711(Law::Mu) => "PCMU (to Opus)",
             AudioCodec::G711(Law::A) => "PCMA (to Opus)",
+            AudioCodec::Opus => "Opus",
         }
     }
 }
@@ -501,6 +507,9 @@ impl<'a> Media<'a> {
             }
             return;
         }
+        if self.audio == Some(AudioCodec::Opus) {
+            return;
+        }
         if let Some(c) = config
             && let Err(err) = self.av.audio_config(c)
         {
@@ -532,6 +541,13 @@ impl<'a> Media<'a> {
                     .opus_frame(ntp, ms, 960, &p, &mut |e| events.push(e));
             }
             return;
+        }
+        if self.audio == Some(AudioCodec::Opus) {
+            return self
+                .av
+                .opus_frame(ntp, t, f.frame_length().get(), f.data(), &mut |e| {
+                    events.push(e)
+                });
         }
         let res = self
             .av

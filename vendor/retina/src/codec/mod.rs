@@ -113,6 +113,7 @@ pub mod h264;
 pub mod h265;
 
 pub(crate) mod onvif;
+pub(crate) mod opus;
 pub(crate) mod simple_audio;
 
 /// Configuration options controlling how depacketized frames are formatted.
@@ -811,6 +812,7 @@ enum DepacketizerInner {
     H265(Box<h265::Depacketizer>),
     Onvif(Box<onvif::Depacketizer>),
     Jpeg(Box<jpeg::Depacketizer>),
+    Opus(Box<opus::Depacketizer>),
 }
 
 /// This is similar to `ErrorInt::RtpPacketError`, but without the connection/stream context, to avoid
@@ -871,6 +873,10 @@ impl Depacketizer {
                     clock_rate, 8, channels,
                 )))
             }
+            ("audio", "opus") => DepacketizerInner::Opus(Box::new(opus::Depacketizer::new(
+                clock_rate,
+                format_specific_params,
+            )?)),
             ("audio", "l16") => DepacketizerInner::SimpleAudio(Box::new(
                 simple_audio::Depacketizer::new(clock_rate, 16, channels),
             )),
@@ -915,6 +921,7 @@ impl Depacketizer {
             DepacketizerInner::Onvif(_) => {}
             DepacketizerInner::SimpleAudio(_) => {}
             DepacketizerInner::Jpeg(_) => {}
+            DepacketizerInner::Opus(_) => {}
         }
     }
 
@@ -950,6 +957,7 @@ impl Depacketizer {
             DepacketizerInner::Onvif(d) => d.parameters(),
             DepacketizerInner::SimpleAudio(d) => d.parameters(),
             DepacketizerInner::Jpeg(d) => d.parameters(),
+            DepacketizerInner::Opus(d) => d.parameters(),
         }
     }
 
@@ -968,6 +976,7 @@ impl Depacketizer {
             DepacketizerInner::Onvif(d) => d.push(pkt),
             DepacketizerInner::SimpleAudio(d) => d.push(pkt),
             DepacketizerInner::Jpeg(d) => d.push(pkt),
+            DepacketizerInner::Opus(d) => d.push(pkt),
         }
     }
 
@@ -985,6 +994,7 @@ impl Depacketizer {
             DepacketizerInner::Onvif(d) => d.pull(),
             DepacketizerInner::SimpleAudio(d) => d.pull(),
             DepacketizerInner::Jpeg(d) => d.pull(),
+            DepacketizerInner::Opus(d) => d.pull(),
         }
     }
 }
