@@ -1,11 +1,12 @@
 //! What the encoder surfaces (RTMP in `rtmp.rs`, SRT in `srt/`) share around their media
 //! pipeline ([`tern_rtc::av::AvPipeline`]): the B-frame watch, which turns the transcoder on
 //! while the stream has viewers and reports what it finds; and the [`Ledger`] that measures
-//! the heap a connection's thread holds for its memory pool (`rtmp_ingest`, `srt_ingest`).
+//! the heap a connection's thread holds for its memory pool (`rtmp_ingest`, `srt_ingest`,
+//! `rtsp_ingest`), and the [`Booking`] that keeps it there.
 
 use std::time::{Duration, Instant};
 
-use tern_pool::CountingAlloc;
+use tern_pool::{CountingAlloc, PoolCounter};
 use tern_rtc::av::{AvPipeline, VideoNotice};
 use tracing::{info, warn};
 
@@ -142,5 +143,33 @@ impl Ledger {
     /// Restarts the measurement here (after a section that is not ours).
     pub fn resume(&mut self) {
         self.last = CountingAlloc::thread_net_bytes();
+    }
+}
+
+/// One connection's line in an ingest pool: an item while it lives, with the bytes its
+/// [`Ledger`] last measured; both given back when it is dropped.
+pub struct Booking {
+    pool: &'static PoolCounter,
+    bytes: usize,
+}
+
+impl Booking {
+    /// Books one item, of no bytes yet, in `pool`.
+    pub fn open(pool: &'static PoolCounter) -> Self {
+        pool.add(1, 0);
+        Booking { pool, bytes: 0 }
+    }
+
+    /// The item holds `bytes` now.
+    pub fn set(&mut self, bytes: usize) {
+        self.pool.sub(0, self.bytes);
+        self.pool.add(0, bytes);
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Booking {
+    fn drop(&mut self) {
+        self.pool.sub(1, self.bytes);
     }
 }

@@ -29,21 +29,6 @@ fn wait_live(url: &str, server: &Server) {
     }
 }
 
-/// The `rtmp_ingest` line of `GET /v1/memory`: (items in use, used bytes).
-fn rtmp_pool(http: SocketAddr) -> (u64, u64) {
-    let r = http_get(http, "/v1/memory").expect("GET /v1/memory");
-    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("memory JSON");
-    let pools = v["pools"].as_array().expect("pools");
-    let p = pools
-        .iter()
-        .find(|p| p["name"] == "rtmp_ingest")
-        .expect("an rtmp_ingest pool");
-    (
-        p["items_in_use"].as_u64().expect("items"),
-        p["used_bytes"].as_u64().expect("bytes"),
-    )
-}
-
 /// Acceptance: ffmpeg's RTMP push (H264 + AAC) reaches WebRTC viewers as H264 and Opus,
 /// with zero loss and keyframes; the connection is accounted in `rtmp_ingest` while it
 /// lasts and given back when it ends.
@@ -59,9 +44,9 @@ fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
         "-url {whep} -n 10 -cint 20 -life 8 -sint 5000 --json"
     ));
     std::thread::sleep(Duration::from_secs(2));
-    let (items, first) = rtmp_pool(server.http);
+    let (items, first) = common::pool_line(server.http, "rtmp_ingest");
     std::thread::sleep(Duration::from_secs(3));
-    let (_, later) = rtmp_pool(server.http);
+    let (_, later) = common::pool_line(server.http, "rtmp_ingest");
     let (o, text) = bench.join().expect("bench thread");
     assert!(ff.running(), "ffmpeg ended early:\n{}", ff.log_tail());
 
@@ -119,7 +104,7 @@ fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
         ff.log_tail()
     );
     let deadline = Instant::now() + Duration::from_secs(5);
-    while rtmp_pool(server.http) != (0, 0) {
+    while common::pool_line(server.http, "rtmp_ingest") != (0, 0) {
         assert!(Instant::now() < deadline, "rtmp_ingest not given back");
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -196,8 +196,23 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
         "-url {whep} -n 2 -cint 20 -life 16 -sint 5000 --json"
     ));
     wait_state(&server, "door", "live", Duration::from_secs(5));
-    // Both viewers connected and watching: the camera goes away for 2 s.
-    std::thread::sleep(Duration::from_secs(3));
+    // Both viewers connected and watching: the session's heap is one `rtsp_ingest` item,
+    // bounded and steady.
+    std::thread::sleep(Duration::from_secs(2));
+    let (items, first) = common::pool_line(server.http, "rtsp_ingest");
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, later) = common::pool_line(server.http, "rtsp_ingest");
+    println!("rtsp_ingest: {items} session, {first} then {later} bytes");
+    assert_eq!(items, 1);
+    assert!(
+        first > 10_000 && first < 8 << 20,
+        "rtsp_ingest {first} bytes"
+    );
+    assert!(
+        later.abs_diff(first) < 256 << 10,
+        "{first} then {later} bytes"
+    );
+    // The camera goes away for 2 s.
     cam.kill();
     wait_state(&server, "door", "retrying", Duration::from_secs(5));
     std::thread::sleep(Duration::from_secs(2));
@@ -250,8 +265,10 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
         ) >= 1.0,
         "{m}"
     );
-    // Unwatched for the idle grace (2 s): the pull stops, the camera is let go.
+    // Unwatched for the idle grace (2 s): the pull stops, the camera is let go, and its
+    // session's line is given back.
     wait_state(&server, "door", "idle", Duration::from_secs(6));
+    assert_eq!(common::pool_line(server.http, "rtsp_ingest"), (0, 0));
 
     // LL-HLS wakes it too: the playlist comes once the camera's first keyframe is in.
     let t0 = Instant::now();

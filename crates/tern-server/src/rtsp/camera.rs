@@ -11,8 +11,8 @@
 //! is a failed session ([`End::Failed`]) that the pull retries: `retina` returns errors for
 //! what it cannot parse, and a frame the pipeline refuses is dropped and counted.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -21,6 +21,7 @@ use retina::client::{
     Transport, UdpTransportOptions,
 };
 use retina::codec::{CodecItem, FrameFormat, ParametersRef};
+use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::{AvEvent, AvPipeline, TranscodeMode};
 use tern_rtc::clip::MediaKind;
@@ -31,7 +32,7 @@ use tracing::{debug, info};
 use super::entry::{Idle, Job};
 use super::status::{Failure, SourceState};
 use crate::config::{SourceTransport, TranscodeSetting};
-use crate::encoder::VideoWatch;
+use crate::encoder::{Booking, Ledger, VideoWatch, arc_bytes};
 use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
 use crate::session::Core;
 
@@ -175,7 +176,20 @@ async fn step<T>(
 }
 
 /// One session; `t0` is when the wait for media began (for the first-frame figure).
+/// The memory line of RTSP ingest (`rtsp_ingest` in `GET /v1/memory`): one item per
+/// session with a camera (connecting or playing), its bytes the heap the pull thread
+/// allocated for it and still holds (retina's session and depacketizers, the AAC decoder,
+/// resampler and Opus buffers), measured with the counting allocator as RTMP's are (the
+/// pull thread runs its session alone, on a runtime of its own). Not included: libopus's
+/// and libavcodec's own mallocs.
+fn pool() -> &'static PoolCounter {
+    static POOL: OnceLock<PoolCounter> = OnceLock::new();
+    POOL.get_or_init(|| PoolCounter::new("rtsp_ingest", 0))
+}
+
 pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
+    let held = Ledger::start();
+    let booking = Booking::open(pool());
     let e = &job.entry;
     let core = &job.core;
     let Some(info) = core.streams.get(&e.key) else {
@@ -253,7 +267,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         e.key,
         e.cfg.shown_url()
     );
-    let mut media = Media::new(core, job, &slot, codec, audio.map(|a| a.1));
+    let mut media = Media::new(core, job, &slot, codec, audio.map(|a| a.1), (held, booking));
     let mut last_frame = Instant::now();
     loop {
         let now = Instant::now();
@@ -343,6 +357,9 @@ struct Media<'a> {
     g711: Option<G711ToOpus>,
     /// H265 passed through: the next packet's number in this publisher's video sequence.
     h265_seq: u64,
+    /// What the session holds on this thread, and its line in the `rtsp_ingest` pool.
+    held: Ledger,
+    booking: Booking,
 }
 
 /// The audio codecs taken from cameras.
@@ -379,6 +396,7 @@ impl<'a> Media<'a> {
         slot: &'a Slot,
         codec: VideoCodec,
         audio: Option<AudioCodec>,
+        (held, booking): (Ledger, Booking),
     ) -> Self {
         let mut av = AvPipeline::new(core.config.tunables.max_payload);
         let (app, _) = job.entry.key.split_once('/').unwrap_or_default();
@@ -409,6 +427,8 @@ impl<'a> Media<'a> {
             audio,
             g711: None,
             h265_seq: 0,
+            held,
+            booking,
         }
     }
 
@@ -558,25 +578,43 @@ impl<'a> Media<'a> {
     }
 
     /// Hands the frame's packets to the engine (and samples to the packager).
+    /// The session's heap is measured here, less what leaves the thread: the packets (the
+    /// engine frees them), the notices' snapshots and the packager's samples.
     fn flush(&mut self) -> Result<(), String> {
         for e in self.events.drain(..) {
+            let outside = CountingAlloc::thread_net_bytes();
             match e {
-                AvEvent::Packet(p) => self.packets.push(p),
+                AvEvent::Packet(p) => {
+                    self.packets.push(p);
+                    continue;
+                }
                 AvEvent::Video(n) => self.watch.notice(self.core, &self.av, &n),
                 AvEvent::Sample(s) => self.core.hls.rtmp_sample(self.slot.id.stream, &s),
             }
+            self.held.skip(CountingAlloc::thread_net_bytes() - outside);
         }
         if self.packets.is_empty() {
+            self.booking.set(self.held.mark());
             return Ok(());
         }
+        for p in &self.packets {
+            self.held.skip(arc_bytes(p.payload.len()));
+        }
+        let vec = self.packets.capacity() * std::mem::size_of::<IngestPacket>();
+        self.held.skip(vec as i64);
+        self.booking.set(self.held.mark());
         let cmd = RtmpCommand::Media {
             id: self.slot.id,
             packets: std::mem::take(&mut self.packets),
         };
-        self.core
+        let sent = self
+            .core
             .engine
             .send_rtmp_media(cmd, MEDIA_STALL)
-            .map_err(|e| format!("{e} for {MEDIA_STALL:?}"))
+            .map_err(|e| format!("{e} for {MEDIA_STALL:?}"));
+        // The channel's blocks are the engine's (see `Ledger::mark`).
+        self.held.resume();
+        sent
     }
 
     /// The session failed after PLAY.

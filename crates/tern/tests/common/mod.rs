@@ -201,6 +201,23 @@ pub fn http_request_with(
     Ok(resp)
 }
 
+/// Line `name` of `GET /v1/memory` (an ingest pool: `rtmp_ingest`, `srt_ingest`,
+/// `rtsp_ingest`): (items in use, used bytes); (0, 0) while the pool does not exist yet.
+pub fn pool_line(http: SocketAddr, name: &str) -> (u64, u64) {
+    let r = http_get(http, "/v1/memory").expect("GET /v1/memory");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("memory JSON");
+    let pools = v["pools"].as_array().cloned().unwrap_or_default();
+    pools
+        .iter()
+        .find(|p| p["name"] == name)
+        .map_or((0, 0), |p| {
+            (
+                p["items_in_use"].as_u64().expect("items"),
+                p["used_bytes"].as_u64().expect("bytes"),
+            )
+        })
+}
+
 /// `GET path`.
 pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
     http_request(addr, "GET", path, None, &[])
