@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, TranscodeSetting};
-use crate::encoder::{Ledger, VideoWatch, arc_bytes};
+use crate::encoder::{Booking, Ledger, VideoWatch, arc_bytes};
 use crate::limits::PerAddress;
 use crate::media::{Command, NtpClock};
 use crate::media::{PublisherId, RtmpCommand};
@@ -164,7 +164,6 @@ fn listen(
                     clock,
                     stop,
                     slot: None,
-                    booked: 0,
                     keyframe: Arc::new(AtomicU8::new(0)),
                 };
                 match c.run(max_payload) {
@@ -222,15 +221,12 @@ struct Connection {
     stop: Arc<AtomicBool>,
     /// Our publisher slot, its resource id in the HTTP side's map, and the kick flag.
     slot: Option<(PublisherId, String, Arc<AtomicBool>)>,
-    /// Bytes booked in the `rtmp_ingest` pool for this connection.
-    booked: usize,
     /// Bit `l` set by the engine when a viewer asks for a keyframe of video layer `l`.
     keyframe: Arc<AtomicU8>,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        counter().sub(1, self.booked);
         if let Some((id, sid, _)) = self.slot.take() {
             self.st.forget_publisher(&sid);
             let _ = self.st.engine.send(Command::RemovePublisher(id));
@@ -247,15 +243,6 @@ impl Drop for Connection {
 fn counter() -> &'static PoolCounter {
     static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
     COUNTER.get_or_init(|| PoolCounter::new("rtmp_ingest", 0))
-}
-
-impl Connection {
-    /// Sets this connection's bytes in the `rtmp_ingest` pool.
-    fn book(&mut self, bytes: usize) {
-        counter().sub(0, self.booked);
-        counter().add(0, bytes);
-        self.booked = bytes;
-    }
 }
 
 /// The `?token=` value of a URL or name, if any.
@@ -346,7 +333,7 @@ impl Connection {
         self.sock
             .set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
-        counter().add(1, 0);
+        let mut booking = Booking::open(counter());
         let mut held = Ledger::start();
         let mut p = RtmpPublisher::new(rand::random(), max_payload);
         let mut buf = vec![0u8; 64 * 1024];
@@ -467,7 +454,7 @@ impl Connection {
                     .map_err(|e| format!("write: {e}"))?;
             }
             held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
-            self.book(held.mark());
+            booking.set(held.mark());
             if let (Some((id, _, _)), false) = (&self.slot, packets.is_empty()) {
                 let cmd = RtmpCommand::Media { id: *id, packets };
                 self.st
