@@ -208,7 +208,7 @@ fn run(dir: &Path, bits: u32, extra: &[&str], cipher: &str) {
             continue;
         }
         server.drain();
-        if received.contains("hello from openssl") && server.seen.iter().any(|l| *l == ours) {
+        if received.contains("hello from openssl") && server.seen.contains(&ours) {
             break;
         }
         match sock.recv(&mut buf) {
@@ -243,7 +243,7 @@ fn run(dir: &Path, bits: u32, extra: &[&str], cipher: &str) {
         hex(&km)
     );
     assert!(
-        server.seen.iter().any(|l| *l == ours),
+        server.seen.contains(&ours),
         "RSA-{bits}: s_server did not print our line: {log}"
     );
     assert!(
