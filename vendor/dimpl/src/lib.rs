@@ -15,7 +15,7 @@
 //! - **DTLS 1.0**
 //! - **Async** (the crate is Sans‑IO and event‑loop agnostic)
 //! - **no_std** (at least not without allocation)
-//! - **RSA**
+//! - **RSA key transport** (`TLS_RSA_*`; RSA certificates sign ECDHE instead)
 //! - **DHE**
 //!
 //! ## Version selection
@@ -33,6 +33,8 @@
 //!   - `ECDHE_ECDSA_AES256_GCM_SHA384`
 //!   - `ECDHE_ECDSA_AES128_GCM_SHA256`
 //!   - `ECDHE_ECDSA_CHACHA20_POLY1305_SHA256`
+//!   - `ECDHE_RSA_AES256_GCM_SHA384`, `ECDHE_RSA_AES128_GCM_SHA256`,
+//!     `ECDHE_RSA_CHACHA20_POLY1305_SHA256` (aws-lc-rs backend)
 //! - **PSK cipher suites (TLS 1.2 over DTLS)**
 //!   - `PSK_AES128_CCM_8`
 //! - **Cipher suites (TLS 1.3 over DTLS)**
@@ -41,7 +43,8 @@
 //!   - `TLS_CHACHA20_POLY1305_SHA256`
 //! - **AEAD**: AES‑GCM 128/256, ChaCha20‑Poly1305 (no CBC/EtM modes).
 //! - **Key exchange**: ECDHE (P‑256/P‑384), X25519
-//! - **Signatures**: ECDSA P‑256/SHA‑256, ECDSA P‑384/SHA‑384
+//! - **Signatures**: ECDSA P‑256/SHA‑256, ECDSA P‑384/SHA‑384; with the aws-lc-rs
+//!   backend also RSA (2048 to 8192 bits) PKCS#1 v1.5 and PSS, SHA‑256/SHA‑384
 //! - **DTLS‑SRTP**: Exports keying material for `SRTP_AEAD_AES_256_GCM`,
 //!   `SRTP_AEAD_AES_128_GCM`, and `SRTP_AES128_CM_SHA1_80` ([RFC 5764], [RFC 7714]).
 //! - **Extended Master Secret** ([RFC 7627]) is negotiated and enforced (DTLS 1.2).

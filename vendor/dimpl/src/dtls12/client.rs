@@ -29,7 +29,7 @@ use crate::dtls12::message::{ClientPskKeys, ServerKeyExchangeParams};
 use crate::dtls12::message::{CompressionMethod, ContentType, Cookie};
 use crate::dtls12::message::{DigitallySigned, Dtls12CipherSuite};
 use crate::dtls12::message::{ExtensionType, KeyExchangeAlgorithm, MessageType, ProtocolVersion};
-use crate::dtls12::message::{Random, SessionId, SignatureAndHashAlgorithm};
+use crate::dtls12::message::{Random, SessionId, SignatureAlgorithm, SignatureAndHashAlgorithm};
 use crate::timer::HandshakeTimers;
 use crate::{Config, DtlsCertificate, Error, InternalError, KeyingMaterial, Output};
 
@@ -699,14 +699,20 @@ impl State {
             .into());
         }
 
-        // Ensure the signature algorithm is compatible with the cipher suite
+        // Ensure the signature algorithm is compatible with the cipher suite:
+        // an ECDHE_RSA server signs with PKCS#1 v1.5 or RSA-PSS (rsae).
+        let (_, actual_sig) = signature_algorithm.components();
+        let key_type = match actual_sig {
+            SignatureAlgorithm::RSA_PSS_RSAE => SignatureAlgorithm::RSA,
+            other => other,
+        };
         if let Some(expected_sig) = cipher_suite.signature_algorithm()
-            && signature_algorithm.signature != expected_sig
+            && key_type != expected_sig
         {
             return Err(
                 Error::CryptoError(crate::CryptoError::SignatureAlgorithmMismatch {
                     expected: expected_sig,
-                    actual: signature_algorithm.signature,
+                    actual: actual_sig,
                 })
                 .into(),
             );
@@ -1384,7 +1390,7 @@ fn handshake_create_certificate_verify(body: &mut Buf, engine: &mut Engine) -> R
     let handshake_data = &engine.transcript;
     engine
         .crypto_context
-        .sign_data(handshake_data, hash_alg, &mut signature)
+        .sign_data(handshake_data, algorithm, &mut signature)
         .map_err(Error::CryptoError)?;
 
     debug!("Generated signature size: {} bytes", signature.len());

@@ -12,7 +12,7 @@ use crate::crypto::{Aad, Iv, Nonce};
 use crate::dtls12::message::DigitallySigned;
 use crate::dtls12::message::{Asn1Cert, Certificate};
 use crate::dtls12::message::{CurveType, Dtls12CipherSuite, HashAlgorithm};
-use crate::dtls12::message::{NamedGroup, SignatureAlgorithm};
+use crate::dtls12::message::{NamedGroup, SignatureAlgorithm, SignatureAndHashAlgorithm};
 
 /// DTLS 1.2 crypto context holding negotiated keys and ciphers for a session.
 pub struct CryptoContext {
@@ -418,18 +418,22 @@ impl CryptoContext {
         cert.serialize(certificate, output);
     }
 
-    /// Sign the provided data using the client's private key.
+    /// Sign the provided data using the client's private key, with the hash
+    /// of `algorithm` and, for the `rsa_pss_rsae_*` code points, RSA-PSS.
     /// Returns an error if no private key is configured (PSK-only mode).
     pub fn sign_data(
         &mut self,
         data: &[u8],
-        hash_alg: HashAlgorithm,
+        algorithm: SignatureAndHashAlgorithm,
         out: &mut Buf,
     ) -> Result<(), CryptoError> {
         let AuthMode::Certificate { private_key, .. } = &mut self.auth else {
             return Err(CryptoError::NoPrivateKeyConfigured);
         };
-        private_key.sign(data, hash_alg, out)
+        match algorithm.components() {
+            (hash, SignatureAlgorithm::RSA_PSS_RSAE) => private_key.sign_pss(data, hash, out),
+            (hash, _) => private_key.sign(data, hash, out),
+        }
     }
 
     /// Generate verify data for a Finished message using PRF

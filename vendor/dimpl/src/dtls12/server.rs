@@ -1255,9 +1255,6 @@ fn handshake_create_server_key_exchange(
     let key_exchange_algorithm = cipher_suite.as_key_exchange_algorithm();
     debug!("Using key exchange algorithm: {:?}", key_exchange_algorithm);
 
-    // Use hash part from selected algorithm
-    let hash_alg = algorithm.hash;
-
     match key_exchange_algorithm {
         KeyExchangeAlgorithm::EECDH => {
             let (curve_type, named_group) = (CurveType::NamedCurve, named_group);
@@ -1285,10 +1282,10 @@ fn handshake_create_server_key_exchange(
 
             let mut signature = engine.pop_buffer();
 
-            trace!("SKE signature hash: {:?}", hash_alg);
+            trace!("SKE signature: {:?}", algorithm);
             engine
                 .crypto_context
-                .sign_data(&signed_data, hash_alg, &mut signature)
+                .sign_data(&signed_data, algorithm, &mut signature)
                 .map_err(Error::CryptoError)?;
 
             // unwrap: safe because init_ecdh_server() above sets key_exchange = Some(...).
@@ -1381,17 +1378,22 @@ fn select_ske_signature_algorithm(
         _ => [HashAlgorithm::SHA256, HashAlgorithm::SHA384],
     };
 
+    // An RSA key signs with PKCS#1 v1.5, which every DTLS 1.2 client verifies
+    // (some, like pion, nothing else for RSA), and with RSA-PSS (rsae) only
+    // when the client offered no rsa_pkcs1 pair that the key can sign.
+    let fallback_sig =
+        (our_sig == SignatureAlgorithm::RSA).then_some(SignatureAlgorithm::RSA_PSS_RSAE);
+
     if let Some(list) = client_algs {
-        for h in hash_pref.iter() {
-            // Only consider hash algorithms the backend can actually sign with
-            if !supported_hashes.contains(h) {
-                continue;
-            }
-            if let Some(chosen) = list
-                .iter()
-                .find(|alg| alg.signature == our_sig && alg.hash == *h)
-            {
-                return *chosen;
+        for sig in std::iter::once(our_sig).chain(fallback_sig) {
+            for h in hash_pref.iter() {
+                // Only consider hash algorithms the backend can actually sign with
+                if !supported_hashes.contains(h) {
+                    continue;
+                }
+                if let Some(chosen) = list.iter().find(|alg| alg.components() == (*h, sig)) {
+                    return *chosen;
+                }
             }
         }
     }
@@ -1492,6 +1494,56 @@ mod tests {
         let selected = select_certificate_request_sig_algs(Some(&client));
 
         assert_eq!(selected.as_slice(), client.as_slice());
+    }
+
+    #[test]
+    fn ske_signature_for_rsa_key_prefers_pkcs1_then_pss() {
+        let rsa_hashes = [HashAlgorithm::SHA256, HashAlgorithm::SHA384];
+        let pkcs1_sha256 =
+            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::RSA);
+        let pkcs1_sha384 =
+            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA384, SignatureAlgorithm::RSA);
+        let select = |algs: &[SignatureAndHashAlgorithm]| {
+            let mut list = SignatureAndHashAlgorithmVec::new();
+            list.extend(algs.iter().copied());
+            select_ske_signature_algorithm(
+                Some(&list),
+                SignatureAlgorithm::RSA,
+                HashAlgorithm::SHA256,
+                &rsa_hashes,
+            )
+        };
+
+        // PSS listed first (as dimpl, Chrome and OpenSSL do): PKCS#1 v1.5 still wins.
+        let both = [
+            SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA256,
+            SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA384,
+            pkcs1_sha256,
+            pkcs1_sha384,
+        ];
+        assert_eq!(select(&both), pkcs1_sha256);
+        assert_eq!(select(&[pkcs1_sha384]), pkcs1_sha384);
+        // A client that offers RSA only as PSS gets PSS.
+        assert_eq!(
+            select(&[SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA384]),
+            SignatureAndHashAlgorithm::RSA_PSS_RSAE_SHA384
+        );
+        // An ECDSA key never picks an RSA pair.
+        let mut list = SignatureAndHashAlgorithmVec::new();
+        list.extend(both);
+        list.push(SignatureAndHashAlgorithm::new(
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::ECDSA,
+        ));
+        assert_eq!(
+            select_ske_signature_algorithm(
+                Some(&list),
+                SignatureAlgorithm::ECDSA,
+                HashAlgorithm::SHA256,
+                &[HashAlgorithm::SHA256],
+            ),
+            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::ECDSA)
+        );
     }
 
     #[test]

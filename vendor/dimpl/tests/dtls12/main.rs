@@ -12,3 +12,4 @@ mod psk;
 mod reorder;
 mod retransmit;
 mod rsa;
+mod rsa_server;

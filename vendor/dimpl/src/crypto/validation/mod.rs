@@ -21,6 +21,10 @@ impl CryptoProvider {
     /// - `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`
     /// - `TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384`
     /// - `TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256`
+    /// - `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`
+    /// - `TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384`
+    /// - `TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256`
+    /// - `TLS_PSK_WITH_AES_128_CCM_8`
     pub fn supported_cipher_suites(
         &self,
     ) -> impl Iterator<Item = &'static dyn SupportedDtls12CipherSuite> {
@@ -221,6 +225,16 @@ impl CryptoProvider {
                 (HashAlgorithm::SHA384, SignatureAlgorithm::ECDSA) => (
                     VALIDATION_P384_CERT,
                     VALIDATION_P384_SHA384_SIG,
+                    VALIDATION_TEST_DATA,
+                ),
+                (HashAlgorithm::SHA256, SignatureAlgorithm::RSA) => (
+                    VALIDATION_RSA2048_CERT,
+                    VALIDATION_RSA2048_SHA256_SIG,
+                    VALIDATION_TEST_DATA,
+                ),
+                (HashAlgorithm::SHA384, SignatureAlgorithm::RSA) => (
+                    VALIDATION_RSA2048_CERT,
+                    VALIDATION_RSA2048_SHA384_SIG,
                     VALIDATION_TEST_DATA,
                 ),
                 _ => {
@@ -483,6 +497,11 @@ const VALIDATION_P256_CERT: &[u8] = include_bytes!("p256_cert.der");
 const VALIDATION_P256_SHA256_SIG: &[u8] = include_bytes!("p256_sha256_sig.der");
 const VALIDATION_P384_CERT: &[u8] = include_bytes!("p384_cert.der");
 const VALIDATION_P384_SHA384_SIG: &[u8] = include_bytes!("p384_sha384_sig.der");
+// A self-signed RSA-2048 certificate and PKCS#1 v1.5 signatures of the test data
+// (`openssl req -x509 -newkey rsa:2048`, `openssl dgst -sha256|-sha384 -sign`).
+const VALIDATION_RSA2048_CERT: &[u8] = include_bytes!("rsa2048_cert.der");
+const VALIDATION_RSA2048_SHA256_SIG: &[u8] = include_bytes!("rsa2048_sha256_sig.bin");
+const VALIDATION_RSA2048_SHA384_SIG: &[u8] = include_bytes!("rsa2048_sha384_sig.bin");
 
 // AEAD test vectors for DTLS 1.3 cipher suites
 struct AeadTestVector {
@@ -677,9 +696,9 @@ mod tests_aws_lc_rs {
     fn test_default_provider_has_cipher_suites() {
         let provider = aws_lc_rs::default_provider();
         let count = provider.supported_cipher_suites().count();
-        // ECDHE: AES-128, AES-256, ChaCha20
+        // ECDHE_ECDSA and ECDHE_RSA: AES-128, AES-256, ChaCha20
         // PSK: CCM-8
-        assert_eq!(count, 4);
+        assert_eq!(count, 7);
     }
 
     #[test]
@@ -707,6 +726,19 @@ mod tests_aws_lc_rs {
         assert!(ecdsa_suites.contains(&Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256));
         assert!(ecdsa_suites.contains(&Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384));
         assert!(ecdsa_suites.contains(&Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256));
+
+        let rsa_suites: Vec<_> = provider
+            .supported_cipher_suites_for_signature_algorithm(SignatureAlgorithm::RSA)
+            .map(|cs| cs.suite())
+            .collect();
+        assert_eq!(
+            rsa_suites,
+            [
+                Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256,
+                Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384,
+                Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256,
+            ]
+        );
     }
 }
 

@@ -70,6 +70,12 @@ impl Dtls12CipherSuite {
     pub const ECDHE_ECDSA_AES128_GCM_SHA256: Self = Self(0xC02B);
     /// ECDHE with ECDSA authentication, ChaCha20-Poly1305, SHA-256.
     pub const ECDHE_ECDSA_CHACHA20_POLY1305_SHA256: Self = Self(0xCCA9);
+    /// ECDHE with RSA authentication, AES-256-GCM, SHA-384.
+    pub const ECDHE_RSA_AES256_GCM_SHA384: Self = Self(0xC030);
+    /// ECDHE with RSA authentication, AES-128-GCM, SHA-256.
+    pub const ECDHE_RSA_AES128_GCM_SHA256: Self = Self(0xC02F);
+    /// ECDHE with RSA authentication, ChaCha20-Poly1305, SHA-256.
+    pub const ECDHE_RSA_CHACHA20_POLY1305_SHA256: Self = Self(0xCCA8);
     /// PSK with AES-128-CCM-8 (8-byte tag), SHA-256.
     pub const PSK_AES128_CCM_8: Self = Self(0xC0A8);
 
@@ -85,7 +91,7 @@ impl Dtls12CipherSuite {
 
     /// Returns true if this is not a known DTLS 1.2 cipher suite wire value.
     pub const fn is_unknown(&self) -> bool {
-        !matches!(*self, Self(0xC02B..=0xC02C | 0xC0A8 | 0xCCA9))
+        !matches!(*self, Self(0xC02B..=0xC030 | 0xC0A8 | 0xCCA8..=0xCCA9))
     }
 
     /// Parse a `Dtls12CipherSuite` from network byte order.
@@ -101,6 +107,9 @@ impl Dtls12CipherSuite {
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
             | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
             | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256
             | Dtls12CipherSuite::PSK_AES128_CCM_8 => 12,
 
             _ => 12, // Default length for unknown cipher suites
@@ -113,9 +122,10 @@ impl Dtls12CipherSuite {
             // All ECDHE ciphers
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
             | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
-            | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256 => {
-                KeyExchangeAlgorithm::EECDH
-            }
+            | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256 => KeyExchangeAlgorithm::EECDH,
 
             Dtls12CipherSuite::PSK_AES128_CCM_8 => KeyExchangeAlgorithm::PSK,
 
@@ -130,6 +140,9 @@ impl Dtls12CipherSuite {
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
                 | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
                 | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+                | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+                | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
+                | Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256
         )
     }
 
@@ -144,6 +157,9 @@ impl Dtls12CipherSuite {
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384,
             Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256,
             Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256,
+            Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384,
+            Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256,
+            Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256,
             Dtls12CipherSuite::PSK_AES128_CCM_8,
         ]
     }
@@ -158,13 +174,18 @@ impl Dtls12CipherSuite {
                 Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256,
                 Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256,
             ],
+            SignatureAlgorithm::RSA => &[
+                Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384,
+                Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256,
+                Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256,
+            ],
             _ => panic!("Need either RSA or ECDSA certificate"),
         }
     }
 
     fn need_encrypt_then_mac(&self) -> bool {
         // We do not support and ciphers such as:
-        // ECDHE-RSA-AES128-SHA
+        // ECDHE-RSA-AES128-SHA (CBC; the RSA suites here are AEAD)
         // ECDHE-RSA-AES256-SHA
         // DHE-RSA-AES128-SHA256
         false
@@ -173,9 +194,12 @@ impl Dtls12CipherSuite {
     /// The hash algorithm used by this cipher suite.
     pub fn hash_algorithm(&self) -> HashAlgorithm {
         match *self {
-            Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384 => HashAlgorithm::SHA384,
+            Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384 => HashAlgorithm::SHA384,
             Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
             | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256
             | Dtls12CipherSuite::PSK_AES128_CCM_8 => HashAlgorithm::SHA256,
             _ => HashAlgorithm::UNKNOWN_DERIVED,
         }
@@ -184,12 +208,20 @@ impl Dtls12CipherSuite {
     /// The signature algorithm associated with the suite's key exchange.
     ///
     /// Returns `None` for PSK cipher suites (no signature authentication).
+    /// For the `ECDHE_RSA_*` suites it is [`SignatureAlgorithm::RSA`], the
+    /// server key's type: ServerKeyExchange may be signed with PKCS#1 v1.5 or
+    /// with RSA-PSS ([`SignatureAlgorithm::RSA_PSS_RSAE`]).
     pub fn signature_algorithm(&self) -> Option<SignatureAlgorithm> {
         match *self {
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
             | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
             | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256 => {
                 Some(SignatureAlgorithm::ECDSA)
+            }
+            Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256 => {
+                Some(SignatureAlgorithm::RSA)
             }
             Dtls12CipherSuite::PSK_AES128_CCM_8 => None,
             _ => Some(SignatureAlgorithm::UNKNOWN_DERIVED),
@@ -218,6 +250,15 @@ impl fmt::Debug for Dtls12CipherSuite {
             }
             Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256 => {
                 f.write_str("ECDHE_ECDSA_CHACHA20_POLY1305_SHA256")
+            }
+            Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384 => {
+                f.write_str("ECDHE_RSA_AES256_GCM_SHA384")
+            }
+            Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256 => {
+                f.write_str("ECDHE_RSA_AES128_GCM_SHA256")
+            }
+            Dtls12CipherSuite::ECDHE_RSA_CHACHA20_POLY1305_SHA256 => {
+                f.write_str("ECDHE_RSA_CHACHA20_POLY1305_SHA256")
             }
             Dtls12CipherSuite::PSK_AES128_CCM_8 => f.write_str("PSK_AES128_CCM_8"),
             _ => f.debug_tuple("Unknown").field(&self.0).finish(),
