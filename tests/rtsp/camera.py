@@ -3,8 +3,9 @@
 serving a live test picture and tone on rtsp://127.0.0.1:PORT/cam.
 
   camera.py PORT [--video h264|h265] [--audio aac|pcmu|pcma|opus|none]
-                 [--user U --password P] [--size WxH] [--sps-change SECS] [--file F]
+                 [--user U --password P [--digest]] [--size WxH] [--sps-change SECS] [--file F]
 
+--digest: the credentials are asked for with HTTP digest authentication instead of basic.
 --sps-change: the picture size changes after SECS (a new SPS mid-stream).
 --file: serve a Matroska file's H264 and AAC as they are (no encoding), in real time.
 Prints one line per event on stdout: "ready", "client-connected", "resized".
@@ -16,7 +17,8 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
+gi.require_version("GstRtsp", "1.0")
+from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 
 def say(what):
@@ -30,6 +32,7 @@ def main():
     p.add_argument("--audio", default="aac")
     p.add_argument("--user")
     p.add_argument("--password")
+    p.add_argument("--digest", action="store_true")
     p.add_argument("--size", default="640x360")
     p.add_argument("--sps-change", type=float)
     p.add_argument("--file")
@@ -91,7 +94,11 @@ def main():
         auth = GstRtspServer.RTSPAuth()
         token = GstRtspServer.RTSPToken()
         token.set_string("media.factory.role", "cam")
-        auth.add_basic(GstRtspServer.RTSPAuth.make_basic(a.user, a.password), token)
+        if a.digest:
+            auth.set_supported_methods(GstRtsp.RTSPAuthMethod.DIGEST)
+            auth.add_digest(a.user, a.password, token)
+        else:
+            auth.add_basic(GstRtspServer.RTSPAuth.make_basic(a.user, a.password), token)
         server.set_auth(auth)
         perms = GstRtspServer.RTSPPermissions()
         perms.add_role_from_structure(

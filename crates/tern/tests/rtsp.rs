@@ -396,7 +396,17 @@ fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
     let (p265, p711, popus) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
     let _hevc = Camera::start(p265, &["--video", "h265", "--audio", "pcmu"]);
     let alaw = Camera::start(p711, &["--audio", "pcma"]);
-    let _opus = Camera::start(popus, &["--audio", "opus"]);
+    // Digest authentication (the others' is basic).
+    let opus_args = [
+        "--audio",
+        "opus",
+        "--user",
+        "viewer",
+        "--password",
+        PASSWORD,
+        "--digest",
+    ];
+    let _opus = Camera::start(popus, &opus_args);
     let server = Server::serve(&config(
         "rtsp-codecs",
         &[
@@ -412,7 +422,7 @@ fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
             ),
             (
                 "opus",
-                format!("rtsp://127.0.0.1:{popus}/cam"),
+                format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{popus}/cam"),
                 "on_demand = false",
             ),
         ],
