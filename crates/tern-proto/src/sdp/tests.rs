@@ -300,6 +300,7 @@ fn negotiates_chrome_offer() {
             fir: true,
             abs_capture_time_ext: Some(13),
             transport_cc_ext: Some(4),
+            abs_send_time_ext: None,
             rtx_pt: Some(103),
             vp8: false,
             fmtp: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42001f".into(),
@@ -368,6 +369,37 @@ fn answer_to_chrome_offer() {
         (d.port(), d.mid(), d.direction()),
         (0, Some("2"), Direction::Inactive)
     );
+}
+
+#[test]
+fn a_viewer_with_remb_and_no_transport_cc_gets_abs_send_time() {
+    // Chrome's offer says goog-remb too, and abs-send-time at 2; with transport-cc the
+    // answer keeps to it (above). Without transport-cc (aiortc offers only goog-remb and
+    // abs-send-time), the answer takes goog-remb and abs-send-time, and no RTX.
+    let offer: String = chrome_offer()
+        .split_inclusive('\n')
+        .filter(|l| !l.contains("transport-cc") && !l.contains("transport-wide-cc"))
+        .collect();
+    let sd = SessionDescription::parse(&offer).unwrap();
+    let n = negotiate(&sd).unwrap();
+    let v = n.video().unwrap();
+    assert_eq!(
+        (v.transport_cc_ext, v.abs_send_time_ext, v.rtx_pt),
+        (None, Some(2), None)
+    );
+    assert_eq!(n.audio().unwrap().abs_send_time_ext, None, "video only");
+    let text = write_answer(&sd, &n, &answer_params());
+    assert!(text.contains("a=rtcp-fb:102 goog-remb\r\n"));
+    assert!(
+        text.contains("a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n")
+    );
+    assert!(!text.contains("transport-cc"));
+    let ans = SessionDescription::parse(&text).unwrap();
+    assert_eq!(ans.media()[0].extmap_id(ABS_SEND_TIME_URI), Some(2));
+    // Without goog-remb offered, no abs-send-time: nothing would read it.
+    let offer = offer.replace("goog-remb", "x-none");
+    let n = negotiate(&SessionDescription::parse(&offer).unwrap()).unwrap();
+    assert_eq!(n.video().unwrap().abs_send_time_ext, None);
 }
 
 #[test]

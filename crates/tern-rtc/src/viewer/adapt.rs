@@ -529,6 +529,7 @@ impl Viewer {
             ssrc,
             abs_capture_time: None,
             transport_cc: Some((id, seq)),
+            abs_send_time: None,
         };
         let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
         // The P bit (RFC 3550 §5.1): the payload is all padding, its last octet the count.
