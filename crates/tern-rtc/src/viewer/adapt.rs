@@ -273,7 +273,7 @@ pub enum ProbeRound {
 /// The layer policy's state for one viewer: 7 bytes, packed, so that it fits where the
 /// 6-byte pass counters were (see the module).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[repr(packed)]
+#[repr(C, packed)]
 pub struct LayerChooser {
     /// As `up` says: when a higher layer first fitted, of the calls in a row at which one
     /// has (none: the last call saw none fit); while an up-move is checked, when it was
@@ -843,7 +843,10 @@ mod tests {
         assert_eq!(sim.choose(&seen(100_000, 1)).switch, Switch::Drop(2));
         // While the path's delay grows, to the best under 0.6 of it: from 1.6 Mbit/s,
         // layer 2 (0.96 Mbit/s), not layer 1 (under 0.9 x 1.6, as on a quiet path).
-        assert_eq!(Sim::new().choose(&seen(1_600_000, 0)).switch, Switch::Drop(1));
+        assert_eq!(
+            Sim::new().choose(&seen(1_600_000, 0)).switch,
+            Switch::Drop(1)
+        );
         let mut over = seen(1_600_000, 0);
         over.usage = Some(Usage::Over);
         assert_eq!(Sim::new().choose(&over).switch, Switch::Drop(2));
