@@ -5,6 +5,8 @@ use super::negotiate::{OPUS_FMTP, h264_ok};
 use super::*;
 use std::net::{IpAddr, Ipv4Addr};
 
+mod answer;
+
 const FP: &str = "A1:B2:C3:D4:E5:F6:07:18:29:3A:4B:5C:6D:7E:8F:90:01:12:23:34:45:56:67:78:89:9A:AB:BC:CD:DE:EF:F0";
 
 /// A Chrome recvonly WHEP offer (two transceivers plus a data channel), as Chrome 12x
@@ -368,72 +370,6 @@ fn answer_to_chrome_offer() {
     assert_eq!(
         (d.port(), d.mid(), d.direction()),
         (0, Some("2"), Direction::Inactive)
-    );
-}
-
-#[test]
-fn a_viewer_with_remb_and_no_transport_cc_gets_abs_send_time() {
-    // Chrome's offer says goog-remb too, and abs-send-time at 2; with transport-cc the
-    // answer keeps to it (above). Without transport-cc (aiortc offers only goog-remb and
-    // abs-send-time), the answer takes goog-remb and abs-send-time, and no RTX.
-    let offer: String = chrome_offer()
-        .split_inclusive('\n')
-        .filter(|l| !l.contains("transport-cc") && !l.contains("transport-wide-cc"))
-        .collect();
-    let sd = SessionDescription::parse(&offer).unwrap();
-    let n = negotiate(&sd).unwrap();
-    let v = n.video().unwrap();
-    assert_eq!(
-        (v.transport_cc_ext, v.abs_send_time_ext, v.rtx_pt),
-        (None, Some(2), None)
-    );
-    assert_eq!(n.audio().unwrap().abs_send_time_ext, None, "video only");
-    let text = write_answer(&sd, &n, &answer_params());
-    assert!(text.contains("a=rtcp-fb:102 goog-remb\r\n"));
-    assert!(
-        text.contains("a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n")
-    );
-    assert!(!text.contains("transport-cc"));
-    let ans = SessionDescription::parse(&text).unwrap();
-    assert_eq!(ans.media()[0].extmap_id(ABS_SEND_TIME_URI), Some(2));
-    // Without goog-remb offered, no abs-send-time: nothing would read it.
-    let offer = offer.replace("goog-remb", "x-none");
-    let n = negotiate(&SessionDescription::parse(&offer).unwrap()).unwrap();
-    assert_eq!(n.video().unwrap().abs_send_time_ext, None);
-}
-
-#[test]
-fn h264_answer_states_the_streams_own_profile_when_its_sps_is_known() {
-    let sd = SessionDescription::parse(&chrome_offer()).unwrap();
-    // A High 4.0 stream (x264's default): the offer's High payload type, with the stream's
-    // profile-level-id, not the Baseline one.
-    let n = negotiate_for(&sd, StreamVideo::h264(Some([0x64, 0x00, 0x28]))).unwrap();
-    let v = n.video().unwrap();
-    assert_eq!(v.pt, 112, "{v:?}");
-    assert_eq!(
-        v.fmtp,
-        "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=640028"
-    );
-    let text = write_answer(&sd, &n, &answer_params());
-    assert!(text.contains("a=fmtp:112 "), "{text}");
-    assert!(text.contains("profile-level-id=640028"), "{text}");
-    assert!(!text.contains("42001f"), "{text}");
-    // A Constrained Baseline 3.1 stream (Chromium's encoder): the first Baseline payload
-    // type, its fmtp saying 42e01f.
-    let n = negotiate_for(&sd, StreamVideo::h264(Some([0x42, 0xe0, 0x1f]))).unwrap();
-    assert_eq!(n.video().unwrap().pt, 102);
-    assert!(n.video().unwrap().fmtp.ends_with("profile-level-id=42e01f"));
-    // A viewer that offers no High profile keeps the Baseline rule and its own fmtp.
-    let baseline_only =
-        chrome_offer().replace("profile-level-id=640c1f", "profile-level-id=42e01f");
-    let sd = SessionDescription::parse(&baseline_only).unwrap();
-    let n = negotiate_for(&sd, StreamVideo::h264(Some([0x64, 0x00, 0x28]))).unwrap();
-    assert_eq!(n.video().unwrap().pt, 102);
-    assert!(n.video().unwrap().fmtp.ends_with("profile-level-id=42001f"));
-    // Unknown SPS: as before.
-    assert_eq!(
-        negotiate(&sd).unwrap(),
-        negotiate_for(&sd, StreamVideo::default()).unwrap()
     );
 }
 
