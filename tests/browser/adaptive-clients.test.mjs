@@ -75,7 +75,7 @@ describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { time
       'RTT, in one run) and averaged 0.8 and 8.8 fps over 45 s; its REMB also fell to 33-65 kbit/s in one run',
   };
   const lossTodo =
-    'issue 41 open: 2.3-3.1 % of packets are lost after the move in the last runs (pion: on l 1.5 s after the ' +
+    'issue 41 open: 2.3-3.2 % of packets are lost after the move in the last runs (pion: on l 1.5 s after the ' +
     'limit, failed up-moves to m backed off 8 s, 16 s, ...); the token bucket drops the top layer\'s queue around the move';
   for (const kind of ['pion', 'aiortc']) {
     it(`a ${kind} viewer behind ${LIMIT} moves to m or l within 10 s and plays at 12 fps or more, the unlimited pion viewer stays on h`, { timeout: 240_000, todo: todo[kind] }, async (t) => {
