@@ -17,12 +17,11 @@ const ONE_BYTE_PROFILE: u16 = 0xBEDE;
 const TWO_BYTE_PROFILE_MASK: u16 = 0xFFF0;
 const TWO_BYTE_PROFILE: u16 = 0x1000;
 
-/// Length in bytes of the extension block [`write_header`] appends for abs-capture-time:
-/// 4 bytes of extension header, 1 element header byte, 8 data bytes, 3 padding bytes.
-const ABS_CAPTURE_BLOCK_LEN: usize = 16;
-/// Extension block of a transport-wide sequence number alone: profile, length, and one word
-/// (id/len byte, 2 bytes, 1 padding byte).
-const TRANSPORT_CC_BLOCK_LEN: usize = 8;
+/// Bytes of the one-byte-form elements [`write_header`] writes (element header and data):
+/// abs-capture-time, the transport-wide sequence number, abs-send-time.
+const ABS_CAPTURE_ELEMENT_LEN: usize = 9;
+const TRANSPORT_CC_ELEMENT_LEN: usize = 3;
+const ABS_SEND_ELEMENT_LEN: usize = 4;
 
 /// Seconds between the NTP epoch (1900-01-01) and the Unix epoch (1970-01-01).
 const NTP_UNIX_OFFSET_SECS: u64 = 2_208_988_800;
@@ -238,27 +237,45 @@ pub struct HeaderOut {
     pub abs_capture_time: Option<(u8, u64)>,
     /// Transport-wide sequence number extension: (extmap id 1..=14, sequence number).
     pub transport_cc: Option<(u8, u16)>,
+    /// abs-send-time extension (webrtc.org/experiments/rtp-hdrext/abs-send-time): (extmap
+    /// id 1..=14, send time in seconds as 6.18 fixed point, low 24 bits; see
+    /// [`abs_send_time`]). A receiver that estimates the path itself (REMB) reads it.
+    pub abs_send_time: Option<(u8, u32)>,
 }
 
 impl HeaderOut {
-    /// Number of bytes [`write_header`] writes for this header: 12; 28 with
-    /// abs-capture-time (with or without the transport-wide sequence number, which fits in
-    /// its padding); 20 with the transport-wide sequence number alone.
-    pub fn encoded_len(&self) -> usize {
-        FIXED_HEADER_LEN
-            + match (self.abs_capture_time, self.transport_cc) {
-                (Some(_), _) => ABS_CAPTURE_BLOCK_LEN,
-                (None, Some(_)) => TRANSPORT_CC_BLOCK_LEN,
-                (None, None) => 0,
-            }
+    /// Bytes of the extension elements, before the block's header and padding.
+    fn elements_len(&self) -> usize {
+        usize::from(self.abs_capture_time.is_some()) * ABS_CAPTURE_ELEMENT_LEN
+            + usize::from(self.transport_cc.is_some()) * TRANSPORT_CC_ELEMENT_LEN
+            + usize::from(self.abs_send_time.is_some()) * ABS_SEND_ELEMENT_LEN
     }
+
+    /// Number of bytes [`write_header`] writes for this header: 12, plus, with any
+    /// extension, a 4-byte block header and the elements padded to whole words: 28 with
+    /// abs-capture-time (with or without the transport-wide sequence number, which fits in
+    /// its padding); 20 with the transport-wide sequence number or abs-send-time alone.
+    pub fn encoded_len(&self) -> usize {
+        match self.elements_len() {
+            0 => FIXED_HEADER_LEN,
+            n => FIXED_HEADER_LEN + 4 + n.div_ceil(4) * 4,
+        }
+    }
+}
+
+/// A send time as abs-send-time carries it: `since` (from any origin the sender keeps; the
+/// receiver reads only differences) in seconds, 6.18 fixed point, wrapping every 64 s.
+pub fn abs_send_time(since: std::time::Duration) -> u32 {
+    let ticks = (since.as_micros() << 18) / 1_000_000;
+    (ticks & 0xff_ffff) as u32
 }
 
 /// Writes an RTP header (no CSRCs, no padding) to the start of `out` and returns its length.
 ///
-/// With `abs_capture_time` set, a one-byte-form extension block holding the 8-byte
-/// abs-capture-time element (`id << 4 | 7`) padded to a 4-byte boundary follows, for a total
-/// of 28 bytes.
+/// With any extension set, a one-byte-form extension block follows, holding (in this order)
+/// abs-capture-time (`id << 4 | 7`, 8 bytes), the transport-wide sequence number
+/// (`id << 4 | 1`, 2 bytes) and abs-send-time (`id << 4 | 2`, 3 bytes), padded to a 4-byte
+/// boundary (see [`HeaderOut::encoded_len`]).
 ///
 /// # Errors
 /// [`RtpError::BufferTooSmall`] if `out` is too short, [`RtpError::InvalidField`] if the
@@ -269,43 +286,46 @@ pub fn write_header(out: &mut [u8], h: &HeaderOut) -> Result<usize, RtpError> {
     }
     let len = h.encoded_len();
     let out = out.get_mut(..len).ok_or(RtpError::BufferTooSmall)?;
-    let x = if h.abs_capture_time.is_some() || h.transport_cc.is_some() {
-        0x10
-    } else {
-        0
-    };
+    let id_ok = |e: Option<u8>| e.is_none_or(|id| (1..=14).contains(&id));
+    if !id_ok(h.abs_capture_time.map(|e| e.0)) {
+        return Err(RtpError::InvalidField("abs_capture_time id"));
+    }
+    if !id_ok(h.transport_cc.map(|e| e.0)) {
+        return Err(RtpError::InvalidField("transport_cc id"));
+    }
+    if !id_ok(h.abs_send_time.map(|e| e.0)) {
+        return Err(RtpError::InvalidField("abs_send_time id"));
+    }
+    let x = if len > FIXED_HEADER_LEN { 0x10 } else { 0 };
     out[0] = 0x80 | x;
     out[1] = (u8::from(h.marker) << 7) | h.payload_type;
     out[2..4].copy_from_slice(&h.sequence.to_be_bytes());
     out[4..8].copy_from_slice(&h.timestamp.to_be_bytes());
     out[8..12].copy_from_slice(&h.ssrc.to_be_bytes());
+    if len == FIXED_HEADER_LEN {
+        return Ok(len);
+    }
+    // One block in the one-byte form (RFC 8285 §4.2): its length in words, the elements
+    // one after another, zero padding to the word.
+    out[12..14].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
+    out[14..16].copy_from_slice(&(((len - 16) / 4) as u16).to_be_bytes());
+    let mut at = 16;
     if let Some((id, ntp)) = h.abs_capture_time {
-        if !(1..=14).contains(&id) {
-            return Err(RtpError::InvalidField("abs_capture_time id"));
-        }
-        out[12..14].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
-        // Extension length in 32-bit words: 1 + 8 + 3 padding = 12 bytes.
-        out[14..16].copy_from_slice(&3u16.to_be_bytes());
-        out[16] = (id << 4) | 7;
-        out[17..25].copy_from_slice(&ntp.to_be_bytes());
-        out[25..28].fill(0);
+        out[at] = (id << 4) | 7;
+        out[at + 1..at + 9].copy_from_slice(&ntp.to_be_bytes());
+        at += ABS_CAPTURE_ELEMENT_LEN;
     }
     if let Some((id, seq)) = h.transport_cc {
-        if !(1..=14).contains(&id) {
-            return Err(RtpError::InvalidField("transport_cc id"));
-        }
-        // After abs-capture-time (in its padding), or alone in a one-word block.
-        let at = if h.abs_capture_time.is_some() {
-            25
-        } else {
-            out[12..14].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
-            out[14..16].copy_from_slice(&1u16.to_be_bytes());
-            out[19] = 0;
-            16
-        };
         out[at] = (id << 4) | 1;
         out[at + 1..at + 3].copy_from_slice(&seq.to_be_bytes());
+        at += TRANSPORT_CC_ELEMENT_LEN;
     }
+    if let Some((id, t)) = h.abs_send_time {
+        out[at] = (id << 4) | 2;
+        out[at + 1..at + 4].copy_from_slice(&t.to_be_bytes()[1..]);
+        at += ABS_SEND_ELEMENT_LEN;
+    }
+    out[at..len].fill(0);
     Ok(len)
 }
 
@@ -517,6 +537,7 @@ mod tests {
             ssrc: 0x0102_0304,
             abs_capture_time: None,
             transport_cc: None,
+            abs_send_time: None,
         };
         assert_eq!(write_header(&mut out, &h), Ok(12));
         let p = parse_header(&out[..12]).unwrap();
@@ -558,6 +579,25 @@ mod tests {
         let p = parse_header(&out[..28]).unwrap();
         assert_eq!(abs_capture_time(p.extension(&out, 3).unwrap()), Some(ntp));
         assert_eq!(p.extension(&out, 5), Some(&[1, 2][..]));
+        // abs-send-time alone (what a REMB viewer gets), and beside the other two.
+        let send = HeaderOut {
+            abs_capture_time: None,
+            abs_send_time: Some((2, 0x12_3456)),
+            ..h
+        };
+        assert_eq!(write_header(&mut out, &send), Ok(20));
+        let p = parse_header(&out[..20]).unwrap();
+        assert_eq!(p.extension(&out, 2), Some(&[0x12, 0x34, 0x56][..]));
+        let all = HeaderOut {
+            transport_cc: Some((5, 0x0102)),
+            abs_send_time: Some((2, 0xab_cdef)),
+            ..h
+        };
+        assert_eq!(write_header(&mut out, &all), Ok(32));
+        let p = parse_header(&out[..32]).unwrap();
+        assert_eq!(abs_capture_time(p.extension(&out, 3).unwrap()), Some(ntp));
+        assert_eq!(p.extension(&out, 5), Some(&[1, 2][..]));
+        assert_eq!(p.extension(&out, 2), Some(&[0xab, 0xcd, 0xef][..]));
 
         assert_eq!(
             write_header(&mut out[..27], &h),
@@ -579,6 +619,16 @@ mod tests {
             write_header(&mut out, &bad),
             Err(RtpError::InvalidField(_))
         ));
+    }
+
+    #[test]
+    fn abs_send_time_is_6_18_fixed_point_seconds_wrapping_at_64() {
+        use std::time::Duration;
+        assert_eq!(abs_send_time(Duration::ZERO), 0);
+        assert_eq!(abs_send_time(Duration::from_secs(1)), 1 << 18);
+        assert_eq!(abs_send_time(Duration::from_millis(1_500)), 3 << 17);
+        assert_eq!(abs_send_time(Duration::from_secs(64)), 0);
+        assert_eq!(abs_send_time(Duration::from_secs(65)), 1 << 18);
     }
 
     #[test]

@@ -27,8 +27,8 @@ mod write;
 
 pub use frag::{SdpFrag, parse_sdpfrag};
 pub use model::{
-    ABS_CAPTURE_TIME_URI, Candidate, Direction, Extmap, MAX_MEDIA, MAX_SDP_LEN, MediaDescription,
-    PayloadType, SdpError, SessionDescription, Setup, TRANSPORT_CC_URI,
+    ABS_CAPTURE_TIME_URI, ABS_SEND_TIME_URI, Candidate, Direction, Extmap, MAX_MEDIA, MAX_SDP_LEN,
+    MediaDescription, PayloadType, SdpError, SessionDescription, Setup, TRANSPORT_CC_URI,
 };
 pub use negotiate::{
     NegotiateError, Negotiated, NegotiatedMedia, StreamVideo, carries, negotiate, negotiate_for,

@@ -198,6 +198,12 @@ impl LayerRates {
         last
     }
 
+    /// The next layer down from `layer`: the highest-rate one sending slower, if any.
+    pub fn next_below(&self, layer: u8) -> Option<u8> {
+        let ceiling = self.rate(layer);
+        self.ranked().find(|&l| self.rate(l) < ceiling)
+    }
+
     /// The next layer up from `layer`: the lowest-rate one sending faster, if any.
     pub fn next_above(&self, layer: u8) -> Option<u8> {
         let floor = self.rate(layer);

@@ -784,6 +784,14 @@ impl Viewer {
             ssrc: t.p.ssrc,
             abs_capture_time: t.p.abs_capture_time_ext.map(|id| (id, pkt.capture_ntp)),
             transport_cc,
+            abs_send_time: t
+                .p
+                .abs_send_time_ext
+                .filter(|_| pkt.kind == MediaKind::Video)
+                .map(|id| {
+                    let since = Instant::now().saturating_duration_since(self.created);
+                    (id, rtp::abs_send_time(since))
+                }),
         };
         let Some(srtp) = self.srtp.as_mut() else {
             return Ok(None);

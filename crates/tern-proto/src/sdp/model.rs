@@ -11,6 +11,9 @@ pub const ABS_CAPTURE_TIME_URI: &str =
 /// (draft-holmer-rmcat-transport-wide-cc-extensions-01).
 pub const TRANSPORT_CC_URI: &str =
     "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01";
+/// URI of the absolute send time RTP header extension, which a receiver that estimates
+/// its path itself reads to send REMB.
+pub const ABS_SEND_TIME_URI: &str = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time";
 /// Largest SDP body accepted (64 KiB); a browser offer is 4–8 KiB.
 pub const MAX_SDP_LEN: usize = 64 * 1024;
 /// Most media sections accepted; a WHEP offer has two or three.

@@ -2,7 +2,8 @@
 //! audio, send-only), and why not when it cannot.
 
 use super::model::{
-    ABS_CAPTURE_TIME_URI, Direction, PayloadType, SessionDescription, Setup, TRANSPORT_CC_URI,
+    ABS_CAPTURE_TIME_URI, ABS_SEND_TIME_URI, Direction, PayloadType, SessionDescription, Setup,
+    TRANSPORT_CC_URI,
 };
 use crate::codec::VideoCodec;
 
@@ -116,6 +117,11 @@ pub struct NegotiatedMedia {
     /// of 1–14 and `a=rtcp-fb:<pt> transport-cc`): the viewer then sends transport-wide
     /// congestion control feedback that tern's bandwidth estimate reads.
     pub transport_cc_ext: Option<u8>,
+    /// Extension id of abs-send-time (video, without `transport_cc_ext`, when offered with
+    /// an id of 1–14 and `a=rtcp-fb:<pt> goog-remb`): the viewer then estimates its path
+    /// from the send times and reports REMB (draft-alvestrand-rmcat-remb), which tern's
+    /// layer choice reads as the estimate.
+    pub abs_send_time_ext: Option<u8>,
     /// The offer's RTX payload type for the chosen one (`apt=`), taken with
     /// `transport_cc_ext` only: tern sends no retransmissions on it, only the padding that
     /// probes the viewer's path (on the media SSRC, padding would take sequence numbers
@@ -326,6 +332,10 @@ pub fn negotiate_for(
         let transport_cc_ext = m
             .extmap_id(TRANSPORT_CC_URI)
             .filter(|&id| id <= 14 && is_video && p.has_fb("transport-cc"));
+        let abs_send_time_ext = m
+            .extmap_id(ABS_SEND_TIME_URI)
+            .filter(|&id| id <= 14 && is_video && transport_cc_ext.is_none())
+            .filter(|_| p.has_fb("goog-remb"));
         *slot = Some(NegotiatedMedia {
             mid: m.mid.clone().unwrap_or_default(),
             index,
@@ -335,6 +345,7 @@ pub fn negotiate_for(
             fir: is_video && p.has_fb("ccm fir"),
             abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
             transport_cc_ext,
+            abs_send_time_ext,
             rtx_pt: transport_cc_ext.and_then(|_| {
                 let apt = p.pt.to_string();
                 m.payloads

@@ -234,6 +234,7 @@ pub fn negotiate_answer(
             fir: is_video && fb("ccm fir"),
             abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
             transport_cc_ext: None,
+            abs_send_time_ext: None,
             rtx_pt: None,
             vp8: false,
             fmtp: if is_video {

@@ -4,7 +4,9 @@
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
-use super::model::{ABS_CAPTURE_TIME_URI, MediaDescription, SessionDescription, TRANSPORT_CC_URI};
+use super::model::{
+    ABS_CAPTURE_TIME_URI, ABS_SEND_TIME_URI, MediaDescription, SessionDescription, TRANSPORT_CC_URI,
+};
 use super::negotiate::{Negotiated, NegotiatedMedia, OPUS_FMTP};
 use super::parse::pt_of;
 
@@ -183,6 +185,10 @@ fn write_accepted(
     if let Some(id) = n.transport_cc_ext {
         sdp_line!(o, "a=rtcp-fb:{pt} transport-cc");
         sdp_line!(o, "a=extmap:{id} {TRANSPORT_CC_URI}");
+    }
+    if let Some(id) = n.abs_send_time_ext {
+        sdp_line!(o, "a=rtcp-fb:{pt} goog-remb");
+        sdp_line!(o, "a=extmap:{id} {ABS_SEND_TIME_URI}");
     }
     if let Some(rtx) = n.rtx_pt {
         sdp_line!(o, "a=rtpmap:{rtx} rtx/90000");

@@ -835,6 +835,7 @@ mod tests {
             ssrc: 0x1234,
             abs_capture_time: None,
             transport_cc: None,
+            abs_send_time: None,
         };
         let h = rtp::write_header(&mut pkt, &hdr).expect("header");
         pkt[h..h + 10].copy_from_slice(&[1; 10]);

@@ -18,6 +18,13 @@
 //!   its packets would only deepen the queue that the new layer's keyframe waits in);
 //! - up only to a layer that fits with [`UP_HEADROOM`] of headroom, and only once a higher
 //!   layer has fitted at every call for [`UP_HOLD`] (hysteresis);
+//! - an up-move is checked for [`UP_CHECK`]: if the viewer has to move down in that time,
+//!   or its path's delay grows (overuse: then it drops at once to the layer below), the
+//!   move failed, and the viewer holds its layer, with no probe, for [`UP_BACKOFF_MIN`],
+//!   doubling with each failed up-move in a row to [`UP_BACKOFF_MAX`]; one that passes its
+//!   check clears that. (An estimate that probes lifted through a token bucket's burst, or
+//!   a receiver's own that overshoots, admits a layer whose keyframes the path's queue
+//!   cannot take; libwebrtc's and LiveKit's allocators back off the same way.)
 //! - a pinned viewer (`?layer=`, or the API) never moves and never starts a probe.
 //!
 //! Probing: a viewer on a lower layer never sends more than that layer, so its estimate
@@ -76,8 +83,12 @@ const PADDING: usize = 255;
 pub const START_BPS: u32 = 1_000_000;
 /// A layer above this share of the estimate no longer fits: move down.
 pub const DOWN_AT: f64 = 0.95;
-/// Moving down, to the best layer under this share of the estimate.
+/// Moving down, to the best layer under this share of the estimate...
 pub const DOWN_TO: f64 = 0.9;
+/// ...or of this share while the path's delay grows (overuse): its queue is full of the
+/// layer being left, and the new layer's keyframe must get through it (behind a 300 kbit/s
+/// token bucket, pion's viewer lost 2-4 % of its packets moving from 530 to 250 kbit/s).
+pub const DOWN_TO_OVERUSE: f64 = 0.6;
 /// Headroom a layer needs under the estimate to move up to it.
 pub const UP_HEADROOM: f64 = 1.3;
 /// How long a higher layer must have fitted, at every call from the first that saw it fit,
@@ -103,6 +114,26 @@ pub const PROBE_PACKET: usize = 291;
 pub const PROBE_BURST: usize = 16;
 /// Most probe packets of one viewer a second (16 every 20 ms: 1.9 Mbit/s).
 pub const PROBE_PPS_MAX: u64 = 800;
+
+/// After an up-move, how long it is checked: a move down, or delay growing on the path
+/// (overuse), within this time of it makes it a failed up-move.
+/// (Behind a 300 kbit/s token bucket with a 20 KB burst, pion's estimate let a 250 kbit/s
+/// layer through for 4 to 5 s before it fell: the queue and the burst hide the overuse
+/// that long.)
+pub const UP_CHECK: Duration = Duration::from_secs(10);
+/// After a failed up-move the viewer holds its lower layer (no up-move, no probe) for this,
+/// doubling with each failed up-move in a row...
+pub const UP_BACKOFF_MIN: Duration = Duration::from_secs(8);
+/// ...up to this; an up-move that passes its check clears it.
+pub const UP_BACKOFF_MAX: Duration = Duration::from_secs(64);
+
+/// `up` modes (above [`UP_MODE_SHIFT`]): an up-move is being checked; the viewer is held
+/// after a failed one.
+const UP_CHECKING: u8 = 1 << UP_MODE_SHIFT;
+const UP_HELD: u8 = 2 << UP_MODE_SHIFT;
+const UP_MODE_SHIFT: u32 = 4;
+/// Most failed up-moves counted in a row (8 s, 16, 32, 64).
+const UP_LEVEL_MAX: u8 = 4;
 
 /// A probe's rate is kept in units of this many bytes a second (400 bit/s), so that a 20 ms
 /// round's share is a whole number of bytes, as the per-sweep budget was.
@@ -239,17 +270,23 @@ pub enum ProbeRound {
     Idle,
 }
 
-/// The layer policy's state for one viewer: 6 bytes (see the module).
+/// The layer policy's state for one viewer: 7 bytes, packed, so that it fits where the
+/// 6-byte pass counters were (see the module).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed)]
 pub struct LayerChooser {
-    /// When a higher layer first fitted, of the calls in a row at which one has (none: the
-    /// last call saw none fit).
+    /// As `up` says: when a higher layer first fitted, of the calls in a row at which one
+    /// has (none: the last call saw none fit); while an up-move is checked, when it was
+    /// made; while the viewer is held after a failed one, when that failed.
     up_since: Option<NonZeroU16>,
     /// While probing, when the probe ends; else when the next probe may start (none: now).
     until: Option<NonZeroU16>,
     /// The probe's rate in [`RATE_UNIT`]s (0: not probing), and the back-off level
     /// above it (see [`LEVEL_SHIFT`]).
     word: u16,
+    /// What `up_since` holds ([`UP_CHECKING`], [`UP_HELD`] or neither), and the failed
+    /// up-moves in a row below [`UP_MODE_SHIFT`] (see [`LayerChooser::up_backoff`]).
+    up: u8,
 }
 
 impl LayerChooser {
@@ -299,24 +336,49 @@ impl LayerChooser {
             Estimate::None => rates.pick(None),
             Estimate::Remb(b) | Estimate::Feedback(b) => {
                 let b = b as f64;
+                let free = self.up_free(t);
+                let checking = self.up & !(UP_CHECKING - 1) == UP_CHECKING;
                 if rate(cur) > DOWN_AT * b || rate(cur) == 0.0 {
-                    self.up_since = None;
-                    let to = rates.pick(Some((DOWN_TO * b) as u32));
+                    if checking {
+                        self.fail_up(t);
+                    } else if free {
+                        self.up_since = None;
+                    }
+                    let share = if seen.usage == Some(Usage::Over) {
+                        DOWN_TO_OVERUSE
+                    } else {
+                        DOWN_TO
+                    };
+                    let to = rates.pick(Some((share * b) as u32));
                     if to != cur && rate(cur) > 0.0 {
                         switch = Switch::Drop(to);
                     }
                     to
+                } else if checking && seen.usage == Some(Usage::Over) {
+                    // The delay grew right after the move up: back to the layer below at
+                    // once (its keyframe is what the queue must let through next).
+                    self.fail_up(t);
+                    let to = rates.next_below(cur).unwrap_or(cur);
+                    if to != cur {
+                        switch = Switch::Drop(to);
+                    }
+                    to
+                } else if !free {
+                    cur
                 } else {
                     let up = rates.pick(Some((b / UP_HEADROOM) as u32));
                     if rate(up) <= rate(cur) {
                         self.up_since = None;
                         cur
                     } else {
-                        let since = Tick::from(*self.up_since.get_or_insert(t.stamp()));
+                        let since = Tick::from(self.up_since.unwrap_or(t.stamp()));
                         if t.since(since) >= UP_HOLD {
-                            self.up_since = None;
+                            // Checked for UP_CHECK from now.
+                            self.up_since = Some(t.stamp());
+                            self.up = self.up & (UP_CHECKING - 1) | UP_CHECKING;
                             up
                         } else {
+                            self.up_since = Some(since.stamp());
                             cur
                         }
                     }
@@ -326,8 +388,55 @@ impl LayerChooser {
         if switch == Switch::Stay && target != cur {
             switch = Switch::To(target);
         }
-        let probe = self.may_probe(t) && self.start_probe(seen, rates, target, t);
+        let probe = self.up >> UP_MODE_SHIFT == 0
+            && self.may_probe(t)
+            && self.start_probe(seen, rates, target, t);
         Decision { switch, probe }
+    }
+
+    /// How long the viewer is held on its layer after the failed up-moves in a row so far
+    /// (zero: none failed).
+    pub fn up_backoff(&self) -> Duration {
+        match self.up & (UP_CHECKING - 1) {
+            0 => Duration::ZERO,
+            l => UP_BACKOFF_MIN * (1 << (l - 1)),
+        }
+    }
+
+    /// Whether the viewer may move up now: no up-move is being checked and no hold after a
+    /// failed one runs. Ends a check that has run its time (the move held: the count of
+    /// failed ones is cleared) and a hold that has. (As with the probes' waits, a chooser
+    /// left alone for minutes can find part of a hold still to run, 64 s at most.)
+    fn up_free(&mut self, t: Tick) -> bool {
+        let mode = self.up & !(UP_CHECKING - 1);
+        if mode == 0 {
+            return true;
+        }
+        let since = self
+            .up_since
+            .map_or(Duration::MAX, |s| t.since(Tick::from(s)));
+        let over = if mode == UP_CHECKING {
+            since >= UP_CHECK
+        } else {
+            since >= self.up_backoff()
+        };
+        if !over {
+            return false;
+        }
+        self.up = if mode == UP_CHECKING {
+            0
+        } else {
+            self.up & (UP_CHECKING - 1)
+        };
+        self.up_since = None;
+        true
+    }
+
+    /// An up-move failed its check: hold the viewer, for longer than after the last.
+    fn fail_up(&mut self, t: Tick) {
+        let level = (self.up & (UP_CHECKING - 1)) + 1;
+        self.up = level.min(UP_LEVEL_MAX) | UP_HELD;
+        self.up_since = Some(t.stamp());
     }
 
     /// Whether no probe runs and none waits (a wait that has passed, or reads as further
@@ -529,6 +638,7 @@ impl Viewer {
             ssrc,
             abs_capture_time: None,
             transport_cc: Some((id, seq)),
+            abs_send_time: None,
         };
         let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
         // The P bit (RFC 3550 §5.1): the payload is all padding, its last octet the count.
@@ -708,10 +818,11 @@ mod tests {
     }
 
     #[test]
-    fn a_chooser_is_no_larger_than_the_pass_counters_it_replaced() {
-        // The worker's `Adapt` (four `u8` counters and a `u16` byte count) was 6 bytes.
-        assert!(std::mem::size_of::<LayerChooser>() <= 6);
-        assert!(std::mem::align_of::<LayerChooser>() <= 2);
+    fn a_chooser_fits_where_the_pass_counters_it_replaced_were() {
+        // The worker's `Adapt` (four `u8` counters and a `u16` byte count) was 6 bytes,
+        // beside a `bool` in an 8-aligned entry: 7 bytes, packed, take no more room there.
+        assert!(std::mem::size_of::<LayerChooser>() <= 7);
+        assert_eq!(std::mem::align_of::<LayerChooser>(), 1);
     }
 
     #[test]
@@ -730,6 +841,15 @@ mod tests {
         assert_eq!(sim.choose(&seen(1_000_000, 0)).switch, Switch::Drop(2));
         // Nothing fits: the lowest layer.
         assert_eq!(sim.choose(&seen(100_000, 1)).switch, Switch::Drop(2));
+        // While the path's delay grows, to the best under 0.6 of it: from 1.6 Mbit/s,
+        // layer 2 (0.96 Mbit/s), not layer 1 (under 0.9 x 1.6, as on a quiet path).
+        assert_eq!(
+            Sim::new().choose(&seen(1_600_000, 0)).switch,
+            Switch::Drop(1)
+        );
+        let mut over = seen(1_600_000, 0);
+        over.usage = Some(Usage::Over);
+        assert_eq!(Sim::new().choose(&over).switch, Switch::Drop(2));
     }
 
     #[test]
@@ -774,6 +894,88 @@ mod tests {
             sim.now += PASS;
         }
         assert_eq!(sim.now - again, UP_HOLD);
+    }
+
+    /// Calls `choose` every pass from now until it moves the viewer up (or `limit`
+    /// passes): the time from now to that call, and the layer.
+    fn until_up(sim: &mut Sim, s: &Observed, limit: usize) -> Option<(Duration, u8)> {
+        let from = sim.now;
+        for _ in 0..limit {
+            if let Switch::To(l) = sim.choose(s).switch {
+                return Some((sim.now - from, l));
+            }
+            sim.now += PASS;
+        }
+        None
+    }
+
+    #[test]
+    fn a_failed_up_move_holds_the_layer_8_s_doubling_to_64_and_one_that_holds_clears_it() {
+        let mut sim = Sim::new();
+        let room = seen(3_260_000, 1);
+        assert_eq!(until_up(&mut sim, &room, 20), Some((UP_HOLD, 0)));
+        // On layer 0, the estimate falls within the check: down, and a hold of 8 s.
+        sim.now += Duration::from_secs(1);
+        assert_eq!(sim.choose(&seen(2_000_000, 0)).switch, Switch::Drop(1));
+        assert_eq!(sim.c.up_backoff(), UP_BACKOFF_MIN);
+        let failed = sim.now;
+        // Room again at once: no probe and no move until the hold is over, then the usual
+        // hold of a higher layer that fits.
+        let mut probing = seen(2_000_000, 1);
+        for _ in 0..8 {
+            sim.now += PASS;
+            assert_eq!(sim.choose(&probing), Decision::STAY, "held");
+        }
+        let (after, l) = until_up(&mut sim, &room, 100).expect("up again");
+        let at = sim.now - failed;
+        assert_eq!(l, 0);
+        assert!(
+            at >= UP_BACKOFF_MIN + UP_HOLD && at < UP_BACKOFF_MIN + UP_HOLD + PASS,
+            "{at:?} ({after:?})"
+        );
+        // Overuse within the check: down to the layer below at once, a hold of 16 s.
+        sim.now += PASS;
+        let mut over = seen(3_260_000, 0);
+        over.usage = Some(Usage::Over);
+        assert_eq!(sim.choose(&over).switch, Switch::Drop(1));
+        assert_eq!(sim.c.up_backoff(), 2 * UP_BACKOFF_MIN);
+        // The holds double to 64 s.
+        for want in [32, 64, 64] {
+            until_up(&mut sim, &room, 1_000).expect("up again");
+            sim.now += PASS;
+            assert_eq!(sim.choose(&over).switch, Switch::Drop(1));
+            assert_eq!(sim.c.up_backoff(), Duration::from_secs(want));
+        }
+        // An up-move that holds through its check (overuse after it does not count) clears
+        // the count: a probe may start again, and the next failure holds 8 s.
+        until_up(&mut sim, &room, 1_000).expect("up again");
+        let mut kept = seen(3_260_000, 0);
+        let moved = sim.now;
+        while sim.now - moved < UP_CHECK {
+            sim.now += PASS;
+            assert_eq!(sim.choose(&kept).switch, Switch::Stay);
+        }
+        assert_eq!(sim.c.up_backoff(), Duration::ZERO);
+        kept.usage = Some(Usage::Over);
+        assert_eq!(sim.choose(&kept).switch, Switch::Stay);
+        probing.target = 1;
+        assert_eq!(sim.choose(&seen(2_600_000, 0)).switch, Switch::Drop(1));
+        assert_eq!(
+            sim.c.up_backoff(),
+            Duration::ZERO,
+            "a move down, not a failed move up"
+        );
+        sim.now += PASS;
+        assert!(sim.choose(&probing).probe);
+        // A REMB viewer's up-moves are checked as well (by its estimate: no delay signal).
+        let mut sim = Sim::new();
+        let mut remb = room;
+        remb.estimate = Estimate::Remb(3_260_000);
+        until_up(&mut sim, &remb, 20).expect("up");
+        remb.estimate = Estimate::Remb(1_000_000);
+        remb.target = 0;
+        assert_eq!(sim.choose(&remb).switch, Switch::Drop(2));
+        assert_eq!(sim.c.up_backoff(), UP_BACKOFF_MIN);
     }
 
     #[test]

@@ -18,6 +18,10 @@ pub struct TrackParams {
     /// Negotiated id of the transport-wide sequence number extension (video), if any:
     /// with it the viewer can have a bandwidth estimate ([`Viewer::enable_bwe`]).
     pub transport_cc_ext: Option<u8>,
+    /// Negotiated id of the abs-send-time extension (video without transport-wide
+    /// feedback, when the viewer offered REMB), if any: the viewer estimates its path from
+    /// it and reports REMB.
+    pub abs_send_time_ext: Option<u8>,
     /// The track carries VP8: its picture IDs and TL0PICIDX are rewritten after a layer
     /// switch so that they continue (each simulcast layer numbers its own).
     pub vp8: bool,
@@ -203,6 +207,7 @@ mod tests {
             ssrc: 1,
             abs_capture_time_ext: None,
             transport_cc_ext: None,
+            abs_send_time_ext: None,
             rtx: None,
             vp8: false,
             nack: true,
