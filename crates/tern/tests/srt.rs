@@ -447,6 +447,76 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
     server.stop();
 }
 
+/// H265 in MPEG-TS (ffmpeg's libx265, stream type 0x24) with AAC over SRT is passed through
+/// as a WHIP or RTSP publisher's H265: viewers that offer H265 are answered in it and get
+/// every frame, keyframes led by the parameter sets, and the AAC as Opus; the stream's
+/// snapshot says H265; a viewer that offers H264 alone is refused with the reason (422),
+/// as for any H265 stream; LL-HLS, H264 only, says so (409).
+#[test]
+fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let hevc = [
+        "-c:v",
+        "libx265",
+        "-profile:v",
+        "main",
+        "-preset",
+        "ultrafast",
+        "-x265-params",
+        "bframes=0:log-level=error",
+    ];
+    let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/hevc"), 12, &hevc);
+    let whep = format!("http://{}/live/hevc/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 5 -sint 5000 --all-video --json"
+    ));
+    // An H264-only offer (Chromium without H265, tern bench's default) is refused.
+    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
+        ice_ufrag: "abcd",
+        ice_pwd: "abcdefghijklmnopqrstuvwx",
+        fingerprint_sha256: &[7; 32],
+        video: true,
+        audio: true,
+        abs_capture_time: false,
+        all_video: false,
+    });
+    let r = common::http_request(
+        server.http,
+        "POST",
+        "/live/hevc/whep",
+        Some("application/sdp"),
+        offer.as_bytes(),
+    )
+    .expect("WHEP POST");
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(
+        r.text().contains("the stream's video is H265"),
+        "{}",
+        r.text()
+    );
+    let r = http_get(server.http, "/live/hevc/index.m3u8").expect("GET playlist");
+    assert_eq!(r.status, 409, "{}", r.text());
+    let (o, text) = bench.join().expect("bench thread");
+    let ctx = format!("{text}\n{}", server.log_tail(20));
+    assert!(
+        o.clients
+            .iter()
+            .all(|c| c.video_codec == tern_proto::codec::VideoCodec::H265),
+        "{ctx}"
+    );
+    assert!(text.contains("\"video_codec\":\"H265\""), "{ctx}");
+    // 30 fps, a keyframe a second (-g 30), 50 Opus frames a second, nothing lost.
+    assert_played(&o, &ctx, 2, 5);
+    let r = http_get(server.http, "/v1/streams/live/hevc").expect("GET stream");
+    let v: Value = serde_json::from_slice(&r.body).expect("stream JSON");
+    assert_eq!(v["video"]["codec"], "H265", "{v}");
+    let log = std::fs::read_to_string(&server.log).expect("log");
+    assert!(log.contains("video is H265"), "{log}");
+    server.stop();
+}
+
 /// LL-HLS packages an SRT stream: ffmpeg reads its playlist and gets H264 and AAC.
 #[test]
 fn ll_hls_plays_an_srt_stream() {
