@@ -58,6 +58,11 @@ pub struct BenchArgs {
     /// `iceTransportPolicy: 'relay'`. WHEP only.
     #[arg(long)]
     pub relay: bool,
+    /// Offer every video codec tern plays (H264, VP8, VP9, AV1, H265) instead of H264
+    /// alone, so a stream in another codec (an H265 camera or encoder) is answered in it.
+    /// The codec answered is in each client's details. WHEP only.
+    #[arg(long)]
+    pub all_video: bool,
     /// Local IP the clients' UDP sockets bind to.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: std::net::IpAddr,
@@ -105,6 +110,9 @@ impl BenchArgs {
         }
         if self.publish > 0 && !self.url.ends_with("/whep") {
             return Err("--publish needs a WHEP -url ending in /whep".into());
+        }
+        if self.all_video && !self.url.starts_with("http") {
+            return Err("--all-video needs a WHEP (http) -url".into());
         }
         if self.relay && !self.url.starts_with("http") {
             return Err("--relay needs a WHEP (http) -url".into());

@@ -122,6 +122,8 @@ struct Signaller {
     ome: bool,
     /// Go through the server's TURN.
     relay: bool,
+    /// Offer every video codec, not H264 alone.
+    all_video: bool,
     url: String,
     /// Take the server's IPv6 candidate when it offers both families: `--bind` is an IPv6
     /// address, or (unbound) the signalling URL's host is an IPv6 literal.
@@ -181,7 +183,7 @@ impl Signaller {
             video: true,
             audio: true,
             abs_capture_time: true,
-            all_video: false,
+            all_video: self.all_video,
         });
         let t0 = Instant::now();
         let (answer, location, links) = self.whep.offer(&offer)?;
@@ -402,6 +404,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         ntp_base: (t0, ntp0),
         ome: a.url.starts_with("ws://"),
         relay: a.relay,
+        all_video: a.all_video,
         url: a.url.clone(),
         prefer_v6: if a.bind.is_unspecified() {
             a.url.contains("://[")

@@ -477,8 +477,8 @@ pub fn detail_text(c: &Sample, now: Instant) -> String {
     };
     let _ = writeln!(
         o,
-        "\ttotal_video_frames({frames}) avg_fps({avg_fps:.2}) min_fps({:.2}) max_fps({:.2})",
-        c.fps.min, c.fps.max
+        "\tvideo_codec({}) total_video_frames({frames}) avg_fps({avg_fps:.2}) min_fps({:.2}) max_fps({:.2})",
+        c.video_codec, c.fps.min, c.fps.max
     );
     let lat = |t: &Option<TrackStats>| {
         t.as_ref()
@@ -549,6 +549,7 @@ pub fn detail_json(c: &Sample, now: Instant) -> Value {
         "fps": {"min": c.fps.min, "max": c.fps.max},
         "datagrams": c.datagrams,
         "dropped": c.dropped,
+        "video_codec": c.video_codec.sdp_name(),
         "video": track(&c.video),
         "audio": track(&c.audio),
     })

@@ -249,6 +249,8 @@ pub struct Sample {
     pub times: ConnectTimes,
     /// When the client was created.
     pub started: Instant,
+    /// The video codec the server answered.
+    pub video_codec: tern_proto::codec::VideoCodec,
     /// Video track statistics.
     pub video: Option<TrackStats>,
     /// Audio track statistics.
@@ -407,6 +409,7 @@ impl Slot {
             signalling: self.signalling,
             times: self.client.times(),
             started: self.started,
+            video_codec: self.client.video_codec(),
             video: self.client.track(MediaKind::Video).cloned(),
             audio: self.client.track(MediaKind::Audio).cloned(),
             bps: self.bps,

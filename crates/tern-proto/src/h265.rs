@@ -10,7 +10,13 @@ use thiserror::Error;
 /// NAL unit type of a fragmentation unit.
 const FU: u8 = 49;
 /// NAL unit type of an access unit delimiter.
-const AUD: u8 = 35;
+pub const AUD: u8 = 35;
+/// NAL unit type of a video parameter set.
+pub const VPS: u8 = 32;
+/// NAL unit type of a sequence parameter set.
+pub const SPS: u8 = 33;
+/// NAL unit type of a picture parameter set.
+pub const PPS: u8 = 34;
 /// The NAL unit header (2 bytes) and the FU header (1 byte).
 const FU_OVERHEAD: usize = 3;
 /// The smallest `max_payload` accepted: an FU must carry at least one byte.
@@ -36,6 +42,17 @@ pub enum H265Error {
 /// The NAL unit type of a NAL unit (its header's bits 1-6).
 pub fn nal_type(nal: &[u8]) -> u8 {
     nal.first().map_or(0, |b| (b >> 1) & 0x3f)
+}
+
+/// Whether a NAL unit is a parameter set (VPS, SPS or PPS).
+pub fn is_parameter_set(nal: &[u8]) -> bool {
+    matches!(nal_type(nal), VPS | SPS | PPS)
+}
+
+/// Whether a NAL unit is a slice of an IRAP picture (BLA, IDR, CRA and the reserved IRAP
+/// types 16-23, H.265 §7.4.2.2): a picture a decoder can start at.
+pub fn is_irap(nal: &[u8]) -> bool {
+    (16..=23).contains(&nal_type(nal))
 }
 
 /// The NAL units of `au`, each after a 4-byte big-endian length.

@@ -6,6 +6,8 @@
 //!   front of keyframes) with the RTP timestamp PTS × 90 (ms); B-frame video goes through
 //!   the transcoder while the stream has viewers ([`crate::video_transcode`]); renditions
 //!   are made from it ([`crate::renditions`]);
+//! * H265 passes through ([`AvPipeline::h265_frame`]): RFC 7798 payloads
+//!   ([`tern_proto::h265::packetize`]) at PTS × 90, no transcoder, no samples;
 //! * Opus packets pass through ([`AvPipeline::opus_frame`]);
 //! * AAC frames are transcoded to 20 ms Opus frames ([`crate::transcode`]) with the RTP
 //!   timestamp ms × 48 at the start of the audio, advancing by samples; an AAC frame that
@@ -43,6 +45,9 @@ pub enum MediaError {
     /// The audio could not be transcoded.
     #[error(transparent)]
     Transcode(#[from] TranscodeError),
+    /// A malformed H265 access unit.
+    #[error(transparent)]
+    H265(#[from] tern_proto::h265::H265Error),
 }
 
 /// What the pipeline produces.
@@ -407,6 +412,32 @@ impl AvPipeline {
         if !packets.is_empty() {
             self.video_frames += 1;
         }
+        self.emit_video(packets, rtp_ts, capture_ntp, ev);
+        Ok(())
+    }
+
+    /// One H265 access unit, passed through: `au` is its NAL units each after a 4-byte
+    /// length (the caller puts the parameter sets in front of IRAP pictures); `dts` and
+    /// `pts` in ms on the publisher's clock. The RTP timestamp is PTS × 90, as H264's; the
+    /// frame goes out in the order given (no transcoder: B-frames reach viewers as sent).
+    pub fn h265_frame(
+        &mut self,
+        now_ntp: u64,
+        dts: i64,
+        pts: i64,
+        au: &[u8],
+        ev: &mut dyn FnMut(AvEvent),
+    ) -> Result<(), MediaError> {
+        let rtp_ts = pts.max(0) * 90;
+        let mut packets = Vec::new();
+        tern_proto::h265::packetize(au, self.max_payload, &mut |payload, last| {
+            packets.push((Arc::<[u8]>::from(payload), last));
+        })?;
+        if packets.is_empty() {
+            return Ok(());
+        }
+        let capture_ntp = Some(self.capture(now_ntp, dts, rtp_ts, 90_000));
+        self.video_frames += 1;
         self.emit_video(packets, rtp_ts, capture_ntp, ev);
         Ok(())
     }

@@ -1,12 +1,16 @@
 //! The SRT publisher's media: MPEG-TS in (as SRT delivers it, 1316-byte messages), the
 //! same [`AvEvent`]s as an RTMP publisher's out, through the shared [`AvPipeline`].
 //!
-//! * The demuxer ([`tern_proto::ts`]) follows the first program: its first H264 stream and
-//!   its first audio stream (AAC or Opus). Other streams (H265, MPEG audio, data) are
-//!   reported once ([`TsPublisher::unsupported`]) and skipped.
+//! * The demuxer ([`tern_proto::ts`]) follows the first program: its first video stream
+//!   (H264 or H265, [`TsPublisher::video_codec`]) and its first audio stream (AAC or Opus).
+//!   The demuxer passes over other stream types (MPEG audio, data).
 //! * H264: each PES is an access unit in Annex B; its SPS/PPS become the pipeline's
 //!   configuration when they change, the rest goes on as length-prefixed NAL units (access
 //!   unit delimiters and parameter sets dropped from the unit), with PTS and DTS; B-frames take the same transcoder as RTMP's.
+//! * H265 (stream type 0x24): passed through ([`AvPipeline::h265_frame`]), as a WHIP or
+//!   RTSP publisher's: each PES is an access unit in Annex B; its VPS/SPS/PPS are kept and
+//!   put in front of every IRAP picture (whether or not the encoder repeats them), access
+//!   unit delimiters dropped; frames before the first parameter sets and IRAP are dropped.
 //! * Opus: each packet of a PES (after its control header) passes through, timed by its
 //!   TOC's duration from the PES's PTS.
 //! * AAC: each ADTS frame of a PES goes to the AAC → Opus transcoder at the PES's PTS plus
@@ -18,8 +22,9 @@
 //! * Bad input is counted and dropped ([`TsPublisher::errors`]), never fatal: a lossy SRT
 //!   path (SRT gives up on a packet after its latency) costs a frame, not the publisher.
 
-use tern_proto::h264;
+use tern_proto::codec::VideoCodec;
 use tern_proto::ts::{Demuxer, Pes, TsCodec, TsStats, adts_frames, opus_packets, opus_samples};
+use tern_proto::{h264, h265};
 
 use crate::av::{AvEvent, AvPipeline};
 
@@ -102,13 +107,16 @@ pub struct TsPublisher {
     av: AvPipeline,
     clock: TsClock,
     video_pid: Option<u16>,
+    video_codec: Option<VideoCodec>,
     audio_pid: Option<u16>,
     sps: Vec<u8>,
     pps: Vec<u8>,
+    /// H265: the last VPS, SPS and PPS seen (one each), put in front of IRAP pictures.
+    hevc_params: [Vec<u8>; 3],
+    /// H265: an IRAP picture went out (frames before it cannot be decoded).
+    hevc_started: bool,
     asc: Option<[u8; 2]>,
     stats: TsPublisherStats,
-    /// Stream types seen and not taken (reported once each).
-    unsupported: Vec<TsCodec>,
     /// The last error, for the log (taken by [`TsPublisher::take_error`]).
     error: Option<String>,
 }
@@ -121,12 +129,14 @@ impl TsPublisher {
             av: AvPipeline::new(max_payload),
             clock: TsClock::default(),
             video_pid: None,
+            video_codec: None,
             audio_pid: None,
             sps: Vec::new(),
             pps: Vec::new(),
+            hevc_params: Default::default(),
+            hevc_started: false,
             asc: None,
             stats: TsPublisherStats::default(),
-            unsupported: Vec::new(),
             error: None,
         }
     }
@@ -145,9 +155,10 @@ impl TsPublisher {
         }
     }
 
-    /// Elementary streams present but not taken (H265: passed over for now).
-    pub fn unsupported(&self) -> &[TsCodec] {
-        &self.unsupported
+    /// The codec of the video stream followed, once its first PES came: H264 (packetized
+    /// by the pipeline, transcoded when it has B-frames) or H265 (passed through).
+    pub fn video_codec(&self) -> Option<VideoCodec> {
+        self.video_codec
     }
 
     /// The last error since the previous call (a frame dropped, and why).
@@ -171,8 +182,19 @@ impl TsPublisher {
 
     fn pes(&mut self, now_ntp: u64, p: Pes, ev: &mut dyn FnMut(AvEvent)) {
         match p.codec {
-            TsCodec::H264 if *self.video_pid.get_or_insert(p.pid) == p.pid => {
-                self.video(now_ntp, &p, ev)
+            TsCodec::H264 | TsCodec::H265 if *self.video_pid.get_or_insert(p.pid) == p.pid => {
+                let codec = match p.codec {
+                    TsCodec::H265 => VideoCodec::H265,
+                    _ => VideoCodec::H264,
+                };
+                if *self.video_codec.get_or_insert(codec) != codec {
+                    // The PMT gave the PID another codec: the stream's codec stays.
+                    return self.drop_frame(format!("video PID {} changed codec", p.pid));
+                }
+                match codec {
+                    VideoCodec::H265 => self.hevc(now_ntp, &p, ev),
+                    _ => self.video(now_ntp, &p, ev),
+                }
             }
             TsCodec::Aac if *self.audio_pid.get_or_insert(p.pid) == p.pid => {
                 self.audio(now_ntp, &p, ev)
@@ -180,12 +202,8 @@ impl TsPublisher {
             TsCodec::Opus if *self.audio_pid.get_or_insert(p.pid) == p.pid => {
                 self.opus(now_ntp, &p, ev)
             }
-            TsCodec::H264 | TsCodec::Aac | TsCodec::Opus => {}
-            other => {
-                if !self.unsupported.contains(&other) {
-                    self.unsupported.push(other);
-                }
-            }
+            // A second video or audio stream of the program.
+            TsCodec::H264 | TsCodec::H265 | TsCodec::Aac | TsCodec::Opus => {}
         }
     }
 
@@ -274,6 +292,57 @@ impl TsPublisher {
 }
 
 impl TsPublisher {
+    /// An H265 access unit (Annex B), passed through with its parameter sets in front of
+    /// each IRAP picture.
+    fn hevc(&mut self, now_ntp: u64, p: &Pes, ev: &mut dyn FnMut(AvEvent)) {
+        let Some(pts) = p.pts else {
+            return self.drop_frame("a video PES without a PTS".into());
+        };
+        let pts_ms = self.clock.ms(pts, 0);
+        let dts_ms = match p.dts {
+            Some(dts) => pts_ms - (pts.wrapping_sub(dts) & ((1 << 33) - 1)) as i64 / 90,
+            None => pts_ms,
+        };
+        let mut irap = false;
+        let mut slices: Vec<&[u8]> = Vec::new();
+        for nal in h264::nal_units(&p.data) {
+            if nal.len() < 3 {
+                continue;
+            }
+            let t = h265::nal_type(nal);
+            match t {
+                h265::AUD => {}
+                h265::VPS | h265::SPS | h265::PPS => {
+                    let i = usize::from(t - h265::VPS);
+                    if self.hevc_params[i] != nal {
+                        self.hevc_params[i] = nal.to_vec();
+                    }
+                }
+                _ => {
+                    irap |= h265::is_irap(nal);
+                    slices.push(nal);
+                }
+            }
+        }
+        let have_params = self.hevc_params.iter().all(|n| !n.is_empty());
+        if slices.is_empty() || !have_params || !(irap || self.hevc_started) {
+            // Nobody can decode a picture before the parameter sets and an IRAP.
+            self.stats.dropped += 1;
+            return;
+        }
+        self.hevc_started = true;
+        let params: &[Vec<u8>] = if irap { &self.hevc_params } else { &[] };
+        let mut au = Vec::with_capacity(p.data.len() + 128);
+        for nal in params.iter().map(Vec::as_slice).chain(slices) {
+            au.extend_from_slice(&(nal.len() as u32).to_be_bytes());
+            au.extend_from_slice(nal);
+        }
+        match self.av.h265_frame(now_ntp, dts_ms, pts_ms, &au, ev) {
+            Ok(()) => self.stats.video_frames += 1,
+            Err(e) => self.drop_frame(format!("H265 access unit at {pts_ms} ms: {e}")),
+        }
+    }
+
     fn opus(&mut self, now_ntp: u64, p: &Pes, ev: &mut dyn FnMut(AvEvent)) {
         let Some(pts) = p.pts else {
             return self.drop_frame("an Opus PES without a PTS".into());
@@ -348,7 +417,7 @@ mod tests {
         // The last access unit waits for a next PES start that never comes.
         assert_eq!(s.video_frames, 29, "{s:?}");
         assert_eq!(s.dropped, 0, "{s:?} {:?}", p.take_error());
-        assert!(p.unsupported().is_empty());
+        assert_eq!(p.video_codec(), Some(VideoCodec::H264));
         let frames: Vec<u64> = video
             .iter()
             .filter(|k| k.marker)
@@ -442,7 +511,6 @@ mod tests {
             .iter()
             .filter(|k| k.kind == MediaKind::Audio)
             .collect();
-        assert!(p.unsupported().is_empty(), "{:?}", p.unsupported());
         assert!(audio.len() >= 80, "{} Opus packets", audio.len());
         assert!(audio.windows(2).all(|w| w[1].rtp_ts - w[0].rtp_ts == 960));
         let mut dec = opus::Decoder::new(48_000, opus::Channels::Stereo).expect("decoder");
@@ -454,6 +522,108 @@ mod tests {
             assert_eq!(n, 960);
         }
         assert!(packets.iter().any(|k| k.kind == MediaKind::Video));
+    }
+
+    /// H265 in MPEG-TS (ffmpeg's libx265, stream type 0x24) passes through: RFC 7798
+    /// payloads, the VPS/SPS/PPS in front of every IRAP picture (even those x265 sent
+    /// without them: the parameter sets are stripped from the input here to show it), PTS
+    /// × 90 timestamps; the AAC beside it still becomes Opus.
+    #[test]
+    fn h265_in_ts_passes_through_with_parameter_sets_on_each_keyframe() {
+        let path = std::env::temp_dir().join(format!("tern-h265-{}.ts", std::process::id()));
+        let made = std::process::Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"])
+            .args([
+                "-i",
+                "testsrc2=size=320x180:rate=15",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine",
+            ])
+            .args(["-t", "3", "-c:v", "libx265", "-preset", "ultrafast"])
+            .args(["-x265-params", "keyint=15:bframes=0:log-level=error"])
+            .args(["-c:a", "aac", "-f", "mpegts"])
+            .arg(&path)
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("ffmpeg with libx265 not installed: skipped");
+            return;
+        }
+        let data = std::fs::read(&path).expect("the TS");
+        let _ = std::fs::remove_file(&path);
+        let mut p = TsPublisher::new(1200);
+        let packets = run(&mut p, &data);
+        assert_eq!(p.video_codec(), Some(VideoCodec::H265));
+        let s = p.stats();
+        assert_eq!(s.dropped, 0, "{s:?} {:?}", p.take_error());
+        assert!(s.video_frames >= 40, "{s:?}");
+        let video: Vec<&IngestPacket> = packets
+            .iter()
+            .filter(|k| k.kind == MediaKind::Video)
+            .collect();
+        assert!(video.iter().all(|k| k.payload.len() <= 1200));
+        assert!(video.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+        // Each frame's first packet; keyframes every 15 frames, each led by the VPS.
+        let firsts: Vec<&IngestPacket> = video
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i == 0 || video[i - 1].marker)
+            .map(|(_, k)| *k)
+            .collect();
+        let keys: Vec<&&IngestPacket> = firsts
+            .iter()
+            .filter(|k| VideoCodec::H265.is_keyframe(&k.payload))
+            .collect();
+        assert!(keys.len() >= 3, "{} keyframes", keys.len());
+        assert!(keys.iter().all(|k| h265::nal_type(&k.payload) == h265::VPS));
+        assert_eq!(h265::nal_type(&video[0].payload), h265::VPS);
+        let frames: Vec<u64> = firsts.iter().map(|k| k.rtp_ts).collect();
+        assert!(
+            frames.windows(2).all(|w| w[1].abs_diff(w[0] + 6000) <= 90),
+            "{frames:?}"
+        );
+        let audio = packets.iter().filter(|k| k.kind == MediaKind::Audio);
+        assert!(audio.count() >= 100);
+
+        // Without the in-band parameter sets on later keyframes (an encoder that sends
+        // them once): every keyframe still goes out led by them.
+        let mut q = TsPublisher::new(1200);
+        let mut once = Vec::new();
+        let mut seen = false;
+        let mut d = Demuxer::new();
+        let mut pes = Vec::new();
+        d.push(&data, &mut |x| pes.push(x));
+        for mut x in pes {
+            if x.codec == TsCodec::H265 {
+                let mut out = Vec::new();
+                for nal in h264::nal_units(&x.data) {
+                    if h265::is_parameter_set(nal) && seen {
+                        continue;
+                    }
+                    out.extend_from_slice(&[0, 0, 0, 1]);
+                    out.extend_from_slice(nal);
+                }
+                seen = true;
+                x.data = out;
+            }
+            q.pes(1 << 40, x, &mut |e| {
+                if let AvEvent::Packet(k) = e {
+                    once.push(k);
+                }
+            });
+        }
+        let video: Vec<&IngestPacket> =
+            once.iter().filter(|k| k.kind == MediaKind::Video).collect();
+        let led = video
+            .iter()
+            .enumerate()
+            .filter(|(i, k)| {
+                (*i == 0 || video[i - 1].marker) && VideoCodec::H265.is_keyframe(&k.payload)
+            })
+            .filter(|(_, k)| h265::nal_type(&k.payload) == h265::VPS)
+            .count();
+        assert_eq!(led, keys.len());
     }
 
     #[test]

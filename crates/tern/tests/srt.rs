@@ -447,6 +447,76 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
     server.stop();
 }
 
+/// H265 in MPEG-TS (ffmpeg's libx265, stream type 0x24) with AAC over SRT is passed through
+/// as a WHIP or RTSP publisher's H265: viewers that offer H265 are answered in it and get
+/// every frame, keyframes led by the parameter sets, and the AAC as Opus; the stream's
+/// snapshot says H265; a viewer that offers H264 alone is refused with the reason (422),
+/// as for any H265 stream; LL-HLS, H264 only, says so (409).
+#[test]
+fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, srt) = Server::serve_srt(&config());
+    let hevc = [
+        "-c:v",
+        "libx265",
+        "-profile:v",
+        "main",
+        "-preset",
+        "ultrafast",
+        "-x265-params",
+        "bframes=0:log-level=error",
+    ];
+    let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/hevc"), 12, &hevc);
+    let whep = format!("http://{}/live/hevc/whep", server.http);
+    wait_live(&whep, &server, &mut ff);
+    let bench = viewers(format!(
+        "-url {whep} -n 2 -cint 20 -life 5 -sint 5000 --all-video --json"
+    ));
+    // An H264-only offer (Chromium without H265, tern bench's default) is refused.
+    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
+        ice_ufrag: "abcd",
+        ice_pwd: "abcdefghijklmnopqrstuvwx",
+        fingerprint_sha256: &[7; 32],
+        video: true,
+        audio: true,
+        abs_capture_time: false,
+        all_video: false,
+    });
+    let r = common::http_request(
+        server.http,
+        "POST",
+        "/live/hevc/whep",
+        Some("application/sdp"),
+        offer.as_bytes(),
+    )
+    .expect("WHEP POST");
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(
+        r.text().contains("the stream's video is H265"),
+        "{}",
+        r.text()
+    );
+    let r = http_get(server.http, "/live/hevc/index.m3u8").expect("GET playlist");
+    assert_eq!(r.status, 409, "{}", r.text());
+    let (o, text) = bench.join().expect("bench thread");
+    let ctx = format!("{text}\n{}", server.log_tail(20));
+    assert!(
+        o.clients
+            .iter()
+            .all(|c| c.video_codec == tern_proto::codec::VideoCodec::H265),
+        "{ctx}"
+    );
+    assert!(text.contains("\"video_codec\":\"H265\""), "{ctx}");
+    // 30 fps, a keyframe a second (-g 30), 50 Opus frames a second, nothing lost.
+    assert_played(&o, &ctx, 2, 5);
+    let r = http_get(server.http, "/v1/streams/live/hevc").expect("GET stream");
+    let v: Value = serde_json::from_slice(&r.body).expect("stream JSON");
+    assert_eq!(v["video"]["codec"], "H265", "{v}");
+    let log = std::fs::read_to_string(&server.log).expect("log");
+    assert!(log.contains("video is H265"), "{log}");
+    server.stop();
+}
+
 /// LL-HLS packages an SRT stream: ffmpeg reads its playlist and gets H264 and AAC.
 #[test]
 fn ll_hls_plays_an_srt_stream() {
@@ -580,28 +650,117 @@ impl LossyPath {
     }
 }
 
+/// The lossy path with the kernel's `tc netem`, when it has `sch_netem`: ffmpeg runs
+/// in a network namespace made for the test, joined to this one by a veth pair whose two
+/// ends each delay by 40 ms and drop 5 %; tern's SRT listener binds the host end's address.
+/// Dropping it deletes the namespace (and the pair with it).
+struct NetemPath {
+    ns: String,
+    /// tern's SRT address (the host end of the pair, port 0).
+    listen: String,
+}
+
+impl NetemPath {
+    /// The namespace and its lossy link, or why not (no `ip`, not root, no `sch_netem`).
+    fn start() -> Result<NetemPath, String> {
+        let id = std::process::id() % 250 + 1;
+        let ns = format!("tern-srt-{}", std::process::id());
+        let (host, inner) = (format!("tsh{id}"), format!("tsn{id}"));
+        let run = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+            match out.status.success() {
+                true => Ok(()),
+                false => Err(format!(
+                    "{}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )),
+            }
+        };
+        run(&["ip", "netns", "add", &ns])?;
+        let path = NetemPath {
+            ns: ns.clone(),
+            listen: format!("10.201.{id}.1:0"),
+        };
+        let (a, b) = (format!("10.201.{id}.1/30"), format!("10.201.{id}.2/30"));
+        let netem = ["netem", "loss", "5%", "delay", "40ms"];
+        run(&[
+            "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
+        ])?;
+        run(&["ip", "link", "set", &inner, "netns", &ns])?;
+        run(&["ip", "addr", "add", &a, "dev", &host])?;
+        run(&["ip", "link", "set", &host, "up"])?;
+        let exec = ["ip", "netns", "exec", &ns];
+        run(&[&exec[..], &["ip", "addr", "add", &b, "dev", &inner]].concat())?;
+        run(&[&exec[..], &["ip", "link", "set", &inner, "up"]].concat())?;
+        run(&[&exec[..], &["ip", "link", "set", "lo", "up"]].concat())?;
+        run(&[&["tc", "qdisc", "add", "dev", &host, "root"][..], &netem].concat())?;
+        run(&[
+            &exec[..],
+            &["tc", "qdisc", "add", "dev", &inner, "root"],
+            &netem,
+        ]
+        .concat())?;
+        Ok(path)
+    }
+}
+
+impl Drop for NetemPath {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
 /// Acceptance (lossy path): ffmpeg (libsrt) publishes through 5 % loss and 40 ms delay each
-/// way, with up to 10 ms of jitter that reorders datagrams, at latency 200 ms: SRT's
-/// retransmissions repair it; the WHEP viewers lose at most 0.5 % of packets and never
-/// freeze for over 1 s.
+/// way at latency 200 ms: with the kernel's `tc netem` when it has it ([`NetemPath`]), else
+/// through [`LossyPath`] (the same figures, plus up to 10 ms of jitter that reorders
+/// datagrams); the test prints which ran. SRT's retransmissions repair it; the WHEP viewers
+/// lose at most 0.5 % of packets and never freeze for over 1 s.
 #[test]
 fn a_lossy_srt_path_is_repaired_and_viewers_do_not_freeze() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (server, srt) = Server::serve_srt(&config());
-    let path = LossyPath::start(
-        srt,
-        0.05,
-        Duration::from_millis(40),
-        Duration::from_millis(10),
-    );
-    let mut ff = Ffmpeg::push_ts(
-        &format!(
-            "srt://{}?streamid=sec/lossy&passphrase={PASS}&pbkeylen=16&latency=200000",
-            path.front
-        ),
-        20,
-        &[],
-    );
+    let query = format!("streamid=sec/lossy&passphrase={PASS}&pbkeylen=16&latency=200000");
+    let (server, mut ff, path, netem) = match NetemPath::start() {
+        Ok(netem) => {
+            eprintln!(
+                "lossy path: tc netem loss 5% delay 40ms on a veth pair (namespace {})",
+                netem.ns
+            );
+            let cfg = config();
+            let server = Server::start(&[
+                "serve",
+                "--config",
+                cfg.to_str().expect("utf-8 path"),
+                "--candidate",
+                "127.0.0.1",
+                "--rtmp",
+                "none",
+                "--srt",
+                &netem.listen,
+            ]);
+            let srt = server.srt.expect("the server reports its SRT address");
+            let exec = ["ip", "netns", "exec", netem.ns.as_str()];
+            let ff = Ffmpeg::push_ts_via(&exec, &format!("srt://{srt}?{query}"), 20);
+            (server, ff, None, Some(netem))
+        }
+        Err(why) => {
+            eprintln!(
+                "lossy path: user-space proxy (5 % loss, 40 ms delay, 10 ms jitter each way); no tc netem: {why}"
+            );
+            let (server, srt) = Server::serve_srt(&config());
+            let path = LossyPath::start(
+                srt,
+                0.05,
+                Duration::from_millis(40),
+                Duration::from_millis(10),
+            );
+            let ff = Ffmpeg::push_ts(&format!("srt://{}?{query}", path.front), 20, &[]);
+            (server, ff, Some(path), None)
+        }
+    };
     let whep = format!("http://{}/sec/lossy/whep", server.http);
     wait_live(&whep, &server, &mut ff);
     let bench = viewers(format!(
@@ -614,12 +773,13 @@ fn a_lossy_srt_path_is_repaired_and_viewers_do_not_freeze() {
         .find(|p| p["identity"]["stream"] == "sec/lossy")
         .map(|p| p["srt"].clone())
         .unwrap_or_default();
-    let (passed, dropped) = path.stop();
+    let (passed, dropped) = path.map(LossyPath::stop).unwrap_or_default();
+    drop(netem);
     let s = &o.summary;
     assert_eq!(s.connected, 2, "{text}");
     let gaps = common::video_gaps_ms(&o);
     let mut report = format!(
-        "path: {passed} datagrams passed, {dropped} dropped ({:.1} %); srt: {srt_figures}; viewers: max video gap {gaps:?} ms",
+        "proxy: {passed} datagrams passed, {dropped} dropped ({:.1} %); srt: {srt_figures}; viewers: max video gap {gaps:?} ms",
         dropped as f64 * 100.0 / (passed + dropped).max(1) as f64
     );
     let share = s.total_losses as f64 / (s.total_packets + s.total_losses).max(1) as f64;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dimpl::Dtls;
-use tern_proto::h264;
 use tern_proto::rtcp::{self, ReportBlock, RtcpPacket};
 use tern_proto::rtp;
 use tern_proto::srtp::{self, RtcpCipher, RtpCipher, SrtpProfile};
@@ -143,6 +142,11 @@ impl Client {
     /// Current state.
     pub fn state(&self) -> ClientState {
         self.state
+    }
+
+    /// The video codec the server answered.
+    pub fn video_codec(&self) -> tern_proto::codec::VideoCodec {
+        self.p.video_codec
     }
 
     /// Connection timings.
@@ -479,7 +483,7 @@ impl Client {
         let payload = data
             .get(h.header_len..h.header_len + h.payload_len)
             .unwrap_or(&[]);
-        let is_key = kind == MediaKind::Video && h264::is_keyframe(payload);
+        let is_key = kind == MediaKind::Video && self.p.video_codec.is_keyframe(payload);
         let payload_at = h.header_len..h.header_len + payload.len();
         let t = &mut self.tracks[idx];
         let seq = t.unwrap.unwrap(h.sequence);

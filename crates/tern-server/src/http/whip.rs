@@ -12,10 +12,8 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use tern_proto::codec::VideoCodec;
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
-use tracing::info;
 
 use crate::http::error::HttpError;
 use crate::http::extract::{SdpOffer, StreamPath, credentials};
@@ -23,7 +21,7 @@ use crate::http::listener::Peer;
 use crate::http::reply::{created, new_etag, ok, preflight};
 use crate::http::state::AppState;
 use crate::http::trickle::{is_restart, read_patch, restarted, trickled};
-use crate::media::{Command, ViewerId};
+use crate::media::Command;
 use crate::session::{Protocol, PublishAsk};
 
 /// What a WHIP resource accepts.
@@ -84,7 +82,7 @@ pub(super) async fn post(
         Err(_) => return Err(HttpError::engine_stopped()),
     };
     if was != codec {
-        end_viewers_of_other_codec(&st, publish.key(), was, codec);
+        st.end_viewers_of_other_codec(publish.key(), was, codec);
     }
     let etag = new_etag();
     let sid = publish.started(&st, id, etag.clone(), remote_ufrag);
@@ -158,23 +156,4 @@ pub(super) async fn patch(
 /// `OPTIONS`: CORS preflight.
 pub(super) async fn options() -> Response {
     preflight(METHODS)
-}
-
-/// A publisher in another video codec took the stream: the viewers answered for the old
-/// codec could not decode the new one (their payload type says the old codec), so they are
-/// ended (DTLS close_notify), and their players' next POST is answered with the new codec.
-fn end_viewers_of_other_codec(st: &AppState, key: &str, was: VideoCodec, now: VideoCodec) {
-    let viewers = st.engine.stats.snapshots.viewers(Some(key));
-    if viewers.is_empty() {
-        return;
-    }
-    info!(
-        "stream {key}: the publisher sends {now}, its viewers were answered {was}: ending {} viewers so they rejoin",
-        viewers.len()
-    );
-    for v in viewers {
-        let _ = st
-            .engine
-            .send(Command::RemoveViewer(ViewerId::from_raw(v.id)));
-    }
 }

@@ -127,6 +127,14 @@ pub enum RtmpCommand {
         /// Its id, or why not.
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
     },
+    /// The publisher's video codec, learnt after it took the slot (an SRT publisher's TS
+    /// says it in its first video PES): sent before its first media packet of that codec.
+    Codec {
+        /// The publisher.
+        id: PublisherId,
+        /// Its video codec from now on.
+        codec: VideoCodec,
+    },
     /// Media from the publisher, in its own numbering, in order.
     Media {
         /// The publisher.
@@ -141,7 +149,7 @@ impl RtmpCommand {
     pub fn stream(&self) -> usize {
         match self {
             RtmpCommand::Add { stream, .. } => *stream,
-            RtmpCommand::Media { id, .. } => id.stream,
+            RtmpCommand::Codec { id, .. } | RtmpCommand::Media { id, .. } => id.stream,
         }
     }
 }
@@ -354,6 +362,11 @@ impl Ingest {
         self.slots.iter().flatten().map(|s| s.id).collect()
     }
 
+    /// The publisher of stream `stream`, if any.
+    pub fn publisher_of(&self, stream: usize) -> Option<PublisherId> {
+        self.slots.get(stream)?.as_ref().map(|s| s.id)
+    }
+
     /// Installs a WHIP publisher on a stream; it has [`PublisherTimeouts::connect`] from
     /// `now` to complete ICE and DTLS.
     pub fn add(
@@ -421,6 +434,19 @@ impl Ingest {
                 };
                 let _ = reply.send(res);
                 res.ok()
+            }
+            RtmpCommand::Codec { id, codec: new } => {
+                if let Some(Some(PubSlot {
+                    id: slot_id,
+                    session: Session::Rtmp { codec, .. },
+                    ..
+                })) = self.slots.get_mut(id.stream)
+                    && *slot_id == id
+                {
+                    *codec = new;
+                    self.maps[id.stream].codec = new;
+                }
+                None
             }
             RtmpCommand::Media { id, packets } => {
                 self.push_rtmp(id, now, packets, out);

@@ -1,10 +1,10 @@
 //! One RTSP session with a camera: DESCRIBE, SETUP of its video (H264, else H265) and audio
 //! (AAC, else PCMU, PCMA or Opus) streams, PLAY, then its frames to the engine as one
 //! publisher, until the camera fails, goes silent, the source goes idle or the server stops:
-//! H264 and AAC through [`AvPipeline`] (as RTMP's), H265 packetized here and passed through,
-//! G.711 transcoded to Opus ([`tern_rtc::g711`]) and handed to the pipeline as Opus, Opus
-//! passed through the pipeline as it comes (retina's Opus depacketizer is tern's patch:
-//! `vendor/retina/PATCHES.md`).
+//! H264 and AAC through [`AvPipeline`] (as RTMP's), H265 passed through
+//! ([`AvPipeline::h265_frame`], as SRT's), G.711 transcoded to Opus ([`tern_rtc::g711`]) and
+//! handed to the pipeline as Opus, Opus passed through the pipeline as it comes (retina's
+//! Opus depacketizer is tern's patch: `vendor/retina/PATCHES.md`).
 //!
 //! Every step with the camera has a deadline ([`STEP`]); a playing camera that sends no
 //! frame for [`SILENCE`] is taken as gone. Whatever the camera answers, the worst outcome
@@ -24,7 +24,6 @@ use retina::codec::{CodecItem, FrameFormat, ParametersRef};
 use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::{AvEvent, AvPipeline, TranscodeMode};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::g711::{G711ToOpus, Law};
 use tern_rtc::publisher::IngestPacket;
 use tracing::{debug, info};
@@ -355,8 +354,6 @@ struct Media<'a> {
     codec: VideoCodec,
     audio: Option<AudioCodec>,
     g711: Option<G711ToOpus>,
-    /// H265 passed through: the next packet's number in this publisher's video sequence.
-    h265_seq: u64,
     /// What the session holds on this thread, and its line in the `rtsp_ingest` pool.
     held: Ledger,
     booking: Booking,
@@ -426,7 +423,6 @@ impl<'a> Media<'a> {
             codec,
             audio,
             g711: None,
-            h265_seq: 0,
             held,
             booking,
         }
@@ -492,29 +488,17 @@ impl<'a> Media<'a> {
         }
     }
 
-    /// H265 passed through: RFC 7798 payloads of the access unit (its parameter sets in
-    /// front of keyframes, as the camera's depacketizer puts them), at 90 kHz.
+    /// H265 passed through ([`AvPipeline::h265_frame`], as an SRT publisher's): RFC 7798
+    /// payloads of the access unit (its parameter sets in front of keyframes, as the
+    /// camera's depacketizer puts them), at 90 kHz.
     fn h265(&mut self, f: &retina::codec::VideoFrame, t: i64) {
-        let rtp_ts = (t.max(0) as u64) * 90;
-        let mut payloads: Vec<(Arc<[u8]>, bool)> = Vec::new();
-        let max = self.core.config.tunables.max_payload;
-        let res = tern_proto::h265::packetize(f.data(), max, &mut |p, last| {
-            payloads.push((Arc::from(p), last));
-        });
-        if let Err(err) = res {
-            return debug!("rtsp {}: frame dropped: {err}", self.job.entry.key);
-        }
-        for (payload, marker) in payloads {
-            self.packets.push(IngestPacket {
-                layer: 0,
-                kind: MediaKind::Video,
-                seq: self.h265_seq,
-                rtp_ts,
-                marker,
-                payload,
-                capture_ntp: None,
-            });
-            self.h265_seq += 1;
+        let ntp = self.clock.ntp(Instant::now());
+        let events = &mut self.events;
+        if let Err(err) = self
+            .av
+            .h265_frame(ntp, t, t, f.data(), &mut |e| events.push(e))
+        {
+            debug!("rtsp {}: frame dropped: {err}", self.job.entry.key);
         }
     }
 

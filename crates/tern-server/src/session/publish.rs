@@ -15,7 +15,9 @@ use std::time::Duration;
 use crate::admission::{Action, Ask, Protocol};
 use crate::directory::StreamInfo;
 use crate::limits::AddrPermit;
-use crate::media::{AddError, Command, PublisherId};
+use tern_proto::codec::VideoCodec;
+
+use crate::media::{AddError, Command, PublisherId, ViewerId};
 use crate::session::refusal::Refusal;
 use crate::session::shared::{Core, Credentials, PublisherSession, random_token};
 
@@ -154,6 +156,26 @@ impl Core {
         match self.publishers.lock() {
             Ok(mut m) => m.get_mut(session).map(f).is_some(),
             Err(_) => false,
+        }
+    }
+
+    /// A publisher in another video codec took the stream (a WHIP offer's codec, an SRT
+    /// publisher's TS): the viewers answered for the old codec could not decode the new
+    /// one (their payload type says the old codec), so they are ended (DTLS close_notify),
+    /// and their players' next offer is answered with the new codec.
+    pub fn end_viewers_of_other_codec(&self, key: &str, was: VideoCodec, now: VideoCodec) {
+        let viewers = self.engine.stats.snapshots.viewers(Some(key));
+        if viewers.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "stream {key}: the publisher sends {now}, its viewers were answered {was}: ending {} viewers so they rejoin",
+            viewers.len()
+        );
+        for v in viewers {
+            let _ = self
+                .engine
+                .send(Command::RemoveViewer(ViewerId::from_raw(v.id)));
         }
     }
 

@@ -1,7 +1,10 @@
 //! One SRT publisher's thread (`SrtSession`): the session layer's answer, the engine's
 //! publisher slot, then MPEG-TS from the listener through
 //! [`tern_rtc::ts_publisher::TsPublisher`] to the engine, as an RTMP connection's thread
-//! does with FLV (same command, same bounded queue, same stall rule).
+//! does with FLV (same command, same bounded queue, same stall rule). The slot is taken as
+//! H264 before any TS comes; an H265 video stream (passed through) is announced to the
+//! engine ahead of its first packet, and viewers answered in another codec are ended so
+//! they rejoin in H265, as for a WHIP publisher in a new codec.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -160,10 +163,11 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     video.mode = mode;
     video.publisher = Some(slot.id.serial);
     let mut last_snapshot = Instant::now();
-    let mut warned_unsupported = 0;
     let mut events = Vec::new();
     let mut held = Ledger::start();
     let mut booked = Booked(0);
+    // The codec the slot was taken with ([`publish`]).
+    let mut announced = VideoCodec::H264;
     pool().add(1, 0);
     loop {
         if slot.closed.load(Ordering::Relaxed) {
@@ -237,14 +241,22 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         if let Some(e) = ts.take_error() {
             warn!("srt {}: {}: frame dropped: {e}", job.peer, job.id.key());
         }
-        if ts.unsupported().len() > warned_unsupported {
-            warned_unsupported = ts.unsupported().len();
-            warn!(
-                "srt {}: {}: elementary streams {:?} are not taken (H264, AAC and Opus are)",
-                job.peer,
-                job.id.key(),
-                ts.unsupported()
-            );
+        if let Some(codec) = ts.video_codec()
+            && codec != announced
+        {
+            // The slot was taken as H264 before any TS came; the first video PES says H265:
+            // the engine answers viewers in it from now on (sent ahead of its packets).
+            announced = codec;
+            let was = core.engine.stats.video(slot.id.stream).codec;
+            let cmd = RtmpCommand::Codec { id: slot.id, codec };
+            if let Err(e) = core.engine.send_rtmp_media(cmd, MEDIA_STALL) {
+                warn!("srt {}: {e} for {MEDIA_STALL:?}", job.peer);
+                return "the media engine did not take its codec";
+            }
+            info!("srt {}: {}: video is {codec}", job.peer, job.id.key());
+            if was != codec {
+                core.end_viewers_of_other_codec(&job.id.key(), was, codec);
+            }
         }
         if !packets.is_empty() {
             let cmd = RtmpCommand::Media {

@@ -621,7 +621,22 @@ impl Ffmpeg {
         Ffmpeg::push_as(url, seconds, "mpegts", extra)
     }
 
+    /// [`Ffmpeg::push_ts`] run through `wrapper` (e.g. `ip netns exec NAME`).
+    pub fn push_ts_via(wrapper: &[&str], url: &str, seconds: u32) -> Ffmpeg {
+        Ffmpeg::push_with(wrapper, url, seconds, "mpegts", &[])
+    }
+
     fn push_as(url: &str, seconds: u32, format: &str, extra: &[&str]) -> Ffmpeg {
+        Ffmpeg::push_with(&[], url, seconds, format, extra)
+    }
+
+    fn push_with(
+        wrapper: &[&str],
+        url: &str,
+        seconds: u32,
+        format: &str,
+        extra: &[&str],
+    ) -> Ffmpeg {
         let log = std::env::temp_dir().join(format!(
             "tern-rtmp-ffmpeg-{}-{}.log",
             std::process::id(),
@@ -629,7 +644,12 @@ impl Ffmpeg {
         ));
         let file = std::fs::File::create(&log).expect("ffmpeg log");
         let t = seconds.to_string();
-        let child = Command::new("ffmpeg")
+        let (program, pre) = match wrapper.split_first() {
+            Some((p, rest)) => (*p, [rest, &["ffmpeg"]].concat()),
+            None => ("ffmpeg", Vec::new()),
+        };
+        let child = Command::new(program)
+            .args(pre)
             .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
             .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=30"])
             .args([

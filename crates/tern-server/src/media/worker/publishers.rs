@@ -101,6 +101,13 @@ impl Worker {
         let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
         let (codec, rids) = match &mut cmd {
             RtmpCommand::Add { codec, rids, .. } => (*codec, std::mem::take(rids)),
+            RtmpCommand::Codec { id, codec } => {
+                // What viewers who join from now on are answered with.
+                if self.ingest.publisher_of(s) == Some(*id) {
+                    self.stats.set_video_codec(s, *codec);
+                }
+                (*codec, Vec::new())
+            }
             RtmpCommand::Media { .. } => (VideoCodec::H264, Vec::new()),
         };
         if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
