@@ -93,22 +93,6 @@ fn publishers(server: &Server) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The `srt_ingest` line of `GET /v1/memory`: (items in use, used bytes).
-fn srt_pool(server: &Server) -> (u64, u64) {
-    let r = http_get(server.http, "/v1/memory").expect("GET /v1/memory");
-    let v: Value = serde_json::from_slice(&r.body).expect("memory JSON");
-    let pools = v["pools"].as_array().cloned().unwrap_or_default();
-    pools
-        .iter()
-        .find(|p| p["name"] == "srt_ingest")
-        .map_or((0, 0), |p| {
-            (
-                p["items_in_use"].as_u64().unwrap_or(0),
-                p["used_bytes"].as_u64().unwrap_or(0),
-            )
-        })
-}
-
 fn config() -> std::path::PathBuf {
     common::config_file(
         "srt",
@@ -161,7 +145,7 @@ fn ffmpeg_publishes_over_srt_in_each_stream_id_form_with_and_without_encryption(
         // The app's srt_latency_ms (sec: 200) or libsrt's 120, whichever is larger.
         let want = if key.starts_with("sec") { 200 } else { 120 };
         assert_eq!(s["latency_ms"].as_u64(), Some(want), "{me}");
-        let (items, bytes) = srt_pool(&server);
+        let (items, bytes) = common::pool_line(server.http, "srt_ingest");
         assert_eq!(items, 1, "one publisher thread booked");
         // The TS demuxer and the AAC decoder, resampler and Opus buffers: tens of KiB.
         assert!((1_000..8 << 20).contains(&bytes), "{bytes} bytes");
@@ -169,8 +153,12 @@ fn ffmpeg_publishes_over_srt_in_each_stream_id_form_with_and_without_encryption(
     }
     // Every publisher gone: the pool is back to nothing.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srt_pool(&server) != (0, 0) {
-        assert!(Instant::now() < deadline, "{:?}", srt_pool(&server));
+    while common::pool_line(server.http, "srt_ingest") != (0, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            common::pool_line(server.http, "srt_ingest")
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let m = metrics(&server);

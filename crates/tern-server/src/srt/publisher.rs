@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use super::link::{Control, Inbound, counters, reject_code};
 use super::transport::{ConnId, SrtStats};
 use crate::config::TranscodeSetting;
-use crate::encoder::{Ledger, VideoWatch, arc_bytes};
+use crate::encoder::{Booking, Ledger, VideoWatch, arc_bytes};
 use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
 use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
 
@@ -165,10 +165,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     let mut last_snapshot = Instant::now();
     let mut events = Vec::new();
     let mut held = Ledger::start();
-    let mut booked = Booked(0);
+    let mut booked = Booking::open(pool());
     // The codec the slot was taken with ([`publish`]).
     let mut announced = VideoCodec::H264;
-    pool().add(1, 0);
     loop {
         if slot.closed.load(Ordering::Relaxed) {
             let _ = job.control.send(Control::Close(job.conn));
@@ -272,23 +271,6 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         if let Some(why) = end {
             return why;
         }
-    }
-}
-
-/// This thread's bytes in the `srt_ingest` pool; given back (with the item) when dropped.
-struct Booked(usize);
-
-impl Booked {
-    fn set(&mut self, bytes: usize) {
-        pool().sub(0, self.0);
-        pool().add(0, bytes);
-        self.0 = bytes;
-    }
-}
-
-impl Drop for Booked {
-    fn drop(&mut self) {
-        pool().sub(1, self.0);
     }
 }
 
