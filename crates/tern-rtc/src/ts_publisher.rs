@@ -386,6 +386,24 @@ mod tests {
 
     const SAMPLE: &[u8] = include_bytes!("../../../assets/srt/sample.ts");
 
+    /// An MPEG-TS file made by ffmpeg from lavfi inputs with `args` (after `-f lavfi`),
+    /// read and removed; `None` when ffmpeg (or the codec asked for) is missing.
+    fn ffmpeg_ts(tag: &str, args: &[&str]) -> Option<Vec<u8>> {
+        let path = std::env::temp_dir().join(format!("tern-{tag}-{}.ts", std::process::id()));
+        let made = std::process::Command::new("ffmpeg")
+            .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"])
+            .args(args)
+            .args(["-f", "mpegts"])
+            .arg(&path)
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            return None;
+        }
+        let data = std::fs::read(&path).expect("the TS");
+        let _ = std::fs::remove_file(&path);
+        Some(data)
+    }
+
     fn run(p: &mut TsPublisher, data: &[u8]) -> Vec<IngestPacket> {
         let mut out = Vec::new();
         for msg in data.chunks(1316) {
@@ -475,18 +493,15 @@ mod tests {
     /// packet, RTP timestamps 960 apart, decodable.
     #[test]
     fn opus_in_ts_passes_through() {
-        let path = std::env::temp_dir().join(format!("tern-opus-{}.ts", std::process::id()));
-        let made = std::process::Command::new("ffmpeg")
-            .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"])
-            .args([
+        let Some(data) = ffmpeg_ts(
+            "opus",
+            &[
                 "-i",
                 "testsrc2=size=160x96:rate=15",
                 "-f",
                 "lavfi",
                 "-i",
                 "sine",
-            ])
-            .args([
                 "-t",
                 "2",
                 "-c:v",
@@ -495,16 +510,14 @@ mod tests {
                 "baseline",
                 "-bf",
                 "0",
-            ])
-            .args(["-c:a", "libopus", "-b:a", "64k", "-f", "mpegts"])
-            .arg(&path)
-            .status();
-        if !made.is_ok_and(|s| s.success()) {
-            eprintln!("ffmpeg with libopus not installed: skipped");
-            return;
-        }
-        let data = std::fs::read(&path).expect("the TS");
-        let _ = std::fs::remove_file(&path);
+                "-c:a",
+                "libopus",
+                "-b:a",
+                "64k",
+            ],
+        ) else {
+            return eprintln!("ffmpeg with libopus not installed: skipped");
+        };
         let mut p = TsPublisher::new(1200);
         let packets = run(&mut p, &data);
         let audio: Vec<&IngestPacket> = packets
@@ -530,28 +543,29 @@ mod tests {
     /// × 90 timestamps; the AAC beside it still becomes Opus.
     #[test]
     fn h265_in_ts_passes_through_with_parameter_sets_on_each_keyframe() {
-        let path = std::env::temp_dir().join(format!("tern-h265-{}.ts", std::process::id()));
-        let made = std::process::Command::new("ffmpeg")
-            .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"])
-            .args([
+        let Some(data) = ffmpeg_ts(
+            "h265",
+            &[
                 "-i",
                 "testsrc2=size=320x180:rate=15",
                 "-f",
                 "lavfi",
                 "-i",
                 "sine",
-            ])
-            .args(["-t", "3", "-c:v", "libx265", "-preset", "ultrafast"])
-            .args(["-x265-params", "keyint=15:bframes=0:log-level=error"])
-            .args(["-c:a", "aac", "-f", "mpegts"])
-            .arg(&path)
-            .status();
-        if !made.is_ok_and(|s| s.success()) {
-            eprintln!("ffmpeg with libx265 not installed: skipped");
-            return;
-        }
-        let data = std::fs::read(&path).expect("the TS");
-        let _ = std::fs::remove_file(&path);
+                "-t",
+                "3",
+                "-c:v",
+                "libx265",
+                "-preset",
+                "ultrafast",
+                "-x265-params",
+                "keyint=15:bframes=0:log-level=error",
+                "-c:a",
+                "aac",
+            ],
+        ) else {
+            return eprintln!("ffmpeg with libx265 not installed: skipped");
+        };
         let mut p = TsPublisher::new(1200);
         let packets = run(&mut p, &data);
         assert_eq!(p.video_codec(), Some(VideoCodec::H265));
