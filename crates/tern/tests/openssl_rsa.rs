@@ -22,17 +22,9 @@ use std::time::{Duration, Instant};
 
 use dimpl::{Config, Dtls, DtlsCertificate, Output, SrtpProfile};
 
-fn openssl(args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod common;
+
+use common::rsa::openssl;
 
 /// An `openssl` child (`s_server` or `s_client`), killed when dropped; its stdout and stderr
 /// arrive line by line.
@@ -129,25 +121,9 @@ fn hex(b: &[u8]) -> String {
 
 /// A fresh self-signed RSA-`bits` certificate: (PEM certificate, PEM key, DER certificate).
 fn rsa_certificate(dir: &Path, name: &str, bits: u32) -> (PathBuf, PathBuf, Vec<u8>) {
-    let file = |n: &str| dir.join(format!("{name}-{bits}-{n}"));
-    let (key, cert, der) = (file("key.pem"), file("cert.pem"), file("cert.der"));
+    let (key, cert) = common::rsa::self_signed(dir, name, bits, "PEM");
+    let der = dir.join(format!("{name}-{bits}-cert.der"));
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        &format!("rsa:{bits}"),
-        "-nodes",
-        "-sha256",
-        "-days",
-        "2",
-        "-subj",
-        &format!("/CN=tern-{name}"),
-        "-keyout",
-        &s(&key),
-        "-out",
-        &s(&cert),
-    ]);
     openssl(&[
         "x509",
         "-in",

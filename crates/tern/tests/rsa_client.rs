@@ -14,50 +14,18 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::rsa::{openssl, self_signed};
 use common::{Server, http_delete, http_get, http_post};
 use tern_proto::sdp;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::{DEFAULT_SRTP_PROFILES, DtlsContext};
 
-fn openssl(args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A fresh self-signed RSA certificate (DER) and its key (DER; PKCS#1 when `pkcs1`).
 fn rsa_certificate(dir: &Path, bits: u32, pkcs1: bool) -> (Vec<u8>, Vec<u8>) {
-    let p = |n: &str| {
-        dir.join(format!("{bits}-{n}"))
-            .to_string_lossy()
-            .into_owned()
-    };
-    let (key_pem, cert, key) = (p("key.pem"), p("cert.der"), p("key.der"));
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        &format!("rsa:{bits}"),
-        "-nodes",
-        "-sha256",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=tern-rsa-client",
-        "-keyout",
-        &key_pem,
-        "-outform",
-        "DER",
-        "-out",
-        &cert,
-    ]);
+    let (key_pem, cert) = self_signed(dir, "rsa-client", bits, "DER");
+    let key = dir.join(format!("rsa-client-{bits}-key.der"));
+    let (key_pem, key_der) = (key_pem.to_string_lossy(), key.to_string_lossy());
     if pkcs1 {
         openssl(&[
             "rsa",
@@ -67,21 +35,21 @@ fn rsa_certificate(dir: &Path, bits: u32, pkcs1: bool) -> (Vec<u8>, Vec<u8>) {
             "-outform",
             "DER",
             "-out",
-            &key,
+            &key_der,
         ]);
     } else {
-        openssl(&["pkey", "-in", &key_pem, "-outform", "DER", "-out", &key]);
+        openssl(&["pkey", "-in", &key_pem, "-outform", "DER", "-out", &key_der]);
     }
-    let cert = std::fs::read(cert).expect("cert");
     // openssl's own description: this really is an RSA key of `bits` bits.
     let text = Command::new("openssl")
         .args(["x509", "-inform", "DER", "-noout", "-text", "-in"])
-        .arg(dir.join(format!("{bits}-cert.der")))
+        .arg(&cert)
         .output()
         .expect("openssl x509");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("rsaEncryption"), "{text}");
     assert!(text.contains(&format!("({bits} bit)")), "{text}");
+    let cert = std::fs::read(cert).expect("cert");
     (cert, std::fs::read(key).expect("key"))
 }
 

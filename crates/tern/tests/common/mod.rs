@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod hook;
+pub mod rsa;
 
 use std::collections::HashMap;
 use std::fs::File;
