@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use common::bench::viewers;
 use common::{Server, free_tcp_port, http_get, http_request};
 use serde_json::Value;
+use tern_rtc::client::TrackStats;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -132,6 +133,21 @@ fn wait_state(server: &Server, stream: &str, state: &str, limit: Duration) -> Du
         );
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// One `tern bench` viewer of `cams/{stream}` for 5 s, which must connect: its audio
+/// track's figures, and the bench's output with the server's log for failure messages.
+fn audio_of_one_viewer(server: &Server, stream: &str) -> (TrackStats, String) {
+    let whep = format!("http://{}/cams/{stream}/whep", server.http);
+    let (o, text) = viewers(format!(
+        "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
+    ))
+    .join()
+    .expect("bench");
+    let ctx = format!("{text}\n{}", server.log_tail(30));
+    assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
+    let a = o.clients[0].audio.clone().expect("audio");
+    (a, ctx)
 }
 
 /// A metric's value (`name` with its labels, as it appears before the value).
@@ -468,15 +484,7 @@ fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
         .find(|p| p["identity"]["stream"] == "cams/alaw")
         .unwrap_or_else(|| panic!("cams/alaw in {p}"));
     assert_eq!(me["identity"]["protocol"], "rtsp", "{me}");
-    let whep = format!("http://{}/cams/alaw/whep", server.http);
-    let (o, text) = viewers(format!(
-        "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
-    ))
-    .join()
-    .expect("bench");
-    let ctx = format!("{text}\n{}", server.log_tail(30));
-    assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
-    let a = o.clients[0].audio.as_ref().expect("audio");
+    let (a, ctx) = audio_of_one_viewer(&server, "alaw");
     // 50 Opus frames a second from the 8 kHz A-law.
     assert!(
         a.packets > 4 * 50 * 8 / 10,
@@ -488,15 +496,7 @@ fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
     // An Opus camera's audio is passed through (retina's Opus depacketizer is tern's
     // patch, vendor/retina/PATCHES.md): 50 packets a second of opusenc's 20 ms frames.
     wait_state(&server, "opus", "live", Duration::from_secs(5));
-    let whep = format!("http://{}/cams/opus/whep", server.http);
-    let (o, text) = viewers(format!(
-        "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
-    ))
-    .join()
-    .expect("bench");
-    let ctx = format!("{text}\n{}", server.log_tail(30));
-    assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
-    let a = o.clients[0].audio.as_ref().expect("audio");
+    let (a, ctx) = audio_of_one_viewer(&server, "opus");
     assert!(
         a.packets > 4 * 50 * 8 / 10,
         "{} audio packets\n{ctx}",
