@@ -443,15 +443,7 @@ fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
             ),
         ],
     ));
-    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
-        ice_ufrag: "abcd",
-        ice_pwd: "abcdefghijklmnopqrstuvwx",
-        fingerprint_sha256: &[7; 32],
-        video: true,
-        audio: true,
-        abs_capture_time: false,
-        all_video: true,
-    });
+    let offer = common::whep_offer_with(true);
     let r = http_request(
         server.http,
         "POST",

@@ -461,15 +461,7 @@ fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
         "-url {whep} -n 2 -cint 20 -life 5 -sint 5000 --all-video --json"
     ));
     // An H264-only offer (Chromium without H265, tern bench's default) is refused.
-    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
-        ice_ufrag: "abcd",
-        ice_pwd: "abcdefghijklmnopqrstuvwx",
-        fingerprint_sha256: &[7; 32],
-        video: true,
-        audio: true,
-        abs_capture_time: false,
-        all_video: false,
-    });
+    let offer = common::whep_offer();
     let r = common::http_request(
         server.http,
         "POST",

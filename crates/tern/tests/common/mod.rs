@@ -758,6 +758,12 @@ pub fn silent_offer() -> String {
 
 /// A WHEP offer (video and audio, receive-only) as tern bench's clients make it.
 pub fn whep_offer() -> String {
+    whep_offer_with(false)
+}
+
+/// [`whep_offer`], offering every video codec tern takes when `all_video` (as
+/// `tern bench --all-video`), else H264 only.
+pub fn whep_offer_with(all_video: bool) -> String {
     tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
         ice_ufrag: "cliU",
         ice_pwd: "clientPasswordClientPw",
@@ -765,7 +771,7 @@ pub fn whep_offer() -> String {
         video: true,
         audio: true,
         abs_capture_time: true,
-        all_video: false,
+        all_video,
     })
 }
 
