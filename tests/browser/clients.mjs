@@ -62,7 +62,8 @@ export function startClient(kind, whep, seconds, link = null, args = []) {
 /**
  * The viewers of `stream` (`app/name`) by where they are, with their live figures
  * (`GET /v1/viewers/{id}`): `narrow` for the one whose remote address is `ip`, `free` for
- * another one. Each is `{ id, layer, live }` (layer: the RID sent).
+ * another one. Each is `{ id, layer, paused, live }` (layer: the RID sent; paused: its video
+ * is paused, from the snapshot).
  */
 export async function viewersBy(base, stream, ip) {
   const res = await fetch(`${base}/v1/streams/${stream}/viewers`);
@@ -72,7 +73,7 @@ export async function viewersBy(base, stream, ip) {
     const remote = String(v.connection?.remote ?? '');
     const one = await fetch(`${base}/v1/viewers/${v.identity.id}`);
     const live = one.ok ? (await one.json()).live : null;
-    out[remote.startsWith(`${ip}:`) ? 'narrow' : 'free'] = { id: v.identity.id, layer: v.connection?.layer, live };
+    out[remote.startsWith(`${ip}:`) ? 'narrow' : 'free'] = { id: v.identity.id, layer: v.connection?.layer, paused: v.connection?.video_paused ?? false, live };
   }
   return out;
 }

@@ -15,15 +15,22 @@ use std::collections::VecDeque;
 
 use tern_proto::twcc::Feedback;
 
-/// Packets whose send time is remembered for matching feedback: 6 bytes each, 768 B in
-/// all; at 1,000 packets a second (10 Mbit/s) 128 ms, more than the 50-100 ms between two
-/// feedbacks (a 2.5 Mbit/s layer: half a second).
-const SENT_RING: usize = 128;
-/// A slot of the sent ring holds the packet's size in its low 14 bits (16 KiB, more than
-/// any UDP packet here), and two flags: its arrival was counted, it was counted lost.
-const SIZE_MASK: u16 = 0x3fff;
-const ACKED: u16 = 0x8000;
-const LOST: u16 = 0x4000;
+/// Packets whose send time is remembered for matching feedback: 4 bytes each, 896 B in
+/// all. A feedback names packets sent up to a queue and a feedback interval ago: a pion
+/// viewer behind a 300 kbit/s token bucket (300 ms of queue) reported 140 packets behind
+/// the newest sent; at 1,000 packets a second (10 Mbit/s) this is 224 ms.
+const SENT_RING: usize = 224;
+/// A slot of the sent ring: two flags (its arrival was counted, it was counted lost), the
+/// packet's size in 11 bits (2,047 B, more than any packet sent here; 0: an empty slot),
+/// and the low [`TIME_BITS`] of its send time in [`TICK_US`] ticks (52 s, rebuilt against
+/// the feedback's time).
+const ACKED: u32 = 1 << 31;
+const LOST: u32 = 1 << 30;
+const SIZE_SHIFT: u32 = TIME_BITS;
+const SIZE_MAX: u32 = (1 << 11) - 1;
+const TIME_BITS: u32 = 19;
+const TIME_MASK: u32 = (1 << TIME_BITS) - 1;
+const TICK_US: i64 = 100;
 /// Packets sent within this of a group's first belong to the group (a burst).
 const GROUP_US: i64 = 5_000;
 /// Delay samples in the trendline's regression window.
@@ -100,16 +107,13 @@ struct Group {
 #[derive(Debug)]
 pub struct Estimator {
     cfg: BweConfig,
-    /// Recent packets, by `seq % SENT_RING` (a slot's older packet is 128 numbers back, so a
-    /// feedback is matched by its sequence number alone; size 0 marks an empty slot).
-    /// The last [`SENT_RING`] packets sent, by `seq % SENT_RING`: their sizes (0: none)
-    /// and the low 32 bits of their send times in µs (rebuilt against the feedback's time:
-    /// valid for 71 minutes). Two arrays rather than one of pairs, which would be padded to
-    /// 8 bytes a packet. A slot's sequence number is not kept: a feedback's is taken when it
-    /// is among the last [`SENT_RING`] sent (`newest`).
-    sizes: [u16; SENT_RING],
-    send_lo: [u32; SENT_RING],
-    newest: Option<u16>,
+    /// The last [`SENT_RING`] packets sent, by extended sequence number modulo the ring
+    /// (see [`ACKED`] for a slot's bits). A slot's sequence number is not kept: a
+    /// feedback's is taken when it is among the last [`SENT_RING`] sent (`newest`).
+    sent: [u32; SENT_RING],
+    /// Extended sequence number of the newest packet sent (the 16-bit ones extended
+    /// against it, so that the ring's index does not jump when they wrap).
+    newest: Option<u32>,
     group: Option<Group>,
     prev_group: Option<Group>,
     /// Trendline state.
@@ -147,8 +151,7 @@ impl Estimator {
         let start = cfg.start_bps.clamp(cfg.min_bps, cfg.max_bps) as f64;
         Estimator {
             cfg,
-            sizes: [0; SENT_RING],
-            send_lo: [0; SENT_RING],
+            sent: [0; SENT_RING],
             newest: None,
             group: None,
             prev_group: None,
@@ -179,6 +182,19 @@ impl Estimator {
         (self.delay_bps.min(self.loss_bps) as u64).clamp(self.cfg.min_bps, self.cfg.max_bps)
     }
 
+    /// Brings the estimate down to what the path was last shown to carry: [`BETA`] times
+    /// the throughput acknowledged, or half the estimate without one (never up). For a
+    /// sender that stops sending media on a path it found overloaded: what it sends next
+    /// (probes) starts from what got through, not from an estimate the loss-based cuts
+    /// were still bringing down.
+    pub fn settle(&mut self) {
+        let est = self.delay_bps.min(self.loss_bps);
+        let to = self.acked_bps().map_or(est / 2.0, |a| BETA * a).min(est);
+        let to = to.clamp(self.cfg.min_bps as f64, self.cfg.max_bps as f64);
+        self.delay_bps = to;
+        self.loss_bps = to;
+    }
+
     /// What the delay-based detector last saw.
     pub fn usage(&self) -> Usage {
         self.usage
@@ -202,16 +218,26 @@ impl Estimator {
     /// A packet of `size` bytes was sent with transport-wide sequence number `seq` at
     /// `now_us`.
     pub fn on_sent(&mut self, seq: u16, size: usize, now_us: i64) {
-        let i = usize::from(seq) % SENT_RING;
-        self.sizes[i] = size.clamp(1, usize::from(SIZE_MASK)) as u16;
-        self.send_lo[i] = now_us as u32;
+        let ext = self.extend(seq);
+        let size = (size as u32).clamp(1, SIZE_MAX);
+        let time = (now_us / TICK_US) as u32 & TIME_MASK;
+        self.sent[ext as usize % SENT_RING] = size << SIZE_SHIFT | time;
         // Sequence numbers only grow (mod 2^16); a late report of an older send keeps the
         // newest.
-        if self
-            .newest
-            .is_none_or(|n| seq.wrapping_sub(n) < u16::MAX / 2)
-        {
-            self.newest = Some(seq);
+        if self.newest.is_none_or(|n| ext > n) {
+            self.newest = Some(ext);
+        }
+    }
+
+    /// `seq` extended against the newest sent (the first starts past 2^16, so that one
+    /// just before it extends without going below zero).
+    fn extend(&self, seq: u16) -> u32 {
+        match self.newest {
+            None => u32::from(seq) + (1 << 16),
+            Some(n) => {
+                let d = i32::from(seq.wrapping_sub(n as u16) as i16);
+                n.wrapping_add_signed(d)
+            }
         }
     }
 
@@ -239,19 +265,20 @@ impl Estimator {
         let mut lost = 0usize;
         let mut reported = 0usize;
         for p in &fb.packets {
-            let i = usize::from(p.seq) % SENT_RING;
-            let (raw, send_lo) = (self.sizes[i], self.send_lo[i]);
-            let size = raw & SIZE_MASK;
+            let ext = self.extend(p.seq);
+            let i = ext as usize % SENT_RING;
+            let raw = self.sent[i];
+            let size = raw >> SIZE_SHIFT & SIZE_MAX;
             let recent = self
                 .newest
-                .is_some_and(|n| usize::from(n.wrapping_sub(p.seq)) < SENT_RING);
+                .is_some_and(|n| n >= ext && ((n - ext) as usize) < SENT_RING);
             if size == 0 || !recent || raw & ACKED != 0 {
                 continue; // not ours, too old to remember, or its arrival already counted
             }
             let Some(arrival) = p.arrival_us else {
                 // Counted lost once, however often it is reported missing.
                 if raw & LOST == 0 {
-                    self.sizes[i] |= LOST;
+                    self.sent[i] |= LOST;
                     reported += 1;
                     lost += 1;
                 }
@@ -261,9 +288,11 @@ impl Estimator {
             // sequence number recorded since its last feedback, so a late packet makes it
             // repeat what it sent): counted twice, its bytes would inflate the throughput
             // acknowledged and with it the estimate's floor.
-            self.sizes[i] |= ACKED;
+            self.sent[i] |= ACKED;
             reported += 1;
-            let send = now_us - i64::from((now_us as u32).wrapping_sub(send_lo));
+            let now_t = now_us / TICK_US;
+            let age = (now_t as u32).wrapping_sub(raw) & TIME_MASK;
+            let send = (now_t - i64::from(age)) * TICK_US;
             self.ack(send, arrival, u64::from(size));
             self.on_arrival(send, arrival);
         }
@@ -398,7 +427,8 @@ impl Estimator {
     }
 
     /// The loss-based rate (GCC §6): cut by half the loss above 10 % (at most once per
-    /// [`LOSS_CUT_US`]), grown 5 % below 2 %, up to the delay-based rate.
+    /// [`LOSS_CUT_US`]), grown 5 % below 2 %, up to the delay-based rate (and to at least what was acknowledged
+    /// while the delay holds steady).
     fn update_loss(&mut self, loss: f64, now: i64) {
         if loss > LOSS_HIGH {
             if self.last_loss_cut.is_none_or(|l| now - l >= LOSS_CUT_US) {
@@ -406,7 +436,17 @@ impl Estimator {
                 self.last_loss_cut = Some(now);
             }
         } else if loss < LOSS_LOW {
-            self.loss_bps = (self.loss_bps * 1.05).min(self.delay_bps.max(self.loss_bps));
+            // What arrived almost without loss while queues held steady the path carries: a
+            // cut taken while it was overloaded must not hold the estimate down once probes
+            // show room (grown 5 % a feedback, a cut to a tenth takes seconds of feedback to
+            // undo; libwebrtc's probe results lift the loss-based rate at once too).
+            let floor = match self.usage {
+                Usage::Normal => self.acked_bps().unwrap_or(0.0),
+                _ => 0.0,
+            };
+            self.loss_bps = (self.loss_bps * 1.05)
+                .min(self.delay_bps.max(self.loss_bps))
+                .max(floor);
         }
     }
 }

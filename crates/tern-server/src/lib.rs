@@ -335,6 +335,7 @@ impl Server {
             // packaged or recorded).
             hls_tap: Some(hls_tx),
             gso: t.gso == config::GsoMode::Auto,
+            pause_video: t.pause_video_below_estimate,
             workers: WorkerCounts {
                 socket: cfg.server.worker_count,
                 app: cfg.server.app_worker_count,

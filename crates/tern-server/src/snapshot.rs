@@ -57,6 +57,9 @@ pub struct ViewerSnapshot {
     pub identity: Arc<Segment>,
     /// State, remote address, connection time.
     pub connection: Arc<Segment>,
+    /// Whether its video is paused (also `video_paused` in `connection`, from the first
+    /// pause on).
+    pub video_paused: bool,
 }
 
 impl ViewerSnapshot {
@@ -137,6 +140,11 @@ pub enum EventKind {
     ViewerLeft,
     /// A viewer of a simulcast stream started on a layer or moved to another.
     ViewerLayer,
+    /// A single-layer stream's viewer's video paused: its path's estimate is below the
+    /// stream's video rate (`tunables.pause_video_below_estimate`); its audio goes on.
+    ViewerVideoPaused,
+    /// A paused viewer's video resumes (from the stream's next keyframe).
+    ViewerVideoResumed,
     /// A stream went live or stopped being live.
     StreamChanged,
     /// A publisher made a stream on an undeclared name.
@@ -177,6 +185,8 @@ impl EventKind {
             EventKind::ViewerConnected => "viewer.connected",
             EventKind::ViewerLeft => "viewer.left",
             EventKind::ViewerLayer => "viewer.layer",
+            EventKind::ViewerVideoPaused => "viewer.video_paused",
+            EventKind::ViewerVideoResumed => "viewer.video_resumed",
             EventKind::StreamChanged => "stream.changed",
             EventKind::StreamCreated => "stream.created",
             EventKind::StreamRemoved => "stream.removed",
@@ -376,6 +386,7 @@ impl Snapshots {
             stream: stream.clone(),
             identity,
             connection,
+            video_paused: false,
         };
         if let Ok(mut m) = self.viewers.write() {
             m.insert(id, snap.clone());
@@ -429,6 +440,33 @@ impl Snapshots {
     /// A viewer of a simulcast stream is now sent layer `rid` (`pinned`: by `?layer=` or
     /// the API): the connection segment is rebuilt with both.
     pub fn viewer_layer(&self, id: u64, rid: &str, pinned: bool) {
+        self.viewer_connection(id, EventKind::ViewerLayer, |v, _| {
+            v["layer"] = json!(rid);
+            v["pinned"] = json!(pinned);
+        });
+    }
+
+    /// A viewer's video paused (`true`: its path is too narrow for the stream) or resumed:
+    /// the connection segment is rebuilt with `video_paused`.
+    pub fn viewer_video_paused(&self, id: u64, paused: bool) {
+        let kind = if paused {
+            EventKind::ViewerVideoPaused
+        } else {
+            EventKind::ViewerVideoResumed
+        };
+        self.viewer_connection(id, kind, |v, s| {
+            v["video_paused"] = json!(paused);
+            s.video_paused = paused;
+        });
+    }
+
+    /// Rebuilds a viewer's connection segment with `edit` and publishes `kind` with it.
+    fn viewer_connection(
+        &self,
+        id: u64,
+        kind: EventKind,
+        edit: impl FnOnce(&mut serde_json::Value, &mut ViewerSnapshot),
+    ) {
         let at = unix_ms();
         let snap = {
             let Ok(mut m) = self.viewers.write() else {
@@ -437,18 +475,15 @@ impl Snapshots {
             let Some(old) = m.get(&id) else { return };
             let mut v: serde_json::Value =
                 serde_json::from_str(&old.connection.json).unwrap_or_else(|_| json!({}));
-            v["layer"] = json!(rid);
-            v["pinned"] = json!(pinned);
-            let snap = ViewerSnapshot {
-                connection: Segment::build(v, &self.builds),
-                ..old.clone()
-            };
+            let mut snap = old.clone();
+            edit(&mut v, &mut snap);
+            snap.connection = Segment::build(v, &self.builds);
             m.insert(id, snap.clone());
             rebook(&mut m, &self.pool, &self.booked);
             snap
         };
         self.publish(Event {
-            kind: EventKind::ViewerLayer,
+            kind,
             stream: snap.stream.clone(),
             at_ms: at,
             snapshot: SnapshotRef::Viewer(snap),

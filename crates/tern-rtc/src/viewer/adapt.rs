@@ -73,6 +73,8 @@ use super::{Viewer, ViewerError, ViewerState};
 use crate::bwe::{BweConfig, Estimator, Usage};
 use crate::stream::LayerRates;
 
+pub mod pause;
+
 /// Padding bytes of a probe packet: the most one packet's padding can say (its count is one
 /// octet).
 const PADDING: usize = 255;
@@ -227,6 +229,8 @@ pub struct Observed {
     pub can_probe: bool,
     /// Whether its layer is pinned.
     pub pinned: bool,
+    /// Whether its video is paused (see [`LayerChooser::gate`]).
+    pub paused: bool,
 }
 
 /// Where a viewer's layer goes.
@@ -238,6 +242,11 @@ pub enum Switch {
     To(u8),
     /// Down to this layer, the current one stopping at once ([`Viewer::drop_to_layer`]).
     Drop(u8),
+    /// No video at all, from now ([`Viewer::pause_video`]; a single-layer stream's
+    /// viewer, see [`LayerChooser::gate`]).
+    Pause,
+    /// Video again, from the layer's next keyframe ([`Viewer::resume_video`]).
+    Resume,
 }
 
 /// What [`LayerChooser::choose`] decided.
@@ -471,8 +480,13 @@ impl LayerChooser {
             return false;
         }
         let total = (PROBE_GAIN * b).min(need * PROBE_CAP);
-        let extra = (total - f64::from(rates.rate(target))).max(0.0);
-        let units = (extra / 8.0 / RATE_UNIT as f64).min(f64::from(RATE_MASK)) as u16;
+        self.begin_probe(total - f64::from(rates.rate(target)), t)
+    }
+
+    /// Starts a probe that adds `extra` bit/s of padding for [`PROBE_LENGTH`] (none when
+    /// that rounds to nothing).
+    fn begin_probe(&mut self, extra: f64, t: Tick) -> bool {
+        let units = (extra.max(0.0) / 8.0 / RATE_UNIT as f64).min(f64::from(RATE_MASK)) as u16;
         if units == 0 {
             return false;
         }
@@ -549,9 +563,19 @@ impl Viewer {
     /// it (the sequence number extension is then written on its video). Returns whether it
     /// has one.
     pub fn enable_bwe(&mut self, now: Instant) -> bool {
+        self.enable_bwe_from(now, BweConfig::default().start_bps)
+    }
+
+    /// As [`Viewer::enable_bwe`], with the estimate starting at `start_bps` (a
+    /// single-layer stream's viewer whose path came in doubt: from a little above the
+    /// stream's rate, so that the first loss the feedback shows takes it below).
+    pub fn enable_bwe_from(&mut self, now: Instant, start_bps: u64) -> bool {
         if self.bwe.is_none() && self.video.is_some_and(|t| t.p.transport_cc_ext.is_some()) {
             self.bwe = Some(Box::new(Bwe {
-                est: Estimator::new(BweConfig::default()),
+                est: Estimator::new(BweConfig {
+                    start_bps,
+                    ..BweConfig::default()
+                }),
                 next_seq: 0,
                 // A start as unpredictable as the (random) RTX SSRC (RFC 3550 §5.1), below
                 // 2^15 like the media's.
@@ -684,6 +708,7 @@ impl Viewer {
             sending: self.video_layer(),
             can_probe: self.can_probe(),
             pinned: self.pinned,
+            paused: self.video_paused(),
         }
     }
 
@@ -693,6 +718,8 @@ impl Viewer {
             Switch::Stay => {}
             Switch::To(layer) => self.set_layer(layer, false),
             Switch::Drop(layer) => self.drop_to_layer(layer),
+            Switch::Pause => self.pause_video(),
+            Switch::Resume => self.resume_video(),
         }
     }
 
@@ -708,7 +735,9 @@ impl Viewer {
         self.pinned = pin;
         if let Some(t) = self.video.as_mut() {
             t.target = layer;
-            t.hold = false;
+            // A paused viewer resumes, at the layer's next keyframe.
+            t.hold = t.paused && t.src_start.is_some();
+            t.paused = false;
             if t.src_start.is_none() {
                 t.layer = layer;
             }
@@ -727,7 +756,61 @@ impl Viewer {
             t.hold = true;
         }
     }
+
+    /// Stops the viewer's video, at once and until [`Viewer::resume_video`]: no packet, no
+    /// retransmission, no keyframe (see [`LayerChooser::gate`]). Its audio goes on.
+    pub fn pause_video(&mut self) {
+        if let Some(t) = self.video.as_mut() {
+            t.paused = true;
+            t.hold = t.src_start.is_some();
+        }
+        // Probes start from what got through (see `Estimator::settle`).
+        if let Some(b) = self.bwe.as_mut() {
+            b.est.settle();
+        }
+    }
+
+    /// Sends video again from the layer's next keyframe, numbered on from the last packet
+    /// sent before the pause.
+    pub fn resume_video(&mut self) {
+        if let Some(t) = self.video.as_mut() {
+            t.paused = false;
+        }
+    }
+
+    /// Whether the viewer's video is paused.
+    pub fn video_paused(&self) -> bool {
+        self.video.as_ref().is_some_and(|t| t.paused)
+    }
+
+    /// Whether the viewer waits for a keyframe to resume its video (the owner asks the
+    /// publisher for one).
+    pub fn resuming(&self) -> bool {
+        self.video
+            .as_ref()
+            .is_some_and(|t| t.hold && !t.paused && t.target == t.layer)
+    }
+
+    /// Whether the viewer has a bandwidth estimator from transport-wide feedback running.
+    pub fn has_estimator(&self) -> bool {
+        self.bwe.is_some()
+    }
+
+    /// Whether the viewer's path has shown trouble: its latest receiver report has
+    /// [`DOUBT_LOSS`] or more of its video lost, or it has NACKed. A single-layer stream's
+    /// viewer gets its estimator only then (see `adapt/pause.rs`): one on a path that
+    /// never lost a packet pays nothing for it.
+    pub fn path_in_doubt(&self) -> bool {
+        self.video
+            .as_ref()
+            .is_some_and(|t| t.fraction_lost >= DOUBT_LOSS)
+            || self.resend.is_some()
+    }
 }
+
+/// Fraction of video lost (of 256, as receiver reports say it) from which a path is in
+/// doubt: 2 %.
+pub const DOUBT_LOSS: u8 = 5;
 
 #[cfg(test)]
 mod tests {
@@ -749,6 +832,7 @@ mod tests {
             sending: Some(layer),
             can_probe: true,
             pinned: false,
+            paused: false,
         }
     }
 

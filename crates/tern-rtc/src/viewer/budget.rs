@@ -61,6 +61,8 @@ pub struct ViewerLive {
     pub twcc_dropped: u64,
     /// The simulcast layer sent.
     pub layer: Option<u8>,
+    /// Whether its video is paused (a path too narrow for a single-layer stream).
+    pub video_paused: bool,
 }
 
 /// What a viewer keeps to measure its round-trip time (RFC 3550 §6.4.1): the middle 32

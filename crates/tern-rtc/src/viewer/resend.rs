@@ -36,6 +36,12 @@ impl Viewer {
     /// Call it for each NACKed packet that is still in the ring; one that is not is
     /// [`Viewer::nack_ignored`].
     pub fn may_retransmit(&mut self, kind: MediaKind, seq: u64, size: usize, now: Instant) -> bool {
+        // Video held back (paused, or a layer left for a narrower path) is not resent: the
+        // point of holding it is to let the path drain.
+        if kind == MediaKind::Video && self.video.as_ref().is_some_and(|t| t.hold || t.paused) {
+            self.nack_ignored();
+            return false;
+        }
         let now_ms = self.ms(now);
         let gap = self.rtt_ms().unwrap_or(0).max(MIN_RESEND_GAP_MS);
         let estimate = if kind == MediaKind::Video {
@@ -134,6 +140,7 @@ impl Viewer {
             twcc_parsed: parsed,
             twcc_dropped: dropped,
             layer: self.video_layer(),
+            video_paused: self.video_paused(),
         }
     }
 }

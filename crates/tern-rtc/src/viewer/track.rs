@@ -51,7 +51,11 @@ pub(super) struct Track {
     pub(super) target: u8,
     /// The layer being sent is held back until the switch (a path too narrow for it:
     /// what it would send only deepens the queue the new layer's keyframe waits in).
+    /// With `target == layer` it is held until that layer's next keyframe (a resume).
     pub(super) hold: bool,
+    /// Video paused (a path too narrow for the stream's one layer): nothing is sent, not
+    /// even a keyframe, until it resumes (see `adapt/pause.rs`).
+    pub(super) paused: bool,
     /// VP8: the last picture ID and TL0PICIDX sent, and what is added to the layer's own
     /// since the last switch.
     pub(super) last_pid: u16,
@@ -80,6 +84,7 @@ impl Track {
             layer: 0,
             target: 0,
             hold: false,
+            paused: false,
             last_pid: 0,
             last_tl0: 0,
             pid_off: 0,
@@ -167,9 +172,10 @@ impl Track {
     /// `switch`, a keyframe of the wanted layer also counts.
     pub(super) fn takes(&self, pkt: &RingPacket) -> bool {
         match self.src_start {
+            _ if self.paused => false,
             _ if pkt.kind == MediaKind::Video
                 && pkt.layer == self.target
-                && pkt.layer != self.layer
+                && (pkt.layer != self.layer || self.hold)
                 && pkt.keyframe =>
             {
                 true
@@ -268,6 +274,27 @@ mod tests {
         // A retransmission of layer 0's packet 11 keeps its number.
         assert_eq!(send(&mut t, &video(0, 11, true)), Some(103));
         assert_eq!(t.last_out, 104);
+    }
+
+    #[test]
+    fn paused_video_sends_nothing_and_resumes_at_a_keyframe_with_the_numbering_going_on() {
+        let mut t = track(100);
+        assert_eq!(send(&mut t, &video(0, 50, true)), Some(100));
+        assert_eq!(send(&mut t, &video(0, 51, false)), Some(101));
+        t.paused = true;
+        t.hold = true;
+        // Nothing, not a keyframe, not a retransmission.
+        assert_eq!(send(&mut t, &video(0, 52, false)), None);
+        assert_eq!(send(&mut t, &video(0, 60, true)), None);
+        assert_eq!(send(&mut t, &video(0, 51, false)), None);
+        // Resumed: held until the layer's next keyframe, then numbered on from 101.
+        t.paused = false;
+        assert_eq!(send(&mut t, &video(0, 61, false)), None);
+        assert_eq!(send(&mut t, &video(0, 70, true)), Some(102));
+        assert!(!t.hold);
+        assert_eq!(send(&mut t, &video(0, 71, false)), Some(103));
+        assert_eq!(t.src_of(102), Some(70));
+        assert_eq!(t.src_of(101), None);
     }
 
     #[test]

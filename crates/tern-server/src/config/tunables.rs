@@ -70,6 +70,14 @@ pub struct Tunables {
     /// without it). On this kind of machine it sends several times the packets per
     /// CPU-second of plain `sendmmsg` (BENCHMARKS.md). `off` never uses it.
     pub gso: GsoMode,
+    /// A viewer of a single-layer stream whose bandwidth estimate stays below the stream's
+    /// video rate has its video paused (its audio goes on) and resumed at a keyframe when
+    /// probes find room again, with `viewer.video_paused` and `viewer.video_resumed`
+    /// events. Its estimator starts only once its path shows trouble (2 % loss in a
+    /// receiver report, or a NACK), and needs transport-wide
+    /// feedback with RTX negotiated (browsers, pion, GStreamer). Default `true`; `false`
+    /// sends every viewer all the video, whatever its path.
+    pub pause_video_below_estimate: bool,
 }
 
 /// The values of `tunables.gso`.
@@ -101,6 +109,7 @@ impl Default for Tunables {
                 SrtpProfileName::Aes128Cm,
             ],
             gso: GsoMode::Auto,
+            pause_video_below_estimate: true,
         }
     }
 }
@@ -195,6 +204,7 @@ mod tests {
             max_viewers: 1,
             srtp_profiles: vec![SrtpProfileName::Aes128Cm],
             gso: GsoMode::Off,
+            pause_video_below_estimate: false,
         };
         assert!(edges.check().is_ok());
     }
@@ -207,5 +217,13 @@ mod tests {
         assert_eq!(t.gso, GsoMode::Auto);
         assert_eq!(Tunables::default().gso, GsoMode::Auto);
         assert!(toml::from_str::<Tunables>("gso = \"on\"").is_err());
+    }
+
+    #[test]
+    fn video_pauses_below_the_estimate_unless_turned_off() {
+        assert!(Tunables::default().pause_video_below_estimate);
+        let t: Tunables = toml::from_str("pause_video_below_estimate = false").expect("false");
+        assert!(!t.pause_video_below_estimate);
+        assert!(toml::from_str::<Tunables>("pause_video_below_estimate = 1").is_err());
     }
 }

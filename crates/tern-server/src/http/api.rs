@@ -157,6 +157,7 @@ fn live_json(l: &tern_rtc::viewer::ViewerLive) -> String {
         "twcc_parsed": l.twcc_parsed,
         "twcc_dropped": l.twcc_dropped,
         "layer": l.layer,
+        "video_paused": l.video_paused,
     })
     .to_string()
 }

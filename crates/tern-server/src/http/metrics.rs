@@ -287,7 +287,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         s.snapshots.subscribers() as u64,
     );
     let keys = st.streams.list();
-    let per_stream: [(&str, &str, &str); 8] = [
+    let per_stream: [(&str, &str, &str); 9] = [
         ("tern_stream_live", "Whether the stream is live.", "gauge"),
         ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
         (
@@ -320,6 +320,11 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "Packets retransmitted to the stream's viewers (NACKs answered within budget).",
             "counter",
         ),
+        (
+            "tern_stream_viewers_video_paused",
+            "The stream's viewers whose video is paused (their path's estimate is below the stream's video rate).",
+            "gauge",
+        ),
     ];
     let viewers = s.snapshots.viewers(None);
     for (m, (name, help, kind)) in per_stream.iter().enumerate() {
@@ -337,7 +342,11 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
                 4 => c.map_or(0, |c| l(&c.nacks)),
                 5 => c.map_or(0, |c| l(&c.keyframe_requests)),
                 6 => c.map_or(0, |c| l(&c.reported_lost)),
-                _ => c.map_or(0, |c| l(&c.retransmits)),
+                7 => c.map_or(0, |c| l(&c.retransmits)),
+                _ => viewers
+                    .iter()
+                    .filter(|v| v.video_paused && &*v.stream == key.as_str())
+                    .count() as u64,
             };
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }

@@ -56,14 +56,14 @@ pub fn openapi_doc() -> serde_json::Value {
             "/v1/turn/allocations/{id}": {"get": {"summary": "A TURN allocation's cached snapshot", "parameters": [p("id", "allocation id")], "security": [{"bearer": []}],
                 "responses": {"200": ok_json("allocation snapshot"), "404": status("no such allocation"), "401": status("API token required")}}},
             "/v1/viewers/{id}": {
-                "get": {"summary": "A viewer's cached snapshot with its live figures (live: estimate_bps, rtt_ms, loss, nacks, retransmits, bytes_sent, retransmitted_bytes, nacks_ignored, twcc_parsed, twcc_dropped, layer)", "parameters": [id], "security": [{"bearer": []}],
+                "get": {"summary": "A viewer's cached snapshot with its live figures (live: estimate_bps, rtt_ms, loss, nacks, retransmits, bytes_sent, retransmitted_bytes, nacks_ignored, twcc_parsed, twcc_dropped, layer, video_paused)", "parameters": [id], "security": [{"bearer": []}],
                     "responses": {"200": ok_json("viewer snapshot with live figures"), "404": status("no such viewer"), "401": status("API token required")}},
                 "delete": {"summary": "Kick a viewer", "parameters": [id], "security": [{"bearer": []}],
                     "responses": {"204": status("kicked"), "404": status("no such viewer"), "401": status("API token required")}}},
             "/v1/events": {"get": {"summary": "Event stream (WebSocket): one JSON object per event, a cached snapshot plus type, stream, time",
                 "parameters": [
                     {"name": "type", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed, recording.started, recording.segment, recording.stopped, source.changed, source.error"},
+                     "description": "comma-separated: viewer.joined, viewer.connected, viewer.left, viewer.layer, viewer.video_paused, viewer.video_resumed, stream.changed, publisher.joined, publisher.live, publisher.left, publisher.warning, allocation.created, allocation.closed, recording.started, recording.segment, recording.stopped, source.changed, source.error"},
                     {"name": "stream", "in": "query", "required": false, "schema": {"type": "string"}, "description": "app/stream"}],
                 "security": [{"bearer": []}],
                 "responses": {"101": status("switching to WebSocket"), "400": status("not a WebSocket request"), "401": status("API token required")}}},

@@ -84,6 +84,9 @@ pub struct EngineConfig {
     pub hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
     /// Whether to send with UDP GSO where the kernel supports it (`tunables.gso`).
     pub gso: bool,
+    /// Whether a single-layer stream's viewer on a path too narrow for it has its video
+    /// paused (`tunables.pause_video_below_estimate`).
+    pub pause_video: bool,
 }
 
 /// With this variable set to `1`, the first GSO send is made to fail (the kernel refuses it
@@ -239,6 +242,7 @@ impl Engine {
             rings,
             hls_tap,
             gso,
+            pause_video,
         } = cfg;
         let sockets = bind_sockets(bind, workers.socket)?;
         let local = sockets[0].local_addr()?;
@@ -349,6 +353,7 @@ impl Engine {
                     timeouts: publisher_timeouts,
                     rings,
                     gso: gso.clone(),
+                    pause_video,
                     hls_tap: if role == Role::App {
                         hls_tap.clone()
                     } else {

@@ -140,6 +140,8 @@ pub(super) struct WorkerInit {
     pub(super) rings: (usize, usize),
     /// Whether the send batch may use UDP GSO (shared by every worker, see `batch.rs`).
     pub(super) gso: Arc<Gso>,
+    /// See [`EngineConfig::pause_video`](crate::media::EngineConfig::pause_video).
+    pub(super) pause_video: bool,
     /// The HLS thread's queue (app workers).
     pub(super) hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
 }
@@ -231,7 +233,7 @@ impl Worker {
             publisher_ids: vec![None; n_streams],
             rings: w.rings,
             catching: Vec::new(),
-            adaptation: Adaptation::new(Instant::now()),
+            adaptation: Adaptation::new(Instant::now(), w.pause_video),
             hls_tap: w.hls_tap,
             sweeps: 0,
             sourced,

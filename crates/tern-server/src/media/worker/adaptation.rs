@@ -22,17 +22,26 @@ pub(super) struct Adaptation {
     probing: Vec<ViewerId>,
     /// When the last round of probes ran.
     last_round: Instant,
+    /// Whether single-layer streams' viewers are gated (their video paused on a path too
+    /// narrow for it, see `worker/layers.rs`).
+    pause_video: bool,
 }
 
 impl Adaptation {
     /// Starts at `now`: the first pass is due at once.
-    pub(super) fn new(now: Instant) -> Self {
+    pub(super) fn new(now: Instant, pause_video: bool) -> Self {
         Adaptation {
             epoch: Epoch::new(now),
             next_pass: now,
             probing: Vec::new(),
             last_round: now,
+            pause_video,
         }
+    }
+
+    /// Whether single-layer streams' viewers may have their video paused.
+    pub(super) fn pause_video(&self) -> bool {
+        self.pause_video
     }
 
     /// The origin of the viewers' choosers' stamps.
@@ -76,7 +85,7 @@ mod tests {
     fn a_pass_is_due_at_once_then_every_250_ms_from_the_last() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
-        let mut a = Adaptation::new(t0);
+        let mut a = Adaptation::new(t0, true);
         assert!(a.pass_due(t0));
         assert!(!a.pass_due(ms(249)));
         // Late by 10 ms (the next sweep): the one after is 250 ms from then.
@@ -88,7 +97,7 @@ mod tests {
     #[test]
     fn a_round_is_as_long_as_the_time_since_the_last_and_an_idle_list_holds_nothing() {
         let t0 = Instant::now();
-        let mut a = Adaptation::new(t0);
+        let mut a = Adaptation::new(t0, true);
         let id = ViewerId::from_raw(7);
         a.started([id]);
         let (round, list) = a.begin_round(t0 + Duration::from_millis(20));

@@ -1,11 +1,16 @@
-//! Simulcast layer choice and probing, for the viewers of simulcast streams only (a viewer
-//! of a single-layer stream has nothing to adapt and pays nothing here). The policy is
+//! Simulcast layer choice and probing, and the pause of a single-layer stream's video on a
+//! path too narrow for it (`tunables.pause_video_below_estimate`). The policy is
 //! tern-rtc's sans-IO `LayerChooser` (`tern_rtc::viewer::adapt`: down at once, up after a
 //! hold, probes and their back-off, all stated in time); the worker runs it:
 //!
 //! - every 250 ms (`adaptation::EVERY`), for each simulcast stream it serves, each
 //!   connected viewer's chooser, with what it observes of the viewer and the stream's layer
 //!   rates, and carries out the decision (pinned viewers never move);
+//! - at the same pace, for each single-layer stream, the viewers whose path is in doubt
+//!   (`Viewer::path_in_doubt`: loss in a receiver report, a NACK; only those
+//!   get an estimator) through the chooser's gate (`tern_rtc::viewer::adapt::pause`):
+//!   their video pauses while the stream does not fit their estimate and resumes at a
+//!   keyframe, each with an event; a viewer without trouble pays nothing here;
 //! - every sweep, a round of each probing viewer's probe: what the time since the last
 //!   round earned, in padding-only packets on its RTX SSRC (see `Worker::send_padding`).
 //!
@@ -17,10 +22,14 @@
 use std::time::Instant;
 
 use tern_rtc::stream::MAX_LAYERS;
-use tern_rtc::viewer::adapt::ProbeRound;
+use tern_rtc::viewer::adapt::{ProbeRound, Switch};
 
 use super::Worker;
 use crate::media::ledger::ledger;
+
+/// The least a single-layer stream's viewer's estimate starts at (a stream whose rate is
+/// not measured yet).
+const START_FLOOR_BPS: u64 = 300_000;
 use crate::media::link::ViewerId;
 
 impl Worker {
@@ -36,6 +45,11 @@ impl Worker {
             };
             if e.handshaking {
                 continue;
+            }
+            // Paused while its stream had one layer: the gate no longer runs it.
+            if e.viewer.video_paused() {
+                e.viewer.resume_video();
+                self.stats.snapshots.viewer_video_paused(id.raw(), false);
             }
             // Observing starts the viewer's estimator (its heap is the viewer's).
             let seen = ledger(e, |v| v.observe(now));
@@ -54,6 +68,48 @@ impl Worker {
             if wanted & 1 << layer != 0 {
                 self.ask_keyframe(stream, layer, now);
             }
+        }
+    }
+
+    /// Pauses and resumes the video of single-layer stream `stream`'s viewers whose path is
+    /// in doubt, and starts their probes (see the module).
+    pub(super) fn gate_video(&mut self, stream: usize, now: Instant) {
+        let rate = self.streams[stream].stream.layer_rates().rate(0);
+        let mut resuming = false;
+        let mut probes: Vec<ViewerId> = Vec::new();
+        let mut changed: Vec<(ViewerId, bool)> = Vec::new();
+        for &id in &self.streams[stream].viewers {
+            let Some(e) = self.table.get(id) else {
+                continue;
+            };
+            if e.handshaking || !(e.viewer.has_estimator() || e.viewer.path_in_doubt()) {
+                continue;
+            }
+            // From a little above the stream's rate: the first loss takes it below.
+            let start = u64::from(rate) * 5 / 4;
+            let seen = ledger(e, |v| {
+                v.enable_bwe_from(now, start.max(START_FLOOR_BPS));
+                v.observe(now)
+            });
+            self.pools.book(e);
+            let d = e.layers.gate(self.adaptation.epoch(), &seen, rate, now);
+            e.viewer.apply(d.switch);
+            match d.switch {
+                Switch::Pause => changed.push((id, true)),
+                Switch::Resume => changed.push((id, false)),
+                _ => {}
+            }
+            if d.probe {
+                probes.push(id);
+            }
+            resuming |= e.viewer.resuming();
+        }
+        self.adaptation.started(probes);
+        for (id, paused) in changed {
+            self.stats.snapshots.viewer_video_paused(id.raw(), paused);
+        }
+        if resuming {
+            self.ask_keyframe(stream, 0, now);
         }
     }
 

@@ -106,6 +106,8 @@ impl Worker {
             for i in 0..self.streams.len() {
                 if self.streams[i].stream.layers() > 1 {
                     self.choose_layers(i, now);
+                } else if self.adaptation.pause_video() {
+                    self.gate_video(i, now);
                 }
             }
         }
