@@ -183,13 +183,13 @@ impl Estimator {
     }
 
     /// Brings the estimate down to what the path was last shown to carry: [`BETA`] times
-    /// the throughput acknowledged, or half the estimate without one (never up). For a
+    /// the throughput acknowledged, or `unmeasured` without one (never up). For a
     /// sender that stops sending media on a path it found overloaded: what it sends next
     /// (probes) starts from what got through, not from an estimate the loss-based cuts
     /// were still bringing down.
-    pub fn settle(&mut self) {
+    pub fn settle(&mut self, unmeasured: f64) {
         let est = self.delay_bps.min(self.loss_bps);
-        let to = self.acked_bps().map_or(est / 2.0, |a| BETA * a).min(est);
+        let to = self.acked_bps().map_or(unmeasured, |a| BETA * a).min(est);
         let to = to.clamp(self.cfg.min_bps as f64, self.cfg.max_bps as f64);
         self.delay_bps = to;
         self.loss_bps = to;

@@ -307,7 +307,7 @@ fn settling_brings_the_estimate_to_what_got_through_and_never_up() {
     sim.run(1_000_000.0, 3.0);
     let before = sim.est.estimate_bps();
     let acked = sim.est.acked_bps().expect("acknowledged");
-    sim.est.settle();
+    sim.est.settle(150_000.0);
     let after = sim.est.estimate_bps();
     // The lower of the two, never below the floor.
     let want = (BETA * acked).min(before as f64).max(50_000.0);
@@ -315,10 +315,10 @@ fn settling_brings_the_estimate_to_what_got_through_and_never_up() {
         (after as f64 - want).abs() <= 1.0,
         "{before} -> {after}, {acked} acked"
     );
-    // Without an acknowledged rate, half the estimate.
+    // Without an acknowledged rate, what the caller says.
     let mut e = Estimator::new(BweConfig::default());
-    e.settle();
-    assert_eq!(e.estimate_bps(), 1_250_000);
+    e.settle(150_000.0);
+    assert_eq!(e.estimate_bps(), 150_000);
 }
 
 #[test]

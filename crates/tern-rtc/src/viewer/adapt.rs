@@ -231,6 +231,8 @@ pub struct Observed {
     pub pinned: bool,
     /// Whether its video is paused (see [`LayerChooser::gate`]).
     pub paused: bool,
+    /// Video lost in its latest receiver report (of 256).
+    pub loss: u8,
 }
 
 /// Where a viewer's layer goes.
@@ -480,18 +482,18 @@ impl LayerChooser {
             return false;
         }
         let total = (PROBE_GAIN * b).min(need * PROBE_CAP);
-        self.begin_probe(total - f64::from(rates.rate(target)), t)
+        self.begin_probe(total - f64::from(rates.rate(target)), t, PROBE_LENGTH)
     }
 
-    /// Starts a probe that adds `extra` bit/s of padding for [`PROBE_LENGTH`] (none when
-    /// that rounds to nothing).
-    fn begin_probe(&mut self, extra: f64, t: Tick) -> bool {
+    /// Starts a probe that adds `extra` bit/s of padding for `length` (none when that
+    /// rounds to nothing).
+    fn begin_probe(&mut self, extra: f64, t: Tick, length: Duration) -> bool {
         let units = (extra.max(0.0) / 8.0 / RATE_UNIT as f64).min(f64::from(RATE_MASK)) as u16;
         if units == 0 {
             return false;
         }
         self.set(self.level(), units);
-        self.until = Some(t.after(PROBE_LENGTH).stamp());
+        self.until = Some(t.after(length).stamp());
         true
     }
 
@@ -709,6 +711,7 @@ impl Viewer {
             can_probe: self.can_probe(),
             pinned: self.pinned,
             paused: self.video_paused(),
+            loss: self.video.as_ref().map_or(0, |t| t.fraction_lost),
         }
     }
 
@@ -764,9 +767,11 @@ impl Viewer {
             t.paused = true;
             t.hold = t.src_start.is_some();
         }
-        // Probes start from what got through (see `Estimator::settle`).
+        // Probes start from what got through (see `Estimator::settle`), or, with no
+        // feedback yet (paused on a receiver report's loss), from a low rate that feedback
+        // on the probes themselves will correct.
         if let Some(b) = self.bwe.as_mut() {
-            b.est.settle();
+            b.est.settle(pause::UNMEASURED_BPS as f64);
         }
     }
 
@@ -789,6 +794,14 @@ impl Viewer {
         self.video
             .as_ref()
             .is_some_and(|t| t.hold && !t.paused && t.target == t.layer)
+    }
+
+    /// The estimate from transport-wide feedback whenever an estimator runs, even before
+    /// it has seen enough to say what the path carries (what the gate of a single-layer
+    /// stream reads: its estimator starts above the stream's rate, so it pauses nobody
+    /// before feedback says so, and a paused viewer probes from where the pause left it).
+    pub fn early_estimate_bps(&self) -> Option<u64> {
+        self.bwe.as_ref().map(|b| b.est.estimate_bps())
     }
 
     /// Whether the viewer has a bandwidth estimator from transport-wide feedback running.
@@ -833,6 +846,7 @@ mod tests {
             can_probe: true,
             pinned: false,
             paused: false,
+            loss: 0,
         }
     }
 

@@ -7,14 +7,16 @@
 //! move up (a resume is one):
 //!
 //! - the video pauses at once when the stream's rate no longer fits in [`DOWN_AT`] of the
-//!   estimate; its packets stop there, retransmissions too, so the queue drains and the
-//!   audio gets through;
+//!   estimate, or a receiver report says [`PAUSE_LOSS`] or more of it was lost (the first
+//!   verdict to come on a path in doubt); its packets stop there, retransmissions too, so
+//!   the queue drains and the audio gets through;
 //! - while paused, the viewer is sent only audio, which carries no transport-wide sequence
-//!   number: its path is measured by probes alone. Each lasts [`PROBE_LENGTH`] and adds
-//!   padding up to [`PAUSED_PROBE_GAIN`] times the estimate after one that went through
-//!   (the estimate takes what arrived as its floor, so it doubles per probe on a path with
-//!   room: 300 kbit/s to a 1.1 Mbit/s stream's 1.4 with headroom in three probes), or
-//!   [`PROBE_GAIN`] times after one that ended in overuse; the wait after an overused one
+//!   number: its path is measured by probes alone. Each lasts [`PAUSED_PROBE_LENGTH`] and
+//!   adds padding up to [`PAUSED_PROBE_GAIN`] times the estimate after one that went
+//!   through (the estimate takes what arrived as its floor, so it grows by that much per
+//!   probe on a path with room: 250 kbit/s to a 1.1 Mbit/s stream's 1.4 with headroom in
+//!   three probes), or [`PROBE_GAIN`] times after one that ended in overuse and for the
+//!   first of a pause; the wait after an overused one
 //!   is at most [`PAUSED_PROBE_WAIT`] (a paused viewer has nothing else to recover with);
 //! - it resumes when the stream's rate fits with [`UP_HEADROOM`]: from the stream's next
 //!   keyframe, which the owner asks for. The resume is checked like an up-move: paused
@@ -28,34 +30,54 @@ use std::time::{Duration, Instant};
 
 use super::{
     DOWN_AT, Decision, Epoch, Estimate, LayerChooser, Observed, PROBE_CAP, PROBE_GAIN, Switch,
-    Tick, UP_CHECKING, UP_HEADROOM, UP_MODE_SHIFT,
+    TICK_MS, Tick, UP_CHECKING, UP_HEADROOM, UP_MODE_SHIFT,
 };
 #[cfg(doc)]
-use super::{PROBE_LENGTH, UP_BACKOFF_MAX, UP_BACKOFF_MIN, UP_CHECK};
+use super::{UP_BACKOFF_MAX, UP_BACKOFF_MIN, UP_CHECK};
 
 /// While paused, a probe after one that went through brings what the viewer is sent to
 /// this multiple of the estimate.
-pub const PAUSED_PROBE_GAIN: f64 = 2.0;
+pub const PAUSED_PROBE_GAIN: f64 = 2.5;
+/// How long a probe of a paused viewer lasts: shorter than [`PROBE_LENGTH`] (it is the
+/// only traffic feedback is about, so the acknowledged rate is the probe's from its
+/// first feedback), so that a path that has room again is climbed in about a second a
+/// step.
+pub const PAUSED_PROBE_LENGTH: Duration = Duration::from_millis(300);
 /// While paused, the longest wait before the next probe after one that ended in overuse.
-pub const PAUSED_PROBE_WAIT: Duration = Duration::from_secs(2);
+pub const PAUSED_PROBE_WAIT: Duration = Duration::from_secs(1);
+/// Where the estimate of a viewer paused before any feedback came is set: its first probe
+/// is 1.5 times this, and each that goes through doubles the next.
+pub const UNMEASURED_BPS: u64 = 150_000;
+/// Video lost in a receiver report (of 256) from which the video pauses whatever the
+/// estimate: 20 %.
+pub const PAUSE_LOSS: u8 = 51;
 
 impl LayerChooser {
     /// For a viewer of a single-layer stream whose video runs at `rate` bit/s: whether its
     /// video pauses or resumes, and whether a probe starts (see the module). Calls as
     /// [`LayerChooser::choose`]'s; a viewer is run by one or the other, never both.
     pub fn gate(&mut self, epoch: &Epoch, seen: &Observed, rate: u32, now: Instant) -> Decision {
-        let Estimate::Feedback(b) = seen.estimate else {
-            return Decision::STAY;
+        // Before its first feedback, only a receiver report's loss can say.
+        let b = match seen.estimate {
+            Estimate::Feedback(b) => b as f64,
+            Estimate::Pending if !seen.paused => f64::INFINITY,
+            _ => return Decision::STAY,
         };
         if seen.pinned || rate == 0 {
             return Decision::STAY;
         }
         let t = epoch.tick(now);
-        let (b, rate) = (b as f64, f64::from(rate));
+        let rate = f64::from(rate);
         let free = self.up_free(t);
         let checking = self.up & !(UP_CHECKING - 1) == UP_CHECKING;
         if !seen.paused {
-            if rate > DOWN_AT * b {
+            // Heavy loss in a receiver report is a verdict of its own, and the first one to
+            // come: the estimator starts with the path in doubt, and its first feedback
+            // comes from behind the queue that is losing the packets (pion behind a
+            // 300 kbit/s token bucket: the report said 39 % lost 1.1 s before the first
+            // feedback). Not while a resume is checked: the report may be from before it.
+            let lossy = !checking && seen.loss >= PAUSE_LOSS;
+            if rate > DOWN_AT * b || lossy {
                 if checking {
                     self.fail_up(t);
                 }
@@ -89,7 +111,7 @@ impl LayerChooser {
                 } else {
                     PROBE_GAIN
                 };
-                self.begin_probe((gain * b).min(need * PROBE_CAP), t)
+                self.begin_probe((gain * b).min(need * PROBE_CAP), t, PAUSED_PROBE_LENGTH)
             };
         Decision {
             switch: Switch::Stay,
@@ -97,14 +119,23 @@ impl LayerChooser {
         }
     }
 
-    /// [`LayerChooser::may_probe`] with the wait cut to [`PAUSED_PROBE_WAIT`].
+    /// [`LayerChooser::may_probe`] with the wait after an overused probe cut to
+    /// [`PAUSED_PROBE_WAIT`] from that probe's end (the wait set then is the back-off of
+    /// the level it left).
     fn may_probe_paused(&mut self, t: Tick) -> bool {
+        let wait = self.backoff();
         if let Some(until) = self.until.map(Tick::from)
             && !self.probing()
+            && wait > PAUSED_PROBE_WAIT
             && !t.reached(until)
             && until.since(t) > PAUSED_PROBE_WAIT
         {
-            self.until = Some(t.after(PAUSED_PROBE_WAIT).stamp());
+            let ended = Tick(
+                until
+                    .0
+                    .wrapping_sub((wait.as_millis() / u128::from(TICK_MS)) as u16),
+            );
+            self.until = Some(ended.after(PAUSED_PROBE_WAIT).stamp());
         }
         self.may_probe(t)
     }
@@ -114,7 +145,7 @@ impl LayerChooser {
 mod tests {
     //! The gate on simulated time.
 
-    use super::super::{PROBE_LENGTH, ProbeRound, UP_BACKOFF_MIN, UP_CHECK};
+    use super::super::{ProbeRound, UP_BACKOFF_MIN, UP_CHECK};
     use super::*;
     use crate::bwe::Usage;
 
@@ -132,6 +163,7 @@ mod tests {
             can_probe: true,
             pinned: false,
             paused,
+            loss: 0,
         }
     }
 
@@ -258,7 +290,7 @@ mod tests {
                 starts.push(s.now);
                 // 1.5 times the estimate after an overused probe, 2 after a clean one.
                 let bps = s.c.probe_bps();
-                assert!(bps <= 2 * 255_000 + 400, "{bps}");
+                assert!(bps <= 5 * 255_000 / 2 + 400, "{bps}");
                 s.run_probe(Usage::Over);
                 assert!(s.c.probe_bps() == 0);
             }
@@ -267,7 +299,7 @@ mod tests {
         for w in starts.windows(2) {
             let gap = w[1] - w[0];
             assert!(
-                gap <= PROBE_LENGTH + PAUSED_PROBE_WAIT + PASS,
+                gap <= PAUSED_PROBE_LENGTH + PAUSED_PROBE_WAIT + PASS + ROUND,
                 "{gap:?} between probes"
             );
         }
@@ -279,6 +311,29 @@ mod tests {
             (380_000..=385_000).contains(&bps),
             "probe of {bps} bit/s after overuse"
         );
+    }
+
+    #[test]
+    fn heavy_loss_in_a_receiver_report_pauses_before_any_feedback_but_not_during_a_check() {
+        let mut s = Sim::new();
+        let mut o = seen(0, false);
+        o.estimate = Estimate::Pending;
+        o.loss = PAUSE_LOSS - 1;
+        assert_eq!(s.c.gate(&s.epoch, &o, RATE, s.now), Decision::STAY);
+        o.loss = PAUSE_LOSS;
+        assert_eq!(s.c.gate(&s.epoch, &o, RATE, s.now).switch, Switch::Pause);
+        // Resumed: a report from before the resume does not pause it again.
+        let mut o = seen(3_000_000, true);
+        s.now += PASS;
+        assert_eq!(s.c.gate(&s.epoch, &o, RATE, s.now).switch, Switch::Resume);
+        o.paused = false;
+        o.loss = 200;
+        s.now += PASS;
+        assert_eq!(s.c.gate(&s.epoch, &o, RATE, s.now), Decision::STAY);
+        // Paused and still pending: nothing to probe with.
+        let mut o = seen(0, true);
+        o.estimate = Estimate::Pending;
+        assert_eq!(s.c.gate(&s.epoch, &o, RATE, s.now), Decision::STAY);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use std::time::Instant;
 
 use tern_rtc::stream::MAX_LAYERS;
-use tern_rtc::viewer::adapt::{ProbeRound, Switch};
+use tern_rtc::viewer::adapt::{Estimate, ProbeRound, Switch};
 
 use super::Worker;
 use crate::media::ledger::ledger;
@@ -87,10 +87,15 @@ impl Worker {
             }
             // From a little above the stream's rate: the first loss takes it below.
             let start = u64::from(rate) * 5 / 4;
-            let seen = ledger(e, |v| {
+            let mut seen = ledger(e, |v| {
                 v.enable_bwe_from(now, start.max(START_FLOOR_BPS));
                 v.observe(now)
             });
+            if seen.estimate == Estimate::Pending
+                && let Some(b) = e.viewer.early_estimate_bps()
+            {
+                seen.estimate = Estimate::Feedback(b);
+            }
             self.pools.book(e);
             let d = e.layers.gate(self.adaptation.epoch(), &seen, rate, now);
             e.viewer.apply(d.switch);
