@@ -771,7 +771,7 @@ impl Viewer {
         // feedback yet (paused on a receiver report's loss), from a low rate that feedback
         // on the probes themselves will correct.
         if let Some(b) = self.bwe.as_mut() {
-            b.est.settle(pause::UNMEASURED_BPS as f64);
+            b.est.settle(UNMEASURED_BPS as f64);
         }
     }
 
@@ -820,6 +820,11 @@ impl Viewer {
             || self.resend.is_some()
     }
 }
+
+/// Where the estimate of a viewer whose video paused before any feedback came is set (see
+/// `adapt/pause.rs`): its first probe is 1.5 times this, and each that goes through lifts
+/// the next.
+pub const UNMEASURED_BPS: u64 = 150_000;
 
 /// Fraction of video lost (of 256, as receiver reports say it) from which a path is in
 /// doubt: 2 %.

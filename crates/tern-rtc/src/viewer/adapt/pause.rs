@@ -45,9 +45,6 @@ pub const PAUSED_PROBE_GAIN: f64 = 2.5;
 pub const PAUSED_PROBE_LENGTH: Duration = Duration::from_millis(300);
 /// While paused, the longest wait before the next probe after one that ended in overuse.
 pub const PAUSED_PROBE_WAIT: Duration = Duration::from_secs(1);
-/// Where the estimate of a viewer paused before any feedback came is set: its first probe
-/// is 1.5 times this, and each that goes through doubles the next.
-pub const UNMEASURED_BPS: u64 = 150_000;
 /// Video lost in a receiver report (of 256) from which the video pauses whatever the
 /// estimate: 20 %.
 pub const PAUSE_LOSS: u8 = 51;
