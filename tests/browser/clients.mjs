@@ -14,6 +14,24 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const PION_VIEWER = process.env.TERN_PION_VIEWER || join(ROOT, 'tests/interop/pion-viewer/pion-viewer');
 export const AIORTC_PYTHON = join(ROOT, 'tests/interop/.venv/bin/python');
 
+/** Every JSON line `stream` gives, parsed, in an array that grows as they come (lines
+ * that are not JSON are skipped). */
+export function jsonLines(stream) {
+  const lines = [];
+  let partial = '';
+  stream.on('data', (d) => {
+    partial += d;
+    const parts = partial.split('\n');
+    partial = parts.pop();
+    for (const p of parts) {
+      try {
+        lines.push(JSON.parse(p));
+      } catch {}
+    }
+  });
+  return lines;
+}
+
 /**
  * Starts a `kind` ('pion' or 'aiortc') viewer of `whep` for `seconds`, in `link`'s
  * namespace when given (see narrowLink), with `args` added (pion: e.g. `-nack-all`).
@@ -31,19 +49,8 @@ export function startClient(kind, whep, seconds, link = null, args = []) {
   }
   const [cmd, rest] = link ? link.exec(argv) : [argv[0], argv.slice(1)];
   const child = spawn(cmd, rest, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const lines = [];
-  let partial = '';
+  const lines = jsonLines(child.stdout);
   let err = '';
-  child.stdout.on('data', (d) => {
-    partial += d;
-    const parts = partial.split('\n');
-    partial = parts.pop();
-    for (const p of parts) {
-      try {
-        lines.push(JSON.parse(p));
-      } catch {}
-    }
-  });
   child.stderr.on('data', (d) => {
     err = (err + d).slice(-4000);
   });

@@ -14,7 +14,7 @@ import { spawn } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { narrowLink } from './browser.mjs';
 import { startServer } from './server.mjs';
-import { startClient, viewersBy } from './clients.mjs';
+import { jsonLines, startClient, viewersBy } from './clients.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 const LIMIT = '300kbit';
@@ -27,19 +27,7 @@ function watchEvents(base, types) {
 ws.onmessage = (m) => console.log(m.data);
 ws.onopen = () => console.log(JSON.stringify({ open: true }));`;
   const child = spawn(process.execPath, ['--experimental-websocket', '--no-warnings', '-e', src], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const got = [];
-  let partial = '';
-  child.stdout.on('data', (d) => {
-    partial += d;
-    const parts = partial.split('\n');
-    partial = parts.pop();
-    for (const p of parts) {
-      try {
-        got.push(JSON.parse(p));
-      } catch {}
-    }
-  });
-  return { got, stop: () => child.kill('SIGTERM') };
+  return { got: jsonLines(child.stdout), stop: () => child.kill('SIGTERM') };
 }
 
 async function pausedMetric(base) {

@@ -427,8 +427,8 @@ impl Estimator {
     }
 
     /// The loss-based rate (GCC §6): cut by half the loss above 10 % (at most once per
-    /// [`LOSS_CUT_US`]), grown 5 % below 2 %, up to the delay-based rate (and to at least what was acknowledged
-    /// while the delay holds steady).
+    /// [`LOSS_CUT_US`]), grown 5 % below 2 %, up to the delay-based rate (and to at least
+    /// what was acknowledged while the delay holds steady).
     fn update_loss(&mut self, loss: f64, now: i64) {
         if loss > LOSS_HIGH {
             if self.last_loss_cut.is_none_or(|l| now - l >= LOSS_CUT_US) {

@@ -842,7 +842,7 @@ mod tests {
     const ROUND: Duration = Duration::from_millis(20);
 
     /// A connected viewer sent `layer`, with an estimate from feedback and a quiet path.
-    fn seen(bps: u64, layer: u8) -> Observed {
+    pub(super) fn seen(bps: u64, layer: u8) -> Observed {
         Observed {
             estimate: Estimate::Feedback(bps),
             usage: Some(Usage::Normal),

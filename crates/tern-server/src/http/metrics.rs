@@ -326,27 +326,29 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "gauge",
         ),
     ];
-    let viewers = s.snapshots.viewers(None);
+    // Viewers and paused viewers per stream, in one pass over the snapshots.
+    let mut viewers: std::collections::HashMap<Arc<str>, (u64, u64)> =
+        std::collections::HashMap::new();
+    for v in s.snapshots.viewers(None) {
+        let n = viewers.entry(v.stream.clone()).or_default();
+        n.0 += 1;
+        n.1 += u64::from(v.video_paused);
+    }
+    let count = |key: &str| viewers.get(key).copied().unwrap_or_default();
     for (m, (name, help, kind)) in per_stream.iter().enumerate() {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (key, i) in &keys {
             let c = s.stream(*i);
             let v = match m {
                 0 => u64::from(c.is_some_and(|c| c.live.load(Ordering::Relaxed))),
-                1 => viewers
-                    .iter()
-                    .filter(|v| &*v.stream == key.as_str())
-                    .count() as u64,
+                1 => count(key).0,
                 2 => c.map_or(0, |c| l(&c.packets)),
                 3 => c.map_or(0, |c| l(&c.bytes)),
                 4 => c.map_or(0, |c| l(&c.nacks)),
                 5 => c.map_or(0, |c| l(&c.keyframe_requests)),
                 6 => c.map_or(0, |c| l(&c.reported_lost)),
                 7 => c.map_or(0, |c| l(&c.retransmits)),
-                _ => viewers
-                    .iter()
-                    .filter(|v| v.video_paused && &*v.stream == key.as_str())
-                    .count() as u64,
+                _ => count(key).1,
             };
             let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
         }

@@ -151,16 +151,11 @@ mod tests {
     const PASS: Duration = Duration::from_millis(250);
     const ROUND: Duration = Duration::from_millis(20);
 
+    /// A connected viewer of the one layer (see the layer policy's tests), paused or not.
     fn seen(bps: u64, paused: bool) -> Observed {
         Observed {
-            estimate: Estimate::Feedback(bps),
-            usage: Some(Usage::Normal),
-            target: 0,
-            sending: Some(0),
-            can_probe: true,
-            pinned: false,
             paused,
-            loss: 0,
+            ..super::super::tests::seen(bps, 0)
         }
     }
 

@@ -75,6 +75,9 @@ impl Worker {
     /// in doubt, and starts their probes (see the module).
     pub(super) fn gate_video(&mut self, stream: usize, now: Instant) {
         let rate = self.streams[stream].stream.layer_rates().rate(0);
+        // A new estimator starts a little above the stream's rate: the first loss takes it
+        // below.
+        let start = (u64::from(rate) * 5 / 4).max(START_FLOOR_BPS);
         let mut resuming = false;
         let mut probes: Vec<ViewerId> = Vec::new();
         let mut changed: Vec<(ViewerId, bool)> = Vec::new();
@@ -85,10 +88,8 @@ impl Worker {
             if e.handshaking || !(e.viewer.has_estimator() || e.viewer.path_in_doubt()) {
                 continue;
             }
-            // From a little above the stream's rate: the first loss takes it below.
-            let start = u64::from(rate) * 5 / 4;
             let mut seen = ledger(e, |v| {
-                v.enable_bwe_from(now, start.max(START_FLOOR_BPS));
+                v.enable_bwe_from(now, start);
                 v.observe(now)
             });
             if seen.estimate == Estimate::Pending
