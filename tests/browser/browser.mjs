@@ -385,7 +385,8 @@ const run = (cmd, ...args) => execFileSync(cmd, args, { stdio: 'pipe' });
  * A narrow link for adaptive tests: a network namespace of its own joined to this one by a
  * veth pair (198.19.0.1 here, 198.19.0.2 there, RFC 2544 range, existing only inside the
  * test's namespace). `limit(rate)` puts a token bucket (`tc tbf`) on this end, so what tern
- * sends to the namespace is held to `rate`; `lift()` takes it off. `wrap(bin, dir)` writes a
+ * sends to the namespace is held to `rate`; `lift()` takes it off; `stats()` reads its
+ * counters. `wrap(bin, dir)` writes a
  * script that runs `bin` in the namespace (e.g. Chromium for playwright); `exec(args)`
  * gives the argv that runs a command there. `close()` deletes both. Needs root in the test's
  * namespace (scripts/netns-run.sh).
@@ -410,6 +411,14 @@ export function narrowLink() {
     peer,
     limit: (rate) => run('tc', 'qdisc', 'replace', 'dev', dev, 'root', 'tbf', 'rate', rate, 'burst', '20kb', 'latency', '300ms'),
     lift: () => run('tc', 'qdisc', 'del', 'dev', dev, 'root'),
+    /** The root qdisc's counters on this end (what went towards the namespace): bytes and
+     * packets sent, packets dropped (the token bucket's queue was full), and its backlog. */
+    stats() {
+      const out = run('tc', '-s', 'qdisc', 'show', 'dev', dev).toString();
+      const m = out.match(/Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)/);
+      const b = out.match(/backlog (\S+) (\d+)p/);
+      return m ? { bytes: +m[1], packets: +m[2], dropped: +m[3], overlimits: +m[4], backlog: b?.[1] } : null;
+    },
     exec: (args) => ['ip', ['netns', 'exec', ns, ...args]],
     async wrap(bin, dir) {
       const path = join(dir, `in-${ns}`);

@@ -36,7 +36,8 @@ export function jsonLines(stream) {
  * Starts a `kind` ('pion' or 'aiortc') viewer of `whep` for `seconds`, in `link`'s
  * namespace when given (see narrowLink), with `args` added (pion: e.g. `-nack-all`).
  * Returns { lines, last(), stderr(), stop() }: every JSON line so far, the newest, the
- * client's stderr, and a stop that kills it and waits for it.
+ * client's stderr, and a stop that asks it to end (SIGTERM: both DELETE their session) and
+ * waits for it, killing it after 5 s.
  */
 export function startClient(kind, whep, seconds, link = null, args = []) {
   let argv;
@@ -61,7 +62,8 @@ export function startClient(kind, whep, seconds, link = null, args = []) {
     stderr: () => err,
     async stop() {
       child.kill('SIGTERM');
-      await Promise.race([done, new Promise((ok) => setTimeout(ok, 3000))]);
+      const closed = await Promise.race([done.then(() => true), new Promise((ok) => setTimeout(() => ok(false), 5000))]);
+      if (!closed) child.kill('SIGKILL');
     },
   };
 }
@@ -83,4 +85,13 @@ export async function viewersBy(base, stream, ip) {
     out[remote.startsWith(`${ip}:`) ? 'narrow' : 'free'] = { id: v.identity.id, layer: v.connection?.layer, paused: v.connection?.video_paused ?? false, live };
   }
   return out;
+}
+
+/** Waits (at most `ms`) until `stream` has no viewer at `ip`: a client that ended without
+ * its DELETE leaves its session to tern's consent timeout, and its traffic on the link. */
+export async function noViewerAt(base, stream, ip, ms = 35_000) {
+  for (const t0 = Date.now(); Date.now() - t0 < ms; await new Promise((ok) => setTimeout(ok, 250))) {
+    if (!(await viewersBy(base, stream, ip)).narrow) return true;
+  }
+  return false;
 }

@@ -12,12 +12,18 @@ viewer, for the interop matrix (tests/browser/interop.test.mjs runs it).
     python aiortc_client.py watch URL SECONDS
         Watches the WHEP URL for SECONDS, printing every half second one JSON line of
         cumulative figures, as tests/interop/pion-viewer does: frames decoded, video packets
-        received and lost, audio frames, and the longest gap between two audio frames since
-        the line before (tests/browser/adaptive-clients.test.mjs reads them).
+        received and lost (never reached the jitter buffer, the newest 100 excepted), the
+        highest video sequence number and the ones counted lost since the line before (offsets
+        from the first), audio frames, the longest gap between two audio frames since the line
+        before, and what aiortc's receiver did about losses: NACK and PLI packets sent, and
+        jitter-buffer overflows (a packet never filled in: aiortc then drops what it holds and
+        asks for a keyframe). tests/browser/adaptive-clients.test.mjs reads them. SIGTERM
+        ends it early, with the session DELETEd.
 """
 
 import asyncio
 import json
+import signal
 import sys
 import time
 import urllib.error
@@ -31,6 +37,8 @@ from aiortc import (
     RTCSessionDescription,
 )
 from aiortc.contrib.media import MediaPlayer
+from aiortc.jitterbuffer import JitterBuffer
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 
 # No ICE servers: aiortc's default would ask a public STUN server; tests stay on loopback.
@@ -157,11 +165,79 @@ async def view(url, seconds):
     return 0
 
 
+class SeqLog:
+    """Which video sequence numbers arrived (extended past the wrap, as offsets from the
+    first), and which are counted lost: missing more than 100 behind the highest, as
+    tests/interop/pion-viewer counts them."""
+
+    def __init__(self):
+        self.first = None
+        self.highest = 0
+        self.got = bytearray()
+        self.counted = 0
+        self.lost = 0
+
+    def add(self, seq):
+        if self.first is None:
+            self.first = seq
+        last = (self.first + self.highest) & 0xFFFF
+        delta = (seq - last + 0x8000) % 0x10000 - 0x8000
+        ext = self.highest + delta
+        if ext < 0:
+            return
+        self.highest = max(self.highest, ext)
+        if ext >= len(self.got):
+            self.got.extend(bytes(ext + 1 - len(self.got)))
+        self.got[ext] = 1
+
+    def fresh_losses(self):
+        fresh = []
+        while self.counted < self.highest - 100:
+            if not self.got[self.counted]:
+                self.lost += 1
+                fresh.append(self.counted)
+            self.counted += 1
+        return fresh
+
+
+def count_receiver_actions(fig, seqs):
+    """Counts, in fig, the NACK and PLI packets aiortc's receivers send and its video
+    jitter buffers' overflows, and logs in seqs each video packet that reaches a jitter
+    buffer (retransmissions unwrapped), by wrapping aiortc's own methods."""
+    send_nack, send_pli = RTCRtpReceiver._send_rtcp_nack, RTCRtpReceiver._send_rtcp_pli
+    add, smart_remove = JitterBuffer.add, JitterBuffer.smart_remove
+
+    async def nack(self, media_ssrc, lost):
+        fig["nacks"] += 1
+        return await send_nack(self, media_ssrc, lost)
+
+    async def pli(self, media_ssrc):
+        fig["plis"] += 1
+        return await send_pli(self, media_ssrc)
+
+    def jitter_add(self, packet):
+        if self._is_video:
+            seqs.add(packet.sequence_number)
+        return add(self, packet)
+
+    def overflow(self, count):
+        if self._is_video:
+            fig["overflows"] += 1
+        return smart_remove(self, count)
+
+    RTCRtpReceiver._send_rtcp_nack = nack
+    RTCRtpReceiver._send_rtcp_pli = pli
+    JitterBuffer.add = jitter_add
+    JitterBuffer.smart_remove = overflow
+
+
 async def watch(url, seconds):
+    fig = {"frames": 0, "audio_packets": 0, "audio_gap_ms": 0, "nacks": 0, "plis": 0, "overflows": 0}
+    seqs = SeqLog()
+    count_receiver_actions(fig, seqs)
     pc = RTCPeerConnection(NO_STUN)
     pc.addTransceiver("video", direction="recvonly")
     pc.addTransceiver("audio", direction="recvonly")
-    fig = {"frames": 0, "audio_packets": 0, "audio_gap_ms": 0}
     last_audio = [None]
 
     async def consume(track):
@@ -189,14 +265,23 @@ async def watch(url, seconds):
     out, location = await offer_answer(pc, url, "viewer")
     if location is None:
         return 1
+    # SIGTERM ends the watch early, and the session with a DELETE: a viewer that just
+    # vanished would keep its session (and its share of a narrow link the next test's
+    # viewer uses) until tern's consent timeout.
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        await asyncio.sleep(0.5)
+    while time.monotonic() - started < seconds and not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+            break
+        except asyncio.TimeoutError:
+            pass
         line = dict(fig, ms=round((time.monotonic() - started) * 1000), location=location)
-        line.update(video_packets=0, lost=0)
+        line.update(video_packets=0, lost_seqs=seqs.fresh_losses(), lost=seqs.lost, highest=seqs.highest)
         for s in (await pc.getStats()).values():
             if s.type == "inbound-rtp" and s.kind == "video":
-                line.update(video_packets=s.packetsReceived, lost=max(0, s.packetsLost))
+                line.update(video_packets=s.packetsReceived)
         print(json.dumps(line), flush=True)
         fig["audio_gap_ms"] = 0
     await asyncio.to_thread(delete, url, location)

@@ -41,8 +41,8 @@ use crate::stream::RingPacket;
 pub use budget::{MIN_RESEND_GAP_MS, RETRANSMIT_SHARE, ViewerLive};
 use budget::{Resend, Rtt};
 use estimate::Bwe;
-use track::Track;
 pub use track::TrackParams;
+use track::{PrevLayers, Track};
 
 /// Length of the ICE username fragment tern mints (RFC 8445 §5.3 requires ≥ 4 characters).
 pub const UFRAG_LEN: usize = 8;
@@ -225,6 +225,9 @@ pub enum ViewerEvent {
         layer: u8,
         /// Source extended sequence number.
         seq: u64,
+        /// The sequence number the viewer NACKed (its numbering): give it back to
+        /// [`Viewer::may_retransmit`].
+        out: u16,
     },
     /// The viewer asked for a keyframe (PLI or FIR).
     KeyframeRequest,
@@ -310,6 +313,9 @@ pub struct Viewer {
     bwe: Option<Box<Bwe>>,
     /// The retransmission budget, made at the first NACK (see `resend.rs`).
     resend: Option<Box<Resend>>,
+    /// The video layers sent before the last two switches, made at the first (see
+    /// `track.rs`, `PrevLayers`).
+    prev_layers: Option<Box<PrevLayers>>,
     rtt: Rtt,
     counters: ViewerCounters,
 }
@@ -341,6 +347,7 @@ impl Viewer {
             remb_bps: 0,
             bwe: None,
             resend: None,
+            prev_layers: None,
             rtt: Rtt::default(),
             audio: p.audio.map(Track::new),
             counters: ViewerCounters::default(),
@@ -652,12 +659,15 @@ impl Viewer {
                         if !t.p.nack {
                             continue;
                         }
-                        if let Some(src) = t.src_of(seq) {
-                            let layer = t.layer;
+                        let history = (kind == MediaKind::Video)
+                            .then_some(self.prev_layers.as_deref())
+                            .flatten();
+                        if let Some((layer, src)) = t.src_of(seq, history) {
                             events(ViewerEvent::Nack {
                                 kind,
                                 layer,
                                 seq: src,
+                                out: seq,
                             });
                         }
                     }
@@ -752,22 +762,26 @@ impl Viewer {
         if self.state != ViewerState::Connected {
             return Ok(None);
         }
-        let Some(t) = (match pkt.kind {
-            MediaKind::Video => self.video.as_mut(),
-            MediaKind::Audio => self.audio.as_mut(),
-        }) else {
+        let (t, history) = match pkt.kind {
+            MediaKind::Video => (self.video.as_mut(), Some(&mut self.prev_layers)),
+            MediaKind::Audio => (self.audio.as_mut(), None),
+        };
+        let Some(t) = t else {
             return Ok(None);
         };
         let (started, base) = (t.src_start.is_some(), t.seq_base);
-        let Some(out_ext) = t.place(pkt) else {
+        let Some((out_ext, earlier)) = t.place(pkt, history) else {
             return Ok(None);
         };
-        let fresh = out_ext > t.last_out || t.packets == 0;
-        let vp8 =
-            t.p.vp8
-                .then(|| t.vp8_ids(pkt, started && t.seq_base != base, fresh))
-                .flatten();
-        let ts = pkt.rtp_ts.wrapping_add(t.p.ts_offset);
+        let fresh = earlier.is_none() && (out_ext > t.last_out || t.packets == 0);
+        let vp8 = match (t.p.vp8, earlier) {
+            (false, _) => None,
+            (true, Some(l)) => l.vp8_ids(pkt),
+            (true, None) => t.vp8_ids(pkt, started && t.seq_base != base, fresh),
+        };
+        let ts = pkt
+            .rtp_ts
+            .wrapping_add(earlier.map_or(t.p.ts_offset, |l| l.ts_offset));
         let transport_cc = match (&mut self.bwe, t.p.transport_cc_ext) {
             (Some(b), Some(id)) if pkt.kind == MediaKind::Video => {
                 let seq = b.next_seq;

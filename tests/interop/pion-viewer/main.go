@@ -10,9 +10,12 @@
 // cumulative figures: video packets and bytes, complete frames (pion's sample builder),
 // packets lost (never arrived, excluding the newest 100 that a retransmission may still
 // fill), duplicate packets (retransmissions of what had arrived) and their bytes, audio
-// packets and the longest gap between two audio packets in the interval. -nack-all makes it
-// a hostile client: it NACKs every video packet it receives, at once. At the end it DELETEs
-// its session.
+// packets and the longest gap between two audio packets in the interval; and, to tell
+// which packets were lost, the highest video sequence number so far and the ones counted
+// lost since the line before (both as offsets from the first packet's number, extended
+// past the 16-bit wrap). -nack-all makes it
+// a hostile client: it NACKs every video packet it receives, at once. At the end, or on
+// SIGTERM or SIGINT, it DELETEs its session.
 package main
 
 import (
@@ -25,8 +28,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pion/ice/v4"
@@ -47,6 +52,8 @@ type report struct {
 	VideoBytes int64  `json:"video_bytes"`
 	Frames     int64  `json:"frames"`
 	Lost       int64  `json:"lost"`
+	Highest    int64  `json:"highest"`
+	LostSeqs   []int64 `json:"lost_seqs"`
 	Dups       int64  `json:"dups"`
 	DupBytes   int64  `json:"dup_bytes"`
 	AudioPkts  int64  `json:"audio_packets"`
@@ -54,12 +61,14 @@ type report struct {
 	Nacked     int64  `json:"nacked"`
 }
 
-// seqLog remembers which extended sequence numbers arrived.
+// seqLog remembers which extended sequence numbers arrived, and which of them are
+// counted lost (offsets below `counted`).
 type seqLog struct {
 	first, highest int64
 	last           uint16
 	started        bool
 	got            []bool
+	counted, lostN int64
 }
 
 // add records seq and says whether it had arrived before.
@@ -83,15 +92,17 @@ func (s *seqLog) add(seq uint16) (ext int64, dup bool) {
 	return ext, dup
 }
 
-// lost counts the missing numbers up to 100 before the highest.
-func (s *seqLog) lost() int64 {
-	var n int64
-	for i := int64(0); i < s.highest-s.first-100 && i < int64(len(s.got)); i++ {
-		if !s.got[i] {
-			n++
+// lost counts the missing numbers up to 100 before the highest, and returns the offsets
+// newly counted.
+func (s *seqLog) lost() (int64, []int64) {
+	fresh := []int64{}
+	for ; s.counted < s.highest-s.first-100 && s.counted < int64(len(s.got)); s.counted++ {
+		if !s.got[s.counted] {
+			s.lostN++
+			fresh = append(fresh, s.counted)
 		}
 	}
-	return n
+	return s.lostN, fresh
 }
 
 func main() {
@@ -222,11 +233,22 @@ func main() {
 	enc := json.NewEncoder(os.Stdout)
 	tick := time.NewTicker(time.Duration(*every) * time.Millisecond)
 	defer tick.Stop()
+	// SIGTERM or SIGINT ends the watch early, and the session with a DELETE: a viewer that
+	// just vanished would keep its session (and its share of a narrow link the next test's
+	// viewer uses) until tern's consent timeout.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+watch:
 	for end := start.Add(time.Duration(*seconds) * time.Second); time.Now().Before(end); {
-		<-tick.C
+		select {
+		case <-tick.C:
+		case <-stop:
+			break watch
+		}
 		mu.Lock()
 		r.Ms = time.Since(start).Milliseconds()
-		r.Lost = video.lost()
+		r.Lost, r.LostSeqs = video.lost()
+		r.Highest = video.highest - video.first
 		out := r
 		r.AudioGapMs = 0
 		mu.Unlock()

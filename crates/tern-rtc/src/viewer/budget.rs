@@ -14,6 +14,11 @@ pub(super) const DEPTH_MS: u64 = 1_000;
 pub(super) const MIN_DEPTH: i64 = 1_500;
 /// Without an estimate the bucket holds at most this (bytes): ten packets.
 pub(super) const NO_ESTIMATE_DEPTH: i64 = 12_000;
+/// NACKed video packets the budget cannot pay for at once are kept, this many at most, and
+/// resent as it refills (see `resend.rs`).
+pub(super) const PENDING: usize = 32;
+/// A kept packet is given up this long after its NACK (ms).
+pub const PENDING_MAX_MS: u32 = 3_000;
 
 /// A viewer's retransmission state (see the module).
 #[derive(Debug, Default)]
@@ -33,6 +38,9 @@ pub(super) struct Resend {
     /// (low 16 bits).
     pub(super) recent: [u32; RECENT],
     pub(super) next: u8,
+    /// Video packets NACKed and kept for the budget: outgoing sequence number << 16 | ms
+    /// stamp of the NACK (low 16 bits, never 0); 0: free.
+    pub(super) pending: [u32; PENDING],
 }
 
 /// A viewer's figures for the API (`GET /v1/viewers/{id}`), read live.
@@ -94,7 +102,7 @@ mod tests {
     #[test]
     fn the_budget_and_the_rtt_are_small() {
         // Boxed, made at a viewer's first NACK; and inline in every viewer.
-        assert_eq!(std::mem::size_of::<Resend>(), 112);
+        assert_eq!(std::mem::size_of::<Resend>(), 240);
         assert_eq!(std::mem::size_of::<Rtt>(), 12);
     }
 

@@ -26,7 +26,7 @@ impl Worker {
         buf: &mut [u8],
         from: SocketAddr,
     ) {
-        let mut nacks: Vec<(MediaKind, u8, u64)> = Vec::new();
+        let mut nacks: Vec<(MediaKind, u8, u64, u16)> = Vec::new();
         let mut keyframe = false;
         let Some(e) = self.table.confirmed(id, from) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
@@ -35,14 +35,19 @@ impl Worker {
         let stream = e.stream;
         let res = ledger(e, |v| {
             v.handle_rtcp(now, buf, &mut |ev| match ev {
-                ViewerEvent::Nack { kind, layer, seq } => nacks.push((kind, layer, seq)),
+                ViewerEvent::Nack {
+                    kind,
+                    layer,
+                    seq,
+                    out,
+                } => nacks.push((kind, layer, seq, out)),
                 ViewerEvent::KeyframeRequest => keyframe = true,
             })
         });
         // The NACK list is the driver's, not the session's.
         e.heap = e
             .heap
-            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u8, u64)>());
+            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u8, u64, u16)>());
         self.pools.book(e);
         let lost: i64 = [MediaKind::Video, MediaKind::Audio]
             .into_iter()
@@ -72,19 +77,27 @@ impl Worker {
             let layer = self.table.get(id).map_or(0, |e| e.viewer.target_layer());
             self.ask_keyframe(stream, layer, now);
         }
-        // Each NACKed packet still in the ring, within the viewer's retransmission budget
-        // (tern-rtc's viewer/resend.rs); the rest are counted as ignored.
-        for (kind, layer, seq) in nacks {
+        self.retransmit(id, stream, &nacks, now);
+        self.after_io(id);
+    }
+
+    /// Resends each NACKed packet (kind, layer, source sequence number, the viewer's
+    /// number) still in the ring, within the viewer's retransmission budget (tern-rtc's
+    /// viewer/resend.rs, which keeps what the budget cannot pay for yet); the rest are
+    /// counted as ignored.
+    fn retransmit(
+        &mut self,
+        id: ViewerId,
+        stream: usize,
+        nacks: &[(MediaKind, u8, u64, u16)],
+        now: Instant,
+    ) {
+        for &(kind, layer, seq, out) in nacks {
             let ring = self.streams[stream].stream.ring_of(kind, layer);
             let p = ring.and_then(|r| r.get(seq)).cloned();
             let Some(e) = self.table.get(id) else { break };
-            let resend = ledger(e, |v| match &p {
-                Some(p) => v.may_retransmit(kind, seq, p.payload.len() + RTP_OVERHEAD, now),
-                None => {
-                    v.nack_ignored();
-                    false
-                }
-            });
+            let size = p.as_ref().map(|p| p.payload.len() + RTP_OVERHEAD);
+            let resend = ledger(e, |v| v.may_retransmit(kind, seq, out, size, now));
             self.pools.book(e);
             if let Some(p) = p.filter(|_| resend)
                 && self.send_media(id, &p, false, 0).is_some()
@@ -95,7 +108,6 @@ impl Worker {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.after_io(id);
     }
 
     pub(super) fn sweep(&mut self, now: Instant) {
@@ -120,6 +132,18 @@ impl Worker {
         let mut out = [0u8; 512];
         let mut flights: Vec<Vec<u8>> = Vec::new();
         for id in ids {
+            let Some(e) = self.table.get(id) else {
+                continue;
+            };
+            if e.viewer.has_due_resends() {
+                let stream = e.stream;
+                let mut due = Vec::new();
+                e.viewer.due_resends(now, &mut |kind, layer, seq, out| {
+                    due.push((kind, layer, seq, out));
+                });
+                self.retransmit(id, stream, &due, now);
+                self.after_io(id);
+            }
             let Some(e) = self.table.get(id) else {
                 continue;
             };
