@@ -435,6 +435,12 @@ mod tests {
     }
 
     #[test]
+    fn the_history_is_a_small_box() {
+        // Boxed in the viewer, made at its first switch.
+        assert_eq!(std::mem::size_of::<PrevLayers>(), 64);
+    }
+
+    #[test]
     fn a_track_without_a_history_resends_only_the_layer_it_sends() {
         let mut t = track(0);
         assert_eq!(send(&mut t, &video(0, 10, true)), Some(0));
