@@ -19,17 +19,8 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  CHROMIUM,
-  launchBrowser,
-  narrowLink,
-  newLoggedPage,
-  openWhepViewer,
-  publishSimulcast,
-  readLayers,
-  readWhepViewer,
-} from '../tests/browser/browser.mjs';
-import { noViewerAt, startClient, viewersBy } from '../tests/browser/clients.mjs';
+import { CHROMIUM, launchBrowser, narrowLink, newLoggedPage, openWhepViewer, readWhepViewer } from '../tests/browser/browser.mjs';
+import { noViewerAt, publishThreeH264Layers, startClient, viewersBy } from '../tests/browser/clients.mjs';
 import { startServer } from '../tests/browser/server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
@@ -118,10 +109,13 @@ async function round(kind, server, link, narrowBrowser) {
   }
 }
 
+/** Each round's figure, in round order ("-": none), and the median of those there are. */
 const stat = (xs) => {
   const s = xs.filter((x) => x !== null).sort((a, b) => a - b);
-  if (!s.length) return 'n/a';
-  return `${s[Math.floor((s.length - 1) / 2)]} (${s[0]}-${s[s.length - 1]})`;
+  const each = xs.map((x) => x ?? '-').join(' / ');
+  if (!s.length) return each;
+  const mid = s.length % 2 ? s[(s.length - 1) / 2] : Math.round((s[s.length / 2 - 1] + s[s.length / 2]) / 2);
+  return `${each} (median ${mid})`;
 };
 
 const dir = await mkdtemp(join(tmpdir(), 'tern-ttl-'));
@@ -137,18 +131,8 @@ try {
   if (KINDS.includes('chromium')) narrowBrowser = await launchBrowser({ executablePath: await link.wrap(CHROMIUM, dir) });
   const pub = await newLoggedPage(browser.context);
   await pub.page.goto(`${server.base}/`, { waitUntil: 'domcontentloaded' });
-  const p = await pub.page.evaluate(publishSimulcast, {
-    endpoint: `${server.base}/live/sim/whip`,
-    rids: ['h', 'm', 'l'],
-    codec: 'h264',
-    maxBitrates: [600_000, 250_000, 100_000],
-    width: 960,
-  });
+  const p = await publishThreeH264Layers(pub.page, `${server.base}/live/sim/whip`);
   if (!p.ok) throw new Error(`publish failed: ${JSON.stringify(p)}`);
-  for (const t0 = Date.now(); Date.now() - t0 < 30_000; await sleep(500)) {
-    const layers = await pub.page.evaluate(readLayers);
-    if (['h', 'm', 'l'].every((r) => layers[r]?.frames > 30)) break;
-  }
   const results = [];
   for (let i = 0; i < ROUNDS; i++) {
     for (const kind of KINDS) {

@@ -19,9 +19,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { launchBrowser, narrowLink, newLoggedPage, publishSimulcast, readLayers } from './browser.mjs';
+import { launchBrowser, narrowLink, newLoggedPage } from './browser.mjs';
 import { startServer } from './server.mjs';
-import { noViewerAt, startClient, viewersBy } from './clients.mjs';
+import { noViewerAt, publishThreeH264Layers, startClient, viewersBy } from './clients.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -55,22 +55,9 @@ describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { time
     browser = await launchBrowser();
     pub = await newLoggedPage(browser.context);
     await pub.page.goto(`${server.base}/`, { waitUntil: 'domcontentloaded' });
-    const p = await pub.page.evaluate(publishSimulcast, {
-      endpoint: `${server.base}/live/sim/whip`,
-      rids: ['h', 'm', 'l'],
-      codec: 'h264',
-      maxBitrates: [600_000, 250_000, 100_000],
-      // 960x540 at the top: three H264 encodes of 720p starve a 2-core machine
-      // (Chromium then drops to ~9 fps on every layer).
-      width: 960,
-    });
+    const p = await publishThreeH264Layers(pub.page, `${server.base}/live/sim/whip`);
     assert.ok(p.ok, `publish failed: ${JSON.stringify(p)}\n${server.tail()}`);
-    let layers = {};
-    for (const t0 = Date.now(); Date.now() - t0 < 30_000; await sleep(500)) {
-      layers = await pub.page.evaluate(readLayers);
-      if (['h', 'm', 'l'].every((r) => layers[r]?.frames > 30)) break;
-    }
-    assert.ok(['h', 'm', 'l'].every((r) => layers[r]?.frames > 30), `Chromium did not send three layers: ${JSON.stringify(layers)}`);
+    assert.ok(['h', 'm', 'l'].every((r) => p.layers[r]?.frames > 30), `Chromium did not send three layers: ${JSON.stringify(p.layers)}`);
   }, { timeout: 120_000 });
 
   after(async () => {

@@ -6,6 +6,7 @@
 // between two audio packets since the line before).
 
 import { spawn } from 'node:child_process';
+import { publishSimulcast, readLayers } from './browser.mjs';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -94,4 +95,25 @@ export async function noViewerAt(base, stream, ip, ms = 35_000) {
     if (!(await viewersBy(base, stream, ip)).narrow) return true;
   }
   return false;
+}
+
+/** The publisher of the adaptive tests with other clients and of bench/time-to-layer.mjs:
+ * from `page` (a logged page on tern's origin), three H264 simulcast layers h/m/l (600, 250
+ * and 100 kbit/s at most, 960x540 at the top: three 720p encodes starve a 2-core machine)
+ * to `endpoint` over WHIP. Waits (30 s at most) until Chromium sends all three. Returns the
+ * publish result (`ok`) and the layers last read. */
+export async function publishThreeH264Layers(page, endpoint) {
+  const p = await page.evaluate(publishSimulcast, {
+    endpoint,
+    rids: ['h', 'm', 'l'],
+    codec: 'h264',
+    maxBitrates: [600_000, 250_000, 100_000],
+    width: 960,
+  });
+  let layers = {};
+  for (const t0 = Date.now(); p.ok && Date.now() - t0 < 30_000; await new Promise((ok) => setTimeout(ok, 500))) {
+    layers = await page.evaluate(readLayers);
+    if (['h', 'm', 'l'].every((r) => layers[r]?.frames > 30)) break;
+  }
+  return { ...p, layers };
 }
