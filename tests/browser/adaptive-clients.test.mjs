@@ -99,7 +99,11 @@ describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { time
           l = await layer();
           if (l.free === 'h' && l.narrow === 'h' && narrow.last()?.frames > 30) break;
         }
-        assert.ok(l.free === 'h' && l.narrow === 'h', why('both viewers should play h first', l));
+        // aiortc's own REMB moves it to m on a clean path a few seconds in (it sits near h's
+        // rate: BENCHMARKS.md, issue 41's fourth pass); caught on m, the limit goes on there.
+        const clean = l.narrow === 'h' || (kind === 'aiortc' && l.narrow === 'm' && narrow.last()?.frames > 30);
+        assert.ok(l.free === 'h' && clean, why('both viewers should play h first', l));
+        if (l.narrow !== 'h') console.log(`# ${kind}: on ${l.narrow} by its own REMB before the limit`);
 
         link.limit(LIMIT);
         const on = Date.now();
