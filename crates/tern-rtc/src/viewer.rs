@@ -313,8 +313,7 @@ pub struct Viewer {
     bwe: Option<Box<Bwe>>,
     /// The retransmission budget, made at the first NACK (see `resend.rs`).
     resend: Option<Box<Resend>>,
-    /// The video layers sent before the last two switches, made at the first (see
-    /// `track.rs`, `PrevLayers`).
+    /// The video layers sent before the last two switches (`track.rs`, `PrevLayers`).
     prev_layers: Option<Box<PrevLayers>>,
     rtt: Rtt,
     counters: ViewerCounters,
@@ -659,16 +658,18 @@ impl Viewer {
                         if !t.p.nack {
                             continue;
                         }
-                        let history = (kind == MediaKind::Video)
-                            .then_some(self.prev_layers.as_deref())
-                            .flatten();
-                        if let Some((layer, src)) = t.src_of(seq, history) {
-                            events(ViewerEvent::Nack {
+                        let history = self
+                            .prev_layers
+                            .as_deref()
+                            .filter(|_| kind == MediaKind::Video);
+                        match t.src_of(seq, history) {
+                            Some((layer, src)) => events(ViewerEvent::Nack {
                                 kind,
                                 layer,
                                 seq: src,
                                 out: seq,
-                            });
+                            }),
+                            None => self.nack_unmapped(now),
                         }
                     }
                 }
@@ -779,9 +780,8 @@ impl Viewer {
             (true, Some(l)) => l.vp8_ids(pkt),
             (true, None) => t.vp8_ids(pkt, started && t.seq_base != base, fresh),
         };
-        let ts = pkt
-            .rtp_ts
-            .wrapping_add(earlier.map_or(t.p.ts_offset, |l| l.ts_offset));
+        let ts_offset = earlier.map_or(t.p.ts_offset, |l| l.ts_offset);
+        let ts = pkt.rtp_ts.wrapping_add(ts_offset);
         let transport_cc = match (&mut self.bwe, t.p.transport_cc_ext) {
             (Some(b), Some(id)) if pkt.kind == MediaKind::Video => {
                 let seq = b.next_seq;

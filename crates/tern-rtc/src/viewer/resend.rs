@@ -130,6 +130,23 @@ impl Viewer {
         true
     }
 
+    /// Counts a NACKed number that maps to no packet sent lately (see
+    /// [`Viewer::may_retransmit`]) as ignored.
+    pub(super) fn nack_unmapped(&mut self, now: Instant) {
+        let now_ms = self.ms(now);
+        let media = self.counters.bytes_sent;
+        let r = self.resend.get_or_insert_with(|| {
+            Box::new(Resend {
+                at_ms: now_ms,
+                media_mark: media,
+                rtx_tokens: MIN_DEPTH,
+                egress_tokens: MIN_DEPTH,
+                ..Resend::default()
+            })
+        });
+        r.ignored = r.ignored.saturating_add(1);
+    }
+
     /// Whether NACKed packets wait for the budget ([`Viewer::due_resends`]).
     pub fn has_due_resends(&self) -> bool {
         self.resend
@@ -287,6 +304,18 @@ mod tests {
         assert_eq!(due(&mut v, late), []);
         assert!(!v.has_due_resends());
         assert_eq!(ignored(&v), 2);
+    }
+
+    #[test]
+    fn a_nack_for_no_packet_sent_lately_is_counted_as_ignored() {
+        let t0 = Instant::now();
+        let mut v = viewer(t0);
+        v.nack_unmapped(t0);
+        v.nack_unmapped(t0);
+        assert_eq!(ignored(&v), 2);
+        assert!(!v.has_due_resends());
+        // The budget it made on the way is a fresh one: a packet still goes.
+        assert!(v.may_retransmit(MediaKind::Video, 1010, 10, Some(1_200), t0));
     }
 
     #[test]
