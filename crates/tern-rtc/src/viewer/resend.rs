@@ -19,8 +19,8 @@
 //! packet again until it comes. aiortc's asks for the missing packets only when another one
 //! goes missing, and its jitter buffer never skips one: a packet never resent stops its
 //! video until 512 packets later (12-40 s on a narrow path). So the budget paces the
-//! retransmissions, it does not drop them. Packets of the layer sent before a switch are
-//! resent too (`track.rs`, `PrevLayer`); paused video is not.
+//! retransmissions, it does not drop them. Packets of the two layers sent before the last
+//! two switches are resent too (`track.rs`, `PrevLayers`); paused video is not.
 //!
 //! The state is boxed and made at a viewer's first NACK: 240 bytes, for viewers whose
 //! receivers NACK; the rest pay a pointer.
@@ -62,23 +62,12 @@ impl Viewer {
         };
         // Paused video is not resent: the point of pausing it is to let the path drain.
         let paused = kind == MediaKind::Video && self.video.as_ref().is_some_and(|t| t.paused);
-        let r = self.resend.get_or_insert_with(|| {
-            Box::new(Resend {
-                at_ms: now_ms,
-                media_mark: media,
-                rtx_tokens: MIN_DEPTH,
-                egress_tokens: MIN_DEPTH,
-                ..Resend::default()
-            })
-        });
-        let kept = (kind == MediaKind::Video)
-            .then(|| {
-                r.pending
-                    .iter()
-                    .position(|&e| e != 0 && (e >> 16) as u16 == out)
-            })
-            .flatten();
-        let kept = kept.map(|i| std::mem::take(&mut r.pending[i]));
+        let r = self.resend_state(now);
+        let kept = r
+            .pending
+            .iter()
+            .position(|&e| kind == MediaKind::Video && e != 0 && (e >> 16) as u16 == out)
+            .map(|i| std::mem::take(&mut r.pending[i]));
         let Some(size) = size.filter(|_| !paused) else {
             r.ignored += 1;
             return false;
@@ -130,12 +119,11 @@ impl Viewer {
         true
     }
 
-    /// Counts a NACKed number that maps to no packet sent lately (see
-    /// [`Viewer::may_retransmit`]) as ignored.
-    pub(super) fn nack_unmapped(&mut self, now: Instant) {
+    /// The retransmission state, made (buckets at their floor) at the first NACK.
+    fn resend_state(&mut self, now: Instant) -> &mut Resend {
         let now_ms = self.ms(now);
         let media = self.counters.bytes_sent;
-        let r = self.resend.get_or_insert_with(|| {
+        self.resend.get_or_insert_with(|| {
             Box::new(Resend {
                 at_ms: now_ms,
                 media_mark: media,
@@ -143,7 +131,13 @@ impl Viewer {
                 egress_tokens: MIN_DEPTH,
                 ..Resend::default()
             })
-        });
+        })
+    }
+
+    /// Counts a NACKed number that maps to no packet sent lately (see
+    /// [`Viewer::may_retransmit`]) as ignored.
+    pub(super) fn nack_unmapped(&mut self, now: Instant) {
+        let r = self.resend_state(now);
         r.ignored = r.ignored.saturating_add(1);
     }
 

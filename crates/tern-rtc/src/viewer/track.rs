@@ -236,23 +236,25 @@ impl Track {
             self.pid_off = self.last_pid.wrapping_add(1).wrapping_sub(pid);
             self.tl0_off = self.last_tl0.wrapping_add(1).wrapping_sub(tl0);
         }
-        let (pid_off, tl0_off) = (self.pid_off, self.tl0_off);
-        let mask = ids.picture_id_mask();
-        let pid = ids.picture_id.map_or(0, |p| p.0).wrapping_add(pid_off) & mask;
-        let tl0 = ids.tl0.map_or(0, |t| t.0).wrapping_add(tl0_off);
+        let (pid, tl0) = Self::moved(ids, self.pid_off, self.tl0_off);
         if fresh {
             self.last_pid = pid;
             self.last_tl0 = tl0;
         }
-        Self::moved_ids(ids, pid_off, tl0_off)
+        Self::moved_ids(ids, self.pid_off, self.tl0_off)
+    }
+
+    /// The picture ID and TL0PICIDX of `ids` moved by the offsets.
+    fn moved(ids: Vp8Ids, pid_off: u16, tl0_off: u8) -> (u16, u8) {
+        let pid = ids.picture_id.map_or(0, |p| p.0).wrapping_add(pid_off);
+        let tl0 = ids.tl0.map_or(0, |t| t.0).wrapping_add(tl0_off);
+        (pid & ids.picture_id_mask(), tl0)
     }
 
     /// `ids` moved by the offsets (`None` when they move nothing).
     pub(super) fn moved_ids(ids: Vp8Ids, pid_off: u16, tl0_off: u8) -> Option<(Vp8Ids, u16, u8)> {
-        let mask = ids.picture_id_mask();
-        let pid = ids.picture_id.map_or(0, |p| p.0).wrapping_add(pid_off) & mask;
-        let tl0 = ids.tl0.map_or(0, |t| t.0).wrapping_add(tl0_off);
-        (pid_off & mask != 0 || tl0_off != 0).then_some((ids, pid, tl0))
+        let (pid, tl0) = Self::moved(ids, pid_off, tl0_off);
+        (pid_off & ids.picture_id_mask() != 0 || tl0_off != 0).then_some((ids, pid, tl0))
     }
 
     /// Whether `pkt` is new media for this track now (see [`Viewer::wants`]); with

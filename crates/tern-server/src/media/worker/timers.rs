@@ -18,6 +18,9 @@ use tern_pool::shrink_vec;
 /// extensions, the SRTP tag, UDP and IP.
 const RTP_OVERHEAD: usize = 12 + 16 + 16 + 28;
 
+/// A NACKed packet: kind, layer, source sequence number, and the viewer's number for it.
+type Nacked = (MediaKind, u8, u64, u16);
+
 impl Worker {
     pub(super) fn handle_rtcp(
         &mut self,
@@ -26,7 +29,7 @@ impl Worker {
         buf: &mut [u8],
         from: SocketAddr,
     ) {
-        let mut nacks: Vec<(MediaKind, u8, u64, u16)> = Vec::new();
+        let mut nacks: Vec<Nacked> = Vec::new();
         let mut keyframe = false;
         let Some(e) = self.table.confirmed(id, from) else {
             self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
@@ -47,7 +50,7 @@ impl Worker {
         // The NACK list is the driver's, not the session's.
         e.heap = e
             .heap
-            .saturating_sub(nacks.capacity() * std::mem::size_of::<(MediaKind, u8, u64, u16)>());
+            .saturating_sub(nacks.capacity() * std::mem::size_of::<Nacked>());
         self.pools.book(e);
         let lost: i64 = [MediaKind::Video, MediaKind::Audio]
             .into_iter()
@@ -85,13 +88,7 @@ impl Worker {
     /// number) still in the ring, within the viewer's retransmission budget (tern-rtc's
     /// viewer/resend.rs, which keeps what the budget cannot pay for yet); the rest are
     /// counted as ignored.
-    fn retransmit(
-        &mut self,
-        id: ViewerId,
-        stream: usize,
-        nacks: &[(MediaKind, u8, u64, u16)],
-        now: Instant,
-    ) {
+    fn retransmit(&mut self, id: ViewerId, stream: usize, nacks: &[Nacked], now: Instant) {
         for &(kind, layer, seq, out) in nacks {
             let ring = self.streams[stream].stream.ring_of(kind, layer);
             let p = ring.and_then(|r| r.get(seq)).cloned();
