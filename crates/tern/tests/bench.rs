@@ -133,6 +133,8 @@ struct Truth {
     /// Dropped packets by SSRC.
     dropped_by_ssrc: Mutex<HashMap<u32, u64>>,
     duplicated: AtomicU64,
+    /// Duplicated packets by SSRC, and their sequence numbers (for a failure's message).
+    duplicated_by_ssrc: Mutex<HashMap<u32, Vec<u16>>>,
     delayed: AtomicU64,
     forwarded: AtomicU64,
 }
@@ -259,6 +261,13 @@ fn back(
             }
             20..30 => {
                 truth.duplicated.fetch_add(1, Ordering::Relaxed);
+                truth
+                    .duplicated_by_ssrc
+                    .lock()
+                    .expect("lock")
+                    .entry(ssrc)
+                    .or_default()
+                    .push(u16::from_be_bytes([d[2], d[3]]));
                 let _ = front.send_to(d, client);
             }
             _ => {}
@@ -311,7 +320,24 @@ fn loss_reordering_and_duplicates_counted_exactly() {
         );
     }
     assert_eq!(s.total_losses, dropped, "losses\n{text}");
-    assert_eq!(s.duplicates, duplicated, "duplicates\n{text}");
+    let dups = truth.duplicated_by_ssrc.lock().expect("lock").clone();
+    let mut wrong = Vec::new();
+    for c in &o.clients {
+        for t in [c.video.as_ref(), c.audio.as_ref()].into_iter().flatten() {
+            let sent = dups.get(&t.ssrc).map_or(&[][..], |v| &v[..]);
+            if t.duplicates != sent.len() as u64 {
+                wrong.push(format!(
+                    "client_{} ssrc {}: counted {} of {} {:?}",
+                    c.id,
+                    t.ssrc,
+                    t.duplicates,
+                    sent.len(),
+                    sent
+                ));
+            }
+        }
+    }
+    assert_eq!(s.duplicates, duplicated, "duplicates {wrong:?}\n{text}");
     assert_eq!(s.reordered, delayed, "reordered\n{text}");
     assert_eq!(s.recovered, 0);
     assert_eq!(s.nacks, 0, "--no-rtcp sends no NACK");
