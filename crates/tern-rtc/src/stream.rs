@@ -9,7 +9,7 @@
 //! of the same picture, each with its own sequence space and keyframes); a viewer reads one
 //! layer at a time and moves between them at keyframes.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tern_pool::SharedBuf;
 
@@ -163,8 +163,16 @@ impl Ring {
 /// Most simulcast layers a stream takes (RFC 8853 allows more; encoders send 2 or 3).
 pub const MAX_LAYERS: usize = 3;
 
-/// The measured rate of each video layer of a stream (bit/s over the last second; 0 for a
-/// layer that is not sending), and the choices made from them.
+/// Seconds a layer's rate spans ([`Stream::tick`] counts once a second). Over one second a
+/// keyframe reads as the layer's rate, and a layer move asks for one: Chromium's top H264
+/// layer (~530 kbit/s) measured over 860 kbit/s in the second of the keyframe an aiortc
+/// viewer's up-move asked for, and the viewer (REMB 861 kbit/s) was moved straight back
+/// down by it, every time.
+pub const RATE_SECONDS: usize = 3;
+
+/// The measured rate of each video layer of a stream (bit/s over the last
+/// [`RATE_SECONDS`]; 0 for a layer that sent nothing in the last second), and the choices
+/// made from them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LayerRates(pub [u32; MAX_LAYERS]);
 
@@ -219,12 +227,14 @@ pub struct Stream {
     upper: Vec<Ring>,
     /// Audio packets.
     pub audio: Ring,
-    /// Payload bytes pushed per layer, and the count at the last [`Stream::tick`].
+    /// Payload bytes pushed per layer.
     bytes: [u64; MAX_LAYERS],
-    bytes_at_tick: [u64; MAX_LAYERS],
-    /// Each layer's rate over the last tick interval.
+    /// When the last [`RATE_SECONDS`] ticks were, with the counts then: slot `ticks %
+    /// RATE_SECONDS` is the next to take (and, once all are taken, the oldest).
+    marks: [Option<(Instant, [u64; MAX_LAYERS])>; RATE_SECONDS],
+    ticks: usize,
+    /// Each layer's rate over the marks' span.
     rates: LayerRates,
-    last_tick: Option<Instant>,
 }
 
 impl Stream {
@@ -236,9 +246,9 @@ impl Stream {
             upper: Vec::new(),
             audio: Ring::new(audio_ring),
             bytes: [0; MAX_LAYERS],
-            bytes_at_tick: [0; MAX_LAYERS],
+            marks: [None; RATE_SECONDS],
+            ticks: 0,
             rates: LayerRates::default(),
-            last_tick: None,
         }
     }
 
@@ -287,24 +297,34 @@ impl Stream {
         1 + self.upper.len()
     }
 
-    /// Updates each layer's rate from the bytes pushed since the last update; call as
-    /// often as convenient: it updates once a second.
+    /// Updates each layer's rate from the bytes pushed over the last [`RATE_SECONDS`]
+    /// (fewer while the stream is younger); a layer that sent nothing in the last second
+    /// is not sending (rate 0). Call as often as convenient: it updates once a second.
     pub fn tick(&mut self, now: Instant) {
-        if let Some(at) = self.last_tick {
-            let secs = now.saturating_duration_since(at).as_secs_f64();
-            if secs < 1.0 {
+        let slot = self.ticks % RATE_SECONDS;
+        let newest = self.marks[(slot + RATE_SECONDS - 1) % RATE_SECONDS];
+        if let Some((at, last)) = newest {
+            if now.saturating_duration_since(at) < Duration::from_secs(1) {
                 return;
             }
+            // The oldest mark: the one this tick replaces, or the first while not all are
+            // taken.
+            let (from, then) = self.marks[slot].or(self.marks[0]).unwrap_or((at, last));
+            let secs = now.saturating_duration_since(from).as_secs_f64();
             for l in 0..MAX_LAYERS {
-                let d = self.bytes[l] - self.bytes_at_tick[l];
-                self.rates.0[l] = ((d * 8) as f64 / secs).min(f64::from(u32::MAX)) as u32;
+                self.rates.0[l] = if self.bytes[l] == last[l] {
+                    0
+                } else {
+                    let d = self.bytes[l] - then[l];
+                    ((d * 8) as f64 / secs).min(f64::from(u32::MAX)) as u32
+                };
             }
         }
-        self.bytes_at_tick = self.bytes;
-        self.last_tick = Some(now);
+        self.marks[slot] = Some((now, self.bytes));
+        self.ticks = self.ticks.wrapping_add(1);
     }
 
-    /// A video layer's payload rate over the last tick interval (bit/s).
+    /// A video layer's payload rate (bit/s; see [`Stream::tick`]).
     pub fn rate(&self, layer: u8) -> u32 {
         self.rates.rate(layer)
     }
@@ -380,5 +400,43 @@ mod tests {
         assert_eq!((r.len(), scanned(&r)), (0, 0));
         r.push(packet(&pool, 30));
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn a_layers_rate_spans_three_seconds_and_a_silent_layer_reads_zero() {
+        let pool =
+            tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("test")).expect("pool");
+        let mut s = Stream::new(64, 8);
+        let t0 = Instant::now();
+        let mut seq = 0;
+        // One second of layer 0: `kb` packets of 1,000 bytes (8 kbit/s each).
+        let mut second = |s: &mut Stream, at: u64, kb: u64| {
+            for _ in 0..kb {
+                seq += 1;
+                let mut p = packet(&pool, seq);
+                p.payload = pool.alloc(1_000).freeze();
+                s.push(p);
+            }
+            s.tick(t0 + Duration::from_secs(at));
+        };
+        second(&mut s, 0, 0);
+        // 500 kbit/s, then a keyframe second of 900: over three seconds, 633, not 900.
+        second(&mut s, 1, 62);
+        assert_eq!(s.rate(0), 496_000);
+        second(&mut s, 2, 62);
+        second(&mut s, 3, 112);
+        assert_eq!(s.rate(0), 1_888_000 / 3);
+        // The keyframe second leaves the span after three more.
+        second(&mut s, 4, 62);
+        second(&mut s, 5, 62);
+        second(&mut s, 6, 62);
+        assert_eq!(s.rate(0), 496_000);
+        // Under a second since the last update: nothing changes.
+        s.tick(t0 + Duration::from_millis(6_500));
+        assert_eq!(s.rate(0), 496_000);
+        // A layer that sent nothing for a second is not sending, whatever came before.
+        second(&mut s, 7, 0);
+        assert_eq!(s.rate(0), 0);
+        assert_eq!(s.layer_rates().ranked().collect::<Vec<_>>(), vec![0]);
     }
 }

@@ -310,6 +310,9 @@ pub struct Viewer {
     /// The latest REMB (bit/s), for a viewer that sends that rather than transport-wide
     /// feedback; 0 when none came.
     remb_bps: u32,
+    /// The latest REMB is below the one before: a receive-side estimator lowers its REMB
+    /// only when its delay detector sees overuse (see [`Viewer::path_usage`]).
+    remb_fell: bool,
     bwe: Option<Box<Bwe>>,
     /// The retransmission budget, made at the first NACK (see `resend.rs`).
     resend: Option<Box<Resend>>,
@@ -344,6 +347,7 @@ impl Viewer {
             }),
             pinned: p.pin.is_some(),
             remb_bps: 0,
+            remb_fell: false,
             bwe: None,
             resend: None,
             prev_layers: None,
@@ -682,7 +686,9 @@ impl Viewer {
                     return Ok(());
                 }
                 RtcpPacket::Remb(r) => {
-                    self.remb_bps = r.bitrate.min(u64::from(u32::MAX)) as u32;
+                    let bps = r.bitrate.min(u64::from(u32::MAX)) as u32;
+                    self.remb_fell = bps < self.remb_bps;
+                    self.remb_bps = bps;
                 }
                 RtcpPacket::Other {
                     pt: rtcp::PT_RTPFB,

@@ -123,9 +123,10 @@ pub struct NegotiatedMedia {
     /// layer choice reads as the estimate.
     pub abs_send_time_ext: Option<u8>,
     /// The offer's RTX payload type for the chosen one (`apt=`), taken with
-    /// `transport_cc_ext` only: tern sends no retransmissions on it, only the padding that
-    /// probes the viewer's path (on the media SSRC, padding would take sequence numbers
-    /// from the media).
+    /// `transport_cc_ext` or `abs_send_time_ext` only: tern sends no retransmissions on
+    /// it, only the padding that probes the viewer's path (on the media SSRC, padding would
+    /// take sequence numbers from the media). A REMB viewer's estimator counts the padding's
+    /// bytes as received, so probes lift its estimate as they lift tern's own.
     pub rtx_pt: Option<u8>,
     /// The chosen payload type is VP8.
     pub vp8: bool,
@@ -346,7 +347,7 @@ pub fn negotiate_for(
             abs_capture_time_ext: m.extmap_id(ABS_CAPTURE_TIME_URI).filter(|&id| id <= 14),
             transport_cc_ext,
             abs_send_time_ext,
-            rtx_pt: transport_cc_ext.and_then(|_| {
+            rtx_pt: transport_cc_ext.or(abs_send_time_ext).and_then(|_| {
                 let apt = p.pt.to_string();
                 m.payloads
                     .iter()

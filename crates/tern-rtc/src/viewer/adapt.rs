@@ -40,6 +40,12 @@
 //! after one that ended in overuse, a back-off from [`BACKOFF_MIN`] doubling to
 //! [`BACKOFF_MAX`], cleared by the next probe that ends without overuse.
 //!
+//! A viewer that reports REMB (aiortc) is probed the same way when it negotiated RTX and
+//! abs-send-time: its own estimator counts the padding as received (aiortc's never reports
+//! more than 1.5 times what it received in the last second, so without probes a viewer
+//! moved down could never climb back), and a REMB lower than the one before is read as
+//! overuse ([`Viewer::path_usage`]).
+//!
 //! # From loop passes to time
 //!
 //! The policy used to live in the server's worker and count its loop: layers chosen every
@@ -207,8 +213,8 @@ pub enum Estimate {
     None,
     /// Transport-wide feedback is negotiated, but too little has come to judge by.
     Pending,
-    /// The viewer's latest REMB (bit/s): layers follow it; no probes (nothing would see
-    /// them).
+    /// The viewer's latest REMB (bit/s): layers follow it, probes can raise it (its
+    /// estimator counts their padding as received; see [`Viewer::write_padding`]).
     Remb(u64),
     /// From transport-wide feedback (bit/s): layers follow it, probes can raise it.
     Feedback(u64),
@@ -219,7 +225,7 @@ pub enum Estimate {
 pub struct Observed {
     /// Its bandwidth estimate.
     pub estimate: Estimate,
-    /// What its path's delay says (with an estimate from transport-wide feedback).
+    /// What its path's delay says ([`Viewer::path_usage`]).
     pub usage: Option<Usage>,
     /// The layer it wants: the one sent, or the one it moves to at its next keyframe.
     pub target: u8,
@@ -469,7 +475,9 @@ impl LayerChooser {
     /// Starts a probe toward the layer above `target` if the viewer needs one and its path
     /// allows it.
     fn start_probe(&mut self, seen: &Observed, rates: &LayerRates, target: u8, t: Tick) -> bool {
-        let (Estimate::Feedback(b), Some(next)) = (seen.estimate, rates.next_above(target)) else {
+        let (Estimate::Feedback(b) | Estimate::Remb(b), Some(next)) =
+            (seen.estimate, rates.next_above(target))
+        else {
             return false;
         };
         let b = b as f64;
@@ -618,9 +626,14 @@ impl Viewer {
         }
     }
 
-    /// Whether the viewer can be sent probe packets (an estimate and RTX negotiated).
+    /// Whether the viewer can be sent probe packets: RTX negotiated, and an estimator
+    /// that counts them (tern's own from transport-wide feedback, or the viewer's, which
+    /// reports REMB and reads abs-send-time).
     pub fn can_probe(&self) -> bool {
-        self.bwe.is_some() && self.video.is_some_and(|t| t.p.rtx.is_some())
+        self.video.is_some_and(|t| {
+            t.p.rtx.is_some()
+                && (self.bwe.is_some() || t.p.abs_send_time_ext.is_some() && self.remb_bps > 0)
+        })
     }
 
     /// The viewer's bandwidth estimate (bit/s): from transport-wide feedback when it has
@@ -633,11 +646,13 @@ impl Viewer {
         }
     }
 
-    /// Writes one probe packet into `out`, sent at `now`: padding only, on the RTX SSRC (so that it takes
-    /// no sequence number from the media), with the next transport-wide sequence number, so
-    /// that the viewer's feedback counts it. The receiver drops it after its transport
-    /// layer has seen it. Returns its length, or `None` without an estimate or negotiated
-    /// RTX, or before the video started.
+    /// Writes one probe packet into `out`, sent at `now`: padding only, on the RTX SSRC (so
+    /// that it takes no sequence number from the media), with the next transport-wide
+    /// sequence number, so that the viewer's feedback counts it, or, to a REMB viewer,
+    /// with abs-send-time, so that its own estimator counts it as received (aiortc's
+    /// caps its REMB at 1.5 times what it receives). The receiver drops it after its
+    /// transport layer has seen it. Returns its length, or `None` when it cannot be
+    /// probed ([`Viewer::can_probe`]) or before the video started.
     pub fn write_padding(
         &mut self,
         out: &mut [u8],
@@ -646,25 +661,37 @@ impl Viewer {
         if self.state != ViewerState::Connected {
             return Ok(None);
         }
-        let (Some(b), Some(t), Some(srtp)) =
-            (self.bwe.as_mut(), self.video.as_ref(), self.srtp.as_mut())
-        else {
+        let (Some(t), Some(srtp)) = (self.video.as_ref(), self.srtp.as_mut()) else {
             return Ok(None);
         };
-        let (Some((pt, ssrc)), Some(id), Some(_)) = (t.p.rtx, t.p.transport_cc_ext, t.src_start)
-        else {
+        let (Some((pt, ssrc)), Some(_)) = (t.p.rtx, t.src_start) else {
             return Ok(None);
         };
-        let seq = b.next_seq;
+        // The RTX packet's extended sequence number, and what lets the viewer count it.
+        let (rtx_seq, transport_cc, abs_send_time) = match (
+            self.bwe.as_ref(),
+            t.p.transport_cc_ext,
+            t.p.abs_send_time_ext,
+        ) {
+            (Some(b), Some(id), _) => (b.rtx_seq, Some((id, b.next_seq)), None),
+            (None, None, Some(id)) if self.remb_bps > 0 => {
+                // Probes are all a REMB viewer is sent on RTX: their count numbers them,
+                // from a start as unpredictable as the RTX SSRC (as `enable_bwe_from`).
+                let since = now.saturating_duration_since(self.created);
+                let seq = u64::from(ssrc >> 17) + self.counters.probes;
+                (seq, None, Some((id, rtp::abs_send_time(since))))
+            }
+            _ => return Ok(None),
+        };
         let hdr = HeaderOut {
             marker: false,
             payload_type: pt,
-            sequence: b.rtx_seq as u16,
+            sequence: rtx_seq as u16,
             timestamp: t.last_ts,
             ssrc,
             abs_capture_time: None,
-            transport_cc: Some((id, seq)),
-            abs_send_time: None,
+            transport_cc,
+            abs_send_time,
         };
         let hlen = rtp::write_header(out, &hdr).map_err(|_| ViewerError::BufferTooSmall)?;
         // The P bit (RFC 3550 §5.1): the payload is all padding, its last octet the count.
@@ -676,20 +703,33 @@ impl Viewer {
         }
         let n = srtp
             .rtp_tx
-            .protect_payload(out, hlen, &pad, (b.rtx_seq >> 16) as u32)
+            .protect_payload(out, hlen, &pad, (rtx_seq >> 16) as u32)
             .map_err(|e| ViewerError::Srtp(e.to_string()))?;
-        b.next_seq = seq.wrapping_add(1);
-        b.rtx_seq += 1;
-        let at = b.micros(now);
-        b.est.on_sent(seq, n, at);
+        if let (Some(b), Some((_, seq))) = (self.bwe.as_mut(), transport_cc) {
+            b.next_seq = seq.wrapping_add(1);
+            b.rtx_seq += 1;
+            let at = b.micros(now);
+            b.est.on_sent(seq, n, at);
+        }
         self.counters.probes += 1;
         Ok(Some(n))
     }
 
-    /// What the delay-based detector last saw, with an estimate from transport-wide
-    /// feedback.
-    pub fn bwe_usage(&self) -> Option<Usage> {
-        self.bwe.as_ref().map(|b| b.est.usage())
+    /// What the path's delay says: the delay-based detector's reading, with an estimate
+    /// from transport-wide feedback; for a viewer that reports REMB, overuse while its
+    /// latest REMB is below the one before (a receive-side estimator, libwebrtc's or
+    /// aiortc's, lowers it only when its own delay detector sees overuse), else normal;
+    /// none without either.
+    pub fn path_usage(&self) -> Option<Usage> {
+        match &self.bwe {
+            Some(b) => Some(b.est.usage()),
+            None if self.remb_bps > 0 => Some(if self.remb_fell {
+                Usage::Over
+            } else {
+                Usage::Normal
+            }),
+            None => None,
+        }
     }
 
     /// What the layer policy needs to know of the viewer (see [`LayerChooser::choose`]).
@@ -705,7 +745,7 @@ impl Viewer {
         };
         Observed {
             estimate,
-            usage: self.bwe_usage(),
+            usage: self.path_usage(),
             target: self.target_layer(),
             sending: self.video_layer(),
             can_probe: self.can_probe(),
@@ -1119,11 +1159,15 @@ mod tests {
     }
 
     #[test]
-    fn a_probe_starts_only_below_the_next_layer_on_a_quiet_path_with_feedback() {
-        // On layer 1 with 2 Mbit/s: layer 0 needs 3.25, so a probe.
+    fn a_probe_starts_only_below_the_next_layer_on_a_quiet_path_with_an_estimate() {
+        // On layer 1 with 2 Mbit/s: layer 0 needs 3.25, so a probe; the same with a REMB
+        // that did not fall (the viewer's own estimator counts the padding).
         assert!(Sim::new().choose(&seen(2_000_000, 1)).probe);
+        let mut remb = seen(2_000_000, 1);
+        remb.estimate = Estimate::Remb(2_000_000);
+        assert!(Sim::new().choose(&remb).probe);
         type Change = fn(&mut Observed);
-        let refused: [(&str, Change); 7] = [
+        let refused: [(&str, Change); 8] = [
             ("next layer fits", |s| {
                 s.estimate = Estimate::Feedback(3_300_000)
             }),
@@ -1132,7 +1176,14 @@ mod tests {
                 s.sending = Some(0);
                 s.estimate = Estimate::Feedback(3_000_000);
             }),
-            ("REMB", |s| s.estimate = Estimate::Remb(2_000_000)),
+            ("REMB that fell", |s| {
+                s.estimate = Estimate::Remb(2_000_000);
+                s.usage = Some(Usage::Over);
+            }),
+            ("REMB without RTX", |s| {
+                s.estimate = Estimate::Remb(2_000_000);
+                s.can_probe = false;
+            }),
             ("overuse", |s| s.usage = Some(Usage::Over)),
             ("draining", |s| s.usage = Some(Usage::Under)),
             ("no RTX", |s| s.can_probe = false),

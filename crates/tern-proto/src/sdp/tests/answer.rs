@@ -42,7 +42,7 @@ fn h264_answer_states_the_streams_own_profile_when_its_sps_is_known() {
 fn a_viewer_with_remb_and_no_transport_cc_gets_abs_send_time() {
     // Chrome's offer says goog-remb too, and abs-send-time at 2; with transport-cc the
     // answer keeps to it (above). Without transport-cc (aiortc offers only goog-remb and
-    // abs-send-time), the answer takes goog-remb and abs-send-time, and no RTX.
+    // abs-send-time), the answer takes goog-remb and abs-send-time, and RTX for the probes.
     let offer: String = chrome_offer()
         .split_inclusive('\n')
         .filter(|l| !l.contains("transport-cc") && !l.contains("transport-wide-cc"))
@@ -52,7 +52,7 @@ fn a_viewer_with_remb_and_no_transport_cc_gets_abs_send_time() {
     let v = n.video().unwrap();
     assert_eq!(
         (v.transport_cc_ext, v.abs_send_time_ext, v.rtx_pt),
-        (None, Some(2), None)
+        (None, Some(2), Some(103))
     );
     assert_eq!(n.audio().unwrap().abs_send_time_ext, None, "video only");
     let text = write_answer(&sd, &n, &answer_params());
@@ -67,4 +67,5 @@ fn a_viewer_with_remb_and_no_transport_cc_gets_abs_send_time() {
     let offer = offer.replace("goog-remb", "x-none");
     let n = negotiate(&SessionDescription::parse(&offer).unwrap()).unwrap();
     assert_eq!(n.video().unwrap().abs_send_time_ext, None);
+    assert_eq!(n.video().unwrap().rtx_pt, None, "no RTX: nothing to probe");
 }

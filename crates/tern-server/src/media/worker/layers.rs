@@ -131,7 +131,7 @@ impl Worker {
                 probing.swap_remove(i);
                 continue;
             };
-            let usage = e.viewer.bwe_usage();
+            let usage = e.viewer.path_usage();
             match e
                 .layers
                 .probe_round(self.adaptation.epoch(), now, round, usage)
