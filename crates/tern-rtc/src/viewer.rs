@@ -310,8 +310,7 @@ pub struct Viewer {
     /// The latest REMB (bit/s), for a viewer that sends that rather than transport-wide
     /// feedback; 0 when none came.
     remb_bps: u32,
-    /// The latest REMB is below the one before: a receive-side estimator lowers its REMB
-    /// only when its delay detector sees overuse (see [`Viewer::path_usage`]).
+    /// The latest REMB is below the one before (see [`Viewer::path_usage`]).
     remb_fell: bool,
     bwe: Option<Box<Bwe>>,
     /// The retransmission budget, made at the first NACK (see `resend.rs`).
@@ -685,11 +684,7 @@ impl Viewer {
                     self.close(CloseReason::PeerClosed);
                     return Ok(());
                 }
-                RtcpPacket::Remb(r) => {
-                    let bps = r.bitrate.min(u64::from(u32::MAX)) as u32;
-                    self.remb_fell = bps < self.remb_bps;
-                    self.remb_bps = bps;
-                }
+                RtcpPacket::Remb(r) => self.on_remb(r.bitrate),
                 RtcpPacket::Other {
                     pt: rtcp::PT_RTPFB,
                     fmt: twcc::FMT_TWCC,

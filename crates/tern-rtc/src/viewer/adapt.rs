@@ -715,6 +715,14 @@ impl Viewer {
         Ok(Some(n))
     }
 
+    /// Takes a REMB (bit/s) as the viewer's estimate, noting whether it fell (see
+    /// [`Viewer::path_usage`]).
+    pub(super) fn on_remb(&mut self, bps: u64) {
+        let bps = bps.min(u64::from(u32::MAX)) as u32;
+        self.remb_fell = bps < self.remb_bps;
+        self.remb_bps = bps;
+    }
+
     /// What the path's delay says: the delay-based detector's reading, with an estimate
     /// from transport-wide feedback; for a viewer that reports REMB, overuse while its
     /// latest REMB is below the one before (a receive-side estimator, libwebrtc's or

@@ -128,13 +128,15 @@ impl Worker {
         let ids: Vec<ViewerId> = self.table.ids().collect();
         let mut out = [0u8; 512];
         let mut flights: Vec<Vec<u8>> = Vec::new();
+        // Kept NACKs now due, of one viewer at a time (one buffer for the sweep).
+        let mut due: Vec<Nacked> = Vec::new();
         for id in ids {
             let Some(e) = self.table.get(id) else {
                 continue;
             };
             if e.viewer.has_due_resends() {
                 let stream = e.stream;
-                let mut due = Vec::new();
+                due.clear();
                 e.viewer.due_resends(now, &mut |kind, layer, seq, out| {
                     due.push((kind, layer, seq, out));
                 });
