@@ -418,6 +418,46 @@ mod tests {
             [0, 1, 7, 16]
         );
 
+        // A padded packet delivered twice is one duplicate, whatever its last octet (on the
+        // wire, the auth tag's): one whose tag ends in 0 was once counted as malformed.
+        let mut ends_in_0 = 0;
+        for seq in 4..4_000u64 {
+            let mut buf = pool.alloc(301);
+            buf[0] = 0x41; // a non-IDR slice
+            let pkt = crate::stream::RingPacket {
+                kind: crate::clip::MediaKind::Video,
+                layer: 0,
+                seq,
+                rtp_ts: seq as u32 * 3_000,
+                marker: true,
+                keyframe: false,
+                capture_ntp: 0,
+                payload: buf.freeze(),
+            };
+            let mut out = vec![0u8; 1500];
+            let n = viewer
+                .write_media_padded(&pkt, &mut out, 7)
+                .expect("written")
+                .expect("taken");
+            let last = out[n - 1];
+            let mut copy = out[..n].to_vec();
+            let dups = client
+                .track(crate::clip::MediaKind::Video)
+                .expect("video")
+                .duplicates;
+            assert!(client.handle_input(now, &mut out[..n]).is_some());
+            assert!(client.handle_input(now, &mut copy).is_none(), "a duplicate");
+            let track = client.track(crate::clip::MediaKind::Video).expect("video");
+            assert_eq!(track.duplicates, dups + 1, "seq {seq}, last octet {last}");
+            if last == 0 {
+                ends_in_0 += 1;
+                if ends_in_0 == 3 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(ends_in_0, 3, "no packet whose tag ends in 0 in 4,000");
+
         // Closed from the server's side, the viewer still tells the client with the
         // close_notify it sealed before dropping the engine, and the client's DTLS accepts it.
         let mut alerts: Vec<Vec<u8>> = Vec::new();
