@@ -182,8 +182,14 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, RtpError> {
 }
 
 /// Parses the header without looking at the padding (whose count byte is encrypted in SRTP):
-/// `payload_len` runs to the end of `buf` and `padding` is 0.
-pub(crate) fn parse_header_unpadded(buf: &[u8]) -> Result<Header, RtpError> {
+/// `payload_len` runs to the end of `buf` and `padding` is 0. What to read an SRTP packet's
+/// header with before it is decrypted: [`parse_header`] would take the auth tag's last octet
+/// for the padding count.
+///
+/// # Errors
+/// [`RtpError::Truncated`] if `buf` cannot hold what the header declares,
+/// [`RtpError::BadVersion`] if the version is not 2.
+pub fn parse_header_unpadded(buf: &[u8]) -> Result<Header, RtpError> {
     if buf.len() < FIXED_HEADER_LEN {
         return Err(RtpError::Truncated);
     }

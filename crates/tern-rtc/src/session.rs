@@ -385,6 +385,19 @@ mod tests {
         // by the receiver: the same payload comes out, 1, 7 or 16 bytes longer on the wire.
         let pool = tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("padding test"))
             .expect("pool");
+        // A video packet of the ring, with `payload`.
+        let packet = |seq: u64, rtp_ts: u32, keyframe: bool, payload: tern_pool::Buf| {
+            crate::stream::RingPacket {
+                kind: crate::clip::MediaKind::Video,
+                layer: 0,
+                seq,
+                rtp_ts,
+                marker: true,
+                keyframe,
+                capture_ntp: 0,
+                payload: payload.freeze(),
+            }
+        };
         let mut sizes = Vec::new();
         for (i, pad) in [0u8, 1, 7, 16].into_iter().enumerate() {
             let mut buf = pool.alloc(301);
@@ -392,16 +405,7 @@ mod tests {
             for (k, b) in buf[1..].iter_mut().enumerate() {
                 *b = (k as u8) ^ (i as u8);
             }
-            let pkt = crate::stream::RingPacket {
-                kind: crate::clip::MediaKind::Video,
-                layer: 0,
-                seq: i as u64,
-                rtp_ts: 0,
-                marker: true,
-                keyframe: true,
-                capture_ntp: 0,
-                payload: buf.freeze(),
-            };
+            let pkt = packet(i as u64, 0, true, buf);
             let mut out = vec![0u8; 1500];
             let n = viewer
                 .write_media_padded(&pkt, &mut out, pad)
@@ -424,16 +428,7 @@ mod tests {
         for seq in 4..4_000u64 {
             let mut buf = pool.alloc(301);
             buf[0] = 0x41; // a non-IDR slice
-            let pkt = crate::stream::RingPacket {
-                kind: crate::clip::MediaKind::Video,
-                layer: 0,
-                seq,
-                rtp_ts: seq as u32 * 3_000,
-                marker: true,
-                keyframe: false,
-                capture_ntp: 0,
-                payload: buf.freeze(),
-            };
+            let pkt = packet(seq, seq as u32 * 3_000, false, buf);
             let mut out = vec![0u8; 1500];
             let n = viewer
                 .write_media_padded(&pkt, &mut out, 7)

@@ -434,13 +434,11 @@ impl Client {
             // SRTP's replay window refuses a repeated index before authenticating: a
             // duplicate of a packet already received.
             Err(srtp::SrtpError::Replay) => {
-                // The SSRC from the fixed header: `parse_header` would read the padding count
-                // from the encrypted packet's last octet (the auth tag's), and refuse one in
-                // 256 padded packets whose tag ends in 0 (a duplicate then went uncounted).
-                let ssrc = data
-                    .get(8..12)
-                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-                match self.tracks.iter_mut().find(|t| Some(t.stats.ssrc) == ssrc) {
+                // The packet is still encrypted: `parse_header` would read the padding count
+                // from the auth tag's last octet, and refuse one in 256 padded packets whose
+                // tag ends in 0 (a duplicate then went uncounted).
+                let ssrc = rtp::parse_header_unpadded(data).map(|h| h.ssrc);
+                match self.tracks.iter_mut().find(|t| Ok(t.stats.ssrc) == ssrc) {
                     Some(t) => t.stats.duplicates += 1,
                     None => self.dropped += 1,
                 }
