@@ -28,7 +28,7 @@
 #   soak        bench/soak.sh $SOAK_MINUTES (default 5): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 20), SOAK_MINUTES (default 5), CARGO_TARGET_DIR (respected by every stage; the fuzz
+# Environment: FUZZ_SECONDS (default 20), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 5), CARGO_TARGET_DIR (respected by every stage; the fuzz
 # build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
 # eating the CI budget.
@@ -40,6 +40,8 @@ SELF="$ROOT/scripts/test.sh"
 export PATH="$HOME/.cargo/bin:$PATH"
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 export FUZZ_SECONDS
+FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
+export FUZZ_JOBS
 SOAK_MINUTES="${SOAK_MINUTES:-5}"
 export SOAK_MINUTES
 
@@ -122,16 +124,37 @@ run_stage_body() {
             cargo +nightly fuzz build -O --target-dir "$(fuzz_target_dir)"
             ;;
         fuzz)
+            # libFuzzer runs one target on one core: $FUZZ_JOBS targets at a time (default: one
+            # per core), each still for its $FUZZ_SECONDS, so the stage does the same fuzzing in
+            # 1/FUZZ_JOBS of the wall time. Each target's output is printed whole when it ends.
             set +e
             cd "$ROOT/fuzz"
-            local t bad=()
+            local t bad=() logs pid=
+            local -A running=()
+            logs=$(mktemp -d)
+            fuzz_one() {
+                echo "--- fuzz $1: ${FUZZ_SECONDS}s"
+                cargo +nightly fuzz run -O --target-dir "$(fuzz_target_dir)" "$1" -- \
+                    -max_total_time="$FUZZ_SECONDS" -print_final_stats=1
+            }
+            reap() { # pid, exit status
+                cat "$logs/${running[$1]}"
+                [ "$2" -eq 0 ] || bad+=("${running[$1]}")
+                unset "running[$1]"
+            }
             for t in $(fuzz_targets); do
-                echo "--- fuzz $t: ${FUZZ_SECONDS}s"
-                if ! cargo +nightly fuzz run -O --target-dir "$(fuzz_target_dir)" "$t" -- \
-                    -max_total_time="$FUZZ_SECONDS" -print_final_stats=1; then
-                    bad+=("$t")
-                fi
+                while [ "${#running[@]}" -ge "$FUZZ_JOBS" ]; do
+                    wait -n -p pid "${!running[@]}"
+                    reap "$pid" $?
+                done
+                fuzz_one "$t" >"$logs/$t" 2>&1 &
+                running[$!]=$t
             done
+            while [ "${#running[@]}" -gt 0 ]; do
+                wait -n -p pid "${!running[@]}"
+                reap "$pid" $?
+            done
+            rm -rf "$logs"
             if [ "${#bad[@]}" -gt 0 ]; then
                 echo "fuzz targets that failed: ${bad[*]} (crash inputs under fuzz/artifacts/)"
                 return 1

@@ -3,12 +3,12 @@
 //! fan-out server streams the clip to tern bench's viewers without loss, with every
 //! `write_rtp` leaving as a datagram inside the function callgrind counts.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use serde_json::Value;
@@ -68,13 +68,6 @@ fn blaster_gso_mode_sends_whole_segments() {
     assert!(n(&v, "received_packets") > 0, "{v}");
 }
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 fn get_stats(http: SocketAddr) -> Value {
     let mut s = TcpStream::connect(http).expect("connect");
     s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -101,29 +94,36 @@ struct Cli {
 
 #[test]
 fn str0m_fanout_streams_the_clip_to_tern_bench_without_loss() {
-    let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let udp = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_str0m-fanout"))
+    // Port 0 for both listeners, read back from the server's report: a port probed free a
+    // moment before can be taken by the blaster test running beside this one.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_str0m-fanout"))
         .args([
             "--http",
-            &http.to_string(),
+            "127.0.0.1:0",
             "--udp",
-            &udp,
+            "127.0.0.1:0",
             "--seconds",
             "60",
         ])
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("str0m-fanout starts");
+    let stderr = child.stderr.take().expect("stderr piped");
     let _guard = Kill(child);
-    let t0 = Instant::now();
-    while TcpStream::connect(http).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            if let Some(addrs) = line.strip_prefix("str0m-fanout: listening http=") {
+                let http = addrs.split_whitespace().next().unwrap_or_default();
+                let _ = tx.send(http.parse::<SocketAddr>().expect("http address"));
+            }
+        }
+    });
+    let http = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("server did not report its addresses within 10 s");
     let idle = get_stats(http);
     let line = format!("-url http://{http}/live/demo/whep -n 5 -cint 20 -life 4");
     let argv =

@@ -66,7 +66,8 @@ enum SourceKind {
 #[derive(Debug, Parser)]
 #[command(about = "str0m fan-out WHEP server: the str0m baseline of bench/run.sh")]
 struct Args {
-    /// HTTP listener (WHEP at /live/demo/whep, counters at /stats).
+    /// HTTP listener (WHEP at /live/demo/whep, counters at /stats). Port 0 takes a free one;
+    /// the bound addresses are printed on stderr (`str0m-fanout: listening http=.. udp=..`).
     #[arg(long, default_value = "127.0.0.1:18570")]
     http: SocketAddr,
     /// The one UDP port for all media (also the announced host candidate).
@@ -207,6 +208,10 @@ fn run(args: &Args) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(http)
             .await
             .map_err(|e| format!("bind {http}: {e}"))?;
+        // The bound addresses, so a caller can ask for port 0 and read them (stderr: stdout
+        // carries the final counters).
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("str0m-fanout: listening http={bound} udp={local}");
         let shutdown = async move {
             let mut term =
                 match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
