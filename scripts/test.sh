@@ -22,7 +22,8 @@
 #               DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included; retina's
 #               (vendor/retina/PATCHES.md) unit tests
 #   fuzz-build  cd fuzz && cargo +nightly fuzz build -O
-#   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20)
+#   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20),
+#               $FUZZ_JOBS targets at a time (default: nproc; each uses one core)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
 #               network namespace (scripts/netns-run.sh)
 #   soak        bench/soak.sh $SOAK_MINUTES (default 5): 1,000 steady viewers, 50/s churning,
