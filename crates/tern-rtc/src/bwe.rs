@@ -195,6 +195,23 @@ impl Estimator {
         self.loss_bps = to;
     }
 
+    /// Raises both rates to the throughput acknowledged unless the path is overused: for a
+    /// sender whose feedback covers nothing but probes (a paused viewer's padding), what
+    /// arrived is a probe result, taken while queues drain as well as while they hold
+    /// (libwebrtc applies a probe's result unless the detector sees overuse). The
+    /// delay-based rule holds in underuse, which after a path's limit lifts (its queue
+    /// gone, the delay falling) would keep the estimate where the limit left it.
+    pub fn take_probe_result(&mut self) {
+        if self.usage == Usage::Over {
+            return;
+        }
+        if let Some(a) = self.acked_bps() {
+            let max = self.cfg.max_bps as f64;
+            self.delay_bps = self.delay_bps.max(a).min(max);
+            self.loss_bps = self.loss_bps.max(a).min(max);
+        }
+    }
+
     /// What the delay-based detector last saw.
     pub fn usage(&self) -> Usage {
         self.usage
@@ -249,7 +266,14 @@ impl Estimator {
             self.acked_first_send = [send; 2];
             self.last_send = send;
         }
-        if arrival >= self.acked[1].0 + ACKED_BIN_US {
+        if arrival >= self.acked[1].0 + 2 * ACKED_BIN_US {
+            // Nothing arrived for over a bin: a pause in what was sent (a paused viewer is
+            // sent probes alone, a second apart), not a slow path. Measured from here: a
+            // window reaching back over the pause would dilute the probe's throughput
+            // with time in which nothing was sent.
+            self.acked = [(arrival, 0), (arrival, 0)];
+            self.acked_first_send = [send; 2];
+        } else if arrival >= self.acked[1].0 + ACKED_BIN_US {
             self.acked[0] = self.acked[1];
             self.acked_first_send[0] = self.acked_first_send[1];
             self.acked[1] = (arrival, 0);

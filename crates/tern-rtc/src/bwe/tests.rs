@@ -82,6 +82,17 @@ impl Sim {
         seen
     }
 
+    /// Sends nothing for `secs`, feedback flowing for what is still on its way.
+    fn idle(&mut self, secs: f64) {
+        let end = self.now + (secs * 1e6) as i64;
+        while self.next_feedback <= end {
+            self.now = self.next_feedback;
+            self.feedback();
+            self.next_feedback += FEEDBACK_US;
+        }
+        self.now = end;
+    }
+
     fn send(&mut self) {
         let t = self.now;
         self.est.on_sent(self.seq, SIZE, t);
@@ -338,4 +349,57 @@ fn a_long_run_keeps_its_precision() {
         sim.est.window.front()
     );
     assert_eq!(sim.est.usage(), Usage::Normal);
+}
+
+#[test]
+fn a_burst_after_a_silence_is_measured_over_its_own_span() {
+    // A paused viewer's probes: padding a second apart, nothing between. The throughput of
+    // the second is its own, not spread over the silence before it (the window reached
+    // back to the first probe's last bin until a bin had passed in the second).
+    let mut sim = Sim::new(10e6);
+    sim.run(400e3, 0.3);
+    sim.idle(1.0);
+    sim.run(400e3, 0.2);
+    sim.idle(0.2);
+    let acked = sim.est.acked_bps().expect("acknowledged");
+    // (Within a packet of the span: n packets over n - 1 intervals.)
+    assert!(
+        (340e3..=470e3).contains(&acked),
+        "{acked:.0} bit/s for 400 kbit/s sent"
+    );
+}
+
+#[test]
+fn a_probe_result_lifts_the_estimate_while_queues_drain_but_not_under_overuse() {
+    // A 300 kbit/s path offered 1 Mbit/s: overused, the estimate cut. The sender settles
+    // and pauses; probing into the limit, the result is not taken.
+    let mut sim = Sim::new(300e3);
+    sim.run(1e6, 3.0);
+    sim.est.settle(150e3);
+    sim.idle(1.0);
+    sim.run(750e3, 0.3);
+    sim.idle(0.2);
+    let limited = sim.est.estimate_bps();
+    let usage = sim.est.usage();
+    sim.est.take_probe_result();
+    if usage == Usage::Over {
+        assert_eq!(sim.est.estimate_bps(), limited);
+    }
+    assert!(
+        sim.est.estimate_bps() <= 400_000,
+        "{}",
+        sim.est.estimate_bps()
+    );
+    // The limit lifts: the delay falls (underuse), and the delay-based rule holds the
+    // estimate where it was; the probe's result lifts it to what arrived.
+    sim.capacity_bps = 10e6;
+    sim.idle(1.0);
+    sim.run(750e3, 0.3);
+    sim.idle(0.2);
+    let held = sim.est.estimate_bps();
+    eprintln!("after the lift: {:?}, estimate {held}", sim.est.usage());
+    assert_ne!(sim.est.usage(), Usage::Over);
+    sim.est.take_probe_result();
+    let lifted = sim.est.estimate_bps();
+    assert!(lifted >= 650_000, "{held} -> {lifted}");
 }

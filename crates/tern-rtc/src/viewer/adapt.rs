@@ -610,6 +610,7 @@ impl Viewer {
     /// Reads a transport-wide feedback's FCI (after its two SSRCs) into the estimate; one
     /// that does not parse is counted as dropped. Without an estimate it is ignored.
     pub fn on_transport_feedback(&mut self, fci: &[u8], now: Instant) {
+        let paused = self.video_paused();
         let Some(b) = self.bwe.as_mut() else {
             return;
         };
@@ -617,6 +618,11 @@ impl Viewer {
             Ok(fb) => {
                 let t = b.micros(now);
                 b.est.on_feedback(&fb, t);
+                // Paused, the viewer's feedback covers only probes (its audio carries no
+                // transport-wide number): see `Estimator::take_probe_result`.
+                if paused {
+                    b.est.take_probe_result();
+                }
                 b.parsed = b.parsed.wrapping_add(1);
             }
             Err(_) => {

@@ -13,9 +13,11 @@
 //! - while paused, the viewer is sent only audio, which carries no transport-wide sequence
 //!   number: its path is measured by probes alone. Each lasts [`PAUSED_PROBE_LENGTH`] and
 //!   adds padding up to [`PAUSED_PROBE_GAIN`] times the estimate after one that went
-//!   through (the estimate takes what arrived as its floor, so it grows by that much per
-//!   probe on a path with room: 250 kbit/s to a 1.1 Mbit/s stream's 1.4 with headroom in
-//!   three probes), or [`PROBE_GAIN`] times after one that ended in overuse and for the
+//!   through (the estimate takes what arrived as its floor unless the path is overused,
+//!   also while its queue drains, as it does when a limit lifts: see
+//!   `Estimator::take_probe_result`; so it grows by that much per probe on a path with
+//!   room: 250 kbit/s to a 1.1 Mbit/s stream's 1.4 with headroom in three probes), or
+//!   [`PROBE_GAIN`] times after one that ended in overuse and for the
 //!   first of a pause; the wait after an overused one
 //!   is at most [`PAUSED_PROBE_WAIT`] (a paused viewer has nothing else to recover with);
 //! - it resumes when the stream's rate fits with [`UP_HEADROOM`]: from the stream's next
