@@ -324,22 +324,15 @@ mod tests {
         let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("rcgen");
         let cert = dir.join(format!("{name}.crt"));
         let key = dir.join(format!("{name}.key"));
-        std::fs::write(&cert, pem("CERTIFICATE", c.cert.der())).expect("write cert");
+        std::fs::write(
+            &cert,
+            pem::encode(&pem::Pem::new("CERTIFICATE", c.cert.der().to_vec())),
+        )
+        .expect("write cert");
         let key_der = c.signing_key.serialize_der();
-        std::fs::write(&key, pem("PRIVATE KEY", &key_der)).expect("write key");
+        std::fs::write(&key, pem::encode(&pem::Pem::new("PRIVATE KEY", key_der)))
+            .expect("write key");
         (cert, key)
-    }
-
-    /// DER as PEM: rcgen is built without its `pem` feature (see Cargo.toml's dev-dependencies).
-    fn pem(label: &str, der: &[u8]) -> String {
-        use base64::Engine as _;
-        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-        let mut out = format!("-----BEGIN {label}-----\n");
-        for line in b64.as_bytes().chunks(64) {
-            out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-            out.push('\n');
-        }
-        out + &format!("-----END {label}-----\n")
     }
 
     fn temp_dir(name: &str) -> PathBuf {
