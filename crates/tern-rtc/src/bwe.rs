@@ -261,18 +261,17 @@ impl Estimator {
     /// Counts `size` bytes sent at `send` and arrived at `arrival` in the
     /// acknowledged-throughput bins.
     fn ack(&mut self, send: i64, arrival: i64, size: u64) {
-        if self.last_arrival.is_none() {
+        // The window starts here with the first packet, and again after nothing arrived for
+        // over a bin: a pause in what was sent (a paused viewer is sent probes alone, a
+        // second apart), not a slow path. A window reaching back over the pause would
+        // dilute the probe's throughput with time in which nothing was sent.
+        if self
+            .last_arrival
+            .is_none_or(|_| arrival >= self.acked[1].0 + 2 * ACKED_BIN_US)
+        {
             self.acked = [(arrival, 0), (arrival, 0)];
             self.acked_first_send = [send; 2];
             self.last_send = send;
-        }
-        if arrival >= self.acked[1].0 + 2 * ACKED_BIN_US {
-            // Nothing arrived for over a bin: a pause in what was sent (a paused viewer is
-            // sent probes alone, a second apart), not a slow path. Measured from here: a
-            // window reaching back over the pause would dilute the probe's throughput
-            // with time in which nothing was sent.
-            self.acked = [(arrival, 0), (arrival, 0)];
-            self.acked_first_send = [send; 2];
         } else if arrival >= self.acked[1].0 + ACKED_BIN_US {
             self.acked[0] = self.acked[1];
             self.acked_first_send[0] = self.acked_first_send[1];
