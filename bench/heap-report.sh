@@ -8,5 +8,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TERN_VIEWERS=${1:-1000} TERN_SECONDS=${2:-60} \
-  cargo test --release -p tern --test memory -- --ignored checkpoint_table_1000 --nocapture 2>&1 |
+  cargo test --release -p tern --test e2e -- --ignored memory::checkpoint_table_1000 --nocapture 2>&1 |
   grep -vE '^(running|test |$)|Finished|Running|Compiling'

@@ -21,7 +21,8 @@
 #   vendor      the vendored crates' own tests: dimpl's (vendor/dimpl/PATCHES.md) unit tests and
 #               DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included; retina's
 #               (vendor/retina/PATCHES.md) unit tests
-#   fuzz-build  cd fuzz && cargo +nightly fuzz build -O
+#   fuzz-build  cd fuzz && cargo +nightly fuzz build -O --sanitizer none (tern's fuzzed code is
+#               safe Rust; docs/src/contributing.md says why no AddressSanitizer)
 #   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20),
 #               $FUZZ_JOBS targets at a time (default: nproc; each uses one core)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
@@ -44,6 +45,8 @@ export FUZZ_SECONDS
 FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS
 SOAK_MINUTES="${SOAK_MINUTES:-5}"
+# The build and the runs must agree, or each run rebuilds. Safe Rust: no AddressSanitizer.
+FUZZ_FLAGS="--sanitizer none"
 export SOAK_MINUTES
 
 ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser soak)
@@ -72,8 +75,8 @@ describe_stage() {
         clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
         test) echo "cargo test --workspace --release --no-fail-fast --bins --test '*'; cargo test --workspace --release --no-fail-fast --doc" ;;
         vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib" ;;
-        fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O" ;;
-        fuzz) echo "cargo +nightly fuzz run -O TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
+        fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O $FUZZ_FLAGS" ;;
+        fuzz) echo "cargo +nightly fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
         soak) echo "bench/soak.sh $SOAK_MINUTES 1000 50" ;;
     esac
@@ -126,7 +129,7 @@ run_stage_body() {
             ;;
         fuzz-build)
             cd "$ROOT/fuzz"
-            cargo +nightly fuzz build -O --target-dir "$(fuzz_target_dir)"
+            cargo +nightly fuzz build -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)"
             ;;
         fuzz)
             # libFuzzer runs one target on one core: $FUZZ_JOBS targets at a time (default: one
@@ -139,7 +142,7 @@ run_stage_body() {
             logs=$(mktemp -d)
             fuzz_one() {
                 echo "--- fuzz $1: ${FUZZ_SECONDS}s"
-                cargo +nightly fuzz run -O --target-dir "$(fuzz_target_dir)" "$1" -- \
+                cargo +nightly fuzz run -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)" "$1" -- \
                     -max_total_time="$FUZZ_SECONDS" -print_final_stats=1
             }
             reap() { # pid, exit status

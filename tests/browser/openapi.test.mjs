@@ -2,7 +2,7 @@
 // 3.0 schema (swagger-parser: JSON-schema validation plus its semantic checks, e.g. path
 // parameters declared, unique operation parameters). That every route is documented, and that
 // every documented operation answers a documented status, is checked in
-// crates/tern/tests/api.rs.
+// crates/tern/tests/e2e/api.rs.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

@@ -30,7 +30,7 @@
 //! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`, `rtsp/`) stand on `session/`, which stands
 //! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
 //! `http/`, `media` never imports a surface; inside each folder nothing imports what imports
-//! it. `crates/tern/tests/house.rs` checks all three, and that this map names every module.
+//! it. `crates/tern/tests/e2e/house.rs` checks all three, and that this map names every module.
 //! [`Server::start`] puts them together and reports the addresses it bound.
 //!
 //! # One packet, from ingest to socket
@@ -48,7 +48,7 @@
 //!    viewer's run of equal-size packets one UDP GSO message.
 
 // `unsafe` is denied everywhere but in `media/socket.rs`'s `sys` (the raw `sendmmsg` with
-// UDP GSO control messages); `crates/tern/tests/house.rs` checks that no other file allows it.
+// UDP GSO control messages); `crates/tern/tests/e2e/house.rs` checks that no other file allows it.
 #![deny(unsafe_code)]
 
 pub mod admission;

@@ -408,7 +408,7 @@ impl Worker {
             // A relay carries one client's traffic, but a WebRTC server sends a new viewer
             // its keyframe cache (up to a GOP) in one burst, which overflows the default
             // ~208 KiB receive buffer before this thread drains it (found by
-            // tests/bench.rs: a lost first packet that no receiver can notice). Socket
+            // tests/e2e/bench.rs: a lost first packet that no receiver can notice). Socket
             // memory is charged only while datagrams wait, so 1 MiB costs nothing idle.
             if let Ok(s) = bind_udp(SocketAddr::new(self.relay_ip, port), RELAY_BUFFER) {
                 return Some(UdpSocket::from_std(s));

@@ -22,7 +22,7 @@
 //! player page also hands a WebSocket upgrade to `ome`, and `metrics` reads `cluster`'s
 //! rows. No other surface imports another. Nothing outside `http/` imports from it but
 //! the server's start (`lib.rs`): ingest surfaces (`rtmp.rs`, later SRT and RTSP) talk to
-//! the session layer only (`crates/tern/tests/house.rs` checks this).
+//! the session layer only (`crates/tern/tests/e2e/house.rs` checks this).
 
 mod api;
 pub mod cluster;

@@ -20,7 +20,7 @@
 //! camera quirks it has met in the field (live555's TCP bug, bad RTP timestamps), and the
 //! depacketizers for H264 (with parameter sets that change mid-stream, reported per frame),
 //! H265, AAC (RFC 3640) and G.711. It was tested against GStreamer's RTSP server in
-//! `crates/tern/tests/rtsp.rs` (H264 + AAC, basic auth, a server killed and started
+//! `crates/tern/tests/e2e/rtsp.rs` (H264 + AAC, basic auth, a server killed and started
 //! again). Its URL may not carry credentials: tern takes them out of the configured URL and
 //! hands them over as `Credentials`, so the password is in no request line and no error.
 //!

@@ -13,7 +13,7 @@
 //! | `lifetime.rs` | what follows a grant: the admitted session's lifetime and close notification, the sweep of publisher-made streams |
 //!
 //! Imports point down: surfaces import this module; it imports `admission`, `cluster`,
-//! `directory`, `limits`, `media` and `config`, never a surface (`crates/tern/tests/house.rs`
+//! `directory`, `limits`, `media` and `config`, never a surface (`crates/tern/tests/e2e/house.rs`
 //! checks that no ingest surface imports `http/`).
 
 mod lifetime;

@@ -5,7 +5,7 @@
 //! server must verify), then receives SRTP media. The viewer snapshot names the SRTP
 //! profile, AES-128-GCM by tern's default preference.
 
-mod common;
+use crate::common;
 
 use std::io::ErrorKind;
 use std::net::UdpSocket;

@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use tern_proto::sdp::{self, OfferParams};
 
-mod common;
-
 struct Resp {
     status: u16,
     head: String,

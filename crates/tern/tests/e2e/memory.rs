@@ -16,7 +16,7 @@
 //! `checkpoint_table_1000` (ignored; `bench/heap-report.sh` runs it) prints the issue's
 //! lifecycle checkpoint table for `TERN_VIEWERS` (default 1000) viewers.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;

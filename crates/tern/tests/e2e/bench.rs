@@ -2,7 +2,7 @@
 //! own counters, and the loss/reordering/duplicate counting checked against a relay that
 //! impairs known packets.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};

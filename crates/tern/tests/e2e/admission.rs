@@ -3,7 +3,7 @@
 //! request and answers from a policy; publishers are ffmpeg (RTMP) and str0m (WHIP),
 //! viewers tern bench's WebRTC clients and plain WHEP POSTs.
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The management API, events, metrics and the OpenAPI document, against a real server.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -253,7 +253,7 @@ fn openapi_document_matches_the_routes() {
     // `.route("...")` calls in its source, so a new route without documentation fails here.
     let mut routes = 0;
     {
-        let src = include_str!("../../tern-server/src/http/router.rs");
+        let src = include_str!("../../../tern-server/src/http/router.rs");
         for tail in src.split(".route(").skip(1) {
             let Some(path) = tail
                 .trim_start()

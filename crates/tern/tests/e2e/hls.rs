@@ -4,7 +4,7 @@
 //! last session goes. The RTMP path, ffmpeg reading the playlist and hls.js in Chromium are
 //! in tests/browser/hls.test.mjs.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! with a `publisher.left` event giving the reason and a log line, and the next publisher
 //! takes the stream.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //!
 //! The tests run one at a time (each runs an x264 encoder, three servers and viewers).
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 //! the threads carry OME's names, the per-viewer work spreads over the stream workers, and a
 //! bad count stops start-up naming its key.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tern_rtc::turn::Transport;
 use tern_rtc::turn_client::{Received, TurnClient, TurnClientEvent};
 
-mod common;
+use crate::common;
 use common::Server;
 
 const USER: &str = "alice";

@@ -18,7 +18,7 @@
 //!
 //! `TERN_VIEWERS` and `TERN_SECONDS` override 200 viewers / 30 s for the big test.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::ErrorKind;

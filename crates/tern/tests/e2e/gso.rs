@@ -6,7 +6,7 @@
 //! send made to fail (`TERN_GSO_FAIL_FIRST=1`: the kernel refuses it with `EINVAL`), which
 //! must turn GSO off and lose no packet.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;

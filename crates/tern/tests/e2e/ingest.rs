@@ -2,7 +2,7 @@
 //! tern bench's viewers receive it; a publisher leaves and another arrives while viewers
 //! stay connected; the HTTP status codes of WHIP.
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //!
 //! The tests here run one at a time (each runs x264 encoders and viewers on a small machine).
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use dimpl::{Config, Dtls, DtlsCertificate, Output, SrtpProfile};
 
-mod common;
+use crate::common;
 
 use common::rsa::openssl;
 

@@ -3,7 +3,7 @@
 //! what the server presents), SIGHUP, a renewal that does not load; and real client
 //! addresses behind a real nginx (`server.trusted_proxies`).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

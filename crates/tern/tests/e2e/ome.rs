@@ -19,7 +19,7 @@ use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::DtlsContext;
 use tungstenite::{Message, WebSocket};
 
-mod common;
+use crate::common;
 use common::{Server, http_get};
 
 type Ws = WebSocket<TcpStream>;

@@ -4,7 +4,7 @@
 //! comes back when a session or connection ends. Every client here is 127.0.0.1, which is
 //! exempt by default (`limits.exempt`): each test counts everyone (`exempt = []`).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

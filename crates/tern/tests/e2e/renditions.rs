@@ -5,7 +5,7 @@
 //! each receive their layer: whole H264 frames whose SPS says 1280x720, 640x360 and 320x180,
 //! at clearly falling rates.
 
-mod common;
+use crate::common;
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};

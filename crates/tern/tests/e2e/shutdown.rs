@@ -4,7 +4,7 @@
 //! close_notify and RTMP connections an orderly close (FIN, not a reset). After SIGKILL a new process binds the same HTTP, media,
 //! RTMP and TURN ports at once, although the killed one left connections behind.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

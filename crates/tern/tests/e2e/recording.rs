@@ -4,7 +4,7 @@
 //! `delete_after_s`; a full disk that stops the recording alone while viewers lose
 //! nothing.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

@@ -11,7 +11,7 @@
 //! Traffic stays on loopback. The tests run one at a time (x264 encoders and viewers on a
 //! small machine).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
