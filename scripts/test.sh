@@ -45,9 +45,9 @@ export FUZZ_SECONDS
 FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS
 SOAK_MINUTES="${SOAK_MINUTES:-5}"
+export SOAK_MINUTES
 # The build and the runs must agree, or each run rebuilds. Safe Rust: no AddressSanitizer.
 FUZZ_FLAGS="--sanitizer none"
-export SOAK_MINUTES
 
 ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser soak)
 

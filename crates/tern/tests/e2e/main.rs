@@ -3,9 +3,9 @@
 //! Each module was its own integration test binary until issue 34's third pass. Every one of
 //! them linked the whole server, and `cargo test` ran them one after another, so a binary whose
 //! last test was long left the second core idle. As modules of one binary the harness keeps
-//! both cores busy across files. On this 2-core machine (cold test stage, release): 26 test
-//! crates compiled in 60 s against 24 s for this one, and ran in 719 s against 549 s
-//! (BENCHMARKS.md, issue 34).
+//! both cores busy across files. On this 2-core machine, in release with the dependencies
+//! already built: 26 test crates compiled in 60 s against 24 s for this one, and ran in 719 s
+//! against 549 s (BENCHMARKS.md, issue 34).
 //!
 //! Run one module with a filter: `cargo test --release -p tern --test e2e srt::`.
 //! Tests in a module that must not overlap each other hold that module's own lock
