@@ -177,9 +177,11 @@ if [ "$RUST_ONLY" -eq 1 ]; then
 fi
 
 # --- fuzzing: nightly + cargo-fuzz -----------------------------------------------------------
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-    log "installing the nightly toolchain"
-    rustup toolchain install nightly --profile minimal
+# The dated nightly that fuzz/rust-toolchain.toml names.
+fuzz_toolchain=$(sed -n 's/^channel = "\(.*\)"$/\1/p' "$ROOT/fuzz/rust-toolchain.toml")
+if ! rustup run "$fuzz_toolchain" rustc --version >/dev/null 2>&1; then
+    log "installing the fuzz toolchain $fuzz_toolchain"
+    rustup toolchain install "$fuzz_toolchain" --profile minimal
 fi
 if ! have cargo-fuzz; then
     log "cargo install --locked cargo-fuzz@0.13.2"

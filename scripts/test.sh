@@ -21,8 +21,9 @@
 #   vendor      the vendored crates' own tests: dimpl's (vendor/dimpl/PATCHES.md) unit tests and
 #               DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included; retina's
 #               (vendor/retina/PATCHES.md) unit tests
-#   fuzz-build  cd fuzz && cargo +nightly fuzz build -O --sanitizer none (tern's fuzzed code is
-#               safe Rust; docs/src/contributing.md says why no AddressSanitizer)
+#   fuzz-build  cd fuzz && cargo fuzz build -O --sanitizer none, on the dated nightly that
+#               fuzz/rust-toolchain.toml names (tern's fuzzed code is safe Rust;
+#               docs/src/contributing.md says why no AddressSanitizer)
 #   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 20),
 #               $FUZZ_JOBS targets at a time (default: nproc; each uses one core)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
@@ -50,6 +51,8 @@ export SOAK_MINUTES
 FUZZ_FLAGS="--sanitizer none"
 
 ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser soak)
+# Lines of a failed stage's log that the summary repeats.
+FAILURE_LINES='^test .* FAILED$|^not ok |panicked at|^error(\[E[0-9]+\])?:|^(Diff in|!! )|ERROR: libFuzzer|^SUMMARY: |^(Base64|artifact_prefix|Test unit written to)|^fuzz targets that failed|FAIL|^    [A-Za-z_0-9:]+$'
 
 fuzz_targets() {
     local f
@@ -75,8 +78,8 @@ describe_stage() {
         clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
         test) echo "cargo test --workspace --release --no-fail-fast --bins --test '*'; cargo test --workspace --release --no-fail-fast --doc" ;;
         vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib" ;;
-        fuzz-build) echo "cd fuzz && cargo +nightly fuzz build -O $FUZZ_FLAGS" ;;
-        fuzz) echo "cargo +nightly fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
+        fuzz-build) echo "cd fuzz && cargo fuzz build -O $FUZZ_FLAGS" ;;
+        fuzz) echo "cargo fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
         soak) echo "bench/soak.sh $SOAK_MINUTES 1000 50" ;;
     esac
@@ -129,7 +132,7 @@ run_stage_body() {
             ;;
         fuzz-build)
             cd "$ROOT/fuzz"
-            cargo +nightly fuzz build -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)"
+            cargo fuzz build -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)"
             ;;
         fuzz)
             # libFuzzer runs one target on one core: $FUZZ_JOBS targets at a time (default: one
@@ -142,7 +145,7 @@ run_stage_body() {
             logs=$(mktemp -d)
             fuzz_one() {
                 echo "--- fuzz $1: ${FUZZ_SECONDS}s"
-                cargo +nightly fuzz run -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)" "$1" -- \
+                cargo fuzz run -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)" "$1" -- \
                     -max_total_time="$FUZZ_SECONDS" -print_final_stats=1
             }
             reap() { # pid, exit status
@@ -256,6 +259,7 @@ on_signal() {
 trap on_signal INT TERM
 
 declare -A RESULT=() ELAPSED=()
+STAGE_LOGS=$(mktemp -d)
 RAN=()
 total_start=$(date +%s)
 n_total=0
@@ -271,11 +275,17 @@ for s in "${ALL_STAGES[@]}"; do
     echo "== started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), limit ${limit}s"
     echo "=================================================================================="
     start=$(date +%s)
-    timeout --kill-after=30 "$limit" "$SELF" --stage "$s" </dev/null &
+    # The stage's output goes to the terminal and to its log, from which the summary quotes the
+    # lines that say what failed (CI shows only the end of a long run's output).
+    exec {tee_fd}> >(tee "$STAGE_LOGS/$s")
+    tee_pid=$!
+    timeout --kill-after=30 "$limit" "$SELF" --stage "$s" </dev/null >&"$tee_fd" 2>&1 &
     CUR_PID=$!
     wait "$CUR_PID"
     rc=$?
     CUR_PID=""
+    exec {tee_fd}>&-
+    wait "$tee_pid" 2>/dev/null
     ELAPSED[$s]=$(($(date +%s) - start))
     if [ "$rc" -eq 0 ]; then
         RESULT[$s]=ok
@@ -304,8 +314,12 @@ for s in "${ALL_STAGES[@]}"; do
     else
         echo "$s: FAIL (${ELAPSED[$s]}s)"
         failed=$((failed + 1))
+        # What failed, in the words of the tools (cargo test, node --test, libFuzzer, the
+        # stage's own messages): at most 40 lines, each cut at 300 characters.
+        grep -E "$FAILURE_LINES" "$STAGE_LOGS/$s" | cut -c1-300 | head -40 | sed 's/^/    /'
     fi
 done
+rm -rf "$STAGE_LOGS"
 if [ "$skipped" -gt 0 ]; then
     echo "stages: $passed passed, $failed failed, $skipped skipped"
 else
