@@ -143,6 +143,9 @@ fn codec_name(c: &Codec) -> Option<String> {
 /// Reads the head of a recorded file: `bytes` starts at the file's first byte and holds at
 /// least its ftyp and moov. `None` when they do not parse.
 pub fn parse_head(bytes: &[u8]) -> Option<FileHead> {
+    if !decodable(bytes) {
+        return None;
+    }
     let mut buf = bytes;
     let _ftyp = Ftyp::decode(&mut buf).ok()?;
     let moov = Moov::decode(&mut buf).ok()?;
@@ -180,6 +183,9 @@ pub fn parse_head(bytes: &[u8]) -> Option<FileHead> {
 /// samples, in the track's timescale. `None` when the moof does not parse or has no such
 /// track.
 pub fn moof_end(moof: &[u8], track_id: u32) -> Option<u64> {
+    if !decodable(moof) {
+        return None;
+    }
     let mut buf = moof;
     let Any::Moof(m) = Any::decode(&mut buf).ok()? else {
         return None;
@@ -198,6 +204,37 @@ fn moof_track_end(m: &Moof, track_id: u32) -> Option<u64> {
         .map(|s| u64::from(s.duration.unwrap_or(default)))
         .sum();
     Some(base + d)
+}
+
+/// False when `bytes` hold a box that mp4-atom (0.17) would decode without end.
+///
+/// Its `sgpd` decoder reads `entry_count` entries, and in a version-0 box of any grouping
+/// type but `refs` an entry is "the rest of the box": the first takes every byte, and each
+/// further one takes none and is pushed all the same. A 20-byte box asking for 2^29
+/// entries grew the fuzzer's heap past 2 GiB (`fuzz/fuzz_targets/record.rs`). A listing
+/// decodes whatever files lie in the recordings folder, so every `sgpd` pattern in the bytes
+/// is checked before they reach the decoder: nested at any depth, or inside another box's
+/// payload, where the check can only refuse a file tern did not write (tern writes no
+/// `sgpd`). Such a file lists as unreadable.
+fn decodable(bytes: &[u8]) -> bool {
+    // Type, then version + flags (4), grouping type (4), entry count (4).
+    const SGPD_V0_LEN: usize = 16;
+    let mut at = 4; // a box type follows its 4-byte size
+    while let Some(i) = bytes
+        .get(at..)
+        .and_then(|rest| rest.windows(4).position(|w| w == b"sgpd"))
+    {
+        let ty = at + i;
+        if let Some(h) = bytes.get(ty..ty + SGPD_V0_LEN)
+            && h[4] == 0
+            && &h[8..12] != b"refs"
+            && u32::from_be_bytes([h[12], h[13], h[14], h[15]]) > 1
+        {
+            return false;
+        }
+        at = ty + 1;
+    }
+    true
 }
 
 /// The boxes directly inside `b` (a box's body): `(type, start of the body, end)`.
@@ -415,5 +452,62 @@ mod tests {
         rebase_part(&mut data, &[(1, u64::MAX), (2, 5)]);
         let _ = moof_end(&data, 1);
         assert!(parse_head(&data).is_none());
+    }
+
+    /// A box: 32-bit size, type, body.
+    fn mp4_box(kind: &[u8; 4], body: &[u8]) -> Vec<u8> {
+        let mut b = u32::try_from(body.len() + 8)
+            .expect("small")
+            .to_be_bytes()
+            .to_vec();
+        b.extend_from_slice(kind);
+        b.extend_from_slice(body);
+        b
+    }
+
+    /// An `sgpd` body: version, flags 0, grouping type, entry count, then `rest`.
+    fn sgpd(version: u8, grouping: &[u8; 4], count: u32, rest: &[u8]) -> Vec<u8> {
+        let mut b = vec![version, 0, 0, 0];
+        b.extend_from_slice(grouping);
+        if version >= 1 {
+            b.extend_from_slice(&4u32.to_be_bytes()); // default_length
+        }
+        b.extend_from_slice(&count.to_be_bytes());
+        b.extend_from_slice(rest);
+        mp4_box(b"sgpd", &b)
+    }
+
+    /// The fuzzer's input (`record` target, 2026-11-29): a size-0 (to the end) `sgpd` of
+    /// version 0 asking for 673,738,016 entries. mp4-atom pushed them all, each taking no
+    /// bytes, until the heap passed 2 GiB.
+    #[test]
+    fn an_sgpd_that_mp4_atom_would_decode_without_end_is_refused() {
+        let fuzzed = b"\0\0\0\0sgpd\0\0\0\0sgpd((m ";
+        assert!(!decodable(fuzzed));
+        assert_eq!(moof_end(fuzzed, 1), None);
+        assert_eq!(parse_head(fuzzed), None);
+        // Nested in a moof's traf, 2^29 entries: refused at once, not decoded.
+        let traf = mp4_box(b"traf", &sgpd(0, b"roll", 1 << 29, &[0, 1]));
+        let moof = mp4_box(b"moof", &traf);
+        assert!(!decodable(&moof));
+        assert_eq!(moof_end(&moof, 1), None);
+        // What mp4-atom decodes in bounded steps passes: one entry, `refs` entries (5 bytes
+        // or more each), version 1 (a default length per entry), and a cut-off box.
+        for ok in [
+            sgpd(0, b"roll", 1, &[0, 1]),
+            sgpd(0, b"refs", 1 << 29, &[]),
+            sgpd(1, b"roll", 1 << 29, &[]),
+            sgpd(0, b"roll", 7, &[])[..14].to_vec(),
+        ] {
+            assert!(
+                decodable(&mp4_box(b"moof", &mp4_box(b"traf", &ok))),
+                "{ok:?}"
+            );
+        }
+        // And so do the files tern writes.
+        let parts = record();
+        let init = file_init(&parts[0].init, parts[0].segment_pdt_ms).expect("init");
+        assert!(decodable(&init));
+        assert!(parts.iter().all(|p| decodable(&p.data)));
     }
 }
