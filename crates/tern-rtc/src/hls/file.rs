@@ -215,7 +215,7 @@ fn moof_track_end(m: &Moof, track_id: u32) -> Option<u64> {
 /// decodes whatever files lie in the recordings folder, so every `sgpd` pattern in the bytes
 /// is checked before they reach the decoder: nested at any depth, or inside another box's
 /// payload, where the check can only refuse a file tern did not write (tern writes no
-/// `sgpd`). Such a file lists as unreadable.
+/// `sgpd`). A listing leaves such a file out, as it does any file whose head does not parse.
 fn decodable(bytes: &[u8]) -> bool {
     // Type, then version + flags (4), grouping type (4), entry count (4).
     const SGPD_V0_LEN: usize = 16;
