@@ -249,17 +249,21 @@ fi
 [ "$DEPS" -eq 1 ] || SKIP[deps]=1
 
 CUR_PID=""
+STAGE_LOGS=$(mktemp -d) # each stage's log, for the summary; removed at the end
 on_signal() {
     echo
     echo "test.sh: interrupted"
     if [ -n "$CUR_PID" ]; then kill -TERM "$CUR_PID" 2>/dev/null || true; fi
+    # Close our end of the stage's tee, or it never sees the end of its input and `wait`
+    # waits for it forever.
+    if [ -n "${tee_fd:-}" ]; then exec {tee_fd}>&-; fi
     wait 2>/dev/null
+    rm -rf "$STAGE_LOGS"
     exit 130
 }
 trap on_signal INT TERM
 
 declare -A RESULT=() ELAPSED=()
-STAGE_LOGS=$(mktemp -d)
 RAN=()
 total_start=$(date +%s)
 n_total=0
