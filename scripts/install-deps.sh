@@ -9,10 +9,10 @@
 # What it installs:
 #   Debian packages  chromium ffmpeg iproute2 nodejs npm pkg-config build-essential cmake curl
 #                    ca-certificates coturn redis-server srt-tools nginx-light openssl libavcodec-dev
-#                    libavformat-dev libswscale-dev libclang-dev (each only when its command or package is missing;
-#                    npm only when the installed nodejs does not already ship it; coturn for
-#                    turnutils_uclient, the TURN interop client; cmake builds the libopus the
-#                    `opus` crate bundles, for RTMP's AAC -> Opus; ffmpeg also pushes RTMP in tests;
+#                    libavformat-dev libswscale-dev libclang-dev libopus-dev (each only when its command or
+#                    package is missing; npm only when the installed nodejs does not already ship it;
+#                    coturn for turnutils_uclient, the TURN interop client; libopus-dev for RTMP's
+#                    AAC -> Opus, linked as the one libopus libavcodec also loads; ffmpeg also pushes RTMP in tests;
 #                    the libav*-dev and libclang-dev packages build the B-frame transcoder;
 #                    redis-server for the cluster tests, which start their own on a free port;
 #                    nginx-light, the reverse proxy in front of tern in the HTTPS tests, and
@@ -80,6 +80,12 @@ pkg_installed ca-certificates || missing+=(ca-certificates)
 # libavcodec (H264 decoder, libx264 encoder) for transcoding B-frame RTMP video, through the
 # ffmpeg-next crate, whose sys crate reads the headers with bindgen (libclang).
 for p in libavcodec-dev libavformat-dev libswscale-dev libclang-dev; do
+    pkg_installed "$p" || missing+=("$p")
+done
+# libopus for RTMP's AAC -> Opus (the `opus` crate's sys crate finds it with pkg-config),
+# the same shared library libavcodec loads: building a copy from source took 29 s of each
+# cold build (scripts/test.sh's lib stage).
+for p in libopus-dev; do
     pkg_installed "$p" || missing+=("$p")
 done
 # The vendored dimpl's interop tests (scripts/test.sh's vendor stage): the openssl crate

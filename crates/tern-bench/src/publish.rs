@@ -113,7 +113,7 @@ impl Session {
         let vmid = api.add_media(StrKind::Video, Direction::SendOnly, None, None, None);
         let amid = api.add_media(StrKind::Audio, Direction::SendOnly, None, None, None);
         let (offer, pending): (_, SdpPendingOffer) = api.apply().ok_or("no offer")?;
-        let agent: Agent = Agent::config_builder()
+        let agent: Agent = crate::signal::agent_config()
             .timeout_global(Some(Duration::from_secs(10)))
             .http_status_as_error(false)
             .build()

@@ -1,8 +1,23 @@
 //! Signalling: WHEP over HTTP(S) (POST the offer, DELETE the session at the end).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ureq::Agent;
+use ureq::config::ConfigBuilder;
+use ureq::tls::TlsConfig;
+use ureq::typestate::AgentScope;
+
+/// An agent's configuration whose https goes through rustls on aws-lc-rs, the provider the
+/// rest of tern uses (ureq's own `rustls` feature would add ring to the build).
+pub(crate) fn agent_config() -> ConfigBuilder<AgentScope> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Agent::config_builder().tls_config(
+        TlsConfig::builder()
+            .unversioned_rustls_crypto_provider(provider)
+            .build(),
+    )
+}
 
 /// Why a client could not get an answer. Each is counted by its [`SignalError::reason`].
 #[derive(Debug)]
@@ -46,7 +61,7 @@ pub struct Whep {
 impl Whep {
     /// A client for the WHEP endpoint `url`, with `timeout` for each request.
     pub fn new(url: &str, timeout: Duration) -> Self {
-        let agent: Agent = Agent::config_builder()
+        let agent: Agent = agent_config()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .max_idle_connections(64)
@@ -174,7 +189,7 @@ pub fn turn_from_links(links: &[String]) -> Option<(std::net::SocketAddr, String
 
 /// GETs a URL and returns its body, for `/v1/memory` and `/v1/stats/current`.
 pub fn get_text(url: &str, timeout: Duration) -> Result<String, String> {
-    let agent: Agent = Agent::config_builder()
+    let agent: Agent = agent_config()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .build()
@@ -308,6 +323,41 @@ mod tests {
         );
         assert_eq!(origin("http://h:8080/live/demo/whep"), "http://h:8080");
         assert_eq!(origin("http://h:8080"), "http://h:8080");
+    }
+
+    /// https goes through a real rustls handshake on aws-lc-rs: a server whose certificate
+    /// no root vouches for is refused for that reason (without a provider ureq would panic).
+    #[test]
+    fn https_handshakes_and_checks_the_certificate() {
+        use std::io::Read;
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("rcgen");
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(c.signing_key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![c.cert.der().clone()], key)
+        .expect("server config");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().expect("accept");
+            let conn = rustls::ServerConnection::new(Arc::new(config)).expect("conn");
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut buf = [0u8; 64];
+            // The client gives up on the certificate: the handshake fails on this side too.
+            tls.read(&mut buf).map(|_| ()).map_err(|e| e.to_string())
+        });
+        let whep = Whep::new(
+            &format!("https://localhost:{port}/live/demo/whep"),
+            Duration::from_secs(5),
+        );
+        let e = whep.offer("v=0\r\n").expect_err("an unknown issuer");
+        assert!(matches!(e, SignalError::Transport(_)), "{e}");
+        assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+        assert!(server.join().expect("server thread").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! * When the source rate is not 48 kHz (44.1 kHz is the common case), rubato's
 //!   synchronous FFT resampler converts it, one 1024-frame AAC frame per call; its start-up
 //!   delay is dropped from the output so the timeline stays put.
-//! * libopus (the `opus` crate, over the bundled libopus the sys crate builds) encodes 20 ms
+//! * libopus (the `opus` crate, over the system's libopus, the one libavcodec loads) encodes 20 ms
 //!   frames at 48 kHz, mono or stereo like the source.
 //!
 //! Timestamps: the first sample of the first AAC frame is placed at the frame's RTMP

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
+use x509_cert::der::Decode;
 
 use crate::http::listener::{Guarded, LimitedListener, Peer};
 use crate::limits::PerAddress;
@@ -81,12 +82,17 @@ fn load_pair(cert: &Path, key: &Path) -> Result<Loaded, TlsError> {
     let Some(leaf) = chain.first() else {
         return Err(file_error(cert, "no CERTIFICATE in the file"));
     };
-    let not_after = x509_parser::parse_x509_certificate(leaf)
-        .map_err(|e| file_error(cert, format!("the first certificate does not parse: {e}")))?
-        .1
-        .validity()
-        .not_after
-        .timestamp();
+    let parsed = x509_cert::Certificate::from_der(leaf)
+        .map_err(|e| file_error(cert, format!("the first certificate does not parse: {e}")))?;
+    let not_after = i64::try_from(
+        parsed
+            .tbs_certificate()
+            .validity()
+            .not_after
+            .to_unix_duration()
+            .as_secs(),
+    )
+    .unwrap_or(i64::MAX);
     let der = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error(key, e))?;
     let signer = rustls::crypto::aws_lc_rs::sign::any_supported_type(&der)
         .map_err(|e| file_error(key, format!("unsupported private key: {e}")))?;
@@ -356,6 +362,33 @@ mod tests {
         std::fs::write(d.join("empty.crt"), "nothing here\n").expect("write");
         let e = CertStore::load(&d.join("empty.crt"), &key).expect_err("no certificate");
         assert!(e.to_string().contains("empty.crt"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_end_of_validity_is_the_leafs_not_after() {
+        let d = temp_dir("not-after");
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).expect("params");
+        // 2030-01-01T00:00:00Z (UTCTime) and 2051-06-01T00:00:00Z (GeneralizedTime).
+        for ((y, m, day), unix) in [((2030, 1, 1), 1_893_456_000), ((2051, 6, 1), 2_569_190_400)] {
+            params.not_after = rcgen::date_time_ymd(y, m, day);
+            let signing_key = rcgen::KeyPair::generate().expect("key");
+            let c = params.self_signed(&signing_key).expect("self-signed");
+            let cert = d.join(format!("{y}.crt"));
+            let key = d.join(format!("{y}.key"));
+            std::fs::write(
+                &cert,
+                pem::encode(&pem::Pem::new("CERTIFICATE", c.der().to_vec())),
+            )
+            .expect("write cert");
+            let key_pem = pem::Pem::new("PRIVATE KEY", signing_key.serialize_der());
+            std::fs::write(&key, pem::encode(&key_pem)).expect("write key");
+            assert_eq!(
+                load_pair(&cert, &key).expect("loads").not_after,
+                unix,
+                "{y}"
+            );
+        }
         let _ = std::fs::remove_dir_all(&d);
     }
 
