@@ -74,7 +74,7 @@ describe_stage() {
     case "$1" in
         deps) echo "scripts/install-deps.sh" ;;
         fmt) echo "cargo fmt --all --check" ;;
-        lib) echo "cargo test --workspace --lib --no-fail-fast (debug)" ;;
+        lib) echo "cargo test --workspace --lib --no-fail-fast --profile fast (debug, no debug info)" ;;
         clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
         test) echo "cargo test --workspace --release --no-fail-fast --bins --test '*'; cargo test --workspace --release --no-fail-fast --doc" ;;
         vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib" ;;
@@ -109,7 +109,7 @@ run_stage_body() {
             cargo fmt --all --check
             ;;
         lib)
-            cargo test --workspace --lib --no-fail-fast
+            cargo test --workspace --lib --no-fail-fast --profile fast
             ;;
         clippy)
             cargo clippy --workspace --all-targets -- -D warnings
