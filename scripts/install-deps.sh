@@ -85,9 +85,7 @@ done
 # libopus for RTMP's AAC -> Opus (the `opus` crate's sys crate finds it with pkg-config),
 # the same shared library libavcodec loads: building a copy from source took 29 s of each
 # cold build (scripts/test.sh's lib stage).
-for p in libopus-dev; do
-    pkg_installed "$p" || missing+=("$p")
-done
+pkg_installed libopus-dev || missing+=(libopus-dev)
 # The vendored dimpl's interop tests (scripts/test.sh's vendor stage): the openssl crate
 # against the system's OpenSSL, and wolfSSL built from source with autotools.
 for p in libssl-dev autoconf automake libtool; do
