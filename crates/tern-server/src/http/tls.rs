@@ -328,14 +328,24 @@ mod tests {
 
     fn write_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("rcgen");
+        write_pem(dir, name, c.cert.der(), &c.signing_key)
+    }
+
+    /// Writes a certificate and its key as `{name}.crt` and `{name}.key` (PEM).
+    fn write_pem(
+        dir: &Path,
+        name: &str,
+        cert_der: &[u8],
+        signing_key: &rcgen::KeyPair,
+    ) -> (PathBuf, PathBuf) {
         let cert = dir.join(format!("{name}.crt"));
         let key = dir.join(format!("{name}.key"));
         std::fs::write(
             &cert,
-            pem::encode(&pem::Pem::new("CERTIFICATE", c.cert.der().to_vec())),
+            pem::encode(&pem::Pem::new("CERTIFICATE", cert_der.to_vec())),
         )
         .expect("write cert");
-        let key_der = c.signing_key.serialize_der();
+        let key_der = signing_key.serialize_der();
         std::fs::write(&key, pem::encode(&pem::Pem::new("PRIVATE KEY", key_der)))
             .expect("write key");
         (cert, key)
@@ -374,15 +384,7 @@ mod tests {
             params.not_after = rcgen::date_time_ymd(y, m, day);
             let signing_key = rcgen::KeyPair::generate().expect("key");
             let c = params.self_signed(&signing_key).expect("self-signed");
-            let cert = d.join(format!("{y}.crt"));
-            let key = d.join(format!("{y}.key"));
-            std::fs::write(
-                &cert,
-                pem::encode(&pem::Pem::new("CERTIFICATE", c.der().to_vec())),
-            )
-            .expect("write cert");
-            let key_pem = pem::Pem::new("PRIVATE KEY", signing_key.serialize_der());
-            std::fs::write(&key, pem::encode(&key_pem)).expect("write key");
+            let (cert, key) = write_pem(&d, &y.to_string(), c.der(), &signing_key);
             assert_eq!(
                 load_pair(&cert, &key).expect("loads").not_after,
                 unix,
