@@ -216,10 +216,44 @@ impl std::fmt::Display for NtpTimestamp {
         let sec_since_epoch = (since_epoch >> 32) as u32;
         let ns = i32::try_from(((since_epoch & 0xFFFF_FFFF) * 1_000_000_000) >> 32)
             .expect("should be < 1_000_000_000");
-        let tm = jiff::Timestamp::new(i64::from(sec_since_epoch), ns)
-            .expect("u32 sec should be valid Timestamp");
-        std::fmt::Display::fmt(&tm, f)
+        fmt_utc(i64::from(sec_since_epoch), ns as u32, f)
     }
+}
+
+/// Writes `secs` (+ `nanos`) since the Unix epoch as an RFC 3339 UTC time,
+/// `2024-07-10T20:14:09.5Z`: the fraction only when there is one, without trailing zeros.
+///
+/// tern: this replaces the `jiff` crate, which retina used only to print these two times
+/// (PATCHES.md, 3).
+fn fmt_utc(secs: i64, nanos: u32, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian calendar), in 400-year
+    // eras of 146,097 days counted from 0000-03-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    write!(
+        f,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        rem / 3_600,
+        rem / 60 % 60,
+        rem % 60
+    )?;
+    if nanos != 0 {
+        let mut frac = format!("{nanos:09}");
+        while frac.ends_with('0') {
+            frac.pop();
+        }
+        write!(f, ".{frac}")?;
+    }
+    f.write_str("Z")
 }
 
 impl std::fmt::Debug for NtpTimestamp {
@@ -233,26 +267,36 @@ impl std::fmt::Debug for NtpTimestamp {
 ///
 /// This allows formatting via `Debug` and `Display` and conversion to [`SystemTime`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct WallTime(jiff::Timestamp);
+pub struct WallTime(SystemTime);
 
 impl WallTime {
     #[inline]
     fn now() -> Self {
-        Self(jiff::Timestamp::now())
+        Self(SystemTime::now())
     }
 }
 
 impl Display for WallTime {
-    #[inline]
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
+        match self.0.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => fmt_utc(d.as_secs() as i64, d.subsec_nanos(), f),
+            Err(e) => {
+                // Before 1970: whole seconds back, then the fraction forward.
+                let d = e.duration();
+                let (secs, nanos) = match d.subsec_nanos() {
+                    0 => (-(d.as_secs() as i64), 0),
+                    n => (-(d.as_secs() as i64) - 1, 1_000_000_000 - n),
+                };
+                fmt_utc(secs, nanos, f)
+            }
+        }
     }
 }
 
 impl From<WallTime> for SystemTime {
     #[inline]
     fn from(wall_time: WallTime) -> Self {
-        wall_time.0.into()
+        wall_time.0
     }
 }
 
@@ -539,6 +583,44 @@ mod test {
     use std::net::Ipv4Addr;
 
     use super::*;
+
+    /// tern (PATCHES.md, 3): the dates jiff printed, checked against Python's `datetime`.
+    #[test]
+    fn times_print_as_rfc3339_utc() {
+        use std::time::Duration;
+        struct Utc(i64, u32);
+        impl Display for Utc {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                fmt_utc(self.0, self.1, f)
+            }
+        }
+        for (secs, nanos, want) in [
+            (0, 0, "1970-01-01T00:00:00Z"),
+            (951_782_400, 0, "2000-02-29T00:00:00Z"),
+            (1_720_642_449, 500_000_000, "2024-07-10T20:14:09.5Z"),
+            (1_720_642_449, 1, "2024-07-10T20:14:09.000000001Z"),
+            (-1, 0, "1969-12-31T23:59:59Z"),
+            (4_107_542_400, 0, "2100-03-01T00:00:00Z"),
+        ] {
+            assert_eq!(Utc(secs, nanos).to_string(), want);
+        }
+        assert_eq!(
+            NtpTimestamp(0xe436_2f99_cccc_cccc).to_string(),
+            "2021-04-30T07:26:17.799999999Z"
+        );
+        let at = |t: SystemTime| WallTime(t).to_string();
+        let epoch = SystemTime::UNIX_EPOCH;
+        assert_eq!(
+            at(epoch + Duration::new(1_720_642_449, 250_000_000)),
+            "2024-07-10T20:14:09.25Z"
+        );
+        assert_eq!(
+            at(epoch - Duration::from_millis(1_500)),
+            "1969-12-31T23:59:58.5Z"
+        );
+        let now = SystemTime::now();
+        assert_eq!(SystemTime::from(WallTime(now)), now);
+    }
 
     #[test]
     fn local_udp_pair() {

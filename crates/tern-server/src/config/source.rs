@@ -101,6 +101,11 @@ impl SourceConfig {
         {
             return bad_url("has a bad port");
         }
+        if !host.is_ascii() {
+            // rtsp:// is not a special scheme in the URL standard: the url crate keeps such a
+            // host as opaque, percent-encoded bytes, which no camera's DNS name would match.
+            return bad_url("has a non-ASCII host; write it in its punycode (xn--) form");
+        }
         if self.url.chars().any(char::is_whitespace) {
             return bad_url("must not contain spaces");
         }
@@ -143,5 +148,11 @@ mod tests {
         assert_eq!(key(s("door", "http://cam/x")), "url");
         assert_eq!(key(s("door", "rtsp:///x")), "url");
         assert_eq!(key(s("door", "rtsp://cam:99999/x")), "url");
+        assert_eq!(key(s("door", "rtsp://kamera.bücher.example/x")), "url");
+        assert!(
+            s("door", "rtsp://kamera.xn--bcher-kva.example/x")
+                .check()
+                .is_ok()
+        );
     }
 }
