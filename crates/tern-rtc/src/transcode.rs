@@ -2,9 +2,13 @@
 //!
 //! * AAC-LC is decoded by symphonia's pure-Rust decoder (`symphonia-codec-aac`), given the
 //!   AudioSpecificConfig of the AAC sequence header.
-//! * When the source rate is not 48 kHz (44.1 kHz is the common case), rubato's
-//!   synchronous FFT resampler converts it, one 1024-frame AAC frame per call; its start-up
-//!   delay is dropped from the output so the timeline stays put.
+//! * When the source rate is not 48 kHz (44.1 kHz is the common case), rubato's sinc
+//!   resampler converts it at a fixed ratio, one 1024-frame AAC frame per call; its start-up
+//!   delay is dropped from the output so the timeline stays put. Not rubato's FFT resampler:
+//!   its FFT crate (rustfft) is generic over the sample type, so every SSE and AVX kernel of it
+//!   was compiled into tern-rtc, twice per test build (half of the crate's machine code;
+//!   BENCHMARKS.md, "The fast stage's floor"). The price: 0.32-0.34 % of a core per 44.1 kHz
+//!   stereo publisher against the FFT resampler's 0.08 % (`bench/resampler`).
 //! * libopus (the `opus` crate, over the system's libopus, the one libavcodec loads) encodes 20 ms
 //!   frames at 48 kHz, mono or stereo like the source.
 //!
@@ -21,7 +25,10 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{Fft, FixedSync, Resampler};
+use rubato::{
+    Async, FixedAsync, Resampler, SincInterpolationParameters, SincInterpolationType,
+    WindowFunction,
+};
 use symphonia_codec_aac::AacDecoder;
 use symphonia_core::codecs::audio::well_known::CODEC_ID_AAC;
 use symphonia_core::codecs::audio::{AudioCodecParameters, AudioDecoder, AudioDecoderOptions};
@@ -63,12 +70,21 @@ fn bitrate(channels: usize) -> i32 {
     if channels == 2 { 64_000 } else { 32_000 }
 }
 
+/// The resampler's filter: a 128-tap windowed sinc (its cut-off chosen by rubato for the
+/// window, above 20 kHz at 44.1 kHz), 256 steps between taps, linearly interpolated. Opus at
+/// 32-64 kbit/s keeps little above 12-20 kHz, so a longer filter would not be heard.
+fn resampler_filter() -> SincInterpolationParameters {
+    SincInterpolationParameters::new(128, WindowFunction::BlackmanHarris2)
+        .oversampling_factor(256)
+        .interpolation(SincInterpolationType::Linear)
+}
+
 /// One AAC stream's transcoder.
 pub struct AacToOpus {
     decoder: AacDecoder,
     /// The AudioSpecificConfig, to start a new decoder after a bad frame.
     asc: Box<[u8]>,
-    resampler: Option<Fft<f32>>,
+    resampler: Option<Async<f32>>,
     encoder: opus::Encoder,
     channels: usize,
     in_rate: u32,
@@ -127,12 +143,13 @@ impl AacToOpus {
             None
         } else {
             Some(
-                Fft::<f32>::new(
-                    cfg.sample_rate as usize,
-                    OPUS_RATE as usize,
+                Async::<f32>::new_sinc(
+                    f64::from(OPUS_RATE) / f64::from(cfg.sample_rate),
+                    1.0,
+                    &resampler_filter(),
                     AAC_FRAME,
                     channels,
-                    FixedSync::Input,
+                    FixedAsync::Input,
                 )
                 .map_err(|e| TranscodeError::Config(format!("resampler: {e}")))?,
             )
@@ -333,6 +350,45 @@ mod tests {
             at += 11 + size + 4;
         }
         (asc, frames)
+    }
+
+    /// The sample's 440 Hz sine (44.1 kHz AAC) comes out of the Opus decoder at 48 kHz as
+    /// 440 Hz (a resampler at the wrong ratio would give 479 or 404 Hz), at its level, and
+    /// without a jump where one AAC frame's output meets the next.
+    #[test]
+    fn the_tone_keeps_its_pitch_and_level() {
+        let (asc, frames) = sample_aac();
+        let mut t = AacToOpus::new(&asc).expect("config");
+        let mut dec = opus::Decoder::new(OPUS_RATE, opus::Channels::Stereo).expect("decoder");
+        let mut left: Vec<f32> = Vec::new();
+        let mut pcm = vec![0f32; 2 * OPUS_FRAME];
+        for (i, f) in frames.iter().enumerate() {
+            let ms = (i as u64 * 1024 * 1000) / 44_100;
+            t.push(f, ms, &mut |pkt, _| {
+                let n = dec.decode_float(pkt, &mut pcm, false).expect("opus decode");
+                left.extend(pcm[..2 * n].iter().step_by(2));
+            })
+            .expect("frame");
+        }
+        // The first 100 ms hold the AAC and Opus start-up; measure the steady second after.
+        let steady = &left[4_800..4_800 + 48_000];
+        let rises = steady
+            .windows(2)
+            .filter(|w| w[0] < 0.0 && w[1] >= 0.0)
+            .count();
+        assert!((438..=442).contains(&rises), "{rises} Hz");
+        let rms = (steady.iter().map(|x| x * x).sum::<f32>() / steady.len() as f32).sqrt();
+        // ffmpeg's sine source has an amplitude of 1/8, and `-ac 2` spreads the mono tone over
+        // both channels at -3 dB: 0.0884 in each, an RMS of 0.0625.
+        assert!((0.055..0.07).contains(&rms), "RMS {rms}");
+        // That sine moves at most 0.0884 × 2π × 440 / 48,000 = 0.0051 from one sample to the
+        // next (0.00525 here with Opus's coding noise, with rubato's FFT resampler as with the
+        // sinc one); a dropped or repeated stretch of samples would jump further.
+        let step = steady
+            .windows(2)
+            .map(|w| (w[1] - w[0]).abs())
+            .fold(0f32, f32::max);
+        assert!(step < 0.0051 * 1.25, "largest step {step}");
     }
 
     #[test]
