@@ -20,7 +20,8 @@
 #               tests and binaries' tests in release (the unit tests ran in the lib stage)
 #   vendor      the vendored crates' own tests: dimpl's (vendor/dimpl/PATCHES.md) unit tests and
 #               DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included; retina's
-#               (vendor/retina/PATCHES.md) unit tests
+#               (vendor/retina/PATCHES.md) and srt-protocol's (vendor/srt-protocol/PATCHES.md)
+#               unit tests
 #   fuzz-build  cd fuzz && cargo fuzz build -O --sanitizer none, on the dated nightly that
 #               fuzz/rust-toolchain.toml names (tern's fuzzed code is safe Rust;
 #               docs/src/contributing.md says why no AddressSanitizer)
@@ -77,7 +78,7 @@ describe_stage() {
         lib) echo "cargo test --workspace --lib --no-fail-fast --profile fast (debug, no debug info)" ;;
         clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
         test) echo "cargo test --workspace --release --no-fail-fast --bins --test '*'; cargo test --workspace --release --no-fail-fast --doc" ;;
-        vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib" ;;
+        vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib; cargo test --manifest-path vendor/srt-protocol/Cargo.toml --lib" ;;
         fuzz-build) echo "cd fuzz && cargo fuzz build -O $FUZZ_FLAGS" ;;
         fuzz) echo "cargo fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
@@ -125,10 +126,14 @@ run_stage_body() {
             return "$rc"
             ;;
         vendor)
+            # Each crate's tests run; the stage fails if any of them failed.
+            local vrc=0
             # The system's OpenSSL for the interop tests, not one built from source.
             OPENSSL_NO_VENDOR=1 cargo test --manifest-path "$ROOT/vendor/dimpl/Cargo.toml" \
-                --lib --test dtls12 --test dtls13
-            cargo test --manifest-path "$ROOT/vendor/retina/Cargo.toml" --lib
+                --lib --test dtls12 --test dtls13 || vrc=1
+            cargo test --manifest-path "$ROOT/vendor/retina/Cargo.toml" --lib || vrc=1
+            cargo test --manifest-path "$ROOT/vendor/srt-protocol/Cargo.toml" --lib || vrc=1
+            return "$vrc"
             ;;
         fuzz-build)
             cd "$ROOT/fuzz"

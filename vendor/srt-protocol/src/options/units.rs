@@ -1,12 +1,37 @@
 use std::{
-    ops::{Div, Mul},
+    fmt,
+    ops::{Add, Deref, Div, Mul, Sub},
     time::Duration,
 };
 
-use derive_more::*;
+/// tern (PATCHES.md, 1): what `derive_more`'s `Deref`, `Display` and `Into` derived for each
+/// unit: `*unit` and `Inner::from(unit)` give the inner value, `Display` the given format.
+macro_rules! unit {
+    ($unit:ident($inner:ty), |$v:ident| $($display:tt)+) => {
+        impl Deref for $unit {
+            type Target = $inner;
 
-#[derive(Debug, Deref, Display, Into, Mul, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{_0} bytes")]
+            fn deref(&self) -> &$inner {
+                &self.0
+            }
+        }
+
+        impl From<$unit> for $inner {
+            fn from(value: $unit) -> Self {
+                value.0
+            }
+        }
+
+        impl fmt::Display for $unit {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let $v = &self.0;
+                write!(f, $($display)+)
+            }
+        }
+    };
+}
+
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct ByteCount(pub u64);
 
 impl From<ByteCount> for usize {
@@ -23,8 +48,7 @@ impl Div<PacketSize> for ByteCount {
     }
 }
 
-#[derive(Debug, Deref, Display, Into, Add, Sub, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{_0} bytes")]
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct PacketSize(pub u64);
 
 impl From<PacketSize> for usize {
@@ -33,8 +57,7 @@ impl From<PacketSize> for usize {
     }
 }
 
-#[derive(Debug, Deref, Display, Into, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{_0} packets")]
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct PacketCount(pub u64);
 
 impl From<PacketCount> for usize {
@@ -65,8 +88,7 @@ impl PacketCount {
     }
 }
 
-#[derive(Debug, Deref, Display, Into, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{_0} bytes/s")]
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct DataRate(pub u64);
 
 impl Mul<Duration> for DataRate {
@@ -94,8 +116,7 @@ impl DataRate {
     }
 }
 
-#[derive(Debug, Deref, Display, Into, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{_0} packets/s")]
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct PacketRate(pub u64);
 
 impl Mul<Duration> for PacketRate {
@@ -126,8 +147,7 @@ impl Div<PacketRate> for DataRate {
     }
 }
 
-#[derive(Debug, Deref, Display, Into, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{} s/p", "_0.as_secs_f64()")]
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct PacketPeriod(pub Duration);
 
 impl Mul<PacketCount> for PacketPeriod {
@@ -159,8 +179,7 @@ impl PacketPeriod {
     }
 }
 
-#[derive(Debug, Deref, Display, Into, Add, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
-#[display(fmt = "{_0}%")]
+#[derive(Debug, Copy, Clone, Eq, PartialEq, Ord, PartialOrd)]
 pub struct Percent(pub u64);
 
 impl Mul<DataRate> for Percent {
@@ -176,6 +195,46 @@ impl Mul<Percent> for DataRate {
 
     fn mul(self, rhs: Percent) -> Self::Output {
         rhs * self
+    }
+}
+
+unit!(ByteCount(u64), |v| "{v} bytes");
+
+impl Mul<u64> for ByteCount {
+    type Output = ByteCount;
+
+    fn mul(self, rhs: u64) -> ByteCount {
+        ByteCount(self.0 * rhs)
+    }
+}
+unit!(PacketSize(u64), |v| "{v} bytes");
+
+impl Add for PacketSize {
+    type Output = PacketSize;
+
+    fn add(self, rhs: PacketSize) -> PacketSize {
+        PacketSize(self.0.add(rhs.0))
+    }
+}
+
+impl Sub for PacketSize {
+    type Output = PacketSize;
+
+    fn sub(self, rhs: PacketSize) -> PacketSize {
+        PacketSize(self.0.sub(rhs.0))
+    }
+}
+unit!(PacketCount(u64), |v| "{v} packets");
+unit!(DataRate(u64), |v| "{v} bytes/s");
+unit!(PacketRate(u64), |v| "{v} packets/s");
+unit!(PacketPeriod(Duration), |v| "{} s/p", v.as_secs_f64());
+unit!(Percent(u64), |v| "{v}%");
+
+impl Add for Percent {
+    type Output = Percent;
+
+    fn add(self, rhs: Percent) -> Percent {
+        Percent(self.0.add(rhs.0))
     }
 }
 

@@ -6,7 +6,6 @@ use std::{
     time::Duration,
 };
 
-use regex::Regex;
 use thiserror::Error;
 use url::{Host, ParseError, Url};
 
@@ -33,12 +32,7 @@ pub enum SrtUriError {
 }
 
 pub fn url_parse(s: &str, mode_listener: bool) -> Result<Url, ParseError> {
-    let re = Regex::new(r"([a-z]{3})://:([0-9]*)\??(.*)").unwrap();
-    if re.is_match(s) {
-        let caps = re.captures(s).unwrap();
-        let protocol = caps.get(1).map_or("", |m| m.as_str());
-        let port = caps.get(2).map_or("", |m| m.as_str());
-        let options = caps.get(3).map_or("", |m| m.as_str());
+    if let Some((protocol, port, options)) = listener_shorthand(s) {
         let listener = if mode_listener { "mode=listener&" } else { "" };
         Url::parse(&format!(
             "{}://0.0.0.0:{}?{}{}",
@@ -47,6 +41,23 @@ pub fn url_parse(s: &str, mode_listener: bool) -> Result<Url, ParseError> {
     } else {
         Url::parse(s)
     }
+}
+
+/// tern (PATCHES.md, 2): the first match of `([a-z]{3})://:([0-9]*)\??(.*)` in `s` (the
+/// regex this function replaces, and with it the regex crate): protocol, port and options.
+fn listener_shorthand(s: &str) -> Option<(&str, &str, &str)> {
+    let b = s.as_bytes();
+    let start = (0..b.len().saturating_sub(6)).find(|&i| {
+        b[i..i + 3].iter().all(u8::is_ascii_lowercase) && b[i + 3..].starts_with(b"://:")
+    })?;
+    let protocol = &s[start..start + 3];
+    let rest = &s[start + 7..];
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let (port, rest) = rest.split_at(digits);
+    let rest = rest.strip_prefix('?').unwrap_or(rest);
+    // `.` does not match a line feed.
+    let options = &rest[..rest.find('\n').unwrap_or(rest.len())];
+    Some((protocol, port, options))
 }
 
 impl TryFrom<Url> for SrtUri {
@@ -353,6 +364,56 @@ impl SrtUri {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// tern (PATCHES.md, 2): `listener_shorthand` finds what the regex it replaced found.
+    #[test]
+    fn listener_shorthand_matches_the_regex() {
+        let re = regex::Regex::new(r"([a-z]{3})://:([0-9]*)\??(.*)").unwrap();
+        let mut inputs: Vec<String> = [
+            "srt://:1234",
+            "srt://:1234?adapter=127.0.0.1",
+            "srt://:?latency=20",
+            "srt://:",
+            "srt://host:1234",
+            "xsrt://:5?a=b",
+            "SRT://:5",
+            "sr://:5",
+            "udp://:9000?a=1\nb=2",
+            "srt://:12x34",
+            "srt://:1234??x",
+            "ü srt://:7",
+            "",
+            "srt:/:1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Every string of up to 6 characters over an alphabet that exercises each part, alone
+        // and after `srt://`.
+        let alphabet = ['s', 'r', 't', ':', '/', '1', '?', 'A', '\n', 'é'];
+        let mut frontier = vec![String::new()];
+        for _ in 0..6 {
+            let mut next = Vec::new();
+            for p in &frontier {
+                for c in alphabet {
+                    next.push(format!("{p}{c}"));
+                }
+            }
+            inputs.extend(next.iter().map(|s| format!("srt://{s}")));
+            inputs.extend(next.iter().cloned());
+            frontier = next;
+        }
+        for s in &inputs {
+            let want = re.captures(s).map(|c| {
+                (
+                    c.get(1).unwrap().as_str(),
+                    c.get(2).unwrap().as_str(),
+                    c.get(3).unwrap().as_str(),
+                )
+            });
+            assert_eq!(listener_shorthand(s), want, "{s:?}");
+        }
+    }
 
     use std::net::SocketAddr;
 
