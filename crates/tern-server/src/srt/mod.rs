@@ -24,7 +24,9 @@
 //! that panic inside `srt-protocol` 0.4.4 (`unimplemented!` on a key length or keying
 //! material it does not expect) are refused before they reach it, and every call into it
 //! runs under `catch_unwind`: a panic there drops that peer and is counted.
-//! [`transport::Transport`] is the seam a libsrt binding would implement instead.
+//! [`transport::Transport`] is the seam a libsrt binding would implement instead. The crate
+//! comes from `vendor/srt-protocol`, without two of its dependencies (regex, derive_more
+//! 0.99) that only cost build time; its `PATCHES.md` lists the changes, none in the protocol.
 //!
 //! # A caller's way in
 //!
