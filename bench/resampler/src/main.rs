@@ -1,7 +1,8 @@
 //! 44.1 → 48 kHz stereo in 1024-frame chunks (one AAC frame each, as tern feeds it), 600 s of
 //! audio per resampler and round, three rounds alternating: microseconds of CPU per second of
-//! audio for tern's sinc filter (the parameters of `tern_rtc::transcode::resampler_filter`)
-//! and for rubato's FFT resampler.
+//! audio for tern's sinc filter (the parameters of `tern_rtc::transcode::resampler_filter`),
+//! a longer and finer one (128 taps, 256 steps), and rubato's FFT resampler; with each sinc
+//! filter's cut-off and table size.
 #![forbid(unsafe_code)]
 
 use audioadapter_buffers::direct::InterleavedSlice;
@@ -30,23 +31,36 @@ fn cost(r: &mut dyn Resampler<f32>) -> f64 {
 }
 
 fn main() {
-    for round in 1..=3 {
-        let filter = SincInterpolationParameters::new(128, WindowFunction::BlackmanHarris2)
-            .oversampling_factor(256)
-            .interpolation(SincInterpolationType::Linear);
-        let mut sinc =
-            Async::<f32>::new_sinc(48_000.0 / 44_100.0, 1.0, &filter, 1024, 2, FixedAsync::Input)
-                .expect("sinc");
-        let mut fft = Fft::<f32>::new(44_100, 48_000, 1024, 2, FixedSync::Input).expect("fft");
-        let s = cost(&mut sinc);
-        let f = cost(&mut fft);
+    let filters = [(64, 128), (128, 256)];
+    for (taps, steps) in filters {
+        let cutoff: f32 = rubato::calculate_cutoff(taps, WindowFunction::BlackmanHarris2);
         println!(
-            "round {round}: sinc {:.0} us of CPU per s of audio ({:.2} % of a core), fft {:.0} us ({:.2} %), sinc / fft {:.2}",
-            s * 1e6,
-            s * 100.0,
-            f * 1e6,
-            f * 100.0,
-            s / f
+            "sinc {taps} taps x {steps} steps: cut-off {:.0} Hz at 44.1 kHz, table {} KiB",
+            cutoff * 22_050.0,
+            taps * steps * 4 / 1024
         );
+    }
+    for round in 1..=3 {
+        let mut line = format!("round {round}:");
+        for (taps, steps) in filters {
+            let filter = SincInterpolationParameters::new(taps, WindowFunction::BlackmanHarris2)
+                .oversampling_factor(steps)
+                .interpolation(SincInterpolationType::Linear);
+            let mut sinc = Async::<f32>::new_sinc(
+                48_000.0 / 44_100.0,
+                1.0,
+                &filter,
+                1024,
+                2,
+                FixedAsync::Input,
+            )
+            .expect("sinc");
+            let s = cost(&mut sinc);
+            line += &format!(" sinc {taps}x{steps} {:.0} us ({:.2} %),", s * 1e6, s * 100.0);
+        }
+        let mut fft = Fft::<f32>::new(44_100, 48_000, 1024, 2, FixedSync::Input).expect("fft");
+        let f = cost(&mut fft);
+        line += &format!(" fft {:.0} us ({:.2} %) of CPU per s of audio", f * 1e6, f * 100.0);
+        println!("{line}");
     }
 }

@@ -7,8 +7,9 @@
 //!   delay is dropped from the output so the timeline stays put. Not rubato's FFT resampler:
 //!   its FFT crate (rustfft) is generic over the sample type, so every SSE and AVX kernel of it
 //!   was compiled into tern-rtc, twice per test build (half of the crate's machine code;
-//!   BENCHMARKS.md, "The fast stage's floor"). The price: 0.32-0.34 % of a core per 44.1 kHz
-//!   stereo publisher against the FFT resampler's 0.08 % (`bench/resampler`).
+//!   BENCHMARKS.md, "The fast stage's floor"). The price: 0.25 % of a core per 44.1 kHz
+//!   stereo publisher against the FFT resampler's 0.07 % (`bench/resampler`), and about
+//!   9 KB more heap per RTMP connection (521,358 bytes against 512,642).
 //! * libopus (the `opus` crate, over the system's libopus, the one libavcodec loads) encodes 20 ms
 //!   frames at 48 kHz, mono or stereo like the source.
 //!
@@ -70,12 +71,14 @@ fn bitrate(channels: usize) -> i32 {
     if channels == 2 { 64_000 } else { 32_000 }
 }
 
-/// The resampler's filter: a 128-tap windowed sinc (its cut-off chosen by rubato for the
-/// window, above 20 kHz at 44.1 kHz), 256 steps between taps, linearly interpolated. Opus at
-/// 32-64 kbit/s keeps little above 12-20 kHz, so a longer filter would not be heard.
+/// The resampler's filter: a 64-tap windowed sinc, 128 steps between taps, linearly
+/// interpolated. Its cut-off (rubato's, for the window) is 17.4 kHz at 44.1 kHz, above what
+/// AAC at an encoder's usual 96-160 kbit/s keeps and what Opus codes at 32-64 kbit/s; its
+/// table is 32 KiB per publisher (a longer filter or a finer table costs more of both for
+/// nothing heard: `bench/resampler`).
 fn resampler_filter() -> SincInterpolationParameters {
-    SincInterpolationParameters::new(128, WindowFunction::BlackmanHarris2)
-        .oversampling_factor(256)
+    SincInterpolationParameters::new(64, WindowFunction::BlackmanHarris2)
+        .oversampling_factor(128)
         .interpolation(SincInterpolationType::Linear)
 }
 
