@@ -56,11 +56,19 @@ fn main() {
             )
             .expect("sinc");
             let s = cost(&mut sinc);
-            line += &format!(" sinc {taps}x{steps} {:.0} us ({:.2} %),", s * 1e6, s * 100.0);
+            line += &format!(
+                " sinc {taps}x{steps} {:.0} us ({:.2} %),",
+                s * 1e6,
+                s * 100.0
+            );
         }
         let mut fft = Fft::<f32>::new(44_100, 48_000, 1024, 2, FixedSync::Input).expect("fft");
         let f = cost(&mut fft);
-        line += &format!(" fft {:.0} us ({:.2} %) of CPU per s of audio", f * 1e6, f * 100.0);
+        line += &format!(
+            " fft {:.0} us ({:.2} %) of CPU per s of audio",
+            f * 1e6,
+            f * 100.0
+        );
         println!("{line}");
     }
 }
