@@ -207,13 +207,14 @@ impl Mul<u64> for ByteCount {
         ByteCount(self.0 * rhs)
     }
 }
+
 unit!(PacketSize(u64), |v| "{v} bytes");
 
 impl Add for PacketSize {
     type Output = PacketSize;
 
     fn add(self, rhs: PacketSize) -> PacketSize {
-        PacketSize(self.0.add(rhs.0))
+        PacketSize(self.0 + rhs.0)
     }
 }
 
@@ -221,9 +222,10 @@ impl Sub for PacketSize {
     type Output = PacketSize;
 
     fn sub(self, rhs: PacketSize) -> PacketSize {
-        PacketSize(self.0.sub(rhs.0))
+        PacketSize(self.0 - rhs.0)
     }
 }
+
 unit!(PacketCount(u64), |v| "{v} packets");
 unit!(DataRate(u64), |v| "{v} bytes/s");
 unit!(PacketRate(u64), |v| "{v} packets/s");
@@ -234,7 +236,7 @@ impl Add for Percent {
     type Output = Percent;
 
     fn add(self, rhs: Percent) -> Percent {
-        Percent(self.0.add(rhs.0))
+        Percent(self.0 + rhs.0)
     }
 }
 
