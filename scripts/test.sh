@@ -126,14 +126,15 @@ run_stage_body() {
             return "$rc"
             ;;
         vendor)
-            # Each crate's tests run; the stage fails if any of them failed.
-            local vrc=0
+            # Every crate's tests run even after one fails (set -e would stop at the first), as
+            # in the test stage; the stage fails if any of them failed.
+            local rc=0
             # The system's OpenSSL for the interop tests, not one built from source.
             OPENSSL_NO_VENDOR=1 cargo test --manifest-path "$ROOT/vendor/dimpl/Cargo.toml" \
-                --lib --test dtls12 --test dtls13 || vrc=1
-            cargo test --manifest-path "$ROOT/vendor/retina/Cargo.toml" --lib || vrc=1
-            cargo test --manifest-path "$ROOT/vendor/srt-protocol/Cargo.toml" --lib || vrc=1
-            return "$vrc"
+                --lib --test dtls12 --test dtls13 || rc=1
+            cargo test --manifest-path "$ROOT/vendor/retina/Cargo.toml" --lib || rc=1
+            cargo test --manifest-path "$ROOT/vendor/srt-protocol/Cargo.toml" --lib || rc=1
+            return "$rc"
             ;;
         fuzz-build)
             cd "$ROOT/fuzz"
