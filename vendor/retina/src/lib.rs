@@ -214,9 +214,9 @@ impl std::fmt::Display for NtpTimestamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let since_epoch = self.0.wrapping_sub(UNIX_EPOCH.0);
         let sec_since_epoch = (since_epoch >> 32) as u32;
-        let ns = i32::try_from(((since_epoch & 0xFFFF_FFFF) * 1_000_000_000) >> 32)
+        let ns = u32::try_from(((since_epoch & 0xFFFF_FFFF) * 1_000_000_000) >> 32)
             .expect("should be < 1_000_000_000");
-        fmt_utc(i64::from(sec_since_epoch), ns as u32, f)
+        fmt_utc(i64::from(sec_since_epoch), ns, f)
     }
 }
 
