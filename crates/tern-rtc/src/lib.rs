@@ -11,6 +11,7 @@ pub mod client;
 pub mod clip;
 pub mod g711;
 pub mod hls;
+pub mod package;
 pub mod peer_policy;
 pub mod publisher;
 pub mod publisher_dtls;

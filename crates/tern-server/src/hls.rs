@@ -1,14 +1,12 @@
 //! LL-HLS egress: one [`Packager`] per stream, running only while an HLS session reads it.
 //!
-//! Where the media comes from:
-//! - RTMP and SRT publishers: their connection thread hands over the frames as the encoder sent
-//!   them ([`Hls::rtmp_sample`]): H264 with its B-frames (fMP4 carries composition
-//!   offsets, so nothing is transcoded for HLS) and the AAC untouched.
-//! - WHIP publishers and clip sources: the owning app worker copies the stream's ring
-//!   packets (a reference count, not the bytes) into a bounded queue while the stream is
-//!   wanted ([`crate::media::StreamCounters::hls_wanted`]); the `HlsPackager` thread depacketizes them
-//!   (H264 access units, Opus packets) and packages them. The media path never waits on
-//!   HLS: a full queue drops the packet and counts it.
+//! The media comes through the media tap ([`crate::tap`]), of which [`Hls`] is a
+//! subscriber while a stream is wanted ([`crate::media::StreamCounters::hls_wanted`]):
+//! frames as the encoder sent them from RTMP, SRT and RTSP-H264 publishers (H264 with its
+//! B-frames: fMP4 carries composition offsets, so nothing is transcoded for HLS; AAC
+//! untouched), ring packets of every other stream, which each packaging's
+//! [`tern_rtc::package::Feed`] depacketizes. It stores the codecs of
+//! [`tern_rtc::package::PACKAGED_VIDEO`], as recordings do.
 //!
 //! Sessions: a player's first `index.m3u8` goes through admission and gets a session
 //! token that every URI it is given carries; a session ends after `hls.session_timeout_s`
@@ -24,13 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use tern_pool::{PoolCounter, shrink_map};
-use tern_proto::codec::VideoCodec;
-use tern_proto::h264::{self, Depacketizer};
-use tern_proto::rtp::Unwrap32;
-use tern_rtc::clip::MediaKind;
-use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, VideoConfig};
+use tern_rtc::hls::{HlsConfig, Packager};
+use tern_rtc::package::Feed;
 use tern_rtc::rtmp::Sample;
 use tokio::sync::watch;
 use tracing::{debug, info};
@@ -39,7 +33,8 @@ use crate::admission::{Admission, SessionKey};
 use crate::config::HlsSection;
 use crate::limits::{AddrPermit, LimitReached, PerAddress};
 use crate::media::clock::unix_ms;
-use crate::media::{EngineStats, HlsTap};
+use crate::media::{EngineStats, TapPacket};
+use crate::tap::Subscriber;
 
 /// A player's session: admitted once, named by the token in its URIs.
 #[derive(Debug)]
@@ -60,16 +55,8 @@ struct Packaging {
     sessions: usize,
     /// Since when it has had none.
     idle_since: Option<Instant>,
-    rtp: RtpDemux,
-}
-
-/// Access units and Opus packets out of the stream's RTP (WHIP publishers, clip sources).
-#[derive(Default)]
-struct RtpDemux {
-    video: Depacketizer,
-    video_ts: Unwrap32,
-    audio_ts: Unwrap32,
-    audio_set: bool,
+    /// Units out of the stream's ring packets or its publisher's frames.
+    feed: Feed,
 }
 
 /// A stream's place in the hub.
@@ -104,6 +91,9 @@ pub struct HlsCounters {
     pub media_bytes: AtomicU64,
     /// Access units the RTP demuxer could not rebuild (loss, a full tap queue).
     pub damaged_frames: AtomicU64,
+    /// Video frames left out: their codec is not packaged
+    /// ([`tern_rtc::package::PACKAGED_VIDEO`]).
+    pub skipped_frames: AtomicU64,
 }
 
 /// LL-HLS for every stream: sessions, packagers, and the thread that feeds them.
@@ -229,7 +219,7 @@ impl Hls {
                     packager: Packager::new(self.packager_config(), self.counter.clone()),
                     sessions: 0,
                     idle_since: None,
-                    rtp: RtpDemux::default(),
+                    feed: Feed::default(),
                 })
             });
             pk.sessions += 1;
@@ -293,78 +283,6 @@ impl Hls {
         }
     }
 
-    /// A frame from stream `stream`'s RTMP publisher.
-    pub fn rtmp_sample(&self, stream: usize, sample: &Sample) {
-        self.feed(stream, |pk, wall| {
-            let p = &mut pk.packager;
-            match sample {
-                Sample::VideoConfig { sps, pps } => p.set_video(VideoConfig::H264 {
-                    sps: sps.clone(),
-                    pps: pps.clone(),
-                }),
-                Sample::AudioConfig {
-                    asc,
-                    sample_rate,
-                    channels,
-                } => p.set_audio(AudioConfig::Aac {
-                    asc: asc.clone(),
-                    sample_rate: *sample_rate,
-                    channels: *channels,
-                }),
-                Sample::Video {
-                    dts_ms,
-                    pts_ms,
-                    keyframe,
-                    avcc,
-                } => p.push_video(dts_ms * 90, pts_ms * 90, *keyframe, avcc, wall),
-                Sample::Audio { pts, data } => p.push_audio(*pts, data, wall),
-            }
-        });
-    }
-
-    /// A ring packet of a WHIP or clip stream.
-    fn rtp_packet(&self, tap: &HlsTap) {
-        let HlsTap { stream, pkt } = tap;
-        let stream = *stream;
-        if self.stats.video(stream).codec != VideoCodec::H264 && pkt.kind == MediaKind::Video {
-            return;
-        }
-        self.feed(stream, |pk, wall| {
-            let d = &mut pk.rtp;
-            match pkt.kind {
-                MediaKind::Video => {
-                    let ts = d.video_ts.extend(pkt.rtp_ts);
-                    let before_damaged = d.video.damaged_frames();
-                    // Only H264 reaches here (checked above); a malformed payload damages its
-                    // access unit, which the depacketizer drops and counts.
-                    if let Ok(Some(au)) =
-                        d.video
-                            .push(pkt.seq as u16, pkt.rtp_ts, pkt.marker, &pkt.payload)
-                    {
-                        let key = h264::nal_units(au).any(|n| h264::nal_type(n) == h264::NAL_IDR);
-                        pk.packager.push_video_annexb(ts, ts, key, au, wall);
-                    }
-                    let damaged = d.video.damaged_frames() - before_damaged;
-                    if damaged > 0 {
-                        self.counters
-                            .damaged_frames
-                            .fetch_add(damaged, Ordering::Relaxed);
-                    }
-                }
-                MediaKind::Audio => {
-                    if !d.audio_set {
-                        // WebRTC's Opus is always signalled as two channels; a mono encoder's
-                        // packets decode as stereo.
-                        pk.packager.set_audio(AudioConfig::Opus { channels: 2 });
-                        d.audio_set = true;
-                    }
-                    let ts = d.audio_ts.extend(pkt.rtp_ts);
-                    pk.packager.push_audio(ts, &pkt.payload, wall);
-                }
-            }
-        });
-    }
-
     /// Ends sessions idle for `hls.session_timeout_s` (or past their admission's end), and
     /// stops the packaging of streams without a session for as long. `admission` hears of
     /// each ended session.
@@ -413,23 +331,41 @@ impl Hls {
             }
         }
     }
+}
 
-    /// Starts the `HlsPackager` thread: it packages the ring packets of WHIP and clip
-    /// streams, hands each to `also` too (the recorder), and ends when the engine's workers
-    /// (the senders) are gone.
-    pub fn spawn(
-        self: &Arc<Self>,
-        rx: Receiver<HlsTap>,
-        also: impl Fn(&HlsTap) + Send + 'static,
-    ) -> std::io::Result<std::thread::JoinHandle<()>> {
-        let hub = self.clone();
-        std::thread::Builder::new()
-            .name("HlsPackager".into())
-            .spawn(move || {
-                while let Ok(t) = rx.recv() {
-                    hub.rtp_packet(&t);
-                    also(&t);
-                }
-            })
+impl Subscriber for Hls {
+    fn wanted(&self, stream: usize) -> bool {
+        Hls::wanted(self, stream)
+    }
+
+    /// A frame from the stream's publisher.
+    fn sample(&self, stream: usize, sample: &Sample) {
+        self.feed(stream, |pk, wall| {
+            let p = &mut pk.packager;
+            pk.feed.push_sample(sample, &mut |u| u.apply(p, wall));
+        });
+    }
+
+    /// A ring packet of the stream.
+    fn packet(&self, tap: &TapPacket) {
+        let codec = self.stats.video(tap.stream).codec;
+        self.feed(tap.stream, |pk, wall| {
+            pk.feed.set_codec(codec);
+            let (damaged, skipped) = (pk.feed.damaged_frames(), pk.feed.skipped_frames());
+            let p = &mut pk.packager;
+            pk.feed.push_rtp(&tap.pkt, &mut |u| u.apply(p, wall));
+            let damaged = pk.feed.damaged_frames() - damaged;
+            if damaged > 0 {
+                self.counters
+                    .damaged_frames
+                    .fetch_add(damaged, Ordering::Relaxed);
+            }
+            let skipped = pk.feed.skipped_frames() - skipped;
+            if skipped > 0 {
+                self.counters
+                    .skipped_frames
+                    .fetch_add(skipped, Ordering::Relaxed);
+            }
+        });
     }
 }

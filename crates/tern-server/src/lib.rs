@@ -14,10 +14,11 @@
 //! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
 //! | `srt/` | SRT ingest: the listener thread over `srt-protocol` (behind a `Transport` trait), stream IDs, one publisher thread per caller feeding MPEG-TS through `tern_rtc::ts_publisher`; a surface over `session/` |
 //! | `rtsp/` | RTSP cameras (`[[app.source]]`): one `RtspPull` thread per source on `retina`, on demand or always, retried with backoff; its frames through `tern_rtc::av::AvPipeline`; state, events, metrics |
-//! | `encoder.rs` | what the encoder surfaces (RTMP, SRT) share: the B-frame watch around `tern_rtc::av::AvPipeline` |
+//! | `feed/` | after the grant: `Publish::attach` → a `PublisherSlot` whose `Drop` removes the publisher, for every kind (WHIP, RTMP, SRT, RTSP, edge pull); `FrameSink`, the one way a frame publisher's `AvEvent`s go in (packets to the engine, samples to the packagers, the B-frame watch, the ingest pools' ledger) |
+//! | `tap.rs` | the media tap: one `MediaTap` thread over the ring packets of streams being packaged, and the samples of frame publishers, to its subscribers (LL-HLS, recordings), each answering `wanted(stream)`; they depacketize with `tern_rtc::package` |
 //! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
-//! | `hls.rs` | LL-HLS sessions and packagers (`http/hls.rs` serves them) |
-//! | `record/` | recordings: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
+//! | `hls.rs` | LL-HLS sessions and packagers, a subscriber of the tap (`http/hls.rs` serves them) |
+//! | `record/` | recordings, a subscriber of the tap: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
 //! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
 //! | `snapshot.rs` | cached snapshots and the event bus |
@@ -27,7 +28,8 @@
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `config/` | the TOML configuration: one file per section, each with its `Default` and its own check |
 //!
-//! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`, `rtsp/`) stand on `session/`, which stands
+//! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`, `rtsp/`) stand on `feed/`
+//! and `session/`, which stands
 //! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
 //! `http/`, `media` never imports a surface; inside each folder nothing imports what imports
 //! it. `crates/tern/tests/e2e/house.rs` checks all three, and that this map names every module.
@@ -35,9 +37,10 @@
 //!
 //! # One packet, from ingest to socket
 //!
-//! 1. A publisher's packet arrives: an RTMP connection's thread (`rtmp.rs`) hands it over
-//!    the bounded data queue ([`media::link`]), a WHIP datagram comes from a socket worker
-//!    (`media/socket.rs`), a clip source produces it in place.
+//! 1. A publisher's packet arrives: a frame publisher's thread (`rtmp.rs`, `srt/`, `rtsp/`,
+//!    an edge pull) hands it through its `feed::FrameSink` over the bounded data queue
+//!    ([`media::link`]), a WHIP datagram comes from a socket worker (`media/socket.rs`), a
+//!    clip source produces it in place.
 //! 2. The stream's app worker runs it through `media/ingest.rs` (keyframe wait, sequence and
 //!    timestamp rewriting into the stream's numbering).
 //! 3. `worker/publishers.rs` copies the payload once into a pooled buffer, pushes the packet
@@ -55,7 +58,7 @@ pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod directory;
-pub mod encoder;
+pub mod feed;
 pub mod hls;
 pub mod http;
 pub mod limits;
@@ -67,6 +70,7 @@ pub mod rtsp;
 pub mod session;
 pub mod snapshot;
 pub mod srt;
+pub mod tap;
 pub mod turn;
 
 use std::collections::HashMap;
@@ -289,7 +293,7 @@ pub struct Server {
     sources: Option<Arc<rtsp::Sources>>,
     turn: Option<turn::TurnHandle>,
     engine_threads: Option<media::EngineThreads>,
-    hls_thread: Option<std::thread::JoinHandle<()>>,
+    tap_thread: Option<std::thread::JoinHandle<()>>,
     record_thread: Option<std::thread::JoinHandle<()>>,
     _reclaim: Option<reclaim::ReclaimThread>,
 }
@@ -322,7 +326,7 @@ impl Server {
         let (engine_streams, directory) = streams(&cfg, opts)?;
         let dtls = Arc::new(DtlsContext::generate_with(&t.srtp_profiles())?);
         let media = cfg.server.media;
-        let (hls_tx, hls_rx) = crossbeam_channel::bounded(media::HLS_TAP_QUEUE);
+        let (tap_tx, tap_rx) = crossbeam_channel::bounded(media::TAP_QUEUE);
         let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {
             bind: media,
             streams: engine_streams,
@@ -331,9 +335,8 @@ impl Server {
             cname: cfg.server.cname.clone(),
             publisher_timeouts: (&cfg.server).into(),
             rings: (t.video_ring, t.audio_ring),
-            // Always: recordings read the tap too (nothing is sent while no stream is
-            // packaged or recorded).
-            hls_tap: Some(hls_tx),
+            // Nothing is sent while no stream is packaged or recorded.
+            tap: Some(tap_tx),
             gso: t.gso == config::GsoMode::Auto,
             pause_video: t.pause_video_below_estimate,
             workers: WorkerCounts {
@@ -448,16 +451,15 @@ impl Server {
             .with_cluster(cluster),
         );
         let _ = core.runtime.set(rt.handle().clone());
-        let record = core.record.clone();
         let record_thread = core.record.spawn().map_err(|source| ServeError::Thread {
             what: "recording writer",
             source,
         })?;
-        let hls_thread = core
-            .hls
-            .spawn(hls_rx, move |t| record.rtp_packet(t))
+        let tap_thread = core
+            .tap
+            .spawn(tap_rx)
             .map_err(|source| ServeError::Thread {
-                what: "HLS",
+                what: "media tap",
                 source,
             })?;
         let spawn_rtmp =
@@ -554,7 +556,7 @@ impl Server {
             sources,
             turn: turn.map(|(t, _)| t),
             engine_threads: Some(engine_threads),
-            hls_thread: Some(hls_thread),
+            tap_thread: Some(tap_thread),
             record_thread,
             _reclaim: reclaim,
         })
@@ -594,7 +596,7 @@ impl Server {
 
     /// Stops the server: the HTTP listener (open connections get [`HTTP_GRACE`] to
     /// finish), the cluster membership (at once rather than after the TTL), RTMP, SRT, the
-    /// media engine, the HLS thread and TURN, in that order.
+    /// media engine, the media tap's thread and TURN, in that order.
     pub fn shutdown(mut self) {
         self.stop();
     }
@@ -636,8 +638,8 @@ impl Server {
         if let Some(t) = self.engine_threads.take() {
             t.join();
         }
-        // The workers held the tap's senders: the HLS thread has seen its queue close.
-        if let Some(h) = self.hls_thread.take() {
+        // The workers held the tap's senders: the tap's thread has seen its queue close.
+        if let Some(h) = self.tap_thread.take() {
             let _ = h.join();
         }
         // Nothing feeds the recordings any more: their files are finished.

@@ -3,9 +3,11 @@
 //!
 //! A connection runs [`tern_rtc::rtmp::RtmpPublisher`] (handshake, chunks, commands, H264
 //! packetization, AAC → Opus) on its own thread, so transcoding never stalls the media
-//! engine. Its packets go to the engine in one [`RtmpCommand::Media`] per socket read and
-//! through the same [`crate::media::ingest::Ingest`] slot as a WHIP publisher's: one publisher per
-//! stream, keyframe wait, sequence/timestamp rewriting, live and gone.
+//! engine. It takes its stream with `Publish::attach` ([`crate::feed`]) and its events go
+//! through a [`FrameSink`]: packets to the engine in one batch per socket read, through the
+//! same [`crate::media::ingest::Ingest`] slot as a WHIP publisher's (one publisher per
+//! stream, keyframe wait, sequence/timestamp rewriting, live and gone), samples to LL-HLS
+//! and recordings while they want the stream.
 //!
 //! Mapping: the RTMP application (`connect`'s `app`, query stripped) and the publishing
 //! name (the stream key, query stripped) name the stream `{app}/{stream}`, which must be
@@ -19,12 +21,12 @@
 //!
 //! Renditions (`[app] renditions`): the publisher makes lower video layers on threads of
 //! its own (`RtmpRendition`, see [`tern_rtc::renditions`]), whose packets come to the engine
-//! in [`RtmpCommand::Media`] like the connection's; the stream's RIDs go with
-//! [`RtmpCommand::Add`]. A viewer's keyframe request for a layer reaches the connection as a
+//! in [`FrameCommand::Media`] like the connection's; the stream's RIDs go with
+//! its feed. A viewer's keyframe request for a layer reaches the connection as a
 //! bit of its keyframe flags.
 //!
 //! Memory: each connection's heap is booked in the `rtmp_ingest` pool (`GET /v1/memory`),
-//! measured on its own thread with the counting allocator (see `Ledger`).
+//! measured on its own thread with the counting allocator (the sink's `Ledger`).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -35,17 +37,15 @@ use std::time::{Duration, Instant};
 
 use tern_pool::{CountingAlloc, PoolCounter};
 use tern_proto::codec::VideoCodec;
-use tern_rtc::publisher::IngestPacket;
+use tern_rtc::av::AvEvent;
 use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
 use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode};
-use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, TranscodeSetting};
-use crate::encoder::{Booking, Ledger, VideoWatch, arc_bytes};
+use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot};
 use crate::limits::PerAddress;
-use crate::media::{Command, NtpClock};
-use crate::media::{PublisherId, RtmpCommand};
+use crate::media::{FrameCommand, NtpClock, PublisherId, Source};
 use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
 
 /// Most RTMP connections at once (each is a thread and up to a few MiB of buffers).
@@ -57,10 +57,6 @@ const PUBLISH_TIMEOUT: Duration = Duration::from_secs(15);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Socket read timeout: how often a connection checks for shutdown, kicks and timeouts.
 const TICK: Duration = Duration::from_millis(200);
-/// How long a connection's thread waits for room in its app worker's bounded queue before
-/// it gives up on the publisher. While it waits it reads nothing, so TCP pushes back on the
-/// encoder; a worker that takes nothing for this long is overloaded or stuck.
-const MEDIA_STALL: Duration = Duration::from_secs(2);
 /// How long a closing connection reads (and discards) what the encoder still sends after
 /// our FIN, so that the close is an orderly one (closing with unread data sends a reset).
 const CLOSE_DRAIN: Duration = Duration::from_millis(500);
@@ -211,27 +207,18 @@ fn close_cleanly(sock: &TcpStream) {
     }
 }
 
-/// One RTMP connection. Dropping it ends its publisher in the engine, whatever the path
-/// out (error, close, kick, even a panic).
+/// One RTMP connection. Dropping it ends its publisher in the engine (its slot's `Drop`),
+/// whatever the path out (error, close, kick, even a panic).
 struct Connection {
     sock: TcpStream,
     peer: SocketAddr,
     st: Arc<Core>,
     clock: NtpClock,
     stop: Arc<AtomicBool>,
-    /// Our publisher slot, its resource id in the HTTP side's map, and the kick flag.
-    slot: Option<(PublisherId, String, Arc<AtomicBool>)>,
+    /// Our publisher's slot, once `publish` was granted.
+    slot: Option<PublisherSlot>,
     /// Bit `l` set by the engine when a viewer asks for a keyframe of video layer `l`.
     keyframe: Arc<AtomicU8>,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        if let Some((id, sid, _)) = self.slot.take() {
-            self.st.forget_publisher(&sid);
-            let _ = self.st.engine.send(Command::RemovePublisher(id));
-        }
-    }
 }
 
 /// The memory line of RTMP ingest (`rtmp_ingest` in `GET /v1/memory`): one item per open
@@ -266,7 +253,7 @@ fn rendition_sink(st: Arc<Core>, id: PublisherId, key: String) -> RenditionSink 
         RenditionEvent::Packets(packets) => {
             let sent = st
                 .engine
-                .send_rtmp_media(RtmpCommand::Media { id, packets }, MEDIA_STALL);
+                .send_frames(FrameCommand::Media { id, packets }, MEDIA_STALL);
             if let Err(e) = sent
                 && !refused.swap(true, Ordering::Relaxed)
             {
@@ -333,8 +320,7 @@ impl Connection {
         self.sock
             .set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
-        let mut booking = Booking::open(counter());
-        let mut held = Ledger::start();
+        let mut sink = FrameSink::new(&self.st, counter());
         let mut p = RtmpPublisher::new(rand::random(), max_payload);
         let mut buf = vec![0u8; 64 * 1024];
         let start = Instant::now();
@@ -342,14 +328,11 @@ impl Connection {
         let mut app = String::new();
         let mut tc_url = None;
         let mut events = Vec::new();
-        let mut video = VideoWatch::default();
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok("server shutting down".into());
             }
-            if let Some((_, _, kicked)) = &self.slot
-                && kicked.load(Ordering::Relaxed)
-            {
+            if self.slot.as_ref().is_some_and(PublisherSlot::closed) {
                 return Ok("publisher removed by the server".into());
             }
             let now = Instant::now();
@@ -359,10 +342,7 @@ impl Connection {
             if now - last_data > IDLE_TIMEOUT {
                 return Err(format!("nothing received for {IDLE_TIMEOUT:?}"));
             }
-            video.tick(&self.st, p.media(), now);
-            if let Some((id, _, _)) = &self.slot {
-                p.set_samples(self.st.hls.wanted(id.stream) || self.st.record.wanted(id.stream));
-            }
+            sink.tick(p.media(), now);
             let wanted = self.keyframe.swap(0, Ordering::Relaxed);
             for layer in (0..8u8).filter(|l| wanted & 1 << l != 0) {
                 p.request_layer_keyframe(layer);
@@ -385,7 +365,6 @@ impl Connection {
             last_data = Instant::now();
             let ntp = self.clock.ntp(last_data);
             let res = p.receive(ntp, &buf[..n], &mut |e| events.push(e));
-            let mut packets: Vec<IngestPacket> = Vec::new();
             let mut end = None;
             for e in events.drain(..) {
                 match e {
@@ -398,7 +377,7 @@ impl Connection {
                         // it allocates belong to the engine and the API.
                         let outside = CountingAlloc::thread_net_bytes();
                         let publish = self.publish(&app, tc_url.as_deref(), &name);
-                        held.skip(CountingAlloc::thread_net_bytes() - outside);
+                        sink.skip(CountingAlloc::thread_net_bytes() - outside);
                         match publish {
                             Ok(key) => {
                                 p.accept_publish().map_err(|e| e.to_string())?;
@@ -413,9 +392,9 @@ impl Connection {
                                     TranscodeSetting::Auto => TranscodeMode::Auto,
                                     TranscodeSetting::Never => TranscodeMode::Never,
                                 });
-                                video.key = key;
-                                video.mode = mode;
-                                video.publisher = self.slot.as_ref().map(|s| s.0.serial);
+                                if let Some(slot) = &self.slot {
+                                    sink.attach(slot, &key, mode);
+                                }
                             }
                             Err(refusal) => {
                                 let (code, why) = netstream(&refusal);
@@ -424,27 +403,10 @@ impl Connection {
                             }
                         }
                     }
-                    RtmpEvent::Packet(pk) => {
-                        held.skip(arc_bytes(pk.payload.len()));
-                        packets.push(pk);
-                    }
                     RtmpEvent::Unpublish => end = Some(Ok("the client unpublished".into())),
-                    RtmpEvent::Video(n) => {
-                        let outside = CountingAlloc::thread_net_bytes();
-                        video.notice(&self.st, p.media(), &n);
-                        held.skip(CountingAlloc::thread_net_bytes() - outside);
-                    }
-                    RtmpEvent::Sample(s) => {
-                        // Packaged bytes are the `hls_segments` pool's, not this
-                        // connection's (the sample itself is freed after, as ours).
-                        let outside = CountingAlloc::thread_net_bytes();
-                        if let Some((id, _, _)) = &self.slot {
-                            self.st.hls.rtmp_sample(id.stream, &s);
-                            self.st.record.rtmp_sample(id.stream, &s);
-                        }
-                        held.skip(CountingAlloc::thread_net_bytes() - outside);
-                        drop(s);
-                    }
+                    RtmpEvent::Packet(pk) => sink.handle(p.media(), AvEvent::Packet(pk)),
+                    RtmpEvent::Video(n) => sink.handle(p.media(), AvEvent::Video(n)),
+                    RtmpEvent::Sample(s) => sink.handle(p.media(), AvEvent::Sample(s)),
                 }
             }
             let out = p.take_output();
@@ -453,16 +415,8 @@ impl Connection {
                     .write_all(&out)
                     .map_err(|e| format!("write: {e}"))?;
             }
-            held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
-            booking.set(held.mark());
-            if let (Some((id, _, _)), false) = (&self.slot, packets.is_empty()) {
-                let cmd = RtmpCommand::Media { id: *id, packets };
-                self.st
-                    .engine
-                    .send_rtmp_media(cmd, MEDIA_STALL)
-                    .map_err(|e| format!("{e} for {MEDIA_STALL:?}: closing the publisher"))?;
-            }
-            held.resume();
+            sink.flush()
+                .map_err(|e| format!("{e} for {MEDIA_STALL:?}: closing the publisher"))?;
             if let Err(e) = res {
                 return Err(format!("malformed RTMP stream: {e}"));
             }
@@ -475,10 +429,11 @@ impl Connection {
     /// Starts the app's renditions (if it has any) on the publisher that just took its slot.
     fn start_renditions(&self, p: &mut RtmpPublisher, app: &AppConfig, key: &str) {
         let specs = app.rendition_specs();
-        let (Some((id, _, _)), false) = (&self.slot, specs.is_empty()) else {
+        let (Some(id), false) = (self.slot.as_ref().map(PublisherSlot::id), specs.is_empty())
+        else {
             return;
         };
-        let sink = rendition_sink(self.st.clone(), *id, key.to_string());
+        let sink = rendition_sink(self.st.clone(), id, key.to_string());
         if let Err(e) = p.set_renditions(&specs, sink) {
             warn!("{key}: no renditions: {e}; the source layer goes on alone");
             // Before its first packet: the stream goes live with one layer.
@@ -486,8 +441,8 @@ impl Connection {
         }
     }
 
-    /// Asks the session layer for the stream (name, token, admission, cluster claim) and
-    /// takes the stream's publisher slot.
+    /// Asks the session layer for the stream (name, token, admission) and attaches the
+    /// publisher (cluster claim, the stream's slot).
     fn publish(&mut self, app: &str, tc_url: Option<&str>, name: &str) -> Result<String, Refusal> {
         let app_name = strip_query(app);
         let stream = strip_query(name);
@@ -513,39 +468,21 @@ impl Connection {
             .st
             .runtime()
             .ok_or(Refusal::Unavailable("admission is not running"))?;
-        let publish = rt.block_on(async {
-            let publish = self.st.begin_publish(ask).await?;
-            publish.claim(&self.st).await.map(|info| (publish, info))
-        });
-        let (publish, info) = publish?;
-        let closed = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = oneshot::channel();
+        let publish = rt.block_on(self.st.begin_publish(ask))?;
+        let key = publish.key().to_string();
         let rids = self
             .st
             .config
             .app(app_name)
             .map_or_else(Vec::new, |a| a.layer_rids());
-        let cmd = Command::Rtmp(RtmpCommand::Add {
-            stream: info.index,
-            protocol: "rtmp",
+        let feed = Feed::Frames {
+            source: Source::Rtmp,
             codec: VideoCodec::H264,
-            closed: closed.clone(),
-            keyframe: self.keyframe.clone(),
             rids,
-            reply: tx,
-        });
-        let stopped = || Refusal::Unavailable("media engine stopped");
-        self.st.engine.send(cmd).map_err(|_| stopped())?;
-        match rx.blocking_recv() {
-            Ok(Ok(id)) => {
-                let key = publish.key().to_string();
-                let sid = publish.started(&self.st, id, String::new(), String::new());
-                self.slot = Some((id, sid, closed));
-                Ok(key)
-            }
-            Ok(Err(e)) => Err(publish.refused(e)),
-            Err(_) => Err(stopped()),
-        }
+            keyframe: self.keyframe.clone(),
+        };
+        self.slot = Some(publish.attach_blocking(&self.st, feed)?);
+        Ok(key)
     }
 }
 

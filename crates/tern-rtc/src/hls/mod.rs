@@ -40,7 +40,7 @@ pub mod file;
 mod fmp4;
 mod nal;
 mod playlist;
-mod sps;
+pub(crate) mod sps;
 mod timeline;
 
 #[cfg(test)]

@@ -22,19 +22,19 @@ use rand::Rng;
 use tern_proto::sdp;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::publisher::IngestPacket;
-use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::section::SECRET_HEADER;
-use crate::media::{AddError, Command, EngineHandle, NtpClock, PublisherId, RtmpCommand};
+use crate::feed::{
+    AttachError, Feed, FrameSink, MEDIA_STALL, PublisherSlot, attach_source_blocking,
+};
+use crate::media::{EngineHandle, NtpClock, Source};
 
 /// An origin that sends nothing for this long is taken as gone (a live stream sends dozens
 /// of packets a second; its publisher leaving is covered the same way).
 const SILENCE: Duration = Duration::from_secs(2);
 /// ICE and DTLS with the origin must be done within this.
 const CONNECT: Duration = Duration::from_secs(5);
-/// A blocked engine queue for this long ends the session (as for an RTMP publisher).
-const MEDIA_STALL: Duration = Duration::from_secs(2);
 /// Longest wait between two attempts to find or reach the origin: an attempt is one Redis
 /// GET (and a WHEP POST once there is an origin), cheap enough that viewers should not
 /// wait on a long backoff for a publisher that came back.
@@ -239,11 +239,11 @@ fn pump(
     };
     let start = Instant::now();
     let mut client = Client::new(params, pull.dtls.clone(), start, rng.random());
-    let closed = Arc::new(AtomicBool::new(false));
     let keyframe = Arc::new(AtomicU8::new(0));
-    let mut id: Option<PublisherId> = None;
+    // The publisher's slot, taken at the first packet; its `Drop` removes the publisher.
+    let mut slot: Option<PublisherSlot> = None;
+    let mut sink = FrameSink::packets_only(&pull.engine);
     let mut buf = vec![0u8; 2048];
-    let mut packets: Vec<IngestPacket> = Vec::new();
     let mut last_media = start;
     let mut asked_keyframe = false;
     let mut next_check = start;
@@ -255,16 +255,16 @@ fn pump(
         if pull.stop.load(Ordering::Relaxed) {
             break End::Stop("stopped");
         }
-        if closed.load(Ordering::Relaxed) {
+        if slot.as_ref().is_some_and(PublisherSlot::closed) {
             break End::Stop("publisher removed by the engine");
         }
         if let ClientState::Failed(why) = client.state() {
             break End::Retry(format!("session failed: {why}"));
         }
-        if id.is_none() && now - start > CONNECT {
+        if slot.is_none() && now - start > CONNECT {
             break End::Retry(format!("no media within {CONNECT:?}"));
         }
-        if id.is_some() && now - last_media > SILENCE {
+        if slot.is_some() && now - last_media > SILENCE {
             break End::Retry(format!("origin silent for {SILENCE:?}"));
         }
         if now >= next_check {
@@ -297,7 +297,7 @@ fn pump(
                 continue;
             };
             last_media = now;
-            packets.push(IngestPacket {
+            sink.packet(IngestPacket {
                 layer: 0,
                 kind: r.kind,
                 seq: r.seq,
@@ -306,7 +306,7 @@ fn pump(
                 payload: Arc::from(&buf[r.payload]),
                 capture_ntp: r.capture_ntp,
             });
-            if packets.len() >= 64 {
+            if sink.pending() >= 64 {
                 break;
             }
         }
@@ -315,62 +315,36 @@ fn pump(
         if client.poll_timeout().is_some_and(|t| t <= now) {
             client.handle_timeout(now);
         }
-        if packets.is_empty() {
+        if sink.pending() == 0 {
             continue;
         }
-        let pid = match id {
-            Some(pid) => pid,
-            None => match add_publisher(pull, codec, &closed, &keyframe) {
-                Ok(pid) => {
+        if slot.is_none() {
+            let feed = Feed::Frames {
+                source: Source::Edge,
+                codec,
+                rids: Vec::new(),
+                keyframe: keyframe.clone(),
+            };
+            match attach_source_blocking(&pull.engine, pull.index, feed) {
+                Ok(s) => {
                     info!("edge: {} live from {server}", pull.key);
-                    id = Some(pid);
-                    pid
+                    sink.attach(&s, &pull.key, crate::config::TranscodeSetting::Never);
+                    slot = Some(s);
                 }
-                Err(end) => break end,
-            },
-        };
+                Err(AttachError::Busy) => break End::Stop("the stream has a local publisher"),
+                Err(AttachError::Stopped) => break End::Stop("media engine stopped"),
+            }
+        }
         if !asked_keyframe {
             // Start the local viewers at once rather than at the origin's next keyframe.
             client.request_keyframe();
             asked_keyframe = true;
         }
-        let cmd = RtmpCommand::Media {
-            id: pid,
-            packets: std::mem::take(&mut packets),
-        };
-        if let Err(e) = pull.engine.send_rtmp_media(cmd, MEDIA_STALL) {
-            break End::Stop(if e.is_empty() { "engine stalled" } else { e });
+        if let Err(e) = sink.flush() {
+            warn!("edge: {}: {e} for {MEDIA_STALL:?}", pull.key);
+            break End::Stop(e);
         }
     };
-    if let Some(pid) = id {
-        let _ = pull.engine.send(Command::RemovePublisher(pid));
-    }
+    drop(slot);
     end
-}
-
-/// Takes the stream's publisher slot for this session.
-fn add_publisher(
-    pull: &Pull,
-    codec: tern_proto::codec::VideoCodec,
-    closed: &Arc<AtomicBool>,
-    keyframe: &Arc<AtomicU8>,
-) -> Result<PublisherId, End> {
-    let (tx, rx) = oneshot::channel();
-    let cmd = Command::Rtmp(RtmpCommand::Add {
-        stream: pull.index,
-        protocol: "edge",
-        codec,
-        closed: closed.clone(),
-        keyframe: keyframe.clone(),
-        rids: Vec::new(),
-        reply: tx,
-    });
-    if pull.engine.send(cmd).is_err() {
-        return Err(End::Stop("media engine stopped"));
-    }
-    match rx.blocking_recv() {
-        Ok(Ok(id)) => Ok(id),
-        Ok(Err(AddError::Busy)) => Err(End::Stop("the stream has a local publisher")),
-        Err(_) => Err(End::Stop("media engine stopped")),
-    }
 }

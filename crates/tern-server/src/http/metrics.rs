@@ -99,6 +99,11 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             &h.counters.damaged_frames,
         ),
         (
+            "tern_hls_skipped_frames_total",
+            "Video frames LL-HLS left out because their codec is not packaged (H265, AV1 today).",
+            &h.counters.skipped_frames,
+        ),
+        (
             "tern_hls_tap_dropped_total",
             "Ring packets not handed to the LL-HLS packager because its queue was full.",
             &s.hls_tap_dropped,

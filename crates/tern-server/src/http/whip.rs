@@ -15,6 +15,7 @@ use axum::response::Response;
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
+use crate::feed::Feed;
 use crate::http::error::HttpError;
 use crate::http::extract::{SdpOffer, StreamPath, credentials};
 use crate::http::listener::Peer;
@@ -27,7 +28,6 @@ use crate::session::{Protocol, PublishAsk};
 /// What a WHIP resource accepts.
 const METHODS: &str = "OPTIONS, POST, PATCH, DELETE";
 
-/// The engine is gone (shutting down).
 /// `POST /{app}/{stream}/whip`: SDP offer in, `201 Created` with the answer and the
 /// session's `Location`.
 pub(super) async fn post(
@@ -61,31 +61,19 @@ pub(super) async fn post(
             Err(e) => return Err(HttpError::Unprocessable(e.to_string())),
         };
     let remote_ufrag = publisher.remote_ufrag().to_string();
-    let codec = publisher.video_codec();
     // The stream is claimed (in a cluster) and made (if new) only for an offer that can
     // publish.
-    let info = publish.claim(&st).await?;
-    let was = st.engine.stats.video(info.index).codec;
-    let (tx, rx) = oneshot::channel();
-    let cmd = Command::AddPublisher {
-        stream: info.index,
+    let feed = Feed::Whip {
         publisher: Box::new(publisher),
-        reply: tx,
         permit: publish.take_permit(),
     };
-    st.engine
-        .send(cmd)
-        .map_err(|_| HttpError::engine_stopped())?;
-    let id = match rx.await {
-        Ok(Ok(id)) => id,
-        Ok(Err(e)) => return Err(publish.refused(e).into()),
-        Err(_) => return Err(HttpError::engine_stopped()),
-    };
-    if was != codec {
-        st.end_viewers_of_other_codec(publish.key(), was, codec);
-    }
+    // The resource outlives this request: its DELETE (or the engine) ends it.
+    let sid = publish.attach(&st.core, feed).await?.keep();
     let etag = new_etag();
-    let sid = publish.started(&st, id, etag.clone(), remote_ufrag);
+    st.update_publisher(&sid, |s| {
+        s.etag = etag.clone();
+        s.remote_ufrag = remote_ufrag;
+    });
     let location = format!("/{}/{}/whip/{sid}", path.app, path.stream);
     let mut r = created(answer, &location, &etag);
     st.add_links(r.headers_mut());

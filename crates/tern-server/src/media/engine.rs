@@ -33,7 +33,7 @@ use tracing::info;
 
 use crate::media::batch::Gso;
 use crate::media::clock::NtpClock;
-use crate::media::ingest::{PublisherTimeouts, RtmpCommand};
+use crate::media::ingest::{FrameCommand, PublisherTimeouts};
 use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink, SocketWorker};
 use crate::media::stats::{EngineStats, StreamCounters};
@@ -80,8 +80,8 @@ pub struct EngineConfig {
     pub publisher_timeouts: PublisherTimeouts,
     /// Video and audio ring lengths (packets) of a served stream.
     pub rings: (usize, usize),
-    /// Where app workers hand ring packets of streams packaged for LL-HLS.
-    pub hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
+    /// Where app workers hand ring packets of streams being packaged (LL-HLS, recordings).
+    pub tap: Option<crossbeam_channel::Sender<crate::media::link::TapPacket>>,
     /// Whether to send with UDP GSO where the kernel supports it (`tunables.gso`).
     pub gso: bool,
     /// Whether a single-layer stream's viewer on a path too narrow for it has its video
@@ -136,7 +136,7 @@ impl EngineHandle {
             Command::RemovePublisher(id) | Command::RestartPublisherIce { id, .. } => {
                 id.stream % self.apps
             }
-            Command::Rtmp(c) => c.stream() % self.apps,
+            Command::Frames(c) => c.stream() % self.apps,
             Command::RequestKeyframe(stream) => stream % self.apps,
             Command::Shutdown => {
                 for h in self.hosts.iter() {
@@ -165,16 +165,16 @@ impl EngineHandle {
         link.ctl(Ctl::Cmd(cmd))
     }
 
-    /// Sends an RTMP publisher's media to its stream's app worker over the bounded data
-    /// queue, waiting up to `timeout` for room (the caller is the connection's own thread:
+    /// Sends a frame publisher's command (media, codec) to its stream's app worker over the
+    /// bounded data queue, waiting up to `timeout` for room (the caller is the connection's own thread:
     /// waiting is its back-pressure on the encoder). Errs if the engine stopped or the
     /// queue stayed full for `timeout`.
-    pub fn send_rtmp_media(&self, cmd: RtmpCommand, timeout: Duration) -> Result<(), &'static str> {
+    pub fn send_frames(&self, cmd: FrameCommand, timeout: Duration) -> Result<(), &'static str> {
         let link = self
             .hosts
             .get(cmd.stream() % self.apps)
             .ok_or("no such media worker")?;
-        match link.data.send_timeout(Data::Rtmp(cmd), timeout) {
+        match link.data.send_timeout(Data::Frames(cmd), timeout) {
             Ok(()) => link.waker.wake().map_err(|_| "media engine stopped"),
             Err(SendTimeoutError::Timeout(_)) => {
                 self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
@@ -240,7 +240,7 @@ impl Engine {
             workers,
             publisher_timeouts,
             rings,
-            hls_tap,
+            tap,
             gso,
             pause_video,
         } = cfg;
@@ -354,11 +354,7 @@ impl Engine {
                     rings,
                     gso: gso.clone(),
                     pause_video,
-                    hls_tap: if role == Role::App {
-                        hls_tap.clone()
-                    } else {
-                        None
-                    },
+                    tap: if role == Role::App { tap.clone() } else { None },
                 };
                 let name = match role {
                     Role::App => format!("AW-WebRTC{i}"),

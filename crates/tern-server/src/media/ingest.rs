@@ -1,7 +1,8 @@
-//! Ingest inside the media engine: WHIP publisher sessions on the shared media port, RTMP
-//! publishers (whose connections run on their own threads, see [`crate::rtmp`], and whose
-//! commands arrive through [`Ingest::rtmp`]), and the rewriting that keeps each stream
-//! continuous for its viewers across publishers of either kind.
+//! Ingest inside the media engine: WHIP publisher sessions on the shared media port, frame
+//! publishers (RTMP, SRT, RTSP cameras and edge pulls, which run on threads of their own
+//! and whose commands arrive through [`Ingest::frames`]; see [`crate::feed`]), and the
+//! rewriting that keeps each stream continuous for its viewers across publishers of any
+//! kind.
 //!
 //! A stream has at most one publisher. Its packets are renumbered into the stream's own
 //! sequence and timestamp space, so when a publisher leaves and another arrives the viewers
@@ -101,18 +102,63 @@ pub enum AddError {
     Busy,
 }
 
-/// What a publisher on its own thread asks of the engine, which hands it to
-/// [`Ingest::rtmp`]: an RTMP connection ([`crate::rtmp`]) or an edge's upstream session
-/// pulling the stream from its origin node ([`crate::cluster`]).
+/// Where a stream's publisher comes from: its kind in snapshots, events and admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A WHIP session on the media port.
+    Whip,
+    /// An RTMP connection ([`crate::rtmp`]).
+    Rtmp,
+    /// An SRT caller ([`crate::srt`]).
+    Srt,
+    /// An RTSP camera pulled by the server ([`crate::rtsp`]).
+    Rtsp,
+    /// An edge's upstream session from the stream's origin node ([`crate::cluster`]).
+    Edge,
+}
+
+impl Source {
+    /// The kind as snapshots and events name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Whip => "whip",
+            Source::Rtmp => "rtmp",
+            Source::Srt => "srt",
+            Source::Rtsp => "rtsp",
+            Source::Edge => "edge",
+        }
+    }
+
+    /// Whether packagers (LL-HLS, recordings) take this publisher's frames as it hands them
+    /// over ([`tern_rtc::av::Sample`]: H264 with its B-frames, AAC untouched) rather than
+    /// the stream's ring packets. Frame publishers demux their container into frames
+    /// anyway; a camera's H265 is passed through as RTP, and an edge's upstream is RTP.
+    pub fn packages_from_frames(self, codec: VideoCodec) -> bool {
+        match self {
+            Source::Rtmp | Source::Srt => true,
+            Source::Rtsp => codec == VideoCodec::H264,
+            Source::Whip | Source::Edge => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a publisher on its own thread (a frame publisher: RTMP, SRT, an RTSP camera, an
+/// edge's upstream session) asks of the engine, which hands it to [`Ingest::frames`].
 #[derive(Debug)]
-pub enum RtmpCommand {
+pub enum FrameCommand {
     /// Take stream `stream`'s publisher slot; `closed` is set when the engine ends the
     /// publisher (kick, shutdown) and the connection then closes.
     Add {
         /// Stream index.
         stream: usize,
-        /// `"rtmp"` or `"edge"`: the publisher's kind in snapshots and events.
-        protocol: &'static str,
+        /// The publisher's kind (snapshots, events, and where packagers take its media).
+        source: Source,
         /// The codec of its video packets.
         codec: VideoCodec,
         /// Set by the engine when the publisher is removed.
@@ -144,12 +190,12 @@ pub enum RtmpCommand {
     },
 }
 
-impl RtmpCommand {
+impl FrameCommand {
     /// The stream it concerns.
     pub fn stream(&self) -> usize {
         match self {
-            RtmpCommand::Add { stream, .. } => *stream,
-            RtmpCommand::Codec { id, .. } | RtmpCommand::Media { id, .. } => id.stream,
+            FrameCommand::Add { stream, .. } => *stream,
+            FrameCommand::Codec { id, .. } | FrameCommand::Media { id, .. } => id.stream,
         }
     }
 }
@@ -240,13 +286,13 @@ struct StreamMap {
     codec: VideoCodec,
 }
 
-/// A publisher's session: WHIP ones run here, RTMP ones on their connection's thread.
+/// A publisher's session: WHIP ones run here, frame publishers on their own threads.
 enum Session {
     Whip(Box<Publisher>),
-    /// RTMP or an edge's upstream: the connection's thread reads the flags.
-    Rtmp {
-        /// `"rtmp"` or `"edge"`.
-        protocol: &'static str,
+    /// RTMP, SRT, an RTSP camera or an edge's upstream: its thread reads the flags.
+    Frames {
+        /// Its kind.
+        source: Source,
         /// Its video codec.
         codec: VideoCodec,
         /// Set when the engine ends the publisher (kick, shutdown): the connection closes.
@@ -326,25 +372,16 @@ impl Ingest {
         }
     }
 
-    /// Whether stream `stream`'s publisher is an RTMP or SRT connection or an RTSP camera's
-    /// session, which hands LL-HLS its frames itself (not an edge's upstream, whose RTP is packaged for LL-HLS from the
-    /// ring like a WHIP publisher's).
-    pub fn is_rtmp(&self, stream: usize) -> bool {
-        // An RTSP camera's H265 is passed through as RTP: packaged from the ring.
-        matches!(
-            self.slots.get(stream),
+    /// Whether stream `stream`'s publisher hands packagers its frames itself
+    /// ([`Source::packages_from_frames`]): its ring packets are then not tapped for them.
+    pub fn packages_from_frames(&self, stream: usize) -> bool {
+        match self.slots.get(stream) {
             Some(Some(PubSlot {
-                session: Session::Rtmp {
-                    protocol: "rtmp" | "srt",
-                    ..
-                } | Session::Rtmp {
-                    protocol: "rtsp",
-                    codec: VideoCodec::H264,
-                    ..
-                },
+                session: Session::Frames { source, codec, .. },
                 ..
-            }))
-        )
+            })) => source.packages_from_frames(*codec),
+            _ => false,
+        }
     }
 
     /// The timeouts publishers are ended after.
@@ -401,20 +438,20 @@ impl Ingest {
         }
     }
 
-    /// Carries out an RTMP connection's command on the engine thread; `free` says whether
+    /// Carries out a frame publisher's command on the engine thread; `free` says whether
     /// the command's stream may take a publisher (this worker's, not a built-in source).
     /// Returns the new publisher when one was installed.
-    pub fn rtmp(
+    pub fn frames(
         &mut self,
-        cmd: RtmpCommand,
+        cmd: FrameCommand,
         free: bool,
         now: Instant,
         out: &mut Vec<IngestOutput>,
     ) -> Option<PublisherId> {
         match cmd {
-            RtmpCommand::Add {
+            FrameCommand::Add {
                 stream,
-                protocol,
+                source,
                 codec,
                 closed,
                 keyframe,
@@ -422,8 +459,8 @@ impl Ingest {
                 ..
             } => {
                 let res = if free {
-                    let session = Session::Rtmp {
-                        protocol,
+                    let session = Session::Frames {
+                        source,
                         codec,
                         closed,
                         keyframe,
@@ -435,10 +472,10 @@ impl Ingest {
                 let _ = reply.send(res);
                 res.ok()
             }
-            RtmpCommand::Codec { id, codec: new } => {
+            FrameCommand::Codec { id, codec: new } => {
                 if let Some(Some(PubSlot {
                     id: slot_id,
-                    session: Session::Rtmp { codec, .. },
+                    session: Session::Frames { codec, .. },
                     ..
                 })) = self.slots.get_mut(id.stream)
                     && *slot_id == id
@@ -448,21 +485,21 @@ impl Ingest {
                 }
                 None
             }
-            RtmpCommand::Media { id, packets } => {
-                self.push_rtmp(id, now, packets, out);
+            FrameCommand::Media { id, packets } => {
+                self.push_frames(id, now, packets, out);
                 None
             }
         }
     }
 
-    /// `"whip"`, `"rtmp"` or `"edge"`: the kind of the stream's publisher, for snapshots.
-    pub fn kind_name(&self, stream: usize) -> &'static str {
+    /// The kind of the stream's publisher, for snapshots (WHIP when it has none).
+    pub fn source(&self, stream: usize) -> Source {
         match self.slots.get(stream) {
             Some(Some(PubSlot {
-                session: Session::Rtmp { protocol, .. },
+                session: Session::Frames { source, .. },
                 ..
-            })) => protocol,
-            _ => "whip",
+            })) => *source,
+            _ => Source::Whip,
         }
     }
 
@@ -481,10 +518,10 @@ impl Ingest {
             stream,
             serial: self.serial,
         };
-        let connected = matches!(session, Session::Rtmp { .. });
+        let connected = matches!(session, Session::Frames { .. });
         let codec = match &session {
             Session::Whip(p) => p.video_codec(),
-            Session::Rtmp { codec, .. } => *codec,
+            Session::Frames { codec, .. } => *codec,
         };
         let wait = if connected {
             self.timeouts.media
@@ -544,7 +581,7 @@ impl Ingest {
                     }
                 });
             }
-            Some(Session::Rtmp { closed, .. }) => closed.store(true, Ordering::Relaxed),
+            Some(Session::Frames { closed, .. }) => closed.store(true, Ordering::Relaxed),
             None => {}
         }
         out.push(IngestOutput::Gone {
@@ -646,7 +683,7 @@ impl Ingest {
         *last = Some(now);
         match &mut s.session {
             Session::Whip(w) => w.request_keyframe(layer),
-            Session::Rtmp { keyframe, .. } => {
+            Session::Frames { keyframe, .. } => {
                 // `layer` < MAX_LAYERS (the `last_pli` index above): its bit fits.
                 keyframe.fetch_or(1 << layer, Ordering::Relaxed);
                 return;
@@ -655,10 +692,10 @@ impl Ingest {
         self.drain(stream, now, out);
     }
 
-    /// Forwards an RTMP publisher's packets (from [`crate::rtmp`]) through the same
+    /// Forwards a frame publisher's packets (from [`crate::feed::FrameSink`]) through the same
     /// keyframe wait and rewriting as WHIP packets. Returns false if `id` is no longer the
     /// stream's publisher (it was kicked, or its packets arrived late).
-    fn push_rtmp(
+    fn push_frames(
         &mut self,
         id: PublisherId,
         now: Instant,
@@ -668,7 +705,7 @@ impl Ingest {
         let Some(Some(s)) = self.slots.get_mut(id.stream) else {
             return false;
         };
-        if s.id != id || !matches!(s.session, Session::Rtmp { .. }) {
+        if s.id != id || !matches!(s.session, Session::Frames { .. }) {
             return false;
         }
         if !packets.is_empty() {
@@ -792,9 +829,9 @@ mod tests {
     fn an_edge_upstream_is_a_publisher_of_its_own_kind_and_codec() {
         let mut ingest = Ingest::new(1, PublisherTimeouts::default());
         let (reply, mut rx) = oneshot::channel();
-        let cmd = RtmpCommand::Add {
+        let cmd = FrameCommand::Add {
             stream: 0,
-            protocol: "edge",
+            source: Source::Edge,
             codec: VideoCodec::Vp8,
             closed: Arc::new(AtomicBool::new(false)),
             keyframe: Arc::new(AtomicU8::new(0)),
@@ -802,9 +839,13 @@ mod tests {
             reply,
         };
         let mut out = Vec::new();
-        assert!(ingest.rtmp(cmd, true, Instant::now(), &mut out).is_some());
+        assert!(ingest.frames(cmd, true, Instant::now(), &mut out).is_some());
         assert!(rx.try_recv().expect("replied").is_ok());
-        assert_eq!(ingest.kind_name(0), "edge");
+        assert_eq!(ingest.source(0), Source::Edge);
+        assert!(
+            !ingest.packages_from_frames(0),
+            "an edge is packaged from the ring"
+        );
         assert_eq!(ingest.maps[0].codec, VideoCodec::Vp8);
     }
     const SLICE: &[u8] = &[0x41, 0x9a, 0x02];
@@ -816,9 +857,9 @@ mod tests {
         let mut ingest = Ingest::new(1, PublisherTimeouts::default());
         let keyframe = Arc::new(AtomicU8::new(0));
         let (reply, _rx) = oneshot::channel();
-        let cmd = RtmpCommand::Add {
+        let cmd = FrameCommand::Add {
             stream: 0,
-            protocol: "rtmp",
+            source: Source::Rtmp,
             codec: VideoCodec::H264,
             closed: Arc::new(AtomicBool::new(false)),
             keyframe: keyframe.clone(),
@@ -826,7 +867,7 @@ mod tests {
             reply,
         };
         let (now, mut out) = (Instant::now(), Vec::new());
-        assert!(ingest.rtmp(cmd, true, now, &mut out).is_some());
+        assert!(ingest.frames(cmd, true, now, &mut out).is_some());
         ingest.request_keyframe(0, 2, now, &mut out);
         assert_eq!(keyframe.swap(0, Ordering::Relaxed), 0b100);
         // Again within PLI_INTERVAL: coalesced; another layer is not.
@@ -862,9 +903,9 @@ mod tests {
     ) -> (Result<PublisherId, AddError>, Arc<AtomicBool>) {
         let closed = Arc::new(AtomicBool::new(false));
         let (reply, mut rx) = oneshot::channel();
-        let cmd = RtmpCommand::Add {
+        let cmd = FrameCommand::Add {
             stream: 0,
-            protocol: "rtmp",
+            source: Source::Rtmp,
             codec: VideoCodec::H264,
             closed: closed.clone(),
             keyframe: Arc::new(AtomicU8::new(0)),
@@ -872,7 +913,7 @@ mod tests {
             reply,
         };
         let mut out = Vec::new();
-        let installed = ingest.rtmp(cmd, free, now, &mut out);
+        let installed = ingest.frames(cmd, free, now, &mut out);
         assert!(out.is_empty(), "taking a slot emits nothing: {out:?}");
         let res = rx.try_recv().expect("the reply is sent at once");
         assert_eq!(installed, res.ok());
@@ -889,7 +930,7 @@ mod tests {
     ) -> Vec<String> {
         let mut out = Vec::new();
         assert_eq!(
-            ingest.rtmp(RtmpCommand::Media { id, packets }, true, now, &mut out),
+            ingest.frames(FrameCommand::Media { id, packets }, true, now, &mut out),
             None
         );
         out.iter()
@@ -927,7 +968,7 @@ mod tests {
         let id = add_rtmp(&mut ingest, true, t0).0.expect("free");
         let mut sent = |now, packets| {
             let mut out = Vec::new();
-            ingest.rtmp(RtmpCommand::Media { id, packets }, true, now, &mut out);
+            ingest.frames(FrameCommand::Media { id, packets }, true, now, &mut out);
             out.iter()
                 .filter_map(|o| match o {
                     IngestOutput::Media {
@@ -967,7 +1008,8 @@ mod tests {
         let mut ingest = Ingest::new(1, PublisherTimeouts::default());
         let (a, a_closed) = add_rtmp(&mut ingest, true, t0);
         let a = a.expect("the slot is free");
-        assert_eq!(ingest.kind_name(0), "rtmp");
+        assert_eq!(ingest.source(0), Source::Rtmp);
+        assert!(ingest.packages_from_frames(0));
         let out = media(
             &mut ingest,
             a,

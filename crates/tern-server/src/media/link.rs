@@ -15,29 +15,29 @@ use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN, ViewerParams};
 use tokio::sync::oneshot;
 
 use crate::limits::AddrPermit;
-use crate::media::ingest::{AddError, PublisherId, RtmpCommand};
+use crate::media::ingest::{AddError, FrameCommand, PublisherId};
 
 /// Packets and datagrams a worker's queue holds. 4096 is more than a second of a 4 Mbps
 /// stream's packets, or of RTCP from thousands of viewers, while the queue's slots stay
 /// small (~0.4 MiB per worker, allocated once).
 pub(super) const QUEUE: usize = 4096;
 
-/// Ring packets waiting for the HLS thread: 2,048 is two seconds of a 6 Mbit/s stream's
-/// packets, far more than the packager falls behind by.
-pub const HLS_TAP_QUEUE: usize = 2048;
+/// Ring packets waiting for the media tap's thread (LL-HLS, recordings): 2,048 is two
+/// seconds of a 6 Mbit/s stream's packets, far more than a packager falls behind by.
+pub const TAP_QUEUE: usize = 2048;
 
-/// A ring packet of stream `stream` for the HLS packager (the payload is shared, not
-/// copied).
-pub struct HlsTap {
+/// A ring packet of stream `stream` for the media tap's subscribers (the payload is
+/// shared, not copied).
+pub struct TapPacket {
     /// Stream index.
     pub stream: usize,
     /// The packet as the ring holds it.
     pub pkt: RingPacket,
 }
 
-impl std::fmt::Debug for HlsTap {
+impl std::fmt::Debug for TapPacket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HlsTap")
+        f.debug_struct("TapPacket")
             .field("stream", &self.stream)
             .field("seq", &self.pkt.seq)
             .finish()
@@ -121,8 +121,8 @@ pub enum Command {
     },
     /// End a publisher (WHIP DELETE, RTMP connection closed, kick).
     RemovePublisher(PublisherId),
-    /// An RTMP connection's request (take a stream's publisher slot, or media).
-    Rtmp(RtmpCommand),
+    /// A frame publisher's request (take a stream's publisher slot, or its codec).
+    Frames(FrameCommand),
     /// ICE restart with new credentials.
     RestartIce {
         /// The viewer.
@@ -221,10 +221,10 @@ pub(crate) enum Data {
     },
     /// The stream's publisher left: clear the copies of its rings (app -> stream workers).
     Reset(usize),
-    /// Media from an RTMP connection's thread (-> the stream's app worker). Bounded like
-    /// the rest, so a worker that falls behind stalls the sending thread, which stops
-    /// reading its TCP socket and so pushes back on the encoder.
-    Rtmp(RtmpCommand),
+    /// Media from a frame publisher's thread (RTMP, SRT, RTSP, edge pull; -> the stream's
+    /// app worker). Bounded like the rest, so a worker that falls behind stalls the sending
+    /// thread, which stops reading its socket and so pushes back on the encoder.
+    Frames(FrameCommand),
 }
 
 /// Control messages (unbounded queue; rare).

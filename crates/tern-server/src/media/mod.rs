@@ -3,7 +3,7 @@
 //! Imports point one way, top to bottom:
 //!
 //! - [`engine`]: [`Engine::spawn`] starts the threads; [`EngineHandle`] is the HTTP side's
-//!   handle on them (commands, RTMP media, session reports);
+//!   handle on them (commands, frame publishers' media, session reports);
 //! - `worker`: the app and stream workers (viewers, publishers, timers and RTCP);
 //! - `socket`: the socket workers that receive on the media port and route each datagram,
 //!   and `sys`, the raw `sendmmsg` with UDP GSO control messages (the crate's only `unsafe`);
@@ -29,7 +29,7 @@ mod worker;
 pub use batch::SendBatch;
 pub use clock::NtpClock;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
-pub use ingest::{AddError, PublisherId, PublisherTimeouts, RtmpCommand};
-pub use link::{Command, HLS_TAP_QUEUE, HlsTap, MAX_WORKERS, SessionMemory, ViewerId};
+pub use ingest::{AddError, FrameCommand, PublisherId, PublisherTimeouts, Source};
+pub use link::{Command, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId};
 pub use stats::{EngineStats, StreamCounters};
 pub use worker::EngineStream;

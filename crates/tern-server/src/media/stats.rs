@@ -39,9 +39,9 @@ pub struct EngineStats {
     /// Batches sent again without GSO after a GSO send failed.
     pub gso_fallbacks: AtomicU64,
     /// Datagrams or packets dropped because a worker's queue was full (it fell behind), and
-    /// RTMP publishers closed because their app worker's queue stayed full.
+    /// Frame publishers closed because their app worker's queue stayed full.
     pub queue_full: AtomicU64,
-    /// Publishers (WHIP, RTMP) connected or connecting.
+    /// Publishers (every kind) connected or connecting.
     pub publishers: AtomicUsize,
     /// Probe (padding) packets sent to viewers of simulcast streams to test their path.
     pub probe_packets: AtomicU64,
@@ -93,11 +93,10 @@ pub struct StreamCounters {
     /// viewer's cumulative-lost fields, RFC 3550 §6.4.1, summed).
     pub reported_lost: AtomicU64,
     /// Whether it is being packaged for LL-HLS: its owning worker then hands its ring
-    /// packets to the HLS thread (WHIP and clip streams; RTMP ones are packaged from the
-    /// connection's frames).
+    /// packets to the media tap's thread (unless its publisher hands packagers its frames,
+    /// `Source::packages_from_frames`), and a frame publisher turns its samples on.
     pub hls_wanted: AtomicBool,
-    /// Whether it is being recorded (`crate::record`): its ring packets go to the same tap
-    /// as for LL-HLS.
+    /// Whether it is being recorded (`crate::record`): as `hls_wanted`, for the recorder.
     pub record_wanted: AtomicBool,
 }
 

@@ -15,7 +15,7 @@
 //! What the worker does with them lives beside it by concern, as `impl Worker`:
 //!
 //! - `worker/viewers.rs`: viewers joining, leaving, ICE and DTLS, and media out to them;
-//! - `worker/publishers.rs`: publishers (WHIP, RTMP), clip sources, the ring and fan-out to
+//! - `worker/publishers.rs`: publishers (WHIP and frame publishers), clip sources, the ring and fan-out to
 //!   the stream workers;
 //! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping;
 //! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads, and
@@ -143,7 +143,7 @@ pub(super) struct WorkerInit {
     /// See [`EngineConfig::pause_video`](crate::media::EngineConfig::pause_video).
     pub(super) pause_video: bool,
     /// The HLS thread's queue (app workers).
-    pub(super) hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
+    pub(super) tap: Option<crossbeam_channel::Sender<crate::media::link::TapPacket>>,
 }
 
 /// An app or stream worker; runs on its own thread.
@@ -182,7 +182,7 @@ pub(super) struct Worker {
     /// Layer choice and probes: when and with what (see `worker/layers.rs`).
     adaptation: Adaptation,
     /// The HLS thread's queue (app workers).
-    hls_tap: Option<crossbeam_channel::Sender<crate::media::link::HlsTap>>,
+    tap: Option<crossbeam_channel::Sender<crate::media::link::TapPacket>>,
     /// Sweeps run, counting (wraps).
     sweeps: u32,
     /// The streams with a clip source (set at start). Every loop pass polls the sources,
@@ -234,7 +234,7 @@ impl Worker {
             rings: w.rings,
             catching: Vec::new(),
             adaptation: Adaptation::new(Instant::now(), w.pause_video),
-            hls_tap: w.hls_tap,
+            tap: w.tap,
             sweeps: 0,
             sourced,
         }
@@ -337,9 +337,9 @@ impl Worker {
                         self.fan_out_queued();
                         self.handle_datagram(Instant::now(), to, &mut buf, from);
                     }
-                    Ok(Data::Rtmp(cmd)) => {
+                    Ok(Data::Frames(cmd)) => {
                         self.fan_out_queued();
-                        self.handle_rtmp(cmd);
+                        self.handle_frames(cmd);
                     }
                     Ok(Data::Reset(stream)) => {
                         self.fan_out_queued();
@@ -419,7 +419,7 @@ impl Worker {
                 reply,
                 permit,
             } => self.add_publisher(stream, publisher, reply, permit),
-            Command::Rtmp(cmd) => self.handle_rtmp(cmd),
+            Command::Frames(cmd) => self.handle_frames(cmd),
             Command::RemovePublisher(id) => self.remove_publisher(id, LeftReason::Ended),
             Command::RestartIce {
                 id,

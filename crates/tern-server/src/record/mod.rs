@@ -4,12 +4,12 @@
 //! `record.segment_s` segments) whose parts are taken out as they complete
 //! ([`Packager::take_parts`]) and handed to the `RecordWriter` thread ([`writer`]), which
 //! appends them to the file of the segment they belong to. The packaging is fed as LL-HLS
-//! is:
-//! - RTMP publishers: the connection thread hands over its frames ([`Recorder::rtmp_sample`]):
-//!   H264 with its B-frames and AAC, untouched;
-//! - WHIP publishers and clip sources: the owning app worker copies ring packets into the
-//!   tap queue while [`crate::media::StreamCounters::record_wanted`] is set; the tap thread
-//!   depacketizes them here ([`Recorder::rtp_packet`]): H264, VP8, VP9 and Opus.
+//! is, through the media tap ([`crate::tap`]) of which [`Recorder`] is a subscriber while
+//! [`crate::media::StreamCounters::record_wanted`] is set: frames as the encoder sent them
+//! from RTMP, SRT and RTSP-H264 publishers (H264 with its B-frames and AAC, untouched),
+//! ring packets of every other stream, depacketized by the stream's
+//! [`tern_rtc::package::Feed`]. It stores the codecs of
+//! [`tern_rtc::package::PACKAGED_VIDEO`] (and Opus and AAC), as LL-HLS does.
 //!
 //! The media path never waits on a recording: parts queued for the writer are booked in
 //! the `recordings` memory pool and bounded by [`MAX_QUEUED_BYTES`]; a recording whose parts
@@ -31,18 +31,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Sender;
 use tern_pool::PoolCounter;
-use tern_proto::codec::VideoCodec;
-use tern_proto::h264;
-use tern_proto::rtp::Unwrap32;
-use tern_proto::vp8;
-use tern_rtc::clip::MediaKind;
 use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
+use tern_rtc::package::{Feed, Unit};
 use tern_rtc::rtmp::Sample;
 use tracing::info;
 
 use crate::config::{AppConfig, RecordConfig};
 use crate::media::clock::unix_ms;
-use crate::media::{EngineStats, HlsTap};
+use crate::media::{EngineStats, TapPacket};
+use crate::tap::Subscriber;
 pub use writer::WriterCounters;
 use writer::{Job, Writer};
 
@@ -74,24 +71,20 @@ struct Active {
     failed: Arc<AtomicBool>,
 }
 
-/// A stream's recordings and what they share: the depacketizers of its RTP and its last
-/// codec configurations (for a recording that starts mid-stream).
+/// A stream's recordings and what they share: the feed of its media and its last codec
+/// configurations (for a recording that starts mid-stream).
 #[derive(Default)]
 struct Slot {
     recs: Vec<Active>,
-    h264: h264::Depacketizer,
-    vp8: vp8::Depacketizer,
-    vp9: tern_proto::vp9::Depacketizer,
-    video_ts: Unwrap32,
-    audio_ts: Unwrap32,
+    feed: Feed,
     video_cfg: Option<VideoConfig>,
     audio_cfg: Option<AudioConfig>,
     parts: Vec<TakenPart>,
     /// When a keyframe was last asked of the publisher for this slot's recordings.
     keyframe_asked: Option<Instant>,
-    /// Video frames held until the stream's audio is known (see [`HOLD_TICKS`]):
-    /// `(90 kHz dts, codec, keyframe, frame, wall ms)`.
-    held: Vec<(i64, VideoCodec, bool, Vec<u8>, u64)>,
+    /// Video frames of the stream's ring held until its audio is known (see
+    /// [`HOLD_TICKS`]), with their wall-clock ms.
+    held: Vec<(Unit<'static>, u64)>,
     /// The `record.enabled` recording failed or overran: not restarted until the stream
     /// ends (a full disk would otherwise start one, and fail it, every second).
     auto_failed: bool,
@@ -401,48 +394,6 @@ impl Recorder {
             .is_some_and(|c| c.record_wanted.load(Ordering::Relaxed))
     }
 
-    /// A frame from stream `stream`'s RTMP publisher.
-    pub fn rtmp_sample(&self, stream: usize, sample: &Sample) {
-        if !self.wanted(stream) {
-            return;
-        }
-        let wall = unix_ms();
-        match sample {
-            Sample::VideoConfig { sps, pps } => self.set_video(
-                stream,
-                VideoConfig::H264 {
-                    sps: sps.clone(),
-                    pps: pps.clone(),
-                },
-            ),
-            Sample::AudioConfig {
-                asc,
-                sample_rate,
-                channels,
-            } => self.set_audio(
-                stream,
-                AudioConfig::Aac {
-                    asc: asc.clone(),
-                    sample_rate: *sample_rate,
-                    channels: *channels,
-                },
-            ),
-            Sample::Video {
-                dts_ms,
-                pts_ms,
-                keyframe,
-                avcc,
-            } => self.feed(stream, |s, i| {
-                s.recs[i]
-                    .packager
-                    .push_video(dts_ms * 90, pts_ms * 90, *keyframe, avcc, wall);
-            }),
-            Sample::Audio { pts, data } => self.feed(stream, |s, i| {
-                s.recs[i].packager.push_audio(*pts, data, wall);
-            }),
-        }
-    }
-
     fn set_video(&self, stream: usize, cfg: VideoConfig) {
         if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) {
             s.video_cfg = Some(cfg.clone());
@@ -450,116 +401,77 @@ impl Recorder {
         self.feed(stream, |s, i| s.recs[i].packager.set_video(cfg.clone()));
     }
 
-    fn set_audio(&self, stream: usize, cfg: AudioConfig) {
-        if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) {
-            s.audio_cfg = Some(cfg.clone());
+    /// One unit of stream `stream` into its recordings. `ring`: it came from the stream's
+    /// ring (a WebRTC publisher), whose video is held until the audio is known and whose
+    /// recordings ask for keyframes; a frame publisher's configurations come first.
+    fn unit(&self, stream: usize, unit: Unit<'_>, wall: u64, ring: bool) {
+        match unit {
+            Unit::VideoConfig(cfg) => self.set_video(stream, cfg),
+            Unit::AudioConfig(cfg) => {
+                let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
+                    return;
+                };
+                if ring && s.audio_cfg.is_none() {
+                    // Audio's arrival after the video started restarts the recordings'
+                    // timeline (a new init with an audio track) at the next keyframe: ask
+                    // for one.
+                    self.ask_keyframe(stream, &mut s);
+                }
+                s.audio_cfg = Some(cfg.clone());
+                let frames = std::mem::take(&mut s.held);
+                drop(s);
+                self.feed(stream, |s, i| s.recs[i].packager.set_audio(cfg.clone()));
+                // Audio is known: the held video goes in, behind the audio track.
+                self.push_held(stream, &frames);
+            }
+            Unit::Video { .. } if ring => self.ring_video(stream, unit.into_owned(), wall),
+            unit => self.feed(stream, |s, i| unit.apply(&mut s.recs[i].packager, wall)),
         }
-        self.feed(stream, |s, i| s.recs[i].packager.set_audio(cfg.clone()));
     }
 
-    /// A ring packet of a WHIP or clip stream (from the tap thread).
-    pub fn rtp_packet(&self, tap: &HlsTap) {
-        let stream = tap.stream;
-        if !self.wanted(stream) {
+    /// A video frame of the stream's ring: held while the audio is unknown (for at most
+    /// [`HOLD_TICKS`] and [`HOLD_BYTES`]), then in with whatever was held.
+    fn ring_video(&self, stream: usize, unit: Unit<'static>, wall: u64) {
+        let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
+            return;
+        };
+        let (Unit::Video { dts, .. }, Some(len)) = (&unit, video_len(&unit)) else {
+            return;
+        };
+        let dts = *dts;
+        let held_bytes: usize = s.held.iter().filter_map(|h| video_len(&h.0)).sum();
+        let first_held = s.held.first().and_then(|h| match h.0 {
+            Unit::Video { dts, .. } => Some(dts),
+            _ => None,
+        });
+        let hold = s.audio_cfg.is_none()
+            && first_held.is_none_or(|t| dts - t < HOLD_TICKS)
+            && held_bytes + len <= HOLD_BYTES;
+        s.held.push((unit, wall));
+        if hold {
             return;
         }
-        let pkt = &tap.pkt;
-        let wall = unix_ms();
-        match pkt.kind {
-            MediaKind::Video => {
-                let codec = self.stats.video(stream).codec;
-                let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
-                    return;
-                };
-                let ts = s.video_ts.extend(pkt.rtp_ts);
-                let seq = pkt.seq as u16;
-                let frame: Option<(Vec<u8>, bool)> = match codec {
-                    VideoCodec::H264 => {
-                        match s.h264.push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload) {
-                            Ok(Some(au)) => {
-                                let key =
-                                    h264::nal_units(au).any(|n| h264::nal_type(n) == h264::NAL_IDR);
-                                Some((au.to_vec(), key))
-                            }
-                            _ => None,
-                        }
-                    }
-                    VideoCodec::Vp8 => s
-                        .vp8
-                        .push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload)
-                        .map(|f| (f.to_vec(), false)),
-                    VideoCodec::Vp9 => s
-                        .vp9
-                        .push(seq, pkt.rtp_ts, pkt.marker, &pkt.payload)
-                        .map(|f| (f.to_vec(), false)),
-                    // Not stored yet: the file has the audio alone.
-                    _ => None,
-                };
-                let Some((frame, key)) = frame else { return };
-                let held_bytes: usize = s.held.iter().map(|h| h.3.len()).sum();
-                let first_held = s.held.first().map(|h| h.0);
-                if s.audio_cfg.is_none()
-                    && first_held.is_none_or(|t| ts - t < HOLD_TICKS)
-                    && held_bytes + frame.len() <= HOLD_BYTES
-                {
-                    s.held.push((ts, codec, key, frame, wall));
-                    return;
-                }
-                s.held.push((ts, codec, key, frame, wall));
-                let frames = std::mem::take(&mut s.held);
-                drop(s);
-                self.push_video(stream, &frames);
-                // A recording waiting for a keyframe asks again until one comes (the
-                // publisher may not have been able to take the first request).
-                if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock())
-                    && s.recs.iter().any(|r| !r.packager.in_progress())
-                {
-                    self.ask_keyframe(stream, &mut s);
-                }
-            }
-            MediaKind::Audio => {
-                let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) else {
-                    return;
-                };
-                let ts = s.audio_ts.extend(pkt.rtp_ts);
-                let first = s.audio_cfg.is_none();
-                if first {
-                    // WebRTC's Opus is always signalled as two channels. Its arrival after
-                    // the video started restarts the recordings' timeline (a new init with
-                    // an audio track) at the next keyframe: ask for one.
-                    s.audio_cfg = Some(AudioConfig::Opus { channels: 2 });
-                    self.ask_keyframe(stream, &mut s);
-                }
-                let frames = std::mem::take(&mut s.held);
-                drop(s);
-                if !frames.is_empty() {
-                    // Audio is known: the held video goes in first, behind the audio track.
-                    self.feed(stream, |s, i| {
-                        s.recs[i]
-                            .packager
-                            .set_audio(AudioConfig::Opus { channels: 2 });
-                    });
-                    self.push_video(stream, &frames);
-                }
-                self.feed(stream, |s, i| {
-                    let p = &mut s.recs[i].packager;
-                    p.set_audio(AudioConfig::Opus { channels: 2 });
-                    p.push_audio(ts, &pkt.payload, wall);
-                });
-            }
+        let frames = std::mem::take(&mut s.held);
+        drop(s);
+        self.push_held(stream, &frames);
+        // A recording waiting for a keyframe asks again until one comes (the publisher
+        // may not have been able to take the first request).
+        if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock())
+            && s.recs.iter().any(|r| !r.packager.in_progress())
+        {
+            self.ask_keyframe(stream, &mut s);
         }
     }
 
-    /// Video frames into every recording of stream `stream`.
-    fn push_video(&self, stream: usize, frames: &[(i64, VideoCodec, bool, Vec<u8>, u64)]) {
+    /// Held video frames into every recording of stream `stream`.
+    fn push_held(&self, stream: usize, frames: &[(Unit<'static>, u64)]) {
+        if frames.is_empty() {
+            return;
+        }
         self.feed(stream, |s, i| {
             let p = &mut s.recs[i].packager;
-            for (ts, codec, key, frame, wall) in frames {
-                match codec {
-                    VideoCodec::H264 => p.push_video_annexb(*ts, *ts, *key, frame, *wall),
-                    VideoCodec::Vp9 => p.push_vp9(*ts, frame, *wall),
-                    _ => p.push_vp8(*ts, frame, *wall),
-                }
+            for (unit, wall) in frames {
+                unit.apply(p, *wall);
             }
         });
     }
@@ -584,11 +496,7 @@ impl Recorder {
                     // The next publisher brings its own configuration.
                     s.video_cfg = None;
                     s.audio_cfg = None;
-                    s.h264 = h264::Depacketizer::default();
-                    s.vp8 = vp8::Depacketizer::default();
-                    s.vp9 = tern_proto::vp9::Depacketizer::default();
-                    s.video_ts = Unwrap32::default();
-                    s.audio_ts = Unwrap32::default();
+                    s.feed = Feed::default();
                     s.auto_failed = false;
                     s.held.clear();
                 }
@@ -631,5 +539,47 @@ impl Recorder {
     /// The app's `[app.record]` (the default for an unknown app).
     pub fn config(&self, app: &str) -> RecordConfig {
         self.app(app).map(|a| a.record.clone()).unwrap_or_default()
+    }
+}
+
+/// The bytes of a video unit.
+fn video_len(unit: &Unit<'_>) -> Option<usize> {
+    match unit {
+        Unit::Video { data, .. } => Some(data.len()),
+        _ => None,
+    }
+}
+
+impl Subscriber for Recorder {
+    fn wanted(&self, stream: usize) -> bool {
+        Recorder::wanted(self, stream)
+    }
+
+    /// A frame from the stream's publisher.
+    fn sample(&self, stream: usize, sample: &Sample) {
+        if !self.wanted(stream) {
+            return;
+        }
+        let unit = tern_rtc::package::sample_unit(sample);
+        self.unit(stream, unit, unix_ms(), false);
+    }
+
+    /// A ring packet of the stream (on the tap's thread).
+    fn packet(&self, tap: &TapPacket) {
+        let stream = tap.stream;
+        if !self.wanted(stream) {
+            return;
+        }
+        let codec = self.stats.video(stream).codec;
+        let wall = unix_ms();
+        let mut units = Vec::new();
+        if let Some(Ok(mut s)) = self.slots.get(stream).map(|s| s.lock()) {
+            s.feed.set_codec(codec);
+            s.feed
+                .push_rtp(&tap.pkt, &mut |u| units.push(u.into_owned()));
+        }
+        for u in units {
+            self.unit(stream, u, wall, true);
+        }
     }
 }

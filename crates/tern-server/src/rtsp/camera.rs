@@ -1,6 +1,7 @@
 //! One RTSP session with a camera: DESCRIBE, SETUP of its video (H264, else H265) and audio
 //! (AAC, else PCMU, PCMA or Opus) streams, PLAY, then its frames to the engine as one
-//! publisher, until the camera fails, goes silent, the source goes idle or the server stops:
+//! publisher (its slot from `feed::attach_source`, its events through a [`FrameSink`]),
+//! until the camera fails, goes silent, the source goes idle or the server stops:
 //! H264 and AAC through [`AvPipeline`] (as RTMP's), H265 passed through
 //! ([`AvPipeline::h265_frame`], as SRT's), G.711 transcoded to Opus ([`tern_rtc::g711`]) and
 //! handed to the pipeline as Opus, Opus passed through the pipeline as it comes (retina's
@@ -11,7 +12,7 @@
 //! is a failed session ([`End::Failed`]) that the pull retries: `retina` returns errors for
 //! what it cannot parse, and a frame the pipeline refuses is dropped and counted.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -21,18 +22,17 @@ use retina::client::{
     Transport, UdpTransportOptions,
 };
 use retina::codec::{CodecItem, FrameFormat, ParametersRef};
-use tern_pool::{CountingAlloc, PoolCounter};
+use tern_pool::PoolCounter;
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::{AvEvent, AvPipeline, TranscodeMode};
 use tern_rtc::g711::{G711ToOpus, Law};
-use tern_rtc::publisher::IngestPacket;
 use tracing::{debug, info};
 
 use super::entry::{Idle, Job};
 use super::status::{Failure, SourceState};
 use crate::config::{SourceTransport, TranscodeSetting};
-use crate::encoder::{Booking, Ledger, VideoWatch, arc_bytes};
-use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
+use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot, attach_source};
+use crate::media::{NtpClock, Source};
 use crate::session::Core;
 
 /// Deadline of each step with the camera (TCP connect + DESCRIBE, each SETUP, PLAY).
@@ -41,8 +41,6 @@ const STEP: Duration = Duration::from_secs(5);
 const SILENCE: Duration = Duration::from_secs(5);
 /// How often the session looks at its flags (stop, idle, kicked) without frames.
 const TICK: Duration = Duration::from_millis(200);
-/// How long the session waits for room in its app worker's queue (as RTMP's).
-const MEDIA_STALL: Duration = Duration::from_secs(2);
 
 /// How a session ended.
 pub(super) enum End {
@@ -118,45 +116,22 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The engine's publisher slot; dropping it ends the publisher.
-struct Slot {
-    core: Arc<Core>,
-    id: PublisherId,
-    closed: Arc<AtomicBool>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let _ = self.core.engine.send(Command::RemovePublisher(self.id));
-    }
-}
-
-/// Takes the stream's publisher slot in the engine.
-async fn add_publisher(core: &Arc<Core>, index: usize, codec: VideoCodec) -> Result<Slot, String> {
-    let closed = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let cmd = Command::Rtmp(RtmpCommand::Add {
-        stream: index,
-        protocol: "rtsp",
+/// Takes the stream's publisher slot in the engine (a camera is the server's own source:
+/// no grant). A camera cannot be asked for a keyframe: the feed's bits are never read.
+async fn add_publisher(
+    core: &Arc<Core>,
+    index: usize,
+    codec: VideoCodec,
+) -> Result<PublisherSlot, String> {
+    let feed = Feed::Frames {
+        source: Source::Rtsp,
         codec,
-        closed: closed.clone(),
-        // A camera cannot be asked for a keyframe: the bits are never read.
-        keyframe: Arc::new(AtomicU8::new(0)),
         rids: Vec::new(),
-        reply: tx,
-    });
-    core.engine
-        .send(cmd)
-        .map_err(|_| "the media engine stopped".to_string())?;
-    match rx.await {
-        Ok(Ok(id)) => Ok(Slot {
-            core: core.clone(),
-            id,
-            closed,
-        }),
-        Ok(Err(_)) => Err("the stream already has a publisher".into()),
-        Err(_) => Err("the media engine stopped".into()),
-    }
+        keyframe: Arc::new(AtomicU8::new(0)),
+    };
+    attach_source(&core.engine, index, feed)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Runs `f` with the step deadline; a timeout is an unreachable camera.
@@ -187,10 +162,9 @@ fn pool() -> &'static PoolCounter {
 }
 
 pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
-    let held = Ledger::start();
-    let booking = Booking::open(pool());
     let e = &job.entry;
     let core = &job.core;
+    let sink = FrameSink::new(core, pool());
     let Some(info) = core.streams.get(&e.key) else {
         return failed(Failure::Camera, "the stream is not in the directory");
     };
@@ -266,7 +240,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         e.key,
         e.cfg.shown_url()
     );
-    let mut media = Media::new(core, job, &slot, codec, audio.map(|a| a.1), (held, booking));
+    let mut media = Media::new(core, job, &slot, codec, audio.map(|a| a.1), sink);
     let mut last_frame = Instant::now();
     loop {
         let now = Instant::now();
@@ -276,7 +250,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         if idle.over(job, now) {
             return End::Idle;
         }
-        if slot.closed.load(Ordering::Relaxed) {
+        if slot.closed() {
             return media.end(Failure::Camera, "publisher removed by the server".into());
         }
         if now.duration_since(last_frame) >= SILENCE {
@@ -338,25 +312,23 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
     }
 }
 
-/// The session's media: the pipeline, the packets for the engine, the counters.
+/// The session's media: the pipeline, its sink, the counters.
 struct Media<'a> {
     core: &'a Arc<Core>,
     job: &'a Job,
-    slot: &'a Slot,
+    slot: &'a PublisherSlot,
     av: AvPipeline,
     clock: NtpClock,
-    watch: VideoWatch,
+    /// Where the pipeline's events go; it measures the session's heap on this thread
+    /// into the `rtsp_ingest` pool.
+    sink: FrameSink,
     events: Vec<AvEvent>,
-    packets: Vec<IngestPacket>,
     /// The audio's codec, once its configuration was taken (`None` before).
     audio_config: Option<AudioCodec>,
     live: bool,
     codec: VideoCodec,
     audio: Option<AudioCodec>,
     g711: Option<G711ToOpus>,
-    /// What the session holds on this thread, and its line in the `rtsp_ingest` pool.
-    held: Ledger,
-    booking: Booking,
 }
 
 /// The audio codecs taken from cameras.
@@ -390,10 +362,10 @@ impl<'a> Media<'a> {
     fn new(
         core: &'a Arc<Core>,
         job: &'a Job,
-        slot: &'a Slot,
+        slot: &'a PublisherSlot,
         codec: VideoCodec,
         audio: Option<AudioCodec>,
-        (held, booking): (Ledger, Booking),
+        mut sink: FrameSink,
     ) -> Self {
         let mut av = AvPipeline::new(core.config.tunables.max_payload);
         let (app, _) = job.entry.key.split_once('/').unwrap_or_default();
@@ -405,41 +377,33 @@ impl<'a> Media<'a> {
             TranscodeSetting::Auto => TranscodeMode::Auto,
             TranscodeSetting::Never => TranscodeMode::Never,
         });
-        let mut watch = VideoWatch::default();
-        watch.key = job.entry.key.clone();
-        watch.mode = mode;
-        watch.publisher = Some(slot.id.serial);
+        sink.attach(slot, &job.entry.key, mode);
         Media {
             core,
             job,
             slot,
             av,
             clock: NtpClock::now(),
-            watch,
+            sink,
             events: Vec::new(),
-            packets: Vec::new(),
             audio_config: None,
             live: false,
             codec,
             audio,
             g711: None,
-            held,
-            booking,
         }
     }
 
-    /// Once per loop: LL-HLS samples on while packaged, the B-frame watch, and whether
-    /// the stream went live (its first keyframe forwarded).
+    /// Once per loop: samples on while packaged (LL-HLS, recordings), the B-frame watch,
+    /// and whether the stream went live (its first keyframe forwarded).
     fn tick(&mut self, now: Instant, t0: Instant) {
-        self.av
-            .set_samples(self.core.hls.wanted(self.slot.id.stream));
-        self.watch.tick(self.core, &mut self.av, now);
+        self.sink.tick(&mut self.av, now);
         if !self.live
             && self
                 .core
                 .engine
                 .stats
-                .stream(self.slot.id.stream)
+                .stream(self.slot.id().stream)
                 .is_some_and(|c| c.live.load(Ordering::Relaxed))
         {
             self.live = true;
@@ -561,44 +525,15 @@ impl<'a> Media<'a> {
         }
     }
 
-    /// Hands the frame's packets to the engine (and samples to the packager).
-    /// The session's heap is measured here, less what leaves the thread: the packets (the
-    /// engine frees them), the notices' snapshots and the packager's samples.
+    /// Hands the frame's events to the sink: packets to the engine, samples to the
+    /// packagers.
     fn flush(&mut self) -> Result<(), String> {
         for e in self.events.drain(..) {
-            let outside = CountingAlloc::thread_net_bytes();
-            match e {
-                AvEvent::Packet(p) => {
-                    self.packets.push(p);
-                    continue;
-                }
-                AvEvent::Video(n) => self.watch.notice(self.core, &self.av, &n),
-                AvEvent::Sample(s) => self.core.hls.rtmp_sample(self.slot.id.stream, &s),
-            }
-            self.held.skip(CountingAlloc::thread_net_bytes() - outside);
+            self.sink.handle(&self.av, e);
         }
-        if self.packets.is_empty() {
-            self.booking.set(self.held.mark());
-            return Ok(());
-        }
-        for p in &self.packets {
-            self.held.skip(arc_bytes(p.payload.len()));
-        }
-        let vec = self.packets.capacity() * std::mem::size_of::<IngestPacket>();
-        self.held.skip(vec as i64);
-        self.booking.set(self.held.mark());
-        let cmd = RtmpCommand::Media {
-            id: self.slot.id,
-            packets: std::mem::take(&mut self.packets),
-        };
-        let sent = self
-            .core
-            .engine
-            .send_rtmp_media(cmd, MEDIA_STALL)
-            .map_err(|e| format!("{e} for {MEDIA_STALL:?}"));
-        // The channel's blocks are the engine's (see `Ledger::mark`).
-        self.held.resume();
-        sent
+        self.sink
+            .flush()
+            .map_err(|e| format!("{e} for {MEDIA_STALL:?}"))
     }
 
     /// The session failed after PLAY.

@@ -26,10 +26,11 @@
 //!
 //! # Ingest
 //!
-//! Each RTSP session is one publisher in the engine (`RtmpCommand::Add` with protocol
+//! Each RTSP session is one publisher in the engine (`feed::attach_source` with the source
 //! `rtsp`), its frames made into RTP by the same [`tern_rtc::av::AvPipeline`] as RTMP's and
-//! SRT's (H264 access units with their parameter sets in front of keyframes, AAC to Opus),
-//! so LL-HLS and recording read it as theirs. A session that ends (the camera gone, an
+//! SRT's (H264 access units with their parameter sets in front of keyframes, AAC to Opus)
+//! and handed on by the same [`crate::feed::FrameSink`], so LL-HLS and recordings take its
+//! frames as they take RTMP's (a camera's H265 from the stream's ring). A session that ends (the camera gone, an
 //! error) removes its publisher; the next one is a returning publisher on the same stream,
 //! which ingest maps onto the stream's numbering: viewers stay connected, keep their SSRCs
 //! and resume at the next keyframe. A camera cannot be asked for a keyframe: joins use the

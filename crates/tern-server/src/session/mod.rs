@@ -1,14 +1,16 @@
 //! The protocol-neutral session layer: **may this client publish or play this stream?**
-//! Every surface (WHIP, WHEP, OME signalling, LL-HLS in `http/`; RTMP in `rtmp.rs`; SRT and
-//! RTSP next) asks here, in the same order, and gets one grant or one [`Refusal`], which it
+//! Every surface (WHIP, WHEP, OME signalling, LL-HLS in `http/`; RTMP in `rtmp.rs`; SRT in
+//! `srt/`) asks here, in the same order, and gets one grant or one [`Refusal`], which it
 //! maps once to its own wire signal (an HTTP status, an RTMP NetStream code, an OME error,
-//! an SRT reject reason).
+//! an SRT reject reason). RTSP cameras and edge pulls are the server's own sources: they
+//! need no grant. What follows a grant (the publisher in the engine, its media) is
+//! [`crate::feed`]'s.
 //!
 //! | file | what |
 //! | --- | --- |
 //! | `shared.rs` | [`Core`]: what every surface shares (config, streams, engine, admission, limits, cluster, TURN links) |
 //! | `refusal.rs` | [`Refusal`]: every reason a session is refused, protocol-neutral |
-//! | `publish.rs` | [`Core::begin_publish`]: names and dynamic streams, app token, per-address limit, admission; then the cluster claim and the stream slot; the publisher table |
+//! | `publish.rs` | [`Core::begin_publish`]: names and dynamic streams, app token, per-address limit, admission; then the cluster claim and the stream slot (`Publish::attach` in `feed/` runs them); the publisher table |
 //! | `play.rs` | [`Core::begin_play`]: edge pull, the stream and its token; then live, capacity, per-address limit, admission |
 //! | `lifetime.rs` | what follows a grant: the admitted session's lifetime and close notification, the sweep of publisher-made streams |
 //!

@@ -6,8 +6,12 @@
 //! 2. the surface's own work (WHIP accepts the SDP offer; RTMP has nothing to do);
 //! 3. [`Publish::claim`]: the cluster claim (no publisher on another node) and the
 //!    stream's slot, made if the stream is new;
-//! 4. the surface adds its publisher to the engine, and [`Publish::started`] records it:
-//!    the publisher table, the admitted session's lifetime and close notification.
+//! 4. the publisher is added to the engine, and [`Publish::started`] records it: the
+//!    publisher table, the admitted session's lifetime and close notification.
+//!
+//! Steps 3 and 4 are one call for every surface: `Publish::attach` in [`crate::feed`],
+//! which returns the publisher's slot. A `Publish` dropped before it gives back the client
+//! address's pending-session permit.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -37,7 +41,7 @@ pub struct PublishAsk {
 }
 
 /// A publisher the session layer admitted: what it holds until the publisher exists in the
-/// engine ([`Publish::started`]) or is dropped.
+/// engine (`Publish::attach` in [`crate::feed`]) or is dropped.
 #[derive(Debug)]
 pub struct Publish {
     key: String,
@@ -231,21 +235,15 @@ impl Publish {
     /// Step 4: the publisher exists in the engine as `id`: it goes into the publisher table
     /// under its session id, its end will be told to the webhook, and with a lifetime the
     /// engine ends it then. Returns the session id.
-    pub fn started(
-        self,
-        core: &Core,
-        id: PublisherId,
-        etag: String,
-        remote_ufrag: String,
-    ) -> String {
+    pub(crate) fn started(self, core: &Core, id: PublisherId) -> String {
         crate::session::lifetime::admitted_publisher(core, id, self.ask, self.lifetime);
         if let Ok(mut m) = core.publishers.lock() {
             m.insert(
                 self.session.clone(),
                 PublisherSession {
                     id,
-                    etag,
-                    remote_ufrag,
+                    etag: String::new(),
+                    remote_ufrag: String::new(),
                 },
             );
         }

@@ -99,6 +99,8 @@ pub struct Core {
     pub hls: Arc<crate::hls::Hls>,
     /// Recordings and their writer.
     pub record: Arc<crate::record::Recorder>,
+    /// The media tap: LL-HLS and recordings, the packagers of streams' media.
+    pub tap: Arc<crate::tap::MediaTap>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// str0m's crypto for WHIP publishers, with `tunables.srtp_profiles` (built once).
@@ -156,8 +158,13 @@ impl Core {
                 let _ = keyframes.send(crate::media::Command::RequestKeyframe(i));
             }),
         ));
+        let tap = Arc::new(crate::tap::MediaTap::new(vec![
+            hls.clone() as Arc<dyn crate::tap::Subscriber>,
+            record.clone(),
+        ]));
         Core {
             record,
+            tap,
             pending,
             ome_sockets,
             hls,

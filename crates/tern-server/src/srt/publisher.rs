@@ -1,35 +1,30 @@
-//! One SRT publisher's thread (`SrtSession`): the session layer's answer, the engine's
-//! publisher slot, then MPEG-TS from the listener through
-//! [`tern_rtc::ts_publisher::TsPublisher`] to the engine, as an RTMP connection's thread
-//! does with FLV (same command, same bounded queue, same stall rule). The slot is taken as
-//! H264 before any TS comes; an H265 video stream (passed through) is announced to the
+//! One SRT publisher's thread (`SrtSession`): the session layer's answer, the publisher
+//! attached (`Publish::attach` in [`crate::feed`]), then MPEG-TS from the listener through
+//! [`tern_rtc::ts_publisher::TsPublisher`] into a [`FrameSink`], as an RTMP connection's
+//! thread does with FLV: packets to the engine (same bounded queue, same stall rule),
+//! samples to LL-HLS and recordings. The slot is taken as H264 before any TS comes; an H265 video stream (passed through) is announced to the
 //! engine ahead of its first packet, and viewers answered in another codec are ended so
 //! they rejoin in H265, as for a WHIP publisher in a new codec.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use tern_pool::{CountingAlloc, PoolCounter};
+use tern_pool::PoolCounter;
 use tern_proto::codec::VideoCodec;
 use tern_proto::srt_stream_id::StreamId;
-use tern_rtc::av::{AvEvent, TranscodeMode};
-use tern_rtc::publisher::IngestPacket;
+use tern_rtc::av::TranscodeMode;
 use tern_rtc::ts_publisher::TsPublisher;
-use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::link::{Control, Inbound, counters, reject_code};
 use super::transport::{ConnId, SrtStats};
 use crate::config::TranscodeSetting;
-use crate::encoder::{Booking, Ledger, VideoWatch, arc_bytes};
-use crate::media::{Command, NtpClock, PublisherId, RtmpCommand};
+use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot};
+use crate::media::{NtpClock, Source};
 use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
-
-/// How long the thread waits for room in its app worker's queue (as RTMP's).
-const MEDIA_STALL: Duration = Duration::from_secs(2);
 /// How often the thread wakes without data (kicks, the B-frame watch).
 const TICK: Duration = Duration::from_millis(200);
 /// How often the publisher snapshot's SRT figures are refreshed.
@@ -58,21 +53,20 @@ pub(super) struct Job {
     pub stats: Arc<Mutex<SrtStats>>,
 }
 
-/// The engine's publisher slot; dropping it ends the publisher, whatever the way out.
-struct Slot {
-    core: Arc<Core>,
-    id: PublisherId,
-    session: String,
-    closed: Arc<AtomicBool>,
+/// The publisher's slot, counted in `tern_srt_publishers` while it lives; dropping it ends
+/// the publisher (the slot's own `Drop`), whatever the way out.
+struct Slot(PublisherSlot);
+
+impl Slot {
+    fn new(slot: PublisherSlot) -> Slot {
+        counters().publishers.fetch_add(1, Ordering::Relaxed);
+        Slot(slot)
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.core.forget_publisher(&self.session);
-        let _ = self.core.engine.send(Command::RemovePublisher(self.id));
-        counters()
-            .publishers
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        counters().publishers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -81,7 +75,7 @@ pub(super) fn run(job: Job) {
     let (peer, key) = (job.peer, job.id.key());
     let keyframe = Arc::new(AtomicU8::new(0));
     let slot = match publish(&job, keyframe.clone()) {
-        Ok(slot) => slot,
+        Ok(slot) => Slot::new(slot),
         Err(refusal) => {
             let code = reject_code(&refusal);
             warn!(
@@ -93,7 +87,6 @@ pub(super) fn run(job: Job) {
             return;
         }
     };
-    counters().publishers.fetch_add(1, Ordering::Relaxed);
     let pass = job
         .core
         .config
@@ -125,7 +118,7 @@ pub(super) fn run(job: Job) {
         "srt {peer}: {key} ended: {why}; {} packets, {} lost, {} retransmitted, {} recovered, {} dropped, RTT {:.1} ms",
         s.packets, s.lost, s.retransmitted, s.recovered, s.dropped, s.rtt_ms
     );
-    if !slot.closed.load(Ordering::Relaxed) {
+    if !slot.0.closed() {
         let _ = job.control.send(Control::Close(job.conn));
     }
     drop(slot);
@@ -158,24 +151,20 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         TranscodeSetting::Auto => TranscodeMode::Auto,
         TranscodeSetting::Never => TranscodeMode::Never,
     });
-    let mut video = VideoWatch::default();
-    video.key = job.id.key();
-    video.mode = mode;
-    video.publisher = Some(slot.id.serial);
+    let mut sink = FrameSink::new(core, pool());
+    sink.attach(&slot.0, &job.id.key(), mode);
+    let id = slot.0.id();
     let mut last_snapshot = Instant::now();
     let mut events = Vec::new();
-    let mut held = Ledger::start();
-    let mut booked = Booking::open(pool());
     // The codec the slot was taken with ([`publish`]).
     let mut announced = VideoCodec::H264;
     loop {
-        if slot.closed.load(Ordering::Relaxed) {
+        if slot.0.closed() {
             let _ = job.control.send(Control::Close(job.conn));
             return "publisher removed by the server";
         }
         let now = Instant::now();
-        video.tick(core, ts.media(), now);
-        ts.media().set_samples(core.hls.wanted(slot.id.stream));
+        sink.tick(ts.media(), now);
         let wanted = keyframe.swap(0, Ordering::Relaxed);
         for layer in (0..8u8).filter(|l| wanted & 1 << l != 0) {
             ts.media().request_layer_keyframe(layer);
@@ -184,7 +173,7 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
             last_snapshot = now;
             if let Ok(s) = job.stats.lock() {
                 let v = snapshot_json(&s, job.key_len);
-                core.engine.stats.snapshots.publisher_srt(slot.id.serial, v);
+                core.engine.stats.snapshots.publisher_srt(id.serial, v);
             }
         }
         let data = match job.inbound.recv_timeout(TICK) {
@@ -209,34 +198,14 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         }
         // Measured from here: the messages were allocated by the listener thread, and are
         // freed (after the mark) outside the measure.
-        held.resume();
+        sink.resume();
         let ntp = clock.ntp(Instant::now());
         for d in &batch {
             ts.receive(ntp, d, &mut |e| events.push(e));
         }
-        let mut packets: Vec<IngestPacket> = Vec::new();
         for e in events.drain(..) {
-            match e {
-                AvEvent::Packet(p) => {
-                    // Handed to the engine, which frees it on its own thread.
-                    held.skip(arc_bytes(p.payload.len()));
-                    packets.push(p);
-                }
-                // The snapshot's and the packager's bytes are theirs, not this thread's.
-                AvEvent::Video(n) => {
-                    let outside = CountingAlloc::thread_net_bytes();
-                    video.notice(core, ts.media(), &n);
-                    held.skip(CountingAlloc::thread_net_bytes() - outside);
-                }
-                AvEvent::Sample(s) => {
-                    let outside = CountingAlloc::thread_net_bytes();
-                    core.hls.rtmp_sample(slot.id.stream, &s);
-                    held.skip(CountingAlloc::thread_net_bytes() - outside);
-                }
-            }
+            sink.handle(ts.media(), e);
         }
-        held.skip((packets.capacity() * std::mem::size_of::<IngestPacket>()) as i64);
-        booked.set(held.mark());
         if let Some(e) = ts.take_error() {
             warn!("srt {}: {}: frame dropped: {e}", job.peer, job.id.key());
         }
@@ -246,9 +215,8 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
             // The slot was taken as H264 before any TS came; the first video PES says H265:
             // the engine answers viewers in it from now on (sent ahead of its packets).
             announced = codec;
-            let was = core.engine.stats.video(slot.id.stream).codec;
-            let cmd = RtmpCommand::Codec { id: slot.id, codec };
-            if let Err(e) = core.engine.send_rtmp_media(cmd, MEDIA_STALL) {
+            let was = core.engine.stats.video(id.stream).codec;
+            if let Err(e) = sink.set_codec(codec) {
                 warn!("srt {}: {e} for {MEDIA_STALL:?}", job.peer);
                 return "the media engine did not take its codec";
             }
@@ -257,15 +225,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
                 core.end_viewers_of_other_codec(&job.id.key(), was, codec);
             }
         }
-        if !packets.is_empty() {
-            let cmd = RtmpCommand::Media {
-                id: slot.id,
-                packets,
-            };
-            if let Err(e) = core.engine.send_rtmp_media(cmd, MEDIA_STALL) {
-                warn!("srt {}: {e} for {MEDIA_STALL:?}", job.peer);
-                return "the media engine did not take its packets";
-            }
+        if let Err(e) = sink.flush() {
+            warn!("srt {}: {e} for {MEDIA_STALL:?}", job.peer);
+            return "the media engine did not take its packets";
         }
         drop(batch);
         if let Some(why) = end {
@@ -274,9 +236,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     }
 }
 
-/// Asks the session layer for the stream (name, token, JWT, admission, cluster claim) and
-/// takes the stream's publisher slot.
-fn publish(job: &Job, keyframe: Arc<AtomicU8>) -> Result<Slot, Refusal> {
+/// Asks the session layer for the stream (name, token, JWT, admission) and attaches the
+/// publisher (cluster claim, the stream's slot).
+fn publish(job: &Job, keyframe: Arc<AtomicU8>) -> Result<PublisherSlot, Refusal> {
     let core = &job.core;
     let id = &job.id;
     // `token=` or `s=` for admission (JWT); the app token is that, or MediaMTX's password.
@@ -295,34 +257,12 @@ fn publish(job: &Job, keyframe: Arc<AtomicU8>) -> Result<Slot, Refusal> {
     let rt = core
         .runtime()
         .ok_or(Refusal::Unavailable("admission is not running"))?;
-    let (publish, info) = rt.block_on(async {
-        let publish = core.begin_publish(ask).await?;
-        publish.claim(core).await.map(|info| (publish, info))
-    })?;
-    let closed = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = oneshot::channel();
-    let cmd = Command::Rtmp(RtmpCommand::Add {
-        stream: info.index,
-        protocol: "srt",
+    let publish = rt.block_on(core.begin_publish(ask))?;
+    let feed = Feed::Frames {
+        source: Source::Srt,
         codec: VideoCodec::H264,
-        closed: closed.clone(),
-        keyframe,
         rids: Vec::new(),
-        reply: tx,
-    });
-    let stopped = || Refusal::Unavailable("media engine stopped");
-    core.engine.send(cmd).map_err(|_| stopped())?;
-    match rx.blocking_recv() {
-        Ok(Ok(pid)) => {
-            let session = publish.started(core, pid, String::new(), String::new());
-            Ok(Slot {
-                core: core.clone(),
-                id: pid,
-                session,
-                closed,
-            })
-        }
-        Ok(Err(e)) => Err(publish.refused(e)),
-        Err(_) => Err(stopped()),
-    }
+        keyframe,
+    };
+    publish.attach_blocking(core, feed)
 }

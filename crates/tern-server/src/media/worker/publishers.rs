@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::Worker;
 use crate::limits::AddrPermit;
-use crate::media::ingest::{AddError, IngestOutput, LeftReason, PublisherId, RtmpCommand};
+use crate::media::ingest::{AddError, FrameCommand, IngestOutput, LeftReason, PublisherId};
 use crate::media::socket::Route;
 
 /// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
@@ -95,22 +95,22 @@ impl Worker {
         let _ = reply.send(res);
     }
 
-    /// An RTMP connection's request: take the stream's publisher slot, or media for it.
-    pub(super) fn handle_rtmp(&mut self, mut cmd: RtmpCommand) {
+    /// A frame publisher's request: take the stream's publisher slot, its codec, or media.
+    pub(super) fn handle_frames(&mut self, mut cmd: FrameCommand) {
         let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
         let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
         let (codec, rids) = match &mut cmd {
-            RtmpCommand::Add { codec, rids, .. } => (*codec, std::mem::take(rids)),
-            RtmpCommand::Codec { id, codec } => {
+            FrameCommand::Add { codec, rids, .. } => (*codec, std::mem::take(rids)),
+            FrameCommand::Codec { id, codec } => {
                 // What viewers who join from now on are answered with.
                 if self.ingest.publisher_of(s) == Some(*id) {
                     self.stats.set_video_codec(s, *codec);
                 }
                 (*codec, Vec::new())
             }
-            RtmpCommand::Media { .. } => (VideoCodec::H264, Vec::new()),
+            FrameCommand::Media { .. } => (VideoCodec::H264, Vec::new()),
         };
-        if let Some(id) = self.ingest.rtmp(cmd, free, now, &mut out) {
+        if let Some(id) = self.ingest.frames(cmd, free, now, &mut out) {
             self.stats.set_video_codec(s, codec);
             // Its layers (RTMP renditions), for `?layer=` and the snapshot.
             self.stats.set_rids(s, &rids);
@@ -120,7 +120,7 @@ impl Worker {
             let key = &self.streams[s].key;
             self.stats
                 .snapshots
-                .publisher_joined(id.serial, key, self.ingest.kind_name(s));
+                .publisher_joined(id.serial, key, self.ingest.source(s).as_str());
         }
         self.apply_ingest(now, out);
     }
@@ -190,26 +190,27 @@ impl Worker {
             payload: b.freeze(),
         };
         if self.streams[stream].stream.push(pkt.clone()) {
-            self.tap_hls(stream, &pkt);
+            self.tap_packet(stream, &pkt);
             self.publish(stream, pkt);
         }
     }
 
-    /// Hands a packet of a WHIP or clip stream that is being packaged for LL-HLS to the HLS
-    /// thread (RTMP and SRT streams are packaged from the connection's own frames). Never waits: a
-    /// full queue drops the packet and counts it.
-    fn tap_hls(&mut self, stream: usize, pkt: &RingPacket) {
-        let Some(tx) = &self.hls_tap else {
+    /// Hands a packet of a stream that is being packaged (LL-HLS, a recording) to the media
+    /// tap's thread, unless its publisher hands packagers its frames itself
+    /// ([`crate::media::ingest::Source::packages_from_frames`]). Never waits: a full queue
+    /// drops the packet and counts it.
+    fn tap_packet(&mut self, stream: usize, pkt: &RingPacket) {
+        let Some(tx) = &self.tap else {
             return;
         };
         if !self.stats.stream(stream).is_some_and(|c| {
             c.hls_wanted.load(Ordering::Relaxed) || c.record_wanted.load(Ordering::Relaxed)
-        }) || self.ingest.is_rtmp(stream)
+        }) || self.ingest.packages_from_frames(stream)
             || pkt.layer != 0
         {
             return;
         }
-        let tap = crate::media::link::HlsTap {
+        let tap = crate::media::link::TapPacket {
             stream,
             pkt: pkt.clone(),
         };
@@ -255,7 +256,7 @@ impl Worker {
                 }
                 IngestOutput::Live(stream) => {
                     set_flag(self.stats.stream(stream).map(|c| &c.live), true);
-                    let kind = self.ingest.kind_name(stream);
+                    let kind = self.ingest.source(stream).as_str();
                     self.stats.snapshots.stream_state(
                         &self.streams[stream].key,
                         kind,

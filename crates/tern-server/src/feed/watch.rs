@@ -1,17 +1,14 @@
-//! What the encoder surfaces (RTMP in `rtmp.rs`, SRT in `srt/`) share around their media
-//! pipeline ([`tern_rtc::av::AvPipeline`]): the B-frame watch, which turns the transcoder on
-//! while the stream has viewers and reports what it finds; and the [`Ledger`] that measures
-//! the heap a connection's thread holds for its memory pool (`rtmp_ingest`, `srt_ingest`,
-//! `rtsp_ingest`), and the [`Booking`] that keeps it there.
+//! The B-frame watch of a frame publisher's media pipeline
+//! ([`tern_rtc::av::AvPipeline`]): it turns the transcoder on while the stream has viewers
+//! and reports what it finds.
 
 use std::time::{Duration, Instant};
 
-use tern_pool::{CountingAlloc, PoolCounter};
 use tern_rtc::av::{AvPipeline, VideoNotice};
 use tracing::{info, warn};
 
 use crate::config::TranscodeSetting;
-use crate::session::Core;
+use crate::media::EngineHandle;
 
 /// How long a B-frame stream keeps being transcoded after its last viewer left (a viewer
 /// reloading the page should not restart the transcoder).
@@ -34,25 +31,19 @@ pub struct VideoWatch {
 
 impl VideoWatch {
     /// Once a second, for a B-frame stream: tell the publisher whether viewers want it.
-    pub fn tick(&mut self, st: &Core, p: &mut AvPipeline, now: Instant) {
+    pub fn tick(&mut self, engine: &EngineHandle, p: &mut AvPipeline, now: Instant) {
         if !p.has_b_frames() || self.next_check.is_some_and(|t| now < t) {
             return;
         }
         self.next_check = Some(now + Duration::from_secs(1));
-        if !st
-            .engine
-            .stats
-            .snapshots
-            .viewers(Some(&self.key))
-            .is_empty()
-        {
+        if !engine.stats.snapshots.viewers(Some(&self.key)).is_empty() {
             self.last_viewer = Some(now);
         }
         p.set_viewers(self.last_viewer.is_some_and(|t| now - t < TRANSCODE_GRACE));
     }
 
     /// Logs a notice and puts it in the publisher's snapshot, with a `publisher.warning`.
-    pub fn notice(&mut self, st: &Core, p: &AvPipeline, n: &VideoNotice) {
+    pub fn notice(&mut self, engine: &EngineHandle, p: &AvPipeline, n: &VideoNotice) {
         let key = &self.key;
         let mode = match self.mode {
             TranscodeSetting::Auto => "auto",
@@ -98,78 +89,6 @@ impl VideoWatch {
             "transcoded_frames": stats.map(|s| s.frames_out),
             "transcode_latency_ms": stats.map(|s| s.mean_latency.as_secs_f64() * 1e3),
         });
-        st.engine.stats.snapshots.publisher_video(id, video, reason);
-    }
-}
-
-/// Heap a `[u8]` of `len` bytes takes in an `Arc` (two counters in front, padded to 8):
-/// the packets handed to the engine leave this thread's ledger.
-pub fn arc_bytes(len: usize) -> i64 {
-    ((2 * std::mem::size_of::<usize>() + len).next_multiple_of(8)) as i64
-}
-
-/// What an encoder connection's thread (RTMP's, an SRT publisher's) holds: the thread's net allocations since the connection
-/// began, less what it handed to other threads (packets, the publisher slot). The engine
-/// frees the packets on its own thread, so without the `skip`s they would count here.
-pub struct Ledger {
-    last: i64,
-    held: i64,
-}
-
-impl Ledger {
-    /// Starts measuring on this thread, from now.
-    pub fn start() -> Self {
-        Ledger {
-            last: CountingAlloc::thread_net_bytes(),
-            held: 0,
-        }
-    }
-
-    /// `bytes` allocated here since the last mark belong to someone else.
-    pub fn skip(&mut self, bytes: i64) {
-        self.held -= bytes;
-    }
-
-    /// The bytes held now. Allocations between a mark and the next call go uncounted only
-    /// if skipped; the channel to the engine is left outside marks on purpose (its blocks
-    /// are allocated by senders and freed by the receiver).
-    pub fn mark(&mut self) -> usize {
-        let now = CountingAlloc::thread_net_bytes();
-        self.held += now - self.last;
-        self.last = now;
-        usize::try_from(self.held).unwrap_or(0)
-    }
-
-    /// Restarts the measurement here (after a section that is not ours).
-    pub fn resume(&mut self) {
-        self.last = CountingAlloc::thread_net_bytes();
-    }
-}
-
-/// One connection's line in an ingest pool: an item while it lives, with the bytes its
-/// [`Ledger`] last measured; both given back when it is dropped.
-pub struct Booking {
-    pool: &'static PoolCounter,
-    bytes: usize,
-}
-
-impl Booking {
-    /// Books one item, of no bytes yet, in `pool`.
-    pub fn open(pool: &'static PoolCounter) -> Self {
-        pool.add(1, 0);
-        Booking { pool, bytes: 0 }
-    }
-
-    /// The item holds `bytes` now.
-    pub fn set(&mut self, bytes: usize) {
-        self.pool.sub(0, self.bytes);
-        self.pool.add(0, bytes);
-        self.bytes = bytes;
-    }
-}
-
-impl Drop for Booking {
-    fn drop(&mut self) {
-        self.pool.sub(1, self.bytes);
+        engine.stats.snapshots.publisher_video(id, video, reason);
     }
 }

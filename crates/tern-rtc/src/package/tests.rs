@@ -1,0 +1,288 @@
+//! The feed on synthetic RTP and frames, into a real packager: which codecs it stores (the
+//! one table), H264 and VP8 rebuilt from packets, a skipped codec whose audio still goes
+//! in, a codec change, and frames handed over as the encoder sent them.
+
+use tern_pool::{BufferPool, MemoryRegistry, PoolConfig};
+
+use super::*;
+use crate::hls::HlsConfig;
+use crate::hls::sps::tests::{PPS_720P_HIGH, SPS_720P_HIGH};
+
+const WALL0: u64 = 1_795_622_400_000;
+
+fn packager() -> Packager {
+    let counter = MemoryRegistry::new().counter("hls_parts", 0);
+    Packager::new(HlsConfig::default(), counter)
+}
+
+/// Packets with payloads from one pool.
+struct Packets {
+    pool: BufferPool,
+    seq: u64,
+}
+
+impl Packets {
+    fn new() -> Self {
+        Packets {
+            pool: BufferPool::new(PoolConfig::packets("test")).expect("pool"),
+            seq: 1,
+        }
+    }
+
+    fn packet(&mut self, kind: MediaKind, rtp_ts: u32, marker: bool, payload: &[u8]) -> RingPacket {
+        let mut b = self.pool.alloc(payload.len());
+        b.copy_from_slice(payload);
+        let seq = self.seq;
+        self.seq += 1;
+        RingPacket {
+            kind,
+            layer: 0,
+            seq,
+            rtp_ts,
+            marker,
+            keyframe: false,
+            capture_ntp: 0,
+            payload: b.freeze(),
+        }
+    }
+}
+
+/// Every unit the feed gives for `pkts`, owned.
+fn units(feed: &mut Feed, pkts: &[RingPacket]) -> Vec<Unit<'static>> {
+    let mut out = Vec::new();
+    for p in pkts {
+        feed.push_rtp(p, &mut |u| out.push(u.into_owned()));
+    }
+    out
+}
+
+/// `frames` H264 frames at 30 fps, an IDR (with SPS and PPS) every 30, as RTP.
+fn h264_packets(pk: &mut Packets, frames: u32) -> Vec<RingPacket> {
+    let mut p = tern_proto::h264::Packetizer::new();
+    let mut out = Vec::new();
+    for i in 0..frames {
+        let key = i % 30 == 0;
+        let mut slice = vec![if key { 0x65 } else { 0x41 }; 2500];
+        slice[1] = 0x88;
+        let nals: Vec<&[u8]> = if key {
+            vec![SPS_720P_HIGH, PPS_720P_HIGH, &slice]
+        } else {
+            vec![&slice]
+        };
+        let ts = i * 3000;
+        let mut payloads = Vec::new();
+        p.packetize(&nals, 1200, &mut |b, last| {
+            payloads.push((b.to_vec(), last))
+        })
+        .expect("packetize");
+        for (b, last) in payloads {
+            out.push(pk.packet(MediaKind::Video, ts, last, &b));
+        }
+    }
+    out
+}
+
+/// `frames` VP8 frames at 30 fps (640x360, a key frame every 30), one packet each.
+fn vp8_packets(pk: &mut Packets, frames: u32) -> Vec<RingPacket> {
+    (0..frames)
+        .map(|i| {
+            let key = i % 30 == 0;
+            // RFC 7741 descriptor: S (start of partition), partition 0.
+            let mut payload = vec![0x10];
+            if key {
+                // Frame tag (key frame, version 0, shown), start code, 640x360.
+                payload.extend_from_slice(&[0x50, 0x42, 0x00, 0x9d, 0x01, 0x2a]);
+                payload.extend_from_slice(&640u16.to_le_bytes());
+                payload.extend_from_slice(&360u16.to_le_bytes());
+            } else {
+                payload.extend_from_slice(&[0x51, 0x42, 0x00]);
+            }
+            payload.resize(900, 0x5a);
+            pk.packet(MediaKind::Video, i * 3000, true, &payload)
+        })
+        .collect()
+}
+
+/// `n` 20-ms Opus packets.
+fn opus_packets(pk: &mut Packets, n: u32) -> Vec<RingPacket> {
+    (0..n)
+        .map(|i| pk.packet(MediaKind::Audio, i * 960, true, &[0xfc, 0xff, 0xfe]))
+        .collect()
+}
+
+#[test]
+fn the_table_decides_which_video_codecs_are_rebuilt() {
+    for codec in VideoCodec::ALL {
+        let d = VideoDepacketizer::from(codec);
+        assert_eq!(d.codec(), codec);
+        assert_eq!(
+            !matches!(d, VideoDepacketizer::Skipped(_)),
+            packaged(codec),
+            "{codec}"
+        );
+    }
+    assert_eq!(
+        PACKAGED_VIDEO,
+        [VideoCodec::H264, VideoCodec::Vp8, VideoCodec::Vp9]
+    );
+    assert!(!packaged(VideoCodec::H265) && !packaged(VideoCodec::Av1));
+}
+
+#[test]
+fn h264_rtp_is_rebuilt_into_annex_b_access_units_that_package() {
+    let mut pk = Packets::new();
+    let pkts = h264_packets(&mut pk, 90);
+    let mut feed = Feed::new(VideoCodec::H264);
+    let u = units(&mut feed, &pkts);
+    assert_eq!(u.len(), 90, "one unit per access unit");
+    let keys: Vec<i64> = u
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Video {
+                keyframe: true,
+                dts,
+                format: VideoFormat::AnnexB,
+                ..
+            } => Some(*dts),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keys, [0, 90_000, 180_000]);
+    let mut p = packager();
+    for (i, unit) in u.iter().enumerate() {
+        unit.apply(&mut p, WALL0 + i as u64 * 33);
+    }
+    assert!(
+        p.codecs().is_some_and(|c| c.starts_with("avc1.64001f")),
+        "{:?}",
+        p.codecs()
+    );
+    assert!(p.has_complete_segment());
+    assert_eq!(feed.damaged_frames(), 0);
+}
+
+#[test]
+fn a_lost_packet_damages_its_access_unit_alone() {
+    let mut pk = Packets::new();
+    let mut pkts = h264_packets(&mut pk, 3);
+    // The IDR is split into fragments: lose the second one.
+    let lost = pkts.remove(1);
+    assert!(!lost.marker);
+    let mut feed = Feed::new(VideoCodec::H264);
+    let u = units(&mut feed, &pkts);
+    assert_eq!(u.len(), 2, "{u:?}");
+    assert_eq!(feed.damaged_frames(), 1);
+}
+
+#[test]
+fn vp8_rtp_is_rebuilt_into_frames_that_package() {
+    let mut pk = Packets::new();
+    let pkts = vp8_packets(&mut pk, 90);
+    let mut feed = Feed::new(VideoCodec::Vp8);
+    let u = units(&mut feed, &pkts);
+    assert_eq!(u.len(), 90);
+    assert!(matches!(
+        u[0],
+        Unit::Video {
+            keyframe: true,
+            format: VideoFormat::Vp8,
+            ..
+        }
+    ));
+    let mut p = packager();
+    for (i, unit) in u.iter().enumerate() {
+        unit.apply(&mut p, WALL0 + i as u64 * 33);
+    }
+    assert!(
+        p.codecs().is_some_and(|c| c.starts_with("vp08")),
+        "{:?}",
+        p.codecs()
+    );
+    assert_eq!(p.resolution(), Some((640, 360)));
+}
+
+#[test]
+fn a_codec_outside_the_table_is_counted_and_its_audio_still_goes_in() {
+    let mut pk = Packets::new();
+    // H265 single NAL unit packets (an IDR_W_RADL header, type 19), one per frame.
+    let video: Vec<RingPacket> = (0..30)
+        .map(|i| pk.packet(MediaKind::Video, i * 3000, true, &[0x26, 0x01, 0xaf, 0x00]))
+        .collect();
+    let audio = opus_packets(&mut pk, 50);
+    let mut feed = Feed::new(VideoCodec::H265);
+    let mut u = units(&mut feed, &video);
+    assert!(u.is_empty(), "{u:?}");
+    assert_eq!(feed.skipped_frames(), 30);
+    u = units(&mut feed, &audio);
+    assert_eq!(u.len(), 51, "the configuration, then every packet");
+    assert_eq!(u[0], Unit::AudioConfig(AudioConfig::Opus { channels: 2 }));
+    let times: Vec<i64> = u[1..]
+        .iter()
+        .map(|u| match u {
+            Unit::Audio { pts, .. } => *pts,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(times[..3], [0, 960, 1920]);
+}
+
+#[test]
+fn a_codec_change_brings_its_own_depacketizer() {
+    let mut pk = Packets::new();
+    let mut feed = Feed::new(VideoCodec::H265);
+    let h264 = h264_packets(&mut pk, 2);
+    assert!(units(&mut feed, &h264).is_empty(), "H264 read as H265");
+    feed.set_codec(VideoCodec::H264);
+    assert_eq!(feed.codec(), VideoCodec::H264);
+    let h264 = h264_packets(&mut pk, 2);
+    assert_eq!(units(&mut feed, &h264).len(), 2);
+    feed.set_codec(VideoCodec::Vp8);
+    let vp8 = vp8_packets(&mut pk, 2);
+    assert_eq!(units(&mut feed, &vp8).len(), 2);
+}
+
+#[test]
+fn frames_are_handed_over_as_they_came_at_90_khz() {
+    let mut feed = Feed::default();
+    let mut out = Vec::new();
+    let samples = [
+        Sample::VideoConfig {
+            sps: SPS_720P_HIGH.to_vec(),
+            pps: PPS_720P_HIGH.to_vec(),
+        },
+        Sample::Video {
+            dts_ms: 1000,
+            pts_ms: 1066,
+            keyframe: true,
+            avcc: vec![0, 0, 0, 2, 0x65, 0x88],
+        },
+        Sample::Audio {
+            pts: 4096,
+            data: vec![1, 2, 3],
+        },
+    ];
+    for s in &samples {
+        feed.push_sample(s, &mut |u| out.push(u.into_owned()));
+    }
+    assert!(matches!(
+        out[0],
+        Unit::VideoConfig(VideoConfig::H264 { .. })
+    ));
+    assert_eq!(
+        out[1],
+        Unit::Video {
+            dts: 90_000,
+            pts: 95_940,
+            keyframe: true,
+            format: VideoFormat::Avcc,
+            data: Cow::Owned(vec![0, 0, 0, 2, 0x65, 0x88]),
+        }
+    );
+    assert_eq!(
+        out[2],
+        Unit::Audio {
+            pts: 4096,
+            data: Cow::Owned(vec![1, 2, 3]),
+        }
+    );
+}

@@ -1,0 +1,92 @@
+//! The media tap: where packagers (LL-HLS, recordings) take a stream's media, one door for
+//! every kind of publisher.
+//!
+//! A stream is tapped while any subscriber answers [`Subscriber::wanted`]. Its media comes
+//! by one of two ways, and every subscriber gets both the same way:
+//! - a frame publisher that hands packagers its frames (RTMP, SRT, RTSP-H264:
+//!   [`crate::media::Source::packages_from_frames`]) calls [`MediaTap::sample`] from its
+//!   own thread, through [`crate::feed::FrameSink`];
+//! - for every other stream (WHIP, clip sources, edge pulls, a camera's H265), the owning
+//!   app worker copies ring packets (a reference count, not the bytes) into a bounded
+//!   queue, which the `MediaTap` thread drains into [`Subscriber::packet`]. The media path
+//!   never waits on it: a full queue drops the packet and counts it.
+//!
+//! Each subscriber turns either into units with a [`tern_rtc::package::Feed`], whose
+//! depacketizer is chosen from the stream's video codec: so every subscriber stores the
+//! same codecs, those of [`tern_rtc::package::PACKAGED_VIDEO`].
+
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+use tern_rtc::av::Sample;
+
+use crate::media::TapPacket;
+
+/// A packager of streams' media.
+pub trait Subscriber: Send + Sync {
+    /// Whether it wants stream `stream`'s media now.
+    fn wanted(&self, stream: usize) -> bool;
+    /// A ring packet of stream `stream` (on the tap's thread).
+    fn packet(&self, tap: &TapPacket);
+    /// A frame of stream `stream` from its publisher's thread.
+    fn sample(&self, stream: usize, sample: &Sample);
+}
+
+/// Every subscriber, asked in turn.
+pub struct MediaTap {
+    subscribers: Vec<Arc<dyn Subscriber>>,
+}
+
+impl std::fmt::Debug for MediaTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MediaTap")
+            .field("subscribers", &self.subscribers.len())
+            .finish()
+    }
+}
+
+impl MediaTap {
+    /// A tap for `subscribers`.
+    pub fn new(subscribers: Vec<Arc<dyn Subscriber>>) -> MediaTap {
+        MediaTap { subscribers }
+    }
+
+    /// Whether any subscriber wants stream `stream` (a frame publisher then emits samples).
+    pub fn wanted(&self, stream: usize) -> bool {
+        self.subscribers.iter().any(|s| s.wanted(stream))
+    }
+
+    /// A frame publisher's sample, to each subscriber that wants the stream.
+    pub fn sample(&self, stream: usize, sample: &Sample) {
+        for s in &self.subscribers {
+            if s.wanted(stream) {
+                s.sample(stream, sample);
+            }
+        }
+    }
+
+    /// A ring packet, to each subscriber that wants its stream.
+    pub fn packet(&self, tap: &TapPacket) {
+        for s in &self.subscribers {
+            if s.wanted(tap.stream) {
+                s.packet(tap);
+            }
+        }
+    }
+
+    /// Starts the `MediaTap` thread: it hands each ring packet of `rx` to the subscribers
+    /// and ends when the engine's workers (the senders) are gone.
+    pub fn spawn(
+        self: &Arc<Self>,
+        rx: Receiver<TapPacket>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let tap = self.clone();
+        std::thread::Builder::new()
+            .name("MediaTap".into())
+            .spawn(move || {
+                while let Ok(t) = rx.recv() {
+                    tap.packet(&t);
+                }
+            })
+    }
+}
