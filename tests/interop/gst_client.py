@@ -2,9 +2,10 @@
 or a WHEP viewer, with webrtcbin's own default DTLS certificate (RSA-2048, made by OpenSSL).
 tests/browser/gstreamer.test.mjs runs it; run it with Debian's /usr/bin/python3 (python3-gi).
 
-    python3 gst_client.py publish URL SECONDS
-        Publishes H264 (x264, constrained baseline, 640x360 at 30 fps, a keyframe a second)
-        and Opus to the WHIP URL for SECONDS, then DELETEs the session. Prints one JSON line:
+    python3 gst_client.py publish URL SECONDS [h264|h265|vp8]
+        Publishes H264 (x264, constrained baseline, 640x360 at 30 fps, a keyframe a second;
+        or H265 with x265, or VP8 with libvpx, the same picture and keyframe interval) and
+        Opus to the WHIP URL for SECONDS, then DELETEs the session. Prints one JSON line:
         status, the peer connection state reached, the certificate's key type, the DELETE
         status. (webrtcbin 1.22's outbound stats read 0 packets here, so what arrives is
         counted by the viewer the test plays the stream with.)
@@ -185,14 +186,25 @@ def key_type(pipe):
             return f"{alg.group(1) if alg else '?'} {bits.group(1) if bits else '?'}"
 
 
-def publish(url, seconds):
+# The video encoder and payloader of each codec `publish` sends.
+VIDEO_SEND = {
+    "h264": "x264enc tune=zerolatency speed-preset=ultrafast key-int-max=30 bitrate=800 "
+    "! video/x-h264,profile=constrained-baseline ! rtph264pay config-interval=-1 "
+    "aggregate-mode=zero-latency ! " + H264_SEND_CAPS,
+    "h265": "x265enc tune=zerolatency speed-preset=ultrafast key-int-max=30 bitrate=800 "
+    "! video/x-h265,profile=main ! rtph265pay config-interval=-1 "
+    "! application/x-rtp,media=video,encoding-name=H265,payload=103,clock-rate=90000",
+    "vp8": "vp8enc deadline=1 keyframe-max-dist=30 target-bitrate=800000 ! rtpvp8pay "
+    "! application/x-rtp,media=video,encoding-name=VP8,payload=96,clock-rate=90000",
+}
+
+
+def publish(url, seconds, codec="h264"):
     s = Session(
         url,
         "webrtcbin name=w bundle-policy=max-bundle "
         "videotestsrc is-live=true pattern=ball ! video/x-raw,width=640,height=360,framerate=30/1 "
-        "! videoconvert ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=30 "
-        "bitrate=800 ! video/x-h264,profile=constrained-baseline ! rtph264pay config-interval=-1 "
-        "aggregate-mode=zero-latency ! " + H264_SEND_CAPS + " ! w. "
+        "! videoconvert ! " + VIDEO_SEND[codec] + " ! w. "
         "audiotestsrc is-live=true wave=sine ! audioconvert ! audioresample ! opusenc "
         "! rtpopuspay ! " + OPUS_CAPS + " ! w.",
     )
@@ -257,7 +269,10 @@ def view(url, seconds):
 
 def main():
     mode, url, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    result = publish(url, seconds) if mode == "publish" else view(url, seconds)
+    if mode == "publish":
+        result = publish(url, seconds, sys.argv[4] if len(sys.argv) > 4 else "h264")
+    else:
+        result = view(url, seconds)
     print(json.dumps(result), flush=True)
 
 

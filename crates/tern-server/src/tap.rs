@@ -21,6 +21,22 @@ use crossbeam_channel::Receiver;
 use tern_rtc::av::Sample;
 
 use crate::media::TapPacket;
+use tern_proto::codec::VideoCodec;
+use tern_rtc::package::{PACKAGED_VIDEO, packaged};
+
+/// Why stream `key`, whose video is `codec`, cannot be packaged (LL-HLS, a recording), or
+/// `None` when it can: the one answer both give ([`PACKAGED_VIDEO`]).
+pub fn refusal(key: &str, codec: VideoCodec) -> Option<String> {
+    if packaged(codec) {
+        return None;
+    }
+    let names: Vec<&str> = PACKAGED_VIDEO.iter().map(|c| c.sdp_name()).collect();
+    Some(format!(
+        "LL-HLS and recordings package {} video; stream {key}'s video is {}",
+        names.join(", "),
+        codec.sdp_name()
+    ))
+}
 
 /// A packager of streams' media.
 pub trait Subscriber: Send + Sync {

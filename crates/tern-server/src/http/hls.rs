@@ -23,7 +23,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
-use tern_proto::codec::VideoCodec;
 use tern_rtc::hls::Packager;
 
 use crate::hls::{Hls, OpenError};
@@ -183,12 +182,8 @@ async fn open(
         .await?;
     let info = play.info();
     let video = st.engine.stats.video(info.index);
-    if video.codec != VideoCodec::H264 {
-        return Err(HttpError::Conflict(format!(
-            "HLS packages H264 video; stream {}'s video is {}",
-            path.key(),
-            video.codec.sdp_name()
-        )));
+    if let Some(why) = crate::tap::refusal(&path.key(), video.codec) {
+        return Err(HttpError::Conflict(why));
     }
     let grant = play.admit(st).await?;
     let token = grant.session().to_string();

@@ -57,7 +57,9 @@ pub(super) async fn start(
     }
     match st.record.start(info.index, &key, &req.id, false) {
         Ok(()) => {}
-        Err(e @ StartError::Exists(_)) => return Err(HttpError::Conflict(e.to_string())),
+        Err(e @ (StartError::Exists(_) | StartError::Codec(_))) => {
+            return Err(HttpError::Conflict(e.to_string()));
+        }
         Err(StartError::Stopped) => return Err(HttpError::engine_stopped()),
     }
     let location = format!("/v1/streams/{key}/recordings/{}", req.id);

@@ -26,7 +26,6 @@ use crate::session::{PlayAsk, Protocol, random_token};
 /// What a WHEP endpoint and session accept.
 const METHODS: &str = "OPTIONS, POST, PATCH, DELETE, HEAD";
 
-/// The engine is gone (shutting down).
 /// `POST /{app}/{stream}/whep`: the offer in, the answer and the session's `Location` out.
 pub(super) async fn post(
     State(st): State<Arc<AppState>>,

@@ -59,6 +59,9 @@ pub enum StartError {
     /// The writer thread is gone (shutting down).
     #[error("the recorder is stopped")]
     Stopped,
+    /// The stream's video codec is not packaged ([`crate::tap::refusal`]).
+    #[error("{0}")]
+    Codec(String),
 }
 
 /// One running recording of a stream.
@@ -242,6 +245,10 @@ impl Recorder {
     pub fn start(&self, stream: usize, key: &str, id: &str, auto: bool) -> Result<(), StartError> {
         let (app, name) = key.split_once('/').unwrap_or((key, ""));
         let cfg = self.app(app).map(|a| a.record.clone()).unwrap_or_default();
+        let codec = self.stats.video(stream).codec;
+        if let Some(why) = crate::tap::refusal(key, codec) {
+            return Err(StartError::Codec(why));
+        }
         let Some(slot) = self.slots.get(stream) else {
             return Err(StartError::Stopped);
         };
@@ -505,7 +512,14 @@ impl Recorder {
             let app = key.split('/').next().unwrap_or("");
             let enabled = self.app(app).is_some_and(|a| a.record.enabled);
             if enabled && !auto_failed && !ids.iter().any(|(_, auto)| *auto) {
-                let _ = self.start(*index, key, "auto", true);
+                if let Err(StartError::Codec(why)) = self.start(*index, key, "auto", true) {
+                    // Not tried again until the stream ends (a new publisher may bring
+                    // another codec).
+                    tracing::warn!("{key}: record.enabled, but no recording: {why}");
+                    if let Some(Ok(mut s)) = self.slots.get(*index).map(|s| s.lock()) {
+                        s.auto_failed = true;
+                    }
+                }
             }
         }
     }

@@ -1,5 +1,6 @@
-//! Recording (issue 38) against a real server, ffmpeg and ffprobe: an RTMP push recorded to
-//! a file that ffprobe and ffmpeg read whole; a killed server's file playing to its last
+//! Recording (issue 38) against a real server, ffmpeg and ffprobe: an RTMP push, an SRT push
+//! and an RTSP camera (each H264 + AAC, through the one frame sink, issue 51) recorded to
+//! files that ffprobe and ffmpeg read whole; a killed server's file playing to its last
 //! fragment; start, stop, list and serve (with `Range`) through the API and its token;
 //! `delete_after_s`; a full disk that stops the recording alone while viewers lose
 //! nothing.
@@ -728,6 +729,105 @@ fn ring_streams_h264_and_opus_are_recorded() {
     let (ok, errors, frames) = decode(&files[0]);
     assert!(ok && errors.trim().is_empty(), "decode errors:\n{errors}");
     assert!(frames > 100, "{frames} frames");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Checks a recording of a push of `pushed` seconds of H264 + AAC: one file under `d`, with
+/// a video and an audio track, its duration within 1 s of the push, decoded without an
+/// error.
+fn assert_recorded(d: &Path, pushed: f64, what: &str) {
+    let files = mp4s(d);
+    assert_eq!(files.len(), 1, "{what}: {files:?}");
+    let (duration, streams) = ffprobe(&files[0]);
+    eprintln!("{what} recorded: {duration:.3} s of {pushed:.3} s, {streams:?}");
+    assert!(
+        (duration - pushed).abs() <= 1.0,
+        "{what}: duration {duration} s, pushed {pushed} s"
+    );
+    for (kind, codec) in [("video", "h264"), ("audio", "aac")] {
+        assert!(
+            streams.contains(&(kind.into(), codec.into())),
+            "{what}: {streams:?}"
+        );
+    }
+    let (ok, errors, frames) = decode(&files[0]);
+    assert!(
+        ok && errors.trim().is_empty(),
+        "{what}: decode errors:\n{errors}"
+    );
+    assert!(
+        frames as f64 >= (pushed - 1.0) * 30.0,
+        "{what}: {frames} frames"
+    );
+}
+
+/// Acceptance (issue 51): ffmpeg publishing H264 + AAC in MPEG-TS over SRT to an app with
+/// `record.enabled` is recorded, as an RTMP push is: one file with video and audio whose
+/// duration is within 1 s of the push. (Before the one frame sink, SRT fed LL-HLS alone
+/// and the recording held no media.)
+#[test]
+fn an_srt_push_is_recorded_with_video_and_audio() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = dir("srt");
+    let cfg = common::config_file(
+        "rec-srt",
+        &format!(
+            "[[app]]\nname = \"live\"\n[app.record]\nenabled = true\npath = \"{}/%app/%stream-%Y%m%d%H%M%S\"\n",
+            d.display()
+        ),
+    );
+    let (server, srt) = Server::serve_srt(&cfg);
+    let ev = events(server.http, None);
+    let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/cam"), 20, &[]);
+    let mut seen = Vec::new();
+    let started = wait_event(&ev, "recording.started", Duration::from_secs(20), &mut seen);
+    assert_eq!(started["stream"], "live/cam", "{started}");
+    assert_eq!(
+        ff.wait(Duration::from_secs(40)),
+        Some(true),
+        "{}",
+        ff.log_tail()
+    );
+    let stopped = wait_event(&ev, "recording.stopped", Duration::from_secs(15), &mut seen);
+    assert_eq!(stopped["reason"], "stream ended", "{stopped}");
+    assert_recorded(&d, 20.0, "SRT push");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Acceptance (issue 51): an RTSP camera (GStreamer's RTSP server, H264 + AAC) pulled always
+/// on an app with `record.enabled` is recorded: one file with video and audio whose
+/// duration is within 1 s of the time the camera was live, from its first frame to its
+/// end. (Before the one frame sink, a camera's H264 reached neither the recorder's frames
+/// nor its ring tap.)
+#[test]
+fn an_rtsp_camera_is_recorded_with_video_and_audio() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = dir("rtsp");
+    let port = common::free_tcp_port();
+    let mut cam = crate::rtsp::Camera::start(port, &[]);
+    let cfg = common::config_file(
+        "rec-rtsp",
+        &format!(
+            "[[app]]\nname = \"cams\"\n[app.record]\nenabled = true\npath = \"{}/%app/%stream-%Y%m%d%H%M%S\"\n\n[[app.source]]\nstream = \"door\"\nurl = \"rtsp://127.0.0.1:{port}/cam\"\non_demand = false\n",
+            d.display()
+        ),
+    );
+    let server = Server::serve(&cfg);
+    let ev = events(server.http, None);
+    let mut seen = Vec::new();
+    let started = wait_event(&ev, "recording.started", Duration::from_secs(20), &mut seen);
+    assert_eq!(started["stream"], "cams/door", "{started}");
+    wait_live(server.http, "cams/door", &server);
+    // Live from its first frame (within one part of the recording's first keyframe).
+    let live = Instant::now();
+    std::thread::sleep(Duration::from_secs(15));
+    cam.kill();
+    let pushed = live.elapsed().as_secs_f64();
+    let stopped = wait_event(&ev, "recording.stopped", Duration::from_secs(20), &mut seen);
+    assert_eq!(stopped["reason"], "stream ended", "{stopped}");
+    assert_recorded(&d, pushed, "RTSP camera");
     server.stop();
     let _ = std::fs::remove_dir_all(&d);
 }

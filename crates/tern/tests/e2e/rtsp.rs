@@ -29,7 +29,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const PASSWORD: &str = "Pw-0f-the-c4mera";
 
 /// The GStreamer RTSP server of `tests/rtsp/camera.py` on a loopback port; killed on drop.
-struct Camera {
+pub(crate) struct Camera {
     child: Child,
     port: u16,
     log: PathBuf,
@@ -37,7 +37,7 @@ struct Camera {
 }
 
 impl Camera {
-    fn start(port: u16, args: &[&str]) -> Camera {
+    pub(crate) fn start(port: u16, args: &[&str]) -> Camera {
         let log = std::env::temp_dir().join(format!(
             "tern-rtsp-camera-{}-{port}.log",
             std::process::id()
@@ -76,7 +76,7 @@ impl Camera {
         self.text().matches("client-connected").count()
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
