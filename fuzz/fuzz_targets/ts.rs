@@ -6,10 +6,9 @@
 //! parameter sets in front of IRAP pictures) stay within the payload limit.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tern_proto::codec::VideoCodec;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::ts::{Demuxer, MAX_PES, Pes, TsCodec, adts_frames, opus_packets, opus_samples};
 use tern_rtc::av::{AvEvent, TranscodeMode};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::ts_publisher::TsPublisher;
 
 fn run(data: &[u8], cut: usize) -> Vec<Pes> {

@@ -16,8 +16,9 @@ use str0m::media::{Direction, MediaKind as StrKind, Mid};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{ExtensionValues, RtpWrite, SeqNo};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
+use tern_proto::codec::MediaKind;
 use tern_proto::sdp::SessionDescription;
-use tern_rtc::clip::{Clip, ClipSource, MediaKind};
+use tern_rtc::clip::{Clip, ClipSource};
 use ureq::Agent;
 
 /// Counters of one publisher, shared with whoever started it.

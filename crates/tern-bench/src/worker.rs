@@ -19,8 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
+use tern_proto::codec::MediaKind;
 use tern_rtc::client::{Client, ClientState, ConnectTimes, TrackStats};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::turn::Transport;
 use tern_rtc::turn_client::{Received, TurnClient, TurnClientEvent};
 

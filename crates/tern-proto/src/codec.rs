@@ -1,4 +1,5 @@
-//! Video codecs tern passes through, and where each one's keyframes start.
+//! Video codecs tern passes through, and where each one's keyframes start; and
+//! [`MediaKind`], whether a track or packet is audio or video.
 //!
 //! tern forwards a WHIP publisher's RTP payloads untouched; what it must know per codec is
 //! only whether a packet begins a keyframe (for the keyframe cache, PLI coalescing and the
@@ -18,6 +19,26 @@
 //!   a keyframe.
 
 use std::fmt;
+
+/// Audio or video.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MediaKind {
+    /// Video, in any [`VideoCodec`].
+    Video,
+    /// Opus audio.
+    Audio,
+}
+
+impl MediaKind {
+    /// The RTP clock rate: 90000 Hz for video (RFC 6184, and the same for every other
+    /// [`VideoCodec`]), 48000 Hz for Opus (RFC 7587).
+    pub const fn clock_rate(self) -> u32 {
+        match self {
+            MediaKind::Video => 90_000,
+            MediaKind::Audio => 48_000,
+        }
+    }
+}
 
 /// A video codec tern forwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -281,6 +302,12 @@ fn h265_is_keyframe(p: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clock_rates() {
+        assert_eq!(MediaKind::Video.clock_rate(), 90_000);
+        assert_eq!(MediaKind::Audio.clock_rate(), 48_000);
+    }
 
     #[test]
     fn names_round_trip_and_index_packs() {

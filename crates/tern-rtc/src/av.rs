@@ -24,12 +24,12 @@
 
 use std::sync::Arc;
 
+use tern_proto::codec::MediaKind;
 use tern_proto::h264;
 use tern_proto::rtmp::flv::{AudioSpecificConfig, AvcConfig, AvcRtp, FlvError, avcc_nal_units};
 use thiserror::Error;
 use tracing::debug;
 
-use crate::clip::MediaKind;
 use crate::publisher::IngestPacket;
 use crate::renditions::{RenditionSink, RenditionSpec, RenditionStats, Renditions, SourceFrame};
 use crate::transcode::{AacToOpus, TranscodeError};

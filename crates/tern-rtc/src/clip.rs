@@ -30,6 +30,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tern_proto::codec::MediaKind;
 use tern_proto::h264::{self, NAL_AUD, NAL_IDR, NAL_PPS, NAL_SEI, NAL_SPS, PacketizeError};
 use thiserror::Error;
 
@@ -50,25 +51,6 @@ const VIDEO_RATE: u64 = 90_000;
 
 /// Longest duration of one Opus packet: 120 ms at 48 kHz (RFC 6716 §3.2.5).
 const OPUS_MAX_PACKET_SAMPLES: u32 = 5760;
-
-/// Audio or video.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MediaKind {
-    /// H264 video.
-    Video,
-    /// Opus audio.
-    Audio,
-}
-
-impl MediaKind {
-    /// The RTP clock rate: 90000 Hz for video (RFC 6184), 48000 Hz for Opus (RFC 7587).
-    pub const fn clock_rate(self) -> u32 {
-        match self {
-            MediaKind::Video => VIDEO_RATE as u32,
-            MediaKind::Audio => OPUS_RATE as u32,
-        }
-    }
-}
 
 /// Why a clip could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -1068,12 +1050,6 @@ mod tests {
         let audio: usize = clip.audio_packets().map(|a| a.payload.len()).sum();
         assert_eq!(clip.payload_bytes(), video + audio);
         assert!(format!("{clip:?}").contains("frames: 180"));
-    }
-
-    #[test]
-    fn clock_rates() {
-        assert_eq!(MediaKind::Video.clock_rate(), 90_000);
-        assert_eq!(MediaKind::Audio.clock_rate(), 48_000);
     }
 
     #[test]

@@ -17,12 +17,11 @@
 
 use std::borrow::Cow;
 
-use tern_proto::codec::VideoCodec;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::rtp::Unwrap32;
 use tern_proto::{h264, vp8, vp9};
 
 use crate::av::Sample;
-use crate::clip::MediaKind;
 use crate::hls::{AudioConfig, Packager, VideoConfig};
 use crate::stream::RingPacket;
 

@@ -19,11 +19,10 @@ use str0m::media::KeyframeRequestKind;
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{Extension, Ssrc};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
-use tern_proto::codec::VideoCodec;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::rtp::ntp_from_unix;
 use tern_proto::sdp;
 
-use crate::clip::MediaKind;
 use crate::stream::MAX_LAYERS;
 
 /// Why an offer was refused.

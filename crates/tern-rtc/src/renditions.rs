@@ -37,9 +37,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ffmpeg_next as ff;
+use tern_proto::codec::MediaKind;
 use tern_proto::h264;
 
-use crate::clip::MediaKind;
 use crate::publisher::IngestPacket;
 use crate::stream::MAX_LAYERS;
 use crate::video_transcode::{H264Decoder, Picture, RateTarget, VideoTranscodeError, open_x264};

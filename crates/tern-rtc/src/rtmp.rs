@@ -235,7 +235,7 @@ impl RtmpPublisher {
 mod tests {
     use super::*;
     use crate::av::ntp_of;
-    use crate::clip::MediaKind;
+    use tern_proto::codec::MediaKind;
     use tern_proto::h264;
     use tern_proto::rtmp::amf0::{self, Value, object};
     use tern_proto::rtmp::chunk::ChunkWriter;

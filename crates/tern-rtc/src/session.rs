@@ -268,6 +268,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use tern_proto::codec::MediaKind;
     use tern_proto::stun;
 
     use super::*;
@@ -388,7 +389,7 @@ mod tests {
         // A video packet of the ring, with `payload`.
         let packet = |seq: u64, rtp_ts: u32, keyframe: bool, payload: tern_pool::Buf| {
             crate::stream::RingPacket {
-                kind: crate::clip::MediaKind::Video,
+                kind: MediaKind::Video,
                 layer: 0,
                 seq,
                 rtp_ts,
@@ -436,13 +437,10 @@ mod tests {
                 .expect("taken");
             let last = out[n - 1];
             let mut copy = out[..n].to_vec();
-            let dups = client
-                .track(crate::clip::MediaKind::Video)
-                .expect("video")
-                .duplicates;
+            let dups = client.track(MediaKind::Video).expect("video").duplicates;
             assert!(client.handle_input(now, &mut out[..n]).is_some());
             assert!(client.handle_input(now, &mut copy).is_none(), "a duplicate");
-            let track = client.track(crate::clip::MediaKind::Video).expect("video");
+            let track = client.track(MediaKind::Video).expect("video");
             assert_eq!(track.duplicates, dups + 1, "seq {seq}, last octet {last}");
             if last == 0 {
                 ends_in_0 += 1;

@@ -12,8 +12,7 @@
 use std::time::{Duration, Instant};
 
 use tern_pool::SharedBuf;
-
-use crate::clip::MediaKind;
+use tern_proto::codec::MediaKind;
 
 /// One packet as the stream stores it: payload plus the few fields a viewer needs to write
 /// its own RTP header.

@@ -381,8 +381,8 @@ fn avc_record(sps: &[u8], pps: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clip::MediaKind;
     use crate::publisher::IngestPacket;
+    use tern_proto::codec::MediaKind;
 
     const SAMPLE: &[u8] = include_bytes!("../../../assets/srt/sample.ts");
 

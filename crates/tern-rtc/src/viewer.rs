@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dimpl::{Dtls, DtlsCertificate};
+use tern_proto::codec::MediaKind;
 use tern_proto::rtcp::{self, RtcpPacket};
 use tern_proto::rtp::{self, HeaderOut};
 use tern_proto::srtp::{self, RtcpReceiver, RtcpSender, RtpSender, SrtpProfile};
@@ -36,7 +37,6 @@ mod track;
 pub(crate) use bytes::sha256;
 use bytes::{CloseAlert, write_padding};
 
-use crate::clip::MediaKind;
 use crate::stream::RingPacket;
 pub use budget::{MIN_RESEND_GAP_MS, RETRANSMIT_SHARE, ViewerLive};
 use budget::{Resend, Rtt};

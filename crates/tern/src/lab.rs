@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tern_pool::{BufferPool, CountingAlloc, PoolConfig};
+use tern_proto::codec::MediaKind;
 use tern_proto::sdp::{self, SessionDescription};
 use tern_proto::stun;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{DtlsContext, Viewer, ViewerEvent, ViewerState};

@@ -45,7 +45,8 @@ use str0m::media::{MediaKind as StrKind, Mid, Pt};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{AbsCaptureTime, Extension, ExtensionValues, RtpWrite, SeqNo};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
-use tern_rtc::clip::{Clip, ClipSource, MediaKind};
+use tern_proto::codec::MediaKind;
+use tern_rtc::clip::{Clip, ClipSource};
 use tern_server::media::batch::SendBatch;
 
 /// Counting allocator: live heap bytes for `/stats`, aws-lc's included.

@@ -40,7 +40,7 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
 };
-use tern_rtc::clip::MediaKind;
+use tern_proto::codec::MediaKind;
 use tern_rtc::clip::{Clip, ClipSource};
 use tern_server::media::batch::{Gso, SendBatch};
 

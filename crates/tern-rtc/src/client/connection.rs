@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dimpl::Dtls;
+use tern_proto::codec::MediaKind;
 use tern_proto::rtcp::{self, ReportBlock, RtcpPacket};
 use tern_proto::rtp;
 use tern_proto::srtp::{self, RtcpCipher, RtpCipher, SrtpProfile};
 use tern_proto::stun;
 
-use crate::clip::MediaKind;
 use crate::viewer::{DtlsContext, sha256};
 
 use super::offer::ClientParams;

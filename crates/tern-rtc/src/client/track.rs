@@ -3,9 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use tern_proto::codec::MediaKind;
 use tern_proto::rtp;
-
-use crate::clip::MediaKind;
 
 /// Sequence window (in packets) kept to tell duplicates and late packets apart.
 const WINDOW: u64 = 1024;

@@ -27,12 +27,13 @@
 
 use std::time::Instant;
 
+use tern_proto::codec::MediaKind;
+
 use super::Viewer;
 use super::budget::{
     DEPTH_MS, MIN_DEPTH, MIN_RESEND_GAP_MS, NO_ESTIMATE_DEPTH, PENDING_MAX_MS, RECENT,
     RETRANSMIT_SHARE, Resend, ViewerLive,
 };
-use crate::clip::MediaKind;
 
 impl Viewer {
     /// Milliseconds since the viewer was made (wraps after 49 days).

@@ -1,9 +1,8 @@
 //! A viewer's per-track state: the mapping from the stream's numbering to the viewer's
 //! (continuous across simulcast layer switches), and the VP8 ids rewritten after one.
 
-use tern_proto::codec::Vp8Ids;
+use tern_proto::codec::{MediaKind, Vp8Ids};
 
-use crate::clip::MediaKind;
 use crate::stream::RingPacket;
 
 /// Per-track parameters from the negotiation.

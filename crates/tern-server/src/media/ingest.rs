@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use tern_proto::codec::VideoCodec;
-use tern_rtc::clip::MediaKind;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_rtc::publisher::{IngestPacket, Publisher, PublisherEvent};
 use tern_rtc::stream::MAX_LAYERS;
 use tokio::sync::oneshot;

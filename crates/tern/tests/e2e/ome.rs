@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tern_proto::codec::MediaKind;
 use tern_proto::sdp::SessionDescription;
 use tern_proto::stun;
 use tern_rtc::client::{Client, ClientOffer, ClientState, answer_offer};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::DtlsContext;
 use tungstenite::{Message, WebSocket};
 

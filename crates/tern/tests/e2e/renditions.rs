@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Server, http_get, http_post};
+use tern_proto::codec::MediaKind;
 use tern_proto::h264::{self, Depacketizer};
 use tern_proto::sdp;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::DtlsContext;
 
 const CONFIG: &str = "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\nrenditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n";

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use common::rsa::{openssl, self_signed};
 use common::{Server, http_delete, http_get, http_post};
+use tern_proto::codec::MediaKind;
 use tern_proto::sdp;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
-use tern_rtc::clip::MediaKind;
 use tern_rtc::viewer::{DEFAULT_SRTP_PROFILES, DtlsContext};
 
 /// A fresh self-signed RSA certificate (DER) and its key (DER; PKCS#1 when `pkcs1`).

@@ -20,7 +20,7 @@
 //! a packet further off starts a new run (larger) or ends the run unpadded (smaller).
 
 use crossbeam_channel::TrySendError;
-use tern_rtc::clip::MediaKind;
+use tern_proto::codec::MediaKind;
 use tern_rtc::stream::RingPacket;
 
 use crate::media::link::{Data, WorkerLink};

@@ -5,9 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tern_proto::codec::VideoCodec;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::h264;
-use tern_rtc::clip::MediaKind;
 use tern_rtc::publisher::Publisher;
 use tern_rtc::stream::RingPacket;
 use tokio::sync::oneshot;

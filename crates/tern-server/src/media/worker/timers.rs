@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tern_rtc::clip::MediaKind;
+use tern_proto::codec::MediaKind;
 use tern_rtc::viewer::ViewerEvent;
 
 use super::{VIEWER_TIMER_SWEEPS, Worker};

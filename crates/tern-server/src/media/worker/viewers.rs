@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use tern_proto::codec::MediaKind;
 use tern_proto::stun;
-use tern_rtc::clip::MediaKind;
 use tern_rtc::stream::RingPacket;
 use tern_rtc::viewer::adapt::LayerChooser;
 use tern_rtc::viewer::{CloseReason, PWD_LEN, UFRAG_LEN, Viewer, ViewerParams, ViewerState};
