@@ -45,8 +45,7 @@ use tern_rtc::client::{Client, ClientOffer, ClientState, TrackStats, client_para
 use tern_rtc::session::{self, LocalInfo};
 use tern_rtc::stream::{RingPacket, Stream};
 use tern_rtc::viewer::{
-    CloseReason, DtlsContext, PWD_LEN, UFRAG_LEN, Viewer, ViewerEvent, ViewerState,
-    ViewerTimeouts,
+    CloseReason, DtlsContext, PWD_LEN, UFRAG_LEN, Viewer, ViewerEvent, ViewerState, ViewerTimeouts,
 };
 
 /// The server's media address (TEST-NET-1, RFC 5737): the answer's host candidate.
@@ -326,7 +325,13 @@ pub struct IceAgent {
 
 impl IceAgent {
     /// An agent that sends its first request at `now`.
-    pub fn new(user: String, pwd: String, from: SocketAddr, interval: Duration, now: Instant) -> Self {
+    pub fn new(
+        user: String,
+        pwd: String,
+        from: SocketAddr,
+        interval: Duration,
+        now: Instant,
+    ) -> Self {
         IceAgent {
             user,
             pwd,
@@ -435,6 +440,8 @@ pub struct Pair {
     pub refused: Vec<(Instant, String)>,
     /// Binding requests the viewer answered, with their source address.
     pub answered: Vec<(Instant, SocketAddr)>,
+    /// Binding requests the client itself sent (not its agent's).
+    pub client_checks: u64,
     /// DTLS records sent towards the viewer and towards the client.
     pub dtls_to_viewer: u64,
     /// See `dtls_to_viewer`.
@@ -536,6 +543,7 @@ impl Pair {
             keyframe_requests: 0,
             refused: Vec::new(),
             answered: Vec::new(),
+            client_checks: 0,
             dtls_to_viewer: 0,
             dtls_to_client: 0,
             rtcp_to_viewer: 0,
@@ -589,7 +597,10 @@ impl Pair {
 
     /// The client's statistics of its video track.
     pub fn video(&self) -> TrackStats {
-        self.client.track(MediaKind::Video).cloned().unwrap_or_default()
+        self.client
+            .track(MediaKind::Video)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The video packets the client took.
@@ -626,17 +637,16 @@ impl Pair {
     pub fn ntp(&self, at: Instant) -> u64 {
         let d = at.saturating_duration_since(self.start);
         let frac = (u64::from(d.subsec_nanos()) << 32) / 1_000_000_000;
-        NTP_BASE
-            .wrapping_add(d.as_secs() << 32)
-            .wrapping_add(frac)
+        NTP_BASE.wrapping_add(d.as_secs() << 32).wrapping_add(frac)
     }
 
     /// A ring packet of `kind` and `layer` with source number `seq`, its payload tagged with
-    /// both (see [`Got`]).
-    fn packet(&self, kind: MediaKind, layer: u8, seq: u64, rtp_ts: u32, marker: bool, key: bool, first: bool) -> RingPacket {
+    /// both (see [`Got`]) and starting an IDR slice when `idr`; not a frame's last packet
+    /// nor a keyframe's first until the caller says so.
+    fn packet(&self, kind: MediaKind, layer: u8, seq: u64, rtp_ts: u32, idr: bool) -> RingPacket {
         let mut buf = self.pool.alloc(PAYLOAD);
         buf[0] = match kind {
-            MediaKind::Video if key => NAL_IDR,
+            MediaKind::Video if idr => NAL_IDR,
             MediaKind::Video => NAL_SLICE,
             MediaKind::Audio => 0xfc,
         };
@@ -650,8 +660,8 @@ impl Pair {
             layer,
             seq,
             rtp_ts,
-            marker,
-            keyframe: key && first,
+            marker: false,
+            keyframe: false,
             capture_ntp: self.ntp(self.now),
             payload: buf.freeze(),
         }
@@ -665,7 +675,9 @@ impl Pair {
         for i in 0..packets {
             let seq = self.next_video[usize::from(layer)];
             self.next_video[usize::from(layer)] += 1;
-            let pkt = self.packet(MediaKind::Video, layer, seq, rtp_ts, i + 1 == packets, keyframe, i == 0);
+            let mut pkt = self.packet(MediaKind::Video, layer, seq, rtp_ts, keyframe);
+            pkt.marker = i + 1 == packets;
+            pkt.keyframe = keyframe && i == 0;
             self.publish(pkt);
             seqs.push(seq);
         }
@@ -676,7 +688,8 @@ impl Pair {
     pub fn audio(&mut self, rtp_ts: u32) -> u64 {
         let seq = self.next_audio;
         self.next_audio += 1;
-        let pkt = self.packet(MediaKind::Audio, 0, seq, rtp_ts, true, false, true);
+        let mut pkt = self.packet(MediaKind::Audio, 0, seq, rtp_ts, false);
+        pkt.marker = true;
         self.publish(pkt);
         seq
     }
@@ -696,7 +709,7 @@ impl Pair {
             let f = self.frames;
             let ts = (f as u32).wrapping_mul(FRAME_TICKS);
             for l in layers {
-                let key = f >= l.phase && (f - l.phase) % l.gop == 0;
+                let key = f >= l.phase && (f - l.phase).is_multiple_of(l.gop);
                 self.frame(l.layer, key, l.packets, ts);
             }
             self.frames += 1;
@@ -726,7 +739,8 @@ impl Pair {
             self.lost_on_purpose += 1;
             return true;
         }
-        self.to_client.send(self.now, SERVER, to, &out[..n], &mut self.rng);
+        self.to_client
+            .send(self.now, SERVER, to, &out[..n], &mut self.rng);
         true
     }
 
@@ -775,7 +789,8 @@ impl Pair {
                 match self.viewer.handle_stun(self.now, &msg, from, &mut out) {
                     Ok(n) => {
                         self.answered.push((self.now, from));
-                        self.to_client.send(self.now, SERVER, from, &out[..n], &mut self.rng);
+                        self.to_client
+                            .send(self.now, SERVER, from, &out[..n], &mut self.rng);
                     }
                     Err(e) => self.refused.push((self.now, e.to_string())),
                 }
@@ -784,27 +799,32 @@ impl Pair {
             _ if self.viewer.remote_addr() != Some(from) => {}
             Datagram::Dtls => {
                 let mut flights: Vec<Vec<u8>> = Vec::new();
-                let _ = self.viewer.handle_dtls(self.now, &data, &self.server_ctx, &mut |p| {
-                    flights.push(p.to_vec())
-                });
+                let _ = self
+                    .viewer
+                    .handle_dtls(self.now, &data, &self.server_ctx, &mut |p| {
+                        flights.push(p.to_vec())
+                    });
                 for f in &flights {
                     self.dtls_to_client += 1;
-                    self.to_client.send(self.now, SERVER, from, f, &mut self.rng);
+                    self.to_client
+                        .send(self.now, SERVER, from, f, &mut self.rng);
                 }
             }
             Datagram::Rtcp => {
                 self.rtcp_to_viewer += 1;
                 let mut nacks = Vec::new();
                 let mut keyframe = false;
-                let _ = self.viewer.handle_rtcp(self.now, &mut data, &mut |ev| match ev {
-                    ViewerEvent::Nack {
-                        kind,
-                        layer,
-                        seq,
-                        out,
-                    } => nacks.push((kind, layer, seq, out)),
-                    ViewerEvent::KeyframeRequest => keyframe = true,
-                });
+                let _ = self
+                    .viewer
+                    .handle_rtcp(self.now, &mut data, &mut |ev| match ev {
+                        ViewerEvent::Nack {
+                            kind,
+                            layer,
+                            seq,
+                            out,
+                        } => nacks.push((kind, layer, seq, out)),
+                        ViewerEvent::KeyframeRequest => keyframe = true,
+                    });
                 if keyframe {
                     self.keyframe_requests += 1;
                 }
@@ -903,10 +923,16 @@ impl Pair {
             self.next_sweep = None;
             let mut due = Vec::new();
             self.viewer
-                .due_resends(self.now, &mut |kind, layer, seq, out| due.push((kind, layer, seq, out)));
+                .due_resends(self.now, &mut |kind, layer, seq, out| {
+                    due.push((kind, layer, seq, out))
+                });
             self.retransmit(&due);
         }
-        if !self.viewer.poll_timeout().is_some_and(|(t, _)| t <= self.now) {
+        let due = self
+            .viewer
+            .poll_timeout()
+            .is_some_and(|(t, _)| t <= self.now);
+        if !due {
             return;
         }
         let mut flights: Vec<Vec<u8>> = Vec::new();
@@ -921,7 +947,8 @@ impl Pair {
             }
             if let Some(n) = sr {
                 self.sender_reports += 1;
-                self.to_client.send(self.now, SERVER, to, &out[..n], &mut self.rng);
+                self.to_client
+                    .send(self.now, SERVER, to, &out[..n], &mut self.rng);
             }
         }
         self.after_io();
@@ -933,10 +960,13 @@ impl Pair {
         self.client.drain(&mut |d| out.push(d.to_vec()));
         let from = self.client_addr;
         for d in &out {
-            if Datagram::of(d) == Datagram::Dtls {
-                self.dtls_to_viewer += 1;
+            match Datagram::of(d) {
+                Datagram::Dtls => self.dtls_to_viewer += 1,
+                Datagram::Stun => self.client_checks += 1,
+                _ => {}
             }
-            self.to_viewer.send(self.now, from, SERVER, d, &mut self.rng);
+            self.to_viewer
+                .send(self.now, from, SERVER, d, &mut self.rng);
         }
     }
 
@@ -963,7 +993,8 @@ impl Pair {
             {
                 let req = a.request(self.now, &mut self.rng);
                 let from = a.from;
-                self.to_viewer.send(self.now, from, SERVER, &req, &mut self.rng);
+                self.to_viewer
+                    .send(self.now, from, SERVER, &req, &mut self.rng);
             }
             self.drain_client();
             let due_now = self.next_event().is_some_and(|t| t <= self.now);
@@ -1041,8 +1072,19 @@ impl Pair {
 
     /// A binding request signed with `pwd` as USERNAME `user`, from `from`, handed to the
     /// viewer at once (not over the link): its answer, or why it was refused.
-    pub fn check_now(&mut self, user: &str, pwd: &str, from: SocketAddr) -> Result<Vec<u8>, String> {
-        let mut a = IceAgent::new(user.into(), pwd.into(), from, Duration::from_secs(1), self.now);
+    pub fn check_now(
+        &mut self,
+        user: &str,
+        pwd: &str,
+        from: SocketAddr,
+    ) -> Result<Vec<u8>, String> {
+        let mut a = IceAgent::new(
+            user.into(),
+            pwd.into(),
+            from,
+            Duration::from_secs(1),
+            self.now,
+        );
         let req = a.request(self.now, &mut self.rng);
         let msg = stun::Message::parse(&req).unwrap();
         let mut out = [0u8; 256];
