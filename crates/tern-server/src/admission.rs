@@ -26,10 +26,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::{debug, warn};
 
 use crate::config::{AdmissionConfig, AppConfig};
+use crate::snapshot::{Event, EventKind, SnapshotRef};
 
 /// What a session wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -380,6 +381,33 @@ impl Admission {
                 c.fetch_add(1, Ordering::Relaxed);
             }
         });
+    }
+
+    /// The close notifications: each admitted session's end (a viewer or a publisher
+    /// leaving, read off the event stream `events`) is told to its webhook, until the stream
+    /// closes. Runs on the runtime that [`Admission::start`] started the sender on.
+    pub async fn close_notifications(&self, mut events: broadcast::Receiver<Event>) {
+        loop {
+            match events.recv().await {
+                Ok(e) => {
+                    let key = match (&e.kind, &e.snapshot) {
+                        (EventKind::ViewerLeft, SnapshotRef::Viewer(v)) => SessionKey::Viewer(v.id),
+                        (EventKind::PublisherLeft, SnapshotRef::Publisher(p)) => {
+                            SessionKey::Publisher(p.id)
+                        }
+                        _ => continue,
+                    };
+                    self.ended(key, e.reason.unwrap_or("ended"));
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(
+                        "admission: {n} session events missed; their close notifications are lost"
+                    );
+                    self.stats.closes_dropped.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
     }
 
     /// Decides `ask`: the app's JWT first (if set), then its webhook (if set).

@@ -10,7 +10,7 @@
 //! | where | what |
 //! | --- | --- |
 //! | `session/` | may this client publish or play? names and dynamic streams, the app token, admission, per-address limits, the cluster claim and edge pull, lifetimes: one grant or one `Refusal` for every surface (`Core` is the state they share) |
-//! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`, `recordings.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs` |
+//! | `http/` | the HTTP surfaces: `router.rs` (every route) over `whep.rs`, `whip.rs`, `ome.rs`, `hls.rs`, `api.rs`, `metrics.rs`, `openapi.rs`, `pages.rs`, `memory.rs`, `cluster.rs`, `recordings.rs`; below them `state.rs` (the WHEP session table over `Core`), `extract.rs`, `error.rs` (`HttpError`), `reply.rs`, `trickle.rs`, `listener.rs`; `server.rs` starts and stops it all (the runtime, the listeners, serving, the grace) |
 //! | `rtmp.rs` | RTMP ingest: the listener and one thread per connection; a surface over `session/` |
 //! | `srt/` | SRT ingest: the listener thread over `srt-protocol` (behind a `Transport` trait), stream IDs, one publisher thread per caller feeding MPEG-TS through `tern_rtc::ts_publisher`; a surface over `session/` |
 //! | `rtsp/` | RTSP cameras (`[[app.source]]`): one `RtspPull` thread per source on `retina`, on demand or always, retried with backoff; its frames through `tern_rtc::av::AvPipeline`; state, events, metrics |
@@ -20,12 +20,14 @@
 //! | `hls.rs` | LL-HLS sessions and packagers, a subscriber of the tap (`http/hls.rs` serves them) |
 //! | `record/` | recordings, a subscriber of the tap: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
-//! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn` |
+//! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn`, started as `[turn]` says |
 //! | `snapshot.rs` | cached snapshots and the event bus |
 //! | `limits.rs` | limits per client address |
 //! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
 //! | `admission.rs` | JWT and the admission webhook, close notifications |
+//! | `metrics.rs` | what the parts report in `/metrics`, held per server: the `Expose` trait a part registers, and the one family writer |
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
+//! | `start.rs` | what a part's start function reports when it fails (`StartError`: a socket not bound, a thread not started) |
 //! | `config/` | the TOML configuration: one file per section, each with its `Default` and its own check |
 //!
 //! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`, `rtsp/`) stand on `feed/`
@@ -33,7 +35,9 @@
 //! on `media`, `admission`, `cluster`, `directory` and `limits`; no ingest surface imports
 //! `http/`, `media` never imports a surface; inside each folder nothing imports what imports
 //! it. `crates/tern/tests/e2e/house.rs` checks all three, and that this map names every module.
-//! [`Server::start`] puts them together and reports the addresses it bound.
+//! [`Server::start`] starts the parts in dependency order, each by its own start function
+//! (`Engine::start`, `turn::start`, `http::bind`, `rtmp::start`, ...), and reports the
+//! addresses it bound; [`Server::shutdown`] stops them in the reverse order.
 //!
 //! # One packet, from ingest to socket
 //!
@@ -63,6 +67,7 @@ pub mod hls;
 pub mod http;
 pub mod limits;
 pub mod media;
+pub mod metrics;
 pub mod reclaim;
 pub mod record;
 pub mod rtmp;
@@ -70,6 +75,7 @@ pub mod rtsp;
 pub mod session;
 pub mod snapshot;
 pub mod srt;
+pub mod start;
 pub mod tap;
 pub mod turn;
 
@@ -79,16 +85,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tern_pool::{BufferPool, PoolConfig};
+use crossbeam_channel::Receiver;
 use tern_rtc::clip::{Clip, ClipSource};
 use tern_rtc::stream::Stream;
 use tern_rtc::viewer::DtlsContext;
 use tracing::info;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::http::AppState;
-use crate::media::{Engine, EngineConfig, EngineStream, WorkerCounts};
+use crate::media::{Engine, EngineStream, EngineThreads, TapPacket};
 use crate::session::Core;
+use crate::start::StartError;
 
 /// Start-up errors.
 #[non_exhaustive]
@@ -138,45 +145,153 @@ pub enum ServeError {
     Other(String),
 }
 
-/// What the command line asks for.
-#[derive(Debug, Clone, Default)]
+impl From<StartError> for ServeError {
+    /// A part's [`StartError`] as the same variant here.
+    fn from(e: StartError) -> Self {
+        match e {
+            StartError::Bind { what, addr, source } => ServeError::Bind { what, addr, source },
+            StartError::Thread { what, source } => ServeError::Thread { what, source },
+        }
+    }
+}
+
+/// What the command line asks for: the flags of `tern serve` and `tern demo`, each
+/// overriding its config key ([`ServeOptions::apply`]). A flag's doc comment is its
+/// `--help` text.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServeOptions {
-    /// `--http`, overriding the config.
+    /// HTTP listener (WHEP, pages, API) [default: 0.0.0.0:8080]
+    #[arg(long)]
     pub http: Option<SocketAddr>,
-    /// `--media`, overriding the config.
+    /// The one UDP port for all WebRTC media [default: 0.0.0.0:10000]
+    #[arg(long)]
     pub media: Option<SocketAddr>,
-    /// `--candidate` (repeatable), overriding the config when given.
+    /// Host address announced in ICE candidates; repeat it for one candidate per address
+    /// (e.g. an IPv4 and an IPv6 address with --media [::]:10000)
+    #[arg(long)]
     pub candidate: Vec<IpAddr>,
-    /// `--config`.
+    /// TOML configuration file
+    #[arg(long)]
     pub config: Option<PathBuf>,
-    /// `--rtmp` (`Some(None)`: `--rtmp none`), overriding the config.
-    pub rtmp: Option<Option<SocketAddr>>,
-    /// `--srt` (`Some(None)`: `--srt none`), overriding the config.
-    pub srt: Option<Option<SocketAddr>>,
-    /// Serve the built-in clip as `live/demo`.
+    /// RTMP ingest listener, or `none`; `--rtmp` alone listens on 0.0.0.0:1935
+    /// [default: `server.rtmp` in the config, else 0.0.0.0:1935 when that port is free]
+    #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
+          default_missing_value = config::DEFAULT_RTMP,
+          value_parser = ListenArg::rtmp)]
+    pub rtmp: Option<ListenArg>,
+    /// SRT ingest listener (UDP), or `none`; `--srt` alone listens on 0.0.0.0:8890
+    /// [default: `server.srt` in the config, else off]
+    #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
+          default_missing_value = config::DEFAULT_SRT,
+          value_parser = ListenArg::srt)]
+    pub srt: Option<ListenArg>,
+    /// Serve the built-in clip as `live/demo`: set by `tern demo`, not a flag.
+    #[arg(skip)]
     pub demo: bool,
-    /// Which built-in clip `demo` serves.
+    /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)
+    #[arg(long, value_enum, default_value_t = DemoClip::Standard)]
     pub clip: DemoClip,
-    /// `--turn`: the STUN/TURN listen address, overriding `turn.listen`.
+    /// Run the built-in STUN/TURN server on this address, UDP and TCP (e.g. 0.0.0.0:3478)
+    #[arg(long, value_name = "ADDR")]
     pub turn: Option<SocketAddr>,
-    /// `--turn-user NAME:PASSWORD` (repeatable), added to `turn.users`.
+    /// Add a long-term TURN user (repeatable)
+    #[arg(long = "turn-user", value_name = "NAME:PASSWORD")]
     pub turn_users: Vec<String>,
-    /// `--turn-secret`, overriding `turn.secret`.
+    /// Shared secret for TURN REST credentials (coturn's use-auth-secret format)
+    #[arg(long, value_name = "SECRET")]
     pub turn_secret: Option<String>,
-    /// `--turn-relay-ip`, overriding `turn.relay_ip`.
+    /// Address TURN relay sockets bind to and announce
+    #[arg(long, value_name = "IP")]
     pub turn_relay_ip: Option<IpAddr>,
-    /// `--worker-count`, overriding `server.worker_count`.
+    /// Socket workers on the media port (OvenMediaEngine's WorkerCount) [default: 1]
+    #[arg(long, value_name = "N")]
     pub worker_count: Option<usize>,
-    /// `--app-worker-count`, overriding `server.app_worker_count`.
+    /// App workers: per-stream work (AppWorkerCount) [default: 1]
+    #[arg(long, value_name = "N")]
     pub app_worker_count: Option<usize>,
-    /// `--stream-worker-count`, overriding `server.stream_worker_count`.
+    /// Stream workers: per-viewer SRTP and sends (StreamWorkerCount; 0 = app workers send) [default: 1]
+    #[arg(long, value_name = "N")]
     pub stream_worker_count: Option<usize>,
-    /// `--https`, overriding `server.https`.
+    /// HTTPS listener: everything the HTTP listener serves, over TLS (h2 and http/1.1);
+    /// needs --tls-cert and --tls-key [default: `server.https`, else none]
+    #[arg(long, value_name = "ADDR")]
     pub https: Option<SocketAddr>,
-    /// `--tls-cert`, overriding `server.tls_cert`.
+    /// Certificate chain for --https, PEM (watched: a renewed file is picked up)
+    #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
-    /// `--tls-key`, overriding `server.tls_key`.
+    /// Private key for --tls-cert, PEM
+    #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+}
+
+/// The value of `--rtmp` and `--srt`: the listener's address, or `None` for `none` (off).
+/// A type of its own because clap reads an `Option<Option<_>>` field its own way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenArg(pub Option<SocketAddr>);
+
+impl ListenArg {
+    /// `--rtmp ADDR|none`.
+    fn rtmp(s: &str) -> Result<ListenArg, String> {
+        config::parse_rtmp(s).map(ListenArg)
+    }
+
+    /// `--srt ADDR|none` (the same shape as `--rtmp`).
+    fn srt(s: &str) -> Result<ListenArg, String> {
+        config::parse_srt(s).map(ListenArg)
+    }
+}
+
+impl ServeOptions {
+    /// Puts the flags given over `cfg` (the file's values or the defaults): each replaces
+    /// its config key (`--candidate`, repeated, the whole `server.candidate` list), but
+    /// `--turn-user` adds to `turn.users`. `--config`, `--clip` and `demo` are not keys.
+    pub fn apply(&self, cfg: &mut Config) {
+        let server = &mut cfg.server;
+        if let Some(a) = self.http {
+            server.http = a;
+        }
+        if let Some(a) = self.media {
+            server.media = a;
+        }
+        if !self.candidate.is_empty() {
+            server.candidate = self.candidate.clone();
+        }
+        if let Some(r) = self.rtmp {
+            server.rtmp = Some(r.0);
+        }
+        if let Some(s) = self.srt {
+            server.srt = s.0;
+        }
+        if let Some(n) = self.worker_count {
+            server.worker_count = n;
+        }
+        if let Some(n) = self.app_worker_count {
+            server.app_worker_count = n;
+        }
+        if let Some(n) = self.stream_worker_count {
+            server.stream_worker_count = n;
+        }
+        if let Some(a) = self.https {
+            server.https = Some(a);
+        }
+        if let Some(p) = &self.tls_cert {
+            server.tls_cert = Some(p.clone());
+        }
+        if let Some(p) = &self.tls_key {
+            server.tls_key = Some(p.clone());
+        }
+        let turn = &mut cfg.turn;
+        if let Some(a) = self.turn {
+            turn.listen = Some(a);
+        }
+        turn.users.extend(self.turn_users.iter().cloned());
+        if let Some(s) = &self.turn_secret {
+            turn.secret = Some(s.clone());
+        }
+        if let Some(ip) = self.turn_relay_ip {
+            turn.relay_ip = Some(ip);
+        }
+    }
 }
 
 /// The built-in clips.
@@ -189,55 +304,14 @@ pub enum DemoClip {
     Lite,
 }
 
-/// Loads the configuration and applies command-line overrides.
+/// Loads the configuration (`--config`, else the defaults), applies the command line over
+/// it ([`ServeOptions::apply`]) and validates the result.
 pub fn load_config(opts: &ServeOptions) -> Result<Config, ServeError> {
     let mut cfg = match &opts.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
-    if let Some(a) = opts.http {
-        cfg.server.http = a;
-    }
-    if let Some(a) = opts.media {
-        cfg.server.media = a;
-    }
-    if !opts.candidate.is_empty() {
-        cfg.server.candidate = opts.candidate.clone();
-    }
-    if let Some(r) = opts.rtmp {
-        cfg.server.rtmp = Some(r);
-    }
-    if let Some(s) = opts.srt {
-        cfg.server.srt = s;
-    }
-    if let Some(a) = opts.turn {
-        cfg.turn.listen = Some(a);
-    }
-    cfg.turn.users.extend(opts.turn_users.iter().cloned());
-    if let Some(s) = &opts.turn_secret {
-        cfg.turn.secret = Some(s.clone());
-    }
-    if let Some(ip) = opts.turn_relay_ip {
-        cfg.turn.relay_ip = Some(ip);
-    }
-    if let Some(n) = opts.worker_count {
-        cfg.server.worker_count = n;
-    }
-    if let Some(n) = opts.app_worker_count {
-        cfg.server.app_worker_count = n;
-    }
-    if let Some(n) = opts.stream_worker_count {
-        cfg.server.stream_worker_count = n;
-    }
-    if let Some(a) = opts.https {
-        cfg.server.https = Some(a);
-    }
-    if let Some(p) = &opts.tls_cert {
-        cfg.server.tls_cert = Some(p.clone());
-    }
-    if let Some(p) = &opts.tls_key {
-        cfg.server.tls_key = Some(p.clone());
-    }
+    opts.apply(&mut cfg);
     // Command-line values pass the same checks as the file's, named by their config key.
     cfg.validate()?;
     Ok(cfg)
@@ -284,281 +358,65 @@ impl std::fmt::Display for Addresses {
 pub struct Server {
     addrs: Addresses,
     core: Arc<Core>,
-    rt: Option<tokio::runtime::Runtime>,
-    /// Tells the HTTP server to stop accepting and finish what it serves.
-    stop_http: Option<tokio::sync::oneshot::Sender<()>>,
-    http_task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
-    rtmp: Option<rtmp::RtmpServer>,
-    srt: Option<srt::SrtServer>,
-    sources: Option<Arc<rtsp::Sources>>,
-    turn: Option<turn::TurnHandle>,
-    engine_threads: Option<media::EngineThreads>,
-    tap_thread: Option<std::thread::JoinHandle<()>>,
-    record_thread: Option<std::thread::JoinHandle<()>>,
-    _reclaim: Option<reclaim::ReclaimThread>,
+    /// The parts, in the order they started.
+    parts: Parts,
+    /// The HTTP side: the last part to start, kept apart because
+    /// [`Server::run_until_signal`] waits on it.
+    http: Option<http::Serving>,
 }
 
 impl Server {
     /// Starts a server on `cfg` (validated, with the command line applied:
     /// [`load_config`]); `opts.demo` and `opts.clip` say whether to serve the demo clip.
-    /// Returns once every listener is bound and the HTTP server accepts; port 0 in the
-    /// config binds a port the kernel chooses ([`Server::addrs`] reports it). A failure
-    /// part-way leaves what already started to the process's exit (as `tern serve` exits).
+    /// The parts start in dependency order, each by its own start function; a part goes on
+    /// the list for [`Server::shutdown`] once it runs. Returns once every listener is bound
+    /// and the HTTP server accepts; port 0 in the config binds a port the kernel chooses
+    /// ([`Server::addrs`] reports it). A failure part-way leaves what already started to
+    /// the process's exit (as `tern serve` exits).
     pub fn start(cfg: Config, opts: &ServeOptions) -> Result<Server, ServeError> {
-        let t = &cfg.tunables;
-        let pool = BufferPool::new(PoolConfig {
-            name: "packet_buffers",
-            lower: 1,
-            upper: t.max_payload,
-            initial: t.pool_initial,
-            max_free: t.pool_max_free,
-            low_water: t.pool_initial / 4,
-            prefault: true,
-            huge_pages: false,
-        })?;
-        let reclaim = match reclaim::Reclaimer::new(pool.clone(), t.pool_trim_s, Instant::now()) {
-            Some(r) => Some(r.spawn().map_err(|source| ServeError::Thread {
-                what: "reclaim",
-                source,
-            })?),
-            None => None,
-        };
-        let (engine_streams, directory) = streams(&cfg, opts)?;
-        let dtls = Arc::new(DtlsContext::generate_with(&t.srtp_profiles())?);
-        let media = cfg.server.media;
+        let mut parts = Parts::default();
+        let pool = Engine::packet_pool(&cfg.tunables)?;
+        parts.add(reclaim::start(&pool, cfg.tunables.pool_trim_s)?);
+        let (streams, directory) = streams(&cfg, opts)?;
+        let dtls = Arc::new(DtlsContext::generate_with(&cfg.tunables.srtp_profiles())?);
         let (tap_tx, tap_rx) = crossbeam_channel::bounded(media::TAP_QUEUE);
-        let (handle, media_addr, engine_threads) = Engine::spawn(EngineConfig {
-            bind: media,
-            streams: engine_streams,
-            dtls: dtls.clone(),
-            pool,
-            cname: cfg.server.cname.clone(),
-            publisher_timeouts: (&cfg.server).into(),
-            rings: (t.video_ring, t.audio_ring),
-            // Nothing is sent while no stream is packaged or recorded.
-            tap: Some(tap_tx),
-            gso: t.gso == config::GsoMode::Auto,
-            pause_video: t.pause_video_below_estimate,
-            workers: WorkerCounts {
-                socket: cfg.server.worker_count,
-                app: cfg.server.app_worker_count,
-                stream: cfg.server.stream_worker_count,
-            },
-        })
-        .map_err(|source| ServeError::Bind {
-            what: "media (UDP)",
-            addr: media,
-            source,
-        })?;
-        let candidate_ips = cfg.server.candidates(media);
-        // The first is the node's address where one is needed (TURN relay, cluster URL).
-        let candidate_ip = candidate_ips[0];
-        let turn = match cfg.turn.listen {
-            Some(listen) => Some(start_turn(
-                &cfg,
-                listen,
-                &candidate_ips,
-                media_addr.port(),
-                handle.stats.clone(),
-            )?),
-            None => None,
-        };
-        let links = turn.as_ref().map(|(_, l)| l.clone());
-        let http = cfg.server.http;
-        let rtmp_bind = cfg.server.rtmp;
-        let max_payload = cfg.tunables.max_payload;
-        // A trusted proxy carries many clients over its connections: the per-address limits
-        // that matter (viewers, publishers, HLS sessions) count the clients behind it.
-        let mut http_exempt = cfg.limits.exempt_ranges();
-        http_exempt.extend(cfg.server.trusted_proxy_ranges());
-        let http_per_ip = limits::PerAddress::new(
-            "HTTP connections",
-            cfg.limits.http_connections_per_ip,
-            &http_exempt,
-        );
-        let redirect_http = cfg.server.redirect_http;
-        let tls = match (&cfg.server.https, &cfg.server.tls_cert, &cfg.server.tls_key) {
-            (Some(addr), Some(cert), Some(key)) => {
-                let store = http::CertStore::load(cert, key).map_err(ServeError::Tls)?;
-                Some((*addr, store))
-            }
-            _ => None,
-        };
-        let rtmp_per_ip = limits::PerAddress::new(
-            "RTMP connections",
-            cfg.limits.rtmp_connections_per_ip,
-            &cfg.limits.exempt_ranges(),
-        );
-        let srt_bind = cfg.server.srt;
-        let srt_per_ip = limits::PerAddress::new(
-            "SRT connections",
-            cfg.limits.srt_connections_per_ip,
-            &cfg.limits.exempt_ranges(),
-        );
-        // The runtime first: RTMP connections block on it for the session layer, and the
-        // HTTP listener binds on it (a cluster node's default URL needs its port).
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("HttpWorker")
-            .enable_all()
-            .build()
-            .map_err(|source| ServeError::Thread {
-                what: "HTTP runtime",
-                source,
-            })?;
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind(http))
-            .and_then(|l| l.local_addr().map(|a| (l, a)));
-        let (listener, http_addr) = listener.map_err(|source| ServeError::Bind {
-            what: "HTTP",
-            addr: http,
-            source,
-        })?;
-        let https = match tls {
-            Some((addr, store)) => {
-                let l = rt
-                    .block_on(tokio::net::TcpListener::bind(addr))
-                    .and_then(|l| l.local_addr().map(|a| (l, a)));
-                let (l, bound) = l.map_err(|source| ServeError::Bind {
-                    what: "HTTPS",
-                    addr,
-                    source,
-                })?;
-                let config = store.server_config().map_err(ServeError::Tls)?;
-                Some((l, bound, store, config))
-            }
-            None => None,
-        };
-        let cluster = match cfg.cluster.clone() {
-            Some(c) => {
-                let c = c.with_default_url(candidate_ip, http_addr);
-                Some(Arc::new(
-                    cluster::Cluster::new(c, dtls.clone()).map_err(ServeError::Cluster)?,
-                ))
-            }
-            None => None,
-        };
-        let core = Arc::new(
-            Core::new(
-                cfg,
-                directory,
-                handle.clone(),
-                *dtls.fingerprint(),
-                candidate_ips.clone(),
-                media_addr.port(),
-            )
-            .with_turn(links)
-            .with_cluster(cluster),
-        );
-        let _ = core.runtime.set(rt.handle().clone());
-        let record_thread = core.record.spawn().map_err(|source| ServeError::Thread {
-            what: "recording writer",
-            source,
-        })?;
-        let tap_thread = core
-            .tap
-            .spawn(tap_rx)
-            .map_err(|source| ServeError::Thread {
-                what: "media tap",
-                source,
-            })?;
-        let spawn_rtmp =
-            |addr| rtmp::RtmpServer::spawn(addr, core.clone(), max_payload, rtmp_per_ip.clone());
-        let rtmp = match rtmp_bind {
-            Some(Some(addr)) => Some(spawn_rtmp(addr).map_err(|source| ServeError::Bind {
-                what: "RTMP",
-                addr,
-                source,
-            })?),
-            Some(None) => None,
-            // Not configured: the default port if it is free.
-            None => {
-                let addr: SocketAddr = config::DEFAULT_RTMP.parse().expect("a valid address");
-                match spawn_rtmp(addr) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        tracing::warn!(
-                            "RTMP ingest is off: cannot bind the default {addr} ({e}); set server.rtmp or --rtmp"
-                        );
-                        None
-                    }
-                }
-            }
-        };
-        let srt = match srt_bind {
-            Some(addr) => Some(
-                srt::SrtServer::spawn(addr, core.clone(), max_payload, srt_per_ip).map_err(
-                    |source| ServeError::Bind {
-                        what: "SRT",
-                        addr,
-                        source,
-                    },
-                )?,
-            ),
-            None => None,
-        };
-        let sources = Some(rtsp::Sources::start(core.clone()));
-        let https_addr = https.as_ref().map(|h| h.1);
-        let state =
-            Arc::new(AppState::new(core.clone()).with_tls(https.as_ref().map(|h| h.2.clone())));
-        let (stop_http, stopping) = tokio::sync::oneshot::channel::<()>();
-        let http_task = rt.spawn(async move {
-            start_service_tasks(&state);
-            // One stop for both listeners.
-            let (stop_all, stop_rx) = tokio::sync::watch::channel(false);
-            tokio::spawn(async move {
-                let _ = stopping.await;
-                let _ = stop_all.send(true);
-            });
-            let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
-            let routes = http::router(state);
-            let plain_routes = match https_addr {
-                Some(a) if redirect_http => http::redirect_router(a.port()),
-                _ => routes.clone(),
-            };
-            let plain = axum::serve(
-                http::LimitedListener::new(listener, http_per_ip.clone()),
-                plain_routes.into_make_service_with_connect_info::<http::Peer>(),
-            )
-            .with_graceful_shutdown(stopped(stop_rx.clone()));
-            let Some((l, _, store, config)) = https else {
-                return plain.await.map_err(ServeError::Http);
-            };
-            store.watch();
-            let tls = http::TlsListener::spawn(l, http_per_ip, config).map_err(ServeError::Http)?;
-            let secure = axum::serve(
-                tls,
-                routes.into_make_service_with_connect_info::<http::Peer>(),
-            )
-            .with_graceful_shutdown(stopped(stop_rx));
-            let (a, b) = tokio::join!(plain, secure);
-            a.and(b).map_err(ServeError::Http)
-        });
+        let (engine, media_addr, engine_threads) =
+            Engine::start(&cfg, streams, dtls.clone(), pool, tap_tx)?;
+        let candidates = cfg.server.candidates(cfg.server.media);
+        let port = media_addr.port();
+        let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats)?.unzip();
+        let turn_addr = turn.as_ref().map(|t| t.addr);
+        parts.add(turn);
+        let tls = http::load_tls(&cfg.server).map_err(ServeError::Tls)?;
+        let bound = http::bind(&cfg, tls)?;
+        // The first candidate is the node's address where one is needed (its cluster URL).
+        let cluster = Cluster::for_node(cfg.cluster.clone(), candidates[0], bound.http_addr, &dtls)
+            .map_err(ServeError::Cluster)?;
+        let fingerprint = *dtls.fingerprint();
+        let core = Core::new(cfg, directory, engine, fingerprint, candidates, port);
+        let core = Arc::new(core.with_turn(links).with_cluster(cluster));
+        let _ = core.runtime.set(bound.runtime());
+        parts.add(MediaThreads::start(&core, engine_threads, tap_rx)?);
+        parts.add(rtsp::Sources::start(core.clone()));
+        let srt = srt::start(&core)?;
+        let rtmp = rtmp::start(&core)?;
         let addrs = Addresses {
-            http: http_addr,
-            https: https_addr,
+            http: bound.http_addr,
+            https: bound.https_addr,
             media: media_addr,
             rtmp: rtmp.as_ref().map(|r| r.addr),
             srt: srt.as_ref().map(|s| s.addr),
-            turn: turn.as_ref().map(|(t, _)| t.addr),
+            turn: turn_addr,
         };
-        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, srt = ?addrs.srt, candidates = ?candidate_ips, "tern listening");
+        parts.add(srt);
+        parts.add(rtmp);
+        let http = http::serve(bound, &core);
+        info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, srt = ?addrs.srt, candidates = ?core.candidate_ips, "tern listening");
         Ok(Server {
             addrs,
             core,
-            rt: Some(rt),
-            stop_http: Some(stop_http),
-            http_task: Some(http_task),
-            rtmp,
-            srt,
-            sources,
-            turn: turn.map(|(t, _)| t),
-            engine_threads: Some(engine_threads),
-            tap_thread: Some(tap_thread),
-            record_thread,
-            _reclaim: reclaim,
+            parts,
+            http: Some(http),
         })
     }
 
@@ -574,82 +432,32 @@ impl Server {
 
     /// Waits for SIGINT or SIGTERM, then [`Server::shutdown`].
     pub fn run_until_signal(mut self) -> Result<(), ServeError> {
-        let served = match (&self.rt, self.http_task.as_mut()) {
-            (Some(rt), Some(task)) => rt.block_on(async {
-                tokio::select! {
-                    () = shutdown_signal() => None,
-                    r = task => Some(r),
-                }
-            }),
-            _ => None,
-        };
-        // The HTTP server ending by itself is an error (its listener failed).
-        if let Some(r) = served {
-            self.http_task = None;
-            let res = r.map_err(|e| ServeError::Other(format!("http server: {e}")))?;
-            self.shutdown();
-            return res;
-        }
+        let ended = self.http.as_mut().and_then(http::Serving::until_signal);
         self.shutdown();
-        Ok(())
+        // The HTTP server ending by itself is an error (its listener failed).
+        match ended {
+            Some(r) => r
+                .map_err(|e| ServeError::Other(format!("http server: {e}")))?
+                .map_err(ServeError::Http),
+            None => Ok(()),
+        }
     }
 
-    /// Stops the server: the HTTP listener (open connections get [`HTTP_GRACE`] to
-    /// finish), the cluster membership (at once rather than after the TTL), RTMP, SRT, the
-    /// media engine, the media tap's thread and TURN, in that order.
+    /// Stops the server, its parts in the reverse order of their start: the HTTP side
+    /// (open connections get [`http::GRACE`] to finish; then the cluster membership ends,
+    /// at once rather than after the TTL), RTMP, SRT, the RTSP sources, the media engine
+    /// with the media tap's thread and the recorder (files finished), TURN and the reclaim
+    /// pass.
     pub fn shutdown(mut self) {
         self.stop();
     }
 
     fn stop(&mut self) {
-        let Some(rt) = self.rt.take() else {
+        let Some(http) = self.http.take() else {
             return;
         };
-        if let Some(tx) = self.stop_http.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.http_task.take() {
-            // Graceful shutdown waits for every open connection; a WebSocket (events, OME
-            // signalling) or a slow client would hold the process. Past the grace they
-            // are cut (the runtime is dropped below).
-            let done = rt.block_on(async { tokio::time::timeout(HTTP_GRACE, task).await });
-            if done.is_err() {
-                tracing::warn!(
-                    "HTTP connections still open {HTTP_GRACE:?} after the stop: closing them"
-                );
-            }
-        }
-        if let Some(c) = self.core.cluster.clone() {
-            rt.block_on(async {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), c.leave()).await;
-            });
-        }
-        drop(rt);
-        if let Some(r) = self.rtmp.take() {
-            r.stop();
-        }
-        if let Some(s) = self.srt.take() {
-            s.stop();
-        }
-        if let Some(s) = self.sources.take() {
-            s.stop();
-        }
-        self.core.engine.stop_all();
-        if let Some(t) = self.engine_threads.take() {
-            t.join();
-        }
-        // The workers held the tap's senders: the tap's thread has seen its queue close.
-        if let Some(h) = self.tap_thread.take() {
-            let _ = h.join();
-        }
-        // Nothing feeds the recordings any more: their files are finished.
-        self.core.record.shutdown();
-        if let Some(h) = self.record_thread.take() {
-            let _ = h.join();
-        }
-        if let Some(t) = self.turn.take() {
-            t.stop();
-        }
+        http.stop();
+        self.parts.stop();
         info!("tern stopped");
     }
 }
@@ -657,6 +465,126 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A started part of the server.
+trait Part: Send + Sync {
+    /// Stops it and waits for its threads.
+    fn stop(self: Box<Self>);
+}
+
+/// The parts a server started, in the order they started.
+#[derive(Default)]
+struct Parts(Vec<Box<dyn Part>>);
+
+impl Parts {
+    /// `part` runs: it goes last on the list.
+    fn add(&mut self, part: impl Part + 'static) {
+        self.0.push(Box::new(part));
+    }
+
+    /// Stops every part, the last started first.
+    fn stop(&mut self) {
+        while let Some(part) = self.0.pop() {
+            part.stop();
+        }
+    }
+}
+
+/// A part the configuration may leave off.
+impl<P: Part> Part for Option<P> {
+    fn stop(self: Box<Self>) {
+        if let Some(p) = *self {
+            Box::new(p).stop();
+        }
+    }
+}
+
+impl Part for reclaim::ReclaimThread {
+    fn stop(self: Box<Self>) {
+        // Its `Drop` stops the thread and waits for it.
+        drop(self);
+    }
+}
+
+impl Part for turn::TurnHandle {
+    fn stop(self: Box<Self>) {
+        turn::TurnHandle::stop(*self);
+    }
+}
+
+impl Part for rtmp::RtmpServer {
+    fn stop(self: Box<Self>) {
+        rtmp::RtmpServer::stop(*self);
+    }
+}
+
+impl Part for srt::SrtServer {
+    fn stop(self: Box<Self>) {
+        srt::SrtServer::stop(*self);
+    }
+}
+
+impl Part for Arc<rtsp::Sources> {
+    fn stop(self: Box<Self>) {
+        rtsp::Sources::stop(&self);
+    }
+}
+
+/// The media engine's threads and the two threads it feeds, one part: the media tap's (the
+/// app workers hold its queue's senders) and the recorder's writer (the tap and the frame
+/// publishers feed it). It runs whole once those two run, after the [`Core`] that owns them,
+/// and stops in the order media flows, so that each thread sees its input end.
+struct MediaThreads {
+    core: Arc<Core>,
+    engine: EngineThreads,
+    tap: std::thread::JoinHandle<()>,
+    record: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MediaThreads {
+    /// Starts the recorder's writer and the tap's thread on `tap`, beside the engine's
+    /// threads `engine`.
+    fn start(
+        core: &Arc<Core>,
+        engine: EngineThreads,
+        tap: Receiver<TapPacket>,
+    ) -> Result<MediaThreads, StartError> {
+        let record = core
+            .record
+            .spawn()
+            .map_err(StartError::thread("recording writer"))?;
+        let tap = core
+            .tap
+            .spawn(tap)
+            .map_err(StartError::thread("media tap"))?;
+        Ok(MediaThreads {
+            core: core.clone(),
+            engine,
+            tap,
+            record,
+        })
+    }
+}
+
+impl Part for MediaThreads {
+    fn stop(self: Box<Self>) {
+        let MediaThreads {
+            core,
+            engine,
+            tap,
+            record,
+        } = *self;
+        core.engine.stop_all();
+        engine.join();
+        // The workers held the tap's senders: the tap's thread has seen its queue close.
+        let _ = tap.join();
+        // Nothing feeds the recordings any more: their files are finished.
+        core.record.shutdown();
+        if let Some(h) = record {
+            let _ = h.join();
+        }
     }
 }
 
@@ -705,228 +633,4 @@ fn streams(
         engine_streams.push(EngineStream::new(String::new(), Stream::new(1, 1), None));
     }
     Ok((engine_streams, directory::Directory::new(infos, spare)))
-}
-
-/// The HTTP side's background work, once a second: the sweep that removes publisher-made
-/// streams past their grace; and, with an admission webhook, the close notifications
-/// (admitted sessions' ends, read off the event stream).
-fn start_service_tasks(state: &Arc<AppState>) {
-    http::cluster::start(state);
-    let st = state.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            session::sweep_streams(&st);
-            st.hls.housekeep(std::time::Instant::now(), &st.admission);
-        }
-    });
-    record_tasks(state);
-    if !state.admission.has_webhooks() {
-        return;
-    }
-    state.admission.start();
-    let st = state.clone();
-    let mut events = state.engine.stats.snapshots.subscribe();
-    tokio::spawn(async move {
-        use snapshot::{EventKind, SnapshotRef};
-        loop {
-            match events.recv().await {
-                Ok(e) => {
-                    let key = match (&e.kind, &e.snapshot) {
-                        (EventKind::ViewerLeft, SnapshotRef::Viewer(v)) => {
-                            admission::SessionKey::Viewer(v.id)
-                        }
-                        (EventKind::PublisherLeft, SnapshotRef::Publisher(p)) => {
-                            admission::SessionKey::Publisher(p.id)
-                        }
-                        _ => continue,
-                    };
-                    st.admission.ended(key, e.reason.unwrap_or("ended"));
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(
-                        "admission: {n} session events missed; their close notifications are lost"
-                    );
-                    st.admission
-                        .stats
-                        .closes_dropped
-                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    });
-}
-
-/// The recorder's housekeeping on the HTTP runtime: `record.enabled` recordings start as
-/// soon as a stream has a publisher (on its `publisher.joined` event, before its first
-/// keyframe; and once a second in case an event was missed) and stop when it has neither
-/// a publisher nor media; every 10 s the `delete_after_s` sweep. The event bus is read only
-/// when some app records by itself (`record.enabled`); API recordings stop on the tick.
-fn record_tasks(state: &Arc<AppState>) {
-    let st = state.clone();
-    let mut events = state
-        .record
-        .apps()
-        .iter()
-        .any(|a| a.record.enabled)
-        .then(|| state.engine.stats.snapshots.subscribe());
-    // The sweep runs on a blocking thread: spawned only when some app deletes old files, so a
-    // server that keeps them does not start (and hold, for tokio's keep-alive) a thread every 10 s.
-    let sweeps = state
-        .record
-        .apps()
-        .iter()
-        .any(|a| a.record.delete_after_s > 0);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut n = 0u64;
-        loop {
-            tokio::select! {
-                e = async {
-                    match events.as_mut() {
-                        Some(rx) => rx.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => match e {
-                    Ok(e) if !matches!(e.kind, snapshot::EventKind::StreamChanged
-                        | snapshot::EventKind::PublisherJoined
-                        | snapshot::EventKind::PublisherLeft) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                    _ => {}
-                },
-                _ = tick.tick() => n += 1,
-            }
-            let streams = st.streams.list();
-            let stats = st.engine.stats.clone();
-            let published: std::collections::HashSet<Arc<str>> = stats
-                .snapshots
-                .publishers()
-                .into_iter()
-                .map(|p| p.stream)
-                .collect();
-            st.record.housekeep(&streams, |key, i| {
-                published.contains(key)
-                    || stats
-                        .stream(i)
-                        .is_some_and(|c| c.live.load(std::sync::atomic::Ordering::Relaxed))
-            });
-            if sweeps && n.is_multiple_of(10) {
-                let rec = st.record.clone();
-                let deleted = tokio::task::spawn_blocking(move || rec.sweep()).await;
-                for p in deleted.unwrap_or_default() {
-                    info!(path = %p.display(), "recording deleted (delete_after_s)");
-                }
-            }
-        }
-    });
-}
-
-/// How long open HTTP connections get to finish after SIGTERM/SIGINT before they are cut:
-/// short enough that the whole process stops within 5 s (the media threads take under a
-/// second), long enough for a WHEP POST or DELETE in flight to finish.
-const HTTP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Starts the TURN worker; returns it and what WHEP `Link` headers announce.
-fn start_turn(
-    cfg: &Config,
-    listen: SocketAddr,
-    candidate_ips: &[IpAddr],
-    media_port: u16,
-    stats: Arc<media::EngineStats>,
-) -> Result<(turn::TurnHandle, session::TurnLinks), ServeError> {
-    let t = &cfg.turn;
-    // The relay's default address: the listen address, else the first candidate of the
-    // listen address's family (a relay on 0.0.0.0 cannot announce ::1).
-    let v4 = listen.ip().is_ipv4();
-    let candidate_ip = candidate_ips
-        .iter()
-        .copied()
-        .find(|ip| ip.to_canonical().is_ipv4() == v4)
-        .unwrap_or(candidate_ips[0]);
-    let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
-        candidate_ip
-    } else {
-        listen.ip()
-    });
-    // Without a configured secret, a random one lets tern mint REST credentials for its own
-    // WHEP answers; nobody else knows it.
-    let secret = t.secret.clone().unwrap_or_else(|| {
-        use rand::Rng;
-        let mut rng = rand::rng();
-        (0..32)
-            .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
-            .collect()
-    });
-    // The relay never reaches the server's own addresses or internal ranges unless allowed.
-    let own: Vec<IpAddr> = [listen.ip(), relay_ip]
-        .into_iter()
-        .chain(candidate_ips.iter().copied())
-        .filter(|ip| !ip.is_unspecified())
-        .collect();
-    let (allowed, denied) = t.peer_ranges();
-    let config = tern_rtc::turn::TurnConfig {
-        realm: t.realm.clone(),
-        users: t.user_pairs(),
-        secret: Some(secret.clone()),
-        max_allocations: t.max_allocations,
-        max_allocations_per_user: t.max_allocations_per_user,
-        // Relayed viewers reach tern's own media port, and only that port of its address.
-        peers: tern_rtc::peer_policy::PeerPolicy::new(&own, allowed, denied).with_exceptions(
-            candidate_ips
-                .iter()
-                .map(|ip| SocketAddr::new(*ip, media_port))
-                .collect(),
-        ),
-        max_allocations_per_ip: cfg.limits.turn_allocations_per_ip,
-        max_bytes_per_sec: u32::try_from(t.max_bps / 8).unwrap_or(u32::MAX),
-        nonce_seed: rand::random(),
-        ..tern_rtc::turn::TurnConfig::default()
-    };
-    let handle = turn::spawn(turn::TurnOptions {
-        listen,
-        relay_ip,
-        relay_ports: (t.relay_port_min, t.relay_port_max),
-        config,
-        stats: Some(stats),
-    })
-    .map_err(|source| ServeError::Bind {
-        what: "TURN (UDP and TCP)",
-        addr: listen,
-        source,
-    })?;
-    let links = session::TurnLinks {
-        host: relay_ip,
-        port: handle.addr.port(),
-        secret,
-        lifetime: t.credential_lifetime,
-    };
-    Ok((handle, links))
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-    info!("shutting down");
 }

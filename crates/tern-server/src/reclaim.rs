@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 use tern_pool::{BufferPool, CountingAlloc, release_free_memory, set_mmap_threshold};
 use tracing::debug;
 
+use crate::start::StartError;
+
 /// Heap shrinkage (from its peak since the last release) worth a `malloc_trim`.
 pub const RELEASE_AFTER_BYTES: usize = 1 << 20;
 
@@ -153,6 +155,14 @@ impl Reclaimer {
             thread: Some(thread),
         })
     }
+}
+
+/// Starts the pass over the packet pool `pool` every `every_s` seconds
+/// (`tunables.pool_trim_s`) on its thread; `None` when `every_s` is 0.
+pub fn start(pool: &BufferPool, every_s: u64) -> Result<Option<ReclaimThread>, StartError> {
+    Reclaimer::new(pool.clone(), every_s, Instant::now())
+        .map(|r| r.spawn().map_err(StartError::thread("reclaim")))
+        .transpose()
 }
 
 /// The reclaim pass's thread; dropping it stops the thread and waits for it.

@@ -30,12 +30,12 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tern_pool::{CountingAlloc, PoolCounter};
+use tern_pool::CountingAlloc;
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::AvEvent;
 use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
@@ -47,6 +47,7 @@ use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot};
 use crate::limits::PerAddress;
 use crate::media::{FrameCommand, NtpClock, PublisherId, Source};
 use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
+use crate::start::StartError;
 
 /// Most RTMP connections at once (each is a thread and up to a few MiB of buffers).
 /// Publishers are one per stream; the rest of the room is for refusals in flight.
@@ -111,6 +112,41 @@ impl RtmpServer {
         let deadline = Instant::now() + CLOSE_WAIT;
         while self.active.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Starts RTMP ingest as the configuration says (`server.rtmp`, `--rtmp`): on its address,
+/// off (`none`), or, when not configured, on [`crate::config::DEFAULT_RTMP`] if that port is
+/// free (else off, with a warning). Connections per client address are capped by
+/// `limits.rtmp_connections_per_ip`.
+pub fn start(core: &Arc<Core>) -> Result<Option<RtmpServer>, StartError> {
+    let cfg = &core.config;
+    let per_ip = PerAddress::new(
+        "RTMP connections",
+        cfg.limits.rtmp_connections_per_ip,
+        &cfg.limits.exempt_ranges(),
+    );
+    let spawn = |addr| RtmpServer::spawn(addr, core.clone(), cfg.tunables.max_payload, per_ip);
+    match cfg.server.rtmp {
+        Some(Some(addr)) => spawn(addr)
+            .map(Some)
+            .map_err(StartError::bind("RTMP", addr)),
+        Some(None) => Ok(None),
+        // Not configured: the default port if it is free.
+        None => {
+            let addr: SocketAddr = crate::config::DEFAULT_RTMP
+                .parse()
+                .expect("a valid address");
+            match spawn(addr) {
+                Ok(r) => Ok(Some(r)),
+                Err(e) => {
+                    warn!(
+                        "RTMP ingest is off: cannot bind the default {addr} ({e}); set server.rtmp or --rtmp"
+                    );
+                    Ok(None)
+                }
+            }
         }
     }
 }
@@ -221,17 +257,6 @@ struct Connection {
     keyframe: Arc<AtomicU8>,
 }
 
-/// The memory line of RTMP ingest (`rtmp_ingest` in `GET /v1/memory`): one item per open
-/// connection, its bytes the heap the connection's thread allocated and still holds (socket
-/// buffer, chunk streams and partial messages, AVC configuration, the AAC decoder, the
-/// resampler and the Opus buffers), measured with the counting allocator's per-thread
-/// count. Not included: the state of libopus and of libavcodec (the B-frame transcoder, the
-/// renditions' decoder, scalers and encoders), which the C libraries malloc themselves.
-fn counter() -> &'static PoolCounter {
-    static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
-    COUNTER.get_or_init(|| PoolCounter::new("rtmp_ingest", 0))
-}
-
 /// The `?token=` value of a URL or name, if any.
 fn query_token(s: &str) -> Option<&str> {
     let (_, q) = s.split_once('?')?;
@@ -320,7 +345,7 @@ impl Connection {
         self.sock
             .set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
-        let mut sink = FrameSink::new(&self.st, counter());
+        let mut sink = FrameSink::new(&self.st.engine, &self.st.tap, &self.st.pools.rtmp);
         let mut p = RtmpPublisher::new(rand::random(), max_payload);
         let mut buf = vec![0u8; 64 * 1024];
         let start = Instant::now();

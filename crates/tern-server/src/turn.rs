@@ -1,7 +1,8 @@
 //! The TURN/STUN server's IO: one thread (`TurnWorker`) over mio with the UDP listener, the
 //! TCP listener and its connections, and one UDP relay socket per allocation, bound in the
 //! configured port range. All protocol decisions are made by the sans-IO
-//! [`tern_rtc::turn::TurnServer`]; this module moves bytes and binds sockets.
+//! [`tern_rtc::turn::TurnServer`]; this module moves bytes and binds sockets. [`start`]
+//! makes the server's configuration from `[turn]` and what WHEP answers announce.
 //!
 //! TCP framing (RFC 8656 §12.5): each connection keeps a read buffer that holds at most one
 //! partial frame, and a write buffer only while the kernel's send queue is full (bounded:
@@ -24,7 +25,11 @@ use tern_rtc::turn::{
 };
 use tracing::{debug, info, warn};
 
+use crate::config::Config;
+use crate::media::EngineStats;
 use crate::media::batch::SendBatch;
+use crate::session::{TurnLinks, random_token};
+use crate::start::StartError;
 
 const UDP: Token = Token(0);
 const TCP: Token = Token(1);
@@ -53,7 +58,7 @@ pub struct TurnOptions {
     /// Protocol settings.
     pub config: TurnConfig,
     /// Where allocation snapshots and events go (the media engine's counters and cache).
-    pub stats: Option<Arc<crate::media::EngineStats>>,
+    pub stats: Option<Arc<EngineStats>>,
 }
 
 /// Counters shared with the HTTP side, refreshed by the worker once a second.
@@ -126,7 +131,7 @@ struct Worker {
     max_conns: usize,
     shared: Arc<TurnShared>,
     stop: Arc<AtomicBool>,
-    stats: Option<Arc<crate::media::EngineStats>>,
+    stats: Option<Arc<EngineStats>>,
     /// Last allocation id given.
     serial: u64,
 }
@@ -186,6 +191,80 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         addr,
         shared,
     })
+}
+
+/// Starts TURN as the configuration says (`[turn]`, off without `turn.listen`): the worker
+/// on `turn.listen`, its relays on `turn.relay_ip`, else the listen address, else the first
+/// of `candidate_ips` of the listen address's family. Relayed viewers may reach the media
+/// port `media_port` of the candidate addresses and nothing else of the server's own;
+/// allocations are counted in `stats`. Returns the worker and what WHEP `Link` headers
+/// announce.
+pub fn start(
+    cfg: &Config,
+    candidate_ips: &[IpAddr],
+    media_port: u16,
+    stats: &Arc<EngineStats>,
+) -> Result<Option<(TurnHandle, TurnLinks)>, StartError> {
+    let t = &cfg.turn;
+    let Some(listen) = t.listen else {
+        return Ok(None);
+    };
+    // The relay's default address: the listen address, else the first candidate of the
+    // listen address's family (a relay on 0.0.0.0 cannot announce ::1).
+    let v4 = listen.ip().is_ipv4();
+    let candidate_ip = candidate_ips
+        .iter()
+        .copied()
+        .find(|ip| ip.to_canonical().is_ipv4() == v4)
+        .unwrap_or(candidate_ips[0]);
+    let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
+        candidate_ip
+    } else {
+        listen.ip()
+    });
+    // Without a configured secret, a random one lets tern mint REST credentials for its own
+    // WHEP answers; nobody else knows it.
+    let secret = t.secret.clone().unwrap_or_else(|| random_token(32));
+    // The relay never reaches the server's own addresses or internal ranges unless allowed.
+    let own: Vec<IpAddr> = [listen.ip(), relay_ip]
+        .into_iter()
+        .chain(candidate_ips.iter().copied())
+        .filter(|ip| !ip.is_unspecified())
+        .collect();
+    let (allowed, denied) = t.peer_ranges();
+    let config = TurnConfig {
+        realm: t.realm.clone(),
+        users: t.user_pairs(),
+        secret: Some(secret.clone()),
+        max_allocations: t.max_allocations,
+        max_allocations_per_user: t.max_allocations_per_user,
+        // Relayed viewers reach tern's own media port, and only that port of its address.
+        peers: tern_rtc::peer_policy::PeerPolicy::new(&own, allowed, denied).with_exceptions(
+            candidate_ips
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, media_port))
+                .collect(),
+        ),
+        max_allocations_per_ip: cfg.limits.turn_allocations_per_ip,
+        max_bytes_per_sec: u32::try_from(t.max_bps / 8).unwrap_or(u32::MAX),
+        nonce_seed: rand::random(),
+        ..TurnConfig::default()
+    };
+    let handle = spawn(TurnOptions {
+        listen,
+        relay_ip,
+        relay_ports: (t.relay_port_min, t.relay_port_max),
+        config,
+        stats: Some(stats.clone()),
+    })
+    .map_err(StartError::bind("TURN (UDP and TCP)", listen))?;
+    let links = TurnLinks {
+        host: relay_ip,
+        port: handle.addr.port(),
+        secret,
+        lifetime: t.credential_lifetime,
+    };
+    Ok(Some((handle, links)))
 }
 
 /// Receive and send buffer asked for each relay socket (the kernel caps it at rmem_max).

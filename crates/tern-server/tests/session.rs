@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use tern_server::session::{Core, Credentials, PlayAsk, Protocol, PublishAsk, Refusal};
-use tern_server::{ServeOptions, Server, load_config};
+use tern_server::{ListenArg, ServeOptions, Server, load_config};
 
 /// A server with `live` (only its declared `cam`, token `t0k`), `open` (any name) and no
 /// per-address exemption, so that loopback clients are limited too.
@@ -26,7 +26,7 @@ fn server() -> Server {
         media: Some(any),
         candidate: vec![[127, 0, 0, 1].into()],
         config: Some(path),
-        rtmp: Some(None),
+        rtmp: Some(ListenArg(None)),
         ..Default::default()
     };
     Server::start(load_config(&opts).expect("config"), &opts).expect("start")

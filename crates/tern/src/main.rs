@@ -2,11 +2,10 @@
 
 #![forbid(unsafe_code)]
 
-use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 mod lab;
 mod malloc;
@@ -27,9 +26,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the server with the configured streams.
-    Serve(ServeArgs),
+    Serve(ServeOptions),
     /// Run the server with the built-in demo clip as live/demo.
-    Demo(ServeArgs),
+    Demo(ServeOptions),
     /// In-process measurements of the viewer path: heap at lifecycle checkpoints,
     /// handshakes per second, fan-out cost (see bench/core.sh).
     Lab(lab::LabArgs),
@@ -61,82 +60,6 @@ enum ConfigCmd {
     },
 }
 
-#[derive(Args)]
-struct ServeArgs {
-    /// HTTP listener (WHEP, pages, API) [default: 0.0.0.0:8080]
-    #[arg(long)]
-    http: Option<SocketAddr>,
-    /// The one UDP port for all WebRTC media [default: 0.0.0.0:10000]
-    #[arg(long)]
-    media: Option<SocketAddr>,
-    /// Host address announced in ICE candidates; repeat it for one candidate per address
-    /// (e.g. an IPv4 and an IPv6 address with --media [::]:10000)
-    #[arg(long)]
-    candidate: Vec<IpAddr>,
-    /// TOML configuration file
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// RTMP ingest listener, or `none`; `--rtmp` alone listens on 0.0.0.0:1935
-    /// [default: `server.rtmp` in the config, else 0.0.0.0:1935 when that port is free]
-    #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
-          default_missing_value = tern_server::config::DEFAULT_RTMP,
-          value_parser = parse_rtmp)]
-    rtmp: Option<RtmpBind>,
-    /// SRT ingest listener (UDP), or `none`; `--srt` alone listens on 0.0.0.0:8890
-    /// [default: `server.srt` in the config, else off]
-    #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
-          default_missing_value = tern_server::config::DEFAULT_SRT,
-          value_parser = parse_srt)]
-    srt: Option<RtmpBind>,
-    /// Built-in clip for `tern demo`: standard (~1.1 Mbit/s) or lite (~300 kbit/s)
-    #[arg(long, value_enum, default_value_t = tern_server::DemoClip::Standard)]
-    clip: tern_server::DemoClip,
-    /// Run the built-in STUN/TURN server on this address, UDP and TCP (e.g. 0.0.0.0:3478)
-    #[arg(long, value_name = "ADDR")]
-    turn: Option<SocketAddr>,
-    /// Add a long-term TURN user (repeatable)
-    #[arg(long, value_name = "NAME:PASSWORD")]
-    turn_user: Vec<String>,
-    /// Shared secret for TURN REST credentials (coturn's use-auth-secret format)
-    #[arg(long, value_name = "SECRET")]
-    turn_secret: Option<String>,
-    /// Address TURN relay sockets bind to and announce
-    #[arg(long, value_name = "IP")]
-    turn_relay_ip: Option<IpAddr>,
-    /// Socket workers on the media port (OvenMediaEngine's WorkerCount) [default: 1]
-    #[arg(long, value_name = "N")]
-    worker_count: Option<usize>,
-    /// App workers: per-stream work (AppWorkerCount) [default: 1]
-    #[arg(long, value_name = "N")]
-    app_worker_count: Option<usize>,
-    /// Stream workers: per-viewer SRTP and sends (StreamWorkerCount; 0 = app workers send) [default: 1]
-    #[arg(long, value_name = "N")]
-    stream_worker_count: Option<usize>,
-    /// HTTPS listener: everything the HTTP listener serves, over TLS (h2 and http/1.1);
-    /// needs --tls-cert and --tls-key [default: `server.https`, else none]
-    #[arg(long, value_name = "ADDR")]
-    https: Option<SocketAddr>,
-    /// Certificate chain for --https, PEM (watched: a renewed file is picked up)
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    /// Private key for --tls-cert, PEM
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-}
-
-/// `--rtmp ADDR|none`.
-#[derive(Clone)]
-struct RtmpBind(Option<SocketAddr>);
-
-fn parse_rtmp(s: &str) -> Result<RtmpBind, String> {
-    tern_server::config::parse_rtmp(s).map(RtmpBind)
-}
-
-/// `--srt ADDR|none` (the same shape as `--rtmp`).
-fn parse_srt(s: &str) -> Result<RtmpBind, String> {
-    tern_server::config::parse_srt(s).map(RtmpBind)
-}
-
 fn main() -> ExitCode {
     // The server runs with glibc's thread caches off (see malloc.rs); before any thread starts.
     if matches!(
@@ -155,9 +78,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse_from(tern_bench::normalize_args(std::env::args()));
-    let (args, demo) = match cli.cmd {
-        Cmd::Serve(a) => (a, false),
-        Cmd::Demo(a) => (a, true),
+    let opts = match cli.cmd {
+        Cmd::Serve(opts) => opts,
+        Cmd::Demo(opts) => ServeOptions { demo: true, ..opts },
         Cmd::Mem { url, sessions } => {
             return match fetch_dd(&url, sessions) {
                 Ok(t) => {
@@ -194,26 +117,6 @@ fn main() -> ExitCode {
                 }
             };
         }
-    };
-    let opts = ServeOptions {
-        http: args.http,
-        media: args.media,
-        candidate: args.candidate,
-        config: args.config,
-        rtmp: args.rtmp.map(|r| r.0),
-        srt: args.srt.map(|r| r.0),
-        demo,
-        clip: args.clip,
-        turn: args.turn,
-        turn_users: args.turn_user,
-        turn_secret: args.turn_secret,
-        turn_relay_ip: args.turn_relay_ip,
-        worker_count: args.worker_count,
-        app_worker_count: args.app_worker_count,
-        stream_worker_count: args.stream_worker_count,
-        https: args.https,
-        tls_cert: args.tls_cert,
-        tls_key: args.tls_key,
     };
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,

@@ -179,6 +179,20 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// This node's cluster part when `[cluster]` is set (`section`), with `url` defaulting to
+    /// the HTTP listener `http` on `host` (the node's first ICE candidate); `None` without.
+    /// Not connected until it runs.
+    pub fn for_node(
+        section: Option<ClusterSection>,
+        host: std::net::IpAddr,
+        http: std::net::SocketAddr,
+        dtls: &Arc<DtlsContext>,
+    ) -> Result<Option<Arc<Cluster>>, String> {
+        section
+            .map(|c| Cluster::new(c.with_default_url(host, http), dtls.clone()).map(Arc::new))
+            .transpose()
+    }
+
     /// The cluster part of a node configured with `cfg` (not connected until it runs);
     /// its upstream sessions use the node's own DTLS certificate `dtls`.
     pub fn new(cfg: ClusterSection, dtls: Arc<DtlsContext>) -> Result<Self, String> {

@@ -52,13 +52,13 @@ impl Ledger {
 /// One connection's line in an ingest pool: an item while it lives, with the bytes its
 /// [`Ledger`] last measured; both given back when it is dropped.
 pub struct Booking {
-    pool: &'static PoolCounter,
+    pool: PoolCounter,
     bytes: usize,
 }
 
 impl Booking {
     /// Books one item, of no bytes yet, in `pool`.
-    pub fn open(pool: &'static PoolCounter) -> Self {
+    pub fn open(pool: PoolCounter) -> Self {
         pool.add(1, 0);
         Booking { pool, bytes: 0 }
     }

@@ -1,13 +1,13 @@
 //! After the grant: a publisher's place in the engine, and the one way its media goes in.
 //!
-//! - [`Publish::attach`] (and [`Publish::attach_blocking`] for the surfaces' own threads)
-//!   takes what the session layer granted and a [`Feed`]: the cluster claim and the
-//!   stream's slot, the publisher added to the engine, the publisher table and the
-//!   session's lifetime. It returns a [`PublisherSlot`] whose `Drop` undoes it all (forgets
-//!   the session, removes the publisher), whatever the way out: an error, a close, a kick,
-//!   a panic (quinn's `ConnectionRef`). A [`Publish`] dropped before `attach` releases its
-//!   claim. Sources the server pulls itself (RTSP cameras, an edge's upstream) have no
-//!   grant and take their slot with [`attach_source`].
+//! - [`add`] puts a publisher in the engine with its [`Feed`] and gives back a
+//!   [`PublisherSlot`] whose `Drop` undoes it (removes the publisher and, for a publisher
+//!   the session layer admitted, forgets its session in the [`PublisherTable`]), whatever
+//!   the way out: an error, a close, a kick, a panic (quinn's `ConnectionRef`). Admitted
+//!   publishers come here through `Publish::attach` ([`crate::session::Publish`]: the
+//!   cluster claim, the stream's slot, the table, the lifetime); sources the server pulls
+//!   itself (RTSP cameras, an edge's upstream) have no grant and take their slot with
+//!   [`attach_source`].
 //! - [`FrameSink`] is where a frame publisher's thread (RTMP, SRT, RTSP, edge pull) puts
 //!   each [`tern_rtc::av::AvEvent`] its container became: packets go to the engine in one
 //!   bounded batch, samples to every packager that wants them ([`crate::tap::MediaTap`]),
@@ -31,7 +31,13 @@ pub use watch::VideoWatch;
 
 use crate::limits::AddrPermit;
 use crate::media::{AddError, Command, EngineHandle, FrameCommand, PublisherId, Source};
-use crate::session::{Core, Publish, Refusal};
+
+/// Where admitted publishers are listed by session id (the session layer's publisher
+/// table): a slot forgets its session there when it is dropped.
+pub trait PublisherTable: Send + Sync {
+    /// Removes `session` from the table.
+    fn forget(&self, session: &str);
+}
 
 /// What a publisher feeds the engine with.
 pub enum Feed {
@@ -156,7 +162,7 @@ pub struct PublisherSlot {
     id: PublisherId,
     closed: Arc<AtomicBool>,
     /// The publisher table's entry, for publishers the session layer admitted.
-    session: Option<(Arc<Core>, String)>,
+    session: Option<(Arc<dyn PublisherTable>, String)>,
     kept: bool,
 }
 
@@ -186,6 +192,12 @@ impl PublisherSlot {
         self.closed.load(Ordering::Relaxed)
     }
 
+    /// The slot of a publisher listed in `table` as `session`: dropping it forgets it there.
+    pub fn in_table(mut self, table: Arc<dyn PublisherTable>, session: String) -> Self {
+        self.session = Some((table, session));
+        self
+    }
+
     /// Leaves the publisher in the engine and the table after this slot is gone; its
     /// session id.
     pub fn keep(mut self) -> String {
@@ -202,64 +214,42 @@ impl Drop for PublisherSlot {
         if self.kept {
             return;
         }
-        if let Some((core, session)) = self.session.take() {
-            core.forget_publisher(&session);
+        if let Some((table, session)) = self.session.take() {
+            table.forget(&session);
         }
         let _ = self.engine.send(Command::RemovePublisher(self.id));
     }
 }
 
-impl Publish {
-    /// Steps 3 and 4 of publishing (see [`crate::session`]'s publish module): the cluster
-    /// claim and the stream's slot, the publisher added to the engine with `feed`, then
-    /// the publisher table and the session's lifetime. Viewers answered in another video
-    /// codec than the new publisher's are ended so that they rejoin in it.
-    pub async fn attach(self, core: &Arc<Core>, feed: Feed) -> Result<PublisherSlot, Refusal> {
-        let info = self.claim(core).await?;
-        let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
-        let pending = send(&core.engine, info.index, feed).map_err(|_| stopped())?;
-        let closed = pending.closed.clone();
-        let added = answer(pending.rx.await);
-        self.attached(core, added, closed, (was, codec))
+/// A publisher on its way into the engine: [`Adding::added`] waits for its slot.
+pub struct Adding {
+    engine: EngineHandle,
+    rx: oneshot::Receiver<Result<PublisherId, AddError>>,
+    closed: Arc<AtomicBool>,
+}
+
+/// Asks the engine to add a publisher with `feed` to stream `stream`.
+pub fn add(engine: &EngineHandle, stream: usize, feed: Feed) -> Result<Adding, AttachError> {
+    let (cmd, Pending { rx, closed }) = feed.command(stream);
+    engine.send(cmd).map_err(|_| AttachError::Stopped)?;
+    Ok(Adding {
+        engine: engine.clone(),
+        rx,
+        closed,
+    })
+}
+
+impl Adding {
+    /// The publisher's slot once the engine took it.
+    pub async fn added(self) -> Result<PublisherSlot, AttachError> {
+        let id = answer(self.rx.await)?;
+        Ok(slot(self.engine, id, self.closed))
     }
 
-    /// [`Publish::attach`] for a surface's own thread (RTMP, SRT): it waits on the
-    /// runtime; the media threads never do.
-    pub fn attach_blocking(self, core: &Arc<Core>, feed: Feed) -> Result<PublisherSlot, Refusal> {
-        let rt = core
-            .runtime()
-            .ok_or(Refusal::Unavailable("admission is not running"))?;
-        let info = rt.block_on(self.claim(core))?;
-        let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
-        let pending = send(&core.engine, info.index, feed).map_err(|_| stopped())?;
-        let closed = pending.closed.clone();
-        let added = answer(pending.rx.blocking_recv());
-        self.attached(core, added, closed, (was, codec))
-    }
-
-    fn attached(
-        self,
-        core: &Arc<Core>,
-        added: Result<PublisherId, AttachError>,
-        closed: Arc<AtomicBool>,
-        (was, codec): (VideoCodec, VideoCodec),
-    ) -> Result<PublisherSlot, Refusal> {
-        let id = match added {
-            Ok(id) => id,
-            Err(AttachError::Busy) => return Err(self.refused(AddError::Busy)),
-            Err(AttachError::Stopped) => return Err(stopped()),
-        };
-        if was != codec {
-            core.end_viewers_of_other_codec(self.key(), was, codec);
-        }
-        let session = self.started(core, id);
-        Ok(PublisherSlot {
-            engine: core.engine.clone(),
-            id,
-            closed,
-            session: Some((core.clone(), session)),
-            kept: false,
-        })
+    /// [`Adding::added`] for a thread of its own.
+    pub fn added_blocking(self) -> Result<PublisherSlot, AttachError> {
+        let id = answer(self.rx.blocking_recv())?;
+        Ok(slot(self.engine, id, self.closed))
     }
 }
 
@@ -270,9 +260,7 @@ pub async fn attach_source(
     stream: usize,
     feed: Feed,
 ) -> Result<PublisherSlot, AttachError> {
-    let pending = send(engine, stream, feed)?;
-    let id = answer(pending.rx.await)?;
-    Ok(source_slot(engine, id, pending.closed))
+    add(engine, stream, feed)?.added().await
 }
 
 /// [`attach_source`] for a thread of its own (an edge pull).
@@ -281,27 +269,15 @@ pub fn attach_source_blocking(
     stream: usize,
     feed: Feed,
 ) -> Result<PublisherSlot, AttachError> {
-    let pending = send(engine, stream, feed)?;
-    let id = answer(pending.rx.blocking_recv())?;
-    Ok(source_slot(engine, id, pending.closed))
+    add(engine, stream, feed)?.added_blocking()
 }
 
-fn source_slot(engine: &EngineHandle, id: PublisherId, closed: Arc<AtomicBool>) -> PublisherSlot {
+fn slot(engine: EngineHandle, id: PublisherId, closed: Arc<AtomicBool>) -> PublisherSlot {
     PublisherSlot {
-        engine: engine.clone(),
+        engine,
         id,
         closed,
         session: None,
         kept: false,
     }
-}
-
-fn send(engine: &EngineHandle, stream: usize, feed: Feed) -> Result<Pending, AttachError> {
-    let (cmd, pending) = feed.command(stream);
-    engine.send(cmd).map_err(|_| AttachError::Stopped)?;
-    Ok(pending)
-}
-
-fn stopped() -> Refusal {
-    Refusal::Unavailable("media engine stopped")
 }

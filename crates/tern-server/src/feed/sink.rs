@@ -11,7 +11,6 @@ use tern_rtc::publisher::IngestPacket;
 use super::{Booking, Ledger, PublisherSlot, VideoWatch, arc_bytes};
 use crate::config::TranscodeSetting;
 use crate::media::{EngineHandle, FrameCommand, PublisherId};
-use crate::session::Core;
 use crate::tap::MediaTap;
 
 /// How long a publisher's thread waits for room in its app worker's bounded queue before
@@ -36,17 +35,18 @@ pub struct FrameSink {
 }
 
 impl FrameSink {
-    /// A sink for a publisher's thread, its heap booked in `pool` from now on (a connection
-    /// is measured from its first byte, before it has a slot).
-    pub fn new(core: &Core, pool: &'static PoolCounter) -> FrameSink {
+    /// A sink for a publisher's thread into `engine` and the packagers of `tap`, its heap
+    /// booked in `pool` from now on (a connection is measured from its first byte, before
+    /// it has a slot).
+    pub fn new(engine: &EngineHandle, tap: &Arc<MediaTap>, pool: &PoolCounter) -> FrameSink {
         FrameSink {
-            engine: core.engine.clone(),
-            tap: Some(core.tap.clone()),
+            engine: engine.clone(),
+            tap: Some(tap.clone()),
             id: None,
             packets: Vec::new(),
             watch: VideoWatch::default(),
             held: Ledger::start(),
-            booking: Some(Booking::open(pool)),
+            booking: Some(Booking::open(pool.clone())),
         }
     }
 

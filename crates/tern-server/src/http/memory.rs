@@ -44,7 +44,7 @@ pub(super) async fn memory(
     } else {
         None
     };
-    let reports = tern_pool::MemoryRegistry::global().reports();
+    let reports = st.memory_reports();
     let alloc = tern_pool::CountingAlloc::stats();
     if has("format=dd") {
         let mut out = tern_pool::format_dd(&reports, &alloc);

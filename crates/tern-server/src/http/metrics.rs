@@ -359,7 +359,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         }
     }
     st.admission.stats.render(&mut o);
-    let reports = tern_pool::MemoryRegistry::global().reports();
+    let reports = st.memory_reports();
     for (name, help, f) in [
         (
             "tern_pool_used_bytes",
@@ -383,7 +383,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         }
     }
     crate::http::cluster::metrics(&st, &mut o);
-    crate::srt::counters().write_metrics(&mut o);
+    st.exposed.write_metrics(&mut o);
     if let Some(sources) = st.core.sources.get() {
         sources.write_metrics(&mut o);
     }

@@ -10,6 +10,9 @@
 //!   (WHEP routing to another node, the node's report, cluster JSON and metrics),
 //!   `recordings.rs` (start, stop, list and serve recordings);
 //!   `trickle.rs` (what WHIP and WHEP PATCHes share);
+//! - `server.rs`: the HTTP side's start and stop: the runtime and listeners ([`bind`]),
+//!   serving them with the runtime's background work ([`serve`]), the graceful stop
+//!   ([`Serving::stop`]);
 //! - below the surfaces: `state.rs` ([`AppState`]: the session layer's `Core` and the WHEP
 //!   session table), `extract.rs` (request extractors: stream path, SDP offer, tokens, the
 //!   API auth layer), `error.rs` ([`HttpError`]: one table from error to status and
@@ -39,6 +42,7 @@ mod proxy;
 mod recordings;
 mod reply;
 pub mod router;
+mod server;
 mod state;
 pub mod tls;
 mod trickle;
@@ -49,5 +53,6 @@ pub use error::HttpError;
 pub use listener::{LimitedListener, Peer};
 pub use openapi::openapi_doc;
 pub use router::{redirect_router, router};
+pub use server::{Bound, GRACE, Serving, Tls, bind, load_tls, serve};
 pub use state::AppState;
 pub use tls::{CertStore, TlsListener};

@@ -23,7 +23,7 @@
 //! message before the close rather than a bare close).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -43,12 +43,16 @@ use crate::http::state::AppState;
 use crate::media::{Command as EngineCommand, ViewerId};
 use crate::session::{Credentials, PlayAsk, PlayGrant, Protocol, Refusal};
 
-/// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`): one
-/// item per socket, its bytes the socket's state and pending offer. A process-wide counter
-/// like the registry it lives in: it is created once, on the first socket.
-fn counter() -> &'static PoolCounter {
-    static COUNTER: OnceLock<PoolCounter> = OnceLock::new();
-    COUNTER.get_or_init(|| PoolCounter::new("ome_signalling", std::mem::size_of::<Signalling>()))
+/// The memory line of open signalling sockets (`ome_signalling` in `GET /v1/memory`), in
+/// the server's own registry: one item per socket, its bytes the socket's state and pending
+/// offer.
+fn pool(st: &AppState) -> PoolCounter {
+    st.ome_pool
+        .get_or_init(|| {
+            st.memory
+                .counter("ome_signalling", std::mem::size_of::<Signalling>())
+        })
+        .clone()
 }
 
 /// Upgrades a GET on `/{app}/{stream}` to the signalling socket.
@@ -70,7 +74,7 @@ pub fn upgrade(
     ws.max_message_size(ome::MAX_MESSAGE_LEN)
         .max_frame_size(ome::MAX_MESSAGE_LEN)
         .on_upgrade(move |socket| async move {
-            let mut sig = Signalling::new(app, stream, params, bearer, peer.0);
+            let mut sig = Signalling::new(pool(&st), (app, stream), params, bearer, peer.0);
             sig.query = query.unwrap_or_default();
             sig.run(&st, socket).await;
             sig.end(&st);
@@ -152,8 +156,10 @@ struct Signalling {
     /// The id the player must echo; `None` after `stop` until the next offer.
     id: Option<i64>,
     phase: Phase,
-    /// Bytes this socket has counted in [`counter`].
+    /// Bytes this socket has counted in `pool`.
     counted: usize,
+    /// The `ome_signalling` line ([`pool`]).
+    pool: PoolCounter,
 }
 
 /// How long a socket may stay silent before it plays (no `request_offer`, or no `answer`
@@ -167,8 +173,8 @@ fn new_id() -> i64 {
 
 impl Signalling {
     fn new(
-        app: String,
-        stream: String,
+        pool: PoolCounter,
+        (app, stream): (String, String),
         params: Params,
         bearer: Option<String>,
         peer: SocketAddr,
@@ -185,13 +191,14 @@ impl Signalling {
             id: Some(new_id()),
             phase: Phase::Idle,
             counted: 0,
+            pool,
         };
-        counter().add(1, 0);
+        s.pool.add(1, 0);
         s.recount();
         s
     }
 
-    /// Brings this socket's bytes in [`counter`] up to date.
+    /// Brings this socket's bytes in its pool up to date.
     fn recount(&mut self) {
         let pending = match &self.phase {
             Phase::Offered(o) => {
@@ -201,8 +208,8 @@ impl Signalling {
         };
         let now =
             std::mem::size_of::<Self>() + self.app.capacity() + self.stream.capacity() + pending;
-        counter().add(0, now);
-        counter().sub(0, self.counted);
+        self.pool.add(0, now);
+        self.pool.sub(0, self.counted);
         self.counted = now;
     }
 
@@ -407,7 +414,7 @@ impl Signalling {
     /// The socket is gone: free everything it held.
     fn end(&mut self, st: &AppState) {
         self.stop(st);
-        counter().sub(1, self.counted);
+        self.pool.sub(1, self.counted);
         self.counted = 0;
     }
 }

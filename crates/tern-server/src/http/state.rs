@@ -122,6 +122,9 @@ pub struct AppState {
     pub(super) sessions: Mutex<SessionTable>,
     /// The HTTPS certificate, when `server.https` is on (for `/metrics`).
     pub tls: Option<Arc<CertStore>>,
+    /// The `ome_signalling` memory line, in the server's registry (made by the first
+    /// signalling socket, `http/ome.rs`, which knows its item size).
+    pub(super) ome_pool: std::sync::OnceLock<tern_pool::PoolCounter>,
 }
 
 impl Deref for AppState {
@@ -136,6 +139,7 @@ impl AppState {
     /// The HTTP side over `core`.
     pub fn new(core: Arc<Core>) -> Self {
         AppState {
+            ome_pool: std::sync::OnceLock::new(),
             core,
             sessions: Mutex::new(SessionTable::new()),
             tls: None,

@@ -25,19 +25,23 @@ use std::time::Duration;
 
 use crossbeam_channel::SendTimeoutError;
 use mio::{Poll, Token, Waker};
-use tern_pool::{BufferPool, PoolCounter};
+use tern_pool::{BufferPool, PoolConfig, PoolCounter, PoolError};
 use tern_rtc::stream::Stream;
 use tern_rtc::viewer::{DtlsContext, ViewerLive};
 use tokio::sync::oneshot;
 use tracing::info;
 
+use crate::config::{Config, GsoMode, Tunables};
 use crate::media::batch::Gso;
 use crate::media::clock::NtpClock;
 use crate::media::ingest::{FrameCommand, PublisherTimeouts};
-use crate::media::link::{Command, Ctl, Data, QUEUE, SessionMemory, ViewerId, WorkerLink};
+use crate::media::link::{
+    Command, Ctl, Data, QUEUE, SessionMemory, TapPacket, ViewerId, WorkerLink,
+};
 use crate::media::socket::{Route, SocketLink, SocketWorker};
 use crate::media::stats::{EngineStats, StreamCounters};
 use crate::media::worker::{EngineStream, Role, Worker, WorkerInit};
+use crate::start::StartError;
 
 const WAKER: Token = Token(1);
 
@@ -81,7 +85,7 @@ pub struct EngineConfig {
     /// Video and audio ring lengths (packets) of a served stream.
     pub rings: (usize, usize),
     /// Where app workers hand ring packets of streams being packaged (LL-HLS, recordings).
-    pub tap: Option<crossbeam_channel::Sender<crate::media::link::TapPacket>>,
+    pub tap: Option<crossbeam_channel::Sender<TapPacket>>,
     /// Whether to send with UDP GSO where the kernel supports it (`tunables.gso`).
     pub gso: bool,
     /// Whether a single-layer stream's viewer on a path too narrow for it has its video
@@ -106,7 +110,8 @@ impl EngineThreads {
     }
 }
 
-/// The media engine: a namespace for [`Engine::spawn`].
+/// The media engine: a namespace for [`Engine::start`] (with [`Engine::packet_pool`]) and
+/// [`Engine::spawn`].
 #[derive(Debug)]
 pub struct Engine;
 
@@ -228,6 +233,54 @@ impl EngineHandle {
 }
 
 impl Engine {
+    /// The packet buffers every engine thread takes its packets from, as `tunables` size
+    /// them (`max_payload`, `pool_initial`, `pool_max_free`), its memory reserved now.
+    pub fn packet_pool(t: &Tunables) -> Result<BufferPool, PoolError> {
+        BufferPool::new(PoolConfig {
+            name: "packet_buffers",
+            lower: 1,
+            upper: t.max_payload,
+            initial: t.pool_initial,
+            max_free: t.pool_max_free,
+            low_water: t.pool_initial / 4,
+            prefault: true,
+            huge_pages: false,
+        })
+    }
+
+    /// [`Engine::spawn`] as `cfg` says: on `server.media`, with its worker counts, CNAME and
+    /// publisher timeouts, and the tunables' rings, GSO and video pause; `streams` in index
+    /// order, packets from `pool`. App workers hand `tap` the ring packets of streams being
+    /// packaged or recorded.
+    pub fn start(
+        cfg: &Config,
+        streams: Vec<EngineStream>,
+        dtls: Arc<DtlsContext>,
+        pool: BufferPool,
+        tap: crossbeam_channel::Sender<TapPacket>,
+    ) -> Result<(EngineHandle, SocketAddr, EngineThreads), StartError> {
+        let t = &cfg.tunables;
+        Engine::spawn(EngineConfig {
+            bind: cfg.server.media,
+            streams,
+            dtls,
+            pool,
+            cname: cfg.server.cname.clone(),
+            publisher_timeouts: (&cfg.server).into(),
+            rings: (t.video_ring, t.audio_ring),
+            // Nothing is sent while no stream is packaged or recorded.
+            tap: Some(tap),
+            gso: t.gso == GsoMode::Auto,
+            pause_video: t.pause_video_below_estimate,
+            workers: WorkerCounts {
+                socket: cfg.server.worker_count,
+                app: cfg.server.app_worker_count,
+                stream: cfg.server.stream_worker_count,
+            },
+        })
+        .map_err(StartError::bind("media (UDP)", cfg.server.media))
+    }
+
     /// Binds the media port and starts the socket, app and stream workers. Returns the
     /// handle, the bound address and the threads.
     pub fn spawn(cfg: EngineConfig) -> io::Result<(EngineHandle, SocketAddr, EngineThreads)> {

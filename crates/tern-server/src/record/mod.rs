@@ -24,6 +24,7 @@
 pub mod files;
 mod writer;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,11 +35,14 @@ use tern_pool::PoolCounter;
 use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
 use tern_rtc::package::{Feed, Unit};
 use tern_rtc::rtmp::Sample;
+use tokio::sync::broadcast;
 use tracing::info;
 
 use crate::config::{AppConfig, RecordConfig};
+use crate::directory::Directory;
 use crate::media::clock::unix_ms;
 use crate::media::{EngineStats, TapPacket};
+use crate::snapshot::EventKind;
 use crate::tap::Subscriber;
 pub use writer::WriterCounters;
 use writer::{Job, Writer};
@@ -511,14 +515,16 @@ impl Recorder {
             }
             let app = key.split('/').next().unwrap_or("");
             let enabled = self.app(app).is_some_and(|a| a.record.enabled);
-            if enabled && !auto_failed && !ids.iter().any(|(_, auto)| *auto) {
-                if let Err(StartError::Codec(why)) = self.start(*index, key, "auto", true) {
-                    // Not tried again until the stream ends (a new publisher may bring
-                    // another codec).
-                    tracing::warn!("{key}: record.enabled, but no recording: {why}");
-                    if let Some(Ok(mut s)) = self.slots.get(*index).map(|s| s.lock()) {
-                        s.auto_failed = true;
-                    }
+            if enabled
+                && !auto_failed
+                && !ids.iter().any(|(_, auto)| *auto)
+                && let Err(StartError::Codec(why)) = self.start(*index, key, "auto", true)
+            {
+                // Not tried again until the stream ends (a new publisher may bring
+                // another codec).
+                tracing::warn!("{key}: record.enabled, but no recording: {why}");
+                if let Some(Ok(mut s)) = self.slots.get(*index).map(|s| s.lock()) {
+                    s.auto_failed = true;
                 }
             }
         }
@@ -532,6 +538,65 @@ impl Recorder {
             .iter()
             .flat_map(|a| files::sweep(a, &open, now))
             .collect()
+    }
+
+    /// The housekeeping, on the current runtime until the event stream closes:
+    /// `record.enabled` recordings start as soon as a stream of `streams` has a publisher (on
+    /// its `publisher.joined` event, before its first keyframe; and once a second in case an
+    /// event was missed) and stop when it has neither a publisher nor media
+    /// ([`Recorder::housekeep`]); every 10 s the `delete_after_s` sweep. The event bus is read
+    /// only when some app records by itself (`record.enabled`); API recordings stop on the
+    /// tick.
+    pub async fn housekeeping(self: &Arc<Self>, streams: &Directory) {
+        let mut events = self
+            .apps()
+            .iter()
+            .any(|a| a.record.enabled)
+            .then(|| self.stats.snapshots.subscribe());
+        // The sweep runs on a blocking thread: spawned only when some app deletes old files, so a
+        // server that keeps them does not start (and hold, for tokio's keep-alive) a thread every 10 s.
+        let sweeps = self.apps().iter().any(|a| a.record.delete_after_s > 0);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut n = 0u64;
+        loop {
+            tokio::select! {
+                e = async {
+                    match events.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match e {
+                    Ok(e) if !matches!(e.kind, EventKind::StreamChanged
+                        | EventKind::PublisherJoined
+                        | EventKind::PublisherLeft) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                },
+                _ = tick.tick() => n += 1,
+            }
+            let published: HashSet<Arc<str>> = self
+                .stats
+                .snapshots
+                .publishers()
+                .into_iter()
+                .map(|p| p.stream)
+                .collect();
+            self.housekeep(&streams.list(), |key, i| {
+                published.contains(key)
+                    || self
+                        .stats
+                        .stream(i)
+                        .is_some_and(|c| c.live.load(Ordering::Relaxed))
+            });
+            if sweeps && n.is_multiple_of(10) {
+                let rec = self.clone();
+                let deleted = tokio::task::spawn_blocking(move || rec.sweep()).await;
+                for p in deleted.unwrap_or_default() {
+                    info!(path = %p.display(), "recording deleted (delete_after_s)");
+                }
+            }
+        }
     }
 
     /// Stops every recording (files finished) and lets the writer end.

@@ -12,8 +12,8 @@
 //! is a failed session ([`End::Failed`]) that the pull retries: `retina` returns errors for
 //! what it cannot parse, and a frame the pipeline refuses is dropped and counted.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -22,7 +22,6 @@ use retina::client::{
     Transport, UdpTransportOptions,
 };
 use retina::codec::{CodecItem, FrameFormat, ParametersRef};
-use tern_pool::PoolCounter;
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::{AvEvent, AvPipeline, TranscodeMode};
 use tern_rtc::g711::{G711ToOpus, Law};
@@ -149,22 +148,13 @@ async fn step<T>(
     }
 }
 
-/// One session; `t0` is when the wait for media began (for the first-frame figure).
-/// The memory line of RTSP ingest (`rtsp_ingest` in `GET /v1/memory`): one item per
-/// session with a camera (connecting or playing), its bytes the heap the pull thread
-/// allocated for it and still holds (retina's session and depacketizers, the AAC decoder,
-/// resampler and Opus buffers), measured with the counting allocator as RTMP's are (the
-/// pull thread runs its session alone, on a runtime of its own). Not included: libopus's
-/// and libavcodec's own mallocs.
-fn pool() -> &'static PoolCounter {
-    static POOL: OnceLock<PoolCounter> = OnceLock::new();
-    POOL.get_or_init(|| PoolCounter::new("rtsp_ingest", 0))
-}
-
+/// One session; `t0` is when the wait for media began (for the first-frame figure). Its
+/// heap is booked in the `rtsp_ingest` pool (the pull thread runs its session alone, on a
+/// runtime of its own).
 pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
     let e = &job.entry;
     let core = &job.core;
-    let sink = FrameSink::new(core, pool());
+    let sink = FrameSink::new(&core.engine, &core.tap, &core.pools.rtsp);
     let Some(info) = core.streams.get(&e.key) else {
         return failed(Failure::Camera, "the stream is not in the directory");
     };

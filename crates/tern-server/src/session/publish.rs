@@ -9,15 +9,18 @@
 //! 4. the publisher is added to the engine, and [`Publish::started`] records it: the
 //!    publisher table, the admitted session's lifetime and close notification.
 //!
-//! Steps 3 and 4 are one call for every surface: `Publish::attach` in [`crate::feed`],
-//! which returns the publisher's slot. A `Publish` dropped before it gives back the client
+//! Steps 3 and 4 are one call for every surface: [`Publish::attach`], which returns the
+//! publisher's slot ([`crate::feed::PublisherSlot`]). A `Publish` dropped before it gives back the client
 //! address's pending-session permit.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::admission::{Action, Ask, Protocol};
 use crate::directory::StreamInfo;
+use crate::feed::{AttachError, Feed, PublisherSlot, PublisherTable};
 use crate::limits::AddrPermit;
 use tern_proto::codec::VideoCodec;
 
@@ -41,7 +44,7 @@ pub struct PublishAsk {
 }
 
 /// A publisher the session layer admitted: what it holds until the publisher exists in the
-/// engine (`Publish::attach` in [`crate::feed`]) or is dropped.
+/// engine ([`Publish::attach`]) or is dropped.
 #[derive(Debug)]
 pub struct Publish {
     key: String,
@@ -195,7 +198,56 @@ impl Core {
     }
 }
 
+impl PublisherTable for Core {
+    fn forget(&self, session: &str) {
+        self.forget_publisher(session);
+    }
+}
+
 impl Publish {
+    /// Steps 3 and 4 (see the module doc): the cluster claim and the stream's slot, the
+    /// publisher added to the engine with `feed` ([`crate::feed::add`]), then the publisher
+    /// table and the session's lifetime. Viewers answered in another video codec than the
+    /// new publisher's are ended so that they rejoin in it. The slot's `Drop` undoes it.
+    pub async fn attach(self, core: &Arc<Core>, feed: Feed) -> Result<PublisherSlot, Refusal> {
+        let info = self.claim(core).await?;
+        let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
+        let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
+        let slot = adding.added().await;
+        self.attached(core, slot, (was, codec))
+    }
+
+    /// [`Publish::attach`] for a surface's own thread (RTMP, SRT): it waits on the
+    /// runtime; the media threads never do.
+    pub fn attach_blocking(self, core: &Arc<Core>, feed: Feed) -> Result<PublisherSlot, Refusal> {
+        let rt = core
+            .runtime()
+            .ok_or(Refusal::Unavailable("admission is not running"))?;
+        let info = rt.block_on(self.claim(core))?;
+        let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
+        let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
+        let slot = adding.added_blocking();
+        self.attached(core, slot, (was, codec))
+    }
+
+    fn attached(
+        self,
+        core: &Arc<Core>,
+        slot: Result<PublisherSlot, AttachError>,
+        (was, codec): (VideoCodec, VideoCodec),
+    ) -> Result<PublisherSlot, Refusal> {
+        let slot = match slot {
+            Ok(s) => s,
+            Err(AttachError::Busy) => return Err(self.refused(AddError::Busy)),
+            Err(AttachError::Stopped) => return Err(stopped()),
+        };
+        if was != codec {
+            core.end_viewers_of_other_codec(self.key(), was, codec);
+        }
+        let session = self.started(core, slot.id());
+        Ok(slot.in_table(core.clone(), session))
+    }
+
     /// `app/stream`.
     pub fn key(&self) -> &str {
         &self.key
@@ -249,4 +301,8 @@ impl Publish {
         }
         self.session
     }
+}
+
+fn stopped() -> Refusal {
+    Refusal::Unavailable("media engine stopped")
 }

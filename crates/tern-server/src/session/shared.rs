@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tern_pool::{MemoryRegistry, PoolCounter};
+
 use crate::admission::{Action, Admission, Ask, Protocol, Verdict};
 use crate::config::Config;
 use crate::directory::{Directory, StreamInfo};
@@ -64,6 +66,33 @@ impl TurnLinks {
     }
 }
 
+/// The memory lines of the ingest surfaces, in the server's own registry
+/// ([`Core::memory`]): one item per connection, its bytes the heap that connection's thread
+/// holds, measured with the counting allocator (`feed::Ledger`). Not included: what
+/// libopus and libavcodec malloc themselves.
+#[derive(Debug, Clone)]
+pub struct IngestPools {
+    /// `rtmp_ingest`: an RTMP connection's socket buffer, chunk streams and partial
+    /// messages, AVC configuration, AAC decoder, resampler and Opus buffers.
+    pub rtmp: PoolCounter,
+    /// `srt_ingest`: an SRT publisher thread's TS demuxer PES buffers, AAC decoder,
+    /// resampler and Opus buffers (not the listener's SRT state, in `srt-protocol`).
+    pub srt: PoolCounter,
+    /// `rtsp_ingest`: a camera session's retina session and depacketizers, AAC decoder,
+    /// resampler and Opus buffers.
+    pub rtsp: PoolCounter,
+}
+
+impl IngestPools {
+    fn new(memory: &MemoryRegistry) -> Self {
+        IngestPools {
+            rtmp: memory.counter("rtmp_ingest", 0),
+            srt: memory.counter("srt_ingest", 0),
+            rtsp: memory.counter("rtsp_ingest", 0),
+        }
+    }
+}
+
 /// What every surface shares: the configuration, the streams, the engine's handle,
 /// admission, the per-address limits, the cluster, what ICE candidates and TURN announce,
 /// and the publisher table.
@@ -108,6 +137,13 @@ pub struct Core {
     /// The pulled sources (RTSP cameras, `crate::rtsp`), set once they are started: a play
     /// request for a source's stream wakes its pull ([`Core::wake_source`]).
     pub sources: std::sync::OnceLock<Arc<dyn SourcePulls>>,
+    /// This server's own memory lines (the process-wide ones are in
+    /// [`MemoryRegistry::global`]): `GET /v1/memory` lists both.
+    pub memory: MemoryRegistry,
+    /// The ingest surfaces' lines in [`Core::memory`].
+    pub pools: IngestPools,
+    /// The parts' `/metrics` families, registered as they start.
+    pub exposed: crate::metrics::Exposed,
 }
 
 /// What the session layer asks of the pulled sources (implemented in `crate::rtsp`, which
@@ -162,7 +198,12 @@ impl Core {
             hls.clone() as Arc<dyn crate::tap::Subscriber>,
             record.clone(),
         ]));
+        let memory = MemoryRegistry::new();
+        let pools = IngestPools::new(&memory);
         Core {
+            memory,
+            pools,
+            exposed: crate::metrics::Exposed::default(),
             record,
             tap,
             pending,
@@ -204,6 +245,13 @@ impl Core {
             .get()
             .cloned()
             .or_else(|| tokio::runtime::Handle::try_current().ok())
+    }
+
+    /// Every memory line this server reports: the process-wide ones, then its own.
+    pub fn memory_reports(&self) -> Vec<tern_pool::PoolReport> {
+        let mut r = MemoryRegistry::global().reports();
+        r.extend(self.memory.reports());
+        r
     }
 
     /// Whether stream `index` has media.

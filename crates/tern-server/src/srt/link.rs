@@ -1,7 +1,6 @@
 //! What the SRT listener thread and the publisher threads say to each other, and what
 //! they count (a neutral module both import, as `media/link.rs` is for the engine).
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::session::Refusal;
@@ -29,7 +28,8 @@ pub(super) enum Control {
     Close(ConnId),
 }
 
-/// What the listener counts for `/metrics`.
+/// What the listener counts for `/metrics`: one set per server (the listener registers it
+/// with the server's `metrics::Exposed`).
 #[derive(Debug, Default)]
 pub struct SrtCounters {
     /// Callers accepted.
@@ -71,21 +71,17 @@ pub const REASONS: [RejectCode; 11] = [
     RejectCode::Unavailable,
 ];
 
-/// The process's SRT counters.
-pub fn counters() -> &'static SrtCounters {
-    static C: OnceLock<SrtCounters> = OnceLock::new();
-    C.get_or_init(SrtCounters::default)
-}
-
 impl SrtCounters {
     pub(super) fn refused(&self, code: RejectCode) {
         if let Some(i) = REASONS.iter().position(|r| *r == code) {
             self.refused[i].fetch_add(1, Ordering::Relaxed);
         }
     }
+}
 
-    /// The `/metrics` lines.
-    pub fn write_metrics(&self, o: &mut String) {
+impl crate::metrics::Expose for SrtCounters {
+    /// The `tern_srt_*` families.
+    fn write_metrics(&self, o: &mut String) {
         use std::fmt::Write as _;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut line = |name: &str, help: &str, kind: &str, v: u64| {

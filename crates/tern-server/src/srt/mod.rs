@@ -49,7 +49,7 @@ mod publisher;
 pub mod transport;
 
 use link::{Control, Inbound};
-pub use link::{REASONS, SrtCounters, counters, reject_code};
+pub use link::{REASONS, SrtCounters, reject_code};
 
 use std::collections::HashMap;
 use std::io;
@@ -65,6 +65,7 @@ use tracing::{info, warn};
 
 use crate::limits::PerAddress;
 use crate::session::Core;
+use crate::start::StartError;
 use transport::{ConnId, ProtocolTransport, RejectCode, SrtStats, Transport, TransportEvent};
 
 /// Most publisher threads at once (each holds a TS demuxer and the AAC transcoder).
@@ -142,6 +143,23 @@ impl SrtServer {
     }
 }
 
+/// Starts SRT ingest on `server.srt` (`--srt`), if set; callers per client address are
+/// capped by `limits.srt_connections_per_ip`.
+pub fn start(core: &Arc<Core>) -> Result<Option<SrtServer>, StartError> {
+    let cfg = &core.config;
+    let Some(addr) = cfg.server.srt else {
+        return Ok(None);
+    };
+    let per_ip = PerAddress::new(
+        "SRT connections",
+        cfg.limits.srt_connections_per_ip,
+        &cfg.limits.exempt_ranges(),
+    );
+    SrtServer::spawn(addr, core.clone(), cfg.tunables.max_payload, per_ip)
+        .map(Some)
+        .map_err(StartError::bind("SRT", addr))
+}
+
 impl Drop for SrtServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -151,6 +169,8 @@ impl Drop for SrtServer {
 struct Listener {
     transport: Box<dyn Transport>,
     core: Arc<Core>,
+    /// This server's SRT counters (registered with its `/metrics`).
+    counters: Arc<SrtCounters>,
     max_payload: usize,
     conns: HashMap<ConnId, Conn>,
     control_tx: Sender<Control>,
@@ -161,8 +181,11 @@ struct Listener {
 impl Listener {
     fn new(transport: Box<dyn Transport>, core: Arc<Core>, max_payload: usize) -> Self {
         let (control_tx, control_rx) = crossbeam_channel::unbounded();
+        let counters = Arc::new(SrtCounters::default());
+        core.exposed.add(counters.clone());
         Listener {
             transport,
+            counters,
             core,
             max_payload,
             conns: HashMap::new(),
@@ -175,7 +198,7 @@ impl Listener {
     fn run(mut self, stop: &AtomicBool) {
         let mut events = Vec::new();
         let mut last_stats = Instant::now();
-        let c = counters();
+        let c = self.counters.clone();
         while !stop.load(Ordering::Relaxed) {
             if let Err(e) = self.transport.poll(TICK, &mut events) {
                 warn!("srt: socket error: {e}");
@@ -223,7 +246,7 @@ impl Listener {
     }
 
     fn refresh_stats(&mut self) {
-        let c = counters();
+        let c = self.counters.clone();
         let t = self.transport.counts();
         c.handshake_timeouts
             .store(t.handshake_timeouts, Ordering::Relaxed);
@@ -246,7 +269,7 @@ impl Listener {
             code.libsrt(),
             code.name()
         );
-        counters().refused(code);
+        self.counters.refused(code);
         self.transport.reject(conn, code);
     }
 
@@ -297,6 +320,7 @@ impl Listener {
             inbound: rx,
             control: self.control_tx.clone(),
             stats: stats.clone(),
+            counters: self.counters.clone(),
         };
         match std::thread::Builder::new()
             .name("SrtSession".into())
@@ -330,11 +354,11 @@ impl Listener {
                 match self.transport.accept(conn, pass.as_deref()) {
                     Ok(()) => {
                         x.open = true;
-                        counters().accepted.fetch_add(1, Ordering::Relaxed);
+                        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
                         let _ = x.tx.send(Inbound::Open);
                     }
                     Err(code) => {
-                        counters().refused(code);
+                        self.counters.refused(code);
                         let peer = x.peer;
                         if let Some(x) = self.conns.remove(&conn) {
                             let _ =
@@ -349,7 +373,7 @@ impl Listener {
                 }
             }
             Control::Reject(conn, code) => {
-                counters().refused(code);
+                self.counters.refused(code);
                 self.transport.reject(conn, code);
                 self.conns.remove(&conn);
             }

@@ -8,18 +8,17 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use tern_pool::PoolCounter;
 use tern_proto::codec::VideoCodec;
 use tern_proto::srt_stream_id::StreamId;
 use tern_rtc::av::TranscodeMode;
 use tern_rtc::ts_publisher::TsPublisher;
 use tracing::{info, warn};
 
-use super::link::{Control, Inbound, counters, reject_code};
+use super::link::{Control, Inbound, SrtCounters, reject_code};
 use super::transport::{ConnId, SrtStats};
 use crate::config::TranscodeSetting;
 use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot};
@@ -29,16 +28,6 @@ use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
 const TICK: Duration = Duration::from_millis(200);
 /// How often the publisher snapshot's SRT figures are refreshed.
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(2);
-
-/// The memory line of SRT ingest (`srt_ingest` in `GET /v1/memory`): one item per
-/// publisher thread, its bytes the heap that thread allocated and still holds (the TS
-/// demuxer's PES buffers, the AAC decoder, resampler and Opus buffers), measured with the
-/// counting allocator as RTMP's are. Not included: the listener thread's SRT state (receive
-/// buffers, in `srt-protocol`), libopus's and libavcodec's own mallocs.
-fn pool() -> &'static PoolCounter {
-    static POOL: OnceLock<PoolCounter> = OnceLock::new();
-    POOL.get_or_init(|| PoolCounter::new("srt_ingest", 0))
-}
 
 /// What the listener hands a publisher's thread.
 pub(super) struct Job {
@@ -51,22 +40,23 @@ pub(super) struct Job {
     pub inbound: Receiver<Inbound>,
     pub control: Sender<Control>,
     pub stats: Arc<Mutex<SrtStats>>,
+    pub counters: Arc<SrtCounters>,
 }
 
 /// The publisher's slot, counted in `tern_srt_publishers` while it lives; dropping it ends
 /// the publisher (the slot's own `Drop`), whatever the way out.
-struct Slot(PublisherSlot);
+struct Slot(PublisherSlot, Arc<SrtCounters>);
 
 impl Slot {
-    fn new(slot: PublisherSlot) -> Slot {
-        counters().publishers.fetch_add(1, Ordering::Relaxed);
-        Slot(slot)
+    fn new(slot: PublisherSlot, counters: &Arc<SrtCounters>) -> Slot {
+        counters.publishers.fetch_add(1, Ordering::Relaxed);
+        Slot(slot, counters.clone())
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        counters().publishers.fetch_sub(1, Ordering::Relaxed);
+        self.1.publishers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -75,7 +65,7 @@ pub(super) fn run(job: Job) {
     let (peer, key) = (job.peer, job.id.key());
     let keyframe = Arc::new(AtomicU8::new(0));
     let slot = match publish(&job, keyframe.clone()) {
-        Ok(slot) => Slot::new(slot),
+        Ok(slot) => Slot::new(slot, &job.counters),
         Err(refusal) => {
             let code = reject_code(&refusal);
             warn!(
@@ -109,7 +99,7 @@ pub(super) fn run(job: Job) {
     info!("srt {peer}: publishing {key} ({enc})");
     let why = stream(&job, &slot, &keyframe);
     let s = job.stats.lock().map(|s| *s).unwrap_or_default();
-    let c = counters();
+    let c = &job.counters;
     c.lost.fetch_add(s.lost, Ordering::Relaxed);
     c.retransmitted
         .fetch_add(s.retransmitted, Ordering::Relaxed);
@@ -151,7 +141,7 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         TranscodeSetting::Auto => TranscodeMode::Auto,
         TranscodeSetting::Never => TranscodeMode::Never,
     });
-    let mut sink = FrameSink::new(core, pool());
+    let mut sink = FrameSink::new(&core.engine, &core.tap, &core.pools.srt);
     sink.attach(&slot.0, &job.id.key(), mode);
     let id = slot.0.id();
     let mut last_snapshot = Instant::now();

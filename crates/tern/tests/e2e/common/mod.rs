@@ -527,7 +527,7 @@ impl Local {
             media: Some(any),
             candidate: vec![[127, 0, 0, 1].into()],
             config,
-            rtmp: Some(None),
+            rtmp: Some(tern_server::ListenArg(None)),
             demo: true,
             ..Default::default()
         };
