@@ -30,9 +30,9 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::admission::{Admission, SessionKey};
+use crate::clock::unix_ms;
 use crate::config::HlsSection;
 use crate::limits::{AddrPermit, LimitReached, PerAddress};
-use crate::media::clock::unix_ms;
 use crate::media::{EngineStats, TapPacket};
 use crate::tap::Subscriber;
 

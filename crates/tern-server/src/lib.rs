@@ -16,13 +16,14 @@
 //! | `rtsp/` | RTSP cameras (`[[app.source]]`): one `RtspPull` thread per source on `retina`, on demand or always, retried with backoff; its frames through `tern_rtc::av::AvPipeline`; state, events, metrics |
 //! | `feed/` | after the grant: `Publish::attach` → a `PublisherSlot` whose `Drop` removes the publisher, for every kind (WHIP, RTMP, SRT, RTSP, edge pull); `FrameSink`, the one way a frame publisher's `AvEvent`s go in (packets to the engine, samples to the packagers, the B-frame watch, the ingest pools' ledger) |
 //! | `tap.rs` | the media tap: one `MediaTap` thread over the ring packets of streams being packaged, and the samples of frame publishers, to its subscribers (LL-HLS, recordings), each answering `wanted(stream)`; they depacketize with `tern_rtc::package` |
-//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs`, `clock.rs` |
+//! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in owned parts (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs` |
 //! | `hls.rs` | LL-HLS sessions and packagers, a subscriber of the tap (`http/hls.rs` serves them) |
 //! | `record/` | recordings, a subscriber of the tap: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
 //! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn`, started as `[turn]` says |
 //! | `snapshot.rs` | cached snapshots and the event bus |
 //! | `limits.rs` | limits per client address |
+//! | `clock.rs` | wall-clock and NTP time for the threads (sans-IO code takes `now` instead) |
 //! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
 //! | `admission.rs` | JWT and the admission webhook, close notifications |
 //! | `metrics.rs` | what the parts report in `/metrics`, held per server: the `Expose` trait a part registers, and the one family writer |
@@ -59,6 +60,7 @@
 #![deny(unsafe_code)]
 
 pub mod admission;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod directory;

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::media::clock::unix_ms;
+use crate::clock::unix_ms;
 use serde_json::json;
 use tern_pool::PoolCounter;
 use tokio::sync::broadcast;

@@ -13,10 +13,10 @@
 //! viewers, its running pulls), logs the change once, retries with backoff (1 s doubling to
 //! 8 s) and refuses what needs the map (new pulls: 503; no redirects).
 //!
-//! Files: `section.rs` (the config section), `store.rs` (keys and commands),
-//! `view.rs` (the cached view, routing), `upstream.rs` (edge pull).
+//! Files: `store.rs` (keys and commands), `view.rs` (the cached view, routing),
+//! `upstream.rs` (edge pull); the `[cluster]` section is the configuration's
+//! (`crate::config::ClusterSection`).
 
-pub mod section;
 mod store;
 mod upstream;
 mod view;
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tern_rtc::viewer::DtlsContext;
 use tracing::{info, warn};
 
-pub use section::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
+pub use crate::config::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
 pub use store::{NODE_PREFIX, ORIGIN_PREFIX};
 pub use view::{NodeRecord, View};
 

@@ -24,7 +24,7 @@ use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::publisher::IngestPacket;
 use tracing::{info, warn};
 
-use super::section::SECRET_HEADER;
+use crate::config::SECRET_HEADER;
 use crate::feed::{
     AttachError, Feed, FrameSink, MEDIA_STALL, PublisherSlot, attach_source_blocking,
 };

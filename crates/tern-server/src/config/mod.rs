@@ -20,12 +20,14 @@
 //! | `record.rs` | `[app.record]` ([`RecordConfig`]): recording to fMP4 files |
 //! | `error.rs` | [`ConfigError`], which every section's check returns |
 //!
-//! `[cluster]` is the cluster's own section (`crate::cluster::section`). This folder is a leaf:
-//! it imports nothing of the engine, the HTTP side or the cluster's running parts, and they
-//! read their settings from it.
+//! | `cluster.rs` | `[cluster]` ([`ClusterSection`]): the Redis registry, this node, its secret |
+//!
+//! This folder is a leaf: it imports nothing of the engine, the HTTP side or the cluster's
+//! running parts, and they read their settings from it.
 
 mod admission;
 mod app;
+mod cluster;
 mod error;
 mod hls;
 mod limits;
@@ -39,13 +41,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::cluster::section::ClusterSection;
-
 pub use admission::{AdmissionConfig, OnError, webhook_url_ok};
 pub use app::{
     AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_SRT_LATENCY_MS, NAME_RULE, RenditionConfig,
     TranscodeSetting, valid_name,
 };
+pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
 pub use error::ConfigError;
 pub use hls::HlsSection;
 pub use limits::LimitsSection;
@@ -121,8 +122,7 @@ impl Config {
         self.server.check()?;
         self.hls.check()?;
         if let Some(c) = &self.cluster {
-            c.check()
-                .map_err(|(key, message)| ConfigError::invalid(key, message))?;
+            c.check()?;
         }
         self.tunables.check()?;
         self.limits.check()?;

@@ -31,9 +31,9 @@ use tern_rtc::viewer::{DtlsContext, ViewerLive};
 use tokio::sync::oneshot;
 use tracing::info;
 
+use crate::clock::NtpClock;
 use crate::config::{Config, GsoMode, Tunables};
 use crate::media::batch::Gso;
-use crate::media::clock::NtpClock;
 use crate::media::ingest::{FrameCommand, PublisherTimeouts};
 use crate::media::link::{
     Command, Ctl, Data, QUEUE, SessionMemory, TapPacket, ViewerId, WorkerLink,

@@ -9,14 +9,13 @@
 //!   and `sys`, the raw `sendmmsg` with UDP GSO control messages (the crate's only `unsafe`);
 //! - `table` (the viewer session table), `ledger` (memory booking), [`ingest`] (publisher
 //!   slots: handover, sequence and timestamp rewriting), [`batch`] (`sendmmsg`, UDP GSO);
-//! - `link`: the messages and ids every thread speaks, [`stats`] the counters they share,
-//!   [`clock`] NTP time.
+//! - `link`: the messages and ids every thread speaks, [`stats`] the counters they share
+//!   (NTP time is `crate::clock`'s, a leaf).
 //!
 //! Code outside this folder names what it needs through the re-exports below, so the files
 //! inside can be arranged without touching the HTTP side.
 
 pub mod batch;
-pub mod clock;
 pub mod engine;
 pub mod ingest;
 mod ledger;
@@ -26,8 +25,8 @@ pub mod stats;
 mod table;
 mod worker;
 
+pub use crate::clock::NtpClock;
 pub use batch::SendBatch;
-pub use clock::NtpClock;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
 pub use ingest::{AddError, FrameCommand, PublisherId, PublisherTimeouts, Source};
 pub use link::{Command, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId};

@@ -49,8 +49,8 @@ use tern_rtc::stream::Stream;
 use tern_rtc::viewer::{CloseReason, DtlsContext};
 use tracing::{info, warn};
 
+use crate::clock::NtpClock;
 use crate::media::batch::{Gso, SendBatch};
-use crate::media::clock::NtpClock;
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
 use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};

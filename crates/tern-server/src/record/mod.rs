@@ -38,9 +38,9 @@ use tern_rtc::rtmp::Sample;
 use tokio::sync::broadcast;
 use tracing::info;
 
+use crate::clock::unix_ms;
 use crate::config::{AppConfig, RecordConfig};
 use crate::directory::Directory;
-use crate::media::clock::unix_ms;
 use crate::media::{EngineStats, TapPacket};
 use crate::snapshot::EventKind;
 use crate::tap::Subscriber;

@@ -5,8 +5,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::clock::unix_ms;
 use crate::config::SourceConfig;
-use crate::media::clock::unix_ms;
 use crate::snapshot::Snapshots;
 
 /// Where a source is.

@@ -1,7 +1,9 @@
-//! The `[cluster]` configuration section and its checks. A leaf: the configuration file
-//! reads it, the cluster runs on it.
+//! The `[cluster]` configuration section and its checks: the configuration file reads it,
+//! the cluster (`crate::cluster`) runs on it.
 
 use serde::Deserialize;
+
+use super::ConfigError;
 
 /// The header node-to-node requests carry `cluster.secret` in.
 pub const SECRET_HEADER: &str = "tern-cluster-secret";
@@ -47,9 +49,12 @@ fn d_edge_grace_s() -> u64 {
 
 impl ClusterSection {
     /// The first bad key and what is wrong with it.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         if !(self.redis.starts_with("redis://") || self.redis.starts_with("rediss://")) {
-            return Err(("cluster.redis", "must be a redis://HOST:PORT/DB URL".into()));
+            return Err(ConfigError::invalid(
+                "cluster.redis",
+                "must be a redis://HOST:PORT/DB URL",
+            ));
         }
         if self.node.is_empty()
             || self.node.len() > 64
@@ -58,28 +63,34 @@ impl ClusterSection {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         {
-            return Err((
+            return Err(ConfigError::invalid(
                 "cluster.node",
-                "must be 1-64 letters, digits, '-', '_' or '.'".into(),
+                "must be 1-64 letters, digits, '-', '_' or '.'",
             ));
         }
         let rest = self.url.strip_prefix("http://").unwrap_or("");
         if !self.url.is_empty() && (rest.is_empty() || rest.contains('/') && !rest.ends_with('/')) {
-            return Err((
+            return Err(ConfigError::invalid(
                 "cluster.url",
-                "must be http://HOST:PORT (how viewers and nodes reach this node)".into(),
+                "must be http://HOST:PORT (how viewers and nodes reach this node)",
             ));
         }
         if self.secret.len() < 16 {
-            return Err(("cluster.secret", "must be at least 16 characters".into()));
+            return Err(ConfigError::invalid(
+                "cluster.secret",
+                "must be at least 16 characters",
+            ));
         }
         if !(2..=60).contains(&self.ttl_s) {
-            return Err(("cluster.ttl_s", "must be between 2 and 60 (seconds)".into()));
+            return Err(ConfigError::invalid(
+                "cluster.ttl_s",
+                "must be between 2 and 60 (seconds)",
+            ));
         }
         if self.edge_grace_s > 3600 {
-            return Err((
+            return Err(ConfigError::invalid(
                 "cluster.edge_grace_s",
-                "must be at most 3600 (seconds)".into(),
+                "must be at most 3600 (seconds)",
             ));
         }
         Ok(())
@@ -120,7 +131,7 @@ mod tests {
     fn an_empty_url_is_the_listeners_address() {
         let mut c = ok();
         c.url.clear();
-        assert_eq!(c.check(), Ok(()));
+        assert!(c.check().is_ok());
         let ip = std::net::IpAddr::from([192, 0, 2, 7]);
         let filled = c.with_default_url(ip, ([0, 0, 0, 0], 8123).into());
         assert_eq!(filled.url, "http://192.0.2.7:8123");
@@ -130,7 +141,7 @@ mod tests {
 
     #[test]
     fn names_the_bad_key() {
-        assert_eq!(ok().check(), Ok(()));
+        assert!(ok().check().is_ok());
         type Breaker = fn(&mut ClusterSection);
         let cases: [(Breaker, &str); 7] = [
             (|c| c.redis = "http://x".into(), "cluster.redis"),
@@ -144,7 +155,11 @@ mod tests {
         for (break_it, key) in cases {
             let mut c = ok();
             break_it(&mut c);
-            assert_eq!(c.check().map_err(|e| e.0), Err(key));
+            let e = c.check().expect_err(key);
+            assert!(
+                matches!(&e, ConfigError::Invalid { key: k, .. } if k == key),
+                "{e}"
+            );
         }
     }
 }
