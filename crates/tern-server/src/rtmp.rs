@@ -418,7 +418,7 @@ impl Connection {
                                     TranscodeSetting::Never => TranscodeMode::Never,
                                 });
                                 if let Some(slot) = &self.slot {
-                                    sink.attach(slot, &key, mode);
+                                    sink.attach(slot.id(), &key, mode);
                                 }
                             }
                             Err(refusal) => {

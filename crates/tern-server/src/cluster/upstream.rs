@@ -328,7 +328,7 @@ fn pump(
             match attach_source_blocking(&pull.engine, pull.index, feed) {
                 Ok(s) => {
                     info!("edge: {} live from {server}", pull.key);
-                    sink.attach(&s, &pull.key, crate::config::TranscodeSetting::Never);
+                    sink.attach(s.id(), &pull.key, crate::config::TranscodeSetting::Never);
                     slot = Some(s);
                 }
                 Err(AttachError::Busy) => break End::Stop("the stream has a local publisher"),

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// The header node-to-node requests carry `cluster.secret` in.
 pub const SECRET_HEADER: &str = "tern-cluster-secret";

@@ -8,7 +8,8 @@ use tern_proto::codec::VideoCodec;
 use tern_rtc::av::{AvEvent, AvPipeline};
 use tern_rtc::publisher::IngestPacket;
 
-use super::{Booking, Ledger, PublisherSlot, VideoWatch, arc_bytes};
+use super::ledger::{Booking, Ledger, arc_bytes};
+use super::watch::VideoWatch;
 use crate::config::TranscodeSetting;
 use crate::media::{EngineHandle, FrameCommand, PublisherId};
 use crate::tap::MediaTap;
@@ -63,9 +64,9 @@ impl FrameSink {
         }
     }
 
-    /// The publisher of `slot` (stream `key`, the app's `transcode`) took its stream.
-    pub fn attach(&mut self, slot: &PublisherSlot, key: &str, mode: TranscodeSetting) {
-        let id = slot.id();
+    /// Publisher `id` (stream `key`, the app's `transcode`) took its stream
+    /// ([`super::PublisherSlot::id`]).
+    pub fn attach(&mut self, id: PublisherId, key: &str, mode: TranscodeSetting) {
         self.id = Some(id);
         self.watch.key = key.to_string();
         self.watch.mode = mode;

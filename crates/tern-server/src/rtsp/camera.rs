@@ -367,7 +367,7 @@ impl<'a> Media<'a> {
             TranscodeSetting::Auto => TranscodeMode::Auto,
             TranscodeSetting::Never => TranscodeMode::Never,
         });
-        sink.attach(slot, &job.entry.key, mode);
+        sink.attach(slot.id(), &job.entry.key, mode);
         Media {
             core,
             job,

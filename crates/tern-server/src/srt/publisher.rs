@@ -142,7 +142,7 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
         TranscodeSetting::Never => TranscodeMode::Never,
     });
     let mut sink = FrameSink::new(&core.engine, &core.tap, &core.pools.srt);
-    sink.attach(&slot.0, &job.id.key(), mode);
+    sink.attach(slot.0.id(), &job.id.key(), mode);
     let id = slot.0.id();
     let mut last_snapshot = Instant::now();
     let mut events = Vec::new();
