@@ -24,8 +24,8 @@
 //! and the crate's lower layers (`session`, `media`, `admission`, `snapshot`, ...); the
 //! player page also hands a WebSocket upgrade to `ome`, and `metrics` reads `cluster`'s
 //! rows. No other surface imports another. Nothing outside `http/` imports from it but
-//! the server's start (`lib.rs`): ingest surfaces (`rtmp.rs`, later SRT and RTSP) talk to
-//! the session layer only (`crates/tern/tests/e2e/house.rs` checks this).
+//! the server's start (`lib.rs`): ingest surfaces (`rtmp.rs`, `srt/`, `rtsp/`) talk to the
+//! session layer and `feed/` only (`crates/tern/tests/e2e/house.rs` checks this).
 
 mod api;
 pub mod cluster;
