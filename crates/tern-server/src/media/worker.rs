@@ -1,10 +1,26 @@
 //! The app and stream workers: one thread each, the same type in two roles (see
-//! [`crate::media::engine`]). This file holds the worker's loop and its state. Most of the
-//! state is in owned parts, each a type in its own file with its own tests, that keep their
-//! fields to themselves:
+//! [`crate::media::engine`]). This file holds the worker's loop and its state. The state is
+//! in parts, each a field of `Worker` borrowed on its own, so one part can be read while
+//! another is written (quinn-proto's `Connection` is made of typed parts the same way).
+//!
+//! Four are plain groups, defined here, whose fields the worker's files read directly:
+//!
+//! - `Seat`: which worker this is (index, role, the app worker count), and so which
+//!   streams it owns and serves;
+//! - `Links`: its queues and wake-up, the other workers' queues, the socket workers'
+//!   routes, the stream workers' loads;
+//! - `Shared`: what it uses in common with the rest of the engine: DTLS, packet buffers,
+//!   the NTP clock, the counters, the CNAME, its bookings in the memory pools;
+//! - `Streams`: every stream slot (rings, viewers here, clip source), and what an app
+//!   worker keeps of the streams it owns (publishers' snapshot ids, the clip streams, the
+//!   media tap).
+//!
+//! The others are owned parts, each a type in its own file with its own tests, that keep
+//! their fields to themselves:
 //!
 //! - `ViewerTable` (`media/table.rs`): the viewers' slots and ids, the free list, who is
 //!   still handshaking;
+//! - `Ingest` (`media/ingest.rs`): the publishers of the streams an app worker owns;
 //! - `FanOut` (`worker/fanout.rs`): where a new packet goes: the stream workers, and the
 //!   queue for the viewers here;
 //! - `Deadlines` (`worker/deadlines.rs`): what the loop wakes for next, and when;
@@ -20,6 +36,10 @@
 //! - `worker/timers.rs`: RTCP from viewers, the timer sweep and memory housekeeping;
 //! - `worker/layers.rs`: which simulcast layer each viewer of a simulcast stream reads, and
 //!   its probes.
+//!
+//! Where a step needs only some parts, it takes just those: `write_media` (viewers.rs), the
+//! packet into the send batch, takes the `Outbox`, the `ViewerTable` and the counters, so the
+//! fan-out walks a stream's viewer list and a retransmission reads the ring while it writes.
 //!
 //! One loop turn: control messages, then up to a queue's worth of datagrams and packets,
 //! then sources, ingest timers and the sweep, then one `sendmmsg` of everything queued and
@@ -40,7 +60,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 use mio::{Events, Poll};
 use tern_pool::{BufferPool, CountingAlloc};
 use tern_proto::rtp;
@@ -53,7 +73,7 @@ use crate::clock::NtpClock;
 use crate::media::batch::{Gso, SendBatch};
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
-use crate::media::link::{Command, Ctl, Data, QUEUE, Target, ViewerId, WorkerLink};
+use crate::media::link::{Command, Ctl, Data, QUEUE, TapPacket, Target, ViewerId, WorkerLink};
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
 use crate::media::table::ViewerTable;
@@ -142,53 +162,181 @@ pub(super) struct WorkerInit {
     pub(super) gso: Arc<Gso>,
     /// See [`EngineConfig::pause_video`](crate::media::EngineConfig::pause_video).
     pub(super) pause_video: bool,
-    /// The HLS thread's queue (app workers).
-    pub(super) tap: Option<crossbeam_channel::Sender<crate::media::link::TapPacket>>,
+    /// The media tap's queue (LL-HLS, recordings; app workers).
+    pub(super) tap: Option<Sender<TapPacket>>,
 }
 
-/// An app or stream worker; runs on its own thread.
+/// An app or stream worker; runs on its own thread. Its state is in parts, each borrowed on
+/// its own (see the module): four plain groups, then the owned parts.
 pub(super) struct Worker {
-    index: usize,
-    role: Role,
-    apps: usize,
-    poll: Poll,
-    data_rx: Receiver<Data>,
-    ctl_rx: Receiver<Ctl>,
-    streams: Vec<EngineStream>,
+    /// Which worker this is, and so which streams it owns and serves.
+    seat: Seat,
+    /// Its queues, and the other threads' it sends to.
+    links: Links,
+    /// What it uses in common with the rest of the engine: DTLS, packet buffers, the clock,
+    /// counters and memory books.
+    shared: Shared,
+    /// Every stream slot, and what it keeps of the streams it owns.
+    streams: Streams,
     /// The viewers here.
     table: ViewerTable,
-    dtls: Arc<DtlsContext>,
-    pool: BufferPool,
-    clock: NtpClock,
-    stats: Arc<EngineStats>,
-    cname: String,
     /// The send batch on the shared port.
     out: Outbox,
     /// When the loop wakes next, and for what.
     deadlines: Deadlines,
+    /// The publishers of the streams it owns (app workers).
     ingest: Ingest,
-    pools: Pools,
-    hosts: Arc<[WorkerLink]>,
     /// Where new packets go: the stream workers, and the queue for the viewers here.
     fanout: FanOut,
-    sockets: Arc<[SocketLink]>,
-    loads: Arc<[AtomicUsize]>,
-    /// The id of each owned stream's publisher (for its snapshot).
-    publisher_ids: Vec<Option<u64>>,
-    /// Video and audio ring lengths of a stream this worker serves.
-    rings: (usize, usize),
-    /// Viewers catching up from the keyframe cache (see `start_viewer`).
-    catching: Vec<ViewerId>,
     /// Layer choice and probes: when and with what (see `worker/layers.rs`).
     adaptation: Adaptation,
-    /// The HLS thread's queue (app workers).
-    tap: Option<crossbeam_channel::Sender<crate::media::link::TapPacket>>,
+    /// Viewers catching up from the keyframe cache (see `start_viewer`).
+    catching: Vec<ViewerId>,
     /// Sweeps run, counting (wraps).
     sweeps: u32,
+}
+
+/// Which worker this is among the engine's: its index and role, and how the streams are
+/// shared out among the app workers.
+struct Seat {
+    /// Its place among the engine's workers: app workers first (`0..apps`), then stream
+    /// workers. Its viewers' ids carry it, and a stream worker's load is counted there
+    /// ([`Links::loads`]).
+    index: usize,
+    /// App worker (owns streams) or stream worker (hosts viewers of any stream).
+    role: Role,
+    /// How many app workers there are: stream `s` is app worker `s % apps`'s.
+    apps: usize,
+}
+
+impl Seat {
+    /// Whether this worker runs stream `s`'s ingest and source.
+    fn owns(&self, s: usize) -> bool {
+        self.role == Role::App && s % self.apps == self.index
+    }
+
+    /// Whether this worker keeps stream `s`'s ring: its owner, and every stream worker.
+    fn serves(&self, s: usize) -> bool {
+        self.role == Role::Stream || self.owns(s)
+    }
+
+    /// The app worker that owns stream `s` (its index in [`Links::hosts`]).
+    fn owner_of(&self, s: usize) -> usize {
+        s % self.apps
+    }
+}
+
+/// How the worker hears from and speaks to the engine's other threads.
+struct Links {
+    /// Wakes the loop: its queues' senders wake it through a registered waker.
+    poll: Poll,
+    /// Its data queue (bounded): datagrams from the socket workers, live packets from an
+    /// app worker, frame publishers' media, ring resets.
+    data_rx: Receiver<Data>,
+    /// Its control queue (unbounded; rare): commands, queries, keyframe requests.
+    ctl_rx: Receiver<Ctl>,
+    /// Every worker's queues, app workers first: a stream's keyframe requests go to its
+    /// owner.
+    hosts: Arc<[WorkerLink]>,
+    /// The socket workers, told of every ICE ufrag, address and publisher that comes or
+    /// goes here ([`Links::route`]).
+    sockets: Arc<[SocketLink]>,
+    /// Viewers placed on each stream worker: counted by the HTTP side when it places one,
+    /// uncounted here when it goes ([`Worker::unplace`]).
+    loads: Arc<[AtomicUsize]>,
+}
+
+impl Links {
+    /// Tells every socket worker about a table change.
+    fn route(&self, r: impl Fn() -> Route) {
+        for s in self.sockets.iter() {
+            s.send(r());
+        }
+    }
+}
+
+/// What the worker uses in common with the rest of the engine.
+struct Shared {
+    /// The server's DTLS certificate and settings, for every viewer's handshake.
+    dtls: Arc<DtlsContext>,
+    /// The packet buffers: a new packet's payload is copied once into one (see `accept`).
+    pool: BufferPool,
+    /// Instants to NTP time: capture times, sender reports.
+    clock: NtpClock,
+    /// The engine's counters and snapshots.
+    stats: Arc<EngineStats>,
+    /// The CNAME of the sender reports.
+    cname: String,
+    /// What this worker holds, booked in the engine's named memory pools.
+    pools: Pools,
+}
+
+/// The streams as this worker has them: every stream slot, and what an app worker keeps of
+/// the streams it owns.
+struct Streams {
+    /// Every stream slot, by index: the rings of the streams this worker serves (a one-slot
+    /// placeholder for the others), the viewers here, an owned clip stream's source.
+    slots: Vec<EngineStream>,
+    /// The snapshot id of each owned stream's publisher.
+    publisher_ids: Vec<Option<u64>>,
+    /// Video and audio ring lengths of a stream this worker serves (what a publisher-made
+    /// stream's rings get when it binds).
+    ring_sizes: (usize, usize),
     /// The streams with a clip source (set at start). Every loop pass polls the sources,
     /// and a scan of every stream slot (1,024 spare ones by default) showed in the egress
     /// profile.
     sourced: Vec<usize>,
+    /// The media tap's queue (LL-HLS, recordings; app workers).
+    tap: Option<Sender<TapPacket>>,
+}
+
+impl Streams {
+    /// Stream `s`'s name, `app/stream` (empty for a slot no publisher took yet).
+    fn key(&self, s: usize) -> &str {
+        &self.slots[s].key
+    }
+
+    /// Whether slot `s` may take a publisher: it exists and has no clip source.
+    fn takes_publisher(&self, s: usize) -> bool {
+        self.slots.get(s).is_some_and(|s| s.source.is_none())
+    }
+
+    /// The soonest time a clip source has packets due.
+    fn next_source_timeout(&self) -> Option<Instant> {
+        self.sourced
+            .iter()
+            .filter_map(|&s| self.slots[s].source.as_ref())
+            .map(ClipSource::poll_timeout)
+            .min()
+    }
+
+    /// The ring slots and packet headers held, booked as `stream_rings`: (packets, used,
+    /// allocated bytes).
+    fn ring_memory(&self) -> (usize, usize, usize) {
+        let (mut items, mut used, mut allocated) = (0, 0, 0);
+        for s in &self.slots {
+            for ring in s.stream.rings() {
+                let (u, a) = ring.memory();
+                items += ring.len();
+                used += u;
+                allocated += a;
+            }
+        }
+        (items, used, allocated)
+    }
+
+    /// The per-stream viewer lists, booked in `session_index`: (viewers, used, allocated
+    /// bytes).
+    fn viewer_lists_memory(&self) -> (usize, usize, usize) {
+        let id = std::mem::size_of::<ViewerId>();
+        let viewers: usize = self.slots.iter().map(|s| s.viewers.len()).sum();
+        let allocated = self
+            .slots
+            .iter()
+            .map(|s| s.viewers.capacity() * id)
+            .sum::<usize>();
+        (viewers, viewers * id, allocated)
+    }
 }
 
 impl Worker {
@@ -209,47 +357,50 @@ impl Worker {
             .filter(|&s| w.streams[s].source.is_some())
             .collect();
         Worker {
-            index: w.index,
-            role: w.role,
-            apps: w.apps,
-            poll: w.poll,
-            data_rx: w.data_rx,
-            ctl_rx: w.ctl_rx,
-            streams: w.streams,
+            seat: Seat {
+                index: w.index,
+                role: w.role,
+                apps: w.apps,
+            },
+            links: Links {
+                poll: w.poll,
+                data_rx: w.data_rx,
+                ctl_rx: w.ctl_rx,
+                hosts: w.hosts,
+                sockets: w.sockets,
+                loads: w.loads,
+            },
+            shared: Shared {
+                dtls: w.dtls,
+                pool: w.pool,
+                clock: w.clock,
+                stats: w.stats,
+                cname: w.cname,
+                pools,
+            },
+            streams: Streams {
+                slots: w.streams,
+                publisher_ids: vec![None; n_streams],
+                ring_sizes: w.rings,
+                sourced,
+                tap: w.tap,
+            },
             table: ViewerTable::new(w.index),
-            dtls: w.dtls,
-            pool: w.pool,
-            clock: w.clock,
-            stats: w.stats,
-            cname: w.cname,
             out: Outbox::new(w.send, batch),
             deadlines,
             ingest: Ingest::new(n_streams, w.timeouts),
-            pools,
-            hosts: w.hosts,
             fanout: FanOut::new(w.peers),
-            sockets: w.sockets,
-            loads: w.loads,
-            publisher_ids: vec![None; n_streams],
-            rings: w.rings,
-            catching: Vec::new(),
             adaptation: Adaptation::new(Instant::now(), w.pause_video),
-            tap: w.tap,
+            catching: Vec::new(),
             sweeps: 0,
-            sourced,
         }
-    }
-
-    /// Whether this worker keeps stream `s`'s ring: its owner, and every stream worker.
-    fn serves(&self, s: usize) -> bool {
-        self.role == Role::Stream || self.owns(s)
     }
 
     /// A publisher-made stream takes slot `index`: its name, and rings where served.
     fn bind_stream(&mut self, index: usize, key: &str) {
-        let serves = self.serves(index);
-        let (v, a) = self.rings;
-        let Some(s) = self.streams.get_mut(index) else {
+        let serves = self.seat.serves(index);
+        let (v, a) = self.streams.ring_sizes;
+        let Some(s) = self.streams.slots.get_mut(index) else {
             return;
         };
         s.key = key.to_string();
@@ -261,29 +412,17 @@ impl Worker {
     /// Slot `index`'s stream is removed: its viewers here end (DTLS close_notify) and its
     /// rings and name go.
     fn unbind_stream(&mut self, index: usize) {
-        let Some(s) = self.streams.get(index) else {
+        let Some(s) = self.streams.slots.get(index) else {
             return;
         };
         let viewers = s.viewers.clone();
         for id in viewers {
             self.remove(id, CloseReason::Local);
         }
-        if let Some(s) = self.streams.get_mut(index) {
+        if let Some(s) = self.streams.slots.get_mut(index) {
             s.key = String::new();
             s.stream = Stream::new(1, 1);
             s.viewers = Vec::new();
-        }
-    }
-
-    /// Whether this worker runs stream `s`'s ingest and source.
-    fn owns(&self, s: usize) -> bool {
-        self.role == Role::App && s % self.apps == self.index
-    }
-
-    /// Tells every socket worker about a table change.
-    fn route(&self, r: impl Fn() -> Route) {
-        for s in self.sockets.iter() {
-            s.send(r());
         }
     }
 
@@ -294,14 +433,14 @@ impl Worker {
             let now = Instant::now();
             let deadline = self.next_deadline(now);
             let timeout = deadline.saturating_duration_since(now);
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+            if let Err(e) = self.links.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 warn!("media worker poll failed: {e}");
                 return;
             }
             loop {
-                match self.ctl_rx.try_recv() {
+                match self.links.ctl_rx.try_recv() {
                     Ok(Ctl::Cmd(Command::Shutdown)) => {
                         self.shutdown();
                         return;
@@ -327,9 +466,9 @@ impl Worker {
             // for one viewer-by-viewer fan-out; anything else first sends what is queued, so
             // viewers joining, leaving or catching up never see the queue.
             for _ in 0..QUEUE {
-                match self.data_rx.try_recv() {
+                match self.links.data_rx.try_recv() {
                     Ok(Data::Media { stream, pkt }) => {
-                        if self.streams[stream].stream.push(pkt.clone()) {
+                        if self.streams.slots[stream].stream.push(pkt.clone()) {
                             self.fan_out(stream, pkt);
                         }
                     }
@@ -343,7 +482,7 @@ impl Worker {
                     }
                     Ok(Data::Reset(stream)) => {
                         self.fan_out_queued();
-                        self.streams[stream].stream.clear();
+                        self.streams.slots[stream].stream.clear();
                     }
                     Err(_) => break,
                 }
@@ -361,8 +500,8 @@ impl Worker {
                 self.sweep(now);
                 self.deadlines.set(Timer::Sweep, now + SWEEP);
                 // Low-water refill and the dry-pool warning clock, off the per-packet path.
-                if self.index == 0 {
-                    self.pool.maintain(now);
+                if self.seat.index == 0 {
+                    self.shared.pool.maintain(now);
                 }
             }
             // Ingest timeouts may have published packets.
@@ -377,13 +516,8 @@ impl Worker {
     fn next_deadline(&mut self, now: Instant) -> Instant {
         self.deadlines
             .update(Timer::Ingest, self.ingest.next_timeout());
-        let source = self
-            .sourced
-            .iter()
-            .filter_map(|&s| self.streams[s].source.as_ref())
-            .map(ClipSource::poll_timeout)
-            .min();
-        self.deadlines.update(Timer::Source, source);
+        self.deadlines
+            .update(Timer::Source, self.streams.next_source_timeout());
         // (The sweep is always set.)
         self.deadlines
             .next_timeout()
@@ -399,7 +533,7 @@ impl Worker {
             self.remove_publisher(id, LeftReason::Shutdown);
         }
         self.flush();
-        info!("media worker {} stopped", self.index);
+        info!("media worker {} stopped", self.seat.index);
     }
 
     /// Carries out a command from the HTTP side.
@@ -442,20 +576,20 @@ impl Worker {
 
     /// Queues a control datagram (STUN, DTLS, RTCP) in the send batch.
     fn send_to(&mut self, data: &[u8], to: SocketAddr) {
-        self.out.send_to(data, to, &self.stats);
+        self.out.send_to(data, to, &self.shared.stats);
     }
 
     /// Hands the send batch to the kernel.
     fn flush(&mut self) {
-        self.out.flush(&self.stats);
+        self.out.flush(&self.shared.stats);
     }
 
     fn handle_datagram(&mut self, now: Instant, to: Target, buf: &mut [u8], from: SocketAddr) {
         let id = match to {
             Target::Publisher(stream) => {
                 let mut out = Vec::new();
-                if !self.owns(stream) || !self.ingest.input(stream, now, from, buf, &mut out) {
-                    self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+                if !self.seat.owns(stream) || !self.ingest.input(stream, now, from, buf, &mut out) {
+                    self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
                 }
                 self.apply_ingest(now, out);
                 return;
@@ -463,7 +597,7 @@ impl Worker {
             Target::Viewer(id) => id,
         };
         let Some(&first) = buf.first() else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         match first {
@@ -471,7 +605,7 @@ impl Worker {
             20..=63 => self.handle_dtls(now, id, buf, from),
             128..=191 if rtp::is_rtcp(buf) => self.handle_rtcp(now, id, buf, from),
             _ => {
-                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

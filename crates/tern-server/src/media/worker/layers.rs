@@ -35,11 +35,12 @@ use crate::media::link::ViewerId;
 impl Worker {
     /// Points stream `stream`'s viewers at their layers and starts probes (see the module).
     pub(super) fn choose_layers(&mut self, stream: usize, now: Instant) {
-        let rates = self.streams[stream].stream.layer_rates();
+        let rates = self.streams.slots[stream].stream.layer_rates();
         // Bit l: some viewer waits for a keyframe of layer l.
         let mut wanted = 0u8;
         let mut probes: Vec<ViewerId> = Vec::new();
-        for &id in &self.streams[stream].viewers {
+        let stats = &self.shared.stats;
+        for &id in &self.streams.slots[stream].viewers {
             let Some(e) = self.table.get(id) else {
                 continue;
             };
@@ -49,7 +50,7 @@ impl Worker {
             // Paused while its stream had one layer: the gate no longer runs it.
             if e.viewer.video_paused() {
                 e.viewer.resume_video();
-                self.stats.snapshots.viewer_video_paused(id.raw(), false);
+                stats.snapshots.viewer_video_paused(id.raw(), false);
             }
             // Observing starts the viewer's estimator (its heap is the viewer's).
             let seen = ledger(e, |v| v.observe(now));
@@ -74,14 +75,14 @@ impl Worker {
     /// Pauses and resumes the video of single-layer stream `stream`'s viewers whose path is
     /// in doubt, and starts their probes (see the module).
     pub(super) fn gate_video(&mut self, stream: usize, now: Instant) {
-        let rate = self.streams[stream].stream.layer_rates().rate(0);
+        let rate = self.streams.slots[stream].stream.layer_rates().rate(0);
         // A new estimator starts a little above the stream's rate: the first loss takes it
         // below.
         let start = (u64::from(rate) * 5 / 4).max(START_FLOOR_BPS);
         let mut resuming = false;
         let mut probes: Vec<ViewerId> = Vec::new();
         let mut changed: Vec<(ViewerId, bool)> = Vec::new();
-        for &id in &self.streams[stream].viewers {
+        for &id in &self.streams.slots[stream].viewers {
             let Some(e) = self.table.get(id) else {
                 continue;
             };
@@ -97,7 +98,7 @@ impl Worker {
             {
                 seen.estimate = Estimate::Feedback(b);
             }
-            self.pools.book(e);
+            self.shared.pools.book(e);
             let d = e.layers.gate(self.adaptation.epoch(), &seen, rate, now);
             e.viewer.apply(d.switch);
             match d.switch {
@@ -111,8 +112,9 @@ impl Worker {
             resuming |= e.viewer.resuming();
         }
         self.adaptation.started(probes);
+        let stats = &self.shared.stats;
         for (id, paused) in changed {
-            self.stats.snapshots.viewer_video_paused(id.raw(), paused);
+            stats.snapshots.viewer_video_paused(id.raw(), paused);
         }
         if resuming {
             self.ask_keyframe(stream, 0, now);

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use super::Worker;
 use crate::limits::AddrPermit;
 use crate::media::ingest::{AddError, FrameCommand, IngestOutput, LeftReason, PublisherId};
+use crate::media::link::TapPacket;
 use crate::media::socket::Route;
 
 /// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
@@ -37,36 +38,35 @@ impl Worker {
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
         permit: Option<AddrPermit>,
     ) {
-        let res =
-            if !self.owns(stream) || self.streams.get(stream).is_none_or(|s| s.source.is_some()) {
-                Err(AddError::Busy)
-            } else {
-                let ufrag: Box<str> = publisher.local_ufrag().into();
-                let codec = publisher.video_codec();
-                let rids: Vec<Box<str>> = publisher.rids().to_vec();
-                let r = self.ingest.add(stream, *publisher, Instant::now(), permit);
-                if r.is_ok() {
-                    // What viewers who join from now on are answered with.
-                    self.stats.set_video_codec(stream, codec);
-                    self.stats.set_rids(stream, &rids);
-                }
-                if r.is_ok() {
-                    self.route(|| Route::Publisher {
-                        ufrag: ufrag.clone(),
-                        stream,
-                        add: true,
-                    });
-                }
-                r
-            };
+        let res = if !self.seat.owns(stream) || !self.streams.takes_publisher(stream) {
+            Err(AddError::Busy)
+        } else {
+            let ufrag: Box<str> = publisher.local_ufrag().into();
+            let codec = publisher.video_codec();
+            let rids: Vec<Box<str>> = publisher.rids().to_vec();
+            let r = self.ingest.add(stream, *publisher, Instant::now(), permit);
+            if r.is_ok() {
+                // What viewers who join from now on are answered with.
+                self.shared.stats.set_video_codec(stream, codec);
+                self.shared.stats.set_rids(stream, &rids);
+            }
+            if r.is_ok() {
+                self.links.route(|| Route::Publisher {
+                    ufrag: ufrag.clone(),
+                    stream,
+                    add: true,
+                });
+            }
+            r
+        };
         if let Ok(id) = &res {
-            self.stats.publishers.fetch_add(1, Ordering::Relaxed);
-            set_flag(self.stats.stream(stream).map(|c| &c.publishing), true);
-            self.publisher_ids[stream] = Some(id.serial);
-            self.stats
-                .snapshots
-                .publisher_joined(id.serial, &self.streams[stream].key, "whip");
-            info!("publisher on {} connecting", self.streams[stream].key);
+            let stats = &self.shared.stats;
+            stats.publishers.fetch_add(1, Ordering::Relaxed);
+            set_flag(stats.stream(stream).map(|c| &c.publishing), true);
+            self.streams.publisher_ids[stream] = Some(id.serial);
+            let key = self.streams.key(stream);
+            stats.snapshots.publisher_joined(id.serial, key, "whip");
+            info!("publisher on {key} connecting");
         }
         let _ = reply.send(res);
     }
@@ -84,12 +84,12 @@ impl Worker {
         let res = self.ingest.restart_ice(id, ufrag, pwd);
         if let Ok((local, _)) = &res {
             let ufrag: Box<str> = local.as_str().into();
-            self.route(|| Route::Publisher {
+            self.links.route(|| Route::Publisher {
                 ufrag: ufrag.clone(),
                 stream: id.stream,
                 add: true,
             });
-            info!("publisher of {}: ICE restart", self.streams[id.stream].key);
+            info!("publisher of {}: ICE restart", self.streams.key(id.stream));
         }
         let _ = reply.send(res);
     }
@@ -97,27 +97,28 @@ impl Worker {
     /// A frame publisher's request: take the stream's publisher slot, its codec, or media.
     pub(super) fn handle_frames(&mut self, mut cmd: FrameCommand) {
         let (now, mut out, s) = (Instant::now(), Vec::new(), cmd.stream());
-        let free = self.owns(s) && self.streams.get(s).is_some_and(|s| s.source.is_none());
+        let free = self.seat.owns(s) && self.streams.takes_publisher(s);
         let (codec, rids) = match &mut cmd {
             FrameCommand::Add { codec, rids, .. } => (*codec, std::mem::take(rids)),
             FrameCommand::Codec { id, codec } => {
                 // What viewers who join from now on are answered with.
                 if self.ingest.publisher_of(s) == Some(*id) {
-                    self.stats.set_video_codec(s, *codec);
+                    self.shared.stats.set_video_codec(s, *codec);
                 }
                 (*codec, Vec::new())
             }
             FrameCommand::Media { .. } => (VideoCodec::H264, Vec::new()),
         };
         if let Some(id) = self.ingest.frames(cmd, free, now, &mut out) {
-            self.stats.set_video_codec(s, codec);
+            let stats = &self.shared.stats;
+            stats.set_video_codec(s, codec);
             // Its layers (RTMP renditions), for `?layer=` and the snapshot.
-            self.stats.set_rids(s, &rids);
-            self.stats.publishers.fetch_add(1, Ordering::Relaxed);
-            set_flag(self.stats.stream(s).map(|c| &c.publishing), true);
-            self.publisher_ids[s] = Some(id.serial);
-            let key = &self.streams[s].key;
-            self.stats
+            stats.set_rids(s, &rids);
+            stats.publishers.fetch_add(1, Ordering::Relaxed);
+            set_flag(stats.stream(s).map(|c| &c.publishing), true);
+            self.streams.publisher_ids[s] = Some(id.serial);
+            let key = self.streams.key(s);
+            stats
                 .snapshots
                 .publisher_joined(id.serial, key, self.ingest.source(s).as_str());
         }
@@ -142,9 +143,9 @@ impl Worker {
 
     /// Takes the packets now due from each clip source this worker runs.
     pub(super) fn run_sources(&mut self, now: Instant) {
-        for k in 0..self.sourced.len() {
-            let si = self.sourced[k];
-            let Some(mut src) = self.streams[si].source.take() else {
+        for k in 0..self.streams.sourced.len() {
+            let si = self.streams.sourced[k];
+            let Some(mut src) = self.streams.slots[si].source.take() else {
                 continue;
             };
             src.poll(now, &mut |mp| {
@@ -155,11 +156,11 @@ impl Worker {
                     rtp_ts: mp.rtp_ts,
                     marker: mp.marker,
                     keyframe: mp.keyframe,
-                    capture_ntp: self.clock.ntp(mp.capture_time),
+                    capture_ntp: self.shared.clock.ntp(mp.capture_time),
                 };
                 self.accept(si, head, mp.payload);
             });
-            self.streams[si].source = Some(src);
+            self.streams.slots[si].source = Some(src);
         }
     }
 
@@ -167,16 +168,17 @@ impl Worker {
     /// once into a pooled buffer, the ring packet made around it (the one place ring packets
     /// are made), then pushed into the ring and, unless the ring refused it, published.
     fn accept(&mut self, stream: usize, head: Head, payload: &[u8]) {
+        let stats = &self.shared.stats;
         // Layer 0's SPS: lower layers (simulcast, renditions) may be another profile.
         if head.kind == MediaKind::Video
             && head.layer == 0
             && let Some(id) = h264::sps_profile_level_id(payload)
-            && self.stats.video(stream).codec == VideoCodec::H264
+            && stats.video(stream).codec == VideoCodec::H264
         {
             // What viewers' answers state from now on (one byte test for other packets).
-            self.stats.set_h264_profile(stream, id);
+            stats.set_h264_profile(stream, id);
         }
-        let mut b = self.pool.alloc(payload.len());
+        let mut b = self.shared.pool.alloc(payload.len());
         b.copy_from_slice(payload);
         let pkt = RingPacket {
             kind: head.kind,
@@ -188,7 +190,7 @@ impl Worker {
             capture_ntp: head.capture_ntp,
             payload: b.freeze(),
         };
-        if self.streams[stream].stream.push(pkt.clone()) {
+        if self.streams.slots[stream].stream.push(pkt.clone()) {
             self.tap_packet(stream, &pkt);
             self.publish(stream, pkt);
         }
@@ -199,22 +201,23 @@ impl Worker {
     /// ([`crate::media::ingest::Source::packages_from_frames`]). Never waits: a full queue
     /// drops the packet and counts it.
     fn tap_packet(&mut self, stream: usize, pkt: &RingPacket) {
-        let Some(tx) = &self.tap else {
+        let Some(tx) = &self.streams.tap else {
             return;
         };
-        if !self.stats.stream(stream).is_some_and(|c| {
+        let stats = &self.shared.stats;
+        if !stats.stream(stream).is_some_and(|c| {
             c.hls_wanted.load(Ordering::Relaxed) || c.record_wanted.load(Ordering::Relaxed)
         }) || self.ingest.packages_from_frames(stream)
             || pkt.layer != 0
         {
             return;
         }
-        let tap = crate::media::link::TapPacket {
+        let tap = TapPacket {
             stream,
             pkt: pkt.clone(),
         };
         if tx.try_send(tap).is_err() {
-            self.stats.hls_tap_dropped.fetch_add(1, Ordering::Relaxed);
+            stats.hls_tap_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -222,7 +225,8 @@ impl Worker {
     pub(super) fn publish(&mut self, stream: usize, pkt: RingPacket) {
         let full = self.fanout.hand_over(stream, &pkt);
         if full > 0 {
-            self.stats.queue_full.fetch_add(full, Ordering::Relaxed);
+            let stats = &self.shared.stats;
+            stats.queue_full.fetch_add(full, Ordering::Relaxed);
         }
         // Last, so the packet moves into this worker's fan-out queue without a clone.
         self.fan_out(stream, pkt);
@@ -241,7 +245,10 @@ impl Worker {
                     ts,
                     keyframe,
                 } => {
-                    self.stats.ingest_packets.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .stats
+                        .ingest_packets
+                        .fetch_add(1, Ordering::Relaxed);
                     let head = Head {
                         kind: packet.kind,
                         layer: packet.layer,
@@ -249,47 +256,45 @@ impl Worker {
                         rtp_ts: ts,
                         marker: packet.marker,
                         keyframe,
-                        capture_ntp: packet.capture_ntp.unwrap_or_else(|| self.clock.ntp(now)),
+                        capture_ntp: packet
+                            .capture_ntp
+                            .unwrap_or_else(|| self.shared.clock.ntp(now)),
                     };
                     self.accept(stream, head, &packet.payload);
                 }
                 IngestOutput::Live(stream) => {
-                    set_flag(self.stats.stream(stream).map(|c| &c.live), true);
+                    let stats = &self.shared.stats;
+                    let key = self.streams.key(stream);
+                    set_flag(stats.stream(stream).map(|c| &c.live), true);
                     let kind = self.ingest.source(stream).as_str();
-                    self.stats.snapshots.stream_state(
-                        &self.streams[stream].key,
-                        kind,
-                        true,
-                        &self.stats.rids(stream),
-                    );
-                    if let Some(id) = self.publisher_ids[stream] {
-                        self.stats.snapshots.publisher_live(id);
+                    stats
+                        .snapshots
+                        .stream_state(key, kind, true, &stats.rids(stream));
+                    if let Some(id) = self.streams.publisher_ids[stream] {
+                        stats.snapshots.publisher_live(id);
                     }
-                    info!("{} is live (publisher)", self.streams[stream].key);
+                    info!("{key} is live (publisher)");
                 }
                 IngestOutput::Gone { stream, reason } => {
-                    set_flag(self.stats.stream(stream).map(|c| &c.live), false);
-                    set_flag(self.stats.stream(stream).map(|c| &c.publishing), false);
-                    self.stats.snapshots.stream_state(
-                        &self.streams[stream].key,
-                        "none",
-                        false,
-                        &[],
-                    );
-                    self.stats.set_rids(stream, &[]);
-                    if let Some(id) = self.publisher_ids[stream].take() {
-                        self.stats.snapshots.publisher_left(id, reason.as_str());
+                    let stats = &self.shared.stats;
+                    set_flag(stats.stream(stream).map(|c| &c.live), false);
+                    set_flag(stats.stream(stream).map(|c| &c.publishing), false);
+                    let key = self.streams.key(stream);
+                    stats.snapshots.stream_state(key, "none", false, &[]);
+                    stats.set_rids(stream, &[]);
+                    if let Some(id) = self.streams.publisher_ids[stream].take() {
+                        stats.snapshots.publisher_left(id, reason.as_str());
                     }
                     // Viewers stay; a later publisher continues the same RTP streams.
-                    self.streams[stream].stream.clear();
+                    self.streams.slots[stream].stream.clear();
                     self.fanout.reset(stream);
-                    self.route(|| Route::Publisher {
+                    self.links.route(|| Route::Publisher {
                         ufrag: Box::default(),
                         stream,
                         add: false,
                     });
-                    self.stats.publishers.fetch_sub(1, Ordering::Relaxed);
-                    let key = &self.streams[stream].key;
+                    stats.publishers.fetch_sub(1, Ordering::Relaxed);
+                    let key = self.streams.key(stream);
                     match reason {
                         LeftReason::Ended => info!("publisher of {key} left"),
                         LeftReason::Shutdown => info!("publisher of {key} closed: shutdown"),

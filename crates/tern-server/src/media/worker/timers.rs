@@ -9,6 +9,7 @@ use std::time::Instant;
 use tern_proto::codec::MediaKind;
 use tern_rtc::viewer::ViewerEvent;
 
+use super::viewers::write_media;
 use super::{VIEWER_TIMER_SWEEPS, Worker};
 use crate::media::ledger::{book_set, ledger, vec_bytes};
 use crate::media::link::ViewerId;
@@ -32,7 +33,7 @@ impl Worker {
         let mut nacks: Vec<Nacked> = Vec::new();
         let mut keyframe = false;
         let Some(e) = self.table.confirmed(id, from) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let stream = e.stream;
@@ -51,7 +52,8 @@ impl Worker {
         e.heap = e
             .heap
             .saturating_sub(nacks.capacity() * std::mem::size_of::<Nacked>());
-        self.pools.book(e);
+        let stats = &self.shared.stats;
+        self.shared.pools.book(e);
         let lost: i64 = [MediaKind::Video, MediaKind::Audio]
             .into_iter()
             .filter_map(|k| e.viewer.reported_loss(k))
@@ -60,21 +62,21 @@ impl Worker {
         if lost > e.reported_lost {
             let grew = (lost - e.reported_lost) as u64;
             e.reported_lost = lost;
-            self.stats.streams[stream]
+            stats.streams[stream]
                 .reported_lost
                 .fetch_add(grew, Ordering::Relaxed);
         }
         if !nacks.is_empty() {
-            self.stats.streams[stream]
+            stats.streams[stream]
                 .nacks
                 .fetch_add(nacks.len() as u64, Ordering::Relaxed);
         }
         if res.is_err() {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            stats.dropped_in.fetch_add(1, Ordering::Relaxed);
         }
         if keyframe {
-            self.stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
-            self.stats.streams[stream]
+            stats.keyframe_requests.fetch_add(1, Ordering::Relaxed);
+            stats.streams[stream]
                 .keyframe_requests
                 .fetch_add(1, Ordering::Relaxed);
             let layer = self.table.get(id).map_or(0, |e| e.viewer.target_layer());
@@ -89,18 +91,20 @@ impl Worker {
     /// viewer/resend.rs, which keeps what the budget cannot pay for yet); the rest are
     /// counted as ignored.
     fn retransmit(&mut self, id: ViewerId, stream: usize, nacks: &[Nacked], now: Instant) {
+        let stats = &self.shared.stats;
         for &(kind, layer, seq, out) in nacks {
-            let ring = self.streams[stream].stream.ring_of(kind, layer);
-            let p = ring.and_then(|r| r.get(seq)).cloned();
+            // Read in the ring, sent from there: the parts are borrowed one by one.
+            let ring = self.streams.slots[stream].stream.ring_of(kind, layer);
+            let p = ring.and_then(|r| r.get(seq));
             let Some(e) = self.table.get(id) else { break };
-            let size = p.as_ref().map(|p| p.payload.len() + RTP_OVERHEAD);
+            let size = p.map(|p| p.payload.len() + RTP_OVERHEAD);
             let resend = ledger(e, |v| v.may_retransmit(kind, seq, out, size, now));
-            self.pools.book(e);
+            self.shared.pools.book(e);
             if let Some(p) = p.filter(|_| resend)
-                && self.send_media(id, &p, false, 0).is_some()
+                && write_media(&mut self.out, &mut self.table, stats, id, p, false, 0).is_some()
             {
-                self.stats.retransmits.fetch_add(1, Ordering::Relaxed);
-                self.stats.streams[stream]
+                stats.retransmits.fetch_add(1, Ordering::Relaxed);
+                stats.streams[stream]
                     .retransmits
                     .fetch_add(1, Ordering::Relaxed);
             }
@@ -108,12 +112,12 @@ impl Worker {
     }
 
     pub(super) fn sweep(&mut self, now: Instant) {
-        for s in &mut self.streams {
+        for s in &mut self.streams.slots {
             s.stream.tick(now);
         }
         if self.adaptation.pass_due(now) {
-            for i in 0..self.streams.len() {
-                if self.streams[i].stream.layers() > 1 {
+            for i in 0..self.streams.slots.len() {
+                if self.streams.slots[i].stream.layers() > 1 {
                     self.choose_layers(i, now);
                 } else if self.adaptation.pause_video() {
                     self.gate_video(i, now);
@@ -152,14 +156,14 @@ impl Worker {
             }
             flights.clear();
             let kept = vec_bytes(&flights);
-            let cname = &self.cname;
+            let cname = &self.shared.cname;
             let sr = ledger(e, |v| {
                 v.handle_timeout(now, &mut |p| flights.push(p.to_vec()));
                 v.poll_sender_report(now, cname, &mut out)
             });
             // The flights are the driver's, not the session's.
             e.heap = e.heap.saturating_sub(vec_bytes(&flights) - kept);
-            self.pools.book(e);
+            self.shared.pools.book(e);
             if let Some(to) = e.viewer.remote_addr() {
                 for f in &flights {
                     self.send_to(f, to);
@@ -176,12 +180,13 @@ impl Worker {
     /// Books the session table's capacity in the `viewer_sessions` pool.
     pub(super) fn book_slots(&mut self) {
         let bytes = self.table.slot_bytes();
-        if bytes == self.pools.slots_reserved {
+        let pools = &mut self.shared.pools;
+        if bytes == pools.slots_reserved {
             return;
         }
-        self.pools.sessions.unreserve(self.pools.slots_reserved);
-        self.pools.sessions.reserve(bytes);
-        self.pools.slots_reserved = bytes;
+        pools.sessions.unreserve(pools.slots_reserved);
+        pools.sessions.reserve(bytes);
+        pools.slots_reserved = bytes;
     }
 
     /// Gives back memory a wave of departed viewers left behind (trailing empty slots,
@@ -189,32 +194,20 @@ impl Worker {
     /// the per-packet path.
     pub(super) fn trim_and_book(&mut self) {
         self.table.trim();
-        for s in &mut self.streams {
+        for s in &mut self.streams.slots {
             shrink_vec(&mut s.viewers);
         }
         self.book_slots();
-        let (mut items, mut used, mut allocated) = (0, 0, 0);
-        for s in &self.streams {
-            for ring in s.stream.rings() {
-                let (u, a) = ring.memory();
-                items += ring.len();
-                used += u;
-                allocated += a;
-            }
-        }
-        let now = (items, used, allocated);
-        book_set(&self.pools.rings, &mut self.pools.rings_booked, now);
-        let id = std::mem::size_of::<ViewerId>();
-        let viewers: usize = self.streams.iter().map(|s| s.viewers.len()).sum();
+        let pools = &mut self.shared.pools;
+        book_set(
+            &pools.rings,
+            &mut pools.rings_booked,
+            self.streams.ring_memory(),
+        );
+        // The streams' viewer lists, and the table's free list.
+        let (viewers, used, allocated) = self.streams.viewer_lists_memory();
         let (free_used, free_allocated) = self.table.free_bytes();
-        let used = viewers * id + free_used;
-        let allocated = self
-            .streams
-            .iter()
-            .map(|s| s.viewers.capacity() * id)
-            .sum::<usize>()
-            + free_allocated;
-        let now = (viewers, used, allocated);
-        book_set(&self.pools.index, &mut self.pools.index_booked, now);
+        let now = (viewers, used + free_used, allocated + free_allocated);
+        book_set(&pools.index, &mut pools.index_booked, now);
     }
 }

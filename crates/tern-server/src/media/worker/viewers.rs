@@ -14,12 +14,14 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::deadlines::Timer;
+use super::outbox::Outbox;
 use super::{CATCHUP_BURST, CATCHUP_TICK, Role, Worker};
 use crate::limits::AddrPermit;
 use crate::media::ledger::{ledger, vec_bytes};
 use crate::media::link::{Ctl, Target, ViewerId};
 use crate::media::socket::Route;
-use crate::media::table::{Entry, SLOT_BYTES};
+use crate::media::stats::EngineStats;
+use crate::media::table::{Entry, SLOT_BYTES, ViewerTable};
 
 impl Worker {
     /// Adds a viewer of `stream` (the WHEP or OME side made its parameters) and replies
@@ -31,13 +33,13 @@ impl Worker {
         reply: oneshot::Sender<ViewerId>,
         permit: Option<AddrPermit>,
     ) {
-        if stream >= self.streams.len() {
+        if stream >= self.streams.slots.len() {
             self.unplace();
             return;
         }
         if self.table.is_full() {
             // The reply is dropped, which the HTTP side reports as unavailable.
-            warn!("media worker {} is full", self.index);
+            warn!("media worker {} is full", self.seat.index);
             self.unplace();
             return;
         }
@@ -47,7 +49,7 @@ impl Worker {
         let entry = Entry {
             viewer: Viewer::new(params, Instant::now()),
             stream,
-            pos: self.streams[stream].viewers.len(),
+            pos: self.streams.slots[stream].viewers.len(),
             handshaking: true,
             heap,
             booked: (false, 0),
@@ -60,23 +62,24 @@ impl Worker {
             return;
         };
         self.book_slots();
-        self.streams[stream].viewers.push(id);
+        self.streams.slots[stream].viewers.push(id);
         if let Some(e) = self.table.get(id) {
-            self.pools.sessions.add(1, SLOT_BYTES);
-            self.pools.book(e);
+            self.shared.pools.sessions.add(1, SLOT_BYTES);
+            self.shared.pools.book(e);
         }
         // The route is queued before the reply, so it is in place before the
         // viewer's first check can arrive.
-        self.route(|| Route::Ufrag {
+        self.links.route(|| Route::Ufrag {
             ufrag,
             id,
             add: true,
         });
-        self.stats
+        let stats = &self.shared.stats;
+        stats
             .snapshots
-            .viewer_joined(id.raw(), &self.streams[stream].key);
-        self.stats.viewers.fetch_add(1, Ordering::Relaxed);
-        self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+            .viewer_joined(id.raw(), self.streams.key(stream));
+        stats.viewers.fetch_add(1, Ordering::Relaxed);
+        stats.handshakes.fetch_add(1, Ordering::Relaxed);
         let _ = reply.send(id);
     }
 
@@ -104,7 +107,8 @@ impl Worker {
         {
             self.send_to(&alert[..alert_len], to);
         }
-        self.stats.snapshots.viewer_left(
+        let stats = &self.shared.stats;
+        stats.snapshots.viewer_left(
             id.raw(),
             match reason {
                 CloseReason::ConnectTimeout => "connect timeout",
@@ -114,29 +118,29 @@ impl Worker {
                 CloseReason::Local => "closed by server",
             },
         );
-        self.pools.unbook(&mut e);
+        self.shared.pools.unbook(&mut e);
         if e.handshaking {
-            self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
+            stats.handshakes.fetch_sub(1, Ordering::Relaxed);
             if reason != CloseReason::Local {
-                self.stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.stats.viewers.fetch_sub(1, Ordering::Relaxed);
+        stats.viewers.fetch_sub(1, Ordering::Relaxed);
         self.unplace();
         let ufrag = *e.viewer.local_ufrag();
-        self.route(|| Route::Ufrag {
+        self.links.route(|| Route::Ufrag {
             ufrag,
             id,
             add: false,
         });
         if let Some(addr) = e.viewer.remote_addr() {
-            self.route(|| Route::Addr {
+            self.links.route(|| Route::Addr {
                 addr,
                 to: Target::Viewer(id),
                 add: false,
             });
         }
-        let list = &mut self.streams[e.stream].viewers;
+        let list = &mut self.streams.slots[e.stream].viewers;
         list.swap_remove(e.pos);
         if let Some(&moved) = list.get(e.pos)
             && let Some(m) = self.table.get(moved)
@@ -161,13 +165,13 @@ impl Worker {
         let added = remote_ufrag.len();
         ledger(e, |v| v.restart_ice(ufrag, pwd, remote_ufrag));
         e.heap += added;
-        self.pools.book(e);
-        self.route(|| Route::Ufrag {
+        self.shared.pools.book(e);
+        self.links.route(|| Route::Ufrag {
             ufrag: old,
             id,
             add: false,
         });
-        self.route(|| Route::Ufrag {
+        self.links.route(|| Route::Ufrag {
             ufrag,
             id,
             add: true,
@@ -181,55 +185,47 @@ impl Worker {
             return;
         };
         let stream = e.stream;
-        let layer = pin.unwrap_or_else(|| self.streams[stream].stream.pick_layer(None));
+        let layer = pin.unwrap_or_else(|| self.streams.slots[stream].stream.pick_layer(None));
         e.viewer.set_layer(layer, pin.is_some());
         if e.viewer.video_layer().is_some_and(|l| l != layer) {
             self.ask_keyframe(stream, layer, now);
         }
     }
 
-    /// A viewer started on a layer or moved: its snapshot says which (simulcast streams).
-    fn layer_changed(&self, id: ViewerId, stream: usize, layer: u8, pinned: bool) {
-        let rids = self.stats.rids(stream);
-        if let Some(rid) = rids.get(usize::from(layer)) {
-            self.stats.snapshots.viewer_layer(id.raw(), rid, pinned);
-        }
-    }
-
     /// A viewer placed here by [`EngineHandle::place`] is gone (or was never made).
     pub(super) fn unplace(&self) {
-        if self.role == Role::Stream {
-            self.loads[self.index].fetch_sub(1, Ordering::Relaxed);
+        if self.seat.role == Role::Stream {
+            self.links.loads[self.seat.index].fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     pub(super) fn handle_stun(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
         let Ok(msg) = stun::Message::parse(buf) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let mut out = [0u8; 256];
         let Some(e) = self.table.get(id) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let before = e.viewer.remote_addr();
         let res = ledger(e, |v| v.handle_stun(now, &msg, from, &mut out));
-        self.pools.book(e);
+        self.shared.pools.book(e);
         match res {
             Ok(n) => {
                 let after = e.viewer.remote_addr();
                 if before != after {
                     let to = Target::Viewer(id);
                     if let Some(addr) = before {
-                        self.route(|| Route::Addr {
+                        self.links.route(|| Route::Addr {
                             addr,
                             to,
                             add: false,
                         });
                     }
                     if let Some(addr) = after {
-                        self.route(|| Route::Addr {
+                        self.links.route(|| Route::Addr {
                             addr,
                             to,
                             add: true,
@@ -240,24 +236,24 @@ impl Worker {
             }
             Err(err) => {
                 debug!("stun from {from} dropped: {err}");
-                self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
     pub(super) fn handle_dtls(&mut self, now: Instant, id: ViewerId, buf: &[u8], from: SocketAddr) {
-        let dtls = self.dtls.clone();
         let mut flights: Vec<Vec<u8>> = Vec::new();
         let Some(e) = self.table.confirmed(id, from) else {
-            self.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.dropped_in.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        let dtls = &self.shared.dtls;
         let res = ledger(e, |v| {
-            v.handle_dtls(now, buf, &dtls, &mut |p| flights.push(p.to_vec()))
+            v.handle_dtls(now, buf, dtls, &mut |p| flights.push(p.to_vec()))
         });
         // The flights are the driver's, not the session's.
         e.heap = e.heap.saturating_sub(vec_bytes(&flights));
-        self.pools.book(e);
+        self.shared.pools.book(e);
         for f in &flights {
             self.send_to(f, from);
         }
@@ -277,11 +273,10 @@ impl Worker {
                 let remote = e.viewer.remote_addr();
                 let srtp = e.viewer.srtp_profile().map(|p| p.name());
                 self.table.connected(id);
-                self.stats
-                    .snapshots
-                    .viewer_connected(id.raw(), remote, srtp);
-                self.stats.handshakes.fetch_sub(1, Ordering::Relaxed);
-                self.stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
+                let stats = &self.shared.stats;
+                stats.snapshots.viewer_connected(id.raw(), remote, srtp);
+                stats.handshakes.fetch_sub(1, Ordering::Relaxed);
+                stats.handshakes_done.fetch_add(1, Ordering::Relaxed);
                 self.start_viewer(id, stream);
             }
             ViewerState::Closed(reason) => self.remove(id, reason),
@@ -298,7 +293,7 @@ impl Worker {
     ///
     /// A simulcast viewer starts on its pinned layer, else on the best one sending.
     pub(super) fn start_viewer(&mut self, id: ViewerId, stream: usize) {
-        let s = &self.streams[stream].stream;
+        let s = &self.streams.slots[stream].stream;
         let Some(e) = self.table.get(id) else {
             return;
         };
@@ -359,7 +354,10 @@ impl Worker {
             return false;
         };
         let layer = e.viewer.video_layer().unwrap_or(e.viewer.target_layer());
-        let Some(ring) = self.streams[stream].stream.ring_of(MediaKind::Video, layer) else {
+        let Some(ring) = self.streams.slots[stream]
+            .stream
+            .ring_of(MediaKind::Video, layer)
+        else {
             e.catchup = None;
             return false;
         };
@@ -387,16 +385,14 @@ impl Worker {
     /// Asks the publisher of `stream` for a keyframe of a video layer: here if this worker
     /// owns the stream, else through its app worker (which coalesces the requests).
     pub(super) fn ask_keyframe(&mut self, stream: usize, layer: u8, now: Instant) {
-        if self.owns(stream) {
+        if self.seat.owns(stream) {
             self.keyframe_request(stream, layer, now);
-        } else if let Some(app) = self.hosts.get(stream % self.apps) {
+        } else if let Some(app) = self.links.hosts.get(self.seat.owner_of(stream)) {
             let _ = app.ctl(Ctl::Keyframe(stream, layer));
         }
     }
 
-    /// Writes a media packet for a viewer into the send batch, with `pad` bytes of RTP
-    /// padding (see `worker/fanout.rs`); returns its size. A `live` video packet is skipped
-    /// for a viewer still catching up: its cursor will reach it.
+    /// Writes a media packet for a viewer into the send batch (see [`write_media`]).
     pub(super) fn send_media(
         &mut self,
         id: ViewerId,
@@ -404,38 +400,22 @@ impl Worker {
         live: bool,
         pad: u8,
     ) -> Option<usize> {
-        self.out.make_room(&self.stats);
-        let e = self.table.get(id)?;
-        if live && e.catchup.is_some() && pkt.kind == MediaKind::Video {
-            return None;
-        }
-        let to = e.viewer.remote_addr()?;
-        // A keyframe may start the viewer on a layer or move it to another.
-        let layer_was = pkt.keyframe.then(|| e.viewer.video_layer());
-        let slot = self.out.slot()?;
-        match e.viewer.write_media_padded(pkt, slot, pad) {
-            Ok(Some(n)) => {
-                self.out.commit_media(n, to);
-                if let Some(was) = layer_was
-                    && e.viewer.video_layer() != was
-                {
-                    let (stream, pinned) = (e.stream, e.viewer.pinned());
-                    self.layer_changed(id, stream, pkt.layer, pinned);
-                }
-                Some(n)
-            }
-            Ok(None) => None,
-            Err(err) => {
-                debug!("write_media: {err}");
-                None
-            }
-        }
+        write_media(
+            &mut self.out,
+            &mut self.table,
+            &self.shared.stats,
+            id,
+            pkt,
+            live,
+            pad,
+        )
     }
 
     /// Writes one probe packet for a viewer into the send batch (see `worker/layers.rs`);
     /// false when it has none to send.
     pub(super) fn send_padding(&mut self, id: ViewerId, now: Instant) -> bool {
-        self.out.make_room(&self.stats);
+        let stats = &self.shared.stats;
+        self.out.make_room(stats);
         let Some(e) = self.table.get(id) else {
             return false;
         };
@@ -448,7 +428,7 @@ impl Worker {
         match e.viewer.write_padding(slot, now) {
             Ok(Some(n)) => {
                 self.out.commit(n, to);
-                self.stats.probe_packets.fetch_add(1, Ordering::Relaxed);
+                stats.probe_packets.fetch_add(1, Ordering::Relaxed);
                 true
             }
             Ok(None) => false,
@@ -462,7 +442,7 @@ impl Worker {
     /// Queues a live packet of `stream` for this worker's viewers; [`Worker::fan_out_queued`]
     /// sends it. The queue never outlives one pass of the worker's loop.
     pub(super) fn fan_out(&mut self, stream: usize, pkt: RingPacket) {
-        if self.streams[stream].viewers.is_empty() {
+        if self.streams.slots[stream].viewers.is_empty() {
             return;
         }
         if self.fanout.queue(stream, pkt) {
@@ -480,8 +460,10 @@ impl Worker {
         let batch = self.fanout.take(self.out.gso_on());
         for (first, stream) in batch.streams() {
             let (mut packets, mut bytes) = (0u64, 0u64);
-            for i in 0..self.streams[stream].viewers.len() {
-                let id = self.streams[stream].viewers[i];
+            // The parts borrowed one by one: the stream's viewer list is read while the
+            // send batch and the viewers' slots are written.
+            let stats = &self.shared.stats;
+            for &id in &self.streams.slots[stream].viewers {
                 // Video first, then audio: a viewer's video packets lie next to each other
                 // in the send batch and leave as one GSO message (`media/batch.rs`); each
                 // kind keeps its order, and RTP orders nothing across SSRCs.
@@ -490,7 +472,9 @@ impl Worker {
                         .packets(first, stream)
                         .filter(|(p, _)| (p.kind == MediaKind::Video) == video)
                     {
-                        if let Some(b) = self.send_media(id, pkt, true, pad) {
+                        if let Some(b) =
+                            write_media(&mut self.out, &mut self.table, stats, id, pkt, true, pad)
+                        {
                             packets += 1;
                             bytes += b as u64;
                         }
@@ -498,10 +482,60 @@ impl Worker {
                 }
             }
             // Per-stream counters: one update per stream and batch, not per viewer.
-            let c = &self.stats.streams[stream];
+            let c = &stats.streams[stream];
             c.packets.fetch_add(packets, Ordering::Relaxed);
             c.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         self.fanout.give_back(batch);
+    }
+}
+
+/// Writes a media packet for viewer `id` into the send batch, with `pad` bytes of RTP
+/// padding (see `worker/fanout.rs`); returns its size. A `live` video packet is skipped for
+/// a viewer still catching up: its cursor will reach it. It takes only the parts it writes
+/// to, so the fan-out can walk a stream's viewer list meanwhile, and a retransmission
+/// send a packet from the ring without a copy.
+pub(super) fn write_media(
+    out: &mut Outbox,
+    table: &mut ViewerTable,
+    stats: &EngineStats,
+    id: ViewerId,
+    pkt: &RingPacket,
+    live: bool,
+    pad: u8,
+) -> Option<usize> {
+    out.make_room(stats);
+    let e = table.get(id)?;
+    if live && e.catchup.is_some() && pkt.kind == MediaKind::Video {
+        return None;
+    }
+    let to = e.viewer.remote_addr()?;
+    // A keyframe may start the viewer on a layer or move it to another.
+    let layer_was = pkt.keyframe.then(|| e.viewer.video_layer());
+    let slot = out.slot()?;
+    match e.viewer.write_media_padded(pkt, slot, pad) {
+        Ok(Some(n)) => {
+            out.commit_media(n, to);
+            if let Some(was) = layer_was
+                && e.viewer.video_layer() != was
+            {
+                let (stream, pinned) = (e.stream, e.viewer.pinned());
+                layer_changed(stats, id, stream, pkt.layer, pinned);
+            }
+            Some(n)
+        }
+        Ok(None) => None,
+        Err(err) => {
+            debug!("write_media: {err}");
+            None
+        }
+    }
+}
+
+/// A viewer started on a layer or moved: its snapshot says which (simulcast streams).
+fn layer_changed(stats: &EngineStats, id: ViewerId, stream: usize, layer: u8, pinned: bool) {
+    let rids = stats.rids(stream);
+    if let Some(rid) = rids.get(usize::from(layer)) {
+        stats.snapshots.viewer_layer(id.raw(), rid, pinned);
     }
 }
