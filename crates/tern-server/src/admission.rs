@@ -30,6 +30,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::{debug, warn};
 
 use crate::config::{AdmissionConfig, AppConfig};
+use crate::metrics::{Expose, Exposed, Exposition, Kind};
 use crate::snapshot::{Event, EventKind, SnapshotRef};
 
 /// What a session wants to do.
@@ -155,7 +156,7 @@ const MAX_ANSWER: usize = 16 * 1024;
 pub struct AdmissionStats {
     /// `[action][result]`: publish/play × allow/deny/error/busy.
     totals: [[AtomicU64; 4]; 2],
-    /// Webhook latency: count per bucket (cumulative at render), sum in microseconds.
+    /// Webhook latency: count per bucket (made cumulative when written), sum in microseconds.
     buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
@@ -187,55 +188,47 @@ impl AdmissionStats {
         self.latency_sum_us
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
+}
 
-    /// The Prometheus text of these counters.
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        let _ = writeln!(
-            out,
-            "# HELP tern_admission_total Admission decisions (JWT and webhook) by action and result.\n# TYPE tern_admission_total counter"
+impl Expose for AdmissionStats {
+    /// The `tern_admission_*` families.
+    fn write_metrics(&self, o: &mut Exposition) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut f = o.family(
+            "tern_admission_total",
+            "Admission decisions (JWT and webhook) by action and result.",
+            Kind::Counter,
         );
-        for (ai, action) in ["publish", "play"].iter().enumerate() {
-            for (ri, result) in RESULTS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "tern_admission_total{{action=\"{action}\",result=\"{result}\"}} {}",
-                    self.totals[ai][ri].load(Ordering::Relaxed)
-                );
+        for (action, totals) in ["publish", "play"].iter().zip(&self.totals) {
+            for (result, n) in RESULTS.iter().zip(totals) {
+                f.sample(&[("action", action), ("result", result)], l(n));
             }
         }
-        let _ = writeln!(
-            out,
-            "# HELP tern_admission_webhook_seconds Time the admission webhook took to answer.\n# TYPE tern_admission_webhook_seconds histogram"
+        let mut f = o.family(
+            "tern_admission_webhook_seconds",
+            "Time the admission webhook took to answer.",
+            Kind::Histogram,
         );
         let mut cum = 0;
-        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
-            cum += self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "tern_admission_webhook_seconds_bucket{{le=\"{b}\"}} {cum}"
-            );
+        for (b, n) in LATENCY_BUCKETS.iter().zip(&self.buckets) {
+            cum += l(n);
+            f.series("_bucket", &[("le", b)], cum);
         }
-        let count = self.latency_count.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "tern_admission_webhook_seconds_bucket{{le=\"+Inf\"}} {count}\ntern_admission_webhook_seconds_sum {}\ntern_admission_webhook_seconds_count {count}",
-            self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        let count = l(&self.latency_count);
+        f.series("_bucket", &[("le", &"+Inf")], count);
+        f.series("_sum", &[], l(&self.latency_sum_us) as f64 / 1e6);
+        f.series("_count", &[], count);
+        let mut f = o.family(
+            "tern_admission_close_notifications_total",
+            "Close notifications to the webhook by outcome.",
+            Kind::Counter,
         );
-        let _ = writeln!(
-            out,
-            "# HELP tern_admission_close_notifications_total Close notifications to the webhook by outcome.\n# TYPE tern_admission_close_notifications_total counter"
-        );
-        for (what, v) in [
+        for (outcome, n) in [
             ("sent", &self.closes_sent),
             ("failed", &self.closes_failed),
             ("dropped", &self.closes_dropped),
         ] {
-            let _ = writeln!(
-                out,
-                "tern_admission_close_notifications_total{{outcome=\"{what}\"}} {}",
-                v.load(Ordering::Relaxed)
-            );
+            f.sample(&[("outcome", &outcome)], l(n));
         }
     }
 }
@@ -355,8 +348,10 @@ impl Admission {
         self.gates.contains_key(app)
     }
 
-    /// Starts the close-notification sender on the current runtime.
-    pub fn start(&self) {
+    /// Registers the counters with the server's `/metrics` (`exposed`) and, when an app asks
+    /// a webhook, starts the close-notification sender on the current runtime.
+    pub fn start(&self, exposed: &Exposed) {
+        exposed.add(self.stats.clone());
         if !self.has_webhooks() {
             return;
         }
@@ -744,8 +739,9 @@ mod tests {
         let s = AdmissionStats::default();
         s.count(Action::Play, "deny");
         s.latency(Duration::from_millis(3));
-        let mut out = String::new();
-        s.render(&mut out);
+        let mut out = Exposition::default();
+        s.write_metrics(&mut out);
+        let out = out.into_string();
         assert!(out.contains("tern_admission_total{action=\"play\",result=\"deny\"} 1"));
         assert!(out.contains("tern_admission_total{action=\"publish\",result=\"allow\"} 0"));
         assert!(out.contains("tern_admission_webhook_seconds_bucket{le=\"0.005\"} 1"));

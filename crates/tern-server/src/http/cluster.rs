@@ -12,8 +12,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::cluster::{Local, LocalStream, NodeRecord, ROUTED_PARAM};
-use crate::http::reply::{cors, metric_line};
+use crate::http::reply::cors;
 use crate::http::state::AppState;
+use crate::metrics::{Exposition, Kind};
 
 /// Starts the node's refresh (record, claims, view) on the current runtime.
 pub fn start(st: &Arc<AppState>) {
@@ -165,35 +166,30 @@ pub(super) fn json(st: &AppState) -> serde_json::Value {
     })
 }
 
-/// The cluster's lines of `/metrics`.
-pub(super) fn metrics(st: &AppState, o: &mut String) {
+/// The cluster's families of `/metrics`.
+pub(super) fn metrics(st: &AppState, o: &mut Exposition) {
     let Some(c) = st.cluster.as_ref() else {
         return;
     };
     let view = c.view();
-    let mut line = |name: &str, help: &str, kind: &str, v: u64| metric_line(o, name, help, kind, v);
-    line(
+    o.gauge(
         "tern_cluster_redis_up",
         "1 when the last exchange with the cluster's Redis worked.",
-        "gauge",
         u64::from(c.redis_up()),
     );
-    line(
+    o.gauge(
         "tern_cluster_nodes",
         "Live nodes in the registry.",
-        "gauge",
         view.nodes.len() as u64,
     );
-    line(
+    o.gauge(
         "tern_cluster_origins",
         "Streams in the origin map.",
-        "gauge",
         view.origins.len() as u64,
     );
-    line(
+    o.gauge(
         "tern_cluster_pulls",
         "Streams this node pulls from their origin.",
-        "gauge",
         c.pulled(false).len() as u64,
     );
     let k = &c.counters;
@@ -234,17 +230,14 @@ pub(super) fn metrics(st: &AppState, o: &mut String) {
             k.handovers.load(Ordering::Relaxed),
         ),
     ] {
-        line(name, help, "counter", v);
+        o.counter(name, help, v);
     }
-    let _ = writeln!(
-        o,
-        "# HELP tern_cluster_node_viewers Viewers of each live node, as in the registry.\n# TYPE tern_cluster_node_viewers gauge"
+    let mut f = o.family(
+        "tern_cluster_node_viewers",
+        "Viewers of each live node, as in the registry.",
+        Kind::Gauge,
     );
     for n in &view.nodes {
-        let _ = writeln!(
-            o,
-            "tern_cluster_node_viewers{{node=\"{}\"}} {}",
-            n.name, n.viewers
-        );
+        f.sample(&[("node", &n.name)], n.viewers);
     }
 }

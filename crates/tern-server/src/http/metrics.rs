@@ -1,8 +1,8 @@
-//! Prometheus `/metrics`: the engine's counters, per stream, the pools, admission, HLS,
-//! TURN and the cluster, in the text exposition format. Every line is written by
-//! `reply::metric_line` or, for labelled families, next to it here.
+//! Prometheus `/metrics`: the engine's counters, per stream, HLS, recordings, TURN, TLS,
+//! the pools and the cluster, then every part the server registered
+//! ([`crate::metrics::Exposed`]: SRT, the RTSP sources, admission), all written through
+//! one [`Exposition`].
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -10,66 +10,55 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::http::reply::metric_line;
 use crate::http::state::AppState;
+use crate::metrics::{Exposition, Kind};
 
 /// `GET /metrics`.
 pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     let s = &st.engine.stats;
-    let mut o = String::with_capacity(4096);
-    let mut gauge = |name: &str, help: &str, kind: &str, v: u64| {
-        metric_line(&mut o, name, help, kind, v);
-    };
+    let mut o = Exposition::with_capacity(4096);
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    gauge(
+    o.gauge(
         "tern_viewers",
         "Viewer sessions held.",
-        "gauge",
         s.viewers.load(Ordering::Relaxed) as u64,
     );
-    gauge(
+    o.counter(
         "tern_turn_peer_refused_total",
         "TURN permissions, channels and Send indications refused by the peer policy.",
-        "counter",
         l(&s.turn_peer_refused),
     );
-    gauge(
+    o.counter(
         "tern_turn_rate_limited_total",
         "TURN datagrams dropped by an allocation's bandwidth cap (turn.max_bps).",
-        "counter",
         l(&s.turn_rate_limited),
     );
-    gauge(
+    o.counter(
         "tern_turn_quota_refusals_total",
         "TURN allocations refused by a quota (total, per user, per address).",
-        "counter",
         l(&s.turn_quota_refusals),
     );
     if let Some(tls) = &st.tls {
-        gauge(
+        o.counter(
             "tern_tls_certificate_reloads_total",
             "HTTPS certificate pairs loaded after the first (file change or SIGHUP).",
-            "counter",
             tls.reloads(),
         );
-        gauge(
+        o.counter(
             "tern_tls_certificate_reload_failures_total",
             "HTTPS certificate reloads that failed (the previous pair stayed in use).",
-            "counter",
             tls.reload_failures(),
         );
     }
     let h = &st.hls;
-    gauge(
+    o.gauge(
         "tern_hls_sessions",
         "LL-HLS sessions open.",
-        "gauge",
         h.session_count() as u64,
     );
-    gauge(
+    o.gauge(
         "tern_hls_streams_packaged",
         "Streams being packaged for LL-HLS (someone reads them).",
-        "gauge",
         h.packaging_count() as u64,
     );
     for (name, help, v) in [
@@ -109,12 +98,11 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             &s.hls_tap_dropped,
         ),
     ] {
-        gauge(name, help, "counter", l(v));
+        o.counter(name, help, l(v));
     }
-    gauge(
+    o.counter(
         "tern_hls_sessions_refused_total",
         "LL-HLS sessions refused by the per-address limit (hls.sessions_per_ip).",
-        "counter",
         h.refused_per_ip(),
     );
     let r = &st.record;
@@ -123,212 +111,193 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         (
             "tern_recordings",
             "Recordings running.",
-            "gauge",
+            Kind::Gauge,
             r.active() as u64,
         ),
         (
             "tern_record_queued_bytes",
             "Bytes of fragments waiting for the recording writer.",
-            "gauge",
+            Kind::Gauge,
             r.queued_bytes(),
         ),
         (
             "tern_record_bytes_total",
             "Bytes written to recorded files.",
-            "counter",
+            Kind::Counter,
             l(&rc.bytes),
         ),
         (
             "tern_record_parts_total",
             "Fragments written to recorded files.",
-            "counter",
+            Kind::Counter,
             l(&rc.parts),
         ),
         (
             "tern_record_parts_late_total",
             "Fragments written more than a second after their part length past their end.",
-            "counter",
+            Kind::Counter,
             l(&rc.late_parts),
         ),
         (
             "tern_record_files_total",
             "Recorded files finished.",
-            "counter",
+            Kind::Counter,
             l(&rc.files),
         ),
         (
             "tern_record_failures_total",
             "Recordings stopped by a write error.",
-            "counter",
+            Kind::Counter,
             l(&rc.failures),
         ),
         (
             "tern_record_overruns_total",
             "Recordings stopped because the writer was behind.",
-            "counter",
+            Kind::Counter,
             l(&r.overruns),
         ),
         (
             "tern_record_hooks_failed_total",
             "Segment webhook calls dropped or failed.",
-            "counter",
+            Kind::Counter,
             l(&rc.hooks_failed),
         ),
     ] {
-        gauge(name, help, kind, v);
+        o.family(name, help, kind).value(v);
     }
-    gauge(
+    o.gauge(
         "tern_handshakes_in_progress",
         "DTLS handshakes in progress.",
-        "gauge",
         s.handshakes.load(Ordering::Relaxed) as u64,
     );
-    gauge(
+    o.counter(
         "tern_handshakes_completed_total",
         "Handshakes completed.",
-        "counter",
         l(&s.handshakes_done),
     );
-    gauge(
+    o.counter(
         "tern_handshakes_failed_total",
         "Handshakes failed or timed out.",
-        "counter",
         l(&s.handshakes_failed),
     );
-    gauge(
+    o.counter(
         "tern_packets_out_total",
         "SRTP media packets sent.",
-        "counter",
         l(&s.packets_out),
     );
-    gauge(
+    o.counter(
         "tern_bytes_out_total",
         "Bytes sent on the media port.",
-        "counter",
         l(&s.bytes_out),
     );
-    gauge(
+    o.counter(
         "tern_retransmits_total",
         "Packets retransmitted on NACK.",
-        "counter",
         l(&s.retransmits),
     );
-    gauge(
+    o.counter(
         "tern_keyframe_requests_total",
         "PLI/FIR received from viewers.",
-        "counter",
         l(&s.keyframe_requests),
     );
-    gauge(
+    o.counter(
         "tern_packets_in_total",
         "Datagrams received on the media port.",
-        "counter",
         l(&s.packets_in),
     );
-    gauge(
+    o.counter(
         "tern_dropped_in_total",
         "Datagrams dropped (malformed, unknown, unauthenticated).",
-        "counter",
         l(&s.dropped_in),
     );
-    gauge(
-        "tern_send_errors_total",
-        "Failed sends.",
-        "counter",
-        l(&s.send_errors),
-    );
-    gauge(
+    o.counter("tern_send_errors_total", "Failed sends.", l(&s.send_errors));
+    o.counter(
         "tern_gso_messages_total",
         "UDP GSO messages sent (one viewer's run of equal-size packets each).",
-        "counter",
         l(&s.gso_messages),
     );
-    gauge(
+    o.counter(
         "tern_gso_packets_total",
         "Datagrams that left inside UDP GSO messages.",
-        "counter",
         l(&s.gso_packets),
     );
-    gauge(
+    o.counter(
         "tern_gso_fallbacks_total",
         "Send batches sent again without GSO after a GSO send failed (GSO is then off).",
-        "counter",
         l(&s.gso_fallbacks),
     );
-    gauge(
+    o.counter(
         "tern_queue_full_total",
         "Datagrams or packets dropped because a media worker's queue was full, and RTMP publishers closed because it stayed full.",
-        "counter",
         l(&s.queue_full),
     );
-    gauge(
+    o.gauge(
         "tern_publishers",
         "Publishers (WHIP, RTMP) connected or connecting.",
-        "gauge",
         s.publishers.load(Ordering::Relaxed) as u64,
     );
-    gauge(
+    o.counter(
         "tern_ingest_packets_total",
         "Media packets received from publishers.",
-        "counter",
         l(&s.ingest_packets),
     );
-    gauge(
+    o.counter(
         "tern_probe_packets_total",
         "Padding packets sent to probe the path of viewers of simulcast streams.",
-        "counter",
         l(&s.probe_packets),
     );
-    gauge(
+    o.counter(
         "tern_snapshot_builds_total",
         "Snapshot segments built.",
-        "counter",
         s.snapshots.builds(),
     );
-    gauge(
+    o.gauge(
         "tern_event_subscribers",
         "Event stream subscribers.",
-        "gauge",
         s.snapshots.subscribers() as u64,
     );
     let keys = st.streams.list();
-    let per_stream: [(&str, &str, &str); 9] = [
-        ("tern_stream_live", "Whether the stream is live.", "gauge"),
-        ("tern_stream_viewers", "Viewers of the stream.", "gauge"),
+    let per_stream: [(&str, &str, Kind); 9] = [
+        (
+            "tern_stream_live",
+            "Whether the stream is live.",
+            Kind::Gauge,
+        ),
+        ("tern_stream_viewers", "Viewers of the stream.", Kind::Gauge),
         (
             "tern_stream_packets_out_total",
             "Media packets sent to the stream's viewers.",
-            "counter",
+            Kind::Counter,
         ),
         (
             "tern_stream_bytes_out_total",
             "Media bytes sent to the stream's viewers.",
-            "counter",
+            Kind::Counter,
         ),
         (
             "tern_stream_nacks_total",
             "Sequence numbers the stream's viewers NACKed.",
-            "counter",
+            Kind::Counter,
         ),
         (
             "tern_stream_keyframe_requests_total",
             "PLI/FIR requests from the stream's viewers.",
-            "counter",
+            Kind::Counter,
         ),
         (
             "tern_stream_reported_lost_total",
             "Packets the stream's viewers reported lost in RTCP receiver reports.",
-            "counter",
+            Kind::Counter,
         ),
         (
             "tern_stream_retransmits_total",
             "Packets retransmitted to the stream's viewers (NACKs answered within budget).",
-            "counter",
+            Kind::Counter,
         ),
         (
             "tern_stream_viewers_video_paused",
             "The stream's viewers whose video is paused (their path's estimate is below the stream's video rate).",
-            "gauge",
+            Kind::Gauge,
         ),
     ];
     // Viewers and paused viewers per stream, in one pass over the snapshots.
@@ -340,8 +309,8 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         n.1 += u64::from(v.video_paused);
     }
     let count = |key: &str| viewers.get(key).copied().unwrap_or_default();
-    for (m, (name, help, kind)) in per_stream.iter().enumerate() {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (m, (name, help, kind)) in per_stream.into_iter().enumerate() {
+        let mut f = o.family(name, help, kind);
         for (key, i) in &keys {
             let c = s.stream(*i);
             let v = match m {
@@ -355,10 +324,9 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
                 7 => c.map_or(0, |c| l(&c.retransmits)),
                 _ => count(key).1,
             };
-            let _ = writeln!(o, "{name}{{stream=\"{key}\"}} {v}");
+            f.sample(&[("stream", key)], v);
         }
     }
-    st.admission.stats.render(&mut o);
     let reports = st.memory_reports();
     for (name, help, f) in [
         (
@@ -377,30 +345,26 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             |r| r.peak_bytes as u64,
         ),
     ] {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let mut family = o.family(name, help, Kind::Gauge);
         for r in &reports {
-            let _ = writeln!(o, "{name}{{pool=\"{}\"}} {}", r.name, f(r));
+            family.sample(&[("pool", &r.name)], f(r));
         }
     }
     crate::http::cluster::metrics(&st, &mut o);
     st.exposed.write_metrics(&mut o);
-    if let Some(sources) = st.core.sources.get() {
-        sources.write_metrics(&mut o);
-    }
-    let a = tern_pool::CountingAlloc::stats();
-    let _ = writeln!(
-        o,
-        "# HELP tern_heap_live_bytes Heap bytes live (counting allocator).\n# TYPE tern_heap_live_bytes gauge\ntern_heap_live_bytes {}",
-        a.live_bytes
+    o.gauge(
+        "tern_heap_live_bytes",
+        "Heap bytes live (counting allocator).",
+        tern_pool::CountingAlloc::stats().live_bytes,
     );
     if let Some(tls) = &st.tls {
-        let _ = writeln!(
-            o,
-            "# HELP tern_tls_certificate_expiry_seconds Seconds until the HTTPS certificate in use expires (negative once it has).\n# TYPE tern_tls_certificate_expiry_seconds gauge\ntern_tls_certificate_expiry_seconds {}",
-            tls.seconds_left()
+        o.gauge(
+            "tern_tls_certificate_expiry_seconds",
+            "Seconds until the HTTPS certificate in use expires (negative once it has).",
+            tls.seconds_left(),
         );
     }
-    let mut r = (StatusCode::OK, o).into_response();
+    let mut r = (StatusCode::OK, o.into_string()).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -23,13 +23,6 @@ pub(crate) fn cors(h: &mut HeaderMap) {
     );
 }
 
-/// Appends one Prometheus sample with its `# HELP` and `# TYPE` lines (`kind`: `gauge`
-/// or `counter`).
-pub(super) fn metric_line(o: &mut String, name: &str, help: &str, kind: &str, v: u64) {
-    use std::fmt::Write as _;
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-}
-
 /// A JSON body with its content type.
 pub(crate) fn json(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();

@@ -183,8 +183,9 @@ pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
 
 /// The runtime's background work: the node's cluster report (`super::cluster::start`);
 /// once a second the sweep that removes publisher-made streams past their grace, and
-/// LL-HLS housekeeping; the recorder's housekeeping; and, with an admission webhook, the
-/// close notifications (admitted sessions' ends, read off the event stream).
+/// LL-HLS housekeeping; the recorder's housekeeping; admission (its counters registered
+/// with `/metrics`) and, with a webhook, its close notifications (admitted sessions' ends,
+/// read off the event stream).
 fn spawn_tasks(state: &Arc<AppState>) {
     super::cluster::start(state);
     let st = state.clone();
@@ -199,10 +200,10 @@ fn spawn_tasks(state: &Arc<AppState>) {
     });
     let st = state.clone();
     tokio::spawn(async move { st.record.housekeeping(&st.streams).await });
+    state.admission.start(&state.exposed);
     if !state.admission.has_webhooks() {
         return;
     }
-    state.admission.start();
     let events = state.engine.stats.snapshots.subscribe();
     let st = state.clone();
     tokio::spawn(async move { st.admission.close_notifications(events).await });

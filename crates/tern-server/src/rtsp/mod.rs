@@ -54,6 +54,7 @@ use std::thread::JoinHandle;
 
 use tracing::{info, warn};
 
+use crate::metrics::{Expose, Exposition};
 use crate::session::{Core, SourcePulls};
 use entry::{Entry, Run};
 
@@ -67,7 +68,8 @@ pub struct Sources {
 
 impl Sources {
     /// Every `[[app.source]]` of the configuration; the always-on ones start pulling now.
-    /// Set as the session layer's [`Core::sources`] so that play requests wake the others.
+    /// Set as the session layer's [`Core::sources`] so that play requests wake the others,
+    /// and registered with the server's `/metrics` ([`Core::exposed`]).
     pub fn start(core: Arc<Core>) -> Arc<Sources> {
         let mut entries = HashMap::new();
         for app in &core.config.apps {
@@ -93,6 +95,9 @@ impl Sources {
         if !me.entries.is_empty() {
             info!("rtsp: {} camera source(s)", me.entries.len());
             let _ = core.sources.set(me.clone());
+            let mut list: Vec<Arc<Entry>> = me.entries.values().cloned().collect();
+            list.sort_by(|a, b| a.key.cmp(&b.key));
+            core.exposed.add(Arc::new(SourceMetrics(list)));
         }
         for e in me.entries.values() {
             if !e.cfg.on_demand {
@@ -160,11 +165,15 @@ impl SourcePulls for Sources {
     fn last_error(&self, key: &str) -> Option<String> {
         self.entries.get(key).and_then(|e| e.status.last_error())
     }
+}
 
-    fn write_metrics(&self, o: &mut String) {
-        let mut list: Vec<&Arc<Entry>> = self.entries.values().collect();
-        list.sort_by(|a, b| a.key.cmp(&b.key));
-        status::write_metrics(list.iter().map(|e| &e.status), o);
+/// The sources' `tern_source_*` families, by key: registered with the server's `/metrics`
+/// by [`Sources::start`] when there are sources.
+struct SourceMetrics(Vec<Arc<Entry>>);
+
+impl Expose for SourceMetrics {
+    fn write_metrics(&self, o: &mut Exposition) {
+        status::write_metrics(self.0.iter().map(|e| &e.status), o);
     }
 }
 

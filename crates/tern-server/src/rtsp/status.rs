@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::clock::unix_ms;
 use crate::config::SourceConfig;
+use crate::metrics::{Exposition, Kind, Millis};
 use crate::snapshot::Snapshots;
 
 /// Where a source is.
@@ -211,108 +212,69 @@ impl SourceStatus {
     }
 }
 
-/// `tern_source_*` for `sources`.
+/// `tern_source_*` for `sources`, in their order.
 pub(super) fn write_metrics<'a>(
     sources: impl Iterator<Item = &'a SourceStatus> + Clone,
-    o: &mut String,
+    o: &mut Exposition,
 ) {
-    use std::fmt::Write as _;
     let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let head = |o: &mut String, name: &str, help: &str, kind: &str| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
-    head(
-        o,
+    let mut f = o.family(
         "tern_source_state",
         "Camera sources by state (1 for the source's current state).",
-        "gauge",
+        Kind::Gauge,
     );
     for s in sources.clone() {
         let now = s.state();
         for st in SourceState::ALL {
-            let _ = writeln!(
-                o,
-                "tern_source_state{{stream=\"{}\",state=\"{}\"}} {}",
-                s.key,
-                st.as_str(),
-                u8::from(st == now)
+            f.sample(
+                &[("stream", &s.key), ("state", &st.as_str())],
+                u8::from(st == now),
             );
         }
     }
-    head(
-        o,
+    let mut f = o.family(
         "tern_source_connects_total",
         "RTSP sessions started with each camera.",
-        "counter",
+        Kind::Counter,
     );
     for s in sources.clone() {
-        let _ = writeln!(
-            o,
-            "tern_source_connects_total{{stream=\"{}\"}} {}",
-            s.key,
-            l(&s.connects)
-        );
+        f.sample(&[("stream", &s.key)], l(&s.connects));
     }
-    head(
-        o,
+    let mut f = o.family(
         "tern_source_errors_total",
         "Failed RTSP sessions by reason.",
-        "counter",
+        Kind::Counter,
     );
     for s in sources.clone() {
-        for (i, f) in Failure::ALL.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "tern_source_errors_total{{stream=\"{}\",reason=\"{}\"}} {}",
-                s.key,
-                f.as_str(),
-                l(&s.failures[i])
-            );
+        for (why, n) in Failure::ALL.iter().zip(&s.failures) {
+            f.sample(&[("stream", &s.key), ("reason", &why.as_str())], l(n));
         }
     }
-    head(
-        o,
+    let mut f = o.family(
         "tern_source_frames_total",
         "Frames taken from each camera.",
-        "counter",
+        Kind::Counter,
     );
     for s in sources.clone() {
-        for (kind, v) in [("video", &s.video_frames), ("audio", &s.audio_frames)] {
-            let _ = writeln!(
-                o,
-                "tern_source_frames_total{{stream=\"{}\",kind=\"{kind}\"}} {}",
-                s.key,
-                l(v)
-            );
+        for (kind, n) in [("video", &s.video_frames), ("audio", &s.audio_frames)] {
+            f.sample(&[("stream", &s.key), ("kind", &kind)], l(n));
         }
     }
-    head(
-        o,
+    let mut f = o.family(
         "tern_source_bytes_total",
         "Media bytes taken from each camera.",
-        "counter",
+        Kind::Counter,
     );
     for s in sources.clone() {
-        let _ = writeln!(
-            o,
-            "tern_source_bytes_total{{stream=\"{}\"}} {}",
-            s.key,
-            l(&s.bytes)
-        );
+        f.sample(&[("stream", &s.key)], l(&s.bytes));
     }
-    head(
-        o,
+    let mut f = o.family(
         "tern_source_first_frame_seconds",
         "Time from the last wake of an idle source to its first keyframe.",
-        "gauge",
+        Kind::Gauge,
     );
     for s in sources {
-        let _ = writeln!(
-            o,
-            "tern_source_first_frame_seconds{{stream=\"{}\"}} {:.3}",
-            s.key,
-            l(&s.first_frame_ms) as f64 / 1000.0
-        );
+        f.sample(&[("stream", &s.key)], Millis(l(&s.first_frame_ms)));
     }
 }
 
@@ -356,8 +318,9 @@ mod tests {
             !text.contains("hunter2") && !text.contains("admin"),
             "{text}"
         );
-        let mut m = String::new();
+        let mut m = Exposition::default();
         write_metrics([&s].into_iter(), &mut m);
+        let m = m.into_string();
         assert!(m.contains("tern_source_state{stream=\"cams/door\",state=\"retrying\"} 1"));
         assert!(
             m.contains("tern_source_errors_total{stream=\"cams/door\",reason=\"auth failed\"} 1")

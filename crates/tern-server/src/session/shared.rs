@@ -154,8 +154,6 @@ pub trait SourcePulls: Send + Sync {
     fn wake(&self, key: &str) -> bool;
     /// Why the source of `key` last failed (its URL without credentials), if it did.
     fn last_error(&self, key: &str) -> Option<String>;
-    /// The sources' `tern_source_*` metrics, in Prometheus text.
-    fn write_metrics(&self, out: &mut String);
 }
 
 impl Core {

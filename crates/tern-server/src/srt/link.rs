@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::metrics::{Expose, Exposition, Kind};
 use crate::session::Refusal;
 use crate::srt::transport::{ConnId, RejectCode};
 
@@ -79,85 +80,67 @@ impl SrtCounters {
     }
 }
 
-impl crate::metrics::Expose for SrtCounters {
+impl Expose for SrtCounters {
     /// The `tern_srt_*` families.
-    fn write_metrics(&self, o: &mut String) {
-        use std::fmt::Write as _;
+    fn write_metrics(&self, o: &mut Exposition) {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut line = |name: &str, help: &str, kind: &str, v: u64| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-        };
-        line(
+        o.gauge(
             "tern_srt_publishers",
             "SRT publishers connected.",
-            "gauge",
             self.publishers.load(Ordering::Relaxed) as u64,
         );
-        line(
+        o.counter(
             "tern_srt_accepted_total",
             "SRT callers accepted.",
-            "counter",
             l(&self.accepted),
         );
-        line(
+        o.counter(
             "tern_srt_handshake_timeouts_total",
             "SRT handshakes dropped unfinished after 5 s.",
-            "counter",
             l(&self.handshake_timeouts),
         );
-        line(
+        o.counter(
             "tern_srt_limited_total",
             "SRT handshakes dropped by limits.srt_connections_per_ip.",
-            "counter",
             l(&self.limited),
         );
-        line(
+        o.counter(
             "tern_srt_stray_total",
             "SRT datagrams that did not parse or belonged to no caller.",
-            "counter",
             l(&self.stray),
         );
-        line(
+        o.counter(
             "tern_srt_queue_drops_total",
             "SRT messages dropped: a publisher's queue was full.",
-            "counter",
             l(&self.queue_drops),
         );
-        line(
+        o.counter(
             "tern_srt_library_panics_total",
             "SRT inputs the SRT library panicked on (peer dropped).",
-            "counter",
             l(&self.panics),
         );
-        line(
+        o.counter(
             "tern_srt_packets_lost_total",
             "SRT data packets found missing (sum over publishers).",
-            "counter",
             l(&self.lost),
         );
-        line(
+        o.counter(
             "tern_srt_packets_retransmitted_total",
             "SRT retransmitted data packets received.",
-            "counter",
             l(&self.retransmitted),
         );
-        line(
+        o.counter(
             "tern_srt_packets_dropped_total",
             "SRT data packets given up as too late.",
-            "counter",
             l(&self.dropped),
         );
-        let _ = writeln!(
-            o,
-            "# HELP tern_srt_refused_total SRT callers refused at the handshake, by reject reason.\n# TYPE tern_srt_refused_total counter"
+        let mut f = o.family(
+            "tern_srt_refused_total",
+            "SRT callers refused at the handshake, by reject reason.",
+            Kind::Counter,
         );
-        for (i, r) in REASONS.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "tern_srt_refused_total{{reason=\"{}\"}} {}",
-                r.name(),
-                self.refused[i].load(Ordering::Relaxed)
-            );
+        for (r, n) in REASONS.iter().zip(&self.refused) {
+            f.sample(&[("reason", &r.name())], l(n));
         }
     }
 }
