@@ -3,7 +3,8 @@
 // (tests/interop/pion-viewer, built by scripts/install-deps.sh) and aiortc
 // (tests/interop/aiortc_client.py `watch`, in the venv install-deps.sh makes). Both print
 // `frames`, `video_packets`, `lost`, `audio_packets` and `audio_gap_ms` (the longest gap
-// between two audio packets since the line before).
+// between two audio packets since the line before). Also GStreamer's webrtcbin
+// (tests/interop/gst_client.py) as a WHIP publisher or WHEP viewer, for its tests.
 
 import { spawn } from 'node:child_process';
 import { publishSimulcast, readLayers } from './browser.mjs';
@@ -14,6 +15,21 @@ import { fileURLToPath } from 'node:url';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const PION_VIEWER = process.env.TERN_PION_VIEWER || join(ROOT, 'tests/interop/pion-viewer/pion-viewer');
 export const AIORTC_PYTHON = join(ROOT, 'tests/interop/.venv/bin/python');
+// Debian's interpreter: python3-gi is installed for it, not for any other python3 on PATH.
+export const GST_PYTHON = '/usr/bin/python3';
+const GST_CLIENT = join(ROOT, 'tests/interop/gst_client.py');
+
+/** Runs tests/interop/gst_client.py (GStreamer's webrtcbin) with `args`: its child, a
+ * promise of its exit code, its JSON result line once it printed one, and its output. */
+export function gst(args) {
+  const child = spawn(GST_PYTHON, [GST_CLIENT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  child.stderr.on('data', (d) => { out += d; });
+  const done = new Promise((ok) => child.once('exit', (code) => ok(code)));
+  const result = () => out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))[0];
+  return { child, done, result, output: () => out };
+}
 
 /** Every JSON line `stream` gives, parsed, in an array that grows as they come (lines
  * that are not JSON are skipped). */

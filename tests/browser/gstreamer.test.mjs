@@ -8,32 +8,17 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage, openWhepViewer, readWhepViewer } from './browser.mjs';
+import { GST_PYTHON as PY, gst } from './clients.mjs';
 import { startServer } from './server.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-// Debian's interpreter: python3-gi is installed for it, not for any other python3 on PATH.
-const PY = '/usr/bin/python3';
-const CLIENT = join(here, '..', 'interop', 'gst_client.py');
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
-/** Runs the GStreamer client; resolves with its JSON line and its output. */
-function gst(args) {
-  const child = spawn(PY, [CLIENT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d) => { out += d; });
-  child.stderr.on('data', (d) => { out += d; });
-  const done = new Promise((ok) => child.once('exit', (code) => ok(code)));
-  const result = () => out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))[0];
-  return { child, done, result, output: () => out };
-}
 
 /** The SRTP profile in each viewer snapshot of `stream` (`app/name`). */
 async function snapshotProfiles(base, stream) {

@@ -9,18 +9,15 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { GST_PYTHON as PY, gst } from './clients.mjs';
 import { startServer } from './server.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const PY = '/usr/bin/python3';
-const CLIENT = join(here, '..', 'interop', 'gst_client.py');
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
 // What LL-HLS and recordings take, per publisher codec: the same for both.
@@ -29,16 +26,6 @@ const TABLE = [
   { codec: 'h265', sdp: 'H265', packaged: false },
 ];
 
-/** Runs the GStreamer client; resolves with its JSON line and its output. */
-function gst(args) {
-  const child = spawn(PY, [CLIENT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d) => { out += d; });
-  child.stderr.on('data', (d) => { out += d; });
-  const done = new Promise((ok) => child.once('exit', (code) => ok(code)));
-  const result = () => out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))[0];
-  return { child, done, result, output: () => out };
-}
 
 describe('LL-HLS and recordings take the codecs of one table', { timeout: 240_000 }, () => {
   let dir;
