@@ -68,6 +68,26 @@ pub enum Protocol {
     Ome,
     /// LL-HLS playback.
     Hls,
+    /// An RTSP camera the server pulls (configured, so never asked about: named for
+    /// completeness of the kinds a publisher can be).
+    Rtsp,
+    /// An edge's upstream session from the stream's origin node (it carries the cluster
+    /// secret, so it is never asked about either).
+    Edge,
+}
+
+impl From<crate::media::Source> for Protocol {
+    /// The surface a publisher of that kind comes through.
+    fn from(s: crate::media::Source) -> Self {
+        use crate::media::Source;
+        match s {
+            Source::Whip => Protocol::Whip,
+            Source::Rtmp => Protocol::Rtmp,
+            Source::Srt => Protocol::Srt,
+            Source::Rtsp => Protocol::Rtsp,
+            Source::Edge => Protocol::Edge,
+        }
+    }
 }
 
 impl Protocol {
@@ -80,6 +100,8 @@ impl Protocol {
             Protocol::Whep => "whep",
             Protocol::Ome => "ome",
             Protocol::Hls => "hls",
+            Protocol::Rtsp => "rtsp",
+            Protocol::Edge => "edge",
         }
     }
 

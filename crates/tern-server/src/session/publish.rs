@@ -210,6 +210,7 @@ impl Publish {
     /// table and the session's lifetime. Viewers answered in another video codec than the
     /// new publisher's are ended so that they rejoin in it. The slot's `Drop` undoes it.
     pub async fn attach(self, core: &Arc<Core>, feed: Feed) -> Result<PublisherSlot, Refusal> {
+        debug_assert_eq!(Protocol::from(feed.source()), self.ask.protocol);
         let info = self.claim(core).await?;
         let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
         let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
@@ -223,6 +224,7 @@ impl Publish {
         let rt = core
             .runtime()
             .ok_or(Refusal::Unavailable("admission is not running"))?;
+        debug_assert_eq!(Protocol::from(feed.source()), self.ask.protocol);
         let info = rt.block_on(self.claim(core))?;
         let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
         let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
