@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tern_pool::{PoolCounter, shrink_map};
 use tern_rtc::hls::{HlsConfig, Packager};
 use tern_rtc::package::Feed;
-use tern_rtc::rtmp::Sample;
+use tern_rtc::av::Sample;
 use tokio::sync::watch;
 use tracing::{debug, info};
 

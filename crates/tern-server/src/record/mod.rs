@@ -34,7 +34,7 @@ use crossbeam_channel::Sender;
 use tern_pool::PoolCounter;
 use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
 use tern_rtc::package::{Feed, Unit};
-use tern_rtc::rtmp::Sample;
+use tern_rtc::av::Sample;
 use tokio::sync::broadcast;
 use tracing::info;
 
