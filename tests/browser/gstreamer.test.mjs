@@ -1,7 +1,8 @@
 // Interop with GStreamer's webrtcbin (Debian's 1.22 through python3-gi), which authenticates
 // with its default RSA-2048 certificate (OpenSSL DTLS 1.2): tests/interop/gst_client.py
 // publishes H264 + Opus over WHIP and a Chromium viewer plays it over WHEP; a second
-// webrtcbin plays live/demo over WHEP and decodes frames. Each side's SRTP profile is read
+// webrtcbin plays live/demo over WHEP and decodes frames, with bundle-policy max-bundle
+// (its audio section offered as port 0 with a=bundle-only, RFC 8843) and max-compat. Each side's SRTP profile is read
 // where it is reported: Chromium's transport stats (`srtpCipher`) and tern's viewer
 // snapshot (`connection.srtp`), which must agree on AES-128-GCM, tern's first preference.
 //
@@ -105,8 +106,10 @@ describe('GStreamer 1.22 webrtcbin (RSA certificate) as WHIP publisher and WHEP 
     }
   });
 
-  it('webrtcbin plays live/demo over WHEP and decodes H264 and Opus', { timeout: 60_000 }, async () => {
-    const view = gst(['view', `${server.base}/live/demo/whep`, '12']);
+  for (const policy of ['max-bundle', 'max-compat']) it(`webrtcbin (bundle-policy ${policy}) plays live/demo over WHEP and decodes H264 and Opus`, { timeout: 60_000 }, async () => {
+    // max-bundle offers the audio section as port 0 with a=bundle-only (RFC 8843 §6):
+    // tern's answer takes it into the BUNDLE group, so audio plays too.
+    const view = gst(['view', `${server.base}/live/demo/whep`, '12', policy]);
     // Mid-run, the server's snapshot of this viewer: which profile did OpenSSL agree to?
     let profiles = [];
     const deadline = Date.now() + 10_000;

@@ -9,8 +9,8 @@ tests/browser/gstreamer.test.mjs runs it; run it with Debian's /usr/bin/python3 
         status, the peer connection state reached, the certificate's key type, the DELETE
         status. (webrtcbin 1.22's outbound stats read 0 packets here, so what arrives is
         counted by the viewer the test plays the stream with.)
-    python3 gst_client.py view URL SECONDS
-        Plays the WHEP URL for SECONDS, decoding H264 (avdec_h264) and Opus, then DELETEs.
+    python3 gst_client.py view URL SECONDS [max-bundle|max-compat|balanced|none]
+        Plays the WHEP URL for SECONDS (webrtcbin's bundle-policy: max-bundle by default), decoding H264 (avdec_h264) and Opus, then DELETEs.
         Prints one JSON line: status, state reached, video frames and audio buffers decoded,
         the longest gap between decoded video frames, the certificate's key type.
 
@@ -217,10 +217,10 @@ def publish(url, seconds, codec="h264"):
     return s.result
 
 
-def view(url, seconds):
-    # max-compat: with max-bundle, webrtcbin 1.22 offers the audio section with port 0 and
-    # a=bundle-only (RFC 8843), which tern's WHEP answer takes for a rejected section.
-    s = Session(url, "webrtcbin name=w bundle-policy=max-compat")
+def view(url, seconds, policy="max-bundle"):
+    # With max-bundle (the default here, as WHIP/WHEP clients set it) webrtcbin 1.22 offers
+    # every section after the first with port 0 and a=bundle-only (RFC 8843 §6).
+    s = Session(url, "webrtcbin name=w bundle-policy=" + policy)
     s.result.update(frames_decoded=0, audio_buffers=0, longest_gap_ms=None, first_frame_ms=None)
     start = time.monotonic()
     last = [None]
@@ -269,10 +269,11 @@ def view(url, seconds):
 
 def main():
     mode, url, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    extra = sys.argv[4:5]
     if mode == "publish":
-        result = publish(url, seconds, sys.argv[4] if len(sys.argv) > 4 else "h264")
+        result = publish(url, seconds, *extra)
     else:
-        result = view(url, seconds)
+        result = view(url, seconds, *extra)
     print(json.dumps(result), flush=True)
 
 

@@ -171,6 +171,9 @@ pub struct MediaDescription {
     pub(super) payloads: Vec<PayloadType>,
     pub(super) shared: Shared,
     pub(super) rtcp_mux: bool,
+    /// `a=bundle-only` (RFC 8843 §6): port 0 in an offer, yet to be accepted into the
+    /// BUNDLE group it names.
+    pub(super) bundle_only: bool,
     pub(super) rtcp_rsize: bool,
     pub(super) candidates: Vec<Candidate>,
     pub(super) end_of_candidates: bool,
@@ -274,6 +277,11 @@ impl MediaDescription {
     /// Whether `a=rtcp-mux` is present.
     pub fn rtcp_mux(&self) -> bool {
         self.rtcp_mux
+    }
+
+    /// Whether `a=bundle-only` is present (RFC 8843 §6).
+    pub fn bundle_only(&self) -> bool {
+        self.bundle_only
     }
 
     /// Whether `a=rtcp-rsize` is present.

@@ -2,8 +2,8 @@
 //! audio, send-only), and why not when it cannot.
 
 use super::model::{
-    ABS_CAPTURE_TIME_URI, ABS_SEND_TIME_URI, Direction, PayloadType, SessionDescription, Setup,
-    TRANSPORT_CC_URI,
+    ABS_CAPTURE_TIME_URI, ABS_SEND_TIME_URI, Direction, MediaDescription, PayloadType,
+    SessionDescription, Setup, TRANSPORT_CC_URI,
 };
 use crate::codec::VideoCodec;
 
@@ -284,10 +284,14 @@ fn pick_video(payloads: &[PayloadType], stream: StreamVideo) -> Option<(&Payload
 /// profile-level-id; else the rule on `h264_ok` in the source: Baseline profile_idc 0x42,
 /// level ≥ 3.1, packetization-mode=1; the first such payload type in the offer's order
 /// wins) and the first audio section with
-/// opus/48000/2 are accepted when they are recvonly or sendrecv, have a non-zero port and
-/// an SRTP profile. Every other section is rejected in the answer (port 0). When more than
-/// one section is accepted they must all be in the offer's BUNDLE group; otherwise only the
-/// first is kept, since the server has one ICE/DTLS transport per viewer.
+/// opus/48000/2 are accepted when they are recvonly or sendrecv, have a non-zero port (or
+/// port 0 with `a=bundle-only` inside the offer's BUNDLE group: RFC 8843 §6, JSEP §5.2.1,
+/// what a `max-bundle` offerer sends for every section after the first) and an SRTP
+/// profile. Every other section is rejected in the answer (port 0). When more than one
+/// section is accepted they must all be in the offer's BUNDLE group; otherwise only the
+/// first is kept, since the server has one ICE/DTLS transport per viewer. A bundled
+/// transport's ICE and DTLS attributes and `a=rtcp-mux` are read from the offer's
+/// BUNDLE-tag section (the group's first mid), which a bundle-only section need not repeat.
 ///
 /// Errors when nothing is usable, or when the accepted sections lack `a=ice-ufrag`,
 /// `a=ice-pwd`, a sha-256 `a=fingerprint` or `a=rtcp-mux`, or offer `a=setup:passive`.
@@ -302,7 +306,7 @@ pub fn negotiate_for(
     // (H264 keeps its old rule: such a section is left out and audio may still be served).
     let mut codec_missing: Option<String> = None;
     for (index, m) in offer.media.iter().enumerate() {
-        if m.port == 0 || !is_srtp(&m.proto) {
+        if (m.port == 0 && !bundled_only(offer, m)) || !is_srtp(&m.proto) {
             continue;
         }
         let (slot, chosen) = match m.kind.as_str() {
@@ -385,7 +389,12 @@ pub fn negotiate_for(
         (Some(v), Some(a)) => v.index.min(a.index),
         (Some(m), None) | (None, Some(m)) => m.index,
     };
-    let Some(t) = offer.media.get(first) else {
+    // The transport's section: the BUNDLE tag when bundled, else the one accepted.
+    let tag = offer
+        .bundle
+        .first()
+        .and_then(|mid| offer.media.iter().find(|m| m.mid.as_ref() == Some(mid)));
+    let Some(t) = tag.filter(|_| bundle).or(offer.media.get(first)) else {
         return Err(NegotiateError::NoCodec);
     };
     let remote_ufrag = t.ice_ufrag().ok_or(NegotiateError::NoIceUfrag)?.to_string();
@@ -399,7 +408,8 @@ pub fn negotiate_for(
         return Err(NegotiateError::Setup);
     }
     for m in video.iter().chain(audio.iter()) {
-        if !offer.media.get(m.index).is_some_and(|s| s.rtcp_mux) {
+        let muxed = |s: &MediaDescription| s.rtcp_mux || (bundle && s.bundle_only && t.rtcp_mux);
+        if !offer.media.get(m.index).is_some_and(muxed) {
             return Err(NegotiateError::NoRtcpMux);
         }
     }
@@ -411,4 +421,10 @@ pub fn negotiate_for(
         audio,
         bundle,
     })
+}
+
+/// Whether `m` is a port-0 section that asks to be bundled (`a=bundle-only`) into the
+/// offer's BUNDLE group, which names it.
+fn bundled_only(offer: &SessionDescription, m: &MediaDescription) -> bool {
+    m.bundle_only && m.mid.as_ref().is_some_and(|mid| offer.bundle.contains(mid))
 }

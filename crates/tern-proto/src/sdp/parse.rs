@@ -316,6 +316,7 @@ impl MediaBuilder {
                 payloads: Vec::new(),
                 shared: session.clone(),
                 rtcp_mux: false,
+                bundle_only: false,
                 rtcp_rsize: false,
                 candidates: Vec::new(),
                 end_of_candidates: false,
@@ -340,6 +341,7 @@ impl MediaBuilder {
                 m.mid = Some(mid.to_string());
             }
             "rtcp-mux" => m.rtcp_mux = true,
+            "bundle-only" => m.bundle_only = true,
             "rtcp-rsize" => m.rtcp_rsize = true,
             "end-of-candidates" => m.end_of_candidates = true,
             "candidate" => {

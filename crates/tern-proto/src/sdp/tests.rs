@@ -6,6 +6,7 @@ use super::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 mod answer;
+mod bundle_only;
 
 const FP: &str = "A1:B2:C3:D4:E5:F6:07:18:29:3A:4B:5C:6D:7E:8F:90:01:12:23:34:45:56:67:78:89:9A:AB:BC:CD:DE:EF:F0";
 
