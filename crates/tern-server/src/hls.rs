@@ -23,9 +23,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tern_pool::{PoolCounter, shrink_map};
+use tern_rtc::av::Sample;
 use tern_rtc::hls::{HlsConfig, Packager};
 use tern_rtc::package::Feed;
-use tern_rtc::av::Sample;
 use tokio::sync::watch;
 use tracing::{debug, info};
 

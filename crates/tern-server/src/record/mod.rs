@@ -32,9 +32,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Sender;
 use tern_pool::PoolCounter;
+use tern_rtc::av::Sample;
 use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
 use tern_rtc::package::{Feed, Unit};
-use tern_rtc::av::Sample;
 use tokio::sync::broadcast;
 use tracing::info;
 
