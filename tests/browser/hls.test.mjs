@@ -11,7 +11,8 @@
 //   - ffprobe and ffmpeg: one H264 640x360 and one AAC stream, 10 s of media decoded;
 //   - hls.js (npm, lowLatencyMode) in headless Chromium, from an about:blank page (so every
 //     request is cross-origin): frames decoded, playback time advancing, latency printed;
-//   - a VP8 WHIP publisher: its HLS is refused with a 409 naming the codec.
+//   - an AV1 WHIP publisher: its HLS is refused with a 409 naming the codec and what LL-HLS
+//     packages (H264, VP8, VP9: the table recordings read too, packaging.test.mjs).
 // The figures (blocking-reload waits, ffmpeg frame counts, hls.js frames and latency) are
 // printed on lines starting with "hls".
 //
@@ -405,12 +406,12 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
     }
   });
 
-  it('a VP8 stream (WHIP) has no HLS: 409 naming the codec', { timeout: 45_000 }, async () => {
+  it('an AV1 stream (WHIP) has no HLS: 409 naming the codec', { timeout: 45_000 }, async () => {
     const { page, log } = await newLoggedPage(browser.context);
-    const url = `${server.base}/live/vp8/index.m3u8`;
+    const url = `${server.base}/live/av1/index.m3u8`;
     try {
       await page.goto(`${server.base}/`, { timeout: 10_000 });
-      const p = await page.evaluate(publishCanvas, { endpoint: `${server.base}/live/vp8/whip`, codec: 'VP8' });
+      const p = await page.evaluate(publishCanvas, { endpoint: `${server.base}/live/av1/whip`, codec: 'AV1' });
       assert.equal(p.error, undefined, failure(`${p.error}\n--- page log ---\n${log()}`));
       let r;
       const t0 = Date.now();
@@ -420,9 +421,10 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
         if (r.status !== 404 && !(r.status === 409 && /not live/i.test(r.text))) break;
         await sleep(250);
       }
-      console.log(`hls VP8 stream: ${r.status} ${r.text.trim()}`);
-      assert.equal(r.status, 409, failure(`HLS of a VP8 stream: ${show(r)}`));
-      assert.match(r.text, /vp8/i, failure(`the 409 names the stream's codec: ${show(r)}`));
+      console.log(`hls AV1 stream: ${r.status} ${r.text.trim()}`);
+      assert.equal(r.status, 409, failure(`HLS of an AV1 stream: ${show(r)}`));
+      assert.match(r.text, /video is AV1/, failure(`the 409 names the stream's codec: ${show(r)}`));
+      assert.match(r.text, /H264, VP8, VP9/, failure(`the 409 names what is packaged: ${show(r)}`));
     } finally {
       await page.evaluate(() => {
         clearInterval(window.drawTimer);
