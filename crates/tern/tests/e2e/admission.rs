@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use common::hook::Hook;
 use common::{
-    ClosedPort, Ffmpeg, Server, config_file, http_delete, http_get, http_request_with, jwt,
-    silent_offer, whep_offer,
+    Child, ClosedPort, Ffmpeg, Running, Server, config_file, http_delete, http_get,
+    http_request_with, jwt, silent_offer, whep_offer,
 };
 use serde_json::{Value, json};
 use tern_bench::BenchArgs;
@@ -34,12 +34,12 @@ fn bench(line: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn whep_post(server: &Server, path: &str, bearer: Option<&str>) -> (u16, String) {
-    whep_post_to(server.http, path, bearer)
+fn whep_post(server: &impl Running, path: &str, bearer: Option<&str>) -> (u16, String) {
+    whep_post_to(server.http(), path, bearer)
 }
 
-fn stream_keys(server: &Server) -> Vec<String> {
-    let r = http_get(server.http, "/v1/streams").expect("GET /v1/streams");
+fn stream_keys(server: &impl Running) -> Vec<String> {
+    let r = http_get(server.http(), "/v1/streams").expect("GET /v1/streams");
     let v: Value = serde_json::from_slice(&r.body).expect("streams JSON");
     v.as_array()
         .expect("a list")
@@ -48,9 +48,9 @@ fn stream_keys(server: &Server) -> Vec<String> {
         .collect()
 }
 
-fn wait_live(server: &Server, key: &str) {
+fn wait_live(server: &impl Running, key: &str) {
     let w = tern_bench::signal::Whep::new(
-        &format!("http://{}/{key}/whep", server.http),
+        &format!("http://{}/{key}/whep", server.http()),
         Duration::from_secs(2),
     );
     let end = Instant::now() + Duration::from_secs(20);
@@ -83,7 +83,8 @@ fn undeclared_names_go_live_and_the_webhook_decides() {
             hook.url()
         ),
     );
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     assert!(stream_keys(&server).is_empty());
 
     // Publish by RTMP to a name nobody declared.
@@ -359,7 +360,8 @@ fn a_thousand_dynamic_streams_leave_the_heap_at_idle() {
         "dynamic",
         "[server]\npublisher_connect_timeout = 30\n\n[[app]]\nname = \"live\"\nidle_grace_s = 1\n",
     );
-    let server = Server::serve(&cfg);
+    // A process: the test measures its heap and lists its threads in /proc.
+    let server = Child::serve(&cfg);
     let memory = || -> Value {
         let r = http_get(server.http, "/v1/memory").expect("memory");
         serde_json::from_slice(&r.body).expect("JSON")
@@ -549,7 +551,8 @@ fn srt_publishers_ask_the_webhook_with_protocol_srt() {
             hook.url()
         ),
     );
-    let (server, srt) = Server::serve_srt(&cfg);
+    // A process: the test reads its log.
+    let (server, srt) = Child::serve_srt(&cfg);
     let _ff = Ffmpeg::push_ts(
         &format!("srt://{srt}?streamid=#!::r=live/anyname,m=publish,s=abc"),
         8,

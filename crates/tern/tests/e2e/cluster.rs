@@ -10,13 +10,13 @@
 use crate::common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, free_tcp_port, http_get};
+use common::{Child, Ffmpeg, free_tcp_port, http_get};
 use tern_bench::BenchArgs;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -44,7 +44,7 @@ fn viewers(line: String) -> std::thread::JoinHandle<(tern_bench::Outcome, String
 /// A redis-server of our own on a free loopback port, nothing persisted.
 struct Redis {
     port: u16,
-    child: Option<Child>,
+    child: Option<std::process::Child>,
 }
 
 impl Redis {
@@ -123,9 +123,10 @@ impl NodeSpec {
         self.addrs.get()[2]
     }
 
-    fn start(&self) -> Server {
+    fn start(&self) -> Child {
         let [http, media, rtmp] = self.addrs.get();
-        let server = Server::start_on(
+        // A process: the tests kill nodes and read their logs.
+        let server = Child::start_on(
             &[
                 "serve",
                 "--config",
@@ -230,7 +231,7 @@ fn all_played(o: &tern_bench::Outcome, text: &str, n: usize, frames: u64) {
 }
 
 /// Three nodes on one Redis, ffmpeg publishing `live/cam` on a, the origin map saying so.
-fn three_nodes(seconds: u32) -> (Redis, [NodeSpec; 3], [Server; 3], Ffmpeg) {
+fn three_nodes(seconds: u32) -> (Redis, [NodeSpec; 3], [Child; 3], Ffmpeg) {
     let redis = Redis::start();
     let specs = ["a", "b", "c"].map(|n| NodeSpec::new(n, redis.port));
     let servers = [specs[0].start(), specs[1].start(), specs[2].start()];

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
-use common::{Server, config_file, http_get};
+use common::{Child, Running, Server, config_file, http_get};
 use tern_bench::BenchArgs;
 
 /// The tests load the machine; one at a time.
@@ -29,10 +29,10 @@ struct Cli {
     bench: BenchArgs,
 }
 
-fn bench(server: &Server, extra: &str) -> (tern_bench::Outcome, String) {
+fn bench(server: &impl Running, extra: &str) -> (tern_bench::Outcome, String) {
     let line = format!(
         "bench -url http://{}/live/demo/whep -n {VIEWERS} -cint 10 -life {LIFE_S} -sint 60000 --threads 2 {extra}",
-        server.http
+        server.http()
     );
     let a = Cli::parse_from(tern_bench::normalize_args(
         line.split_whitespace().map(String::from),
@@ -79,7 +79,7 @@ struct Gso {
 
 /// Every viewer connected, got every packet the server sent it once, and every one passed
 /// SRTP authentication; returns the GSO counters.
-fn assert_whole(server: &Server, o: &tern_bench::Outcome, text: &str) -> Gso {
+fn assert_whole(server: &impl Running, o: &tern_bench::Outcome, text: &str) -> Gso {
     let s = &o.summary;
     assert_eq!(s.connected, VIEWERS, "{text}");
     assert_eq!(s.failed, 0, "failures: {:?}\n{text}", s.failures);
@@ -108,9 +108,9 @@ fn assert_whole(server: &Server, o: &tern_bench::Outcome, text: &str) -> Gso {
         .map(|t| t.packets)
         .sum();
     Gso {
-        messages: metric(server.http, "tern_gso_messages_total"),
-        packets: metric(server.http, "tern_gso_packets_total"),
-        fallbacks: metric(server.http, "tern_gso_fallbacks_total"),
+        messages: metric(server.http(), "tern_gso_messages_total"),
+        packets: metric(server.http(), "tern_gso_packets_total"),
+        fallbacks: metric(server.http(), "tern_gso_fallbacks_total"),
         video,
     }
 }
@@ -128,7 +128,8 @@ fn assert_gso_carried(g: &Gso) {
 #[test]
 fn every_viewer_gets_every_segment_of_gso_messages_over_ipv4() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let server = Server::demo();
+    // A process: the test reads its log.
+    let server = Child::demo();
     let (o, text) = bench(&server, "");
     let g = assert_whole(&server, &o, &text);
     assert_gso_carried(&g);
@@ -154,7 +155,8 @@ fn every_viewer_gets_every_segment_of_gso_messages_over_ipv6() {
 fn gso_off_sends_plain_datagrams() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = config_file("gso-off", "[tunables]\ngso = \"off\"\n");
-    let server = Server::start(&[
+    // A process: the test reads its log.
+    let server = Child::start(&[
         "demo",
         "--candidate",
         "127.0.0.1",
@@ -171,7 +173,9 @@ fn gso_off_sends_plain_datagrams() {
 #[test]
 fn a_failed_gso_send_turns_gso_off_and_loses_no_packet() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let server = Server::start_env(
+    // A process: the failure is asked for by an environment variable, and the test reads
+    // its log.
+    let server = Child::start_env(
         &["demo", "--candidate", "127.0.0.1"],
         "127.0.0.1:0",
         "127.0.0.1:0",

@@ -9,7 +9,7 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Server, config_file, http_get, http_request_with, jwt};
+use common::{Child, Server, config_file, http_get, http_request_with, jwt};
 use serde_json::Value;
 
 /// The top-level boxes of an MP4 byte string: (type, size).
@@ -70,7 +70,9 @@ fn memory_line(http: SocketAddr, name: &str) -> Option<Value> {
 #[test]
 fn the_clip_is_served_as_ll_hls_with_blocking_reload() {
     let cfg = config_file("hls", "[hls]\nsession_timeout_s = 5\n");
-    let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
+    // A process: the test reads its log, and `hls_segments` in /v1/memory, which every
+    // server in a process shares, going back to 0.
+    let server = Child::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
     let http = server.http;
     let base = "/live/demo";
 
@@ -282,7 +284,9 @@ fn the_first_playlist_is_admitted_like_whep_and_hls_can_be_off() {
 #[test]
 fn ffmpeg_as_the_first_reader_of_a_live_stream_decodes_10_s() {
     let cfg = config_file("cold", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test asserts that `hls_segments` in /v1/memory, which every server in
+    // a process shares, is 0.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let mut ff = common::Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 40);
     // Live is read through WHEP's HEAD, which starts no HLS packaging.
     let whep = format!("http://{}/live/cam/whep", server.http);

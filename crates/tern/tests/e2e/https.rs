@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::hook::Hook;
-use common::{Server, config_file, free_tcp_port, http_get};
+use common::{Child, Server, config_file, free_tcp_port, http_get};
 use serde_json::json;
 use tern_bench::BenchArgs;
 
@@ -115,7 +115,9 @@ fn https_serves_h2_and_reloads_its_certificate_under_viewers() {
         first.contains("Fingerprint"),
         "openssl reads the pair: {first:?}"
     );
-    let mut server = Server::start(&[
+    // A process: the test sends it SIGHUP and checks that the same process serves
+    // throughout and exits cleanly.
+    let mut server = Child::start(&[
         "demo",
         "--https",
         "127.0.0.1:0",

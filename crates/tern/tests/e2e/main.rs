@@ -10,8 +10,19 @@
 //! Run one module with a filter: `cargo test --release -p tern --test e2e srt::`.
 //! Tests in a module that must not overlap each other hold that module's own lock
 //! (`ONE_AT_A_TIME` or `SERIAL`); everything else may run beside any other test.
+//!
+//! Most tests run their server in this process (`common::Server`); those that need a process
+//! of their own (signals, pid, `/proc`, environment, log lines, process-wide memory figures)
+//! run the `tern` binary (`common::Child`), each saying why at its call site.
 
 mod common;
+
+/// The `tern` binary's counting allocator, so that an in-process server measures what it
+/// measures there: the heap an ingest thread holds (`rtmp_ingest`, `srt_ingest`,
+/// `rtsp_ingest` in `/v1/memory`) is that thread's count. The process-wide totals are this
+/// test process's and mean nothing to a test.
+#[global_allocator]
+static ALLOC: tern_pool::CountingAlloc = tern_pool::CountingAlloc::new();
 
 mod admission;
 mod api;

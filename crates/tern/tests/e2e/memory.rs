@@ -24,7 +24,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Server, http_delete, http_get, http_post};
+use common::{Child, http_delete, http_get, http_post};
 use tern_proto::sdp;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::viewer::DtlsContext;
@@ -286,7 +286,8 @@ fn wait_idle(http: SocketAddr, idle: &Memory, limit: Duration) -> Memory {
     ignore = "500 clients need an optimized build: cargo test --release"
 )]
 fn viewers_500_in_waves_leave_heap_and_pools_at_idle() {
-    let server = Server::demo();
+    // A process: the test measures its heap and its process-wide memory lines.
+    let server = Child::demo();
     let http = server.http;
     let ctx = Arc::new(DtlsContext::generate().expect("client certificate"));
     let mut seed = 0;
@@ -376,7 +377,8 @@ fn checkpoint_table_1000() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(60)
         .clamp(1, 600);
-    let server = Server::demo();
+    // A process: the table is of its heap and its process-wide memory lines.
+    let server = Child::demo();
     let http = server.http;
     let ctx = Arc::new(DtlsContext::generate().expect("client certificate"));
     let mut seed = 0;

@@ -1,4 +1,4 @@
-//! OvenMediaEngine-compatible WebSocket signalling against a real `tern demo` process:
+//! OvenMediaEngine-compatible WebSocket signalling against a real `tern demo`:
 //! request_offer → offer → answer → media to a lean client over UDP; stop; malformed and
 //! out-of-order commands (an OME-shaped error, then a close, and the server keeps serving);
 //! a socket closed mid-handshake leaves no session behind (checked through the
@@ -20,7 +20,7 @@ use tern_rtc::viewer::DtlsContext;
 use tungstenite::{Message, WebSocket};
 
 use crate::common;
-use common::{Server, http_get};
+use common::{Child, Server, http_get};
 
 type Ws = WebSocket<TcpStream>;
 
@@ -582,7 +582,8 @@ fn transport_tcp_offers_turn_over_tcp() {
 /// while WHEP viewers of the same stream lose nothing.
 #[test]
 fn abusive_signalling_sockets_are_closed_and_nobody_else_notices() {
-    let server = Server::demo();
+    // A process: the test reads its log.
+    let server = Child::demo();
     let http = server.http;
     let line =
         format!("bench -url http://{http}/live/demo/whep -n 5 -cint 20 -life 16 -sint 60000");

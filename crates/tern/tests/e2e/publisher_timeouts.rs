@@ -8,12 +8,12 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Ffmpeg, Server, http_get, http_post, silent_offer};
+use common::{Child, Ffmpeg, http_get, http_post, silent_offer};
 
 type Events = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>;
 
 /// The server's publisher events for `live/cam`.
-fn events(server: &Server) -> Events {
+fn events(server: &Child) -> Events {
     let (ws, _) = tungstenite::connect(format!(
         "ws://{}/v1/events?type=publisher.joined,publisher.left&stream=live/cam",
         server.http
@@ -37,7 +37,7 @@ fn next_event(ws: &mut Events) -> (String, String) {
     }
 }
 
-fn post_offer(server: &Server, offer: &str) -> u16 {
+fn post_offer(server: &Child, offer: &str) -> u16 {
     http_post(
         server.http,
         "/live/cam/whip",
@@ -54,7 +54,8 @@ fn a_whip_offer_that_never_connects_frees_its_stream_after_the_connect_timeout()
         "whip",
         "[server]\npublisher_connect_timeout = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
-    let (server, _) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, _) = Child::serve_rtmp(&cfg);
     let mut ws = events(&server);
     let offer = silent_offer();
     let posted = Instant::now();
@@ -97,7 +98,8 @@ fn an_rtmp_encoder_that_stalls_is_ended_after_the_media_timeout() {
         "rtmp",
         "[server]\npublisher_timeout = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let mut ws = events(&server);
     let url = format!("rtmp://{rtmp}/live/cam");
     let mut first = Ffmpeg::push(&url, 60);

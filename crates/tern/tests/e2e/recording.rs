@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, http_get, http_request_with};
+use common::{Child, Ffmpeg, Running, Server, http_get, http_request_with};
 use serde_json::Value;
 use tern_bench::BenchArgs;
 
@@ -210,7 +210,7 @@ fn hook() -> (SocketAddr, mpsc::Receiver<Value>) {
     (addr, rx)
 }
 
-fn wait_live(http: SocketAddr, key: &str, server: &Server) {
+fn wait_live(http: SocketAddr, key: &str, server: &impl Running) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         // WHEP's liveness probe: 200 once the stream has media.
@@ -245,7 +245,9 @@ fn rtmp_push_is_recorded_to_a_file_that_plays() {
             d.display()
         ),
     );
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads `recordings` in /v1/memory, which every server in a
+    // process shares.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let ev = events(server.http, None);
     let mut ff = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 30);
     let mut seen = Vec::new();
@@ -405,7 +407,8 @@ fn a_killed_server_leaves_a_file_that_plays_to_its_last_fragment() {
             d.display()
         ),
     );
-    let (mut server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test kills it (SIGKILL).
+    let (mut server, rtmp) = Child::serve_rtmp(&cfg);
     let mut ff = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 40);
     wait_live(server.http, "live/cam", &server);
     std::thread::sleep(Duration::from_secs(20));

@@ -9,11 +9,11 @@ use crate::common;
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Server, http_get, http_post};
+use common::{Child, http_get, http_post};
 use tern_proto::codec::MediaKind;
 use tern_proto::h264::{self, Depacketizer};
 use tern_proto::sdp;
@@ -24,7 +24,7 @@ const CONFIG: &str = "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\nrenditions 
 
 /// ffmpeg pushing `seconds` of 1280x720/30 fps `testsrc` (x264 Baseline, 2.5 Mbit/s, a
 /// keyframe a second, no audio) to `url`; killed on drop.
-struct Push(Child);
+struct Push(std::process::Child);
 
 impl Push {
     fn start(url: &str, seconds: u32) -> Push {
@@ -309,7 +309,8 @@ fn sps_sizes_are_read() {
 #[test]
 fn rtmp_renditions_are_layers_viewers_can_pin() {
     let cfg = common::config_file("renditions", CONFIG);
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let mut push = Push::start(&format!("rtmp://{rtmp}/live/cam"), 25);
 
     // Live, with the three layers in its snapshot.

@@ -12,11 +12,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::bench::viewers;
-use common::{Ffmpeg, Server, http_get, rtmp_handshake as handshake};
+use common::{Child, Ffmpeg, Running, Server, http_get, rtmp_handshake as handshake};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn wait_live(url: &str, server: &Server) {
+fn wait_live(url: &str, server: &impl Running) {
     let whep = tern_bench::signal::Whep::new(url, Duration::from_secs(2));
     let deadline = Instant::now() + Duration::from_secs(15);
     while !whep.live() {
@@ -141,7 +141,8 @@ fn malformed_and_refused_publishers_affect_nobody_else() {
         "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n\
          [[app]]\nname = \"sec\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n",
     );
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let mut a = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 20);
     wait_live(&whep, &server);
@@ -245,7 +246,8 @@ fn malformed_and_refused_publishers_affect_nobody_else() {
 fn rtmp_publisher_reconnects_and_viewers_resume() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = common::config_file("again", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let url = format!("rtmp://{rtmp}/live/cam");
     let mut first = Ffmpeg::push(&url, 30);
@@ -343,7 +345,8 @@ fn rtmp_abuse_closes_only_the_abusive_connection() {
     use std::io::Write;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = common::config_file("abuse", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
     let mut publisher = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 30);
     wait_live(&whep, &server);
@@ -454,7 +457,8 @@ fn rtmp_connections_are_limited_per_address() {
         "per-ip",
         "[limits]\nexempt = []\nrtmp_connections_per_ip = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
     );
-    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    // A process: the test reads its log.
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
     let first = handshake(rtmp);
     let _second = handshake(rtmp);
     let mut third = TcpStream::connect(rtmp).expect("connect");

@@ -14,12 +14,12 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::bench::viewers;
-use common::{Server, free_tcp_port, http_get, http_request};
+use common::{Child, Running, Server, free_tcp_port, http_get, http_request};
 use serde_json::Value;
 use tern_rtc::client::TrackStats;
 
@@ -30,7 +30,7 @@ const PASSWORD: &str = "Pw-0f-the-c4mera";
 
 /// The GStreamer RTSP server of `tests/rtsp/camera.py` on a loopback port; killed on drop.
 pub(crate) struct Camera {
-    child: Child,
+    child: std::process::Child,
     port: u16,
     log: PathBuf,
     args: Vec<String>,
@@ -106,20 +106,20 @@ fn config(name: &str, sources: &[(&str, String, &str)]) -> PathBuf {
     common::config_file(name, &body)
 }
 
-fn get_json(server: &Server, path: &str) -> (String, Value) {
-    let r = http_get(server.http, path).unwrap_or_else(|e| panic!("GET {path}: {e}"));
+fn get_json(server: &impl Running, path: &str) -> (String, Value) {
+    let r = http_get(server.http(), path).unwrap_or_else(|e| panic!("GET {path}: {e}"));
     let text = r.text();
     let v = serde_json::from_str(&text).unwrap_or(Value::Null);
     (text, v)
 }
 
 /// The stream's `source` object in `GET /v1/streams/cams/{stream}`.
-fn source(server: &Server, stream: &str) -> Value {
+fn source(server: &impl Running, stream: &str) -> Value {
     get_json(server, &format!("/v1/streams/cams/{stream}")).1["source"].clone()
 }
 
 /// Waits (at most `limit`) until the source is in `state`; how long it took.
-fn wait_state(server: &Server, stream: &str, state: &str, limit: Duration) -> Duration {
+fn wait_state(server: &impl Running, stream: &str, state: &str, limit: Duration) -> Duration {
     let t0 = Instant::now();
     loop {
         let s = source(server, stream);
@@ -137,8 +137,8 @@ fn wait_state(server: &Server, stream: &str, state: &str, limit: Duration) -> Du
 
 /// One `tern bench` viewer of `cams/{stream}` for 5 s, which must connect: its audio
 /// track's figures, and the bench's output with the server's log for failure messages.
-fn audio_of_one_viewer(server: &Server, stream: &str) -> (TrackStats, String) {
-    let whep = format!("http://{}/cams/{stream}/whep", server.http);
+fn audio_of_one_viewer(server: &impl Running, stream: &str) -> (TrackStats, String) {
+    let whep = format!("http://{}/cams/{stream}/whep", server.http());
     let (o, text) = viewers(format!(
         "-url {whep} -n 1 -cint 20 -life 5 -sint 5000 --json"
     ))
@@ -158,7 +158,7 @@ fn metric(text: &str, name: &str) -> f64 {
 }
 
 /// Every API answer a client or operator reads, and the log: none holds the password.
-fn assert_password_nowhere(server: &Server) {
+fn assert_password_nowhere(server: &Child) {
     for path in [
         "/v1/streams",
         "/v1/streams/cams/door",
@@ -188,7 +188,8 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
     let port = free_tcp_port();
     let mut cam = Camera::start(port, &["--user", "viewer", "--password", PASSWORD]);
     let url = format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam");
-    let server = Server::serve(&config("rtsp-door", &[("door", url, "")]));
+    // A process: the test reads its log (the password must not be in it).
+    let server = Child::serve(&config("rtsp-door", &[("door", url, "")]));
     // On demand: nothing asked for it, nothing connects.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(cam.connections(), 0, "{}", cam.text());
@@ -316,7 +317,8 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
         ],
     );
     let closed = common::ClosedPort::new();
-    let server = Server::serve(&config(
+    // A process: the test reads its log (the password must not be in it).
+    let server = Child::serve(&config(
         "rtsp-errors",
         &[
             (

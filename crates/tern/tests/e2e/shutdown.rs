@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Ffmpeg, Server, http_get, rtmp_handshake};
+use common::{Child, Ffmpeg, http_get, rtmp_handshake};
 use tern_bench::BenchArgs;
 use tern_rtc::clip::Clip;
 
@@ -35,9 +35,10 @@ fn config() -> PathBuf {
 }
 
 /// `tern demo` with RTMP and TURN on the given ports (HTTP and media too).
-fn start(ports: &Ports) -> Server {
+fn start(ports: &Ports) -> Child {
     let cfg = config();
-    Server::start_on(
+    // A process: the tests send it SIGTERM or SIGKILL and read its log.
+    Child::start_on(
         &[
             "demo",
             "--config",
@@ -78,7 +79,7 @@ impl Ports {
     }
 
     /// The ports `server` reports it bound.
-    fn of(server: &Server) -> Ports {
+    fn of(server: &Child) -> Ports {
         Ports {
             http: server.http,
             media: server.media,
@@ -91,7 +92,7 @@ impl Ports {
 /// Opens what a running service has open: an event WebSocket, an OME signalling socket that
 /// asked for an offer, a keep-alive HTTP connection, an RTMP publisher and a TURN TCP
 /// connection. Returns what must stay alive.
-fn long_lived(server: &Server, ports: &Ports) -> Vec<Box<dyn std::any::Any>> {
+fn long_lived(server: &Child, ports: &Ports) -> Vec<Box<dyn std::any::Any>> {
     let a = server.http;
     let (events, _) = tungstenite::connect(format!("ws://{a}/v1/events")).expect("events");
     let (mut ome, _) = tungstenite::connect(format!("ws://{a}/live/demo")).expect("ome");

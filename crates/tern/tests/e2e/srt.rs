@@ -18,14 +18,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::bench::viewers;
-use common::{Ffmpeg, Server, http_get};
+use common::{Child, Ffmpeg, Running, Server, http_get};
 use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const PASS: &str = "correct horse battery";
 
-fn wait_live(url: &str, server: &Server, ff: &mut Ffmpeg) {
+fn wait_live(url: &str, server: &impl Running, ff: &mut Ffmpeg) {
     let whep = tern_bench::signal::Whep::new(url, Duration::from_secs(2));
     let deadline = Instant::now() + Duration::from_secs(15);
     while !whep.live() {
@@ -70,8 +70,8 @@ fn assert_played(o: &tern_bench::Outcome, text: &str, n: usize, secs: u64) {
 }
 
 /// `/metrics` as text.
-fn metrics(server: &Server) -> String {
-    http_get(server.http, "/metrics")
+fn metrics(server: &impl Running) -> String {
+    http_get(server.http(), "/metrics")
         .expect("GET /metrics")
         .text()
 }
@@ -84,8 +84,8 @@ fn metric(text: &str, name: &str) -> u64 {
 }
 
 /// The publisher snapshots of `GET /v1/publishers`.
-fn publishers(server: &Server) -> Vec<Value> {
-    let r = http_get(server.http, "/v1/publishers").expect("GET /v1/publishers");
+fn publishers(server: &impl Running) -> Vec<Value> {
+    let r = http_get(server.http(), "/v1/publishers").expect("GET /v1/publishers");
     serde_json::from_slice::<Value>(&r.body)
         .expect("publishers JSON")
         .as_array()
@@ -182,7 +182,8 @@ fn refused(url: &str) -> (bool, String) {
 #[test]
 fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (server, srt) = Server::serve_srt(&config());
+    // A process: the test reads its log.
+    let (server, srt) = Child::serve_srt(&config());
     let mut live = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/cam"), 16, &[]);
     let whep = format!("http://{}/live/cam/whep", server.http);
     wait_live(&whep, &server, &mut live);
@@ -410,7 +411,8 @@ fn a_returning_srt_publisher_keeps_the_viewers() {
 #[test]
 fn b_frame_video_over_srt_is_transcoded_while_watched() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (server, srt) = Server::serve_srt(&config());
+    // A process: the test reads its log.
+    let (server, srt) = Child::serve_srt(&config());
     let mut ff = Ffmpeg::push_ts(
         &format!("srt://{srt}?streamid=live/bframes"),
         12,
@@ -443,7 +445,8 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
 #[test]
 fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (server, srt) = Server::serve_srt(&config());
+    // A process: the test reads its log.
+    let (server, srt) = Child::serve_srt(&config());
     let hevc = [
         "-c:v",
         "libx265",

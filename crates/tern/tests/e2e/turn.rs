@@ -11,7 +11,7 @@ use tern_rtc::turn::Transport;
 use tern_rtc::turn_client::{Received, TurnClient, TurnClientEvent};
 
 use crate::common;
-use common::Server;
+use common::Child;
 
 const USER: &str = "alice";
 const PASS: &str = "wonderland";
@@ -24,7 +24,7 @@ const LOOPBACK_PEERS: &str =
     "[turn]\nallowed_peers = [\"127.0.0.0/8\"]\n\n[limits]\nturn_allocations_per_ip = 100000\n";
 
 /// `tern demo` with TURN on, configured by `toml` (a whole config file).
-fn turn_server(toml: &str) -> (Server, SocketAddr) {
+fn turn_server(toml: &str) -> (Child, SocketAddr) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let cfg = std::env::temp_dir().join(format!(
@@ -48,7 +48,9 @@ fn turn_server(toml: &str) -> (Server, SocketAddr) {
         "--turn-relay-ip",
         "127.0.0.1",
     ];
-    let server = Server::start(&args);
+    // A process: the tests read `turn_allocations` in /v1/memory (one line per TURN server
+    // in a process) and the allocator's live bytes.
+    let server = Child::start(&args);
     let turn = server.turn.expect("the server reports its TURN address");
     (server, turn)
 }
@@ -168,7 +170,7 @@ impl Udp {
 }
 
 /// Minimal reads of the `/v1/memory` JSON: the allocator's live bytes and a pool's items.
-fn memory(server: &Server) -> String {
+fn memory(server: &Child) -> String {
     let r = common::http_get(server.http, "/v1/memory").expect("GET /v1/memory");
     assert_eq!(r.status, 200);
     r.text()
@@ -499,7 +501,7 @@ impl Udp {
 }
 
 /// A counter from `/metrics`.
-fn metric(server: &Server, name: &str) -> u64 {
+fn metric(server: &Child, name: &str) -> u64 {
     let r = common::http_get(server.http, "/metrics").expect("GET /metrics");
     r.text()
         .lines()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
-use common::Server;
+use common::Child;
 use tern_bench::BenchArgs;
 
 #[derive(Parser)]
@@ -27,7 +27,7 @@ fn args(line: &str) -> BenchArgs {
 }
 
 /// CPU time (ns) of each of the server's threads, by thread name.
-fn thread_cpu(server: &Server) -> BTreeMap<String, u64> {
+fn thread_cpu(server: &Child) -> BTreeMap<String, u64> {
     let pid = server.pid().expect("running");
     let mut out = BTreeMap::new();
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc task dir") {
@@ -46,7 +46,7 @@ fn thread_cpu(server: &Server) -> BTreeMap<String, u64> {
 
 /// Runs `n` bench viewers for `life` seconds and checks zero loss and that the bench's
 /// packets equal what the server sent once (see tests/bench.rs for the 1e-5 tolerance).
-fn viewers_get_every_packet(server: &Server, stream: &str, n: usize, life: u64, publish: bool) {
+fn viewers_get_every_packet(server: &Child, stream: &str, n: usize, life: u64, publish: bool) {
     let url = format!("http://{}/{stream}/whep", server.http);
     let publish = if publish { "--publish 1 " } else { "" };
     let a = args(&format!(
@@ -87,7 +87,8 @@ fn viewers_get_every_packet(server: &Server, stream: &str, n: usize, life: u64, 
 
 #[test]
 fn two_of_each_worker_deliver_every_packet_and_share_the_viewers() {
-    let server = Server::start(&[
+    // A process: the test reads its threads' CPU time in /proc.
+    let server = Child::start(&[
         "demo",
         "--candidate",
         "127.0.0.1",
@@ -126,7 +127,8 @@ fn two_of_each_worker_deliver_every_packet_and_share_the_viewers() {
 
 #[test]
 fn zero_stream_workers_means_app_workers_send() {
-    let server = Server::start(&[
+    // A process: the test lists its threads in /proc.
+    let server = Child::start(&[
         "demo",
         "--candidate",
         "127.0.0.1",
@@ -152,7 +154,8 @@ fn a_whip_publisher_on_the_second_app_worker_feeds_viewers_on_stream_workers() {
          [[app]]\nname = \"live\"\nstreams = [\"zero\", \"cam\"]\n",
     )
     .expect("write config");
-    let server = Server::serve(&cfg);
+    // A process: the test reads its threads' CPU time in /proc.
+    let server = Child::serve(&cfg);
     let before = thread_cpu(&server);
     // `live/cam` is stream 1: app worker 1 runs its publisher session.
     viewers_get_every_packet(&server, "live/cam", 40, 8, true);

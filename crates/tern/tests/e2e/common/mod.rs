@@ -1,19 +1,23 @@
 //! Helpers shared by the integration tests: a closed port, a tiny blocking HTTP/1.1 client,
-//! spawning and stopping `tern demo`, and the kernel's UDP receive-overrun counters (so
-//! loss can be attributed to the right side of a loopback test).
+//! tern servers in this process ([`Server`]) and as child processes ([`Child`]), and the
+//! kernel's UDP receive-overrun counters (so loss can be attributed to the right side of a
+//! loopback test).
 
 #![allow(dead_code)]
 
 pub mod bench;
 pub mod hook;
 pub mod rsa;
+mod server;
+
+pub use server::{Running, Server};
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -266,9 +270,12 @@ fn dechunk(mut data: &[u8]) -> io::Result<Vec<u8>> {
     }
 }
 
-/// A running `tern demo` child process. Killed (SIGKILL) on drop if not stopped.
-pub struct Server {
-    child: Option<Child>,
+/// A running `tern` child process (`target/release/tern serve|demo`), for a test that needs
+/// a process of its own: it signals or kills it, reads its pid or `/proc`, sets its
+/// environment, reads its log or its process-wide memory figures (see [`Server`] for the
+/// rest). Killed (SIGKILL) on drop if not stopped.
+pub struct Child {
+    child: Option<std::process::Child>,
     /// The HTTP listener (WHEP, pages).
     pub http: SocketAddr,
     /// The one UDP media port.
@@ -288,29 +295,29 @@ pub struct Server {
 /// Any port: the server binds what the kernel gives and reports it.
 const ANY: &str = "127.0.0.1:0";
 
-impl Server {
+impl Child {
     /// Start `tern demo` on loopback ports the kernel chooses and wait (≤ 20 s) until it
     /// reports them.
-    pub fn demo() -> Server {
-        Server::demo_announcing("127.0.0.1")
+    pub fn demo() -> Child {
+        Child::demo_announcing("127.0.0.1")
     }
 
-    /// Like [`Server::demo`], announcing `candidate` in ICE candidates (for a relay in
+    /// Like [`Child::demo`], announcing `candidate` in ICE candidates (for a relay in
     /// between).
-    pub fn demo_announcing(candidate: &str) -> Server {
-        Server::start(&["demo", "--candidate", candidate])
+    pub fn demo_announcing(candidate: &str) -> Child {
+        Child::start(&["demo", "--candidate", candidate])
     }
 
     /// `tern serve --config FILE` on loopback ports, announcing 127.0.0.1.
-    pub fn serve(config: &std::path::Path) -> Server {
+    pub fn serve(config: &std::path::Path) -> Child {
         let config = config.to_str().expect("utf-8 path");
-        Server::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
+        Child::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
     }
 
     /// `tern serve --config CFG` with RTMP on a loopback port, announcing 127.0.0.1;
     /// returns the server and its RTMP address.
-    pub fn serve_rtmp(config: &std::path::Path) -> (Server, SocketAddr) {
-        let server = Server::start(&[
+    pub fn serve_rtmp(config: &std::path::Path) -> (Child, SocketAddr) {
+        let server = Child::start(&[
             "serve",
             "--config",
             config.to_str().expect("utf-8 path"),
@@ -325,8 +332,8 @@ impl Server {
 
     /// `tern serve --config CFG` with SRT (and no RTMP) on a loopback UDP port, announcing
     /// 127.0.0.1; returns the server and its SRT address.
-    pub fn serve_srt(config: &std::path::Path) -> (Server, SocketAddr) {
-        let server = Server::start(&[
+    pub fn serve_srt(config: &std::path::Path) -> (Child, SocketAddr) {
+        let server = Child::start(&[
             "serve",
             "--config",
             config.to_str().expect("utf-8 path"),
@@ -343,18 +350,18 @@ impl Server {
 
     /// Runs `tern ARGS --http ... --media ...` on loopback ports the kernel chooses and
     /// waits (≤ 20 s) until it reports them.
-    pub fn start(args: &[&str]) -> Server {
-        Server::start_on(args, ANY, ANY)
+    pub fn start(args: &[&str]) -> Child {
+        Child::start_on(args, ANY, ANY)
     }
 
     /// Runs `tern ARGS --http HTTP --media MEDIA` (`127.0.0.1:0` for any port) and waits
     /// (≤ 20 s) for the line in which it reports every address it bound.
-    pub fn start_on(args: &[&str], http: &str, media: &str) -> Server {
-        Server::start_env(args, http, media, &[])
+    pub fn start_on(args: &[&str], http: &str, media: &str) -> Child {
+        Child::start_env(args, http, media, &[])
     }
 
-    /// As [`Server::start_on`], with variables `env` added to the server's environment.
-    pub fn start_env(args: &[&str], http: &str, media: &str, env: &[(&str, &str)]) -> Server {
+    /// As [`Child::start_on`], with variables `env` added to the server's environment.
+    pub fn start_env(args: &[&str], http: &str, media: &str, env: &[(&str, &str)]) -> Child {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +384,7 @@ impl Server {
             .spawn()
             .expect("spawn the tern binary");
         let unset: SocketAddr = ([0, 0, 0, 0], 0).into();
-        let mut server = Server {
+        let mut server = Child {
             child: Some(child),
             http: unset,
             media: unset,
@@ -434,7 +441,7 @@ impl Server {
 
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().map(std::process::Child::id)
     }
 
     /// The last `n` lines of the server's stderr.
@@ -487,7 +494,17 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+impl Running for Child {
+    fn http(&self) -> SocketAddr {
+        self.http
+    }
+
+    fn log_tail(&self, n: usize) -> String {
+        Child::log_tail(self, n)
+    }
+}
+
+impl Drop for Child {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -606,7 +623,7 @@ pub fn udp_socket_drops() -> HashMap<u16, u64> {
 /// 30 frames) and a 440 Hz `sine` at 44.1 kHz (AAC) to `url` in real time. x264 runs with
 /// `-tune zerolatency` so that its look-ahead does not hold the first second back.
 pub struct Ffmpeg {
-    child: Child,
+    child: std::process::Child,
     log: PathBuf,
 }
 
