@@ -441,7 +441,7 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
 /// as a WHIP or RTSP publisher's H265: viewers that offer H265 are answered in it and get
 /// every frame, keyframes led by the parameter sets, and the AAC as Opus; the stream's
 /// snapshot says H265; a viewer that offers H264 alone is refused with the reason (422),
-/// as for any H265 stream; LL-HLS, H264 only, says so (409).
+/// as for any H265 stream; LL-HLS, which packages H264, VP8 and VP9, says so (409).
 #[test]
 fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
