@@ -136,11 +136,35 @@ struct Worker {
     serial: u64,
 }
 
+/// Tries at a TURN listen address with port 0: the kernel's UDP port may already be taken
+/// for TCP by another socket, so a few fresh pairs are tried.
+const PAIR_TRIES: usize = 8;
+
+/// The UDP socket and TCP listener of one TURN address: the same port for both. With port 0
+/// the kernel picks the UDP port; another socket may already hold it for TCP, so a new port
+/// is tried (up to [`PAIR_TRIES`]) rather than failing the start.
+fn bind_pair(listen: SocketAddr) -> io::Result<(std::net::UdpSocket, std::net::TcpListener)> {
+    let mut tries = 0;
+    loop {
+        let udp = bind_udp(listen, 4 << 20)?;
+        let addr = udp.local_addr()?;
+        match std::net::TcpListener::bind(addr) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if listen.port() == 0 && e.kind() == io::ErrorKind::AddrInUse => {
+                tries += 1;
+                if tries >= PAIR_TRIES {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Binds the listeners and starts the `TurnWorker` thread.
 pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
-    let udp_std = bind_udp(opts.listen, 4 << 20)?;
+    let (udp_std, tcp_std) = bind_pair(opts.listen)?;
     let addr = udp_std.local_addr()?;
-    let tcp_std = std::net::TcpListener::bind(addr)?;
     tcp_std.set_nonblocking(true)?;
     let poll = Poll::new()?;
     let mut udp = UdpSocket::from_std(udp_std);
