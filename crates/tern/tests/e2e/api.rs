@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::{Local, http_get};
+use common::{Server, http_get};
 use serde_json::Value;
 use tern_bench::BenchArgs;
 
@@ -65,7 +65,7 @@ fn status(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) 
 
 #[test]
 fn a_thousand_viewers_cost_exactly_three_segment_builds_each_and_reads_none() {
-    let server = Local::demo("");
+    let server = Server::demo();
     let before = metric(server.http, "tern_snapshot_builds_total");
     let url = format!("http://{}/live/demo/whep", server.http);
     let o = bench(&format!(
@@ -91,7 +91,7 @@ fn a_thousand_viewers_cost_exactly_three_segment_builds_each_and_reads_none() {
 
 #[test]
 fn endpoints_events_and_kick() {
-    let server = Local::demo("");
+    let server = Server::demo();
     let a = server.http;
     let apps = get_json(a, "/v1/apps");
     assert_eq!(apps[0]["name"], "live");
@@ -220,7 +220,7 @@ fn endpoints_events_and_kick() {
 
 #[test]
 fn openapi_document_matches_the_routes() {
-    let server = Local::demo("");
+    let server = Server::demo();
     let a = server.http;
     let doc = get_json(a, "/v1/openapi.json");
     assert_eq!(doc["openapi"], "3.0.3");
@@ -275,7 +275,14 @@ fn openapi_document_matches_the_routes() {
 
 #[test]
 fn the_api_token_guards_the_api() {
-    let server = Local::demo("[server]\napi_token = \"t0k\"\n");
+    let cfg = common::config_file("api-token", "[server]\napi_token = \"t0k\"\n");
+    let server = Server::start(&[
+        "demo",
+        "--config",
+        cfg.to_str().expect("utf-8 path"),
+        "--candidate",
+        "127.0.0.1",
+    ]);
     let a = server.http;
     assert_eq!(status(a, "GET", "/v1/streams", &[]), 401);
     assert_eq!(

@@ -15,7 +15,7 @@ pub use server::{Running, Server};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -517,55 +517,6 @@ impl Drop for Child {
                 );
             }
         }
-    }
-}
-
-/// A server started in this test process ([`tern_server::Server::start`]) on loopback
-/// ports the kernel chooses, announcing 127.0.0.1, with RTMP off. For tests that need one
-/// server and neither kill it nor read its process-wide memory figures.
-pub struct Local {
-    server: Option<tern_server::Server>,
-    /// The HTTP listener.
-    pub http: SocketAddr,
-    /// The one UDP media port.
-    pub media: SocketAddr,
-    /// The TURN listener, if TURN is on.
-    pub turn: Option<SocketAddr>,
-}
-
-impl Local {
-    /// The demo clip as `live/demo`, configured by `toml` (a whole config file, "" for
-    /// none).
-    pub fn demo(toml: &str) -> Local {
-        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let config = (!toml.is_empty()).then(|| config_file(&format!("local-{}", unique()), toml));
-        let opts = tern_server::ServeOptions {
-            http: Some(any),
-            media: Some(any),
-            candidate: vec![[127, 0, 0, 1].into()],
-            config,
-            rtmp: Some(tern_server::ListenArg(None)),
-            demo: true,
-            ..Default::default()
-        };
-        let cfg = tern_server::load_config(&opts).expect("a valid config");
-        let server = tern_server::Server::start(cfg, &opts).expect("the server starts");
-        let a = server.addrs();
-        Local {
-            server: Some(server),
-            http: a.http,
-            media: a.media,
-            turn: a.turn,
-        }
-    }
-
-    /// Stops it (as SIGTERM would) and checks that its ports are free again.
-    pub fn stop(mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
-        TcpListener::bind(self.http).expect("the HTTP port is free after shutdown");
-        UdpSocket::bind(self.media).expect("the media port is free after shutdown");
     }
 }
 
