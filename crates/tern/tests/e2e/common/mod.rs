@@ -294,6 +294,19 @@ pub struct Child {
 
 /// Any port: the server binds what the kernel gives and reports it.
 const ANY: &str = "127.0.0.1:0";
+/// RTMP on a loopback port.
+const WITH_RTMP: [&str; 2] = ["--rtmp", ANY];
+/// SRT (and no RTMP) on a loopback UDP port.
+const WITH_SRT: [&str; 4] = ["--rtmp", "none", "--srt", ANY];
+
+/// `serve --config CONFIG --candidate 127.0.0.1`, then `more`: the command line a child
+/// ([`Child`]) and an in-process server ([`Server`]) both start from.
+fn serve_args<'a>(config: &'a std::path::Path, more: &[&'a str]) -> Vec<&'a str> {
+    let config = config.to_str().expect("utf-8 path");
+    let mut args = vec!["serve", "--config", config, "--candidate", "127.0.0.1"];
+    args.extend_from_slice(more);
+    args
+}
 
 impl Child {
     /// Start `tern demo` on loopback ports the kernel chooses and wait (≤ 20 s) until it
@@ -310,22 +323,13 @@ impl Child {
 
     /// `tern serve --config FILE` on loopback ports, announcing 127.0.0.1.
     pub fn serve(config: &std::path::Path) -> Child {
-        let config = config.to_str().expect("utf-8 path");
-        Child::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
+        Child::start(&serve_args(config, &[]))
     }
 
     /// `tern serve --config CFG` with RTMP on a loopback port, announcing 127.0.0.1;
     /// returns the server and its RTMP address.
     pub fn serve_rtmp(config: &std::path::Path) -> (Child, SocketAddr) {
-        let server = Child::start(&[
-            "serve",
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--candidate",
-            "127.0.0.1",
-            "--rtmp",
-            ANY,
-        ]);
+        let server = Child::start(&serve_args(config, &WITH_RTMP));
         let rtmp = server.rtmp.expect("the server reports its RTMP address");
         (server, rtmp)
     }
@@ -333,17 +337,7 @@ impl Child {
     /// `tern serve --config CFG` with SRT (and no RTMP) on a loopback UDP port, announcing
     /// 127.0.0.1; returns the server and its SRT address.
     pub fn serve_srt(config: &std::path::Path) -> (Child, SocketAddr) {
-        let server = Child::start(&[
-            "serve",
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--candidate",
-            "127.0.0.1",
-            "--rtmp",
-            "none",
-            "--srt",
-            ANY,
-        ]);
+        let server = Child::start(&serve_args(config, &WITH_SRT));
         let srt = server.srt.expect("the server reports its SRT address");
         (server, srt)
     }

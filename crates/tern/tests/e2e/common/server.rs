@@ -18,6 +18,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tern_server::ServeOptions;
 
+use super::{ANY, WITH_RTMP, WITH_SRT, serve_args};
+
 /// What a test reads of a running server, in this process ([`Server`]) or a child
 /// ([`Child`](super::Child)): for helpers that serve both.
 pub trait Running {
@@ -40,9 +42,6 @@ enum Cmd {
     Serve(ServeOptions),
     Demo(ServeOptions),
 }
-
-/// Any port: the server binds what the kernel gives and reports it.
-const ANY: &str = "127.0.0.1:0";
 
 /// Where an in-process server's log goes instead of a file: the test's own output.
 const LOG_NOTE: &str = "(the server runs in this test process: its log is in the test's output above; \
@@ -98,22 +97,13 @@ impl Server {
 
     /// `tern serve --config FILE` on loopback ports, announcing 127.0.0.1.
     pub fn serve(config: &std::path::Path) -> Server {
-        let config = config.to_str().expect("utf-8 path");
-        Server::start(&["serve", "--config", config, "--candidate", "127.0.0.1"])
+        Server::start(&serve_args(config, &[]))
     }
 
     /// `tern serve --config CFG` with RTMP on a loopback port, announcing 127.0.0.1;
     /// returns the server and its RTMP address.
     pub fn serve_rtmp(config: &std::path::Path) -> (Server, SocketAddr) {
-        let server = Server::start(&[
-            "serve",
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--candidate",
-            "127.0.0.1",
-            "--rtmp",
-            ANY,
-        ]);
+        let server = Server::start(&serve_args(config, &WITH_RTMP));
         let rtmp = server.rtmp.expect("the server reports its RTMP address");
         (server, rtmp)
     }
@@ -121,17 +111,7 @@ impl Server {
     /// `tern serve --config CFG` with SRT (and no RTMP) on a loopback UDP port, announcing
     /// 127.0.0.1; returns the server and its SRT address.
     pub fn serve_srt(config: &std::path::Path) -> (Server, SocketAddr) {
-        let server = Server::start(&[
-            "serve",
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--candidate",
-            "127.0.0.1",
-            "--rtmp",
-            "none",
-            "--srt",
-            ANY,
-        ]);
+        let server = Server::start(&serve_args(config, &WITH_SRT));
         let srt = server.srt.expect("the server reports its SRT address");
         (server, srt)
     }
