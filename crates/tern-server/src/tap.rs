@@ -42,9 +42,11 @@ pub fn refusal(key: &str, codec: VideoCodec) -> Option<String> {
 pub trait Subscriber: Send + Sync {
     /// Whether it wants stream `stream`'s media now.
     fn wanted(&self, stream: usize) -> bool;
-    /// A ring packet of stream `stream` (on the tap's thread).
+    /// A ring packet of stream `stream` (on the tap's thread); called only while
+    /// [`Subscriber::wanted`] says so.
     fn packet(&self, tap: &TapPacket);
-    /// A frame of stream `stream` from its publisher's thread.
+    /// A frame of stream `stream` from its publisher's thread; called only while
+    /// [`Subscriber::wanted`] says so.
     fn sample(&self, stream: usize, sample: &Sample);
 }
 

@@ -88,9 +88,9 @@ impl Feed {
         }
     }
 
-    /// The engine's command that adds it to stream `stream`, the reply's receiver, and the
-    /// flag the engine sets when it ends the publisher.
-    fn command(self, stream: usize) -> (Command, Pending) {
+    /// The engine's command that adds it to stream `stream`, and the [`Adding`] that waits
+    /// for the engine's answer (with the flag the engine sets when it ends the publisher).
+    fn command(self, engine: &EngineHandle, stream: usize) -> (Command, Adding) {
         let (reply, rx) = oneshot::channel();
         let closed = Arc::new(AtomicBool::new(false));
         let cmd = match self {
@@ -115,14 +115,13 @@ impl Feed {
                 reply,
             }),
         };
-        (cmd, Pending { rx, closed })
+        let adding = Adding {
+            engine: engine.clone(),
+            rx,
+            closed,
+        };
+        (cmd, adding)
     }
-}
-
-/// An add the engine has yet to answer.
-struct Pending {
-    rx: oneshot::Receiver<Result<PublisherId, AddError>>,
-    closed: Arc<AtomicBool>,
 }
 
 /// Why the engine could not add a publisher.
@@ -230,13 +229,9 @@ pub struct Adding {
 
 /// Asks the engine to add a publisher with `feed` to stream `stream`.
 pub fn add(engine: &EngineHandle, stream: usize, feed: Feed) -> Result<Adding, AttachError> {
-    let (cmd, Pending { rx, closed }) = feed.command(stream);
+    let (cmd, adding) = feed.command(engine, stream);
     engine.send(cmd).map_err(|_| AttachError::Stopped)?;
-    Ok(Adding {
-        engine: engine.clone(),
-        rx,
-        closed,
-    })
+    Ok(adding)
 }
 
 impl Adding {

@@ -636,9 +636,6 @@ impl Subscriber for Recorder {
 
     /// A frame from the stream's publisher.
     fn sample(&self, stream: usize, sample: &Sample) {
-        if !self.wanted(stream) {
-            return;
-        }
         let unit = tern_rtc::package::sample_unit(sample);
         self.unit(stream, unit, unix_ms(), false);
     }
@@ -646,9 +643,6 @@ impl Subscriber for Recorder {
     /// A ring packet of the stream (on the tap's thread).
     fn packet(&self, tap: &TapPacket) {
         let stream = tap.stream;
-        if !self.wanted(stream) {
-            return;
-        }
         let codec = self.stats.video(stream).codec;
         let wall = unix_ms();
         let mut units = Vec::new();

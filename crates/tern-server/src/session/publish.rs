@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::admission::{Action, Ask, Protocol};
 use crate::directory::StreamInfo;
-use crate::feed::{AttachError, Feed, PublisherSlot, PublisherTable};
+use crate::feed::{Adding, AttachError, Feed, PublisherSlot, PublisherTable};
 use crate::limits::AddrPermit;
 use tern_proto::codec::VideoCodec;
 
@@ -210,12 +210,10 @@ impl Publish {
     /// table and the session's lifetime. Viewers answered in another video codec than the
     /// new publisher's are ended so that they rejoin in it. The slot's `Drop` undoes it.
     pub async fn attach(self, core: &Arc<Core>, feed: Feed) -> Result<PublisherSlot, Refusal> {
-        debug_assert_eq!(Protocol::from(feed.source()), self.ask.protocol);
         let info = self.claim(core).await?;
-        let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
-        let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
+        let (adding, codecs) = self.add(core, info, feed)?;
         let slot = adding.added().await;
-        self.attached(core, slot, (was, codec))
+        self.attached(core, slot, codecs)
     }
 
     /// [`Publish::attach`] for a surface's own thread (RTMP, SRT): it waits on the
@@ -224,12 +222,24 @@ impl Publish {
         let rt = core
             .runtime()
             .ok_or(Refusal::Unavailable("admission is not running"))?;
-        debug_assert_eq!(Protocol::from(feed.source()), self.ask.protocol);
         let info = rt.block_on(self.claim(core))?;
-        let (was, codec) = (core.engine.stats.video(info.index).codec, feed.codec());
-        let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
+        let (adding, codecs) = self.add(core, info, feed)?;
         let slot = adding.added_blocking();
-        self.attached(core, slot, (was, codec))
+        self.attached(core, slot, codecs)
+    }
+
+    /// Asks the engine to add the publisher to the claimed stream `info`; with the stream's
+    /// video codec until now and the publisher's.
+    fn add(
+        &self,
+        core: &Core,
+        info: StreamInfo,
+        feed: Feed,
+    ) -> Result<(Adding, (VideoCodec, VideoCodec)), Refusal> {
+        debug_assert_eq!(Protocol::from(feed.source()), self.ask.protocol);
+        let codecs = (core.engine.stats.video(info.index).codec, feed.codec());
+        let adding = crate::feed::add(&core.engine, info.index, feed).map_err(|_| stopped())?;
+        Ok((adding, codecs))
     }
 
     fn attached(
