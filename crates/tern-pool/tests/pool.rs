@@ -491,8 +491,10 @@ fn trim_races_with_allocating_threads_and_counts_stay_exact() {
         thread::spawn(move || {
             let mut freed = 0;
             while !stop.load(Ordering::Relaxed) {
+                // No `free <= max_free` check here: stats are exact only once quiescent
+                // (lib.rs), and a read racing a miss can see the new total before its use.
+                // It is checked below, after the workers stop.
                 freed += p.trim();
-                assert!(p.stats().free <= 128);
                 thread::yield_now();
             }
             freed
