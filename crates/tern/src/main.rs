@@ -1,4 +1,4 @@
-//! The tern command line: `serve`, `demo`, `lab`, `config check`.
+//! The tern command line: `serve`, `demo`, `lab`, `bench`, `mem`, `health`, `config check`.
 
 #![forbid(unsafe_code)]
 
@@ -43,6 +43,20 @@ enum Cmd {
         /// Also list every viewer session: its engine slot, engine heap and HTTP-side bytes.
         #[arg(long)]
         sessions: bool,
+    },
+    /// Probe a running server: GET /v1/health; exit 0 when it answers 200 (it prints the
+    /// body), 1 otherwise. The container image's HEALTHCHECK runs it: no shell or curl there.
+    Health {
+        /// Base URL of the server's HTTP listener [default: `server.http` of --config, an
+        /// unspecified address probed on loopback; else http://127.0.0.1:8080]
+        #[arg(long)]
+        url: Option<String>,
+        /// The server's TOML file: the probe goes to its `server.http`.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Seconds to wait for the connection and the answer.
+        #[arg(long, value_name = "S", default_value_t = 5)]
+        timeout: u64,
     },
     /// Validate a configuration file and exit.
     Config {
@@ -93,6 +107,11 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Cmd::Health {
+            url,
+            config,
+            timeout,
+        } => return health(url, config, timeout),
         Cmd::Bench(a) => return bench(&a),
         Cmd::Lab(a) => {
             return match lab::run(&a) {
@@ -152,17 +171,85 @@ fn bench(a: &tern_bench::BenchArgs) -> ExitCode {
 /// GETs `{url}/v1/memory?format=dd` (with `&sessions=1` for the per-session table) over
 /// plain HTTP/1.1.
 fn fetch_dd(url: &str, sessions: bool) -> Result<String, String> {
+    let path = format!(
+        "/v1/memory?format=dd{}",
+        if sessions { "&sessions=1" } else { "" }
+    );
+    let (status, body) = http_get(url, &path, std::time::Duration::from_secs(10))?;
+    if !status.starts_with("HTTP/1.1 200") {
+        return Err(format!("server answered: {status}"));
+    }
+    Ok(body)
+}
+
+/// `tern health`: GETs `/v1/health` of `url`, else of `server.http` in `config`, else of
+/// 127.0.0.1:8080. Exit 0 on `200` (the body printed), 1 on anything else (what went wrong
+/// on stderr), 2 for a config that does not load.
+fn health(url: Option<String>, config: Option<PathBuf>, timeout: u64) -> ExitCode {
+    let url = match (url, config) {
+        (Some(url), _) => url,
+        (None, Some(file)) => match tern_server::config::Config::load(&file) {
+            Ok(cfg) => probe_url(cfg.server.http),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => "http://127.0.0.1:8080".into(),
+    };
+    let limit = std::time::Duration::from_secs(timeout.max(1));
+    match http_get(&url, "/v1/health", limit) {
+        Ok((status, body)) if status.starts_with("HTTP/1.1 200") => {
+            println!("{}", body.trim_end());
+            ExitCode::SUCCESS
+        }
+        Ok((status, body)) => {
+            eprintln!(
+                "unhealthy: {url}/v1/health answered {status}: {}",
+                body.trim_end()
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("unhealthy: {url}/v1/health: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The URL a probe on this host reaches a listener bound to `addr` at: an unspecified
+/// address (`0.0.0.0`, `[::]`) is probed on loopback of its family.
+fn probe_url(addr: std::net::SocketAddr) -> String {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// One plain HTTP/1.1 GET of `path` on the server at `url` (`http://HOST:PORT`), connecting
+/// and reading within `limit` each: the status line and the body.
+fn http_get(url: &str, path: &str, limit: std::time::Duration) -> Result<(String, String), String> {
     use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
     let rest = url
         .strip_prefix("http://")
         .ok_or("only http:// URLs are supported")?;
     let host = rest.split('/').next().unwrap_or(rest);
-    let mut s = std::net::TcpStream::connect(host).map_err(|e| format!("connect {host}: {e}"))?;
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let addr = host
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("resolve {host}: no address"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, limit)
+        .map_err(|e| format!("connect {host}: {e}"))?;
+    let _ = s.set_read_timeout(Some(limit));
+    let _ = s.set_write_timeout(Some(limit));
     write!(
         s,
-        "GET /v1/memory?format=dd{} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
-        if sessions { "&sessions=1" } else { "" }
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut out = String::new();
@@ -170,13 +257,10 @@ fn fetch_dd(url: &str, sessions: bool) -> Result<String, String> {
     let (head, body) = out
         .split_once("\r\n\r\n")
         .ok_or("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(format!(
-            "server answered: {}",
-            head.lines().next().unwrap_or("")
-        ));
-    }
-    Ok(body.to_string())
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
 }
 
 /// `tern serve` / `tern demo`: starts the server, prints one line with every bound address

@@ -1,6 +1,6 @@
 //! `GET /v1/memory` (every named pool and the allocator's totals, as JSON or pjsua's `dd`
-//! table, optionally per session) and `GET /v1/stats/current` (the engine's counters in
-//! OvenMediaEngine's envelope).
+//! table, optionally per session), `GET /v1/stats/current` (the engine's counters in
+//! OvenMediaEngine's envelope) and `GET /v1/health` (the probe: up, and how many sessions).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::http::error::HttpError;
-use crate::http::reply::text;
+use crate::http::reply::{json, text};
 use crate::http::state::AppState;
 use crate::media::SessionMemory;
 
@@ -135,6 +135,20 @@ pub(super) async fn stats_current(State(st): State<Arc<AppState>>) -> Response {
         HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// `GET /v1/health`: `200 {"status": "ok", "sessions": N}` while the server serves, N the
+/// viewer and publisher sessions it holds (the counters `/v1/stats/current` reads:
+/// `totalConnections` plus `publishers`). For load balancers, orchestrators and the
+/// container image's `HEALTHCHECK` (`tern health`); outside the API token, like the stats.
+/// Issue 53 adds `503 {"status": "draining", ...}` for a server that is draining.
+pub(super) async fn health(State(st): State<Arc<AppState>>) -> Response {
+    let s = &st.engine.stats;
+    let sessions = s.viewers.load(Ordering::Relaxed) + s.publishers.load(Ordering::Relaxed);
+    json(
+        StatusCode::OK,
+        serde_json::json!({"status": "ok", "sessions": sessions}).to_string(),
+    )
 }
 
 /// One session's line of the per-session memory report.

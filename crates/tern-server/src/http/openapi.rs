@@ -126,6 +126,9 @@ pub fn openapi_doc() -> serde_json::Value {
         "summary": "The hls.js built into tern (the player's LL-HLS fallback)",
         "responses": {"200": {"description": "JavaScript, cached a week", "content": {"text/javascript": {}}},
             "304": status("not modified (ETag)")}}});
+    doc["paths"]["/v1/health"] = json!({"get": {
+        "summary": "Health probe (no API token): {\"status\": \"ok\", \"sessions\": N}, N the viewer and publisher sessions held",
+        "responses": {"200": ok_json("serving")}}});
     recordings(&mut doc["paths"]);
     doc
 }

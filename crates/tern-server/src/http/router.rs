@@ -5,7 +5,8 @@
 //! The API's routes (`/v1/...` and `/metrics`) sit behind one layer that checks
 //! `server.api_token` ([`api_auth`]); outside it stay the OpenAPI document
 //! and the memory and stats reads (`/v1/memory`, `/v1/stats/current`, read by `tern mem`
-//! and the dashboard), as before the layer.
+//! and the dashboard), as before the layer, and the health probe (`/v1/health`, read by
+//! `tern health`: a probe holds no token).
 
 use std::sync::Arc;
 
@@ -99,6 +100,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/memory", get(memory::memory))
         .route("/v1/stats/current", get(memory::stats_current))
+        .route("/v1/health", get(memory::health))
         .route("/v1/openapi.json", get(openapi::openapi))
         .merge(guarded)
         .with_state(state);

@@ -29,6 +29,7 @@ mod api;
 mod bench;
 mod cluster;
 mod gso;
+mod health;
 mod hls;
 mod house;
 mod https;
