@@ -9,33 +9,18 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { makeCertificate } from './certs.mjs';
 import { freeTcpPort, startServer } from './server.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const OVENPLAYER_JS = join(HERE, 'node_modules', 'ovenplayer', 'dist', 'ovenplayer.js');
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-
-/** A self-signed P-256 certificate for 127.0.0.1 and the base64 SHA-256 of its public key. */
-function makeCertificate(dir) {
-  const cert = join(dir, 'cert.pem');
-  const key = join(dir, 'key.pem');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=127.0.0.1',
-    '-addext', 'subjectAltName=IP:127.0.0.1',
-  ], { stdio: 'ignore' });
-  const spki = execFileSync('sh', ['-c',
-    `openssl x509 -in ${cert} -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64`,
-  ]).toString().trim();
-  return { cert, key, spki };
-}
 
 /** In a page: publishes the fake camera and microphone over WHIP to `endpoint`. */
 async function publishCamera({ endpoint }) {

@@ -1,17 +1,24 @@
 // End-to-end: headless Chromium plays live/demo through tern's built-in TURN server with
-// iceTransportPolicy 'relay' (no host candidates at all), first over UDP, then over TCP.
+// iceTransportPolicy 'relay' (no host candidates at all), over UDP, over TCP, and over TLS
+// given only the `turns:` server (issue 56; the certificate is trusted through
+// --ignore-certificate-errors-spki-list, as in https.test.mjs).
 //
 // Contract with the server (see docs/src/protocols/turn.md):
-//   tern demo --turn ADDR --turn-relay-ip 127.0.0.1
+//   tern demo --turn ADDR --turn-relay-ip 127.0.0.1 --turn-tls ADDR --tls-cert C --tls-key K
 //   OPTIONS and POST /live/demo/whep   carry Link: <turn:HOST:PORT?transport=udp|tcp>;
 //                                      rel="ice-server"; username=...; credential=...
+//                                      and <turns:HOST:TLSPORT?transport=tcp>; ...
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
-import { freeUdpPort, startServer } from './server.mjs';
+import { makeCertificate } from './certs.mjs';
+import { freeTcpPort, freeUdpPort, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -31,7 +38,9 @@ async function startRelayed(transport) {
       });
   const opt = await fetch('/live/demo/whep', { method: 'OPTIONS' });
   out.optionsLinks = parseLinks(opt.headers.get('Link'));
-  const turn = out.optionsLinks.filter((s) => s.urls.startsWith('turn:') && s.urls.endsWith(`transport=${transport}`));
+  // TLS: the `turns:` server only; UDP and TCP: the `turn:` server of that transport.
+  const turn = out.optionsLinks.filter((s) =>
+    transport === 'tls' ? s.urls.startsWith('turns:') : s.urls.startsWith('turn:') && s.urls.endsWith(`transport=${transport}`));
   out.iceServers = turn;
   const pc = new RTCPeerConnection({ iceServers: turn, iceTransportPolicy: 'relay' });
   window.ternPc = pc;
@@ -82,22 +91,28 @@ describe('tern demo through tern TURN in Chromium (relay only)', { timeout: 180_
   let server;
   let browser;
   let turnPort;
+  let dir;
 
   before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'tern-turns-'));
+    const { cert, key, spki } = makeCertificate(dir);
     turnPort = await freeUdpPort();
+    const tlsPort = await freeTcpPort();
     server = await startServer({
       readyTimeoutMs: 20_000,
-      extraArgs: ['--turn', `127.0.0.1:${turnPort}`, '--turn-relay-ip', '127.0.0.1'],
+      extraArgs: ['--turn', `127.0.0.1:${turnPort}`, '--turn-relay-ip', '127.0.0.1',
+        '--turn-tls', `127.0.0.1:${tlsPort}`, '--tls-cert', cert, '--tls-key', key],
     });
-    browser = await launchBrowser();
+    browser = await launchBrowser({ extraArgs: [`--ignore-certificate-errors-spki-list=${spki}`] });
   }, { timeout: 60_000 });
 
   after(async () => {
     await browser?.close();
     await server?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  for (const transport of ['udp', 'tcp']) {
+  for (const transport of ['udp', 'tcp', 'tls']) {
     it(`plays over a TURN/${transport.toUpperCase()} relay: 100 frames decoded, selected pair is relay/${transport}`, { timeout: 50_000 }, async (t) => {
       const { page, log } = await newLoggedPage(browser.context);
       try {
@@ -105,9 +120,9 @@ describe('tern demo through tern TURN in Chromium (relay only)', { timeout: 180_
         const setup = await page.evaluate(startRelayed, transport);
         const why = (what, s) =>
           `${what}\nsetup: ${JSON.stringify(setup)}\nstate: ${JSON.stringify(s)}\n--- page log ---\n${log()}\n--- server output ---\n${server.tail()}`;
-        assert.equal(setup.optionsLinks.length, 3, why('OPTIONS did not carry 3 ice-server Links'));
-        assert.equal(setup.postLinks.length, 3, why('the 201 did not carry 3 ice-server Links'));
-        assert.equal(setup.iceServers.length, 1, why(`no turn: Link for transport=${transport}`));
+        assert.equal(setup.optionsLinks.length, 4, why('OPTIONS did not carry 4 ice-server Links'));
+        assert.equal(setup.postLinks.length, 4, why('the 201 did not carry 4 ice-server Links'));
+        assert.equal(setup.iceServers.length, 1, why(`no TURN Link for ${transport}`));
         assert.ok(setup.candidates.length > 0 && setup.candidates.every((c) => / typ relay /.test(c)), why('Chromium gathered no relay candidate (or a non-relay one)'));
         assert.equal(setup.status, 201, why('WHEP POST did not answer 201'));
         const started = Date.now();

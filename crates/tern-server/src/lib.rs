@@ -196,6 +196,9 @@ pub struct ServeOptions {
     /// Run the built-in STUN/TURN server on this address, UDP and TCP (e.g. 0.0.0.0:3478)
     #[arg(long, value_name = "ADDR")]
     pub turn: Option<SocketAddr>,
+    /// Also serve TURN over TLS (`turns:`) on this address, with the --tls-cert certificate
+    #[arg(long = "turn-tls", value_name = "ADDR")]
+    pub turn_tls: Option<SocketAddr>,
     /// Add a long-term TURN user (repeatable)
     #[arg(long = "turn-user", value_name = "NAME:PASSWORD")]
     pub turn_users: Vec<String>,
@@ -286,6 +289,9 @@ impl ServeOptions {
         if let Some(a) = self.turn {
             turn.listen = Some(a);
         }
+        if let Some(a) = self.turn_tls {
+            turn.tls_listen = Some(a);
+        }
         turn.users.extend(self.turn_users.iter().cloned());
         if let Some(s) = &self.turn_secret {
             turn.secret = Some(s.clone());
@@ -335,22 +341,25 @@ pub struct Addresses {
     pub srt: Option<SocketAddr>,
     /// The STUN/TURN listener (UDP and TCP), if TURN is on.
     pub turn: Option<SocketAddr>,
+    /// The TURN-over-TLS listener, if on.
+    pub turns: Option<SocketAddr>,
 }
 
 impl std::fmt::Display for Addresses {
-    /// `http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|-`: the line
-    /// `tern serve` prints once it listens, for supervisors and tests.
+    /// `http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|- turns=ADDR|-`:
+    /// the line `tern serve` prints once it listens, for supervisors and tests.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let opt = |a: Option<SocketAddr>| a.map_or("-".to_string(), |a| a.to_string());
         write!(
             f,
-            "http={} media={} rtmp={} srt={} turn={} https={}",
+            "http={} media={} rtmp={} srt={} turn={} https={} turns={}",
             self.http,
             self.media,
             opt(self.rtmp),
             opt(self.srt),
             opt(self.turn),
-            opt(self.https)
+            opt(self.https),
+            opt(self.turns)
         )
     }
 }
@@ -386,10 +395,13 @@ impl Server {
             Engine::start(&cfg, streams, dtls.clone(), pool, tap_tx)?;
         let candidates = cfg.server.candidates(cfg.server.media);
         let port = media_addr.port();
-        let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats)?.unzip();
+        let tls = http::load_tls(&cfg.server, cfg.turn.tls_listen.is_some())
+            .map_err(ServeError::Tls)?;
+        let certs = tls.as_ref().map(http::Tls::store);
+        let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats, certs)?.unzip();
         let turn_addr = turn.as_ref().map(|t| t.addr);
+        let turns_addr = turn.as_ref().and_then(|t| t.tls_addr);
         parts.add(turn);
-        let tls = http::load_tls(&cfg.server).map_err(ServeError::Tls)?;
         let bound = http::bind(&cfg, tls)?;
         // The first candidate is the node's address where one is needed (its cluster URL).
         let cluster = Cluster::for_node(cfg.cluster.clone(), candidates[0], bound.http_addr, &dtls)
@@ -409,6 +421,7 @@ impl Server {
             rtmp: rtmp.as_ref().map(|r| r.addr),
             srt: srt.as_ref().map(|s| s.addr),
             turn: turn_addr,
+            turns: turns_addr,
         };
         parts.add(srt);
         parts.add(rtmp);

@@ -7,13 +7,20 @@
 //! TCP framing (RFC 8656 §12.5): each connection keeps a read buffer that holds at most one
 //! partial frame, and a write buffer only while the kernel's send queue is full (bounded:
 //! frames past [`TCP_WRITE_LIMIT`] are dropped, as a congested UDP path would drop them).
+//!
+//! TURN over TLS (`turn.tls_listen`, RFC 8656 §3.1): a third listener whose connections run
+//! rustls's sans-IO `ServerConnection` in this same loop (no thread or task per client),
+//! with the HTTPS certificate store (so a renewed certificate serves new connections) and
+//! the same framing, allocations, quotas and peer rules as TCP. A handshake unfinished after
+//! [`HANDSHAKE_TIMEOUT`] is dropped. TCP and TLS connections from one address are capped at
+//! `limits.turn_allocations_per_ip` (one connection carries one allocation).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::os::fd::AsRawFd;
 
@@ -26,6 +33,7 @@ use tern_rtc::turn::{
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::http::CertStore;
 use crate::media::EngineStats;
 use crate::media::batch::SendBatch;
 use crate::session::{TurnLinks, random_token};
@@ -34,6 +42,7 @@ use crate::start::StartError;
 const UDP: Token = Token(0);
 const TCP: Token = Token(1);
 const WAKER: Token = Token(2);
+const TLS: Token = Token(3);
 /// Tokens from here up are relay sockets (allocation slab index + RELAY_BASE).
 const RELAY_BASE: usize = 1 << 32;
 /// Tokens from here up are TCP connections.
@@ -45,6 +54,8 @@ pub const TCP_WRITE_LIMIT: usize = 256 * 1024;
 const MAX_FRAME: usize = 65535 + 24;
 /// Datagrams read per readiness event before other sockets get a turn.
 const READ_BUDGET: usize = 256;
+/// A TLS connection whose handshake has not finished after this is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the TURN server needs from the configuration.
 #[derive(Debug, Clone)]
@@ -59,6 +70,8 @@ pub struct TurnOptions {
     pub config: TurnConfig,
     /// Where allocation snapshots and events go (the media engine's counters and cache).
     pub stats: Option<Arc<EngineStats>>,
+    /// TURN over TLS: its listen address and rustls configuration.
+    pub tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
 }
 
 /// Counters shared with the HTTP side, refreshed by the worker once a second.
@@ -87,6 +100,8 @@ pub struct TurnHandle {
     thread: Option<std::thread::JoinHandle<()>>,
     /// The bound UDP listener address (the TCP listener has the same).
     pub addr: SocketAddr,
+    /// The bound TURN-over-TLS listener address, when on.
+    pub tls_addr: Option<SocketAddr>,
     /// Counters.
     pub shared: Arc<TurnShared>,
 }
@@ -106,7 +121,139 @@ struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
     rbuf: Vec<u8>,
+    /// Frames the socket (TCP) or rustls (TLS) has not taken yet, up to [`TCP_WRITE_LIMIT`].
     wbuf: Vec<u8>,
+    /// The TLS session of a connection on the TLS listener (boxed: ~1 KiB that plain TCP
+    /// connections do without).
+    tls: Option<Box<rustls::ServerConnection>>,
+    /// When it was accepted, for [`HANDSHAKE_TIMEOUT`].
+    opened: Instant,
+}
+
+/// What one read from a connection gave.
+enum Got {
+    /// Bytes of the TURN stream (decrypted, for TLS).
+    Data(usize),
+    /// Nothing more until the socket is readable again.
+    Again,
+    /// The connection ended or failed.
+    Closed,
+}
+
+impl Conn {
+    /// Reads stream bytes into `chunk`: from the socket, or through TLS (which may first
+    /// need records from the socket, and answer the handshake).
+    fn read(&mut self, chunk: &mut [u8]) -> Got {
+        let Some(tls) = self.tls.as_mut() else {
+            return match self.stream.read(chunk) {
+                Ok(0) => Got::Closed,
+                Ok(n) => Got::Data(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Again,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => Got::Data(0),
+                Err(_) => Got::Closed,
+            };
+        };
+        loop {
+            match tls.reader().read(chunk) {
+                Ok(0) => return Got::Closed, // close_notify
+                Ok(n) => return Got::Data(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return Got::Closed, // closed without close_notify
+            }
+            match tls.read_tls(&mut self.stream) {
+                Ok(0) => return Got::Closed,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Got::Again,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Got::Closed,
+            }
+            let processed = tls.process_new_packets();
+            // Handshake messages, or the alert that explains a failure.
+            if !Self::push_tls(tls, &mut self.stream) || processed.is_err() {
+                if let Err(e) = processed {
+                    debug!(peer = %self.peer, "TURN over TLS: {e}");
+                }
+                return Got::Closed;
+            }
+        }
+    }
+
+    /// Writes what rustls has to send until the socket is full; `false` if it failed.
+    fn push_tls(tls: &mut rustls::ServerConnection, stream: &mut TcpStream) -> bool {
+        while tls.wants_write() {
+            match tls.write_tls(stream) {
+                Ok(0) => return false,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    /// Sends `data` (whole frames) or queues it; frames past [`TCP_WRITE_LIMIT`] queued are
+    /// dropped. `false` if the connection failed.
+    fn write(&mut self, data: &[u8]) -> bool {
+        if let Some(tls) = self.tls.as_mut() {
+            // rustls takes plaintext only when it has nothing left to send, so what it holds
+            // stays one batch of frames and the queue (whole frames) is ours to bound.
+            if !self.wbuf.is_empty() || tls.wants_write() {
+                if self.wbuf.len() + data.len() <= TCP_WRITE_LIMIT {
+                    self.wbuf.extend_from_slice(data);
+                }
+                return true;
+            }
+            return tls.writer().write_all(data).is_ok() && Self::push_tls(tls, &mut self.stream);
+        }
+        if !self.wbuf.is_empty() {
+            if self.wbuf.len() + data.len() <= TCP_WRITE_LIMIT {
+                self.wbuf.extend_from_slice(data);
+            }
+            return true;
+        }
+        match self.stream.write(data) {
+            Ok(n) if n == data.len() => {}
+            Ok(n) => self.wbuf.extend_from_slice(&data[n..]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wbuf.extend_from_slice(data),
+            Err(_) => return false,
+        }
+        true
+    }
+
+    /// The socket is writable: sends what is queued. `false` if the connection failed.
+    fn flush(&mut self) -> bool {
+        if let Some(tls) = self.tls.as_mut() {
+            if !Self::push_tls(tls, &mut self.stream) {
+                return false;
+            }
+            if tls.wants_write() || self.wbuf.is_empty() {
+                return true;
+            }
+            let queued = std::mem::take(&mut self.wbuf);
+            return tls.writer().write_all(&queued).is_ok()
+                && Self::push_tls(tls, &mut self.stream);
+        }
+        while !self.wbuf.is_empty() {
+            match self.stream.write(&self.wbuf) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        self.wbuf = Vec::new();
+        true
+    }
+
+    /// A TLS connection still shaking hands after [`HANDSHAKE_TIMEOUT`].
+    fn handshake_late(&self, now: Instant) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.is_handshaking())
+            && now.saturating_duration_since(self.opened) >= HANDSHAKE_TIMEOUT
+    }
 }
 
 struct Relay {
@@ -120,11 +267,19 @@ struct Worker {
     poll: Poll,
     udp: UdpSocket,
     tcp: TcpListener,
+    /// The TURN-over-TLS listener and its configuration, when on.
+    tls: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
     server: TurnServer,
     relays: Vec<Option<Relay>>,
     conns: Vec<Option<Conn>>,
     free_conns: Vec<usize>,
     conn_by_addr: HashMap<SocketAddr, usize>,
+    /// Open TCP and TLS connections per client address.
+    conns_per_ip: HashMap<IpAddr, usize>,
+    /// Most connections one address may hold (`limits.turn_allocations_per_ip`).
+    max_conns_per_ip: usize,
+    /// TLS connections still shaking hands (the loop then wakes each second to time them).
+    handshaking: usize,
     relay_ip: IpAddr,
     ports: (u16, u16),
     next_port: u16,
@@ -173,6 +328,20 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         .register(&mut udp, UDP, Interest::READABLE)?;
     poll.registry()
         .register(&mut tcp, TCP, Interest::READABLE)?;
+    let tls = match opts.tls {
+        Some((listen, config)) => {
+            let l = std::net::TcpListener::bind(listen)?;
+            l.set_nonblocking(true)?;
+            let mut l = TcpListener::from_std(l);
+            poll.registry().register(&mut l, TLS, Interest::READABLE)?;
+            Some((l, config))
+        }
+        None => None,
+    };
+    let tls_addr = match &tls {
+        Some((l, _)) => Some(l.local_addr()?),
+        None => None,
+    };
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(TurnShared::default());
@@ -181,6 +350,7 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let max_conns = opts.config.max_allocations + 64;
+    let max_conns_per_ip = opts.config.max_allocations_per_ip;
     let server = TurnServer::new(opts.config, now, unix, opts.relay_ip.is_ipv4());
     let (lo, hi) = opts.relay_ports;
     // Start at a random place in the range so that restarts and neighbours spread out.
@@ -190,11 +360,15 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         poll,
         udp,
         tcp,
+        tls,
         server,
         relays: Vec::new(),
         conns: Vec::new(),
         free_conns: Vec::new(),
         conn_by_addr: HashMap::new(),
+        conns_per_ip: HashMap::new(),
+        max_conns_per_ip,
+        handshaking: 0,
         relay_ip: opts.relay_ip,
         ports: (lo, hi),
         next_port,
@@ -207,12 +381,13 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
     let thread = std::thread::Builder::new()
         .name("TurnWorker".into())
         .spawn(move || worker.run())?;
-    info!(%addr, relay_ip = %opts.relay_ip, ports = ?opts.relay_ports, "TURN listening (UDP and TCP)");
+    info!(%addr, tls = ?tls_addr, relay_ip = %opts.relay_ip, ports = ?opts.relay_ports, "TURN listening (UDP and TCP)");
     Ok(TurnHandle {
         waker,
         stop,
         thread: Some(thread),
         addr,
+        tls_addr,
         shared,
     })
 }
@@ -221,13 +396,15 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
 /// on `turn.listen`, its relays on `turn.relay_ip`, else the listen address, else the first
 /// of `candidate_ips` of the listen address's family. Relayed viewers may reach the media
 /// port `media_port` of the candidate addresses and nothing else of the server's own;
-/// allocations are counted in `stats`. Returns the worker and what WHEP `Link` headers
-/// announce.
+/// allocations are counted in `stats`. With `turn.tls_listen`, TURN over TLS serves the
+/// certificate of `certs` (loaded by the caller from `server.tls_cert`). Returns the worker
+/// and what WHEP `Link` headers announce.
 pub fn start(
     cfg: &Config,
     candidate_ips: &[IpAddr],
     media_port: u16,
     stats: &Arc<EngineStats>,
+    certs: Option<&Arc<CertStore>>,
 ) -> Result<Option<(TurnHandle, TurnLinks)>, StartError> {
     let t = &cfg.turn;
     let Some(listen) = t.listen else {
@@ -274,21 +451,50 @@ pub fn start(
         nonce_seed: rand::random(),
         ..TurnConfig::default()
     };
+    let tls = match (t.tls_listen, certs) {
+        (Some(addr), Some(store)) => Some((addr, tls_config(store))),
+        _ => None,
+    };
     let handle = spawn(TurnOptions {
         listen,
         relay_ip,
         relay_ports: (t.relay_port_min, t.relay_port_max),
         config,
         stats: Some(stats.clone()),
+        tls,
     })
-    .map_err(StartError::bind("TURN (UDP and TCP)", listen))?;
+    .map_err(StartError::bind(
+        "TURN (UDP, TCP and TLS)",
+        t.tls_listen.unwrap_or(listen),
+    ))?;
+    let tls = handle.tls_addr.map(|a| {
+        let host = t.tls_host.clone().unwrap_or_else(|| match relay_ip {
+            IpAddr::V4(ip) => ip.to_string(),
+            IpAddr::V6(ip) => format!("[{ip}]"),
+        });
+        (host, a.port())
+    });
     let links = TurnLinks {
         host: relay_ip,
         port: handle.addr.port(),
         secret,
         lifetime: t.credential_lifetime,
+        tls,
     };
     Ok(Some((handle, links)))
+}
+
+/// rustls's configuration for TURN over TLS: TLS 1.2 and 1.3 on the aws-lc-rs provider,
+/// the certificate of `store` (reloaded with it). No ALPN: RFC 7443's `stun.turn` is
+/// optional, and a server that names protocols refuses clients offering others.
+fn tls_config(store: &Arc<CertStore>) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("the aws-lc-rs provider supports TLS 1.2 and 1.3")
+        .with_no_client_auth()
+        .with_cert_resolver(store.clone());
+    Arc::new(cfg)
 }
 
 /// Receive and send buffer asked for each relay socket (the kernel caps it at rmem_max).
@@ -320,10 +526,13 @@ impl Worker {
         // each. Made here: its headers may not cross threads.
         let mut batch = SendBatch::new();
         while !self.stop.load(Ordering::Relaxed) {
-            let timeout = self
+            let mut timeout = self
                 .server
                 .poll_timeout()
                 .saturating_duration_since(Instant::now());
+            if self.handshaking > 0 {
+                timeout = timeout.min(Duration::from_secs(1));
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -333,7 +542,8 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     UDP => self.read_udp(&mut buf, &mut out, &mut batch),
-                    TCP => self.accept(),
+                    TCP => self.accept(false),
+                    TLS => self.accept(true),
                     WAKER => {}
                     Token(t) if t >= RELAY_BASE => {
                         self.read_relay(t - RELAY_BASE, &mut buf, &mut batch)
@@ -350,7 +560,11 @@ impl Worker {
                 }
             }
             self.flush(&mut batch);
-            self.server.handle_timeout(Instant::now());
+            let now = Instant::now();
+            if self.handshaking > 0 {
+                self.drop_late_handshakes(now);
+            }
+            self.server.handle_timeout(now);
             self.events();
             self.publish();
         }
@@ -470,8 +684,14 @@ impl Worker {
                         self.serial += 1;
                         if let (Some(st), Some(relayed)) = (&self.stats, self.server.relay_addr(id))
                         {
+                            let tls = self
+                                .conn_by_addr
+                                .get(&client.addr)
+                                .and_then(|&i| self.conns.get(i)?.as_ref())
+                                .is_some_and(|c| c.tls.is_some());
                             let transport = match client.transport {
                                 Transport::Udp => "udp",
+                                Transport::Tcp if tls => "tls",
                                 Transport::Tcp => "tcp",
                             };
                             st.snapshots.allocation_created(
@@ -571,9 +791,14 @@ impl Worker {
         }
     }
 
-    fn accept(&mut self) {
+    /// Accepts on the TCP listener, or the TLS one (`tls`).
+    fn accept(&mut self, tls: bool) {
         loop {
-            let (mut stream, peer) = match self.tcp.accept() {
+            let accepted = match (&self.tls, tls) {
+                (Some((l, _)), true) => l.accept(),
+                _ => self.tcp.accept(),
+            };
+            let (mut stream, peer) = match accepted {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -582,9 +807,21 @@ impl Worker {
                     return;
                 }
             };
-            if self.conn_by_addr.len() >= self.max_conns {
+            let from_ip = self.conns_per_ip.get(&peer.ip()).copied().unwrap_or(0);
+            if self.conn_by_addr.len() >= self.max_conns || from_ip >= self.max_conns_per_ip {
+                debug!(%peer, from_ip, "TURN: connection refused (limit reached)");
                 continue; // dropped: closes the connection
             }
+            let session = match (&self.tls, tls) {
+                (Some((_, cfg)), true) => match rustls::ServerConnection::new(cfg.clone()) {
+                    Ok(c) => Some(Box::new(c)),
+                    Err(e) => {
+                        warn!("TURN over TLS: cannot start a session: {e}");
+                        continue;
+                    }
+                },
+                _ => None,
+            };
             let _ = stream.set_nodelay(true);
             let i = self.free_conns.pop().unwrap_or_else(|| {
                 self.conns.push(None);
@@ -601,11 +838,15 @@ impl Worker {
                 continue;
             }
             self.conn_by_addr.insert(peer, i);
+            *self.conns_per_ip.entry(peer.ip()).or_default() += 1;
+            self.handshaking += usize::from(session.is_some());
             self.conns[i] = Some(Conn {
                 stream,
                 peer,
                 rbuf: Vec::new(),
                 wbuf: Vec::new(),
+                tls: session,
+                opened: Instant::now(),
             });
         }
     }
@@ -627,12 +868,15 @@ impl Worker {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 return;
             };
-            let n = match c.stream.read(&mut chunk) {
-                Ok(0) => return self.close_conn(i),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return self.close_conn(i),
+            let was_handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
+            let got = c.read(&mut chunk);
+            if was_handshaking && !c.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
+                self.handshaking -= 1;
+            }
+            let n = match got {
+                Got::Data(n) => n,
+                Got::Again => return,
+                Got::Closed => return self.close_conn(i),
             };
             c.rbuf.extend_from_slice(&chunk[..n]);
             let peer = c.peer;
@@ -681,17 +925,8 @@ impl Worker {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
-        if !c.wbuf.is_empty() {
-            if c.wbuf.len() + data.len() <= TCP_WRITE_LIMIT {
-                c.wbuf.extend_from_slice(data);
-            }
-            return;
-        }
-        match c.stream.write(data) {
-            Ok(n) if n == data.len() => {}
-            Ok(n) => c.wbuf.extend_from_slice(&data[n..]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.wbuf.extend_from_slice(data),
-            Err(_) => self.close_conn(i),
+        if !c.write(data) {
+            self.close_conn(i);
         }
     }
 
@@ -699,18 +934,24 @@ impl Worker {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
-        while !c.wbuf.is_empty() {
-            match c.stream.write(&c.wbuf) {
-                Ok(0) => return self.close_conn(i),
-                Ok(n) => {
-                    c.wbuf.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.close_conn(i),
-            }
+        if !c.flush() {
+            self.close_conn(i);
         }
-        c.wbuf = Vec::new();
+    }
+
+    /// Closes TLS connections whose handshake did not finish in [`HANDSHAKE_TIMEOUT`].
+    fn drop_late_handshakes(&mut self, now: Instant) {
+        let late: Vec<usize> = (0..self.conns.len())
+            .filter(|&i| {
+                self.conns[i]
+                    .as_ref()
+                    .is_some_and(|c| c.handshake_late(now))
+            })
+            .collect();
+        for i in late {
+            debug!("TURN over TLS: no handshake in {HANDSHAKE_TIMEOUT:?}, closed");
+            self.close_conn(i);
+        }
     }
 
     fn close_conn(&mut self, i: usize) {
@@ -719,6 +960,15 @@ impl Worker {
         };
         let _ = self.poll.registry().deregister(&mut c.stream);
         self.conn_by_addr.remove(&c.peer);
+        if let Some(n) = self.conns_per_ip.get_mut(&c.peer.ip()) {
+            *n -= 1;
+            if *n == 0 {
+                self.conns_per_ip.remove(&c.peer.ip());
+            }
+        }
+        if c.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
+            self.handshaking -= 1;
+        }
         self.free_conns.push(i);
         self.server.client_closed(ClientAddr {
             transport: Transport::Tcp,

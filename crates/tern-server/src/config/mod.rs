@@ -127,6 +127,7 @@ impl Config {
         self.tunables.check()?;
         self.limits.check()?;
         self.turn.check()?;
+        self.turn.check_tls(&self.server)?;
         for (i, app) in self.apps.iter().enumerate() {
             let place = format!("app[{i}]");
             // A name taken by an earlier app was checked there.

@@ -13,6 +13,13 @@ use super::error::ConfigError;
 pub struct TurnSection {
     /// UDP and TCP listen address, e.g. `0.0.0.0:3478`. TURN is off when unset.
     pub listen: Option<SocketAddr>,
+    /// TURN over TLS (RFC 8656 §3.1, `turns:`) listen address, e.g. `0.0.0.0:443` for
+    /// networks that pass only TLS (`--turn-tls`). Needs `turn.listen` and the certificate
+    /// `server.tls_cert`/`server.tls_key` (reloaded with it). Off when unset.
+    pub tls_listen: Option<SocketAddr>,
+    /// The host name `turns:` URLs carry, which the certificate must name (TLS clients check
+    /// it). Default: the relay address (a certificate with that IP address in its names).
+    pub tls_host: Option<String>,
     /// Long-term users, each `"name:password"`.
     pub users: Vec<String>,
     /// Shared secret for REST credentials (coturn's `static-auth-secret`). When unset, tern
@@ -54,6 +61,8 @@ impl Default for TurnSection {
     fn default() -> Self {
         TurnSection {
             listen: None,
+            tls_listen: None,
+            tls_host: None,
             users: Vec::new(),
             secret: None,
             relay_ip: None,
@@ -134,6 +143,36 @@ impl TurnSection {
         {
             return bad("turn.relay_ip", "must be a unicast address");
         }
+        if let Some(h) = &self.tls_host
+            && (h.is_empty()
+                || h.len() > 253
+                || !h
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':')))
+        {
+            return bad(
+                "turn.tls_host",
+                "must be a host name or IP address (letters, digits, '.', '-', ':')",
+            );
+        }
+        Ok(())
+    }
+
+    /// TURN over TLS needs TURN itself and the server's certificate.
+    pub fn check_tls(&self, server: &super::ServerConfig) -> Result<(), ConfigError> {
+        let Some(addr) = self.tls_listen else {
+            return Ok(());
+        };
+        let bad = |message: &str| Err(ConfigError::invalid("turn.tls_listen", message));
+        if self.listen.is_none() {
+            return bad("needs turn.listen (TURN over TLS shares its relays and credentials)");
+        }
+        if server.tls_cert.is_none() || server.tls_key.is_none() {
+            return bad("needs a certificate: server.tls_cert and server.tls_key (PEM files)");
+        }
+        if self.listen.is_some_and(|l| l == addr && l.port() != 0) {
+            return bad("must differ from turn.listen (which takes TCP on the same port)");
+        }
         Ok(())
     }
 }
@@ -173,6 +212,19 @@ mod tests {
             (
                 "[turn]\ndenied_peers = [\"nonsense\"]\n",
                 "turn.denied_peers[0]",
+            ),
+            ("[turn]\ntls_host = \"a b\"\n", "turn.tls_host"),
+            (
+                "[turn]\nlisten = \"127.0.0.1:3478\"\ntls_listen = \"127.0.0.1:5349\"\n",
+                "turn.tls_listen",
+            ),
+            (
+                "[turn]\ntls_listen = \"127.0.0.1:5349\"\n[server]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",
+                "turn.tls_listen",
+            ),
+            (
+                "[turn]\nlisten = \"127.0.0.1:3478\"\ntls_listen = \"127.0.0.1:3478\"\n[server]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",
+                "turn.tls_listen",
             ),
         ] {
             let e = Config::parse(text, "x.toml").expect_err(text);

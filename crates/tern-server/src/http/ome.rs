@@ -107,8 +107,9 @@ impl Params {
 }
 
 /// ICE servers handed to the player with its offer, as OME hands out its TcpRelay: only for
-/// `?transport=tcp`, and then the TURN-over-TCP URL of tern's own TURN server with fresh REST
-/// credentials (valid for `turn.credential_lifetime`). A player given `iceServers` relays only
+/// `?transport=tcp`, and then the TURN-over-TCP URL of tern's own TURN server (and its
+/// TURN-over-TLS URL when `turn.tls_listen` is on) with fresh REST credentials (valid for
+/// `turn.credential_lifetime`). A player given `iceServers` relays only
 /// (OvenPlayer and OvenRtcTester set `iceTransportPolicy: relay`), so the viewer's media goes
 /// over TCP to the TURN server and from there over UDP to the media port. Without TURN (no
 /// `turn.listen`) or without `?transport=tcp` the list is empty and the offer has no
@@ -121,8 +122,12 @@ fn ice_servers(st: &AppState, tcp: bool) -> Vec<IceServer> {
         return Vec::new();
     };
     let c = t.credentials("ome");
+    // With TURN over TLS on, its `turns:` URL too: for players whose network passes only TLS.
+    let urls = std::iter::once(format!("turn:{}:{}?transport=tcp", c.host, c.port))
+        .chain(c.turns_url())
+        .collect();
     vec![IceServer {
-        urls: vec![format!("turn:{}:{}?transport=tcp", c.host, c.port)],
+        urls,
         username: Some(c.username),
         credential: Some(c.credential),
     }]

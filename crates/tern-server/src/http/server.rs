@@ -32,34 +32,45 @@ pub const GRACE: Duration = Duration::from_secs(2);
 /// How long a stopping node waits for its cluster leave (Redis).
 const LEAVE_WAIT: Duration = Duration::from_secs(1);
 
-/// The HTTPS certificate, loaded, for the listener on `server.https`.
+/// The server's certificate (`server.tls_cert`, `server.tls_key`): for the HTTPS listener
+/// and TURN over TLS, one store watched for renewals.
 pub struct Tls {
-    addr: SocketAddr,
+    /// The HTTPS listener's address and rustls configuration, when HTTPS is on.
+    https: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
     store: Arc<CertStore>,
-    config: Arc<rustls::ServerConfig>,
+}
+
+impl Tls {
+    /// The certificate store, for the other TLS listeners (TURN over TLS).
+    pub fn store(&self) -> &Arc<CertStore> {
+        &self.store
+    }
 }
 
 /// Loads the certificate and key (`server.tls_cert`, `server.tls_key`) when `server.https`
-/// is on; `None` when it is off.
-pub fn load_tls(server: &ServerConfig) -> Result<Option<Tls>, TlsError> {
-    let (Some(addr), Some(cert), Some(key)) = (server.https, &server.tls_cert, &server.tls_key)
-    else {
+/// or `turn_tls` (TURN over TLS) needs them; `None` when neither is on.
+pub fn load_tls(server: &ServerConfig, turn_tls: bool) -> Result<Option<Tls>, TlsError> {
+    let (Some(cert), Some(key)) = (&server.tls_cert, &server.tls_key) else {
         return Ok(None);
     };
+    if server.https.is_none() && !turn_tls {
+        return Ok(None);
+    }
     let store = CertStore::load(cert, key)?;
-    let config = store.server_config()?;
-    Ok(Some(Tls {
-        addr,
-        store,
-        config,
-    }))
+    let https = match server.https {
+        Some(addr) => Some((addr, store.server_config()?)),
+        None => None,
+    };
+    Ok(Some(Tls { https, store }))
 }
 
 /// The HTTP side bound but not serving yet: its runtime and listeners.
 pub struct Bound {
     rt: Runtime,
     http: TcpListener,
-    https: Option<(TcpListener, Tls)>,
+    https: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
+    /// The certificate store to watch, when any listener serves TLS.
+    certs: Option<Arc<CertStore>>,
     per_ip: Arc<PerAddress>,
     redirect_http: bool,
     /// The HTTP listener's address.
@@ -95,10 +106,14 @@ pub fn bind(cfg: &Config, tls: Option<Tls>) -> Result<Bound, StartError> {
     };
     let http = cfg.server.http;
     let (http, http_addr) = listen(http).map_err(StartError::bind("HTTP", http))?;
-    let (https, https_addr) = match tls {
-        Some(t) => {
-            let (l, a) = listen(t.addr).map_err(StartError::bind("HTTPS", t.addr))?;
-            (Some((l, t)), Some(a))
+    let (certs, https) = match tls {
+        Some(t) => (Some(t.store), t.https),
+        None => (None, None),
+    };
+    let (https, https_addr) = match https {
+        Some((addr, config)) => {
+            let (l, a) = listen(addr).map_err(StartError::bind("HTTPS", addr))?;
+            (Some((l, config)), Some(a))
         }
         None => (None, None),
     };
@@ -106,6 +121,7 @@ pub fn bind(cfg: &Config, tls: Option<Tls>) -> Result<Bound, StartError> {
         rt,
         http,
         https,
+        certs,
         per_ip,
         redirect_http: cfg.server.redirect_http,
         http_addr,
@@ -130,17 +146,19 @@ pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
         rt,
         http,
         https,
+        certs,
         per_ip,
         redirect_http,
         https_addr,
         ..
     } = bound;
-    let state = Arc::new(
-        AppState::new(core.clone()).with_tls(https.as_ref().map(|(_, t)| t.store.clone())),
-    );
+    let state = Arc::new(AppState::new(core.clone()).with_tls(certs.clone()));
     let (stop, stopping) = oneshot::channel::<()>();
     let task = rt.spawn(async move {
         spawn_tasks(&state);
+        if let Some(c) = &certs {
+            c.watch();
+        }
         // One stop for both listeners.
         let (stop_all, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
@@ -160,11 +178,10 @@ pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
             plain_routes.into_make_service_with_connect_info::<Peer>(),
         )
         .with_graceful_shutdown(stopped(stop_rx.clone()));
-        let Some((l, tls)) = https else {
+        let Some((l, config)) = https else {
             return plain.await;
         };
-        tls.store.watch();
-        let listener = TlsListener::spawn(l, per_ip, tls.config)?;
+        let listener = TlsListener::spawn(l, per_ip, config)?;
         let secure = axum::serve(
             listener,
             routes.into_make_service_with_connect_info::<Peer>(),

@@ -17,7 +17,7 @@ use crate::media::ViewerId;
 use crate::session::{Core, Refusal, StreamInfo, TurnLinks};
 
 /// `Link` header values (RFC 9725 §4.6) for the TURN server: the STUN URL, and TURN over
-/// UDP and over TCP with fresh REST credentials.
+/// UDP, over TCP and (when `turn.tls_listen` is on) over TLS with fresh REST credentials.
 fn link_headers(t: &TurnLinks) -> Vec<HeaderValue> {
     let c = t.credentials("whep");
     let (host, port) = (&c.host, c.port);
@@ -30,6 +30,9 @@ fn link_headers(t: &TurnLinks) -> Vec<HeaderValue> {
         format!("<turn:{host}:{port}?transport=udp>{cred}"),
         format!("<turn:{host}:{port}?transport=tcp>{cred}"),
     ]
+    .into_iter()
+    .chain(c.turns_url().map(|u| format!("<{u}>{cred}")))
+    .collect::<Vec<_>>()
     .iter()
     .filter_map(|v| HeaderValue::from_str(v).ok())
     .collect()

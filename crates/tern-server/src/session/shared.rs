@@ -29,6 +29,9 @@ pub struct TurnLinks {
     pub secret: String,
     /// Credential lifetime, seconds.
     pub lifetime: u64,
+    /// TURN over TLS, when on: the host for `turns:` URLs (as it goes into a URL) and the
+    /// TLS port.
+    pub tls: Option<(String, u16)>,
 }
 
 /// Fresh TURN REST credentials and the host to put in a URL.
@@ -42,6 +45,17 @@ pub struct TurnCredentials {
     pub username: String,
     /// REST password (HMAC of the username).
     pub credential: String,
+    /// TURN over TLS, when on: host and port for a `turns:` URL.
+    pub tls: Option<(String, u16)>,
+}
+
+impl TurnCredentials {
+    /// The `turns:HOST:PORT?transport=tcp` URL, when TURN over TLS is on.
+    pub fn turns_url(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|(host, port)| format!("turns:{host}:{port}?transport=tcp"))
+    }
 }
 
 impl TurnLinks {
@@ -62,6 +76,7 @@ impl TurnLinks {
             port: self.port,
             username,
             credential,
+            tls: self.tls.clone(),
         }
     }
 }

@@ -20,7 +20,7 @@ use serde_json::json;
 use tern_bench::BenchArgs;
 
 /// A fresh directory for a test's files.
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tern-https-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("temp dir");
@@ -28,7 +28,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// Writes a self-signed pair for localhost and 127.0.0.1 as `name.crt` and `name.key`.
-fn write_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn write_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let c = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
         .expect("rcgen");
     let cert = dir.join(format!("{name}.crt"));

@@ -1,7 +1,8 @@
 //! The built-in TURN server in a real `tern demo` process: interop with coturn's
 //! `turnutils_uclient` (UDP and TCP to the server, long-term and REST credentials, zero loss),
 //! 401 for bad credentials with nothing allocated, an allocation flood beyond the quota
-//! refused without memory growth, and the WHEP `Link` headers whose credentials work.
+//! refused without memory growth, the WHEP `Link` headers whose credentials work, and TURN
+//! over TLS (`uclient -S`).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;
@@ -25,6 +26,11 @@ const LOOPBACK_PEERS: &str =
 
 /// `tern demo` with TURN on, configured by `toml` (a whole config file).
 fn turn_server(toml: &str) -> (Child, SocketAddr) {
+    turn_server_with(toml, &[])
+}
+
+/// [`turn_server`] with more arguments on the command line.
+fn turn_server_with(toml: &str, more: &[&str]) -> (Child, SocketAddr) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let cfg = std::env::temp_dir().join(format!(
@@ -48,6 +54,7 @@ fn turn_server(toml: &str) -> (Child, SocketAddr) {
         "--turn-relay-ip",
         "127.0.0.1",
     ];
+    let args: Vec<&str> = args.iter().chain(more).copied().collect();
     // A process: the tests read `turn_allocations` in /v1/memory (one line per TURN server
     // in a process) and the allocator's live bytes.
     let server = Child::start(&args);
@@ -63,7 +70,20 @@ fn uclient(
     clients: u32,
     messages: u32,
 ) -> (u64, u64, u64) {
+    uclient_with(turn, tcp, rest, clients, messages, &[])
+}
+
+/// [`uclient`] with more arguments (`-S`: TLS over the TCP connection).
+fn uclient_with(
+    turn: SocketAddr,
+    tcp: bool,
+    rest: bool,
+    clients: u32,
+    messages: u32,
+    more: &[&str],
+) -> (u64, u64, u64) {
     let mut cmd = Command::new("turnutils_uclient");
+    cmd.args(more);
     if tcp {
         cmd.arg("-t");
     }
@@ -618,4 +638,103 @@ fn allocations_are_limited_per_client_address() {
     assert!(metric(&server, "tern_turn_quota_refusals_total") >= 1);
     drop(held);
     server.stop();
+}
+
+/// Link header values of a WHEP answer for `live/demo`.
+fn whep_links(server: &Child) -> Vec<String> {
+    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
+        ice_ufrag: "abcd",
+        ice_pwd: "0123456789abcdefghijklmn",
+        fingerprint_sha256: &[7u8; 32],
+        video: true,
+        audio: true,
+        abs_capture_time: true,
+        all_video: false,
+    });
+    let r = common::http_post(
+        server.http,
+        "/live/demo/whep",
+        "application/sdp",
+        offer.as_bytes(),
+    )
+    .expect("POST whep");
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// TURN over TLS (issue 56): coturn's client allocates and relays through the TLS listener
+/// with long-term and REST credentials and loses nothing; WHEP answers announce `turns:`;
+/// a connection that never shakes hands is closed after the handshake timeout.
+#[test]
+fn turn_over_tls_relays_uclient_and_is_announced() {
+    let dir = crate::https::temp_dir("turns");
+    let (cert, key) = crate::https::write_pair(&dir, "turns");
+    let toml = format!(
+        "{LOOPBACK_PEERS}\n[server]\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        cert.display(),
+        key.display()
+    );
+    let (server, turn) = turn_server_with(&toml, &["--turn-tls", "127.0.0.1:0"]);
+    let turns = server
+        .turns
+        .expect("the server reports its TURN-over-TLS address");
+    assert_ne!(turns.port(), turn.port());
+    let (clients, messages) = (10, 100);
+    for rest in [false, true] {
+        let (sent, recv, lost) = uclient_with(turns, true, rest, clients, messages, &["-S"]);
+        let want = u64::from(clients * messages);
+        eprintln!("uclient over TLS rest={rest}: sent {sent}, received {recv}, lost {lost}");
+        assert_eq!(
+            (sent, recv, lost),
+            (want, want, 0),
+            "rest={rest}; server log:\n{}",
+            server.log_tail(20)
+        );
+    }
+    // Plain TURN over TCP on the TLS port is not TLS: the connection is closed.
+    let mut plain = std::net::TcpStream::connect(turns).expect("connect");
+    plain
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 1500];
+    let mut c = TurnClient::new(USER, PASS, Transport::Tcp, 9);
+    let n = c.allocate(Instant::now(), &mut buf).expect("allocate");
+    std::io::Write::write_all(&mut plain, &buf[..n]).expect("send");
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut plain, &mut got);
+    assert!(
+        got.first().is_none_or(|b| *b == 0x15),
+        "not a TLS alert or a close: {got:02x?}"
+    );
+
+    let links = whep_links(&server);
+    assert_eq!(links.len(), 4, "{links:?}");
+    assert!(
+        links[3].starts_with(&format!(
+            "<turns:127.0.0.1:{}?transport=tcp>; rel=\"ice-server\"; username=\"",
+            turns.port()
+        )),
+        "{links:?}"
+    );
+
+    // A client that connects and never speaks TLS is closed after the handshake timeout
+    // (10 s), not held.
+    let mut idle = std::net::TcpStream::connect(turns).expect("connect");
+    idle.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let t0 = Instant::now();
+    let mut b = [0u8; 16];
+    let n = std::io::Read::read(&mut idle, &mut b).unwrap_or(0);
+    let waited = t0.elapsed();
+    assert_eq!(n, 0, "the server sent bytes to a client that said nothing");
+    assert!(
+        (Duration::from_secs(9)..Duration::from_secs(15)).contains(&waited),
+        "closed after {waited:?}"
+    );
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
 }

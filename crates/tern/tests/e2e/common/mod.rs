@@ -288,6 +288,8 @@ pub struct Child {
     pub turn: Option<SocketAddr>,
     /// The HTTPS listener, if HTTPS is on.
     pub https: Option<SocketAddr>,
+    /// The TURN-over-TLS listener, if on.
+    pub turns: Option<SocketAddr>,
     /// Where the server's stderr goes.
     pub log: PathBuf,
 }
@@ -386,6 +388,7 @@ impl Child {
             srt: None,
             turn: None,
             https: None,
+            turns: None,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -414,7 +417,7 @@ impl Child {
         server
     }
 
-    /// Reads `listening http=A media=A rtmp=A|- srt=A|- turn=A|- https=A|-`.
+    /// Reads `listening http=A media=A rtmp=A|- srt=A|- turn=A|- https=A|- turns=A|-`.
     fn take_addresses(&mut self, line: &str) {
         for kv in line.split_whitespace().skip(1) {
             let Some((k, v)) = kv.split_once('=') else {
@@ -428,6 +431,7 @@ impl Child {
                 "srt" => self.srt = addr,
                 "turn" => self.turn = addr,
                 "https" => self.https = addr,
+                "turns" => self.turns = addr,
                 _ => {}
             }
         }
