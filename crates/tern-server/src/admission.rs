@@ -1,5 +1,6 @@
-//! Admission: who may publish and play, decided per app by a signed token (JWT, HS256) and
-//! by the operator's own HTTP service (the admission webhook), before any session is made.
+//! Admission: who may publish and play, decided per app by a signed token (JWT: an HS256
+//! secret, a public key or an identity provider's JWKS, `crate::jwt`) and by the operator's
+//! own HTTP service (the admission webhook), before any session is made.
 //!
 //! The contract (`docs/src/security.md`, "Admission"): before every publish (RTMP, WHIP) and play (WHEP, OME
 //! signalling) tern POSTs `{"action", "protocol", "app", "stream", "client": {"address"},
@@ -9,10 +10,10 @@
 //! the same fields go out again with `"action": "close"` and a `"reason"`, fire and forget
 //! through a bounded queue (a full queue drops and counts).
 //!
-//! The webhook client is hyper's (plain HTTP/1.1, pooled connections): a webhook is an
-//! internal service next to tern, so TLS is left to a local proxy if wanted. Everything here
-//! runs on the HTTP runtime (RTMP connection threads block on it); the media threads never
-//! wait for it.
+//! The webhook client is hyper's (pooled connections; `http://`, or `https://` with HTTP/1.1
+//! or h2 as ALPN picks, trusting the system's roots and `server.ca_file`: `crate::outbound`);
+//! the JWKS are fetched with the same client. Everything here runs on the HTTP runtime (RTMP
+//! connection threads block on it); the media threads never wait for it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::{debug, warn};
 
-use crate::config::{AdmissionConfig, AppConfig};
+use crate::config::{AdmissionConfig, AppConfig, ConfigError};
+pub use crate::jwt::Claims;
+use crate::jwt::{Jwks, JwksMetrics, Jwt, Keys, PublicKey, Wanted};
 use crate::metrics::{Expose, Exposed, Exposition, Kind};
+use crate::outbound::{HttpsClient, Outbound, error_chain};
 use crate::snapshot::{Event, EventKind, SnapshotRef};
 
 /// What a session wants to do.
@@ -263,27 +264,10 @@ struct Webhook {
     slots: Arc<Semaphore>,
 }
 
-/// One app's signed-token check.
-struct Jwt {
-    key: jsonwebtoken::DecodingKey,
-    end_at_exp: bool,
-}
-
 #[derive(Default)]
 struct Gate {
     webhook: Option<Webhook>,
     jwt: Option<Jwt>,
-}
-
-/// The claims tern reads from a token.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Claims {
-    /// `app/stream`.
-    pub sub: String,
-    /// `publish` or `play`.
-    pub act: String,
-    /// Expiry, seconds since the Unix epoch.
-    pub exp: u64,
 }
 
 /// A close notification: the ask that was admitted, and why the session ended.
@@ -296,7 +280,7 @@ struct CloseNote {
 /// Every app's gate, the webhook client, the close queue and the counters.
 pub struct Admission {
     gates: HashMap<String, Gate>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpsClient,
     /// Counters for `/metrics`.
     pub stats: Arc<AdmissionStats>,
     /// Admitted sessions of apps with a webhook, waiting for their end.
@@ -313,11 +297,12 @@ impl std::fmt::Debug for Admission {
 }
 
 impl Admission {
-    /// The gates of `apps` (validated config). The close queue starts with
-    /// [`Admission::start`].
-    pub fn new(apps: &[AppConfig]) -> Self {
+    /// The gates of `apps` (validated config), calling out through `outbound`. Reads each
+    /// `jwt_public_key` file: one that does not load is the error, naming the key. The close
+    /// queue and the JWKS fetches start with [`Admission::start`].
+    pub fn new(apps: &[AppConfig], outbound: &Outbound) -> Result<Self, ConfigError> {
         let mut gates = HashMap::new();
-        for a in apps {
+        for (i, a) in apps.iter().enumerate() {
             let mut g = Gate::default();
             if let Some(AdmissionConfig {
                 url,
@@ -334,29 +319,53 @@ impl Admission {
                     slots: Arc::new(Semaphore::new(*max_in_flight)),
                 });
             }
-            if let Some(secret) = &a.jwt_secret {
-                g.jwt = Some(Jwt {
-                    key: jsonwebtoken::DecodingKey::from_secret(secret.as_bytes()),
-                    end_at_exp: a.end_at_exp,
-                });
-            }
+            let keys = if let Some(secret) = &a.jwt_secret {
+                Some(Keys::Secret(jsonwebtoken::DecodingKey::from_secret(
+                    secret.as_bytes(),
+                )))
+            } else if let Some(path) = &a.jwt_public_key {
+                let bad = |m: String| {
+                    ConfigError::invalid(
+                        format!("app[{i}].jwt_public_key"),
+                        format!("{}: {m}", path.display()),
+                    )
+                };
+                let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+                Some(Keys::Public(PublicKey::from_pem(&pem).map_err(bad)?))
+            } else {
+                a.jwt_jwks_url
+                    .as_deref()
+                    .and_then(|u| Jwks::new(&a.name, u, Duration::from_secs(a.jwt_jwks_refresh_s)))
+                    .map(|j| Keys::Jwks(Arc::new(j)))
+            };
+            g.jwt = keys.map(|keys| Jwt {
+                keys,
+                end_at_exp: a.end_at_exp,
+                issuer: a.jwt_issuer.clone(),
+                audience: a.jwt_audience.clone(),
+            });
             if g.webhook.is_some() || g.jwt.is_some() {
                 gates.insert(a.name.clone(), g);
             }
         }
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(Duration::from_secs(2)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(http);
-        Admission {
+        Ok(Admission {
             gates,
-            client,
+            client: outbound.client(),
             stats: Arc::new(AdmissionStats::default()),
             admitted: Mutex::new(HashMap::new()),
             closes: Mutex::new(None),
-        }
+        })
+    }
+
+    /// The apps' JWKS.
+    fn jwks(&self) -> Vec<Arc<Jwks>> {
+        self.gates
+            .values()
+            .filter_map(|g| match g.jwt.as_ref().map(|j| &j.keys) {
+                Some(Keys::Jwks(j)) => Some(j.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether any app asks a webhook (then session ends are watched for close
@@ -370,10 +379,18 @@ impl Admission {
         self.gates.contains_key(app)
     }
 
-    /// Registers the counters with the server's `/metrics` (`exposed`) and, when an app asks
-    /// a webhook, starts the close-notification sender on the current runtime.
+    /// Registers the counters with the server's `/metrics` (`exposed`), starts each JWKS's
+    /// fetches (now, then every `jwt_jwks_refresh_s`) and, when an app asks a webhook, the
+    /// close-notification sender, all on the current runtime.
     pub fn start(&self, exposed: &Exposed) {
         exposed.add(self.stats.clone());
+        let jwks = self.jwks();
+        if !jwks.is_empty() {
+            for j in &jwks {
+                tokio::spawn(j.clone().refresh_forever(self.client.clone()));
+            }
+            exposed.add(Arc::new(JwksMetrics(jwks)));
+        }
         if !self.has_webhooks() {
             return;
         }
@@ -434,15 +451,23 @@ impl Admission {
         };
         let mut lifetime = None;
         if let Some(jwt) = &gate.jwt {
-            match check_jwt(jwt, ask) {
+            let want = Wanted {
+                app: &ask.app,
+                stream: &ask.stream,
+                act: ask.action.as_str(),
+            };
+            match jwt.check(ask.token.as_deref(), want, &self.client).await {
                 Ok(exp_in) => {
                     if jwt.end_at_exp {
                         lifetime = Some(exp_in);
                     }
                 }
-                Err(v) => {
+                Err(r) => {
                     self.stats.count(ask.action, "deny");
-                    return v;
+                    return Verdict::Deny {
+                        status: r.status,
+                        reason: r.reason,
+                    };
                 }
             }
         }
@@ -477,7 +502,7 @@ impl Admission {
                 .client
                 .request(request(&w.uri, body))
                 .await
-                .map_err(|e| format!("webhook unreachable: {e}"))?;
+                .map_err(|e| format!("webhook unreachable: {}", error_chain(&e)))?;
             if r.status() != hyper::StatusCode::OK {
                 return Err(format!("webhook answered {}", r.status()));
             }
@@ -589,16 +614,11 @@ fn request(uri: &hyper::Uri, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
     let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
     *req.method_mut() = hyper::Method::POST;
     *req.uri_mut() = uri.clone();
-    let h = req.headers_mut();
-    h.insert(
+    // The client adds `Host` (HTTP/1.1) or `:authority` (h2) from the URI.
+    req.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
     );
-    if let Some(a) = uri.authority()
-        && let Ok(v) = hyper::header::HeaderValue::from_str(a.as_str())
-    {
-        h.insert(hyper::header::HOST, v);
-    }
     req
 }
 
@@ -619,46 +639,6 @@ fn body_of(ask: &Ask, action: &str, reason: Option<&str>) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap_or_default()
 }
 
-/// Checks the ask's token against the app's secret: Ok(time left until `exp`).
-fn check_jwt(jwt: &Jwt, ask: &Ask) -> Result<Duration, Verdict> {
-    let deny = |status: u16, reason: &str| Verdict::Deny {
-        status,
-        reason: reason.to_string(),
-    };
-    let Some(token) = ask.token.as_deref() else {
-        return Err(deny(401, "a signed token (JWT) is required"));
-    };
-    let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
-    v.leeway = 0;
-    v.set_required_spec_claims(&["exp", "sub"]);
-    let data = jsonwebtoken::decode::<Claims>(token, &jwt.key, &v).map_err(|e| {
-        use jsonwebtoken::errors::ErrorKind as K;
-        match e.kind() {
-            K::ExpiredSignature => deny(401, "token expired"),
-            K::InvalidSignature => deny(401, "token signature does not verify"),
-            _ => deny(401, &format!("token not valid: {e}")),
-        }
-    })?;
-    let c = data.claims;
-    let want = format!("{}/{}", ask.app, ask.stream);
-    if c.sub != want {
-        return Err(deny(
-            403,
-            &format!("token is for stream {}, not {want}", c.sub),
-        ));
-    }
-    if c.act != ask.action.as_str() {
-        return Err(deny(
-            403,
-            &format!("token allows {}, not {}", c.act, ask.action.as_str()),
-        ));
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    Ok(Duration::from_secs(c.exp.saturating_sub(now)))
-}
-
 /// The `token` query parameter of `query` (RTMP, OME), percent-decoding not needed for JWTs
 /// (base64url and dots).
 pub fn query_token(query: &str) -> Option<String> {
@@ -673,81 +653,8 @@ pub fn query_token(query: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn ask(token: Option<String>, stream: &str, action: Action) -> Ask {
-        Ask {
-            action,
-            protocol: Protocol::Whep,
-            app: "live".into(),
-            stream: stream.into(),
-            client: "127.0.0.1:5000".parse().expect("addr"),
-            token,
-            query: String::new(),
-            session: "s1".into(),
-        }
-    }
-
-    fn token(secret: &str, sub: &str, act: &str, exp: u64) -> String {
-        jsonwebtoken::encode(
-            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-            &Claims {
-                sub: sub.into(),
-                act: act.into(),
-                exp,
-            },
-            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
-        )
-        .expect("encode")
-    }
-
     #[test]
-    fn jwt_checks_signature_expiry_stream_and_action() {
-        let jwt = Jwt {
-            key: jsonwebtoken::DecodingKey::from_secret(b"s3cret"),
-            end_at_exp: true,
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_secs();
-        let good = token("s3cret", "live/cam", "play", now + 60);
-        let left = check_jwt(&jwt, &ask(Some(good.clone()), "cam", Action::Play)).expect("valid");
-        assert!(left <= Duration::from_secs(60) && left >= Duration::from_secs(58));
-        let status = |r: Result<Duration, Verdict>| match r {
-            Err(Verdict::Deny { status, reason }) => (status, reason),
-            other => panic!("expected a denial, got {other:?}"),
-        };
-        let (s, r) = status(check_jwt(&jwt, &ask(None, "cam", Action::Play)));
-        assert_eq!((s, r.as_str()), (401, "a signed token (JWT) is required"));
-        let (s, r) = status(check_jwt(
-            &jwt,
-            &ask(Some(good.clone()), "desk", Action::Play),
-        ));
-        assert_eq!(s, 403);
-        assert!(r.contains("live/cam"), "{r}");
-        let (s, r) = status(check_jwt(&jwt, &ask(Some(good), "cam", Action::Publish)));
-        assert_eq!(s, 403);
-        assert!(r.contains("allows play"), "{r}");
-        let old = token("s3cret", "live/cam", "play", now - 10);
-        let (s, r) = status(check_jwt(&jwt, &ask(Some(old), "cam", Action::Play)));
-        assert_eq!((s, r.as_str()), (401, "token expired"));
-        let forged = token("other", "live/cam", "play", now + 60);
-        let (s, r) = status(check_jwt(&jwt, &ask(Some(forged), "cam", Action::Play)));
-        assert_eq!((s, r.as_str()), (401, "token signature does not verify"));
-        let (s, _) = status(check_jwt(
-            &jwt,
-            &ask(Some("not.a.jwt".into()), "cam", Action::Play),
-        ));
-        assert_eq!(s, 401);
-    }
-
-    #[test]
-    fn webhook_urls_and_query_tokens() {
-        use crate::config::webhook_url_ok;
-        assert!(webhook_url_ok("http://127.0.0.1:9000/admit"));
-        assert!(webhook_url_ok("http://hooks.local"));
-        assert!(!webhook_url_ok("https://x/admit"));
-        assert!(!webhook_url_ok("http:///admit"));
-        assert!(!webhook_url_ok("http://user@x/admit"));
+    fn query_tokens() {
         assert_eq!(
             query_token("a=1&token=abc.def&b=2").as_deref(),
             Some("abc.def")

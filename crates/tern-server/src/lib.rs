@@ -26,6 +26,8 @@
 //! | `clock.rs` | wall-clock and NTP time for the threads (sans-IO code takes `now` instead) |
 //! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
 //! | `admission.rs` | JWT and the admission webhook, close notifications |
+//! | `jwt.rs` | signed tokens: an app's keys (HS256 secret, PEM public key, JWKS fetched and refreshed) and the check of one token |
+//! | `outbound.rs` | calling out: the one TLS client configuration (system roots, `server.ca_file`) and the async and blocking clients made from it |
 //! | `metrics.rs` | what the parts report in `/metrics`, held per server: the `Expose` trait a part registers, and `Exposition`, the one Prometheus text writer |
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `start.rs` | what a part's start function reports when it fails (`StartError`: a socket not bound, a thread not started) |
@@ -67,9 +69,11 @@ pub mod directory;
 pub mod feed;
 pub mod hls;
 pub mod http;
+pub mod jwt;
 pub mod limits;
 pub mod media;
 pub mod metrics;
+pub mod outbound;
 pub mod reclaim;
 pub mod record;
 pub mod rtmp;
@@ -142,6 +146,9 @@ pub enum ServeError {
     /// The HTTPS certificate or key does not load.
     #[error("config keys `server.tls_cert`/`server.tls_key`: {0}")]
     Tls(http::tls::TlsError),
+    /// `server.ca_file` does not load.
+    #[error("config key `server.ca_file`: {0}")]
+    CaFile(outbound::OutboundError),
     /// Anything else that stops the server.
     #[error("{0}")]
     Other(String),
@@ -385,6 +392,12 @@ impl Server {
     /// ([`Server::addrs`] reports it). A failure part-way leaves what already started to
     /// the process's exit (as `tern serve` exits).
     pub fn start(cfg: Config, opts: &ServeOptions) -> Result<Server, ServeError> {
+        // Every call out (webhooks, JWKS, an edge's origin) trusts these roots; with the
+        // admission gates' key files, read before anything starts, so that a bad file
+        // leaves nothing running.
+        let outbound =
+            outbound::Outbound::load(cfg.server.ca_file.as_deref()).map_err(ServeError::CaFile)?;
+        let admission = admission::Admission::new(&cfg.apps, &outbound)?;
         let mut parts = Parts::default();
         let pool = Engine::packet_pool(&cfg.tunables)?;
         parts.add(reclaim::start(&pool, cfg.tunables.pool_trim_s)?);
@@ -404,13 +417,32 @@ impl Server {
         parts.add(turn);
         let bound = http::bind(&cfg, tls)?;
         // The first candidate is the node's address where one is needed (its cluster URL).
-        let cluster = Cluster::for_node(cfg.cluster.clone(), candidates[0], bound.http_addr, &dtls)
-            .map_err(ServeError::Cluster)?;
+        let cluster = Cluster::for_node(
+            cfg.cluster.clone(),
+            candidates[0],
+            bound.http_addr,
+            &dtls,
+            &outbound,
+        )
+        .map_err(ServeError::Cluster)?;
         let fingerprint = *dtls.fingerprint();
-        let core = Core::new(cfg, directory, engine, fingerprint, candidates, port);
+        let core = Core::new(
+            cfg,
+            directory,
+            engine,
+            fingerprint,
+            candidates,
+            port,
+            admission,
+        );
         let core = Arc::new(core.with_turn(links).with_cluster(cluster));
         let _ = core.runtime.set(bound.runtime());
-        parts.add(MediaThreads::start(&core, engine_threads, tap_rx)?);
+        parts.add(MediaThreads::start(
+            &core,
+            engine_threads,
+            tap_rx,
+            &outbound,
+        )?);
         parts.add(rtsp::Sources::start(core.clone()));
         let srt = srt::start(&core)?;
         let rtmp = rtmp::start(&core)?;
@@ -559,16 +591,17 @@ struct MediaThreads {
 }
 
 impl MediaThreads {
-    /// Starts the recorder's writer and the tap's thread on `tap`, beside the engine's
-    /// threads `engine`.
+    /// Starts the recorder's writer (its webhooks calling out through `outbound`) and the
+    /// tap's thread on `tap`, beside the engine's threads `engine`.
     fn start(
         core: &Arc<Core>,
         engine: EngineThreads,
         tap: Receiver<TapPacket>,
+        outbound: &outbound::Outbound,
     ) -> Result<MediaThreads, StartError> {
         let record = core
             .record
-            .spawn()
+            .spawn(outbound)
             .map_err(StartError::thread("recording writer"))?;
         let tap = core
             .tap

@@ -34,6 +34,7 @@ pub use store::{NODE_PREFIX, ORIGIN_PREFIX};
 pub use view::{NodeRecord, View};
 
 use crate::media::EngineHandle;
+use crate::outbound::Outbound;
 use store::Store;
 
 /// How long an ended pull's stream is still treated as pulled.
@@ -174,6 +175,8 @@ pub struct Cluster {
     pulls: Mutex<HashMap<String, PullEntry>>,
     /// The upstream sessions' DTLS certificate.
     dtls: Arc<DtlsContext>,
+    /// The TLS roots of the upstream sessions' WHEP requests to an `https://` origin.
+    outbound: Outbound,
     /// Counters for `/metrics`.
     pub counters: ClusterCounters,
 }
@@ -187,15 +190,28 @@ impl Cluster {
         host: std::net::IpAddr,
         http: std::net::SocketAddr,
         dtls: &Arc<DtlsContext>,
+        outbound: &Outbound,
     ) -> Result<Option<Arc<Cluster>>, String> {
         section
-            .map(|c| Cluster::new(c.with_default_url(host, http), dtls.clone()).map(Arc::new))
+            .map(|c| {
+                Cluster::new(
+                    c.with_default_url(host, http),
+                    dtls.clone(),
+                    outbound.clone(),
+                )
+                .map(Arc::new)
+            })
             .transpose()
     }
 
     /// The cluster part of a node configured with `cfg` (not connected until it runs);
-    /// its upstream sessions use the node's own DTLS certificate `dtls`.
-    pub fn new(cfg: ClusterSection, dtls: Arc<DtlsContext>) -> Result<Self, String> {
+    /// its upstream sessions use the node's own DTLS certificate `dtls`, and sign in at
+    /// their origin over HTTP or HTTPS through `outbound`.
+    pub fn new(
+        cfg: ClusterSection,
+        dtls: Arc<DtlsContext>,
+        outbound: Outbound,
+    ) -> Result<Self, String> {
         let store = Store::new(&cfg.redis)?;
         Ok(Cluster {
             cfg,
@@ -208,6 +224,7 @@ impl Cluster {
             conflicts: Mutex::new(std::collections::HashSet::new()),
             pulls: Mutex::new(HashMap::new()),
             dtls,
+            outbound,
             counters: ClusterCounters::default(),
         })
     }
@@ -481,6 +498,7 @@ impl Cluster {
             secret: self.cfg.secret.clone(),
             grace: Duration::from_secs(self.cfg.edge_grace_s),
             dtls: self.dtls.clone(),
+            agent: self.outbound.agent(upstream::SIGNAL_TIMEOUT, false),
             key: key.to_string(),
             index,
             engine,

@@ -39,6 +39,8 @@ const CONNECT: Duration = Duration::from_secs(5);
 /// GET (and a WHEP POST once there is an origin), cheap enough that viewers should not
 /// wait on a long backoff for a publisher that came back.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
+/// Time allowed for one WHEP request to the origin (POST or DELETE).
+pub(super) const SIGNAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest wait in one receive call: timers and flags are looked at this often.
 const TICK: Duration = Duration::from_millis(10);
 
@@ -61,6 +63,9 @@ pub(super) struct Pull {
     pub grace: Duration,
     /// The upstream sessions' DTLS certificate.
     pub dtls: Arc<tern_rtc::viewer::DtlsContext>,
+    /// The WHEP client (`http://` or `https://` origins, [`SIGNAL_TIMEOUT`] per request,
+    /// statuses returned rather than errors).
+    pub agent: ureq::Agent,
     /// `app/stream`.
     pub key: String,
     /// The stream's index in the engine.
@@ -150,12 +155,8 @@ fn session(pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
         all_video: true,
     });
     let url = format!("{}/{}/whep", base.trim_end_matches('/'), pull.key);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(3)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let (answer, location) = match post(&agent, &url, &offer, &pull.secret) {
+    let agent = &pull.agent;
+    let (answer, location) = match post(agent, &url, &offer, &pull.secret) {
         Ok(x) => x,
         Err(e) => return End::Retry(e),
     };

@@ -8,7 +8,8 @@ use super::error::ConfigError;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionConfig {
-    /// `http://host:port/path` the request is POSTed to.
+    /// `http[s]://host[:port][/path]` the request is POSTed to (`https://`: verified against
+    /// the system's roots and `server.ca_file`).
     pub url: String,
     /// Time allowed for the answer. Default 2000 ms.
     #[serde(default = "AdmissionConfig::default_timeout_ms")]
@@ -40,7 +41,7 @@ impl AdmissionConfig {
     pub fn check(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: &str| Err(ConfigError::invalid(key, message));
         if !webhook_url_ok(&self.url) {
-            return bad("admission.url", "must be http://host[:port][/path]");
+            return bad("admission.url", WEBHOOK_URL_RULE);
         }
         if !(1..=60_000).contains(&self.timeout_ms) {
             return bad("admission.timeout_ms", "must be 1-60000");
@@ -86,16 +87,44 @@ impl<'de> Deserialize<'de> for OnError {
     }
 }
 
-/// Whether `url` is a webhook tern can call: `http://host[:port][/path]` (plain HTTP; put
-/// a local proxy in front for TLS), no user info.
+/// What [`webhook_url_ok`] checks, as errors state it.
+pub const WEBHOOK_URL_RULE: &str = "must be http[s]://host[:port][/path]";
+
+/// Whether `url` is a URL tern can call: `http[s]://host[:port][/path]`, no user info.
 pub fn webhook_url_ok(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
         return false;
     };
     let auth = rest.split('/').next().unwrap_or("");
     !auth.is_empty()
         && !auth.contains('@')
         && url.parse::<hyper::Uri>().is_ok_and(|u| u.host().is_some())
+}
+
+/// What [`jwks_url_ok`] checks, as errors state it.
+pub const JWKS_URL_RULE: &str =
+    "must be https://host[:port][/path] (http:// only to 127.0.0.1, ::1 or localhost)";
+
+/// Whether `url` is a JWKS tern may fetch keys from: `https://` (the keys that admit every
+/// session must come over an authenticated channel), or `http://` to this machine alone
+/// (a local key service, tests).
+pub fn jwks_url_ok(url: &str) -> bool {
+    if !webhook_url_ok(url) {
+        return false;
+    }
+    if url.starts_with("https://") {
+        return true;
+    }
+    url.parse::<hyper::Uri>().is_ok_and(|u| {
+        matches!(
+            u.host()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']')),
+            Some("127.0.0.1" | "::1" | "localhost")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -117,7 +146,7 @@ mod tests {
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut AdmissionConfig);
         let cases: [(Breaker, &str); 6] = [
-            (|a| a.url = "https://x/admit".into(), "admission.url"),
+            (|a| a.url = "ftp://x/admit".into(), "admission.url"),
             (|a| a.url = "http://user@x/admit".into(), "admission.url"),
             (|a| a.timeout_ms = 0, "admission.timeout_ms"),
             (|a| a.timeout_ms = 60_001, "admission.timeout_ms"),
@@ -132,6 +161,46 @@ mod tests {
                 e.to_string().starts_with(&format!("config key `{key}`: ")),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn webhook_and_jwks_urls() {
+        for ok in [
+            "http://127.0.0.1:9000/admit",
+            "http://hooks.local",
+            "https://hooks.example/admit",
+            "https://[2001:db8::1]:8443/x",
+        ] {
+            assert!(webhook_url_ok(ok), "{ok}");
+        }
+        for bad in [
+            "ftp://x/admit",
+            "http:///admit",
+            "https://",
+            "http://user@x/admit",
+            "https://u:p@x/admit",
+            "HTTPS://x",
+            "",
+        ] {
+            assert!(!webhook_url_ok(bad), "{bad}");
+        }
+        for ok in [
+            "https://idp.example/.well-known/jwks.json",
+            "http://127.0.0.1:8000/jwks",
+            "http://[::1]:8000/jwks",
+            "http://localhost/jwks",
+        ] {
+            assert!(jwks_url_ok(ok), "{ok}");
+        }
+        for bad in [
+            "http://idp.example/jwks",
+            "http://10.0.0.1/jwks",
+            "http://127.0.0.2/jwks",
+            "http://localhost.example/jwks",
+            "ftp://127.0.0.1/jwks",
+        ] {
+            assert!(!jwks_url_ok(bad), "{bad}");
         }
     }
 

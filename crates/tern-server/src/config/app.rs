@@ -13,6 +13,11 @@ pub const DEFAULT_IDLE_GRACE_S: u64 = 10;
 /// Default `srt_latency_ms`: libsrt's default latency (`SRTO_LATENCY`).
 pub const DEFAULT_SRT_LATENCY_MS: u64 = 120;
 
+/// Default `jwt_jwks_refresh_s`: 5 minutes, so a key an identity provider adds is known
+/// within that without waiting for a token to name it (an unknown `kid` refetches at once
+/// anyway); Auth0 and Keycloak rotate over days.
+pub const DEFAULT_JWKS_REFRESH_S: u64 = 300;
+
 /// The rule [`valid_name`] checks, as errors state it.
 pub const NAME_RULE: &str = "must be 1-64 characters of [A-Za-z0-9._-]";
 
@@ -46,9 +51,31 @@ pub struct AppConfig {
     pub idle_grace_s: u64,
     /// HS256 secret: when set, every publish and play needs a JWT (Bearer for WHEP/WHIP,
     /// `?token=` for RTMP and OME signalling) with `sub` = `app/stream`, `act` = `publish`
-    /// or `play`, and `exp`.
+    /// or `play`, and `exp`. One key source per app: not with `jwt_public_key` or
+    /// `jwt_jwks_url`.
     #[serde(default)]
     pub jwt_secret: Option<String>,
+    /// A PEM file with the public key tokens are signed with (SPKI `PUBLIC KEY`, PKCS#1
+    /// `RSA PUBLIC KEY`, or a `CERTIFICATE`): RSA (RS256/384/512, PS256/384/512), EC P-256 or
+    /// P-384 (ES256, ES384) or Ed25519 (EdDSA). Read at start; one that does not parse
+    /// stops it. The same claims as with `jwt_secret`.
+    #[serde(default)]
+    pub jwt_public_key: Option<std::path::PathBuf>,
+    /// The identity provider's JWKS (`https://.../jwks.json`): the token's `kid` picks the
+    /// key. Fetched at start, every `jwt_jwks_refresh_s`, and at once (at most every 10 s)
+    /// for a `kid` not in the set, so a rotation needs no restart. `http://` only to
+    /// 127.0.0.1, ::1 or localhost.
+    #[serde(default)]
+    pub jwt_jwks_url: Option<String>,
+    /// Seconds between two fetches of `jwt_jwks_url`. Default 300; 1 to 86400.
+    #[serde(default = "AppConfig::default_jwks_refresh_s")]
+    pub jwt_jwks_refresh_s: u64,
+    /// When set, a token's `iss` must be this.
+    #[serde(default)]
+    pub jwt_issuer: Option<String>,
+    /// When set, a token's `aud` must be (or contain) this.
+    #[serde(default)]
+    pub jwt_audience: Option<String>,
     /// End a session admitted by JWT when its token expires. Default false.
     #[serde(default)]
     pub end_at_exp: bool,
@@ -126,6 +153,17 @@ impl AppConfig {
         DEFAULT_SRT_LATENCY_MS
     }
 
+    /// Default `jwt_jwks_refresh_s`: [`DEFAULT_JWKS_REFRESH_S`].
+    const fn default_jwks_refresh_s() -> u64 {
+        DEFAULT_JWKS_REFRESH_S
+    }
+
+    /// Whether the app checks signed tokens (any of `jwt_secret`, `jwt_public_key`,
+    /// `jwt_jwks_url`).
+    pub fn uses_jwt(&self) -> bool {
+        self.jwt_secret.is_some() || self.jwt_public_key.is_some() || self.jwt_jwks_url.is_some()
+    }
+
     /// Default `idle_grace_s`: [`DEFAULT_IDLE_GRACE_S`].
     const fn default_idle_grace_s() -> u64 {
         DEFAULT_IDLE_GRACE_S
@@ -170,9 +208,7 @@ impl AppConfig {
         if self.jwt_secret.as_deref().is_some_and(str::is_empty) {
             return bad("jwt_secret", "must not be empty");
         }
-        if self.end_at_exp && self.jwt_secret.is_none() {
-            return bad("end_at_exp", "needs jwt_secret");
-        }
+        self.check_jwt()?;
         if let Some(a) = &self.admission {
             a.check()?;
         }
@@ -207,6 +243,62 @@ impl AppConfig {
             }
         }
         self.check_renditions()
+    }
+
+    /// What is wrong with the `jwt_*` keys and `end_at_exp`, named inside the app.
+    fn check_jwt(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| Err(ConfigError::invalid(key, message));
+        if self.jwt_secret.is_some()
+            && (self.jwt_public_key.is_some() || self.jwt_jwks_url.is_some())
+        {
+            return bad(
+                "jwt_secret",
+                "not with jwt_public_key or jwt_jwks_url: one key source per app (an HMAC secret beside public keys would let a token signed with the public key pass)",
+            );
+        }
+        if self.jwt_public_key.is_some() && self.jwt_jwks_url.is_some() {
+            return bad(
+                "jwt_public_key",
+                "not with jwt_jwks_url: one key source per app",
+            );
+        }
+        if self
+            .jwt_public_key
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return bad("jwt_public_key", "must name a PEM file");
+        }
+        if let Some(u) = &self.jwt_jwks_url
+            && !super::admission::jwks_url_ok(u)
+        {
+            return bad("jwt_jwks_url", super::admission::JWKS_URL_RULE);
+        }
+        if !(1..=86_400).contains(&self.jwt_jwks_refresh_s) {
+            return bad(
+                "jwt_jwks_refresh_s",
+                "must be between 1 and 86400 (seconds)",
+            );
+        }
+        for (key, v) in [
+            ("jwt_issuer", &self.jwt_issuer),
+            ("jwt_audience", &self.jwt_audience),
+        ] {
+            match v {
+                Some(v) if v.is_empty() => return bad(key, "must not be empty"),
+                Some(_) if !self.uses_jwt() => {
+                    return bad(key, "needs jwt_secret, jwt_public_key or jwt_jwks_url");
+                }
+                _ => {}
+            }
+        }
+        if self.end_at_exp && !self.uses_jwt() {
+            return bad(
+                "end_at_exp",
+                "needs jwt_secret, jwt_public_key or jwt_jwks_url",
+            );
+        }
+        Ok(())
     }
 
     /// What is wrong with `renditions`, named inside the app.
@@ -274,6 +366,9 @@ mod tests {
         assert_eq!(a.idle_grace_s, DEFAULT_IDLE_GRACE_S);
         assert_eq!(a.transcode, TranscodeSetting::Auto);
         assert!(a.token.is_none() && a.jwt_secret.is_none() && a.admission.is_none());
+        assert!(a.jwt_public_key.is_none() && a.jwt_jwks_url.is_none() && !a.uses_jwt());
+        assert_eq!(a.jwt_jwks_refresh_s, DEFAULT_JWKS_REFRESH_S);
+        assert!(a.jwt_issuer.is_none() && a.jwt_audience.is_none());
         assert!(a.streams.is_empty() && a.renditions.is_empty());
         // `name` is required, and named by the parser when missing.
         let e = Config::parse("[[app]]\nstreams = [\"a\"]\n", "x.toml").expect_err("no name");
@@ -289,6 +384,11 @@ mod tests {
             dynamic: true,
             idle_grace_s: DEFAULT_IDLE_GRACE_S,
             jwt_secret: None,
+            jwt_public_key: None,
+            jwt_jwks_url: None,
+            jwt_jwks_refresh_s: DEFAULT_JWKS_REFRESH_S,
+            jwt_issuer: None,
+            jwt_audience: None,
             end_at_exp: false,
             admission: None,
             transcode: TranscodeSetting::Auto,
@@ -300,7 +400,50 @@ mod tests {
         };
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut AppConfig);
-        let cases: [(Breaker, &str); 11] = [
+        let cases: [(Breaker, &str); 21] = [
+            (
+                |a| {
+                    a.jwt_secret = Some("s".into());
+                    a.jwt_jwks_url = Some("https://idp/jwks".into());
+                },
+                "jwt_secret",
+            ),
+            (
+                |a| {
+                    a.jwt_secret = Some("s".into());
+                    a.jwt_public_key = Some("k.pem".into());
+                },
+                "jwt_secret",
+            ),
+            (
+                |a| {
+                    a.jwt_public_key = Some("k.pem".into());
+                    a.jwt_jwks_url = Some("https://idp/jwks".into());
+                },
+                "jwt_public_key",
+            ),
+            (|a| a.jwt_public_key = Some("".into()), "jwt_public_key"),
+            (
+                |a| a.jwt_jwks_url = Some("http://idp.example/jwks".into()),
+                "jwt_jwks_url",
+            ),
+            (|a| a.jwt_jwks_url = Some("idp/jwks".into()), "jwt_jwks_url"),
+            (|a| a.jwt_jwks_refresh_s = 0, "jwt_jwks_refresh_s"),
+            (|a| a.jwt_issuer = Some("https://idp/".into()), "jwt_issuer"),
+            (
+                |a| {
+                    a.jwt_jwks_url = Some("https://idp/jwks".into());
+                    a.jwt_audience = Some(String::new());
+                },
+                "jwt_audience",
+            ),
+            (
+                |a| {
+                    a.jwt_public_key = Some("k.pem".into());
+                    a.jwt_issuer = Some(String::new());
+                },
+                "jwt_issuer",
+            ),
             (
                 |a| a.srt_passphrase = Some("short".into()),
                 "srt_passphrase",
@@ -354,6 +497,33 @@ mod tests {
             ..ok()
         };
         assert!(named.check().is_ok());
+        for fine in [
+            AppConfig {
+                jwt_jwks_url: Some("https://idp.example/.well-known/jwks.json".into()),
+                jwt_jwks_refresh_s: 1,
+                jwt_issuer: Some("https://idp.example/".into()),
+                jwt_audience: Some("tern".into()),
+                end_at_exp: true,
+                ..ok()
+            },
+            AppConfig {
+                jwt_jwks_url: Some("http://127.0.0.1:9/jwks".into()),
+                jwt_jwks_refresh_s: 86_400,
+                ..ok()
+            },
+            AppConfig {
+                jwt_public_key: Some("/etc/tern/jwt.pem".into()),
+                end_at_exp: true,
+                ..ok()
+            },
+            AppConfig {
+                jwt_secret: Some("s".into()),
+                jwt_audience: Some("tern".into()),
+                ..ok()
+            },
+        ] {
+            assert!(fine.check().is_ok(), "{fine:?}");
+        }
     }
 
     #[test]
@@ -387,7 +557,7 @@ mod tests {
             (
                 "[[app]]\nname = \"a\"\nend_at_exp = true\n",
                 "app[0].end_at_exp",
-                "needs jwt_secret",
+                "needs jwt_secret, jwt_public_key or jwt_jwks_url",
             ),
             (
                 "[[app]]\nname = \"a\"\n[app.admission]\nurl = \"http://h/\"\ntimeout_ms = 0\n",

@@ -19,7 +19,9 @@ pub struct ClusterSection {
     pub redis: String,
     /// This node's name, unique in the cluster (letters, digits, `-`, `_`, `.`).
     pub node: String,
-    /// How viewers and other nodes reach this node's HTTP: `http://HOST:PORT`. Empty (the
+    /// How viewers and other nodes reach this node's HTTP: `http://HOST:PORT`, or
+    /// `https://HOST:PORT` (its HTTPS listener; edges verify its certificate against the
+    /// system's roots and `server.ca_file`). Empty (the
     /// default): `http://` the announced candidate address and the HTTP listener's bound
     /// port, filled in at start ([`ClusterSection::with_default_url`]).
     #[serde(default)]
@@ -68,11 +70,15 @@ impl ClusterSection {
                 "must be 1-64 letters, digits, '-', '_' or '.'",
             ));
         }
-        let rest = self.url.strip_prefix("http://").unwrap_or("");
+        let rest = self
+            .url
+            .strip_prefix("http://")
+            .or_else(|| self.url.strip_prefix("https://"))
+            .unwrap_or("");
         if !self.url.is_empty() && (rest.is_empty() || rest.contains('/') && !rest.ends_with('/')) {
             return Err(ConfigError::invalid(
                 "cluster.url",
-                "must be http://HOST:PORT (how viewers and nodes reach this node)",
+                "must be http[s]://HOST:PORT (how viewers and nodes reach this node)",
             ));
         }
         if self.secret.len() < 16 {
@@ -137,17 +143,22 @@ mod tests {
         assert_eq!(filled.url, "http://192.0.2.7:8123");
         let kept = ok().with_default_url(ip, ([0, 0, 0, 0], 8123).into());
         assert_eq!(kept.url, "http://127.0.0.1:8080");
+        let mut tls = ok();
+        tls.url = "https://node-a.example:8443".into();
+        assert!(tls.check().is_ok());
     }
 
     #[test]
     fn names_the_bad_key() {
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut ClusterSection);
-        let cases: [(Breaker, &str); 7] = [
+        let cases: [(Breaker, &str); 9] = [
             (|c| c.redis = "http://x".into(), "cluster.redis"),
             (|c| c.node = "a b".into(), "cluster.node"),
             (|c| c.url = "127.0.0.1:8080".into(), "cluster.url"),
             (|c| c.url = "http://".into(), "cluster.url"),
+            (|c| c.url = "https://".into(), "cluster.url"),
+            (|c| c.url = "ftp://h:1".into(), "cluster.url"),
             (|c| c.secret = "short".into(), "cluster.secret"),
             (|c| c.ttl_s = 1, "cluster.ttl_s"),
             (|c| c.edge_grace_s = 7200, "cluster.edge_grace_s"),

@@ -41,10 +41,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-pub use admission::{AdmissionConfig, OnError, webhook_url_ok};
+pub use admission::{
+    AdmissionConfig, JWKS_URL_RULE, OnError, WEBHOOK_URL_RULE, jwks_url_ok, webhook_url_ok,
+};
 pub use app::{
-    AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_SRT_LATENCY_MS, NAME_RULE, RenditionConfig,
-    TranscodeSetting, valid_name,
+    AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_JWKS_REFRESH_S, DEFAULT_SRT_LATENCY_MS, NAME_RULE,
+    RenditionConfig, TranscodeSetting, valid_name,
 };
 pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
 pub use error::ConfigError;

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::admission::webhook_url_ok;
+use super::admission::{WEBHOOK_URL_RULE, webhook_url_ok};
 use super::error::ConfigError;
 
 /// `[app.record]`: where and how an app's streams are recorded (`crate::record`). A
@@ -28,7 +28,7 @@ pub struct RecordConfig {
     /// Files of the app older than this (their last write) are deleted; checked every 10 s.
     /// Default 0: files are kept.
     pub delete_after_s: u64,
-    /// `http://host[:port][/path]` POSTed a JSON object per finished file
+    /// `http[s]://host[:port][/path]` POSTed a JSON object per finished file
     /// (`{"app","stream","path","start","duration_s","bytes"}`), as the admission webhook
     /// is. Default empty: none.
     pub on_segment_url: String,
@@ -81,7 +81,7 @@ impl RecordConfig {
             );
         }
         if !self.on_segment_url.is_empty() && !webhook_url_ok(&self.on_segment_url) {
-            return bad("record.on_segment_url", "must be http://host[:port][/path]");
+            return bad("record.on_segment_url", WEBHOOK_URL_RULE);
         }
         Ok(())
     }

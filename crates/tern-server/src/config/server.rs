@@ -91,6 +91,11 @@ pub struct ServerConfig {
     /// the per-address limits, admission, tokens, logs and snapshots see that address.
     /// From anyone else the headers are ignored. Default: none.
     pub trusted_proxies: Vec<String>,
+    /// Certificates trusted for every `https://` tern calls (admission webhook, JWKS,
+    /// `on_segment_url`, an edge's origin), as a PEM bundle, beside the system's roots: a
+    /// private CA, or a service's self-signed certificate. Read at start; a file that does
+    /// not load stops start-up. Default: none, the system's roots alone.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -113,6 +118,7 @@ impl Default for ServerConfig {
             tls_key: None,
             redirect_http: false,
             trusted_proxies: Vec::new(),
+            ca_file: None,
         }
     }
 }

@@ -176,8 +176,12 @@ impl Recorder {
         (self.request_keyframe)(stream);
     }
 
-    /// Starts the `RecordWriter` thread (once); it ends after [`Recorder::shutdown`].
-    pub fn spawn(&self) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
+    /// Starts the `RecordWriter` thread (once), its `on_segment_url` calls going out through
+    /// `outbound`; it ends after [`Recorder::shutdown`].
+    pub fn spawn(
+        &self,
+        outbound: &crate::outbound::Outbound,
+    ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
         let Some(rx) = self.rx.lock().ok().and_then(|mut r| r.take()) else {
             return Ok(None);
         };
@@ -188,6 +192,7 @@ impl Recorder {
             self.stats.clone(),
             self.counters.clone(),
             self.open.clone(),
+            outbound.agent(writer::HOOK_TIMEOUT, true),
         )?;
         std::thread::Builder::new()
             .name("RecordWriter".into())

@@ -32,7 +32,7 @@ use crate::snapshot::EventKind;
 /// and counted (a webhook that stopped answering must not hold the writer).
 const HOOK_QUEUE: usize = 256;
 /// Time allowed for a segment webhook's answer.
-const HOOK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const HOOK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the writer is asked to do.
 pub(super) enum Job {
@@ -163,12 +163,13 @@ impl Writer {
         stats: Arc<EngineStats>,
         counters: Arc<WriterCounters>,
         open: Arc<std::sync::Mutex<Vec<PathBuf>>>,
+        agent: ureq::Agent,
     ) -> std::io::Result<Writer> {
         let (hooks, hook_rx) = crossbeam_channel::bounded(HOOK_QUEUE);
         let c = counters.clone();
         std::thread::Builder::new()
             .name("RecordHook".into())
-            .spawn(move || run_hooks(hook_rx, c))?;
+            .spawn(move || run_hooks(hook_rx, c, &agent))?;
         Ok(Writer {
             rx,
             recs: std::collections::HashMap::new(),
@@ -450,12 +451,13 @@ fn open_file(r: &Rec, part: &TakenPart) -> std::io::Result<OpenFile> {
 }
 
 /// The `RecordHook` thread: POSTs each finished file's JSON to its app's
-/// `on_segment_url`, one at a time.
-fn run_hooks(rx: Receiver<(String, serde_json::Value)>, counters: Arc<WriterCounters>) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(HOOK_TIMEOUT))
-        .build()
-        .into();
+/// `on_segment_url`, one at a time, with `agent` (`http://` or `https://`, [`HOOK_TIMEOUT`]
+/// per call, an error status a failure).
+fn run_hooks(
+    rx: Receiver<(String, serde_json::Value)>,
+    counters: Arc<WriterCounters>,
+    agent: &ureq::Agent,
+) {
     while let Ok((url, body)) = rx.recv() {
         let sent = agent
             .post(&url)

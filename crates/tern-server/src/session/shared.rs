@@ -180,6 +180,7 @@ impl Core {
         fingerprint: [u8; 32],
         candidate_ips: Vec<IpAddr>,
         candidate_port: u16,
+        admission: Admission,
     ) -> Self {
         let exempt = config.limits.exempt_ranges();
         let pending = PerAddress::new(
@@ -222,7 +223,7 @@ impl Core {
             pending,
             ome_sockets,
             hls,
-            admission: Admission::new(&config.apps),
+            admission,
             publisher_dtls: tern_rtc::publisher_dtls::PublisherDtls::new(
                 &config.tunables.srtp_profiles(),
             ),

@@ -1,8 +1,9 @@
-//! An admission webhook for the tests: a small HTTP/1.1 server that records every request
-//! body and answers from a policy.
+//! An admission webhook for the tests: a small HTTP/1.1 server, plain or over TLS, that
+//! records every request body and answers from a policy (a JWKS server too: a GET's body is
+//! `null`, and the policy's answer is the set).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,27 +15,53 @@ type Policy = dyn Fn(&Value) -> Value + Send + Sync;
 /// answer's `_delay_ms` is slept first and left out).
 pub struct Hook {
     addr: SocketAddr,
+    scheme: &'static str,
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Hook {
     pub fn start(policy: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Hook {
+        Hook::start_with(None, policy)
+    }
+
+    /// The same over TLS with `tls` (HTTP/1.1 only, as ALPN says): `https://` URLs.
+    pub fn start_tls(
+        tls: Arc<rustls::ServerConfig>,
+        policy: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Hook {
+        Hook::start_with(Some(tls), policy)
+    }
+
+    fn start_with(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        policy: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Hook {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind webhook");
         let addr = l.local_addr().expect("addr");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let policy: Arc<Policy> = Arc::new(policy);
         let (s2, p2) = (seen.clone(), policy.clone());
+        let scheme = if tls.is_some() { "https" } else { "http" };
         std::thread::spawn(move || {
             for c in l.incoming().flatten() {
-                let (s3, p3) = (s2.clone(), p2.clone());
-                std::thread::spawn(move || serve_conn(c, &s3, &*p3));
+                let (s3, p3, tls) = (s2.clone(), p2.clone(), tls.clone());
+                std::thread::spawn(move || match tls {
+                    None => serve_conn(c, &s3, &*p3),
+                    // A client that does not trust the certificate ends the handshake: the
+                    // first read fails and the connection is dropped, nothing recorded.
+                    Some(cfg) => {
+                        if let Ok(conn) = rustls::ServerConnection::new(cfg) {
+                            serve_conn(rustls::StreamOwned::new(conn, c), &s3, &*p3);
+                        }
+                    }
+                });
             }
         });
-        Hook { addr, seen }
+        Hook { addr, scheme, seen }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/admit", self.addr)
+        format!("{}://{}/admit", self.scheme, self.addr)
     }
 
     pub fn seen(&self) -> Vec<Value> {
@@ -57,7 +84,7 @@ impl Hook {
 }
 
 /// Serves keep-alive HTTP/1.1 requests on one connection until it closes.
-fn serve_conn(mut c: TcpStream, seen: &Mutex<Vec<Value>>, policy: &Policy) {
+fn serve_conn(mut c: impl Read + Write, seen: &Mutex<Vec<Value>>, policy: &Policy) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -98,8 +125,29 @@ fn serve_conn(mut c: TcpStream, seen: &Mutex<Vec<Value>>, policy: &Policy) {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
             text.len()
         );
-        if c.write_all(resp.as_bytes()).is_err() {
+        if c.write_all(resp.as_bytes())
+            .and_then(|()| c.flush())
+            .is_err()
+        {
             return;
         }
     }
+}
+
+/// A TLS server configuration with a new self-signed certificate for 127.0.0.1 and
+/// `localhost`, and that certificate as PEM (what `server.ca_file` names to trust it).
+pub fn self_signed_tls() -> (Arc<rustls::ServerConfig>, String) {
+    let c = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+        .expect("rcgen");
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(c.signing_key.serialize_der().into());
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![c.cert.der().clone()], key)
+    .expect("certificate");
+    let pem = pem::encode(&pem::Pem::new("CERTIFICATE", c.cert.der().to_vec()));
+    (Arc::new(cfg), pem)
 }
