@@ -38,6 +38,18 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         "TURN allocations refused by a quota (total, per user, per address).",
         l(&s.turn_quota_refusals),
     );
+    if st.turn.is_some() {
+        o.gauge(
+            "tern_turn_allocations",
+            "TURN allocations alive.",
+            s.snapshots.allocations().len() as u64,
+        );
+        o.gauge(
+            "tern_turn_allocations_max",
+            "TURN allocations allowed in total (turn.max_allocations); further ones are refused.",
+            st.config.turn.max_allocations as u64,
+        );
+    }
     if let Some(tls) = &st.tls {
         o.counter(
             "tern_tls_certificate_reloads_total",
@@ -362,6 +374,11 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "tern_tls_certificate_expiry_seconds",
             "Seconds until the HTTPS certificate in use expires (negative once it has).",
             tls.seconds_left(),
+        );
+        o.gauge(
+            "tern_tls_cert_not_after_seconds",
+            "End of validity (notAfter) of the HTTPS certificate in use, Unix seconds.",
+            tls.not_after(),
         );
     }
     let mut r = (StatusCode::OK, o.into_string()).into_response();

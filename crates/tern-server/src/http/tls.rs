@@ -191,6 +191,11 @@ impl CertStore {
         }
     }
 
+    /// The end of validity (notAfter) of the certificate in use, Unix seconds.
+    pub fn not_after(&self) -> i64 {
+        self.not_after.load(Ordering::Relaxed)
+    }
+
     /// Seconds until the certificate in use expires (negative once it has).
     pub fn seconds_left(&self) -> i64 {
         let now = SystemTime::now()
@@ -390,6 +395,9 @@ mod tests {
                 unix,
                 "{y}"
             );
+            // What /metrics reports as tern_tls_cert_not_after_seconds.
+            let store = CertStore::load(&cert, &key).expect("loads");
+            assert_eq!(store.not_after(), unix, "{y}");
         }
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use common::hook::Hook;
@@ -147,6 +147,16 @@ fn https_serves_h2_and_reloads_its_certificate_under_viewers() {
     assert!(
         left > 86_400.0 * 365.0,
         "rcgen's certificates run for years: {left}"
+    );
+    // The same end as a Unix time (alerts compare it with `time()`).
+    let not_after = metric(server.http, "tern_tls_cert_not_after_seconds").expect("notAfter");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(
+        (not_after - now - left).abs() < 5.0,
+        "notAfter {not_after} is not now ({now}) + the seconds left ({left})"
     );
 
     // Viewers play (signalling over plain HTTP, media over UDP) through the renewal.
