@@ -717,6 +717,83 @@ mod tests {
         assert!(PublicKey::from_pem(b"not pem").is_err());
     }
 
+    /// Every algorithm of each key type verifies with the key's PEM; another family's
+    /// algorithm and HS256 with the PEM as secret are refused.
+    #[test]
+    fn every_public_key_algorithm() {
+        use rcgen::PublicKeyData;
+        let cases: [(&rcgen::SignatureAlgorithm, &[Algorithm]); 3] = [
+            (
+                &rcgen::PKCS_RSA_SHA256,
+                &[
+                    Algorithm::RS256,
+                    Algorithm::RS384,
+                    Algorithm::RS512,
+                    Algorithm::PS256,
+                    Algorithm::PS384,
+                    Algorithm::PS512,
+                ],
+            ),
+            (&rcgen::PKCS_ECDSA_P256_SHA256, &[Algorithm::ES256]),
+            (&rcgen::PKCS_ECDSA_P384_SHA384, &[Algorithm::ES384]),
+        ];
+        for (kind, algs) in cases {
+            let kp = rcgen::KeyPair::generate_for(kind).expect("key pair");
+            let private = pem::encode(&pem::Pem::new("PRIVATE KEY", kp.serialize_der()));
+            let public = pem::encode(&pem::Pem::new("PUBLIC KEY", kp.subject_public_key_info()));
+            let signer = if algs[0] == Algorithm::RS256 {
+                jsonwebtoken::EncodingKey::from_rsa_pem(private.as_bytes())
+            } else {
+                jsonwebtoken::EncodingKey::from_ec_pem(private.as_bytes())
+            }
+            .expect("signing key");
+            let jwt = Jwt {
+                keys: Keys::Public(PublicKey::from_pem(public.as_bytes()).expect("public key")),
+                end_at_exp: false,
+                issuer: None,
+                audience: None,
+            };
+            for alg in algs {
+                let t = token(
+                    jsonwebtoken::Header::new(*alg),
+                    &signer,
+                    serde_json::json!({}),
+                );
+                assert!(check(&jwt, &ask(Some(t), "cam", "play")).is_ok(), "{alg:?}");
+            }
+            let confused = hs(&public, serde_json::json!({}));
+            assert_eq!(
+                status(check(&jwt, &ask(Some(confused), "cam", "play"))).0,
+                401
+            );
+        }
+        // ES384 against a P-256 key: the other curve's algorithm does not verify.
+        let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).expect("P-384");
+        let p384 = jsonwebtoken::EncodingKey::from_ec_pem(
+            pem::encode(&pem::Pem::new("PRIVATE KEY", kp.serialize_der())).as_bytes(),
+        )
+        .expect("signing key");
+        let p256 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("P-256");
+        let jwt = Jwt {
+            keys: Keys::Public(
+                PublicKey::from_pem(
+                    pem::encode(&pem::Pem::new("PUBLIC KEY", p256.subject_public_key_info()))
+                        .as_bytes(),
+                )
+                .expect("public key"),
+            ),
+            end_at_exp: false,
+            issuer: None,
+            audience: None,
+        };
+        let t = token(
+            jsonwebtoken::Header::new(Algorithm::ES384),
+            &p384,
+            serde_json::json!({}),
+        );
+        assert_eq!(status(check(&jwt, &ask(Some(t), "cam", "play"))).0, 401);
+    }
+
     fn b64(b: &[u8]) -> String {
         use base64::Engine;
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
