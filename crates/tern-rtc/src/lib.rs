@@ -37,6 +37,7 @@ pub mod renditions;
 pub mod rtmp;
 pub mod session;
 pub mod stream;
+pub mod thumbnail;
 pub mod transcode;
 pub mod ts_publisher;
 pub mod turn;

@@ -41,14 +41,26 @@ pub enum Action {
     Publish,
     /// Play a stream (WHEP, OME signalling).
     Play,
+    /// Fetch a stream's thumbnail (`thumb.jpg`): a play, as a token sees it.
+    Thumbnail,
 }
 
 impl Action {
-    /// The action as the webhook and JWT `act` claim spell it.
+    /// The action as the webhook spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Publish => "publish",
             Action::Play => "play",
+            Action::Thumbnail => "thumbnail",
+        }
+    }
+
+    /// The JWT `act` claim that allows it: a viewer's `play` token also fetches the
+    /// stream's thumbnail.
+    pub fn token_act(self) -> &'static str {
+        match self {
+            Action::Publish => "publish",
+            Action::Play | Action::Thumbnail => "play",
         }
     }
 }
@@ -69,6 +81,8 @@ pub enum Protocol {
     Ome,
     /// LL-HLS playback.
     Hls,
+    /// A plain HTTP fetch of a stream's resource (its thumbnail).
+    Http,
     /// An RTSP camera the server pulls (configured, so never asked about: named for
     /// completeness of the kinds a publisher can be).
     Rtsp,
@@ -101,6 +115,7 @@ impl Protocol {
             Protocol::Whep => "whep",
             Protocol::Ome => "ome",
             Protocol::Hls => "hls",
+            Protocol::Http => "http",
             Protocol::Rtsp => "rtsp",
             Protocol::Edge => "edge",
         }
@@ -178,7 +193,7 @@ const MAX_ANSWER: usize = 16 * 1024;
 #[derive(Debug, Default)]
 pub struct AdmissionStats {
     /// `[action][result]`: publish/play × allow/deny/error/busy.
-    totals: [[AtomicU64; 4]; 2],
+    totals: [[AtomicU64; 4]; 3],
     /// Webhook latency: count per bucket (made cumulative when written), sum in microseconds.
     buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
@@ -196,6 +211,7 @@ impl AdmissionStats {
         let a = match action {
             Action::Publish => 0,
             Action::Play => 1,
+            Action::Thumbnail => 2,
         };
         if let Some(r) = RESULTS.iter().position(|x| *x == result) {
             self.totals[a][r].fetch_add(1, Ordering::Relaxed);
@@ -222,7 +238,7 @@ impl Expose for AdmissionStats {
             "Admission decisions (JWT and webhook) by action and result.",
             Kind::Counter,
         );
-        for (action, totals) in ["publish", "play"].iter().zip(&self.totals) {
+        for (action, totals) in ["publish", "play", "thumbnail"].iter().zip(&self.totals) {
             for (result, n) in RESULTS.iter().zip(totals) {
                 f.sample(&[("action", action), ("result", result)], l(n));
             }
@@ -454,7 +470,7 @@ impl Admission {
             let want = Wanted {
                 app: &ask.app,
                 stream: &ask.stream,
-                act: ask.action.as_str(),
+                act: ask.action.token_act(),
             };
             match jwt.check(ask.token.as_deref(), want, &self.client).await {
                 Ok(exp_in) => {

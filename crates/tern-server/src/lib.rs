@@ -28,6 +28,7 @@
 //! | `admission.rs` | JWT and the admission webhook, close notifications |
 //! | `jwt.rs` | signed tokens: an app's keys (HS256 secret, PEM public key, JWKS fetched and refreshed) and the check of one token |
 //! | `outbound.rs` | calling out: the one TLS client configuration (system roots, `server.ca_file`) and the async and blocking clients made from it |
+//! | `thumbs.rs` | thumbnails: a stream's latest keyframe, decoded once and served as JPEG, tapped on demand |
 //! | `metrics.rs` | what the parts report in `/metrics`, held per server: the `Expose` trait a part registers, and `Exposition`, the one Prometheus text writer |
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `start.rs` | what a part's start function reports when it fails (`StartError`: a socket not bound, a thread not started) |
@@ -83,6 +84,7 @@ pub mod snapshot;
 pub mod srt;
 pub mod start;
 pub mod tap;
+pub mod thumbs;
 pub mod turn;
 
 use std::collections::HashMap;

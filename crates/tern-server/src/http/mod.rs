@@ -44,6 +44,7 @@ mod reply;
 pub mod router;
 mod server;
 mod state;
+mod thumb;
 pub mod tls;
 mod trickle;
 mod whep;

@@ -130,7 +130,24 @@ pub fn openapi_doc() -> serde_json::Value {
         "summary": "Health probe (no API token): {\"status\": \"ok\", \"sessions\": N}, N the viewer and publisher sessions held",
         "responses": {"200": ok_json("serving")}}});
     recordings(&mut doc["paths"]);
+    thumbnail(&mut doc["paths"]);
     doc
+}
+
+/// `thumb.jpg` (`thumb.rs`), added apart for the `json!` recursion limit.
+fn thumbnail(paths: &mut serde_json::Value) {
+    use serde_json::json;
+    let p = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}, "description": what});
+    let status = |what: &str| json!({"description": what});
+    paths["/{app}/{stream}/thumb.jpg"] = json!({"get": {
+        "summary": "The stream's latest keyframe as a JPEG (decoded at most once per keyframe); the play admission applies, with action thumbnail",
+        "parameters": [p("app", "application name"), p("stream", "stream name"),
+            {"name": "width", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1}, "description": "width in pixels (16-3840, aspect kept); default the stream's"},
+            {"name": "token", "in": "query", "required": false, "schema": {"type": "string"}, "description": "the app's token or a JWT, as for playback"}],
+        "responses": {"200": {"description": "the picture; ETag names the keyframe and width, Cache-Control the GOP", "content": {"image/jpeg": {}}},
+            "304": status("If-None-Match names the current picture"), "400": status("a bad width"),
+            "401": status("token required"), "403": status("admission refused"), "404": status("no such stream, or not live"),
+            "422": status("the keyframe does not decode"), "503": status("no keyframe arrived in time; Retry-After")}}});
 }
 
 /// The recordings API (`recordings.rs`), added apart for the `json!` recursion limit.

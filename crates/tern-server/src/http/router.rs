@@ -20,7 +20,7 @@ use crate::http::error::HttpError;
 use crate::http::extract::bearer;
 use crate::http::proxy::{self, TrustedProxies};
 use crate::http::state::AppState;
-use crate::http::{api, hls, memory, metrics, openapi, pages, recordings, whep, whip};
+use crate::http::{api, hls, memory, metrics, openapi, pages, recordings, thumb, whep, whip};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -87,6 +87,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(whep::delete)
                 .options(whep::options),
         )
+        .route("/{app}/{stream}/thumb.jpg", get(thumb::get))
         .route("/{app}/{stream}/{file}", get(hls::get))
         .route(
             "/{app}/{stream}/whip",

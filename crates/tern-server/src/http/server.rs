@@ -213,6 +213,7 @@ fn spawn_tasks(state: &Arc<AppState>) {
             tick.tick().await;
             session::sweep_streams(&st);
             st.hls.housekeep(Instant::now(), &st.admission);
+            st.thumbs.housekeep(Instant::now());
         }
     });
     let st = state.clone();

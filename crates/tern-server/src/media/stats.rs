@@ -98,6 +98,8 @@ pub struct StreamCounters {
     pub hls_wanted: AtomicBool,
     /// Whether it is being recorded (`crate::record`): as `hls_wanted`, for the recorder.
     pub record_wanted: AtomicBool,
+    /// Whether someone asked for its thumbnail lately (`crate::thumbs`): as `hls_wanted`.
+    pub thumb_wanted: AtomicBool,
 }
 
 impl StreamCounters {

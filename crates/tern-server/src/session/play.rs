@@ -198,6 +198,26 @@ impl Play {
         format!("{}/{}", self.ask.app, self.ask.stream)
     }
 
+    /// Step 3 for a thumbnail (`thumb.jpg`): live, and admission with action `thumbnail`
+    /// (a `play` token serves). No session follows, so no room or permit is taken and no
+    /// close notification is owed.
+    pub async fn admit_thumbnail(self, core: &Core) -> Result<(), Refusal> {
+        if !self.live {
+            return Err(Refusal::NotLive(self.key()));
+        }
+        let ask = self.ask;
+        core.admit(
+            Action::Thumbnail,
+            ask.protocol,
+            (ask.app, ask.stream),
+            ask.client,
+            ask.credentials,
+            random_token(22),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Step 3: live, room, the pending-session permit, admission.
     pub async fn admit(self, core: &Core) -> Result<PlayGrant, Refusal> {
         if !self.live {

@@ -143,7 +143,9 @@ pub struct Core {
     pub hls: Arc<crate::hls::Hls>,
     /// Recordings and their writer.
     pub record: Arc<crate::record::Recorder>,
-    /// The media tap: LL-HLS and recordings, the packagers of streams' media.
+    /// Streams' thumbnails (`GET /{app}/{stream}/thumb.jpg`).
+    pub thumbs: Arc<crate::thumbs::Thumbs>,
+    /// The media tap: LL-HLS, recordings and thumbnails, the takers of streams' media.
     pub tap: Arc<crate::tap::MediaTap>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
@@ -199,6 +201,14 @@ impl Core {
             engine.stats.clone(),
             &exempt,
         ));
+        let thumb_keyframes = engine.clone();
+        let thumbs = Arc::new(crate::thumbs::Thumbs::new(
+            engine.stats.streams.len(),
+            engine.stats.clone(),
+            Box::new(move |i| {
+                let _ = thumb_keyframes.send(crate::media::Command::RequestKeyframe(i));
+            }),
+        ));
         let keyframes = engine.clone();
         let record = Arc::new(crate::record::Recorder::new(
             &config.apps,
@@ -211,14 +221,18 @@ impl Core {
         let tap = Arc::new(crate::tap::MediaTap::new(vec![
             hls.clone() as Arc<dyn crate::tap::Subscriber>,
             record.clone(),
+            thumbs.clone(),
         ]));
         let memory = MemoryRegistry::new();
         let pools = IngestPools::new(&memory);
+        let exposed = crate::metrics::Exposed::default();
+        exposed.add(thumbs.clone());
         Core {
             memory,
             pools,
-            exposed: crate::metrics::Exposed::default(),
+            exposed,
             record,
+            thumbs,
             tap,
             pending,
             ome_sockets,

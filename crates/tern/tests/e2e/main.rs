@@ -49,6 +49,7 @@ mod rtsp;
 mod shutdown;
 mod srt;
 mod tokens;
+mod thumbs;
 mod turn;
 mod viewers;
 mod whep;

@@ -196,8 +196,8 @@ impl Worker {
         }
     }
 
-    /// Hands a packet of a stream that is being packaged (LL-HLS, a recording) to the media
-    /// tap's thread, unless its publisher hands packagers its frames itself
+    /// Hands a packet of a stream that is being packaged (LL-HLS, a recording, thumbnails)
+    /// to the media tap's thread, unless its publisher hands packagers its frames itself
     /// ([`crate::media::ingest::Source::packages_from_frames`]). Never waits: a full queue
     /// drops the packet and counts it.
     fn tap_packet(&mut self, stream: usize, pkt: &RingPacket) {
@@ -206,7 +206,9 @@ impl Worker {
         };
         let stats = &self.shared.stats;
         if !stats.stream(stream).is_some_and(|c| {
-            c.hls_wanted.load(Ordering::Relaxed) || c.record_wanted.load(Ordering::Relaxed)
+            c.hls_wanted.load(Ordering::Relaxed)
+                || c.record_wanted.load(Ordering::Relaxed)
+                || c.thumb_wanted.load(Ordering::Relaxed)
         }) || self.ingest.packages_from_frames(stream)
             || pkt.layer != 0
         {
