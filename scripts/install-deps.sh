@@ -21,7 +21,8 @@
 #                    python3-gi and GStreamer 1.22's base/good/bad/ugly/libav plugins, gstreamer1.0-nice
 #                    and the GStreamer typelibs for the webrtcbin interop tests;
 #                    gir1.2-gst-rtsp-server-1.0, GStreamer's RTSP server, the RTSP camera tests' camera;
-#                    srt-tools for srt-live-transmit, the SRT ingest tests' libsrt relay)
+#                    srt-tools for srt-live-transmit, the SRT ingest tests' libsrt relay;
+#                    buildah, podman, runc, prometheus (with promtool) and jq for tests/ops/)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
 #                    cargo is missing; that toolchain when rustup lacks it; the rustfmt and
 #                    clippy components if only they are missing
@@ -112,6 +113,16 @@ if [ "$RUST_ONLY" -eq 0 ]; then
         pkg_installed "$p" || missing+=("$p")
     done
     need_cmd srt-live-transmit srt-tools
+    # The operator's kit (tests/ops/): the container image built from scratch and run
+    # (buildah, podman over runc: crun refuses this kernel's cgroups, FIELD-NOTES.md), and
+    # Prometheus with promtool for the dashboard's queries and the alert rules; jq reads the
+    # dashboard's JSON.
+    need_cmd buildah buildah
+    need_cmd podman podman
+    need_cmd runc runc
+    need_cmd prometheus prometheus
+    need_cmd promtool prometheus
+    need_cmd jq jq
 fi
 # Deduplicate, keep order.
 if [ "${#missing[@]}" -gt 0 ]; then

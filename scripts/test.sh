@@ -3,7 +3,7 @@
 # after a failure so that one run shows them all. Exits non-zero if any stage failed.
 #
 #   ./scripts/test.sh                 everything (CI runs this through .ci/run)
-#   ./scripts/test.sh --quick         no fuzz runs, no browser tests, no soak
+#   ./scripts/test.sh --quick         no fuzz runs, no browser or ops tests, no soak
 #   ./scripts/test.sh --only STAGE    just STAGE (a comma-separated list works too); deps runs
 #                                     only when listed, e.g. --only deps,browser
 #   ./scripts/test.sh --no-deps       skip scripts/install-deps.sh
@@ -29,10 +29,14 @@
 #               $FUZZ_JOBS targets at a time (default: nproc; each uses one core)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
 #               network namespace (scripts/netns-run.sh)
-#   soak        bench/soak.sh $SOAK_MINUTES (default 5): 1,000 steady viewers, 50/s churning,
+#   ops         the operator's kit: tests/ops/image.sh (the container image built with buildah,
+#               run under podman, health-checked, played by a pion viewer) and
+#               tests/ops/prometheus.sh (Prometheus scraping a live tern answers every
+#               dashboard panel's query; promtool checks and tests the alert rules)
+#   soak        bench/soak.sh $SOAK_MINUTES (default 3): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 20), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 5), CARGO_TARGET_DIR (respected by every stage; the fuzz
+# Environment: FUZZ_SECONDS (default 20), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 3), CARGO_TARGET_DIR (respected by every stage; the fuzz
 # build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
 # eating the CI budget.
@@ -46,12 +50,12 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 export FUZZ_SECONDS
 FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS
-SOAK_MINUTES="${SOAK_MINUTES:-5}"
+SOAK_MINUTES="${SOAK_MINUTES:-3}"
 export SOAK_MINUTES
 # The build and the runs must agree, or each run rebuilds. Safe Rust: no AddressSanitizer.
 FUZZ_FLAGS="--sanitizer none"
 
-ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser soak)
+ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser ops soak)
 # Lines of a failed stage's log that the summary repeats.
 FAILURE_LINES='^test .* FAILED$|^not ok |panicked at|^error(\[E[0-9]+\])?:|^(Diff in|!! )|ERROR: libFuzzer|^SUMMARY: |^(Base64|artifact_prefix|Test unit written to)|^fuzz targets that failed|FAIL|^    [A-Za-z_0-9:]+$'
 
@@ -82,6 +86,7 @@ describe_stage() {
         fuzz-build) echo "cd fuzz && cargo fuzz build -O $FUZZ_FLAGS" ;;
         fuzz) echo "cargo fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
         browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
+        ops) echo "cargo build --release -p tern; tests/ops/image.sh; tests/ops/prometheus.sh" ;;
         soak) echo "bench/soak.sh $SOAK_MINUTES 1000 50" ;;
     esac
 }
@@ -96,6 +101,7 @@ stage_limit() {
         vendor) echo 1800 ;;
         fuzz) echo $(($(fuzz_targets | wc -l) * (FUZZ_SECONDS + 90) + 60)) ;;
         browser) echo 1800 ;;
+        ops) echo 900 ;;
         soak) echo $((SOAK_MINUTES * 60 + 900)) ;;
     esac
 }
@@ -181,6 +187,16 @@ run_stage_body() {
             cargo build --release -p tern
             "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/"
             ;;
+        ops)
+            # The operator's kit: the container image (built, loaded, run, health-checked,
+            # played), then Prometheus over a live tern (every dashboard panel's query) and
+            # the alert rules (promtool). Both run even if the first fails.
+            cargo build --release -p tern
+            local rc=0
+            "$ROOT/tests/ops/image.sh" || rc=1
+            "$ROOT/tests/ops/prometheus.sh" || rc=1
+            return "$rc"
+            ;;
         soak)
             "$ROOT/bench/soak.sh" "$SOAK_MINUTES" 1000 50
             ;;
@@ -249,6 +265,7 @@ else
     if [ "$QUICK" -eq 1 ]; then
         SKIP[fuzz]=1
         SKIP[browser]=1
+        SKIP[ops]=1
         SKIP[soak]=1
     fi
 fi
