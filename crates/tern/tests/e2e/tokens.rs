@@ -141,6 +141,15 @@ fn jwks_server(set: Value) -> (Hook, Arc<Mutex<Value>>) {
     (hook, set)
 }
 
+/// The same over TLS with a self-signed certificate, and that certificate's PEM.
+fn jwks_server_tls(set: Value) -> (Hook, Arc<Mutex<Value>>, String) {
+    let (tls, pem) = common::hook::self_signed_tls();
+    let set = Arc::new(Mutex::new(set));
+    let s = set.clone();
+    let hook = Hook::start_tls(tls, move |_| s.lock().expect("set").clone());
+    (hook, set, pem)
+}
+
 fn metric(http: SocketAddr, line: &str) -> bool {
     http_get(http, "/metrics")
         .expect("metrics")
@@ -255,17 +264,22 @@ fn a_jwks_admits_its_keys_and_follows_a_rotation() {
     server.stop();
 }
 
-/// A JWKS that stops answering a set keeps the keys there were (each failed refresh counted),
-/// and a refresh every `jwt_jwks_refresh_s` brings a new key in without any token asking.
+/// A JWKS on `https://` (its self-signed certificate in `server.ca_file`) that stops
+/// answering a set keeps the keys there were (each failed refresh counted), and a refresh
+/// every `jwt_jwks_refresh_s` brings a new key in without any token asking.
 #[test]
 fn a_failed_refresh_keeps_the_keys_and_a_refresh_brings_new_ones() {
     let k1 = Key::new("k1", Algorithm::PS256);
     let k2 = Key::new("k2", Algorithm::ES256);
-    let (jwks, set) = jwks_server(jwks_of(&[&k1]));
+    let (jwks, set, pem) = jwks_server_tls(jwks_of(&[&k1]));
+    assert!(jwks.url().starts_with("https://"));
+    let ca = std::env::temp_dir().join(format!("tern-test-{}-jwks-ca.pem", std::process::id()));
+    std::fs::write(&ca, pem).expect("write ca");
     let cfg = config_file(
         "jwks-refresh",
         &format!(
-            "[[app]]\nname = \"live\"\njwt_jwks_url = \"{}\"\njwt_jwks_refresh_s = 1\n",
+            "[server]\nca_file = \"{}\"\n\n[[app]]\nname = \"live\"\njwt_jwks_url = \"{}\"\njwt_jwks_refresh_s = 1\n",
+            ca.display(),
             jwks.url()
         ),
     );
@@ -293,6 +307,7 @@ fn a_failed_refresh_keeps_the_keys_and_a_refresh_brings_new_ones() {
     }
     assert_eq!(play(server.http, path, &k2.sign(&claims)).0, 201);
     server.stop();
+    let _ = std::fs::remove_file(&ca);
 }
 
 /// `jwt_public_key`: a PEM file's RSA key takes RS256 and PS256 tokens (no `kid` needed) and
