@@ -289,6 +289,9 @@ struct Worker {
     stats: Option<Arc<EngineStats>>,
     /// Last allocation id given.
     serial: u64,
+    /// Payload bytes relayed client → peer and peer → client.
+    bytes_to_peer: u64,
+    bytes_to_client: u64,
 }
 
 /// Tries at a TURN listen address with port 0: the kernel's UDP port may already be taken
@@ -377,6 +380,8 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         stop: stop.clone(),
         stats: opts.stats,
         serial: 0,
+        bytes_to_peer: 0,
+        bytes_to_client: 0,
     };
     let thread = std::thread::Builder::new()
         .name("TurnWorker".into())
@@ -590,6 +595,12 @@ impl Worker {
                 .store(s.rate_limited, Ordering::Relaxed);
             st.turn_quota_refusals
                 .store(s.quota_refusals, Ordering::Relaxed);
+            st.turn_to_peer.store(s.to_peer, Ordering::Relaxed);
+            st.turn_to_client.store(s.to_client, Ordering::Relaxed);
+            st.turn_to_peer_bytes
+                .store(self.bytes_to_peer, Ordering::Relaxed);
+            st.turn_to_client_bytes
+                .store(self.bytes_to_client, Ordering::Relaxed);
         }
     }
 
@@ -653,8 +664,10 @@ impl Worker {
                     .and_then(Option::as_ref)
                     .filter(|r| r.alloc == alloc)
                     .map(|r| r.sock.send_to(&input[data], peer));
-                if let Some(Err(e)) = sent {
-                    debug!(%peer, "TURN relay send failed: {e}");
+                match sent {
+                    Some(Ok(n)) => self.bytes_to_peer += n as u64,
+                    Some(Err(e)) => debug!(%peer, "TURN relay send failed: {e}"),
+                    None => {}
                 }
             }
             ClientOutput::Allocate(p) => {
@@ -758,6 +771,7 @@ impl Worker {
                 self.server
                     .handle_peer(Instant::now(), alloc, peer, buf, PEER_HEADROOM, n)
             {
+                self.bytes_to_client += n as u64;
                 self.send_client(client, &buf[range], batch);
             }
         }

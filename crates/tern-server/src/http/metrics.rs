@@ -49,6 +49,26 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             "TURN allocations allowed in total (turn.max_allocations); further ones are refused.",
             st.config.turn.max_allocations as u64,
         );
+        let relayed = [
+            ("to_peer", &s.turn_to_peer, &s.turn_to_peer_bytes),
+            ("to_client", &s.turn_to_client, &s.turn_to_client_bytes),
+        ];
+        let mut f = o.family(
+            "tern_turn_relayed_datagrams_total",
+            "Datagrams the TURN relays carried, client to peer and peer to client.",
+            Kind::Counter,
+        );
+        for (direction, n, _) in relayed {
+            f.sample(&[("direction", &direction)], l(n));
+        }
+        let mut f = o.family(
+            "tern_turn_relayed_bytes_total",
+            "Payload bytes the TURN relays carried, client to peer and peer to client.",
+            Kind::Counter,
+        );
+        for (direction, _, b) in relayed {
+            f.sample(&[("direction", &direction)], l(b));
+        }
     }
     if let Some(tls) = &st.tls {
         o.counter(

@@ -56,6 +56,14 @@ pub struct EngineStats {
     pub turn_rate_limited: AtomicU64,
     /// TURN allocations refused by a quota (total, per user, per address).
     pub turn_quota_refusals: AtomicU64,
+    /// TURN datagrams relayed client → peer (copied from the TURN worker once a second).
+    pub turn_to_peer: AtomicU64,
+    /// Payload bytes of `turn_to_peer`.
+    pub turn_to_peer_bytes: AtomicU64,
+    /// TURN datagrams relayed peer → client.
+    pub turn_to_client: AtomicU64,
+    /// Payload bytes of `turn_to_client`.
+    pub turn_to_client_bytes: AtomicU64,
     /// Ring packets not handed to the HLS thread because its queue was full.
     pub hls_tap_dropped: AtomicU64,
     /// Cached snapshots of viewers and streams, and the event bus.

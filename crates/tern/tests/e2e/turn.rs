@@ -138,6 +138,34 @@ fn uclient_relays_through_tern_with_zero_loss() {
             server.log_tail(20)
         );
     }
+    // /metrics counts what the relays carried (172-byte messages, one way to a peer and
+    // back out to a client each), published by the worker once a second.
+    let want = u64::from(4 * clients * messages);
+    let relayed = |what: &str, direction: &str| -> u64 {
+        let text = common::http_get(server.http, "/metrics")
+            .expect("GET /metrics")
+            .text();
+        let prefix = format!("tern_turn_relayed_{what}_total{{direction=\"{direction}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while relayed("datagrams", "to_client") < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for direction in ["to_peer", "to_client"] {
+        let (datagrams, bytes) = (relayed("datagrams", direction), relayed("bytes", direction));
+        assert!(
+            datagrams >= want,
+            "{direction}: {datagrams} datagrams of {want}"
+        );
+        assert!(
+            bytes >= want * 172,
+            "{direction}: {bytes} bytes for {want} messages of 172"
+        );
+    }
     server.stop();
 }
 
