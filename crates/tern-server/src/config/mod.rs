@@ -129,7 +129,8 @@ impl Config {
         self.tunables.check()?;
         self.limits.check()?;
         self.turn.check()?;
-        self.turn.check_tls(&self.server)?;
+        self.turn
+            .check_tls(self.server.tls_cert.is_some() && self.server.tls_key.is_some())?;
         for (i, app) in self.apps.iter().enumerate() {
             let place = format!("app[{i}]");
             // A name taken by an earlier app was checked there.

@@ -158,8 +158,9 @@ impl TurnSection {
         Ok(())
     }
 
-    /// TURN over TLS needs TURN itself and the server's certificate.
-    pub fn check_tls(&self, server: &super::ServerConfig) -> Result<(), ConfigError> {
+    /// TURN over TLS needs TURN itself and the server's certificate (`has_cert`: both
+    /// `server.tls_cert` and `server.tls_key` are set).
+    pub fn check_tls(&self, has_cert: bool) -> Result<(), ConfigError> {
         let Some(addr) = self.tls_listen else {
             return Ok(());
         };
@@ -167,7 +168,7 @@ impl TurnSection {
         if self.listen.is_none() {
             return bad("needs turn.listen (TURN over TLS shares its relays and credentials)");
         }
-        if server.tls_cert.is_none() || server.tls_key.is_none() {
+        if !has_cert {
             return bad("needs a certificate: server.tls_cert and server.tls_key (PEM files)");
         }
         if self.listen.is_some_and(|l| l == addr && l.port() != 0) {
