@@ -20,7 +20,8 @@
 #                    systemd-analyze checks packaging/tern.service;
 #                    python3-gi and GStreamer 1.22's base/good/bad/ugly/libav plugins, gstreamer1.0-nice
 #                    and the GStreamer typelibs for the webrtcbin interop tests;
-#                    gir1.2-gst-rtsp-server-1.0, GStreamer's RTSP server, the RTSP camera tests' camera;
+#                    gir1.2-gst-rtsp-server-1.0, GStreamer's RTSP server, the RTSP camera tests' camera,
+#                    and glib-networking, GLib's TLS backend for that camera behind TLS (RTSPS);
 #                    srt-tools for srt-live-transmit, the SRT ingest tests' libsrt relay;
 #                    buildah, podman, runc, prometheus (with promtool) and jq for tests/ops/)
 #   Rust             rustup with the toolchain rust-toolchain.toml pins + rustfmt + clippy, if
@@ -109,7 +110,7 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     for p in python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 \
         gir1.2-gst-plugins-bad-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
         gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-nice gstreamer1.0-libav \
-        gir1.2-gst-rtsp-server-1.0; do
+        gir1.2-gst-rtsp-server-1.0 glib-networking; do
         pkg_installed "$p" || missing+=("$p")
     done
     need_cmd srt-live-transmit srt-tools

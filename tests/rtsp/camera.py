@@ -4,8 +4,12 @@ serving a live test picture and tone on rtsp://127.0.0.1:PORT/cam.
 
   camera.py PORT [--video h264|h265] [--audio aac|pcmu|pcma|opus|none]
                  [--user U --password P [--digest]] [--size WxH] [--sps-change SECS] [--file F]
+                 [--tls PEM]
 
 --digest: the credentials are asked for with HTTP digest authentication instead of basic.
+--tls: RTSPS: the port speaks TLS only (rtsps://127.0.0.1:PORT/cam), with the certificate and
+  private key in the PEM file PEM (GStreamer's RTSPAuth TLS certificate, through GLib's TLS
+  backend: Debian's glib-networking).
 --sps-change: the picture size changes after SECS (a new SPS mid-stream).
 --file: serve a Matroska file's H264 and AAC as they are (no encoding), in real time.
 Prints one line per event on stdout: "ready", "client-connected", "resized".
@@ -18,7 +22,7 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstRtspServer", "1.0")
 gi.require_version("GstRtsp", "1.0")
-from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
+from gi.repository import Gio, GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 
 def say(what):
@@ -36,6 +40,7 @@ def main():
     p.add_argument("--size", default="640x360")
     p.add_argument("--sps-change", type=float)
     p.add_argument("--file")
+    p.add_argument("--tls")
     a = p.parse_args()
     Gst.init(None)
     w, h = a.size.split("x")
@@ -90,15 +95,20 @@ def main():
             GLib.timeout_add(int(a.sps_change * 1000), resize)
 
     factory.connect("media-configure", configured)
-    if a.user:
+    if a.user or a.tls:
         auth = GstRtspServer.RTSPAuth()
         token = GstRtspServer.RTSPToken()
         token.set_string("media.factory.role", "cam")
-        if a.digest:
+        if not a.user:
+            # TLS without credentials: every client gets the role.
+            auth.set_default_token(token)
+        elif a.digest:
             auth.set_supported_methods(GstRtsp.RTSPAuthMethod.DIGEST)
             auth.add_digest(a.user, a.password, token)
         else:
             auth.add_basic(GstRtspServer.RTSPAuth.make_basic(a.user, a.password), token)
+        if a.tls:
+            auth.set_tls_certificate(Gio.TlsCertificate.new_from_file(a.tls))
         server.set_auth(auth)
         perms = GstRtspServer.RTSPPermissions()
         perms.add_role_from_structure(

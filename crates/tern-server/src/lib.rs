@@ -445,7 +445,7 @@ impl Server {
             tap_rx,
             &outbound,
         )?);
-        parts.add(rtsp::Sources::start(core.clone()));
+        parts.add(rtsp::Sources::start(core.clone(), &outbound));
         let srt = srt::start(&core)?;
         let rtmp = rtmp::start(&core)?;
         let addrs = Addresses {

@@ -165,6 +165,12 @@ impl Outbound {
     pub fn roots(&self) -> usize {
         self.roots.len()
     }
+
+    /// The TLS client configuration itself (these roots, no ALPN): for the clients that
+    /// speak their own protocol over TLS, such as `rtsps://` cameras (`crate::rtsp`).
+    pub fn tls_config(&self) -> Arc<rustls::ClientConfig> {
+        self.tls.clone()
+    }
 }
 
 /// `e` and its sources, `: `-joined: hyper's client error says only "client error

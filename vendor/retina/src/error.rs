@@ -96,6 +96,11 @@ pub(crate) enum ErrorInt {
     #[display("Unable to connect to RTSP server: {_0}")]
     ConnectError(#[error(source)] std::io::Error),
 
+    /// The TLS handshake of an `rtsps://` connection failed (the server's certificate, or
+    /// no TLS on the other end).
+    #[display("TLS handshake with RTSP server failed: {_0}")]
+    TlsHandshakeError(#[error(source)] std::io::Error),
+
     #[display("Error reading from RTSP peer: {source}\n\nconn: {conn_ctx}\nmsg: {msg_ctx}")]
     RtspReadError {
         conn_ctx: ConnectionContext,

@@ -36,6 +36,10 @@ pub mod testutil;
 
 pub use error::Error;
 
+/// The `rustls` whose `ClientConfig` [`client::SessionOptions::tls_config`] takes
+/// (`rtsps://`).
+pub use tokio_rustls::rustls;
+
 /// Wraps the supplied `ErrorInt` and returns it as an `Err`.
 macro_rules! bail {
     ($e:expr) => {

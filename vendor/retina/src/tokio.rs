@@ -6,9 +6,13 @@
 //! In theory there could be a similar async-std-based implementation.
 
 use futures::{Sink, Stream};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UdpSocket};
+use tokio_rustls::rustls;
 use url::Host;
 
 use crate::buf::MarkBuf;
@@ -21,9 +25,115 @@ use super::{ConnectionContext, ReceivedMessage, WallTime};
 /// Default initial capacity for the read ring buffer (64 KiB).
 const DEFAULT_READ_CAPACITY: usize = 64 * 1024;
 
+/// The connection's byte stream: plain TCP (`rtsp://`) or TLS over TCP (`rtsps://`).
+///
+/// The TLS arm is the client-or-server `TlsStream` so that tests can run both ends of a
+/// TLS connection through [`Connection`]; it is boxed because rustls's connection state
+/// is large and a plain connection should not carry its size.
+pub(crate) enum RtspStream {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+}
+
+impl RtspStream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            RtspStream::Tcp(s) => s,
+            RtspStream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// Reads into the free space of the ring buffer, `first` then `second`.
+    ///
+    /// Plain TCP reads both halves in one vectored `read` straight from the socket. TLS
+    /// decrypts into rustls's own buffer, from which one `poll_read` copies into the half
+    /// that has room (the next call fills the other): the copy out of rustls is the one TLS
+    /// needs anyway, and the ring is written in place as before.
+    fn poll_read_ring(
+        &mut self,
+        cx: &mut Context<'_>,
+        first: &mut [u8],
+        second: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self {
+            RtspStream::Tcp(s) => loop {
+                match s.poll_read_ready(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+                let mut bufs = [
+                    std::io::IoSliceMut::new(first),
+                    std::io::IoSliceMut::new(second),
+                ];
+                match s.try_read_vectored(&mut bufs) {
+                    // Spurious readiness; re-register and wait.
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    r => return Poll::Ready(r),
+                }
+            },
+            RtspStream::Tls(s) => {
+                let buf = if first.is_empty() { second } else { first };
+                let mut buf = ReadBuf::new(buf);
+                match Pin::new(s.as_mut()).poll_read(cx, &mut buf) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for RtspStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            RtspStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            RtspStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for RtspStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            RtspStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            RtspStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            RtspStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            RtspStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            RtspStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            RtspStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Why [`Connection::connect`] failed: the TCP connection, or the TLS handshake over it.
+pub(crate) enum ConnectFailure {
+    Tcp(std::io::Error),
+    Tls(std::io::Error),
+}
+
 /// A RTSP connection which implements `Stream`, `Sink`, and `Unpin`.
 pub(crate) struct Connection {
-    stream: TcpStream,
+    stream: RtspStream,
     ctx: ConnectionContext,
     parser: crate::rtsp::parse::Parser,
     read_buf: MarkBuf,
@@ -32,19 +142,54 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(crate) async fn connect(host: Host<&str>, port: u16) -> Result<Self, std::io::Error> {
+    /// Connects to `host:port`, over TLS with `tls` when given (`rtsps://`): the server's
+    /// certificate is checked for `host` (a DNS name, or an IP address against the
+    /// certificate's IP SANs) by `tls`'s verifier.
+    pub(crate) async fn connect(
+        host: Host<&str>,
+        port: u16,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, ConnectFailure> {
         let stream = match host {
             Host::Domain(h) => TcpStream::connect((h, port)).await,
             Host::Ipv4(h) => TcpStream::connect((h, port)).await,
             Host::Ipv6(h) => TcpStream::connect((h, port)).await,
-        }?;
-        Self::from_stream(stream)
+        }
+        .map_err(ConnectFailure::Tcp)?;
+        let Some(tls) = tls else {
+            return Self::from_stream(stream).map_err(ConnectFailure::Tcp);
+        };
+        let name = match host {
+            Host::Domain(h) => {
+                rustls::pki_types::ServerName::try_from(h.to_owned()).map_err(|e| {
+                    ConnectFailure::Tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+                })?
+            }
+            Host::Ipv4(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
+            Host::Ipv6(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
+        };
+        let tls = tokio_rustls::TlsConnector::from(tls.clone())
+            .connect(name, stream)
+            .await
+            .map_err(ConnectFailure::Tls)?;
+        Self::from_tls(tokio_rustls::TlsStream::Client(tls)).map_err(ConnectFailure::Tcp)
     }
 
     pub(crate) fn from_stream(stream: TcpStream) -> Result<Self, std::io::Error> {
+        Self::new(RtspStream::Tcp(stream))
+    }
+
+    /// A connection over an established TLS stream (either end: tests serve through it).
+    pub(crate) fn from_tls(
+        stream: tokio_rustls::TlsStream<TcpStream>,
+    ) -> Result<Self, std::io::Error> {
+        Self::new(RtspStream::Tls(Box::new(stream)))
+    }
+
+    fn new(stream: RtspStream) -> Result<Self, std::io::Error> {
         let established_wall = WallTime::now();
-        let local_addr = stream.local_addr()?;
-        let peer_addr = stream.peer_addr()?;
+        let local_addr = stream.tcp().local_addr()?;
+        let peer_addr = stream.tcp().peer_addr()?;
         Ok(Self {
             stream,
             ctx: ConnectionContext {
@@ -56,6 +201,11 @@ impl Connection {
             read_buf: MarkBuf::new(DEFAULT_READ_CAPACITY),
             write_buf: Vec::new(),
         })
+    }
+
+    /// Whether the connection is TLS (`rtsps://`).
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self.stream, RtspStream::Tls(_))
     }
 
     pub(crate) fn ctx(&self) -> &ConnectionContext {
@@ -188,10 +338,27 @@ impl Stream for Connection {
                 }
             }
 
-            // Need more data. Read from the stream into the ring buffer
-            // using vectored I/O to fill both halves of the ring.
-            match this.stream.poll_read_ready(cx) {
-                std::task::Poll::Ready(Ok(())) => {}
+            // Need more data. Read from the stream into the ring buffer,
+            // filling both halves of the ring where the stream allows.
+            let (first, second) = this.read_buf.spare_capacity(4096);
+            match this.stream.poll_read_ring(cx, first, second) {
+                std::task::Poll::Ready(Ok(0)) => {
+                    // EOF. Try decode with eof=true.
+                    return match try_decode(&mut this.parser, &mut this.read_buf, true) {
+                        Ok(Some(msg)) => std::task::Poll::Ready(Some(Ok(msg))),
+                        Ok(None) => std::task::Poll::Ready(None),
+                        Err(e) => std::task::Poll::Ready(Some(Err(codec_err_to_error(
+                            &this.ctx,
+                            &this.parser,
+                            &this.read_buf,
+                            e,
+                        )))),
+                    };
+                }
+                std::task::Poll::Ready(Ok(n)) => {
+                    this.read_buf.advance_end(n);
+                    // Loop to try decoding again.
+                }
                 std::task::Poll::Ready(Err(error)) => {
                     let pos = this.parser.stream_pos() + this.read_buf.unparsed_len() as u64;
                     return std::task::Poll::Ready(Some(Err(wrap!(ErrorInt::RtspReadError {
@@ -205,46 +372,6 @@ impl Stream for Connection {
                     }))));
                 }
                 std::task::Poll::Pending => return std::task::Poll::Pending,
-            }
-            let (first, second) = this.read_buf.spare_capacity(4096);
-            let mut bufs = [
-                std::io::IoSliceMut::new(first),
-                std::io::IoSliceMut::new(second),
-            ];
-            match this.stream.try_read_vectored(&mut bufs) {
-                Ok(0) => {
-                    // EOF. Try decode with eof=true.
-                    return match try_decode(&mut this.parser, &mut this.read_buf, true) {
-                        Ok(Some(msg)) => std::task::Poll::Ready(Some(Ok(msg))),
-                        Ok(None) => std::task::Poll::Ready(None),
-                        Err(e) => std::task::Poll::Ready(Some(Err(codec_err_to_error(
-                            &this.ctx,
-                            &this.parser,
-                            &this.read_buf,
-                            e,
-                        )))),
-                    };
-                }
-                Ok(n) => {
-                    this.read_buf.advance_end(n);
-                    // Loop to try decoding again.
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    // Spurious readiness; re-register and wait.
-                    continue;
-                }
-                Err(error) => {
-                    let pos = this.parser.stream_pos() + this.read_buf.unparsed_len() as u64;
-                    return std::task::Poll::Ready(Some(Err(wrap!(ErrorInt::RtspReadError {
-                        conn_ctx: this.ctx,
-                        msg_ctx: RtspMessageContext {
-                            pos,
-                            received_wall: WallTime::now(),
-                            received: Instant::now(),
-                        },
-                        source: error,
-                    }))));
-                }
             }
         }
     }

@@ -1,5 +1,5 @@
 //! `[[app.source]]`: an RTSP camera tern pulls into one of the app's streams
-//! (`crate::rtsp`), and how its URL is shown without its credentials.
+//! (`crate::rtsp`), over RTSP or RTSPS, and how its URL is shown without its credentials.
 
 use serde::{Deserialize, Deserializer};
 
@@ -11,9 +11,11 @@ use super::error::ConfigError;
 pub struct SourceConfig {
     /// The stream the camera feeds (declared by the source: no publisher may take it).
     pub stream: String,
-    /// `rtsp://[user:password@]host[:port]/path`. The credentials are used for basic or
-    /// digest authentication, whichever the camera asks for, and never shown: logs, the
-    /// API and events show [`SourceConfig::shown_url`].
+    /// `rtsp://[user:password@]host[:port]/path` (port 554 by default), or `rtsps://` for
+    /// RTSP over TLS (port 322 by default, RFC 7826 §4.2; the camera's certificate must be
+    /// valid for `host`, a DNS name or an IP address in its IP SANs). The credentials are
+    /// used for basic or digest authentication, whichever the camera asks for, and never
+    /// shown: logs, the API and events show [`SourceConfig::shown_url`].
     pub url: String,
     /// Pull only while someone watches (a WHEP, OME-signalling or LL-HLS request starts the
     /// pull, which stops the app's `idle_grace_s` after the last viewer). Default true:
@@ -22,9 +24,18 @@ pub struct SourceConfig {
     #[serde(default = "SourceConfig::default_on_demand")]
     pub on_demand: bool,
     /// How RTP comes: `"tcp"` (interleaved in the RTSP connection, the default: it passes
-    /// NAT and firewalls and loses nothing) or `"udp"`.
+    /// NAT and firewalls and loses nothing) or `"udp"`. An `rtsps://` source takes only
+    /// `"tcp"`: RTSPS protects the media by carrying it in its TLS connection, and media on
+    /// UDP beside it would travel in the clear (SRTP key exchange over RTSP is not spoken).
     #[serde(default)]
     pub transport: SourceTransport,
+    /// `rtsps://` only: whether the camera's certificate is verified (chain to the system's
+    /// roots or `server.ca_file`, and name). Default true. False accepts any certificate
+    /// (still checking that the camera holds its key): for cameras with a self-signed
+    /// certificate, which the connection then does not authenticate; the server warns of
+    /// it at start. Better: trust that certificate in `server.ca_file`.
+    #[serde(default = "SourceConfig::default_tls_verify")]
+    pub tls_verify: bool,
 }
 
 /// `[[app.source]] transport`.
@@ -79,16 +90,30 @@ impl SourceConfig {
         true
     }
 
+    const fn default_tls_verify() -> bool {
+        true
+    }
+
+    /// Whether the camera is reached over TLS (`rtsps://`).
+    pub fn is_tls(&self) -> bool {
+        self.url.starts_with("rtsps://")
+    }
+
     /// The URL as logs, the API and events show it: [`redact_url`].
     pub fn shown_url(&self) -> String {
         redact_url(&self.url)
     }
 
-    /// The first bad key of the source's `url` (the app checks `stream`, a name).
+    /// The first bad key of the source's `url`, `transport` and `tls_verify` (the app
+    /// checks `stream`, a name).
     pub fn check(&self) -> Result<(), ConfigError> {
         let bad_url = |m: &str| Err(ConfigError::invalid("url", m));
-        let Some(rest) = self.url.strip_prefix("rtsp://") else {
-            return bad_url("must start with rtsp://");
+        let Some(rest) = self
+            .url
+            .strip_prefix("rtsp://")
+            .or_else(|| self.url.strip_prefix("rtsps://"))
+        else {
+            return bad_url("must start with rtsp:// or rtsps://");
         };
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
@@ -108,6 +133,18 @@ impl SourceConfig {
         }
         if self.url.chars().any(char::is_whitespace) {
             return bad_url("must not contain spaces");
+        }
+        if self.is_tls() && self.transport == SourceTransport::Udp {
+            return Err(ConfigError::invalid(
+                "transport",
+                "must be \"tcp\" for an rtsps:// camera: RTSPS carries the media in its TLS connection",
+            ));
+        }
+        if !self.is_tls() && !self.tls_verify {
+            return Err(ConfigError::invalid(
+                "tls_verify",
+                "applies to rtsps:// URLs only (this one is rtsp://, without TLS)",
+            ));
         }
         Ok(())
     }
@@ -138,8 +175,10 @@ mod tests {
             url: url.into(),
             on_demand: true,
             transport: SourceTransport::Tcp,
+            tls_verify: true,
         };
         assert!(s("door", "rtsp://u:p@cam:554/x").check().is_ok());
+        assert!(s("door", "rtsps://u:p@cam/x").check().is_ok());
         assert!(s("door", "rtsp://[::1]:8554/x").check().is_ok());
         let key = |src: SourceConfig| match src.check() {
             Err(ConfigError::Invalid { key, .. }) => key,
@@ -154,5 +193,20 @@ mod tests {
                 .check()
                 .is_ok()
         );
+        assert_eq!(key(s("door", "rtspss://cam/x")), "url");
+        assert_eq!(key(s("door", "rtsps:///x")), "url");
+        // RTSPS: media in the TLS connection only; tls_verify means nothing without TLS.
+        let udp = |url: &str| SourceConfig {
+            transport: SourceTransport::Udp,
+            ..s("door", url)
+        };
+        assert!(udp("rtsp://cam/x").check().is_ok());
+        assert_eq!(key(udp("rtsps://cam/x")), "transport");
+        let unverified = |url: &str| SourceConfig {
+            tls_verify: false,
+            ..s("door", url)
+        };
+        assert!(unverified("rtsps://cam/x").check().is_ok());
+        assert_eq!(key(unverified("rtsp://cam/x")), "tls_verify");
     }
 }

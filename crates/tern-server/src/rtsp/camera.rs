@@ -34,7 +34,8 @@ use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot, attach_source};
 use crate::media::{NtpClock, Source};
 use crate::session::Core;
 
-/// Deadline of each step with the camera (TCP connect + DESCRIBE, each SETUP, PLAY).
+/// Deadline of each step with the camera (TCP connect, TLS handshake for `rtsps://` and
+/// DESCRIBE; each SETUP; PLAY).
 const STEP: Duration = Duration::from_secs(5);
 /// A playing camera that sends no frame for this long is taken as gone.
 const SILENCE: Duration = Duration::from_secs(5);
@@ -163,9 +164,12 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         Err(m) => return failed(Failure::Camera, m),
     };
     e.status.connects.fetch_add(1, Ordering::Relaxed);
-    let opts = SessionOptions::default()
+    let mut opts = SessionOptions::default()
         .creds(creds)
         .user_agent(format!("tern/{}", env!("CARGO_PKG_VERSION")));
+    if let Some(tls) = &e.tls {
+        opts = opts.tls_config(tls.clone());
+    }
     let mut described = match step("DESCRIBE", Session::describe(url, opts)).await {
         Ok(s) => s,
         Err(end) => return end,

@@ -16,6 +16,8 @@ pub(super) struct Entry {
     pub key: String,
     /// Its configuration.
     pub cfg: SourceConfig,
+    /// The TLS client configuration of an `rtsps://` source (`tls.rs`), decided at start.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// How long an on-demand pull outlives the last viewer (the app's `idle_grace_s`).
     pub grace: std::time::Duration,
     /// State, last error, counters.

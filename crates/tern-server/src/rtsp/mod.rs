@@ -9,6 +9,7 @@
 //! | `status.rs` | a source's state (idle, connecting, live, retrying), last error, counters; its snapshot and events |
 //! | `pull.rs` | one source's thread (`RtspPull`): connect, stream, back off and retry, stop when idle |
 //! | `camera.rs` | one RTSP session with the camera: DESCRIBE/SETUP/PLAY with `retina`, its frames through [`tern_rtc::av::AvPipeline`] to the engine |
+//! | `tls.rs` | an `rtsps://` source's TLS client configuration: the server's outbound roots, or any certificate with `tls_verify = false` |
 //!
 //! # The client: `retina`
 //!
@@ -23,6 +24,18 @@
 //! `crates/tern/tests/e2e/rtsp.rs` (H264 + AAC, basic auth, a server killed and started
 //! again). Its URL may not carry credentials: tern takes them out of the configured URL and
 //! hands them over as `Credentials`, so the password is in no request line and no error.
+//!
+//! # RTSPS
+//!
+//! `rtsps://` is RTSP over TLS (RFC 7826 §4.2, port 322 by default), which retina did not
+//! speak: tern's patch 4 (`vendor/retina/PATCHES.md`) runs its connection over
+//! `tokio-rustls` with a `rustls::ClientConfig` the caller gives. The media comes
+//! interleaved in the TLS connection (an `rtsps://` source with `transport = "udp"` is a
+//! configuration error: RTP beside it on UDP would be in the clear). The certificate is
+//! verified against the server's outbound roots (system roots and `server.ca_file`,
+//! [`crate::outbound`]) for the URL's host, unless the source says `tls_verify = false`
+//! (`tls.rs`). A failed handshake is a `camera error` whose message names the certificate
+//! problem ("invalid peer certificate: UnknownIssuer").
 //!
 //! # Ingest
 //!
@@ -44,6 +57,7 @@ mod camera;
 mod entry;
 mod pull;
 mod status;
+mod tls;
 
 pub use status::{SourceState, SourceStatus};
 
@@ -55,6 +69,7 @@ use std::thread::JoinHandle;
 use tracing::{info, warn};
 
 use crate::metrics::{Expose, Exposition};
+use crate::outbound::Outbound;
 use crate::session::{Core, SourcePulls};
 use entry::{Entry, Run};
 
@@ -69,13 +84,15 @@ pub struct Sources {
 impl Sources {
     /// Every `[[app.source]]` of the configuration; the always-on ones start pulling now.
     /// Set as the session layer's [`Core::sources`] so that play requests wake the others,
-    /// and registered with the server's `/metrics` ([`Core::exposed`]).
-    pub fn start(core: Arc<Core>) -> Arc<Sources> {
+    /// and registered with the server's `/metrics` ([`Core::exposed`]). `rtsps://` sources
+    /// verify their cameras' certificates with `outbound`'s roots.
+    pub fn start(core: Arc<Core>, outbound: &Outbound) -> Arc<Sources> {
         let mut entries = HashMap::new();
         for app in &core.config.apps {
             for s in &app.sources {
                 let key = format!("{}/{}", app.name, s.stream);
                 let e = Entry {
+                    tls: tls::client_config(&key, s, outbound),
                     key: key.clone(),
                     cfg: s.clone(),
                     grace: std::time::Duration::from_secs(app.idle_grace_s),

@@ -290,6 +290,7 @@ mod tests {
             url: "rtsp://admin:hunter2@192.0.2.10/s1".into(),
             on_demand: true,
             transport: SourceTransport::Tcp,
+            tls_verify: true,
         };
         let snaps = Snapshots::default();
         let mut events = snaps.subscribe();

@@ -6,7 +6,9 @@
 //! the first frame within 3 s of it; the camera killed and started again: the same
 //! viewers resume within 5 s of its return; a wrong password, an unreachable camera and a
 //! picture size change (a new SPS) mid-stream are each handled; the password is found in
-//! no API answer and not in the log.
+//! no API answer and not in the log. RTSPS (issue 56): the same server behind TLS with a
+//! self-signed certificate, pulled over `rtsps://` with `tls_verify = false` or with the
+//! certificate in `server.ca_file`, and refused when it is not trusted.
 //!
 //! Traffic stays on loopback. The tests run one at a time (x264 encoders and viewers on a
 //! small machine).
@@ -566,4 +568,119 @@ fn a_camera_is_woken_only_for_a_client_with_the_apps_token() {
     assert_eq!(r.status, 200, "{}\n{}", r.text(), server.log_tail(20));
     assert_eq!(cam.connections(), 2, "{}", cam.text());
     server.stop();
+}
+
+/// A camera behind TLS (`camera.py --tls`: GStreamer's `RTSPAuth` TLS certificate, a
+/// self-signed one for 127.0.0.1, with basic authentication inside): pulled over `rtsps://`
+/// with `tls_verify = false`, a WHEP viewer gets its video and its audio (as Opus), and the
+/// server warns of the unverified source once; the same camera with `tls_verify` left true
+/// is a `camera error` naming the certificate, never live; trusted through `server.ca_file`
+/// it plays with verification on.
+#[test]
+fn an_rtsps_camera_plays_unverified_or_through_ca_file_and_not_when_untrusted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = crate::https::temp_dir("rtsps");
+    let (cert, key) = crate::https::write_pair(&dir, "camera");
+    let pem = dir.join("camera-cert-and-key.pem");
+    let both = [&cert, &key]
+        .map(|p| std::fs::read_to_string(p).expect("read PEM"))
+        .concat();
+    std::fs::write(&pem, both).expect("write PEM");
+    let port = free_tcp_port();
+    let cam = Camera::start(
+        port,
+        &[
+            "--tls",
+            pem.to_str().expect("utf-8"),
+            "--user",
+            "viewer",
+            "--password",
+            PASSWORD,
+        ],
+    );
+    let url = format!("rtsps://viewer:{PASSWORD}@127.0.0.1:{port}/cam");
+    // A process: the test reads its log (the warning, no password).
+    let server = Child::serve(&config(
+        "rtsps",
+        &[
+            ("tls", url.clone(), "tls_verify = false"),
+            ("strict", url.clone(), ""),
+        ],
+    ));
+    let s = source(&server, "tls");
+    assert_eq!(s["url"], format!("rtsps://***@127.0.0.1:{port}/cam"), "{s}");
+
+    // Unverified: plays, video and audio.
+    let whep = format!("http://{}/cams/tls/whep", server.http);
+    let (o, text) = viewers(format!(
+        "-url {whep} -n 1 -cint 20 -life 6 -sint 5000 --json"
+    ))
+    .join()
+    .expect("bench");
+    let ctx = format!("{text}\n{}", server.log_tail(30));
+    assert_eq!((o.summary.connected, o.summary.failed), (1, 0), "{ctx}");
+    let c = &o.clients[0];
+    let v = c.video.as_ref().expect("video");
+    let a = c.audio.as_ref().expect("audio");
+    assert!(v.frames > 4 * 30, "{} frames\n{ctx}", v.frames);
+    assert!(v.keyframes >= 1, "{} keyframes\n{ctx}", v.keyframes);
+    assert!(a.packets > 4 * 50, "{} audio packets\n{ctx}", a.packets);
+    let src = source(&server, "tls");
+    assert_eq!(
+        (&src["video"], &src["audio"]),
+        (&"H264".into(), &"AAC (to Opus)".into()),
+        "{src}"
+    );
+    assert!(cam.connections() >= 1, "{}", cam.text());
+
+    // Verified against the system's roots: the self-signed certificate is refused, the
+    // viewer's request answered 503 with the reason, the error naming the certificate.
+    let r = http_get(server.http, "/cams/strict/index.m3u8").expect("GET");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("camera error"), "{}", r.text());
+    let s = source(&server, "strict");
+    assert_eq!(s["last_error"]["reason"], "camera error", "{s}");
+    let message = s["last_error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("TLS handshake with RTSP server failed: invalid peer certificate"),
+        "{s}"
+    );
+    assert!(message.contains("UnknownIssuer"), "{s}");
+    assert_ne!(s["state"], "live", "{s}");
+    let m = http_get(server.http, "/metrics").expect("metrics").text();
+    assert_eq!(
+        metric(
+            &m,
+            "tern_source_frames_total{stream=\"cams/strict\",kind=\"video\"}"
+        ),
+        0.0,
+        "{m}"
+    );
+    let log = std::fs::read_to_string(&server.log).expect("log");
+    assert_eq!(
+        log.matches("rtsp cams/tls: tls_verify = false").count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("rtsp cams/strict: tls_verify"), "{log}");
+    assert!(
+        !log.contains(PASSWORD),
+        "the log holds the password:\n{log}"
+    );
+    server.stop();
+
+    // Trusted through server.ca_file: verified (chain and the IP SAN 127.0.0.1) and played.
+    let body = format!(
+        "[server]\nca_file = \"{}\"\n\n[[app]]\nname = \"cams\"\n\n\
+         [[app.source]]\nstream = \"trusted\"\nurl = \"{url}\"\non_demand = false\n",
+        cert.display()
+    );
+    let server = Server::serve(&common::config_file("rtsps-ca-file", &body));
+    wait_state(&server, "trusted", "live", Duration::from_secs(8));
+    let (a, ctx) = audio_of_one_viewer(&server, "trusted");
+    assert!(a.packets > 3 * 50, "{} audio packets\n{ctx}", a.packets);
+    assert!(source(&server, "trusted")["last_error"].is_null());
+    server.stop();
+    drop(cam);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -479,6 +479,7 @@ pub struct SessionOptions {
     teardown: TeardownPolicy,
     unassigned_channel_data: UnassignedChannelDataPolicy,
     session_id: SessionIdPolicy,
+    tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
 }
 
 /// Policy for handling data received on unassigned RTSP interleaved channels.
@@ -659,6 +660,18 @@ impl SessionOptions {
 
     pub fn session_id(mut self, policy: SessionIdPolicy) -> Self {
         self.session_id = policy;
+        self
+    }
+
+    /// The TLS client configuration for `rtsps://` URLs: its roots (or custom verifier)
+    /// judge the server's certificate, which must be valid for the URL's host (a DNS name,
+    /// or an IP address in the certificate's IP SANs). Required for `rtsps://`, unused for
+    /// `rtsp://`.
+    ///
+    /// RTSPS carries the media interleaved in the TLS connection: a stream set up with
+    /// [`Transport::Udp`] on such a session is refused.
+    pub fn tls_config(mut self, config: Arc<tokio_rustls::rustls::ClientConfig>) -> Self {
+        self.tls = Some(config);
         self
     }
 }
@@ -1160,16 +1173,42 @@ enum SessionFlag {
     /// Set if an `OPTIONS` request has completed and advertised supported for
     /// `GET_PARAMETER`.
     GetParameterSupported = 0x10,
+
+    /// Set if the session's connection is TLS (`rtsps`): a `TEARDOWN` on a fresh
+    /// connection must be over TLS too, whatever scheme the server's `Content-Base` has.
+    Tls = 0x20,
+}
+
+/// Where [`RtspConnection::connect`] goes, from the URL and the session's options.
+struct Endpoint<'u, 'o> {
+    host: url::Host<&'u str>,
+    port: u16,
+    /// The TLS configuration, for `rtsps`.
+    tls: Option<&'o Arc<tokio_rustls::rustls::ClientConfig>>,
 }
 
 impl RtspConnection {
-    async fn connect(url: &Url) -> Result<Self, Error> {
-        let host =
-            RtspConnection::validate_url(url).map_err(|e| wrap!(ErrorInt::InvalidArgument(e)))?;
-        let port = url.port().unwrap_or(554);
-        let inner = crate::tokio::Connection::connect(host, port)
+    async fn connect(url: &Url, options: &SessionOptions) -> Result<Self, Error> {
+        Self::connect_with(url, options, false).await
+    }
+
+    /// As [`RtspConnection::connect`]; with `tls`, over TLS even for an `rtsp` URL (default
+    /// port 322). For a `TEARDOWN`'s fresh connection when the session was over TLS: servers
+    /// (GStreamer's among them) answer an `rtsps` `DESCRIBE` with an `rtsp` `Content-Base`,
+    /// and the credentials must not then go out in the clear.
+    pub(super) async fn connect_with(
+        url: &Url,
+        options: &SessionOptions,
+        tls: bool,
+    ) -> Result<Self, Error> {
+        let to = RtspConnection::validate_url(url, options, tls)
+            .map_err(|e| wrap!(ErrorInt::InvalidArgument(e)))?;
+        let inner = crate::tokio::Connection::connect(to.host, to.port, to.tls)
             .await
-            .map_err(|e| wrap!(ErrorInt::ConnectError(e)))?;
+            .map_err(|e| match e {
+                crate::tokio::ConnectFailure::Tcp(e) => wrap!(ErrorInt::ConnectError(e)),
+                crate::tokio::ConnectFailure::Tls(e) => wrap!(ErrorInt::TlsHandshakeError(e)),
+            })?;
         Ok(Self {
             inner,
             channels: ChannelMappings::default(),
@@ -1178,21 +1217,47 @@ impl RtspConnection {
         })
     }
 
-    fn validate_url(url: &Url) -> Result<url::Host<&str>, String> {
-        if url.scheme() != "rtsp" {
-            return Err(format!(
-                "Bad URL {}; only scheme rtsp supported",
-                url.as_str()
-            ));
-        }
+    /// The host and port to connect to, and the TLS configuration for `rtsps://`.
+    ///
+    /// Default ports: 554 for `rtsp` (RFC 2326 §3.2), 322 for `rtsps` (IANA's
+    /// "rtsps" service, RFC 7826 §4.2).
+    fn validate_url<'u, 'o>(
+        url: &'u Url,
+        options: &'o SessionOptions,
+        force_tls: bool,
+    ) -> Result<Endpoint<'u, 'o>, String> {
+        let (default_port, tls) = match url.scheme() {
+            "rtsp" if !force_tls => (554, None),
+            "rtsp" | "rtsps" => match &options.tls {
+                Some(tls) => (322, Some(tls)),
+                None => {
+                    return Err(format!(
+                        "Bad URL {}; scheme rtsps needs SessionOptions::tls_config",
+                        url.as_str()
+                    ));
+                }
+            },
+            _ => {
+                return Err(format!(
+                    "Bad URL {}; only schemes rtsp and rtsps supported",
+                    url.as_str()
+                ));
+            }
+        };
         if url.username() != "" || url.password().is_some() {
             // Url apparently doesn't even have a way to clear the credentials,
             // so this has to be an error.
             // TODO: that's not true; revisit this.
             return Err("URL must not contain credentials".to_owned());
         }
-        url.host()
-            .ok_or_else(|| format!("Must specify host in rtsp url {}", url))
+        let host = url
+            .host()
+            .ok_or_else(|| format!("Must specify host in rtsp url {}", url))?;
+        Ok(Endpoint {
+            host,
+            port: url.port().unwrap_or(default_port),
+            tls,
+        })
     }
 
     /// Sends a request and expects an upcoming message from the peer to be its response.
@@ -1458,7 +1523,7 @@ impl Session<Described> {
     ///
     /// Expects to be called from a tokio runtime.
     pub async fn describe(url: Url, options: SessionOptions) -> Result<Self, Error> {
-        let conn = RtspConnection::connect(&url).await?;
+        let conn = RtspConnection::connect(&url, &options).await?;
         Self::describe_with_conn(conn, options, url).await
     }
 
@@ -1502,6 +1567,11 @@ impl Session<Described> {
             })?;
         let describe_status = response.status_code;
         let sdp = resp_body;
+        let flags = if conn.inner.is_tls() {
+            SessionFlag::Tls as u8
+        } else {
+            0
+        };
         Ok(Session(
             Box::pin(SessionInner {
                 conn: Some(conn),
@@ -1514,7 +1584,7 @@ impl Session<Described> {
                 describe_status,
                 keepalive_state: KeepaliveState::Idle,
                 keepalive_timer: None,
-                flags: 0,
+                flags,
                 udp_next_poll_i: 0,
             }),
             Described { sdp },
@@ -1573,6 +1643,13 @@ impl Session<Described> {
                 );
                 *inner.flags |= SessionFlag::TcpStreams as u8;
                 None
+            }
+            Transport::Udp(_) if conn.inner.is_tls() => {
+                bail!(ErrorInt::InvalidArgument(
+                    "UDP transport on an rtsps session: RTSPS carries the media in its TLS \
+                     connection, so use Transport::Tcp"
+                        .into()
+                ));
             }
             Transport::Udp(_) => {
                 // Bind an ephemeral UDP port on the same local address used to connect
@@ -2717,6 +2794,7 @@ impl PinnedDrop for SessionInner {
             this.presentation.tool.take(),
             session.id,
             just_try_once,
+            *this.flags & (SessionFlag::Tls as u8) != 0,
             std::mem::take(this.options),
             this.requested_auth.take(),
             this.conn.take(),
@@ -3661,5 +3739,315 @@ mod tests {
             pkt_ref.as_typed().unwrap(),
             Some(crate::rtcp::TypedPacketRef::ReceiverReport(_))
         ));
+    }
+
+    /// The test certificate (`testdata/rtsps_cert.pem`, self-signed, for IP 127.0.0.1 and DNS
+    /// `localhost`, valid until 2126) with its key, as a TLS server configuration.
+    fn rtsps_server_config() -> Arc<tokio_rustls::rustls::ServerConfig> {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        let cert = rustls::pki_types::CertificateDer::from_pem_slice(include_bytes!(
+            "testdata/rtsps_cert.pem"
+        ))
+        .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(include_bytes!(
+            "testdata/rtsps_key.pem"
+        ))
+        .unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        Arc::new(
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)
+                .unwrap(),
+        )
+    }
+
+    /// A client configuration trusting the test certificate when `trust`, else nothing.
+    fn rtsps_client_config(trust: bool) -> Arc<tokio_rustls::rustls::ClientConfig> {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        if trust {
+            roots
+                .add(
+                    rustls::pki_types::CertificateDer::from_pem_slice(include_bytes!(
+                        "testdata/rtsps_cert.pem"
+                    ))
+                    .unwrap(),
+                )
+                .unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    }
+
+    /// A loopback TLS listener with the test certificate; the accepted connection (as an
+    /// RTSP `Connection` on the server side), or the handshake's error.
+    async fn rtsps_listener(
+        ip: &str,
+    ) -> (
+        u16,
+        tokio::task::JoinHandle<Result<crate::tokio::Connection, std::io::Error>>,
+    ) {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let acceptor = tokio_rustls::TlsAcceptor::from(rtsps_server_config());
+        let accept = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await?;
+            let tls = acceptor.accept(tcp).await?;
+            crate::tokio::Connection::from_tls(tokio_rustls::TlsStream::Server(tls))
+        });
+        (port, accept)
+    }
+
+    /// `rtsp` and `rtsps` URLs: default ports 554 and 322, an explicit port kept, and an
+    /// `rtsps` URL without a TLS configuration refused naming `tls_config`.
+    #[test]
+    fn rtsps_urls() {
+        let plain = SessionOptions::default();
+        let tls = SessionOptions::default().tls_config(rtsps_client_config(false));
+        let check = |url: &str, o: &SessionOptions| {
+            let url = Url::parse(url).unwrap();
+            RtspConnection::validate_url(&url, o, false)
+                .map(|to| (to.host.to_string(), to.port, to.tls.is_some()))
+        };
+        assert_eq!(
+            check("rtsp://cam/x", &plain),
+            Ok(("cam".into(), 554, false))
+        );
+        // A TLS configuration is not used for rtsp://.
+        assert_eq!(check("rtsp://cam/x", &tls), Ok(("cam".into(), 554, false)));
+        assert_eq!(check("rtsps://cam/x", &tls), Ok(("cam".into(), 322, true)));
+        assert_eq!(
+            check("rtsps://[::1]:8322/x", &tls),
+            Ok(("[::1]".into(), 8322, true))
+        );
+        let e = check("rtsps://cam/x", &plain).unwrap_err();
+        assert!(e.contains("tls_config"), "{e}");
+        let e = check("http://cam/x", &tls).unwrap_err();
+        assert!(e.contains("rtsp and rtsps"), "{e}");
+        assert!(check("rtsps://u:p@cam/x", &tls).is_err());
+        // A TEARDOWN's fresh connection for a TLS session: TLS, whatever the scheme.
+        let forced = |url: &str| {
+            let url = Url::parse(url).unwrap();
+            RtspConnection::validate_url(&url, &tls, true)
+                .map(|to| (to.host.to_string(), to.port, to.tls.is_some()))
+        };
+        assert_eq!(forced("rtsp://cam/x"), Ok(("cam".into(), 322, true)));
+        assert_eq!(forced("rtsp://cam:8554/x"), Ok(("cam".into(), 8554, true)));
+    }
+
+    /// A session over TLS: DESCRIBE, a UDP SETUP refused without a word to the server, a
+    /// TCP SETUP, PLAY, then 300 interleaved RTP packets of 1000 bytes (several times the
+    /// 64 KiB read ring, so it wraps) arrive whole and in order. The server's certificate is
+    /// checked against the URL's IP address (its IP SAN).
+    #[tokio::test]
+    async fn rtsps_session() {
+        init_logging();
+        let (port, accept) = rtsps_listener("127.0.0.1").await;
+        let url = Url::parse(&format!("rtsps://127.0.0.1:{port}/h264Preview_01_main")).unwrap();
+        let options = SessionOptions::default()
+            .tls_config(rtsps_client_config(true))
+            .teardown(TeardownPolicy::Never);
+        let client = tokio::spawn(Session::describe(url, options));
+        let mut server = accept.await.unwrap().unwrap();
+        req_response(
+            &mut server,
+            msg::Method::DESCRIBE,
+            response(include_bytes!("testdata/reolink_describe.txt")),
+        )
+        .await;
+        let mut session = client.await.unwrap().unwrap();
+        assert_eq!(session.streams().len(), 2);
+
+        let e = session
+            .setup(
+                0,
+                SetupOptions::default().transport(Transport::Udp(UdpTransportOptions::default())),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("UDP transport on an rtsps session"),
+            "{e}"
+        );
+
+        tokio::join!(
+            async {
+                session.setup(0, SetupOptions::default()).await.unwrap();
+            },
+            req_response(
+                &mut server,
+                msg::Method::SETUP,
+                response(include_bytes!("testdata/reolink_setup.txt"))
+            ),
+        );
+        let (session, _) = tokio::join!(
+            session.play(PlayOptions::default()),
+            req_response(
+                &mut server,
+                msg::Method::PLAY,
+                response(include_bytes!("testdata/reolink_play.txt"))
+            ),
+        );
+        let session = session.unwrap();
+        tokio::pin!(session);
+        const N: u16 = 300;
+        let payload = |i: u16| -> Vec<u8> { (0..1000).map(|j| (i as usize + j) as u8).collect() };
+        tokio::join!(
+            async {
+                for i in 0..N {
+                    match session.next().await {
+                        Some(Ok(PacketItem::Rtp(p))) => {
+                            assert_eq!(p.ssrc(), 0xdcc4a0d8);
+                            assert_eq!(p.sequence_number(), 0x41d4u16.wrapping_add(i));
+                            assert_eq!(p.payload(), &payload(i)[..], "packet {i}");
+                        }
+                        o => panic!("packet {i}: unexpected item: {o:#?}"),
+                    }
+                }
+            },
+            async {
+                for i in 0..N {
+                    let mut pkt = b"\x80\x60\x41\xd4\x00\x00\x00\x00\xdc\xc4\xa0\xd8".to_vec();
+                    pkt[2..4].copy_from_slice(&0x41d4u16.wrapping_add(i).to_be_bytes());
+                    pkt.extend_from_slice(&payload(i));
+                    server
+                        .send(OwnedMessage::Data {
+                            channel_id: 0,
+                            body: Bytes::from(pkt),
+                        })
+                        .await
+                        .unwrap();
+                }
+            },
+        );
+    }
+
+    /// A session over TLS whose connection is lost: its `TEARDOWN` (policy `Always`) goes
+    /// on a fresh connection over TLS too, although the server's `Content-Base` says
+    /// `rtsp://` (as GStreamer's RTSP server answers an `rtsps` DESCRIBE), so that its
+    /// credentials never go out in the clear.
+    #[tokio::test]
+    async fn rtsps_teardown_on_a_fresh_connection_is_tls() {
+        init_logging();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let acceptor = tokio_rustls::TlsAcceptor::from(rtsps_server_config());
+        let (conns_tx, mut conns) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                // A plain-text connection fails the handshake: the test sees no connection.
+                let tls = acceptor.accept(tcp).await.map(|t| {
+                    crate::tokio::Connection::from_tls(tokio_rustls::TlsStream::Server(t)).unwrap()
+                });
+                if conns_tx.send(tls).is_err() {
+                    return;
+                }
+            }
+        });
+        let describe = String::from_utf8(include_bytes!("testdata/reolink_describe.txt").to_vec())
+            .unwrap()
+            .replace(
+                "Content-Base: rtsp://192.168.5.206/",
+                &format!("Content-Base: rtsp://127.0.0.1:{port}/"),
+            );
+        let describe: &'static [u8] = Box::leak(describe.into_bytes().into_boxed_slice());
+        let url = Url::parse(&format!("rtsps://127.0.0.1:{port}/h264Preview_01_main")).unwrap();
+        let group = Arc::new(SessionGroup::default());
+        let options = SessionOptions::default()
+            .tls_config(rtsps_client_config(true))
+            .session_group(group.clone())
+            .teardown(TeardownPolicy::Always);
+        let client = tokio::spawn(Session::describe(url, options));
+        let mut server = conns.recv().await.unwrap().unwrap();
+        req_response(&mut server, msg::Method::DESCRIBE, response(describe)).await;
+        let mut session = client.await.unwrap().unwrap();
+        tokio::join!(
+            async {
+                session.setup(0, SetupOptions::default()).await.unwrap();
+            },
+            req_response(
+                &mut server,
+                msg::Method::SETUP,
+                response(include_bytes!("testdata/reolink_setup.txt"))
+            ),
+        );
+        let (session, _) = tokio::join!(
+            session.play(PlayOptions::default()),
+            req_response(
+                &mut server,
+                msg::Method::PLAY,
+                response(include_bytes!("testdata/reolink_play.txt"))
+            ),
+        );
+        let session = session.unwrap();
+        // The connection is lost; then the session is dropped.
+        drop(server);
+        drop(session);
+        let stale = group.stale_sessions();
+        assert_eq!(stale.num_sessions, 1);
+        let mut fresh = tokio::time::timeout(std::time::Duration::from_secs(10), conns.recv())
+            .await
+            .expect("a fresh connection for the TEARDOWN")
+            .unwrap()
+            .expect("over TLS");
+        tokio::join!(
+            group.await_stale_sessions(&stale),
+            req_response(
+                &mut fresh,
+                msg::Method::TEARDOWN,
+                response(include_bytes!("testdata/reolink_teardown.txt"))
+            ),
+        );
+        assert_eq!(group.stale_sessions().num_sessions, 0);
+    }
+
+    /// A server whose certificate the client's roots do not hold: DESCRIBE fails with a TLS
+    /// handshake error naming the certificate problem, before any request is sent.
+    #[tokio::test]
+    async fn rtsps_refuses_an_untrusted_certificate() {
+        init_logging();
+        let (port, accept) = rtsps_listener("127.0.0.1").await;
+        let url = Url::parse(&format!("rtsps://127.0.0.1:{port}/x")).unwrap();
+        let options = SessionOptions::default().tls_config(rtsps_client_config(false));
+        let e = Session::describe(url, options)
+            .await
+            .err()
+            .expect("a TLS handshake error")
+            .to_string();
+        assert!(
+            e.starts_with("TLS handshake with RTSP server failed: invalid peer certificate"),
+            "{e}"
+        );
+        assert!(e.contains("UnknownIssuer"), "{e}");
+        // The server saw the client's alert.
+        assert!(accept.await.unwrap().is_err());
+
+        // An address the certificate does not carry (127.0.0.2, also loopback) is refused
+        // even with the certificate trusted.
+        let (port, _accept) = rtsps_listener("127.0.0.2").await;
+        let url = Url::parse(&format!("rtsps://127.0.0.2:{port}/x")).unwrap();
+        let options = SessionOptions::default().tls_config(rtsps_client_config(true));
+        let e = Session::describe(url, options)
+            .await
+            .err()
+            .expect("a TLS handshake error")
+            .to_string();
+        assert!(
+            e.starts_with("TLS handshake with RTSP server failed: invalid peer certificate"),
+            "{e}"
+        );
+        assert!(e.contains("127.0.0.2"), "{e}");
     }
 }

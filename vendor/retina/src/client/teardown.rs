@@ -22,6 +22,7 @@ pub(super) async fn background_teardown(
     tool: Option<Tool>,
     session_id: Box<str>,
     just_try_once: bool,
+    tls: bool,
     options: SessionOptions,
     requested_auth: Option<http_auth::PasswordClient>,
     conn: Option<RtspConnection>,
@@ -40,6 +41,7 @@ pub(super) async fn background_teardown(
             tool,
             &session_id,
             just_try_once,
+            tls,
             &options,
             requested_auth,
             conn,
@@ -73,12 +75,16 @@ pub(super) async fn background_teardown(
 }
 
 /// Attempts `TEARDOWN` in a loop until success; caller should bound by session expiry.
+///
+/// `tls`: the session was over TLS, so fresh connections are too (whatever the scheme of
+/// `url`, the server's `Content-Base`).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn teardown_loop_forever(
     url: Url,
     tool: Option<Tool>,
     session_id: &str,
     just_try_once: bool,
+    tls: bool,
     options: &SessionOptions,
     mut requested_auth: Option<http_auth::PasswordClient>,
     mut conn: Option<RtspConnection>,
@@ -157,7 +163,7 @@ pub(super) async fn teardown_loop_forever(
             .as_mut()
             .reset(tokio::time::Instant::now() + timeout);
         let attempt = async {
-            let conn = RtspConnection::connect(&url).await?;
+            let conn = RtspConnection::connect_with(&url, options, tls).await?;
             attempt(&mut req, tool.as_ref(), options, &mut requested_auth, conn).await
         };
         tokio::select! {
