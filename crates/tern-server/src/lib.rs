@@ -24,6 +24,7 @@
 //! | `snapshot.rs` | cached snapshots and the event bus |
 //! | `limits.rs` | limits per client address |
 //! | `clock.rs` | wall-clock and NTP time for the threads (sans-IO code takes `now` instead) |
+//! | `drain.rs` | draining for an upgrade: no new sessions, open ones until they end or a deadline, then exit |
 //! | `directory.rs` | the streams: declared ones and those publishers make, in spare engine slots |
 //! | `admission.rs` | JWT and the admission webhook, close notifications |
 //! | `jwt.rs` | signed tokens: an app's keys (HS256 secret, PEM public key, JWKS fetched and refreshed) and the check of one token |
@@ -67,6 +68,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod directory;
+pub mod drain;
 pub mod feed;
 pub mod hls;
 pub mod http;

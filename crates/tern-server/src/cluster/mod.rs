@@ -479,6 +479,31 @@ impl Cluster {
         Some(n)
     }
 
+    /// For a draining node: the least-loaded other node that is not draining (counted as
+    /// sent there), whether or not routing is on; `None` when there is none or the
+    /// registry is not known.
+    pub fn route_away(&self) -> Option<NodeRecord> {
+        if !self.redis_up() {
+            return None;
+        }
+        let view = self.view();
+        let mut sent = self.sent.lock().ok()?;
+        // This node may still read as not draining until its next refresh.
+        let me = &self.cfg.node;
+        let others = View {
+            nodes: view
+                .nodes
+                .iter()
+                .filter(|n| &n.name != me)
+                .cloned()
+                .collect(),
+            origins: Default::default(),
+        };
+        let n = others.least_loaded(&sent)?.clone();
+        *sent.entry(n.name.clone()).or_default() += 1;
+        Some(n)
+    }
+
     /// Starts pulling `key` (engine stream `index`) from its origin unless a pull runs.
     pub fn start_pull(
         self: &Arc<Self>,

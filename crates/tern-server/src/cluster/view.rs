@@ -24,6 +24,10 @@ pub struct NodeRecord {
     pub cpu: f64,
     /// tern version.
     pub version: String,
+    /// Draining for an upgrade (`POST /v1/drain`): routing sends it no viewer. Absent in
+    /// the records of older nodes (false).
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// The registry and origin map at one moment. Immutable once built; replaced whole when a
@@ -45,7 +49,7 @@ impl View {
     /// The least-loaded node: fewest viewers (the registry's count plus `sent`, the viewers
     /// this node sent there since the registry was read), then least egress, then name.
     pub fn least_loaded(&self, sent: &HashMap<String, u64>) -> Option<&NodeRecord> {
-        self.nodes.iter().min_by(|a, b| {
+        self.nodes.iter().filter(|n| !n.draining).min_by(|a, b| {
             let load = |n: &NodeRecord| n.viewers + sent.get(&n.name).copied().unwrap_or(0);
             load(a)
                 .cmp(&load(b))
@@ -69,6 +73,7 @@ mod tests {
             egress_bps: egress,
             cpu: 0.0,
             version: String::new(),
+            draining: false,
         }
     }
 
@@ -86,6 +91,31 @@ mod tests {
         };
         assert_eq!(v2.least_loaded(&none).map(|n| n.name.as_str()), Some("a"));
         assert!(View::default().least_loaded(&none).is_none());
+    }
+
+    #[test]
+    fn a_draining_node_is_never_chosen() {
+        let mut busy = node("busy", 50, 0);
+        let mut idle = node("idle", 0, 0);
+        idle.draining = true;
+        let v = View {
+            nodes: vec![busy.clone(), idle],
+            origins: BTreeMap::new(),
+        };
+        let none = HashMap::new();
+        assert_eq!(v.least_loaded(&none).map(|n| n.name.as_str()), Some("busy"));
+        busy.draining = true;
+        let all = View {
+            nodes: vec![busy],
+            origins: BTreeMap::new(),
+        };
+        assert!(all.least_loaded(&none).is_none(), "every node drains");
+        // An older node's record (no `draining`) reads as not draining.
+        let old: NodeRecord = serde_json::from_str(
+            r#"{"name":"o","url":"http://o","media":"","viewers":0,"publishers":0,"egress_bps":0,"cpu":0.0,"version":"0.1.0"}"#,
+        )
+        .expect("an older record parses");
+        assert!(!old.draining);
     }
 
     #[test]

@@ -547,7 +547,7 @@ mod tests {
             (
                 "[[app]]\nname = \"c\"\n[[app.source]]\nstream = \"d\"\nurl = \"http://h/x\"\n",
                 "app[0].source[0].url",
-                "must start with rtsp://",
+                "must start with rtsp:// or rtsps://",
             ),
             (
                 "[[app]]\nname = \"a\"\n[[app]]\nname = \"b\"\nstreams = [\"ok\", \"no/slash\"]\n",

@@ -54,7 +54,7 @@ pub use hls::HlsSection;
 pub use limits::LimitsSection;
 pub use record::RecordConfig;
 pub use server::{
-    DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_WORKERS, ServerConfig, parse_rtmp,
+    DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_DRAIN_S, MAX_WORKERS, ServerConfig, parse_rtmp,
     parse_srt,
 };
 pub use source::{SourceConfig, SourceTransport, redact_url};

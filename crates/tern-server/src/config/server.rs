@@ -21,6 +21,9 @@ pub const DEFAULT_RTMP: &str = "0.0.0.0:1935";
 /// encoders' SRT presets name).
 pub const DEFAULT_SRT: &str = "0.0.0.0:8890";
 
+/// Longest drain (`server.shutdown_drain_s`, `POST /v1/drain`'s `deadline_s`): a day.
+pub const MAX_DRAIN_S: u64 = 86_400;
+
 /// Default `publisher_connect_timeout` and `publisher_timeout`, seconds. 10: ICE and DTLS take
 /// well under a second on any working path (a WHIP client retransmits its checks every
 /// 50-500 ms), and an encoder sends dozens of packets a second, so 10 s of nothing is a dead
@@ -96,6 +99,10 @@ pub struct ServerConfig {
     /// private CA, or a service's self-signed certificate. Read at start; a file that does
     /// not load stops start-up. Default: none, the system's roots alone.
     pub ca_file: Option<PathBuf>,
+    /// Seconds SIGTERM drains the node before it exits: no new publishers or viewers, open
+    /// sessions go on until they end or this many seconds pass (`POST /v1/drain` does the
+    /// same on demand). Default 0: SIGTERM stops at once. At most 86400.
+    pub shutdown_drain_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -119,6 +126,7 @@ impl Default for ServerConfig {
             redirect_http: false,
             trusted_proxies: Vec::new(),
             ca_file: None,
+            shutdown_drain_s: 0,
         }
     }
 }
@@ -158,6 +166,12 @@ impl ServerConfig {
                     "must be between 1 and 300 (seconds)",
                 ));
             }
+        }
+        if self.shutdown_drain_s > MAX_DRAIN_S {
+            return Err(ConfigError::invalid(
+                "server.shutdown_drain_s",
+                format!("must be between 0 and {MAX_DRAIN_S} (seconds)"),
+            ));
         }
         for (i, s) in self.trusted_proxies.iter().enumerate() {
             if let Err(e) = s.parse::<Cidr>() {
@@ -409,7 +423,7 @@ mod tests {
     #[test]
     fn names_the_bad_key() {
         type Breaker = fn(&mut ServerConfig);
-        let cases: [(Breaker, &str, &str); 7] = [
+        let cases: [(Breaker, &str, &str); 8] = [
             (
                 |s| s.worker_count = 0,
                 "server.worker_count",
@@ -439,6 +453,11 @@ mod tests {
                 |s| s.publisher_timeout = 301,
                 "server.publisher_timeout",
                 "must be between 1 and 300 (seconds)",
+            ),
+            (
+                |s| s.shutdown_drain_s = 86_401,
+                "server.shutdown_drain_s",
+                "must be between 0 and 86400 (seconds)",
             ),
             (
                 |s| s.publisher_timeout = 0,

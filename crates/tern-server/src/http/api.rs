@@ -244,6 +244,58 @@ fn set_layer(st: &AppState, id: &str, rid: Option<&str>) -> Result<Response, Htt
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The body of `POST /v1/drain`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    /// Seconds open sessions get before the process exits.
+    deadline_s: Option<u64>,
+    /// `true`: stop draining.
+    #[serde(default)]
+    cancel: bool,
+}
+
+/// What a drain says of itself: its state, the deadline left and the sessions open.
+fn drain_json(st: &AppState) -> String {
+    let sessions = st.sessions();
+    match st.drain.left() {
+        Some(left) => serde_json::json!({
+            "status": "draining",
+            "deadline_s": left.as_secs(),
+            "sessions": sessions,
+        }),
+        None => serde_json::json!({"status": "ok", "sessions": sessions}),
+    }
+    .to_string()
+}
+
+/// `POST /v1/drain` `{"deadline_s": N}`: drain the node for an upgrade ([`crate::drain`]):
+/// `202` with the state; a second call moves the deadline. `{"cancel": true}` takes the node
+/// back: `200`. `400` for any other body.
+pub(super) async fn drain(
+    State(st): State<Arc<AppState>>,
+    body: axum::body::Bytes,
+) -> Result<Response, HttpError> {
+    let max = crate::config::MAX_DRAIN_S;
+    let rule = format!(
+        "body must be JSON {{\"deadline_s\": N}} (0 to {max} seconds) or {{\"cancel\": true}}"
+    );
+    let b = serde_json::from_slice::<DrainBody>(&body)
+        .map_err(|e| HttpError::BadRequest(format!("{rule}: {e}")))?;
+    match (b.cancel, b.deadline_s) {
+        (true, None) => {
+            st.drain.cancel();
+            Ok(json(StatusCode::OK, drain_json(&st)))
+        }
+        (false, Some(n)) if n <= max => {
+            st.drain
+                .start(std::time::Duration::from_secs(n), st.sessions());
+            Ok(json(StatusCode::ACCEPTED, drain_json(&st)))
+        }
+        _ => Err(HttpError::BadRequest(rule)),
+    }
+}
+
 /// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.
 pub(super) async fn cluster(State(st): State<Arc<AppState>>) -> Result<Response, HttpError> {
     Ok(json(

@@ -105,11 +105,13 @@ fn record(st: &AppState, egress_bps: u64, cpu: f64) -> NodeRecord {
         egress_bps,
         cpu,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        draining: st.drain.is_draining(),
     }
 }
 
 /// WHEP routing: with `cluster.redirect`, a viewer's POST goes to the least-loaded live
-/// node (`307`, the method and body kept) unless that is this node, the request comes
+/// node that is not draining (`307`, the method and body kept; a draining node redirects
+/// whether or not `cluster.redirect` is on) unless that is this node, the request comes
 /// from a node (`node`, [`AppState::is_node_request`]), or a redirect already chose this node (`tern_node` in the query).
 pub(super) fn redirect(
     st: &AppState,
@@ -128,7 +130,13 @@ pub(super) fn redirect(
     if routed {
         return None;
     }
-    let target = c.route()?;
+    // A draining node sends new viewers to one that is not (with no such node, or routed
+    // here already, the request goes on to be refused with 503).
+    let target = if st.drain.is_draining() {
+        c.route_away()?
+    } else {
+        c.route()?
+    };
     if target.name == c.config().node {
         return None;
     }

@@ -94,6 +94,7 @@ fn refusal_wire(r: &Refusal) -> Wire {
         Refusal::NotLive(_) => Wire::retry(S::CONFLICT, "5"),
         Refusal::Capacity => Wire::retry(S::SERVICE_UNAVAILABLE, "1"),
         Refusal::PullFailed(_) => Wire::retry(S::SERVICE_UNAVAILABLE, "2"),
+        Refusal::Draining => Wire::retry(S::SERVICE_UNAVAILABLE, "5"),
     }
 }
 

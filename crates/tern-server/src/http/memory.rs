@@ -141,14 +141,21 @@ pub(super) async fn stats_current(State(st): State<Arc<AppState>>) -> Response {
 /// viewer and publisher sessions it holds (the counters `/v1/stats/current` reads:
 /// `totalConnections` plus `publishers`). For load balancers, orchestrators and the
 /// container image's `HEALTHCHECK` (`tern health`); outside the API token, like the stats.
-/// Issue 53 adds `503 {"status": "draining", ...}` for a server that is draining.
+/// A draining node ([`crate::drain`]) answers `503 {"status": "draining", "sessions": N,
+/// "deadline_s": S}`, so that a load balancer moves on.
 pub(super) async fn health(State(st): State<Arc<AppState>>) -> Response {
-    let s = &st.engine.stats;
-    let sessions = s.viewers.load(Ordering::Relaxed) + s.publishers.load(Ordering::Relaxed);
-    json(
-        StatusCode::OK,
-        serde_json::json!({"status": "ok", "sessions": sessions}).to_string(),
-    )
+    let sessions = st.sessions();
+    match st.drain.left() {
+        Some(left) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "draining", "sessions": sessions, "deadline_s": left.as_secs()})
+                .to_string(),
+        ),
+        None => json(
+            StatusCode::OK,
+            serde_json::json!({"status": "ok", "sessions": sessions}).to_string(),
+        ),
+    }
 }
 
 /// One session's line of the per-session memory report.

@@ -128,10 +128,27 @@ pub fn openapi_doc() -> serde_json::Value {
             "304": status("not modified (ETag)")}}});
     doc["paths"]["/v1/health"] = json!({"get": {
         "summary": "Health probe (no API token): {\"status\": \"ok\", \"sessions\": N}, N the viewer and publisher sessions held",
-        "responses": {"200": ok_json("serving")}}});
+        "responses": {"200": ok_json("serving"),
+            "503": ok_json("draining: {\"status\": \"draining\", \"sessions\": N, \"deadline_s\": S}")}}});
     recordings(&mut doc["paths"]);
     thumbnail(&mut doc["paths"]);
+    drain(&mut doc["paths"]);
     doc
+}
+
+/// `POST /v1/drain` (`api.rs`), added apart for the `json!` recursion limit.
+fn drain(paths: &mut serde_json::Value) {
+    use serde_json::json;
+    let status = |what: &str| json!({"description": what});
+    paths["/v1/drain"] = json!({"post": {
+        "summary": "Drain the node for an upgrade: no new publishers or viewers (503, or 307 to a node that is not draining in a cluster), /v1/health answers 503, open sessions go on until they end or the deadline, then the process exits 0; {\"cancel\": true} takes the node back",
+        "security": [{"bearer": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
+            "properties": {"deadline_s": {"type": "integer", "minimum": 0, "maximum": 86400, "description": "seconds open sessions get"},
+                "cancel": {"type": "boolean", "description": "true: stop draining"}}}}}},
+        "responses": {"202": {"description": "draining: {\"status\": \"draining\", \"deadline_s\": S, \"sessions\": N}", "content": {"application/json": {}}},
+            "200": {"description": "cancelled: {\"status\": \"ok\", \"sessions\": N}", "content": {"application/json": {}}},
+            "400": status("neither {\"deadline_s\": N} nor {\"cancel\": true}"), "401": status("API token required")}}});
 }
 
 /// `thumb.jpg` (`thumb.rs`), added apart for the `json!` recursion limit.

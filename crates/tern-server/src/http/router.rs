@@ -60,6 +60,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/publishers", get(api::publishers))
         .route("/v1/cluster", get(api::cluster))
+        .route("/v1/drain", post(api::drain))
         .route("/v1/turn/allocations", get(api::allocations))
         .route("/v1/turn/allocations/{id}", get(api::allocation))
         .route("/v1/events", get(api::events))

@@ -195,6 +195,7 @@ pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
         stop,
         task: Some(task),
         cluster: core.cluster.clone(),
+        core: core.clone(),
     }
 }
 
@@ -236,16 +237,33 @@ pub struct Serving {
     task: Option<JoinHandle<io::Result<()>>>,
     /// The node's cluster part, whose report runs on this runtime.
     cluster: Option<Arc<Cluster>>,
+    /// The session layer, for a drain: its state and the sessions it waits out.
+    core: Arc<Core>,
 }
 
 impl Serving {
-    /// Waits for SIGINT or SIGTERM (then `None`), or for the server to end by itself,
-    /// which only a failed listener makes it do (then `Some` with the task's outcome).
+    /// Waits for SIGINT or SIGTERM, or for a drain to run its course (`POST /v1/drain`):
+    /// then `None`. With `server.shutdown_drain_s`, SIGTERM first drains the node for that
+    /// long (a second signal stops at once). `Some` with the task's outcome if the server
+    /// ended by itself, which only a failed listener makes it do.
     pub fn until_signal(&mut self) -> Option<Result<io::Result<()>, JoinError>> {
         let task = self.task.as_mut()?;
+        let core = self.core.clone();
+        let drain_s = core.config.server.shutdown_drain_s;
         let ended = self.rt.block_on(async {
+            let sessions = || core.sessions();
             tokio::select! {
-                () = shutdown_signal() => None,
+                () = shutdown_signal() => {
+                    if drain_s > 0 {
+                        core.drain.start(Duration::from_secs(drain_s), core.sessions());
+                        tokio::select! {
+                            () = core.drain.done(sessions) => {},
+                            () = shutdown_signal() => info!("second signal: stopping without waiting for the drain"),
+                        }
+                    }
+                    None
+                }
+                () = core.drain.done(sessions) => None,
                 r = task => Some(r),
             }
         });
@@ -264,6 +282,7 @@ impl Serving {
             stop,
             task,
             cluster,
+            ..
         } = self;
         let _ = stop.send(());
         if let Some(task) = task {

@@ -69,6 +69,11 @@ pub struct PlayGrant {
 impl Core {
     /// Step 1 of playing (see the module doc): the edge pull, the stream, its token.
     pub async fn begin_play(&self, mut ask: PlayAsk) -> Result<Play, Refusal> {
+        // A draining node takes no new viewer; an edge's pull of a stream published here
+        // still goes on, as the publisher does.
+        if !ask.from_node && self.drain.is_draining() {
+            return Err(Refusal::Draining);
+        }
         if !ask.from_node {
             self.pull(&ask.app, &ask.stream).await?;
         }

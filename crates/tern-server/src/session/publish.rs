@@ -66,6 +66,9 @@ impl Core {
     /// app's token. A surface with a request body to check (WHIP's offer) runs them first,
     /// then checks its body, then [`Core::admit_publish`].
     pub fn check_publish(&self, ask: &PublishAsk) -> Result<(), Refusal> {
+        if self.drain.is_draining() {
+            return Err(Refusal::Draining);
+        }
         self.may_publish(&ask.app, &ask.stream)?;
         self.check_app_token(&ask.app, ask.credentials.app_token.as_deref())
     }

@@ -62,4 +62,8 @@ pub enum Refusal {
     /// The media engine (or the runtime admission runs on) is not running.
     #[error("{0}")]
     Unavailable(&'static str),
+    /// The node is draining for an upgrade (`POST /v1/drain`, SIGTERM with
+    /// `server.shutdown_drain_s`): it takes no new sessions.
+    #[error("this server is draining (shutting down): it takes no new sessions; retry on another")]
+    Draining,
 }

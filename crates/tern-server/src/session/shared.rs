@@ -161,6 +161,8 @@ pub struct Core {
     pub pools: IngestPools,
     /// The parts' `/metrics` families, registered as they start.
     pub exposed: crate::metrics::Exposed,
+    /// Whether the node is draining for an upgrade ([`crate::drain`]).
+    pub drain: Arc<crate::drain::Drain>,
 }
 
 /// What the session layer asks of the pulled sources (implemented in `crate::rtsp`, which
@@ -231,6 +233,7 @@ impl Core {
             memory,
             pools,
             exposed,
+            drain: Arc::default(),
             record,
             thumbs,
             tap,
@@ -326,6 +329,13 @@ impl Core {
             Verdict::Allow { lifetime } => Ok((ask, lifetime)),
             Verdict::Deny { status, reason } => Err(Refusal::Denied { status, reason }),
         }
+    }
+
+    /// Sessions held: viewers and publishers (what `GET /v1/health` reports and a drain
+    /// waits out).
+    pub fn sessions(&self) -> u64 {
+        let s = &self.engine.stats;
+        (s.viewers.load(Ordering::Relaxed) + s.publishers.load(Ordering::Relaxed)) as u64
     }
 
     /// Room for one more viewer: under `tunables.max_viewers` viewers and

@@ -158,7 +158,7 @@ pub fn reject_code(r: &Refusal) -> RejectCode {
         Refusal::PublishedElsewhere { .. } | Refusal::Busy(_) | Refusal::Source(_) => {
             RejectCode::Conflict
         }
-        Refusal::Unavailable(_) => RejectCode::Unavailable,
+        Refusal::Unavailable(_) | Refusal::Draining => RejectCode::Unavailable,
         _ => RejectCode::BadRequest,
     }
 }

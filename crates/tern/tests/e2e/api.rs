@@ -55,9 +55,11 @@ fn status(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) 
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes()).expect("write");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split_whitespace()
+    // Bytes: a body need not be text (thumb.jpg).
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out)
+        .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)

@@ -547,3 +547,117 @@ fn redis_stopped_and_started() {
         "{log}"
     );
 }
+
+/// Drain (issue 53): with 20 viewers watching on edge b, `POST /v1/drain` on b sends new WHEP
+/// POSTs to a (`307`), a's registry marks b draining, b's 20 viewers play on without a loss,
+/// `/v1/health` on b says `draining` throughout, and b exits 0 at its deadline (its edge pull
+/// of a's stream is a session too, until its grace).
+#[test]
+fn a_draining_node_sends_new_viewers_away_and_keeps_its_own() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let redis = Redis::start();
+    let specs = ["a", "b"].map(|n| NodeSpec::new(n, redis.port));
+    let [a, b] = &specs;
+    let (_a_server, mut b_server) = (a.start(), b.start());
+    for s in &specs {
+        wait_cluster(s.http(), Duration::from_secs(10), "two nodes", |v| {
+            v["redis"] == "up" && node_names(v) == ["a", "b"]
+        });
+    }
+    let _ff = Ffmpeg::push(&format!("rtmp://{}/live/cam", a.rtmp()), 40);
+    wait_cluster(
+        b.http(),
+        Duration::from_secs(15),
+        "a claims live/cam",
+        |v| origin_of(v, "live/cam").as_deref() == Some("a"),
+    );
+    let bench = viewers(format!(
+        "-url {} -n 20 -cint 20 -life 12 -sint 60000 --json",
+        b.whep(true)
+    ));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(b.http(), "tern_viewers") < 20 {
+        assert!(Instant::now() < deadline, "20 viewers on b");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let r = common::http_post(
+        b.http(),
+        "/v1/drain",
+        "application/json",
+        b"{\"deadline_s\": 16}",
+    )
+    .expect("POST /v1/drain");
+    assert_eq!(r.status, 202, "{}", r.text());
+    let drained = Instant::now();
+    let health = |http| {
+        let r = http_get(http, "/v1/health").expect("GET /v1/health");
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("health JSON");
+        (
+            r.status,
+            v["status"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(health(b.http()), (503, "draining".to_string()));
+    assert_eq!(health(a.http()), (200, "ok".to_string()));
+
+    // A new viewer at b is sent to a.
+    let offer = common::whep_offer();
+    let r = common::http_post(
+        b.http(),
+        "/live/cam/whep",
+        "application/sdp",
+        offer.as_bytes(),
+    )
+    .expect("POST whep to b");
+    assert_eq!(r.status, 307, "{}", r.text());
+    let location = r.header("location").expect("Location");
+    assert!(
+        location.starts_with(&format!("http://{}/live/cam/whep", a.http())),
+        "{location}"
+    );
+    // a's registry shows b draining (b's next report, within a second or two), and a's
+    // routing then keeps new viewers.
+    wait_cluster(
+        a.http(),
+        Duration::from_secs(5),
+        "b draining in a's registry",
+        |v| {
+            v["nodes"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|n| n["name"] == "b" && n["draining"] == true))
+        },
+    );
+    let r = common::http_post(
+        a.http(),
+        "/live/cam/whep",
+        "application/sdp",
+        offer.as_bytes(),
+    )
+    .expect("POST whep to a");
+    assert_eq!(r.status, 201, "a serves a new viewer itself: {}", r.text());
+    if let Some(l) = r.header("location") {
+        let _ = common::http_request(a.http(), "DELETE", l, None, &[]);
+    }
+
+    // b's viewers play on to their end; b says draining until it exits 0 at its deadline.
+    let (o, text) = bench.join().expect("bench thread");
+    all_played(&o, &text, 20, 250);
+    if b_server.wait_exit(Duration::from_millis(100)).is_none() {
+        assert_eq!(health(b.http()).1, "draining");
+    }
+    let st = b_server
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("b still runs 20 s later; log:\n{}", b_server.log_tail(30)));
+    assert!(
+        st.success(),
+        "b exited {st}; log:\n{}",
+        b_server.log_tail(30)
+    );
+    let took = drained.elapsed();
+    assert!(
+        took < Duration::from_secs(19),
+        "b exited {took:?} after the drain began"
+    );
+    eprintln!("b exited 0 {took:?} after the drain began");
+}

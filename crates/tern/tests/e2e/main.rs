@@ -28,6 +28,7 @@ mod admission;
 mod api;
 mod bench;
 mod cluster;
+mod drain;
 mod gso;
 mod health;
 mod hls;

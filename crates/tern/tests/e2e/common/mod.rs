@@ -468,6 +468,26 @@ impl Child {
         }
     }
 
+    /// Waits up to `limit` for the process to exit by itself (a drain's end): its status,
+    /// or `None` if it still runs (then it is left running).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGKILL, and reap the process.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
