@@ -205,6 +205,9 @@ impl AppConfig {
         if !valid_name(&self.name) {
             return bad("name", NAME_RULE);
         }
+        if self.name == "v1" {
+            return bad("name", "\"v1\" is reserved: /v1/... is the management API");
+        }
         if self.jwt_secret.as_deref().is_some_and(str::is_empty) {
             return bad("jwt_secret", "must not be empty");
         }
@@ -533,6 +536,11 @@ mod tests {
                 "[[app]]\nname = \"a\"\n[[app]]\nname = \"a\"\n",
                 "app[1].name",
                 "duplicate app name",
+            ),
+            (
+                "[[app]]\nname = \"v1\"\n",
+                "app[0].name",
+                "\"v1\" is reserved: /v1/... is the management API",
             ),
             (
                 "[[app]]\nname = \"c\"\n[[app.source]]\nstream = \"d\"\nurl = \"rtsp://h/x\"\n[[app.source]]\nstream = \"d\"\nurl = \"rtsp://h/y\"\n",

@@ -244,6 +244,15 @@ fn set_layer(st: &AppState, id: &str, rid: Option<&str>) -> Result<Response, Htt
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// Any other path under `/v1/`: `404` with a JSON error (not the player page that
+/// `/{app}/{stream}` would serve).
+pub(super) async fn unknown(uri: axum::http::Uri) -> Response {
+    json(
+        StatusCode::NOT_FOUND,
+        serde_json::json!({"error": format!("no API route {}", uri.path())}).to_string(),
+    )
+}
+
 /// The body of `POST /v1/drain`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

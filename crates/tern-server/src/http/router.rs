@@ -14,7 +14,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, patch, post, put};
+use axum::routing::{any, delete, get, patch, post, put};
 
 use crate::http::error::HttpError;
 use crate::http::extract::bearer;
@@ -104,6 +104,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/stats/current", get(memory::stats_current))
         .route("/v1/health", get(memory::health))
         .route("/v1/openapi.json", get(openapi::openapi))
+        .route("/v1/{*rest}", any(api::unknown))
         .merge(guarded)
         .with_state(state);
     if trusted.is_empty() {
