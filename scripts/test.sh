@@ -57,7 +57,7 @@ FUZZ_FLAGS="--sanitizer none"
 
 ALL_STAGES=(deps fmt lib clippy test vendor fuzz-build fuzz browser ops soak)
 # Lines of a failed stage's log that the summary repeats.
-FAILURE_LINES='^test .* FAILED$|^not ok |panicked at|^error(\[E[0-9]+\])?:|^(Diff in|!! )|ERROR: libFuzzer|^SUMMARY: |^(Base64|artifact_prefix|Test unit written to)|^fuzz targets that failed|FAIL|^    [A-Za-z_0-9:]+$'
+FAILURE_LINES='^test .* FAILED$|^ *not ok |panicked at|^error(\[E[0-9]+\])?:|^(Diff in|!! )|ERROR: libFuzzer|^SUMMARY: |^(Base64|artifact_prefix|Test unit written to)|^fuzz targets that failed|FAIL|^    [A-Za-z_0-9:]+$'
 
 fuzz_targets() {
     local f
@@ -343,7 +343,15 @@ for s in "${ALL_STAGES[@]}"; do
         failed=$((failed + 1))
         # What failed, in the words of the tools (cargo test, node --test, libFuzzer, the
         # stage's own messages): at most 40 lines, each cut at 300 characters.
-        grep -E "$FAILURE_LINES" "$STAGE_LOGS/$s" | cut -c1-300 | head -40 | sed 's/^/    /'
+        # node --test gives an assertion's message under `error:` (on that line, or on the
+        # next ones after `error: |-`): those lines too, the first of a block's.
+        # (The pattern comes through the environment: `awk -v` would read its backslashes.)
+        FAILURE_LINES="$FAILURE_LINES" awk '
+            BEGIN { re = ENVIRON["FAILURE_LINES"] }
+            $0 ~ re { print; next }
+            /^ +error: / { print; if ($0 ~ /error: [|>]-?$/) more = 2; next }
+            more > 0 { print; more-- }
+        ' "$STAGE_LOGS/$s" | cut -c1-300 | head -40 | sed 's/^/    /'
     fi
 done
 rm -rf "$STAGE_LOGS"
