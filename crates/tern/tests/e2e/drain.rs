@@ -14,6 +14,18 @@ use crate::common;
 use common::bench::viewers;
 use common::{Child, config_file, http_get, http_post, whep_offer};
 
+/// `tern demo` with the config file `toml` (named `name`), a process of its own.
+fn demo(name: &str, toml: &str) -> Child {
+    let cfg = config_file(name, toml);
+    Child::start(&[
+        "demo",
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--candidate",
+        "127.0.0.1",
+    ])
+}
+
 fn health(server: &Child) -> (u16, Value) {
     let r = http_get(server.http, "/v1/health").expect("GET /v1/health");
     (
@@ -47,24 +59,25 @@ fn wait_sessions(server: &Child, n: u64) {
     }
 }
 
-#[test]
-fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
-    let cfg = config_file("drain", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
-    let mut server = Child::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("utf-8"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
-    let (status, h) = health(&server);
-    assert_eq!((status, h["status"].as_str()), (200, Some("ok")));
-    // One viewer for 8 s.
+/// One viewer of live/demo for `seconds`, connected when this returns.
+fn one_viewer(
+    server: &Child,
+    seconds: u32,
+) -> std::thread::JoinHandle<(tern_bench::Outcome, String)> {
     let run = viewers(format!(
-        "-url http://{}/live/demo/whep -n 1 -life 8 -sint 60000",
+        "-url http://{}/live/demo/whep -n 1 -life {seconds} -sint 60000",
         server.http
     ));
-    wait_sessions(&server, 1);
+    wait_sessions(server, 1);
+    run
+}
+
+#[test]
+fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
+    let mut server = demo("drain", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
+    let (status, h) = health(&server);
+    assert_eq!((status, h["status"].as_str()), (200, Some("ok")));
+    let run = one_viewer(&server, 8);
 
     for bad in [
         "{}",
@@ -145,20 +158,8 @@ fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
 
 #[test]
 fn sigterm_with_shutdown_drain_s_drains_until_the_deadline() {
-    let cfg = config_file("drain-sigterm", "[server]\nshutdown_drain_s = 3\n");
-    let mut server = Child::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("utf-8"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
-    // A viewer that would stay 20 s.
-    let run = viewers(format!(
-        "-url http://{}/live/demo/whep -n 1 -life 20 -sint 60000",
-        server.http
-    ));
-    wait_sessions(&server, 1);
+    let mut server = demo("drain-sigterm", "[server]\nshutdown_drain_s = 3\n");
+    let run = one_viewer(&server, 20);
     let pid = Pid::from_raw(i32::try_from(server.pid().expect("running")).expect("pid"));
     let t0 = Instant::now();
     kill(pid, Signal::SIGTERM).expect("SIGTERM");

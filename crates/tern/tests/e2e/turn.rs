@@ -318,29 +318,8 @@ fn allocation_flood_beyond_quota_is_refused_without_growing_memory() {
 fn whep_answer_links_carry_working_turn_credentials() {
     // The default policy: the relay reaches tern's media port, its one exception.
     let (server, turn) = turn_server("");
-    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
-        ice_ufrag: "abcd",
-        ice_pwd: "0123456789abcdefghijklmn",
-        fingerprint_sha256: &[7u8; 32],
-        video: true,
-        audio: true,
-        abs_capture_time: true,
-        all_video: false,
-    });
-    let r = common::http_post(
-        server.http,
-        "/live/demo/whep",
-        "application/sdp",
-        offer.as_bytes(),
-    )
-    .expect("POST whep");
-    assert_eq!(r.status, 201, "{}", r.text());
-    let links: Vec<&str> = r
-        .headers
-        .iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("link"))
-        .map(|(_, v)| v.as_str())
-        .collect();
+    let links = whep_links(&server);
+    let links: Vec<&str> = links.iter().map(String::as_str).collect();
     let port = turn.port();
     assert_eq!(links.len(), 3, "{links:?}");
     assert!(links[0].starts_with(&format!("<stun:127.0.0.1:{port}>; rel=\"ice-server\"")));
@@ -670,15 +649,7 @@ fn allocations_are_limited_per_client_address() {
 
 /// Link header values of a WHEP answer for `live/demo`.
 fn whep_links(server: &Child) -> Vec<String> {
-    let offer = tern_proto::sdp::write_offer(&tern_proto::sdp::OfferParams {
-        ice_ufrag: "abcd",
-        ice_pwd: "0123456789abcdefghijklmn",
-        fingerprint_sha256: &[7u8; 32],
-        video: true,
-        audio: true,
-        abs_capture_time: true,
-        all_video: false,
-    });
+    let offer = common::whep_offer();
     let r = common::http_post(
         server.http,
         "/live/demo/whep",
