@@ -32,9 +32,7 @@ fn per_call(n: u32, mut f: impl FnMut()) -> Duration {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let file = args
-        .next()
-        .expect("usage: thumbnail_cost FILE [N]");
+    let file = args.next().expect("usage: thumbnail_cost FILE [N]");
     let n: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
     let key = std::fs::read(&file).expect("read the keyframe");
     let still = thumbnail::decode(VideoCodec::H264, &key).expect("decode");

@@ -412,8 +412,8 @@ impl Server {
             Engine::start(&cfg, streams, dtls.clone(), pool, tap_tx)?;
         let candidates = cfg.server.candidates(cfg.server.media);
         let port = media_addr.port();
-        let tls = http::load_tls(&cfg.server, cfg.turn.tls_listen.is_some())
-            .map_err(ServeError::Tls)?;
+        let tls =
+            http::load_tls(&cfg.server, cfg.turn.tls_listen.is_some()).map_err(ServeError::Tls)?;
         let certs = tls.as_ref().map(http::Tls::store);
         let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats, certs)?.unzip();
         let turn_addr = turn.as_ref().map(|t| t.addr);

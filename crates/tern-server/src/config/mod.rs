@@ -54,8 +54,8 @@ pub use hls::HlsSection;
 pub use limits::LimitsSection;
 pub use record::RecordConfig;
 pub use server::{
-    DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_DRAIN_S, MAX_WORKERS, ServerConfig, parse_rtmp,
-    parse_srt,
+    DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_DRAIN_S, MAX_WORKERS, ServerConfig,
+    parse_rtmp, parse_srt,
 };
 pub use source::{SourceConfig, SourceTransport, redact_url};
 pub use tunables::{GsoMode, Tunables};

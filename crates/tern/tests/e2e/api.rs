@@ -317,7 +317,13 @@ fn an_unknown_api_path_is_a_json_404_not_the_player() {
         assert!(v["error"].as_str().is_some_and(|e| e.contains(path)), "{v}");
     }
     // The routes beside it still answer.
-    assert_eq!(http_get(server.http, "/v1/health").expect("GET").status, 200);
-    assert_eq!(http_get(server.http, "/live/demo").expect("GET").status, 200);
+    assert_eq!(
+        http_get(server.http, "/v1/health").expect("GET").status,
+        200
+    );
+    assert_eq!(
+        http_get(server.http, "/live/demo").expect("GET").status,
+        200
+    );
     server.stop();
 }
