@@ -265,6 +265,13 @@ impl AvPipeline {
         self.tap.on = on;
     }
 
+    /// Sends the current configurations again before the next samples (a packager that
+    /// started reading while samples were on missed them).
+    pub fn resend_configs(&mut self) {
+        self.tap.video_config_sent = false;
+        self.tap.audio_config_sent = false;
+    }
+
     /// What to do if the video has B-frames (default [`TranscodeMode::Auto`]).
     pub fn set_transcode(&mut self, mode: TranscodeMode) {
         self.reorder.mode = mode;

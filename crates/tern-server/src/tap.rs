@@ -74,6 +74,16 @@ impl MediaTap {
         self.subscribers.iter().any(|s| s.wanted(stream))
     }
 
+    /// Which subscribers want stream `stream`: bit `i` for the `i`th (at most 64).
+    pub fn wanting(&self, stream: usize) -> u64 {
+        self.subscribers
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, s)| s.wanted(stream))
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+
     /// A frame publisher's sample, to each subscriber that wants the stream.
     pub fn sample(&self, stream: usize, sample: &Sample) {
         for s in &self.subscribers {

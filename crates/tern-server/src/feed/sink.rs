@@ -33,6 +33,8 @@ pub struct FrameSink {
     watch: VideoWatch,
     held: Ledger,
     booking: Option<Booking>,
+    /// The subscribers that wanted the stream at the last tick ([`MediaTap::wanting`]).
+    wanting: u64,
 }
 
 impl FrameSink {
@@ -48,6 +50,7 @@ impl FrameSink {
             watch: VideoWatch::default(),
             held: Ledger::start(),
             booking: Some(Booking::open(pool.clone())),
+            wanting: 0,
         }
     }
 
@@ -61,6 +64,7 @@ impl FrameSink {
             watch: VideoWatch::default(),
             held: Ledger::start(),
             booking: None,
+            wanting: 0,
         }
     }
 
@@ -78,14 +82,22 @@ impl FrameSink {
         self.id
     }
 
-    /// Once per loop of the thread: samples on while a packager wants the stream, and the
+    /// Once per loop of the thread: samples on while a packager wants the stream (the
+    /// configurations sent again when one more starts to: it missed them), and the
     /// B-frame watch.
     pub fn tick(&mut self, av: &mut AvPipeline, now: Instant) {
         let Some(id) = self.id else {
             return;
         };
         self.watch.tick(&self.engine, av, now);
-        av.set_samples(self.tap.as_ref().is_some_and(|t| t.wanted(id.stream)));
+        let wanting = self.tap.as_ref().map_or(0, |t| t.wanting(id.stream));
+        av.set_samples(wanting != 0);
+        if self.wanting != 0 && wanting & !self.wanting != 0 {
+            // The others have them already: packagers take a configuration they hold as
+            // nothing new.
+            av.resend_configs();
+        }
+        self.wanting = wanting;
     }
 
     /// One event of the publisher's pipeline `av`. Packets wait for [`FrameSink::flush`];

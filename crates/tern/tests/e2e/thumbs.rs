@@ -172,3 +172,48 @@ fn thumbnails_go_through_the_play_admission() {
     assert_eq!(idle.status, 404, "{}", idle.text());
     server.stop();
 }
+
+/// Waits (≤ 20 s) until `key` plays over WHEP.
+fn wait_live(server: &Server, key: &str) {
+    let w = tern_bench::signal::Whep::new(
+        &format!("http://{}/{key}/whep", server.http),
+        Duration::from_secs(2),
+    );
+    let end = Instant::now() + Duration::from_secs(20);
+    while !w.live() {
+        assert!(Instant::now() < end, "{key} did not go live");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An RTMP publisher hands packagers its configurations when samples turn on; a packager
+/// that starts reading later must get them too: LL-HLS after a thumbnail (stream a), and a
+/// thumbnail (whose AVCC frames need the parameter sets) after LL-HLS (stream b).
+#[test]
+fn hls_and_thumbnails_of_an_rtmp_stream_in_either_order() {
+    let cfg = config_file("thumb-rtmp", "[[app]]\nname = \"live\"\n");
+    let (server, rtmp) = Server::serve_rtmp(&cfg);
+    let _a = common::Ffmpeg::push(&format!("rtmp://{rtmp}/live/a"), 40);
+    let _b = common::Ffmpeg::push(&format!("rtmp://{rtmp}/live/b"), 40);
+    wait_live(&server, "live/a");
+    wait_live(&server, "live/b");
+
+    let thumb = http_get(server.http, "/live/a/thumb.jpg").expect("GET thumb a");
+    assert_eq!(thumb.status, 200, "{}", thumb.text());
+    let hls = http_get(server.http, "/live/a/index.m3u8").expect("GET index a");
+    assert_eq!(hls.status, 200, "LL-HLS after a thumbnail: {}", hls.text());
+    assert!(hls.text().contains("#EXT-X-STREAM-INF"), "{}", hls.text());
+
+    let hls = http_get(server.http, "/live/b/index.m3u8").expect("GET index b");
+    assert_eq!(hls.status, 200, "{}", hls.text());
+    let thumb = http_get(server.http, "/live/b/thumb.jpg").expect("GET thumb b");
+    assert_eq!(
+        thumb.status,
+        200,
+        "a thumbnail after LL-HLS: {}",
+        thumb.text()
+    );
+    let (w, h) = jpeg_size("rtmp-b", &thumb.body);
+    assert!(w > 0 && h > 0);
+    server.stop();
+}
