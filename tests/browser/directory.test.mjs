@@ -252,14 +252,10 @@ describe('stream directory and player figures', { timeout: 240_000 }, () => {
     }
   });
 
-  // An RTMP (frame) publisher sends its codec configuration to the media tap once, when the
-  // first subscriber starts wanting the stream: a packager that joins later (here LL-HLS
-  // after the directory's thumbnails) never gets it, and index.m3u8 waits for a first part
-  // that never comes. Outside this test's files (feed/sink.rs, tern-rtc av.rs, tap.rs).
-  it('LL-HLS of an RTMP stream whose thumbnail was taken first', {
-    timeout: 30_000,
-    todo: 'the tap sends an RTMP publisher\'s configuration only to the first subscriber',
-  }, async () => {
+  // An RTMP (frame) publisher sends its codec configuration again when a packager joins the
+  // ones reading it (here LL-HLS after the directory's thumbnails): without that, index.m3u8
+  // waited for a first part that never came.
+  it('LL-HLS of an RTMP stream whose thumbnail was taken first', { timeout: 30_000 }, async () => {
     const thumb = await fetch(`${server.base}/live/lobby/thumb.jpg`);
     assert.equal(thumb.status, 200);
     const res = await fetch(`${server.base}/live/lobby/index.m3u8`, { signal: AbortSignal.timeout(10_000) });

@@ -73,8 +73,10 @@ pub fn openapi_doc() -> serde_json::Value {
             "/metrics": {"get": {"summary": "Prometheus metrics", "security": [{"bearer": []}],
                 "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {}}}, "401": status("API token required")}}},
             "/dashboard": {"get": {"summary": "Dashboard page", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
-            "/": {"get": {"summary": "Index page: the streams and their players", "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
-            "/{app}/{stream}": {"get": {"summary": "Player page", "parameters": [app, stream],
+            "/": {"get": {"summary": "Stream directory: a card per live stream (thumbnail, viewers, codec, resolution, bitrate), refreshed every 5 s; ?format=json gives its data (open, from counters and cached snapshots)",
+                "parameters": [{"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["json"]}, "description": "json: the directory's data"}],
+                "responses": {"200": {"description": "HTML, or JSON with ?format=json", "content": {"text/html": {}, "application/json": {}}}}}},
+            "/{app}/{stream}": {"get": {"summary": "Player page: WebRTC (WHEP), or LL-HLS with ?mode=hls (?mode=webrtc never falls back); ?layer=RID pins a simulcast layer; a figures line", "parameters": [app, stream],
                 "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}},
             "/{app}/{stream}/whep": {
                 "post": {"summary": "WHEP: SDP offer in, answer out", "parameters": [app, stream],
