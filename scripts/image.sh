@@ -6,7 +6,7 @@
 #                              Docker archive goes beside it (target/tern-image.docker.tar)
 #
 # Environment:
-#   TERN_BIN     the binary to package (default target/release/tern, built with
+#   TERN_BIN     the binary to package (default $CARGO_TARGET_DIR or target/, release/tern, built with
 #                `cargo build --release -p tern` when missing); stripped into the image only
 #   TERN_IMAGE   the image's name in local container storage (default localhost/tern:VERSION);
 #                it stays there after the build, for `podman run` on this machine
@@ -30,7 +30,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${1:-$ROOT/target/tern-image.oci.tar}
-BIN=${TERN_BIN:-$ROOT/target/release/tern}
+# The release build's directory: $CARGO_TARGET_DIR (absolute, or relative to the root) or
+# target/, as cargo decides.
+TARGET=${CARGO_TARGET_DIR:-target}
+case $TARGET in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
+BIN=${TERN_BIN:-$TARGET/release/tern}
 # The same image in Docker's archive format, which keeps the HEALTHCHECK.
 DOCKER_OUT=${OUT%.oci.tar}
 DOCKER_OUT=${DOCKER_OUT%.tar}.docker.tar

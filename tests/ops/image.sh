@@ -15,7 +15,7 @@
 #
 #   tests/ops/image.sh
 #
-# Environment: TERN_BIN (default target/release/tern, built by scripts/image.sh when
+# Environment: TERN_BIN (default $CARGO_TARGET_DIR or target/, release/tern, built by scripts/image.sh when
 # missing), TERN_PION_VIEWER (default tests/interop/pion-viewer/pion-viewer, which
 # scripts/install-deps.sh builds). Needs podman, buildah and runc (Debian packages) and
 # iproute2's ss. podman runs with runc and cgroupfs and lower rlimits: crun refuses this

@@ -2,7 +2,7 @@
 # The Grafana dashboard and the Prometheus rules against a running tern (issue 57, points 2
 # and 3):
 #
-#   tests/ops/prometheus.sh            (TERN_BIN=path/to/tern; default target/release/tern)
+#   tests/ops/prometheus.sh            (TERN_BIN=path/to/tern; default $CARGO_TARGET_DIR or target/, release/tern)
 #
 # 1. `promtool check rules` and `promtool test rules` on packaging/prometheus/.
 # 2. One `tern demo` on loopback (every port chosen by the kernel) with everything the
@@ -31,7 +31,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
-TERN=${TERN_BIN:-target/release/tern}
+TARGET=${CARGO_TARGET_DIR:-target}
+case $TARGET in /*) ;; *) TARGET=$REPO/$TARGET ;; esac
+TERN=${TERN_BIN:-$TARGET/release/tern}
 DASH=$REPO/packaging/grafana/tern.json
 RULES=$REPO/packaging/prometheus/tern-rules.yml
 RULES_TEST=$REPO/packaging/prometheus/tern-rules.test.yml
