@@ -7,7 +7,6 @@
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -19,7 +18,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// The node's drain state.
 #[derive(Debug)]
 pub struct Drain {
-    draining: AtomicBool,
+    /// The deadline while draining; `None` when not.
     deadline: Mutex<Option<Instant>>,
     /// Bumped at each start and cancel, for waiters.
     changed: watch::Sender<u64>,
@@ -28,7 +27,6 @@ pub struct Drain {
 impl Default for Drain {
     fn default() -> Self {
         Drain {
-            draining: AtomicBool::new(false),
             deadline: Mutex::new(None),
             changed: watch::Sender::new(0),
         }
@@ -38,15 +36,19 @@ impl Default for Drain {
 impl Drain {
     /// Whether the node is draining: new publishers and viewers are refused.
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.left().is_some()
     }
 
     /// Starts draining (or moves the deadline of a drain under way) with `deadline` from
     /// now; `sessions` open now, for the log.
     pub fn start(&self, deadline: Duration, sessions: u64) {
         let at = Instant::now() + deadline;
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
-        let was = self.draining.swap(true, Ordering::Relaxed);
+        let was = self
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(at)
+            .is_some();
         info!(
             deadline_s = deadline.as_secs(),
             sessions,
@@ -62,8 +64,12 @@ impl Drain {
 
     /// Stops draining: the node takes sessions again. Whether it was draining.
     pub fn cancel(&self) -> bool {
-        let was = self.draining.swap(false, Ordering::Relaxed);
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let was = self
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .is_some();
         if was {
             info!("drain cancelled: taking new sessions again");
         }
@@ -73,9 +79,6 @@ impl Drain {
 
     /// Time left to the deadline, while draining.
     pub fn left(&self) -> Option<Duration> {
-        if !self.is_draining() {
-            return None;
-        }
         self.deadline
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -87,8 +90,7 @@ impl Drain {
     pub async fn done(&self, sessions: impl Fn() -> u64) {
         let mut rx = self.changed.subscribe();
         loop {
-            if self.is_draining() {
-                let left = self.left().unwrap_or_default();
+            if let Some(left) = self.left() {
                 let n = sessions();
                 if n == 0 || left.is_zero() {
                     info!(
@@ -116,6 +118,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering;
 
     /// Real time, short: a drain's checks run every 250 ms.
     #[tokio::test]

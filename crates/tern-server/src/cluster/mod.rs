@@ -469,37 +469,29 @@ impl Cluster {
     /// The node a viewer's request should go to (least loaded; counted as sent there), or
     /// `None` when routing is off or the registry is not known.
     pub fn route(&self) -> Option<NodeRecord> {
-        if !self.cfg.redirect || !self.redis_up() {
+        if !self.cfg.redirect {
             return None;
         }
-        let view = self.view();
-        let mut sent = self.sent.lock().ok()?;
-        let n = view.least_loaded(&sent)?.clone();
-        *sent.entry(n.name.clone()).or_default() += 1;
-        Some(n)
+        self.pick(None)
     }
 
     /// For a draining node: the least-loaded other node that is not draining (counted as
     /// sent there), whether or not routing is on; `None` when there is none or the
     /// registry is not known.
     pub fn route_away(&self) -> Option<NodeRecord> {
+        // This node may still read as not draining until its next refresh.
+        self.pick(Some(&self.cfg.node))
+    }
+
+    /// The least-loaded node that is not draining nor `except`, counted as sent there;
+    /// `None` when Redis is down or there is none.
+    fn pick(&self, except: Option<&str>) -> Option<NodeRecord> {
         if !self.redis_up() {
             return None;
         }
         let view = self.view();
         let mut sent = self.sent.lock().ok()?;
-        // This node may still read as not draining until its next refresh.
-        let me = &self.cfg.node;
-        let others = View {
-            nodes: view
-                .nodes
-                .iter()
-                .filter(|n| &n.name != me)
-                .cloned()
-                .collect(),
-            origins: Default::default(),
-        };
-        let n = others.least_loaded(&sent)?.clone();
+        let n = view.least_loaded_except(&sent, except)?.clone();
         *sent.entry(n.name.clone()).or_default() += 1;
         Some(n)
     }

@@ -46,10 +46,24 @@ impl View {
         self.nodes.iter().find(|n| n.name == name)
     }
 
-    /// The least-loaded node: fewest viewers (the registry's count plus `sent`, the viewers
-    /// this node sent there since the registry was read), then least egress, then name.
+    /// The least-loaded node that is not draining: fewest viewers (the registry's count plus
+    /// `sent`, the viewers this node sent there since the registry was read), then least
+    /// egress, then name.
     pub fn least_loaded(&self, sent: &HashMap<String, u64>) -> Option<&NodeRecord> {
-        self.nodes.iter().filter(|n| !n.draining).min_by(|a, b| {
+        self.least_loaded_except(sent, None)
+    }
+
+    /// [`View::least_loaded`] leaving out the node named `except`.
+    pub fn least_loaded_except(
+        &self,
+        sent: &HashMap<String, u64>,
+        except: Option<&str>,
+    ) -> Option<&NodeRecord> {
+        let candidates = self
+            .nodes
+            .iter()
+            .filter(|n| !n.draining && Some(n.name.as_str()) != except);
+        candidates.min_by(|a, b| {
             let load = |n: &NodeRecord| n.viewers + sent.get(&n.name).copied().unwrap_or(0);
             load(a)
                 .cmp(&load(b))
@@ -110,6 +124,15 @@ mod tests {
             origins: BTreeMap::new(),
         };
         assert!(all.least_loaded(&none).is_none(), "every node drains");
+        let v = View {
+            nodes: vec![node("a", 0, 0), node("b", 9, 0)],
+            origins: BTreeMap::new(),
+        };
+        assert_eq!(
+            v.least_loaded_except(&none, Some("a"))
+                .map(|n| n.name.as_str()),
+            Some("b")
+        );
         // An older node's record (no `draining`) reads as not draining.
         let old: NodeRecord = serde_json::from_str(
             r#"{"name":"o","url":"http://o","media":"","viewers":0,"publishers":0,"egress_bps":0,"cpu":0.0,"version":"0.1.0"}"#,

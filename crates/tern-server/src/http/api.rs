@@ -264,18 +264,20 @@ struct DrainBody {
     cancel: bool,
 }
 
-/// What a drain says of itself: its state, the deadline left and the sessions open.
-fn drain_json(st: &AppState) -> String {
+/// The node's state as `/v1/drain` and `/v1/health` say it: whether it drains, and
+/// `{"status": "ok"|"draining", "sessions": N}` with `"deadline_s"` (the time left) while it
+/// drains.
+pub(super) fn drain_state(st: &AppState) -> (bool, String) {
     let sessions = st.sessions();
-    match st.drain.left() {
+    let v = match st.drain.left() {
         Some(left) => serde_json::json!({
             "status": "draining",
             "deadline_s": left.as_secs(),
             "sessions": sessions,
         }),
         None => serde_json::json!({"status": "ok", "sessions": sessions}),
-    }
-    .to_string()
+    };
+    (v["status"] == "draining", v.to_string())
 }
 
 /// `POST /v1/drain` `{"deadline_s": N}`: drain the node for an upgrade ([`crate::drain`]):
@@ -294,12 +296,12 @@ pub(super) async fn drain(
     match (b.cancel, b.deadline_s) {
         (true, None) => {
             st.drain.cancel();
-            Ok(json(StatusCode::OK, drain_json(&st)))
+            Ok(json(StatusCode::OK, drain_state(&st).1))
         }
         (false, Some(n)) if n <= max => {
             st.drain
                 .start(std::time::Duration::from_secs(n), st.sessions());
-            Ok(json(StatusCode::ACCEPTED, drain_json(&st)))
+            Ok(json(StatusCode::ACCEPTED, drain_state(&st).1))
         }
         _ => Err(HttpError::BadRequest(rule)),
     }

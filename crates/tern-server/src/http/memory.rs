@@ -144,18 +144,12 @@ pub(super) async fn stats_current(State(st): State<Arc<AppState>>) -> Response {
 /// A draining node ([`crate::drain`]) answers `503 {"status": "draining", "sessions": N,
 /// "deadline_s": S}`, so that a load balancer moves on.
 pub(super) async fn health(State(st): State<Arc<AppState>>) -> Response {
-    let sessions = st.sessions();
-    match st.drain.left() {
-        Some(left) => json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"status": "draining", "sessions": sessions, "deadline_s": left.as_secs()})
-                .to_string(),
-        ),
-        None => json(
-            StatusCode::OK,
-            serde_json::json!({"status": "ok", "sessions": sessions}).to_string(),
-        ),
-    }
+    let (draining, body) = super::api::drain_state(&st);
+    let status = match draining {
+        true => StatusCode::SERVICE_UNAVAILABLE,
+        false => StatusCode::OK,
+    };
+    json(status, body)
 }
 
 /// One session's line of the per-session memory report.

@@ -602,14 +602,7 @@ fn a_draining_node_sends_new_viewers_away_and_keeps_its_own() {
     assert_eq!(health(a.http()), (200, "ok".to_string()));
 
     // A new viewer at b is sent to a.
-    let offer = common::whep_offer();
-    let r = common::http_post(
-        b.http(),
-        "/live/cam/whep",
-        "application/sdp",
-        offer.as_bytes(),
-    )
-    .expect("POST whep to b");
+    let r = common::post_whep(b.http(), "/live/cam/whep");
     assert_eq!(r.status, 307, "{}", r.text());
     let location = r.header("location").expect("Location");
     assert!(
@@ -628,13 +621,7 @@ fn a_draining_node_sends_new_viewers_away_and_keeps_its_own() {
                 .is_some_and(|n| n.iter().any(|n| n["name"] == "b" && n["draining"] == true))
         },
     );
-    let r = common::http_post(
-        a.http(),
-        "/live/cam/whep",
-        "application/sdp",
-        offer.as_bytes(),
-    )
-    .expect("POST whep to a");
+    let r = common::post_whep(a.http(), "/live/cam/whep");
     assert_eq!(r.status, 201, "a serves a new viewer itself: {}", r.text());
     if let Some(l) = r.header("location") {
         let _ = common::http_request(a.http(), "DELETE", l, None, &[]);

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::common;
 use common::bench::viewers;
-use common::{Child, config_file, http_get, http_post, whep_offer};
+use common::{Child, config_file, http_get, http_post, post_whep};
 
 /// `tern demo` with the config file `toml` (named `name`), a process of its own.
 fn demo(name: &str, toml: &str) -> Child {
@@ -99,14 +99,7 @@ fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
     );
 
     // New viewers and publishers are refused while it drains.
-    let offer = whep_offer();
-    let r = http_post(
-        server.http,
-        "/live/demo/whep",
-        "application/sdp",
-        offer.as_bytes(),
-    )
-    .expect("POST whep");
+    let r = post_whep(server.http, "/live/demo/whep");
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.header("retry-after").is_some());
     assert!(r.text().contains("draining"), "{}", r.text());
@@ -124,13 +117,7 @@ fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
     let (status, d) = drain(&server, "{\"cancel\": true}");
     assert_eq!((status, d["status"].as_str()), (200, Some("ok")), "{d}");
     assert_eq!(health(&server).0, 200);
-    let r = http_post(
-        server.http,
-        "/live/demo/whep",
-        "application/sdp",
-        offer.as_bytes(),
-    )
-    .expect("POST whep");
+    let r = post_whep(server.http, "/live/demo/whep");
     assert_eq!(r.status, 201, "{}", r.text());
     let location = r.header("location").expect("Location").to_string();
     let r = common::http_request(server.http, "DELETE", &location, None, &[]).expect("DELETE");

@@ -106,17 +106,7 @@ fn an_https_webhook_is_trusted_through_ca_file_and_an_untrusted_one_is_an_error(
 
     // A ca_file that is not a certificate bundle stops the start, naming the key.
     std::fs::write(&ca, "not a certificate\n").expect("write");
-    let opts = tern_server::ServeOptions {
-        config: Some(cfg.clone()),
-        http: Some("127.0.0.1:0".parse().expect("addr")),
-        media: Some("127.0.0.1:0".parse().expect("addr")),
-        ..Default::default()
-    };
-    let c = tern_server::load_config(&opts).expect("the config itself is valid");
-    let e = tern_server::Server::start(c, &opts)
-        .err()
-        .expect("a bad ca_file stops the start")
-        .to_string();
+    let e = Server::start_error(&cfg);
     assert!(
         e.starts_with("config key `server.ca_file`: ") && e.contains("holds no CERTIFICATE"),
         "{e}"

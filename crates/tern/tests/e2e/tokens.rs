@@ -362,17 +362,7 @@ fn a_pem_public_key_admits_its_family_and_refuses_key_confusion() {
         "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
     )
     .expect("write");
-    let opts = tern_server::ServeOptions {
-        config: Some(cfg.clone()),
-        http: Some("127.0.0.1:0".parse().expect("addr")),
-        media: Some("127.0.0.1:0".parse().expect("addr")),
-        ..Default::default()
-    };
-    let c = tern_server::load_config(&opts).expect("the config itself is valid");
-    let e = tern_server::Server::start(c, &opts)
-        .err()
-        .expect("a bad key stops the start")
-        .to_string();
+    let e = Server::start_error(&cfg);
     assert!(e.starts_with("config key `app[0].jwt_public_key`: "), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -649,14 +649,7 @@ fn allocations_are_limited_per_client_address() {
 
 /// Link header values of a WHEP answer for `live/demo`.
 fn whep_links(server: &Child) -> Vec<String> {
-    let offer = common::whep_offer();
-    let r = common::http_post(
-        server.http,
-        "/live/demo/whep",
-        "application/sdp",
-        offer.as_bytes(),
-    )
-    .expect("POST whep");
+    let r = common::post_whep(server.http, "/live/demo/whep");
     assert_eq!(r.status, 201, "{}", r.text());
     r.headers
         .iter()

@@ -747,6 +747,11 @@ pub fn whep_offer() -> String {
     whep_offer_with(false)
 }
 
+/// `POST path` with a [`whep_offer`] (H264 and Opus) as `application/sdp`.
+pub fn post_whep(addr: SocketAddr, path: &str) -> HttpResponse {
+    http_post(addr, path, "application/sdp", whep_offer().as_bytes()).expect("POST whep")
+}
+
 /// [`whep_offer`], offering every video codec tern takes when `all_video` (as
 /// `tern bench --all-video`), else H264 only.
 pub fn whep_offer_with(all_video: bool) -> String {

@@ -157,6 +157,23 @@ impl Server {
         }
     }
 
+    /// Why `tern serve --config CONFIG` on loopback ports does not start: the error
+    /// [`tern_server::Server::start`] gives for a config file that loads (a key whose file
+    /// does not, say). Panics if it starts.
+    pub fn start_error(config: &std::path::Path) -> String {
+        let opts = ServeOptions {
+            config: Some(config.to_path_buf()),
+            http: Some(ANY.parse().expect("addr")),
+            media: Some(ANY.parse().expect("addr")),
+            ..Default::default()
+        };
+        let cfg = tern_server::load_config(&opts).expect("the config itself is valid");
+        match tern_server::Server::start(cfg, &opts) {
+            Ok(_) => panic!("tern started with {}", config.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+
     /// A note that the log is in the test's output: an in-process server has no log of its
     /// own (for failure messages only; a test that reads the log runs a [`Child`](super::Child)).
     pub fn log_tail(&self, _n: usize) -> String {
