@@ -21,8 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
+use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::{debug, warn};
@@ -31,7 +30,7 @@ use crate::config::{AdmissionConfig, AppConfig, ConfigError};
 pub use crate::jwt::Claims;
 use crate::jwt::{Jwks, JwksMetrics, Jwt, Keys, PublicKey, Wanted};
 use crate::metrics::{Expose, Exposed, Exposition, Kind};
-use crate::outbound::{HttpsClient, Outbound, error_chain};
+use crate::outbound::{HttpsClient, Outbound, error_chain, post_json};
 use crate::snapshot::{Event, EventKind, SnapshotRef};
 
 /// What a session wants to do.
@@ -418,7 +417,7 @@ impl Admission {
         let stats = self.stats.clone();
         tokio::spawn(async move {
             while let Some(n) = rx.recv().await {
-                let req = request(&n.uri, n.body);
+                let req = post_json(&n.uri, n.body);
                 let ok = matches!(
                     tokio::time::timeout(n.timeout, client.request(req)).await,
                     Ok(Ok(r)) if r.status().is_success()
@@ -516,7 +515,7 @@ impl Admission {
         let answer = tokio::time::timeout(w.timeout, async {
             let r = self
                 .client
-                .request(request(&w.uri, body))
+                .request(post_json(&w.uri, body))
                 .await
                 .map_err(|e| format!("webhook unreachable: {}", error_chain(&e)))?;
             if r.status() != hyper::StatusCode::OK {
@@ -624,18 +623,6 @@ struct WebhookAnswer {
     reason: Option<String>,
     #[serde(default)]
     lifetime_s: Option<u64>,
-}
-
-fn request(uri: &hyper::Uri, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
-    let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
-    *req.method_mut() = hyper::Method::POST;
-    *req.uri_mut() = uri.clone();
-    // The client adds `Host` (HTTP/1.1) or `:authority` (h2) from the URI.
-    req.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    req
 }
 
 fn body_of(ask: &Ask, action: &str, reason: Option<&str>) -> Vec<u8> {

@@ -3,9 +3,9 @@
 //!
 //! Who calls out: the admission webhook and its close notifications, the JWKS of apps that
 //! take public-key tokens (both on the HTTP runtime through [`Outbound::client`], HTTP/1.1 or
-//! h2 as TLS's ALPN picks), recording's `on_segment_url` (its hook thread) and an edge's WHEP
-//! pull from its origin (the upstream's thread), both blocking through
-//! [`Outbound::agent`] (HTTP/1.1). Each takes `http://` and `https://`.
+//! h2 as TLS's ALPN picks) and recording's `on_segment_url` (the same client on its hook
+//! thread's own runtime); an edge's WHEP pull from its origin (the upstream's thread)
+//! blocking through [`Outbound::agent`] (HTTP/1.1). Each takes `http://` and `https://`.
 //!
 //! Trust: the system's roots (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else the distribution's bundle,
 //! `/etc/ssl/certs` on Debian) plus every certificate of `server.ca_file` (a PEM bundle: a
@@ -171,6 +171,19 @@ impl Outbound {
     pub fn tls_config(&self) -> Arc<rustls::ClientConfig> {
         self.tls.clone()
     }
+}
+
+/// A POST of `body` as `application/json` to `uri`, for [`HttpsClient`] (which adds `Host`
+/// or h2's `:authority` from the URI).
+pub fn post_json(uri: &hyper::Uri, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
+    let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
+    *req.method_mut() = hyper::Method::POST;
+    *req.uri_mut() = uri.clone();
+    req.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    req
 }
 
 /// `e` and its sources, `: `-joined: hyper's client error says only "client error

@@ -216,20 +216,29 @@ fn moof_track_end(m: &Moof, track_id: u32) -> Option<u64> {
 /// is checked before they reach the decoder: nested at any depth, or inside another box's
 /// payload, where the check can only refuse a file tern did not write (tern writes no
 /// `sgpd`). A listing leaves such a file out, as it does any file whose head does not parse.
+///
+/// The box's full-box header follows its type directly, or 8 bytes later when the box has a
+/// 64-bit size (its 32-bit size is 1). Both places are checked for every `sgpd`: the second
+/// would otherwise let a 35-byte box through (found by the fuzzer, see the test below).
 fn decodable(bytes: &[u8]) -> bool {
-    // Type, then version + flags (4), grouping type (4), entry count (4).
-    const SGPD_V0_LEN: usize = 16;
+    // Version + flags (4), grouping type (4), entry count (4).
+    const SGPD_V0_LEN: usize = 12;
+    // From the type: compact size (header at +4) or 64-bit size (header at +12).
+    const HEADER_AT: [usize; 2] = [4, 12];
+    let unbounded = |h: &[u8]| {
+        h[0] == 0 && &h[4..8] != b"refs" && u32::from_be_bytes([h[8], h[9], h[10], h[11]]) > 1
+    };
     let mut at = 4; // a box type follows its 4-byte size
     while let Some(i) = bytes
         .get(at..)
         .and_then(|rest| rest.windows(4).position(|w| w == b"sgpd"))
     {
         let ty = at + i;
-        if let Some(h) = bytes.get(ty..ty + SGPD_V0_LEN)
-            && h[4] == 0
-            && &h[8..12] != b"refs"
-            && u32::from_be_bytes([h[12], h[13], h[14], h[15]]) > 1
-        {
+        if HEADER_AT.iter().any(|&off| {
+            bytes
+                .get(ty + off..ty + off + SGPD_V0_LEN)
+                .is_some_and(unbounded)
+        }) {
             return false;
         }
         at = ty + 1;
@@ -486,6 +495,14 @@ mod tests {
         assert!(!decodable(fuzzed));
         assert_eq!(moof_end(fuzzed, 1), None);
         assert_eq!(parse_head(fuzzed), None);
+        // The fuzzer again (2026-12-06): a version-0 `sgpd` with a 64-bit size (35 bytes),
+        // whose full-box header sits 8 bytes further on, asking for 2^31 + 2^29 + 2^27 + 2^24
+        // entries.
+        let large = b"\0\0\0\x01sgpd\0\0\0\0\0\0\0\x23\0\0\0\x01sgpd\xa9\0\0\0\0\0\0\0\
+            \0\0\0\0\0\0\0\0\0\0\0\0\x55\0\0\0\x0a\x0au";
+        assert!(!decodable(large));
+        assert_eq!(moof_end(large, 1), None);
+        assert_eq!(parse_head(large), None);
         // Nested in a moof's traf, 2^29 entries: refused at once, not decoded.
         let traf = mp4_box(b"traf", &sgpd(0, b"roll", 1 << 29, &[0, 1]));
         let moof = mp4_box(b"moof", &traf);

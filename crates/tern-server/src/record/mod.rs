@@ -192,7 +192,7 @@ impl Recorder {
             self.stats.clone(),
             self.counters.clone(),
             self.open.clone(),
-            outbound.agent(writer::HOOK_TIMEOUT, true),
+            outbound.clone(),
         )?;
         std::thread::Builder::new()
             .name("RecordWriter".into())

@@ -163,13 +163,13 @@ impl Writer {
         stats: Arc<EngineStats>,
         counters: Arc<WriterCounters>,
         open: Arc<std::sync::Mutex<Vec<PathBuf>>>,
-        agent: ureq::Agent,
+        outbound: crate::outbound::Outbound,
     ) -> std::io::Result<Writer> {
         let (hooks, hook_rx) = crossbeam_channel::bounded(HOOK_QUEUE);
         let c = counters.clone();
         std::thread::Builder::new()
             .name("RecordHook".into())
-            .spawn(move || run_hooks(hook_rx, c, &agent))?;
+            .spawn(move || run_hooks(hook_rx, c, &outbound))?;
         Ok(Writer {
             rx,
             recs: std::collections::HashMap::new(),
@@ -451,18 +451,48 @@ fn open_file(r: &Rec, part: &TakenPart) -> std::io::Result<OpenFile> {
 }
 
 /// The `RecordHook` thread: POSTs each finished file's JSON to its app's
-/// `on_segment_url`, one at a time, with `agent` (`http://` or `https://`, [`HOOK_TIMEOUT`]
-/// per call, an error status a failure).
+/// `on_segment_url`, one at a time, through `outbound`'s async client on a runtime of the
+/// thread's own (`http://`, or `https://` with HTTP/1.1 or h2 as ALPN picks;
+/// [`HOOK_TIMEOUT`] per call, answer included; a status other than 2xx is a failure).
 fn run_hooks(
     rx: Receiver<(String, serde_json::Value)>,
     counters: Arc<WriterCounters>,
-    agent: &ureq::Agent,
+    outbound: &crate::outbound::Outbound,
 ) {
+    use http_body_util::BodyExt;
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!("recording: no runtime for segment webhooks ({e}); none will be sent");
+            return;
+        }
+    };
+    // Made inside the runtime: its pooled connections' tasks run on it while a call runs.
+    let client = rt.block_on(async { outbound.client() });
     while let Ok((url, body)) = rx.recv() {
-        let sent = agent
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .send(body.to_string());
+        let sent: Result<(), String> = rt.block_on(async {
+            let uri: hyper::Uri = url.parse().map_err(|e| format!("{e}"))?;
+            let req = crate::outbound::post_json(&uri, body.to_string().into_bytes());
+            tokio::time::timeout(HOOK_TIMEOUT, async {
+                let r = client
+                    .request(req)
+                    .await
+                    .map_err(|e| crate::outbound::error_chain(&e))?;
+                let status = r.status();
+                // Read to the end, so that the connection goes back to the pool.
+                r.into_body().collect().await.map_err(|e| e.to_string())?;
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("answered {status}"))
+                }
+            })
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {HOOK_TIMEOUT:?}")))
+        });
         if let Err(e) = sent {
             counters.hooks_failed.fetch_add(1, Ordering::Relaxed);
             warn!(%url, "recording: segment webhook failed: {e}");

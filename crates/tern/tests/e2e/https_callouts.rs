@@ -113,3 +113,61 @@ fn an_https_webhook_is_trusted_through_ca_file_and_an_untrusted_one_is_an_error(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `on_segment_url` on `https://` (issue 56 point 4): the built-in clip recorded in 1 s files,
+/// each finished file's JSON POSTed to a webhook whose self-signed certificate `ca_file`
+/// names, over h2 to one that speaks only h2 (ALPN) and over HTTP/1.1 to one that speaks
+/// only HTTP/1.1.
+#[test]
+fn segment_webhooks_go_out_over_https_in_h2_and_http1() {
+    let (tls, pem) = self_signed_tls();
+    let dir = std::env::temp_dir().join(format!("tern-test-{}-https-segment", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, &pem).expect("write ca");
+    for (hook, version) in [
+        (Hook::start_h2(tls.clone()), "HTTP/2.0"),
+        (Hook::start_tls(tls.clone(), |_| json!({})), "HTTP/1.1"),
+    ] {
+        let files = dir.join(version.replace('/', "-"));
+        let cfg = config_file(
+            "https-segment",
+            &format!(
+                "[server]\nca_file = \"{}\"\n\n[[app]]\nname = \"live\"\n\n[app.record]\n\
+                 enabled = true\nsegment_s = 1\npath = \"{}/%stream-%H%M%S\"\non_segment_url = \"{}\"\n",
+                ca.display(),
+                files.display(),
+                hook.url()
+            ),
+        );
+        let server = Server::start(&["demo", "--config", cfg.to_str().expect("utf-8")]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while hook.seen().len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let seen = hook.seen();
+        assert!(
+            seen.len() >= 2,
+            "{version}: {} segment webhooks in 15 s; log:\n{}",
+            seen.len(),
+            server.log_tail(30)
+        );
+        for s in &seen {
+            assert_eq!(
+                (&s["app"], &s["stream"]),
+                (&json!("live"), &json!("demo")),
+                "{s}"
+            );
+            let path = s["path"].as_str().expect("path");
+            let size = std::fs::metadata(path).expect("the file named").len();
+            assert_eq!(s["bytes"].as_u64(), Some(size), "{s}");
+        }
+        assert!(
+            hook.versions().iter().all(|v| v == version),
+            "{version}: {:?}",
+            hook.versions()
+        );
+        server.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
