@@ -356,6 +356,25 @@ pub struct Addresses {
     pub turns: Option<SocketAddr>,
 }
 
+impl Addresses {
+    /// The HTTP(S), media and TURN (UDP/TCP, TLS) addresses; RTMP and SRT still off.
+    fn of(
+        bound: &http::Bound,
+        media: SocketAddr,
+        turn: Option<(SocketAddr, Option<SocketAddr>)>,
+    ) -> Addresses {
+        Addresses {
+            http: bound.http_addr,
+            https: bound.https_addr,
+            media,
+            rtmp: None,
+            srt: None,
+            turn: turn.map(|t| t.0),
+            turns: turn.and_then(|t| t.1),
+        }
+    }
+}
+
 impl std::fmt::Display for Addresses {
     /// `http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|- turns=ADDR|-`:
     /// the line `tern serve` prints once it listens, for supervisors and tests.
@@ -416,48 +435,30 @@ impl Server {
             http::load_tls(&cfg.server, cfg.turn.tls_listen.is_some()).map_err(ServeError::Tls)?;
         let certs = tls.as_ref().map(http::Tls::store);
         let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats, certs)?.unzip();
-        let turn_addr = turn.as_ref().map(|t| t.addr);
-        let turns_addr = turn.as_ref().and_then(|t| t.tls_addr);
+        let turn_addrs = turn.as_ref().map(|t| (t.addr, t.tls_addr));
         parts.add(turn);
         let bound = http::bind(&cfg, tls)?;
-        // The first candidate is the node's address where one is needed (its cluster URL).
-        let cluster = Cluster::for_node(
-            cfg.cluster.clone(),
-            candidates[0],
-            bound.http_addr,
-            &dtls,
-            &outbound,
-        )
-        .map_err(ServeError::Cluster)?;
-        let fingerprint = *dtls.fingerprint();
+        let cluster = node_cluster(&cfg, candidates[0], &bound, &dtls, &outbound)?;
         let core = Core::new(
             cfg,
             directory,
             engine,
-            fingerprint,
+            *dtls.fingerprint(),
             candidates,
             port,
             admission,
         );
         let core = Arc::new(core.with_turn(links).with_cluster(cluster));
         let _ = core.runtime.set(bound.runtime());
-        parts.add(MediaThreads::start(
-            &core,
-            engine_threads,
-            tap_rx,
-            &outbound,
-        )?);
+        let media = MediaThreads::start(&core, engine_threads, tap_rx, &outbound)?;
+        parts.add(media);
         parts.add(rtsp::Sources::start(core.clone(), &outbound));
         let srt = srt::start(&core)?;
         let rtmp = rtmp::start(&core)?;
         let addrs = Addresses {
-            http: bound.http_addr,
-            https: bound.https_addr,
-            media: media_addr,
             rtmp: rtmp.as_ref().map(|r| r.addr),
             srt: srt.as_ref().map(|s| s.addr),
-            turn: turn_addr,
-            turns: turns_addr,
+            ..Addresses::of(&bound, media_addr, turn_addrs)
         };
         parts.add(srt);
         parts.add(rtmp);
@@ -638,6 +639,19 @@ impl Part for MediaThreads {
             let _ = h.join();
         }
     }
+}
+
+/// This node's cluster, if `[cluster]` is on; the first candidate `host` is the node's
+/// address where one is needed (its default cluster URL).
+fn node_cluster(
+    cfg: &Config,
+    host: std::net::IpAddr,
+    bound: &http::Bound,
+    dtls: &Arc<DtlsContext>,
+    outbound: &outbound::Outbound,
+) -> Result<Option<Arc<Cluster>>, ServeError> {
+    Cluster::for_node(cfg.cluster.as_ref(), host, bound.http_addr, dtls, outbound)
+        .map_err(ServeError::Cluster)
 }
 
 /// The engine's streams and the directory: the demo clip (with `opts.demo`), then the

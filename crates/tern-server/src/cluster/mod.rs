@@ -186,7 +186,7 @@ impl Cluster {
     /// the HTTP listener `http` on `host` (the node's first ICE candidate); `None` without.
     /// Not connected until it runs.
     pub fn for_node(
-        section: Option<ClusterSection>,
+        section: Option<&ClusterSection>,
         host: std::net::IpAddr,
         http: std::net::SocketAddr,
         dtls: &Arc<DtlsContext>,
@@ -195,7 +195,7 @@ impl Cluster {
         section
             .map(|c| {
                 Cluster::new(
-                    c.with_default_url(host, http),
+                    c.clone().with_default_url(host, http),
                     dtls.clone(),
                     outbound.clone(),
                 )
