@@ -33,10 +33,10 @@
 #               run under podman, health-checked, played by a pion viewer) and
 #               tests/ops/prometheus.sh (Prometheus scraping a live tern answers every
 #               dashboard panel's query; promtool checks and tests the alert rules)
-#   soak        bench/soak.sh $SOAK_MINUTES (default 3): 1,000 steady viewers, 50/s churning,
+#   soak        bench/soak.sh $SOAK_MINUTES (default 2): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 15), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 3), CARGO_TARGET_DIR (respected by every stage; the fuzz
+# Environment: FUZZ_SECONDS (default 15), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 2), CARGO_TARGET_DIR (respected by every stage; the fuzz
 # build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
 # eating the CI budget.
@@ -50,7 +50,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
 export FUZZ_SECONDS
 FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS
-SOAK_MINUTES="${SOAK_MINUTES:-3}"
+SOAK_MINUTES="${SOAK_MINUTES:-2}"
 export SOAK_MINUTES
 # The build and the runs must agree, or each run rebuilds. Safe Rust: no AddressSanitizer.
 FUZZ_FLAGS="--sanitizer none"
