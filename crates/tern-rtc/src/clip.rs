@@ -5,6 +5,8 @@
 //!   [`MAX_PAYLOAD`] bytes (RFC 6184 packetization mode 1), and extracts the Opus packets
 //!   (RFC 7845) with their durations. Every payload byte lives in one contiguous buffer,
 //!   addressed by `(offset, len)` ranges.
+//! * [`Clip::from_mp4`] reads the same from an MP4 file (H264 with AAC or Opus) through
+//!   libavformat, for an operator's slate.
 //! * [`ClipSource`] is the real-time pacer. It never reads the clock: the caller asks
 //!   [`ClipSource::poll_timeout`] when the next packet is due and calls
 //!   [`ClipSource::poll`] with `now`, which emits every packet due by then as a
@@ -33,6 +35,8 @@ use std::time::{Duration, Instant};
 use tern_proto::codec::MediaKind;
 use tern_proto::h264::{self, NAL_AUD, NAL_IDR, NAL_PPS, NAL_SEI, NAL_SPS, PacketizeError};
 use thiserror::Error;
+
+mod mp4;
 
 /// Largest RTP payload the clip's video is packetized into, in bytes.
 ///
@@ -124,9 +128,41 @@ pub enum ClipError {
         /// Index of the audio packet, 0 being the first after the headers.
         index: usize,
     },
-    /// The Opus stream holds no audio packet.
-    #[error("no audio packets in the Ogg Opus stream")]
+    /// The Opus stream (or the MP4 file's audio track) holds no audio packet.
+    #[error("no audio packets in the audio stream")]
     NoAudioPackets,
+    /// An MP4 file that cannot be opened or read, or whose contents are malformed.
+    #[error("MP4 file {}: {message}", path.display())]
+    Mp4 {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong (libavformat's error text where it said).
+        message: String,
+    },
+    /// An MP4 file without a stream of a kind the clip needs.
+    #[error("no {what} stream in the MP4 file")]
+    Mp4NoStream {
+        /// `"video"` or `"audio"`.
+        what: &'static str,
+    },
+    /// An MP4 file whose video or audio is in a codec the clip cannot play.
+    #[error("the file's {what} codec is {codec}; {needed} is needed")]
+    Mp4Codec {
+        /// `"video"` or `"audio"`.
+        what: &'static str,
+        /// The codec found (libavcodec's name for it).
+        codec: String,
+        /// The codecs accepted: `"H264"`, `"AAC or Opus"`.
+        needed: &'static str,
+    },
+    /// An MP4 video frame rate that does not round to 1-120 frames per second.
+    #[error("video frame rate {numerator}/{denominator} is not between 1 and 120 fps")]
+    Mp4FrameRate {
+        /// The rate's numerator (frames).
+        numerator: i32,
+        /// The rate's denominator (seconds).
+        denominator: i32,
+    },
 }
 
 /// A byte range in [`Clip::data`].
@@ -256,19 +292,25 @@ impl Clip {
         };
         clip.parse_video(h264)?;
         clip.parse_audio(ogg_opus)?;
-        clip.trim_audio();
-        if clip.audio.is_empty() {
+        clip.finish()
+    }
+
+    /// The common tail of the readers, once the video and audio are in: drops the audio
+    /// past the end of the video, sets the loop period and shrinks the buffers.
+    fn finish(mut self) -> Result<Clip, ClipError> {
+        self.trim_audio();
+        if self.audio.is_empty() {
             return Err(ClipError::NoAudioPackets);
         }
-        let video_units = clip.frames.len() as u64 * OPUS_RATE;
-        let audio_units = clip.audio_samples() * u64::from(fps);
-        clip.period = video_units.max(audio_units).max(1);
-        Span::new(0..clip.data.len())?;
-        clip.data.shrink_to_fit();
-        clip.video_packets.shrink_to_fit();
-        clip.frames.shrink_to_fit();
-        clip.audio.shrink_to_fit();
-        Ok(clip)
+        let video_units = self.frames.len() as u64 * OPUS_RATE;
+        let audio_units = self.audio_samples() * u64::from(self.fps);
+        self.period = video_units.max(audio_units).max(1);
+        Span::new(0..self.data.len())?;
+        self.data.shrink_to_fit();
+        self.video_packets.shrink_to_fit();
+        self.frames.shrink_to_fit();
+        self.audio.shrink_to_fit();
+        Ok(self)
     }
 
     /// The built-in demo clip (`assets/clip/`, 6 s at [`BUILTIN_FPS`]), embedded in the
@@ -397,6 +439,11 @@ impl Clip {
             has_picture |= (1..=NAL_IDR).contains(&t);
         }
         self.push_access_unit(&mut packetizer, &nals, has_picture)?;
+        self.check_video()
+    }
+
+    /// Whether the video has a picture and a keyframe to start from.
+    fn check_video(&self) -> Result<(), ClipError> {
         if self.frames.is_empty() {
             return Err(ClipError::NoAccessUnits);
         }

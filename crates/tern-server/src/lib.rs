@@ -424,11 +424,11 @@ impl Server {
         let mut parts = Parts::default();
         let pool = Engine::packet_pool(&cfg.tunables)?;
         parts.add(reclaim::start(&pool, cfg.tunables.pool_trim_s)?);
-        let (streams, directory) = streams(&cfg, opts)?;
+        let (streams, slates, directory) = streams(&cfg, opts)?;
         let dtls = Arc::new(DtlsContext::generate_with(&cfg.tunables.srtp_profiles())?);
         let (tap_tx, tap_rx) = crossbeam_channel::bounded(media::TAP_QUEUE);
         let (engine, media_addr, engine_threads) =
-            Engine::start(&cfg, streams, dtls.clone(), pool, tap_tx)?;
+            Engine::start(&cfg, streams, slates, dtls.clone(), pool, tap_tx)?;
         let candidates = cfg.server.candidates(cfg.server.media);
         let port = media_addr.port();
         let tls =
@@ -654,13 +654,14 @@ fn node_cluster(
         .map_err(ServeError::Cluster)
 }
 
-/// The engine's streams and the directory: the demo clip (with `opts.demo`), then the
-/// declared streams (not live until a publisher arrives), then the spare slots
-/// publishers make streams in (named and given rings when made).
+/// The engine's streams, the apps' slates and the directory: the demo clip (with
+/// `opts.demo`), then the declared streams (not live until a publisher arrives, unless
+/// their app has a slate), then the spare slots publishers make streams in (named and given
+/// rings when made).
 fn streams(
     cfg: &Config,
     opts: &ServeOptions,
-) -> Result<(Vec<EngineStream>, directory::Directory), ServeError> {
+) -> Result<(Vec<EngineStream>, Arc<media::Slates>, directory::Directory), ServeError> {
     let t = &cfg.tunables;
     let mut engine_streams = Vec::new();
     let mut infos: HashMap<String, usize> = HashMap::new();
@@ -698,5 +699,11 @@ fn streams(
     for _ in &spare {
         engine_streams.push(EngineStream::new(String::new(), Stream::new(1, 1), None));
     }
-    Ok((engine_streams, directory::Directory::new(infos, spare)))
+    // Each app's slate (`fallback`), which its streams play while they have no publisher.
+    let slates = Arc::new(media::Slates::load(&cfg.apps)?);
+    Ok((
+        engine_streams,
+        slates,
+        directory::Directory::new(infos, spare),
+    ))
 }

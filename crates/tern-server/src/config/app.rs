@@ -111,6 +111,40 @@ pub struct AppConfig {
     /// declares its stream; a publisher on it is refused.
     #[serde(default, rename = "source")]
     pub sources: Vec<super::source::SourceConfig>,
+    /// What a stream of the app plays while it has no publisher: `"none"` (default: its
+    /// viewers wait), `"clip"` (the built-in clip) or `"file:PATH"` (an MP4 with H264 and
+    /// AAC or Opus, looped). A declared stream plays it from the start; a publisher-made
+    /// one for its `idle_grace_s` after its publisher leaves. See [`Fallback`].
+    #[serde(default = "AppConfig::default_fallback")]
+    pub fallback: String,
+}
+
+/// `[app] fallback`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fallback {
+    /// No slate.
+    None,
+    /// The built-in clip.
+    Clip,
+    /// An MP4 file.
+    File(std::path::PathBuf),
+}
+
+/// What `fallback` may be, as errors state it.
+pub const FALLBACK_RULE: &str = "must be \"none\", \"clip\" or \"file:PATH\" (an MP4 file)";
+
+impl Fallback {
+    /// `"none"`, `"clip"` or `"file:PATH"` (a non-empty path); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Fallback> {
+        match s {
+            "none" => Some(Fallback::None),
+            "clip" => Some(Fallback::Clip),
+            _ => s
+                .strip_prefix("file:")
+                .filter(|p| !p.is_empty())
+                .map(|p| Fallback::File(p.into())),
+        }
+    }
 }
 
 /// One entry of `[app] renditions`.
@@ -169,6 +203,16 @@ impl AppConfig {
         DEFAULT_IDLE_GRACE_S
     }
 
+    /// Default `fallback`: none.
+    fn default_fallback() -> String {
+        "none".into()
+    }
+
+    /// `fallback`, parsed (`none` if it does not parse: [`AppConfig::check`] refuses that).
+    pub fn fallback(&self) -> Fallback {
+        Fallback::parse(&self.fallback).unwrap_or(Fallback::None)
+    }
+
     /// The RIDs of an RTMP stream's layers: the source's (`"h"`) and the renditions', in
     /// layer order; empty without renditions (one layer, no simulcast).
     pub fn layer_rids(&self) -> Vec<Box<str>> {
@@ -218,6 +262,9 @@ impl AppConfig {
         self.record.check()?;
         if self.token.as_deref().is_some_and(str::is_empty) {
             return bad("token", "must not be empty");
+        }
+        if Fallback::parse(&self.fallback).is_none() {
+            return bad("fallback", FALLBACK_RULE);
         }
         if let Some(p) = &self.srt_passphrase
             && !(10..=79).contains(&p.len())
@@ -400,10 +447,14 @@ mod tests {
             srt_passphrase: Some("0123456789".into()),
             srt_latency_ms: DEFAULT_SRT_LATENCY_MS,
             sources: Vec::new(),
+            fallback: "none".into(),
         };
         assert!(ok().check().is_ok());
         type Breaker = fn(&mut AppConfig);
-        let cases: [(Breaker, &str); 21] = [
+        let cases: [(Breaker, &str); 24] = [
+            (|a| a.fallback = "black".into(), "fallback"),
+            (|a| a.fallback = "file:".into(), "fallback"),
+            (|a| a.fallback = "Clip".into(), "fallback"),
             (
                 |a| {
                     a.jwt_secret = Some("s".into());
@@ -524,9 +575,26 @@ mod tests {
                 jwt_audience: Some("tern".into()),
                 ..ok()
             },
+            AppConfig {
+                fallback: "clip".into(),
+                ..ok()
+            },
+            AppConfig {
+                fallback: "file:/srv/slate.mp4".into(),
+                ..ok()
+            },
         ] {
             assert!(fine.check().is_ok(), "{fine:?}");
         }
+        assert_eq!(
+            AppConfig {
+                fallback: "file:slate.mp4".into(),
+                ..ok()
+            }
+            .fallback(),
+            Fallback::File("slate.mp4".into())
+        );
+        assert_eq!(ok().fallback(), Fallback::None);
     }
 
     #[test]

@@ -45,8 +45,8 @@ pub use admission::{
     AdmissionConfig, JWKS_URL_RULE, OnError, WEBHOOK_URL_RULE, jwks_url_ok, webhook_url_ok,
 };
 pub use app::{
-    AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_JWKS_REFRESH_S, DEFAULT_SRT_LATENCY_MS, NAME_RULE,
-    RenditionConfig, TranscodeSetting, valid_name,
+    AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_JWKS_REFRESH_S, DEFAULT_SRT_LATENCY_MS, FALLBACK_RULE,
+    Fallback, NAME_RULE, RenditionConfig, TranscodeSetting, valid_name,
 };
 pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
 pub use error::ConfigError;

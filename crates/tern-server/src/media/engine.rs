@@ -91,6 +91,8 @@ pub struct EngineConfig {
     /// Whether a single-layer stream's viewer on a path too narrow for it has its video
     /// paused (`tunables.pause_video_below_estimate`).
     pub pause_video: bool,
+    /// Each app's slate (`[[app]] fallback`), played while a stream has no publisher.
+    pub slates: Arc<super::slate::Slates>,
 }
 
 /// With this variable set to `1`, the first GSO send is made to fail (the kernel refuses it
@@ -255,6 +257,7 @@ impl Engine {
     pub fn start(
         cfg: &Config,
         streams: Vec<EngineStream>,
+        slates: Arc<super::slate::Slates>,
         dtls: Arc<DtlsContext>,
         pool: BufferPool,
         tap: crossbeam_channel::Sender<TapPacket>,
@@ -272,6 +275,7 @@ impl Engine {
             tap: Some(tap),
             gso: t.gso == GsoMode::Auto,
             pause_video: t.pause_video_below_estimate,
+            slates,
             workers: WorkerCounts {
                 socket: cfg.server.worker_count,
                 app: cfg.server.app_worker_count,
@@ -296,6 +300,7 @@ impl Engine {
             tap,
             gso,
             pause_video,
+            slates,
         } = cfg;
         let sockets = bind_sockets(bind, workers.socket)?;
         let local = sockets[0].local_addr()?;
@@ -408,6 +413,7 @@ impl Engine {
                     gso: gso.clone(),
                     pause_video,
                     tap: if role == Role::App { tap.clone() } else { None },
+                    slates: slates.clone(),
                 };
                 let name = match role {
                     Role::App => format!("AW-WebRTC{i}"),

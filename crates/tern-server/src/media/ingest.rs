@@ -229,8 +229,20 @@ impl KindMap {
     /// of a publisher sets the offsets: aligned with `reference` (another simulcast layer
     /// of the same publisher) when there is one, else continuing this map's own timeline.
     fn map(&mut self, p: &IngestPacket, now: Instant, reference: Option<Reference>) -> (u64, u32) {
+        self.map_numbers(p.kind, p.seq, p.rtp_ts, now, reference)
+    }
+
+    /// [`KindMap::map`] on a packet's kind, sequence number and timestamp alone.
+    fn map_numbers(
+        &mut self,
+        kind: MediaKind,
+        src_seq: u64,
+        src_ts: u64,
+        now: Instant,
+        reference: Option<Reference>,
+    ) -> (u64, u32) {
         let (seq_off, ts_off) = *self.offsets.get_or_insert_with(|| {
-            let clock = i64::from(p.kind.clock_rate());
+            let clock = i64::from(kind.clock_rate());
             let since = |at: Instant| {
                 (now.saturating_duration_since(at).as_secs_f64() * clock as f64) as i64
             };
@@ -239,20 +251,20 @@ impl KindMap {
                 // layer's offset when this one's timestamps are within a second of it.
                 // Else (a base of its own) align by arrival: the other layer's stream
                 // time now, which is off by at most the frames' send spread.
-                (Some(r), _) if (p.rtp_ts as i64 - r.src_ts as i64).abs() < clock => r.ts_off,
-                (Some(r), _) => i64::from(r.ts) + since(r.at) - p.rtp_ts as i64,
+                (Some(r), _) if (src_ts as i64 - r.src_ts as i64).abs() < clock => r.ts_off,
+                (Some(r), _) => i64::from(r.ts) + since(r.at) - src_ts as i64,
                 // Continue the timeline: the last timestamp plus the wall-clock gap.
-                (None, Some((ts, at))) => i64::from(ts) + since(at) + 1 - p.rtp_ts as i64,
-                (None, None) => -(p.rtp_ts as i64),
+                (None, Some((ts, at))) => i64::from(ts) + since(at) + 1 - src_ts as i64,
+                (None, None) => -(src_ts as i64),
             };
-            (self.next_seq as i64 - p.seq as i64, ts_off)
+            (self.next_seq as i64 - src_seq as i64, ts_off)
         });
-        let seq = (p.seq as i64 + seq_off).max(0) as u64;
-        let ts = (p.rtp_ts as i64 + ts_off) as u32;
+        let seq = (src_seq as i64 + seq_off).max(0) as u64;
+        let ts = (src_ts as i64 + ts_off) as u32;
         if seq >= self.next_seq {
             self.next_seq = seq + 1;
             self.last = Some((ts, now));
-            self.last_src_ts = p.rtp_ts;
+            self.last_src_ts = src_ts;
         }
         (seq, ts)
     }
@@ -538,15 +550,42 @@ impl Ingest {
             live: false,
         });
         self.occupied.push(stream);
+        self.new_timeline(stream);
         let m = &mut self.maps[stream];
-        for v in &mut m.video {
-            v.offsets = None;
-        }
-        m.audio.offsets = None;
         m.wait_keyframe = [true; MAX_LAYERS];
         m.au_start = [true; MAX_LAYERS];
         m.codec = codec;
         Ok(id)
+    }
+
+    /// The next packet of each kind on `stream`, a new publisher's or the slate's, starts
+    /// its own offsets: it continues the stream's numbering and timeline where they are.
+    pub fn new_timeline(&mut self, stream: usize) {
+        if let Some(m) = self.maps.get_mut(stream) {
+            for v in &mut m.video {
+                v.offsets = None;
+            }
+            m.audio.offsets = None;
+        }
+    }
+
+    /// A slate packet (`[[app]] fallback`, played while `stream` has no publisher) on the
+    /// stream's numbering: its sequence number and timestamp, as a publisher's packet gets
+    /// them (video as layer 0). Call [`Ingest::new_timeline`] when the slate starts.
+    pub fn map_slate(
+        &mut self,
+        stream: usize,
+        kind: MediaKind,
+        seq: u64,
+        rtp_ts: u32,
+        now: Instant,
+    ) -> (u64, u32) {
+        let m = &mut self.maps[stream];
+        let map = match kind {
+            MediaKind::Video => &mut m.video[0],
+            MediaKind::Audio => &mut m.audio,
+        };
+        map.map_numbers(kind, seq, u64::from(rtp_ts), now, None)
     }
 
     /// Ends a publisher (WHIP DELETE, its session closed, a timeout). Returns whether it

@@ -9,6 +9,7 @@
 //!   and `sys`, the raw `sendmmsg` with UDP GSO control messages (the crate's only `unsafe`);
 //! - `table` (the viewer session table), `ledger` (memory booking), [`ingest`] (publisher
 //!   slots: handover, sequence and timestamp rewriting), [`batch`] (`sendmmsg`, UDP GSO);
+//! - [`slate`]: what a stream plays while it has no publisher (`[[app]] fallback`);
 //! - `link`: the messages and ids every thread speaks, [`stats`] the counters they share
 //!   (NTP time is `crate::clock`'s, a leaf).
 //!
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod ingest;
 mod ledger;
 pub mod link;
+pub mod slate;
 mod socket;
 pub mod stats;
 mod table;
@@ -30,5 +32,6 @@ pub use batch::SendBatch;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
 pub use ingest::{AddError, FrameCommand, PublisherId, PublisherTimeouts, Source};
 pub use link::{Command, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId};
+pub use slate::Slates;
 pub use stats::{EngineStats, StreamCounters};
 pub use worker::EngineStream;

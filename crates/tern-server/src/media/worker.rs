@@ -51,6 +51,7 @@ mod fanout;
 mod layers;
 mod outbox;
 mod publishers;
+mod slates;
 mod timers;
 mod viewers;
 
@@ -74,6 +75,7 @@ use crate::media::batch::{Gso, SendBatch};
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
 use crate::media::link::{Command, Ctl, Data, QUEUE, TapPacket, Target, ViewerId, WorkerLink};
+use crate::media::slate::{Slate, Slates};
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
 use crate::media::table::ViewerTable;
@@ -112,6 +114,8 @@ pub struct EngineStream {
     pub stream: Stream,
     /// The clip source feeding it, if it is a clip stream.
     pub source: Option<ClipSource>,
+    /// Its slate while it runs (owning worker; see `worker/slates.rs`).
+    slate: Option<Slate>,
     viewers: Vec<ViewerId>,
 }
 
@@ -122,6 +126,7 @@ impl EngineStream {
             key,
             stream,
             source,
+            slate: None,
             viewers: Vec::new(),
         }
     }
@@ -164,6 +169,8 @@ pub(super) struct WorkerInit {
     pub(super) pause_video: bool,
     /// The media tap's queue (LL-HLS, recordings; app workers).
     pub(super) tap: Option<Sender<TapPacket>>,
+    /// Each app's slate.
+    pub(super) slates: Arc<Slates>,
 }
 
 /// An app or stream worker; runs on its own thread. Its state is in parts, each borrowed on
@@ -286,6 +293,9 @@ struct Streams {
     /// and a scan of every stream slot (1,024 spare ones by default) showed in the egress
     /// profile.
     sourced: Vec<usize>,
+    /// Each app's slate, and the owned streams playing theirs now.
+    slates: Arc<Slates>,
+    slated: Vec<usize>,
     /// The media tap's queue (LL-HLS, recordings; app workers).
     tap: Option<Sender<TapPacket>>,
 }
@@ -301,13 +311,18 @@ impl Streams {
         self.slots.get(s).is_some_and(|s| s.source.is_none())
     }
 
-    /// The soonest time a clip source has packets due.
+    /// The soonest time a clip source or a slate has packets due.
     fn next_source_timeout(&self) -> Option<Instant> {
-        self.sourced
+        let sources = self
+            .sourced
             .iter()
-            .filter_map(|&s| self.slots[s].source.as_ref())
-            .map(ClipSource::poll_timeout)
-            .min()
+            .filter_map(|&s| self.slots[s].source.as_ref());
+        let slates = self
+            .slated
+            .iter()
+            .filter_map(|&s| self.slots[s].slate.as_ref())
+            .map(|s| &s.source);
+        sources.chain(slates).map(ClipSource::poll_timeout).min()
     }
 
     /// The ring slots and packet headers held, booked as `stream_rings`: (packets, used,
@@ -356,7 +371,7 @@ impl Worker {
         let sourced = (0..n_streams)
             .filter(|&s| w.streams[s].source.is_some())
             .collect();
-        Worker {
+        let mut worker = Worker {
             seat: Seat {
                 index: w.index,
                 role: w.role,
@@ -383,6 +398,8 @@ impl Worker {
                 publisher_ids: vec![None; n_streams],
                 ring_sizes: w.rings,
                 sourced,
+                slates: w.slates,
+                slated: Vec::new(),
                 tap: w.tap,
             },
             table: ViewerTable::new(w.index),
@@ -393,7 +410,9 @@ impl Worker {
             adaptation: Adaptation::new(Instant::now(), w.pause_video),
             catching: Vec::new(),
             sweeps: 0,
-        }
+        };
+        worker.start_declared_slates(Instant::now());
+        worker
     }
 
     /// A publisher-made stream takes slot `index`: its name, and rings where served.
@@ -412,9 +431,11 @@ impl Worker {
     /// Slot `index`'s stream is removed: its viewers here end (DTLS close_notify) and its
     /// rings and name go.
     fn unbind_stream(&mut self, index: usize) {
-        let Some(s) = self.streams.slots.get(index) else {
+        if index >= self.streams.slots.len() {
             return;
-        };
+        }
+        self.stop_slate(index);
+        let s = &self.streams.slots[index];
         let viewers = s.viewers.clone();
         for id in viewers {
             self.remove(id, CloseReason::Local);

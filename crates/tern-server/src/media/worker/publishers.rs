@@ -19,14 +19,14 @@ use crate::media::link::TapPacket;
 use crate::media::socket::Route;
 
 /// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
-struct Head {
-    kind: MediaKind,
-    layer: u8,
-    seq: u64,
-    rtp_ts: u32,
-    marker: bool,
-    keyframe: bool,
-    capture_ntp: u64,
+pub(super) struct Head {
+    pub(super) kind: MediaKind,
+    pub(super) layer: u8,
+    pub(super) seq: u64,
+    pub(super) rtp_ts: u32,
+    pub(super) marker: bool,
+    pub(super) keyframe: bool,
+    pub(super) capture_ntp: u64,
 }
 
 impl Worker {
@@ -60,6 +60,7 @@ impl Worker {
             r
         };
         if let Ok(id) = &res {
+            self.stop_slate(stream);
             let stats = &self.shared.stats;
             stats.publishers.fetch_add(1, Ordering::Relaxed);
             set_flag(stats.stream(stream).map(|c| &c.publishing), true);
@@ -110,6 +111,7 @@ impl Worker {
             FrameCommand::Media { .. } => (VideoCodec::H264, Vec::new()),
         };
         if let Some(id) = self.ingest.frames(cmd, free, now, &mut out) {
+            self.stop_slate(s);
             let stats = &self.shared.stats;
             stats.set_video_codec(s, codec);
             // Its layers (RTMP renditions), for `?layer=` and the snapshot.
@@ -158,16 +160,18 @@ impl Worker {
                     keyframe: mp.keyframe,
                     capture_ntp: self.shared.clock.ntp(mp.capture_time),
                 };
-                self.accept(si, head, mp.payload);
+                self.accept(si, head, mp.payload, true);
             });
             self.streams.slots[si].source = Some(src);
         }
+        self.run_slates(now);
     }
 
-    /// A new packet of an owned stream, from a source or a publisher: its payload is copied
-    /// once into a pooled buffer, the ring packet made around it (the one place ring packets
-    /// are made), then pushed into the ring and, unless the ring refused it, published.
-    fn accept(&mut self, stream: usize, head: Head, payload: &[u8]) {
+    /// A new packet of an owned stream, from a source, a slate or a publisher: its payload
+    /// is copied once into a pooled buffer, the ring packet made around it (the one place
+    /// ring packets are made), then pushed into the ring and, unless the ring refused it,
+    /// published, and handed to the media tap when `tap` (not a slate's).
+    pub(super) fn accept(&mut self, stream: usize, head: Head, payload: &[u8], tap: bool) {
         let stats = &self.shared.stats;
         // Layer 0's SPS: lower layers (simulcast, renditions) may be another profile.
         if head.kind == MediaKind::Video
@@ -191,7 +195,9 @@ impl Worker {
             payload: b.freeze(),
         };
         if self.streams.slots[stream].stream.push(pkt.clone()) {
-            self.tap_packet(stream, &pkt);
+            if tap {
+                self.tap_packet(stream, &pkt);
+            }
             self.publish(stream, pkt);
         }
     }
@@ -262,7 +268,7 @@ impl Worker {
                             .capture_ntp
                             .unwrap_or_else(|| self.shared.clock.ntp(now)),
                     };
-                    self.accept(stream, head, &packet.payload);
+                    self.accept(stream, head, &packet.payload, true);
                 }
                 IngestOutput::Live(stream) => {
                     let stats = &self.shared.stats;
@@ -309,6 +315,7 @@ impl Worker {
                             self.ingest.timeouts().media
                         ),
                     }
+                    self.start_slate(stream, now);
                 }
             }
         }

@@ -1,0 +1,91 @@
+//! Slates: what a stream plays while it has no publisher (`[[app]] fallback`).
+//!
+//! [`Slates`] holds each app's clip, loaded once at start (the built-in clip, or an MP4
+//! file); the worker that owns a stream runs a [`Slate`] (a [`ClipSource`] pacing that clip)
+//! while the stream has no publisher, and stops it when one arrives. The slate's packets go
+//! through ingest's numbering ([`super::Ingest::map_slate`]), so viewers keep their SSRCs,
+//! sequence numbers and timestamps across every switch; they go to viewers only, not to the
+//! packagers (recordings hold the live media alone).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tern_pool::PoolCounter;
+use tern_rtc::clip::{Clip, ClipSource};
+
+use crate::config::{AppConfig, ConfigError, Fallback};
+
+/// Each app's slate clip, for the apps that have one.
+#[derive(Debug, Default)]
+pub struct Slates {
+    by_app: Vec<(Box<str>, Arc<Clip>)>,
+}
+
+impl Slates {
+    /// The clips of `apps`' `fallback` keys: the built-in clip parsed once for every app that
+    /// names it, each file once. A file that does not load stops start-up, naming the key
+    /// (`app[i].fallback`). Their bytes are booked in the `clip_sources` pool.
+    pub fn load(apps: &[AppConfig]) -> Result<Slates, ConfigError> {
+        let mut by_app = Vec::new();
+        let mut builtin: Option<Arc<Clip>> = None;
+        let mut files: Vec<(std::path::PathBuf, Arc<Clip>)> = Vec::new();
+        let counter = PoolCounter::new("clip_sources", 0);
+        for (i, app) in apps.iter().enumerate() {
+            let bad = |e: String| ConfigError::invalid(format!("app[{i}].fallback"), e);
+            let clip = match app.fallback() {
+                Fallback::None => continue,
+                Fallback::Clip => match &builtin {
+                    Some(c) => c.clone(),
+                    None => {
+                        let c = Arc::new(Clip::builtin().map_err(|e| bad(e.to_string()))?);
+                        counter.add(1, c.heap_bytes());
+                        builtin.insert(c).clone()
+                    }
+                },
+                Fallback::File(path) => match files.iter().find(|(p, _)| *p == path) {
+                    Some((_, c)) => c.clone(),
+                    None => {
+                        let c = Arc::new(
+                            Clip::from_mp4(&path)
+                                .map_err(|e| bad(format!("{}: {e}", path.display())))?,
+                        );
+                        counter.add(1, c.heap_bytes());
+                        files.push((path, c.clone()));
+                        c
+                    }
+                },
+            };
+            by_app.push((app.name.as_str().into(), clip));
+        }
+        Ok(Slates { by_app })
+    }
+
+    /// The slate of stream `key` (`app/stream`), if its app has one.
+    pub fn of(&self, key: &str) -> Option<&Arc<Clip>> {
+        let app = key.split('/').next()?;
+        self.by_app
+            .iter()
+            .find(|(a, _)| &**a == app)
+            .map(|(_, c)| c)
+    }
+}
+
+/// A stream's running slate.
+#[derive(Debug)]
+pub struct Slate {
+    /// The clip, paced from the moment the slate started.
+    pub source: ClipSource,
+    /// Whether its video goes out: only when the stream's viewers take H264 (a stream last
+    /// fed VP8 or another codec gets the slate's audio alone).
+    pub video: bool,
+}
+
+impl Slate {
+    /// `clip` from `now`.
+    pub fn start(clip: &Arc<Clip>, now: Instant, video: bool) -> Slate {
+        Slate {
+            source: ClipSource::new(clip.clone(), now),
+            video,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+// A channel that never goes black (issue 55, point 1): an app with `fallback = "clip"` and
+// one with `fallback = "file:..."` (an MP4 of H264 and AAC that ffmpeg makes, 480x270). Each
+// declared stream plays its slate before its first publisher; ffmpeg pushes RTMP (320x240
+// testsrc + AAC), stops, and pushes again after a gap. Three pion viewers and a Chromium
+// viewer watch all along: a decoded frame in every second (pion over its half-second lines,
+// Chromium over quarter-second reads), pion at 20 fps or more over the gap, Chromium on the
+// slate's picture over the gap and back on the live picture (320 wide) soon after the
+// encoder's return, and every viewer still connected at the end (0 lost).
+//
+// Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
+
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { launchBrowser, newLoggedPage, openWhepViewer, readWhepViewer } from './browser.mjs';
+import { startClient } from './clients.mjs';
+import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
+
+const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
+/** ffmpeg's arguments for `seconds` of 320x240 H264 + AAC pushed to `url`. */
+function pushArgs(url, seconds) {
+  return [
+    '-hide_banner', '-nostdin', '-loglevel', 'warning',
+    '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
+    '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
+    '-t', String(seconds), '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
+    '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac', '-f', 'flv', url,
+  ];
+}
+
+/** The stream snapshot's `source` of `key`, from GET /v1/streams/{key}. */
+async function source(base, key) {
+  const r = await fetch(`${base}/v1/streams/${key}`);
+  if (!r.ok) return `HTTP ${r.status}`;
+  const v = await r.json();
+  return v.snapshot?.source ?? v.source ?? JSON.stringify(v).slice(0, 200);
+}
+
+/** The longest run of `samples` (each { t, frames }, t in ms) in which `frames` did not
+ * grow, in ms. */
+function longestStall(samples) {
+  let worst = 0;
+  let since = samples[0]?.t ?? 0;
+  for (let i = 1; i < samples.length; i++) {
+    if (samples[i].frames > samples[i - 1].frames) since = samples[i].t;
+    else worst = Math.max(worst, samples[i].t - since);
+  }
+  return worst;
+}
+
+describe('slate: streams with a fallback across an encoder gap', { timeout: 200_000 }, () => {
+  let dir;
+  let server;
+  let browser;
+  let rtmpPort;
+  const pushes = [];
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'tern-slate-'));
+    const slate = join(dir, 'slate.mp4');
+    const made = spawnSync('ffmpeg', [
+      '-hide_banner', '-loglevel', 'error', '-f', 'lavfi', '-i', 'testsrc2=size=480x270:rate=25',
+      '-f', 'lavfi', '-i', 'sine=frequency=660:sample_rate=48000', '-t', '4',
+      '-c:v', 'libx264', '-profile:v', 'baseline', '-pix_fmt', 'yuv420p', '-g', '25', '-bf', '0',
+      '-c:a', 'aac', slate,
+    ]);
+    assert.equal(made.status, 0, `ffmpeg could not make the slate: ${made.stderr}`);
+    const config = join(dir, 'tern.toml');
+    await writeFile(
+      config,
+      '[[app]]\nname = "live"\nstreams = ["cam"]\nfallback = "clip"\n\n' +
+        `[[app]]\nname = "file"\nstreams = ["cam"]\nfallback = "file:${slate}"\n`,
+    );
+    rtmpPort = await freeTcpPort();
+    server = await startServer({
+      readyTimeoutMs: 20_000,
+      extraArgs: ['--config', config, '--rtmp', `127.0.0.1:${rtmpPort}`],
+    });
+    browser = await launchBrowser();
+  }, { timeout: 60_000 });
+
+  after(async () => {
+    for (const p of pushes) p.proc.kill('SIGKILL');
+    await browser?.close();
+    await server?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** The scenario on `key` (`app/cam`): a push of `push` s, a gap of `gap` s, a second push;
+   * the slate's picture is `slateWidth` wide. */
+  async function acrossAGap(t, { key, slateWidth, push, gap }) {
+    const base = server.base;
+    const whep = `${base}/${key}/whep`;
+    const url = `rtmp://127.0.0.1:${rtmpPort}/${key}`;
+    // Before any publisher: the declared stream plays its slate.
+    assert.equal(await source(base, key), 'slate');
+
+    pushes.push(await publishRtmp(server, key, pushArgs(url, push)));
+    const t0 = Date.now();
+    const again = (push + gap) * 1000;
+    const total = again + 12_000;
+    const pion = [0, 1, 2].map(() => startClient('pion', whep, total / 1000 + 2));
+    const { page, log } = await newLoggedPage(browser.context);
+    const opened = await page.evaluate(openWhepViewer, { endpoint: whep, audio: true });
+    assert.equal(opened.status, 201, JSON.stringify(opened));
+    const chromium = [];
+    const sources = [];
+    let secondPush = null;
+    while (Date.now() - t0 < total) {
+      const at = Date.now() - t0;
+      chromium.push({ t: at, ...(await page.evaluate(readWhepViewer)) });
+      const now = await source(base, key);
+      if (sources.at(-1)?.source !== now) sources.push({ t: at, source: now });
+      // The first push ends near `push` s; `gap` s of slate; then the encoder is back.
+      if (!secondPush && at >= again) {
+        secondPush = at;
+        pushes.push({ proc: spawn('ffmpeg', pushArgs(url, 10), { stdio: 'ignore' }) });
+      }
+      await sleep(250);
+    }
+    const lines = pion.map((c) => c.lines.slice());
+    const ends = pion.map((c) => c.last());
+    await Promise.all(pion.map((c) => c.stop()));
+    await page.close();
+    const failure = (what) =>
+      `${key}: ${what}\nsources: ${JSON.stringify(sources)}\nchromium: ${JSON.stringify(chromium.filter((_, i) => i % 4 === 0))}\n` +
+      `pion last: ${JSON.stringify(ends)}\n--- page log ---\n${log()}\n--- server ---\n${server.tail()}`;
+
+    // The stream went slate when the first push ended, and live again after the second.
+    const slateSeen = sources.find((s) => s.source === 'slate');
+    assert.ok(slateSeen && slateSeen.t > push * 1000 - 2_000 && slateSeen.t < again, failure('no slate over the gap'));
+    assert.ok(sources.some((s) => s.t > secondPush && s.source === 'rtmp'), failure('the second push never went live'));
+
+    // Chromium: a decoded frame in every second; the slate's picture over the gap, 320 after.
+    const stall = longestStall(chromium.filter((s) => s.t > 2_000).map((s) => ({ t: s.t, frames: s.frames })));
+    t.diagnostic(`${key} chromium: longest stall ${stall} ms; ${chromium.at(-1).frames} frames; lost ${chromium.at(-1).lost}`);
+    assert.ok(stall < 1_000, failure(`Chromium went ${stall} ms without a decoded frame`));
+    const inGap = chromium.filter((s) => s.t > push * 1000 + 3_000 && s.t < again - 1_000);
+    assert.ok(inGap.length > 4 && inGap.every((s) => s.width === slateWidth), failure(`Chromium did not show the slate (${slateWidth} wide) over the gap`));
+    const back = chromium.find((s) => s.t > secondPush && s.width === 320);
+    assert.ok(back, failure('Chromium never came back to the live picture'));
+    t.diagnostic(`${key} chromium back on the live picture ${back.t - secondPush} ms after the second push started`);
+    assert.ok(back.t - secondPush < 6_000, failure(`the live picture came back ${back.t - secondPush} ms after the push`));
+    assert.equal(chromium.at(-1).ice, 'connected', failure('Chromium lost its connection'));
+
+    // pion: frames in every second, ≥ 20 fps over the gap, all three there to the end.
+    for (const [i, ls] of lines.entries()) {
+      const samples = ls.map((l) => ({ t: l.ms, frames: l.frames })).filter((s) => s.t > 2_000);
+      const worst = longestStall(samples);
+      const gapLines = ls.filter((l) => l.ms >= push * 1000 + 2_000 && l.ms <= again - 1_000);
+      const fps = gapLines.length > 1
+        ? ((gapLines.at(-1).frames - gapLines[0].frames) * 1000) / (gapLines.at(-1).ms - gapLines[0].ms)
+        : 0;
+      t.diagnostic(`${key} pion ${i}: longest stall ${worst} ms, ${fps.toFixed(1)} fps over the gap, last ${JSON.stringify(ls.at(-1))}`);
+      assert.ok(worst < 1_000, failure(`pion ${i} went ${worst} ms without a frame`));
+      assert.ok(fps >= 20, failure(`pion ${i}: ${fps} fps over the gap`));
+      assert.ok(ls.at(-1)?.ms > total - 4_000, failure(`pion ${i} ended early`));
+      assert.equal(ls.at(-1).lost, 0, failure(`pion ${i} lost packets`));
+    }
+  }
+
+  it('fallback = "clip": frames throughout, the built-in clip over the gap, live after', { timeout: 80_000 }, async (t) => {
+    await acrossAGap(t, { key: 'live/cam', slateWidth: 640, push: 8, gap: 10 });
+  });
+
+  it('fallback = "file:...": the same with an MP4 of H264 and AAC', { timeout: 80_000 }, async (t) => {
+    await acrossAGap(t, { key: 'file/cam', slateWidth: 480, push: 6, gap: 8 });
+  });
+});
