@@ -5,7 +5,8 @@
 // viewer watch all along: a decoded frame in every second (pion over its half-second lines,
 // Chromium over quarter-second reads), pion at 20 fps or more over the gap, Chromium on the
 // slate's picture over the gap and back on the live picture (320 wide) soon after the
-// encoder's return, and every viewer still connected at the end (0 lost).
+// encoder's return, and every viewer still connected at the end (0 lost). An LL-HLS session
+// read along marks each switch (to the slate and back) with EXT-X-DISCONTINUITY.
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
@@ -38,6 +39,21 @@ async function source(base, key) {
   if (!r.ok) return `HTTP ${r.status}`;
   const v = await r.json();
   return v.snapshot?.source ?? v.source ?? JSON.stringify(v).slice(0, 200);
+}
+
+/** Opens an LL-HLS session of `key`: its media playlist's URL. */
+async function openHls(base, key) {
+  const text = await (await fetch(`${base}/${key}/index.m3u8`)).text();
+  const uri = text.split('\n').find((l) => l.startsWith('media.m3u8'));
+  assert.ok(uri, `no media playlist in ${text}`);
+  return `${base}/${key}/${uri}`;
+}
+
+/** How many discontinuities a media playlist has seen: its EXT-X-DISCONTINUITY-SEQUENCE
+ * (those evicted) and the EXT-X-DISCONTINUITY tags it holds. */
+function discontinuities(playlist) {
+  const evicted = Number(/#EXT-X-DISCONTINUITY-SEQUENCE:(\d+)/.exec(playlist)?.[1] ?? 0);
+  return evicted + playlist.split('\n').filter((l) => l.trim() === '#EXT-X-DISCONTINUITY').length;
 }
 
 /** The longest run of `samples` (each { t, frames }, t in ms) in which `frames` did not
@@ -107,6 +123,9 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     const { page, log } = await newLoggedPage(browser.context);
     const opened = await page.evaluate(openWhepViewer, { endpoint: whep, audio: true });
     assert.equal(opened.status, 201, JSON.stringify(opened));
+    const hls = await openHls(base, key);
+    let marks = 0;
+    let playlist = '';
     const chromium = [];
     const sources = [];
     let secondPush = null;
@@ -115,6 +134,14 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
       chromium.push({ t: at, ...(await page.evaluate(readWhepViewer)) });
       const now = await source(base, key);
       if (sources.at(-1)?.source !== now) sources.push({ t: at, source: now });
+      if (chromium.length % 4 === 0) {
+        // Read once a second, which also keeps the LL-HLS session open.
+        const r = await fetch(hls);
+        if (r.ok) {
+          playlist = await r.text();
+          marks = Math.max(marks, discontinuities(playlist));
+        }
+      }
       // The first push ends near `push` s; `gap` s of slate; then the encoder is back.
       if (!secondPush && at >= again) {
         secondPush = at;
@@ -146,6 +173,10 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     t.diagnostic(`${key} chromium back on the live picture ${back.t - secondPush} ms after the second push started`);
     assert.ok(back.t - secondPush < 6_000, failure(`the live picture came back ${back.t - secondPush} ms after the push`));
     assert.equal(chromium.at(-1).ice, 'connected', failure('Chromium lost its connection'));
+
+    // LL-HLS: each switch, to the slate and back, is marked.
+    t.diagnostic(`${key} LL-HLS: ${marks} discontinuities`);
+    assert.ok(marks >= 2, failure(`LL-HLS marked ${marks} switches; the playlist:\n${playlist}`));
 
     // pion: frames in every second, ≥ 20 fps over the gap, all three there to the end.
     for (const [i, ls] of lines.entries()) {

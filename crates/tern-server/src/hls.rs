@@ -57,6 +57,10 @@ struct Packaging {
     idle_since: Option<Instant>,
     /// Units out of the stream's ring packets or its publisher's frames.
     feed: Feed,
+    /// Whether the last media was the stream's slate (`[[app]] fallback`): a switch either
+    /// way starts a new feed, so that the packager is told the other side's configuration
+    /// (a new init segment and `EXT-X-DISCONTINUITY` where it differs).
+    slate: bool,
 }
 
 /// A stream's place in the hub.
@@ -220,6 +224,7 @@ impl Hls {
                     sessions: 0,
                     idle_since: None,
                     feed: Feed::default(),
+                    slate: false,
                 })
             });
             pk.sessions += 1;
@@ -341,6 +346,10 @@ impl Subscriber for Hls {
     /// A frame from the stream's publisher.
     fn sample(&self, stream: usize, sample: &Sample) {
         self.feed(stream, |pk, wall| {
+            if pk.slate {
+                pk.slate = false;
+                pk.feed = Feed::new(pk.feed.codec());
+            }
             let p = &mut pk.packager;
             pk.feed.push_sample(sample, &mut |u| u.apply(p, wall));
         });
@@ -350,6 +359,10 @@ impl Subscriber for Hls {
     fn packet(&self, tap: &TapPacket) {
         let codec = self.stats.video(tap.stream).codec;
         self.feed(tap.stream, |pk, wall| {
+            if pk.slate != tap.slate {
+                pk.slate = tap.slate;
+                pk.feed = Feed::new(codec);
+            }
             pk.feed.set_codec(codec);
             let (damaged, skipped) = (pk.feed.damaged_frames(), pk.feed.skipped_frames());
             let p = &mut pk.packager;

@@ -33,6 +33,9 @@ pub struct TapPacket {
     pub stream: usize,
     /// The packet as the ring holds it.
     pub pkt: RingPacket,
+    /// It is the stream's slate (`[[app]] fallback`), not a publisher's or a clip source's:
+    /// LL-HLS packages it, recordings leave it out.
+    pub slate: bool,
 }
 
 impl std::fmt::Debug for TapPacket {

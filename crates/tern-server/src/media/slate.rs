@@ -4,8 +4,9 @@
 //! file); the worker that owns a stream runs a [`Slate`] (a [`ClipSource`] pacing that clip)
 //! while the stream has no publisher, and stops it when one arrives. The slate's packets go
 //! through ingest's numbering ([`super::Ingest::map_slate`]), so viewers keep their SSRCs,
-//! sequence numbers and timestamps across every switch; they go to viewers only, not to the
-//! packagers (recordings hold the live media alone).
+//! sequence numbers and timestamps across every switch. The media tap gets them marked as
+//! the slate's: LL-HLS packages them (a switch either way is a new init segment and
+//! `EXT-X-DISCONTINUITY`), recordings leave them out.
 
 use std::sync::Arc;
 use std::time::Instant;

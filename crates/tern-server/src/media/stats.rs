@@ -79,6 +79,8 @@ pub struct StreamCounters {
     pub live: AtomicBool,
     /// Whether it has a publisher, connected or connecting.
     pub publishing: AtomicBool,
+    /// Whether it plays its slate (`[[app]] fallback`): live, with no publisher's media.
+    pub slate: AtomicBool,
     /// Media packets sent to its viewers.
     pub packets: AtomicU64,
     /// Media bytes sent to its viewers.

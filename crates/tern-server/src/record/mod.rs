@@ -587,12 +587,13 @@ impl Recorder {
                 .into_iter()
                 .map(|p| p.stream)
                 .collect();
+            // A stream on its slate is not active: its recording ends as its publisher
+            // leaves, and the next publisher starts another.
             self.housekeep(&streams.list(), |key, i| {
                 published.contains(key)
-                    || self
-                        .stats
-                        .stream(i)
-                        .is_some_and(|c| c.live.load(Ordering::Relaxed))
+                    || self.stats.stream(i).is_some_and(|c| {
+                        c.live.load(Ordering::Relaxed) && !c.slate.load(Ordering::Relaxed)
+                    })
             });
             if sweeps && n.is_multiple_of(10) {
                 let rec = self.clone();
@@ -645,8 +646,11 @@ impl Subscriber for Recorder {
         self.unit(stream, unit, unix_ms(), false);
     }
 
-    /// A ring packet of the stream (on the tap's thread).
+    /// A ring packet of the stream (on the tap's thread); the slate's are not recorded.
     fn packet(&self, tap: &TapPacket) {
+        if tap.slate {
+            return;
+        }
         let stream = tap.stream;
         let codec = self.stats.video(stream).codec;
         let wall = unix_ms();

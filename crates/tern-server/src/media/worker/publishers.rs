@@ -160,18 +160,18 @@ impl Worker {
                     keyframe: mp.keyframe,
                     capture_ntp: self.shared.clock.ntp(mp.capture_time),
                 };
-                self.accept(si, head, mp.payload, true);
+                self.accept(si, head, mp.payload, false);
             });
             self.streams.slots[si].source = Some(src);
         }
         self.run_slates(now);
     }
 
-    /// A new packet of an owned stream, from a source, a slate or a publisher: its payload
-    /// is copied once into a pooled buffer, the ring packet made around it (the one place
-    /// ring packets are made), then pushed into the ring and, unless the ring refused it,
-    /// published, and handed to the media tap when `tap` (not a slate's).
-    pub(super) fn accept(&mut self, stream: usize, head: Head, payload: &[u8], tap: bool) {
+    /// A new packet of an owned stream, from a source, a slate (`slate`) or a publisher: its
+    /// payload is copied once into a pooled buffer, the ring packet made around it (the one
+    /// place ring packets are made), then pushed into the ring and, unless the ring refused
+    /// it, published and handed to the media tap.
+    pub(super) fn accept(&mut self, stream: usize, head: Head, payload: &[u8], slate: bool) {
         let stats = &self.shared.stats;
         // Layer 0's SPS: lower layers (simulcast, renditions) may be another profile.
         if head.kind == MediaKind::Video
@@ -195,9 +195,7 @@ impl Worker {
             payload: b.freeze(),
         };
         if self.streams.slots[stream].stream.push(pkt.clone()) {
-            if tap {
-                self.tap_packet(stream, &pkt);
-            }
+            self.tap_packet(stream, &pkt, slate);
             self.publish(stream, pkt);
         }
     }
@@ -206,7 +204,7 @@ impl Worker {
     /// to the media tap's thread, unless its publisher hands packagers its frames itself
     /// ([`crate::media::ingest::Source::packages_from_frames`]). Never waits: a full queue
     /// drops the packet and counts it.
-    fn tap_packet(&mut self, stream: usize, pkt: &RingPacket) {
+    fn tap_packet(&mut self, stream: usize, pkt: &RingPacket, slate: bool) {
         let Some(tx) = &self.streams.tap else {
             return;
         };
@@ -223,6 +221,7 @@ impl Worker {
         let tap = TapPacket {
             stream,
             pkt: pkt.clone(),
+            slate,
         };
         if tx.try_send(tap).is_err() {
             stats.hls_tap_dropped.fetch_add(1, Ordering::Relaxed);
@@ -268,7 +267,7 @@ impl Worker {
                             .capture_ntp
                             .unwrap_or_else(|| self.shared.clock.ntp(now)),
                     };
-                    self.accept(stream, head, &packet.payload, true);
+                    self.accept(stream, head, &packet.payload, false);
                 }
                 IngestOutput::Live(stream) => {
                     let stats = &self.shared.stats;

@@ -2,6 +2,7 @@
 //! clip, numbered by ingest as a publisher's packets are, until a publisher takes the
 //! stream again (see `media/slate.rs`).
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tern_proto::codec::{MediaKind, VideoCodec};
@@ -45,7 +46,8 @@ impl Worker {
             );
         }
         if let Some(c) = stats.stream(s) {
-            c.live.store(true, std::sync::atomic::Ordering::Relaxed);
+            c.live.store(true, Ordering::Relaxed);
+            c.slate.store(true, Ordering::Relaxed);
         }
         stats.snapshots.stream_state(key, "slate", true, &[]);
         info!("{key} plays its slate");
@@ -59,6 +61,9 @@ impl Worker {
         }
         self.streams.slated.retain(|&x| x != s);
         self.ingest.new_timeline(s);
+        if let Some(c) = self.shared.stats.stream(s) {
+            c.slate.store(false, Ordering::Relaxed);
+        }
         info!("{}: slate stopped", self.streams.key(s));
     }
 
@@ -83,8 +88,8 @@ impl Worker {
                     keyframe: mp.keyframe,
                     capture_ntp: self.shared.clock.ntp(mp.capture_time),
                 };
-                // Viewers only: packagers and recordings take the live media alone.
-                self.accept(si, head, mp.payload, false);
+                // Marked: LL-HLS packages it, recordings leave it out.
+                self.accept(si, head, mp.payload, true);
             });
             self.streams.slots[si].slate = Some(slate);
         }
