@@ -6,7 +6,8 @@
 // Chromium over quarter-second reads), pion at 20 fps or more over the gap, Chromium on the
 // slate's picture over the gap and back on the live picture (320 wide) soon after the
 // encoder's return, and every viewer still connected at the end (0 lost). An LL-HLS session
-// read along marks each switch (to the slate and back) with EXT-X-DISCONTINUITY.
+// read along marks each switch (to the slate and back) with EXT-X-DISCONTINUITY, and a
+// viewer's figures (GET /v1/viewers/{id}) say `feed: "slate"` over the gap.
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
@@ -128,12 +129,21 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     let playlist = '';
     const chromium = [];
     const sources = [];
+    const feeds = [];
     let secondPush = null;
     while (Date.now() - t0 < total) {
       const at = Date.now() - t0;
       chromium.push({ t: at, ...(await page.evaluate(readWhepViewer)) });
       const now = await source(base, key);
       if (sources.at(-1)?.source !== now) sources.push({ t: at, source: now });
+      if (chromium.length % 4 === 2) {
+        // A viewer's `feed` (GET /v1/viewers/{id}): `slate` or `live`.
+        const list = await (await fetch(`${base}/v1/streams/${key}/viewers`)).json();
+        const id = list[0]?.identity?.id;
+        const one = id === undefined ? null : await fetch(`${base}/v1/viewers/${id}`);
+        const feed = one?.ok ? (await one.json()).live?.feed : null;
+        if (feeds.at(-1)?.feed !== feed) feeds.push({ t: at, feed });
+      }
       if (chromium.length % 4 === 0) {
         // Read once a second, which also keeps the LL-HLS session open.
         const r = await fetch(hls);
@@ -154,7 +164,7 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     await Promise.all(pion.map((c) => c.stop()));
     await page.close();
     const failure = (what) =>
-      `${key}: ${what}\nsources: ${JSON.stringify(sources)}\nchromium: ${JSON.stringify(chromium.filter((_, i) => i % 4 === 0))}\n` +
+      `${key}: ${what}\nsources: ${JSON.stringify(sources)}\nfeeds: ${JSON.stringify(feeds)}\nchromium: ${JSON.stringify(chromium.filter((_, i) => i % 4 === 0))}\n` +
       `pion last: ${JSON.stringify(ends)}\n--- page log ---\n${log()}\n--- server ---\n${server.tail()}`;
 
     // The stream went slate when the first push ended, and live again after the second.
@@ -173,6 +183,15 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     t.diagnostic(`${key} chromium back on the live picture ${back.t - secondPush} ms after the second push started`);
     assert.ok(back.t - secondPush < 6_000, failure(`the live picture came back ${back.t - secondPush} ms after the push`));
     assert.equal(chromium.at(-1).ice, 'connected', failure('Chromium lost its connection'));
+
+    // A viewer's figures say what it is fed: live, the slate over the gap, live again (and
+    // the slate once more when the second push ends, near the end).
+    t.diagnostic(`${key} viewer feed: ${JSON.stringify(feeds)}`);
+    assert.deepEqual(
+      feeds.filter((f) => f.feed).map((f) => f.feed).slice(0, 3),
+      ['live', 'slate', 'live'],
+      failure(`a viewer's feed went ${JSON.stringify(feeds)}`),
+    );
 
     // LL-HLS: each switch, to the slate and back, is marked.
     t.diagnostic(`${key} LL-HLS: ${marks} discontinuities`);

@@ -132,8 +132,15 @@ pub(super) async fn viewer(
     };
     // The snapshot, and the figures that change with every packet, read live from the
     // viewer's worker (never copied into the snapshot).
+    // What its stream plays now: a publisher's media (or a clip's), or its slate.
+    let slate = st
+        .streams
+        .get(&v.stream)
+        .and_then(|i| st.engine.stats.stream(i.index))
+        .is_some_and(|c| c.slate.load(std::sync::atomic::Ordering::Relaxed));
+    let feed = if slate { "slate" } else { "live" };
     let live = match st.engine.viewer_live(ViewerId::from_raw(v.id)).await {
-        Ok(Some(l)) => live_json(&l),
+        Ok(Some(l)) => live_json(&l, feed),
         Ok(None) => "null".to_owned(),
         Err(_) => return Err(HttpError::engine_stopped()),
     };
@@ -143,9 +150,11 @@ pub(super) async fn viewer(
     Ok(json(StatusCode::OK, body))
 }
 
-/// A viewer's live figures as the API shows them (see docs/src/http-api.md).
-fn live_json(l: &tern_rtc::viewer::ViewerLive) -> String {
+/// A viewer's live figures as the API shows them (see docs/src/http-api.md), with what
+/// its stream plays (`feed`: `live` or `slate`).
+fn live_json(l: &tern_rtc::viewer::ViewerLive, feed: &str) -> String {
     serde_json::json!({
+        "feed": feed,
         "estimate_bps": l.estimate_bps,
         "rtt_ms": l.rtt_ms,
         "loss": l.loss,
