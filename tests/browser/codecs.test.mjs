@@ -1,8 +1,9 @@
 // Video codecs passed through from WHIP publishers: headless Chromium publishes a canvas
 // stream over WHIP with one codec preferred (VP8, VP9, AV1; H264 as the reference), and a
 // second Chromium page watches it over WHEP, joining mid-stream. Each case asserts the
-// viewer decoded that codec (its inbound-rtp's codec), its frames, freezes and losses, and
-// that a viewer who offers only another codec gets a 422 naming both.
+// viewer decoded that codec (its inbound-rtp's codec), its frames, freezes and losses, that
+// a viewer who offers only another codec gets a 422 naming both, and that the stream's
+// thumbnail (thumb.jpg) is a JPEG the browser decodes.
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
@@ -96,6 +97,7 @@ async function watch({ endpoint, seconds, only }) {
     packetsReceived: v.packetsReceived ?? 0,
     packetsLost: v.packetsLost ?? 0,
     frameWidth: v.frameWidth ?? 0,
+    frameHeight: v.frameHeight ?? 0,
     pliCount: v.pliCount ?? 0,
   };
   await fetch(location, { method: 'DELETE' });
@@ -156,6 +158,39 @@ describe('WHIP codecs passed through to WHEP viewers (Chromium to Chromium)', { 
         // The API says what viewers are answered with.
         const api = await (await fetch(`${server.base}/v1/streams/live/${codec.toLowerCase()}`)).json();
         assert.equal(api.video?.codec, codec, JSON.stringify(api));
+        // Its thumbnail: a JPEG the browser decodes, at the stream's size (libavcodec decodes
+        // every codec, AV1 included; H264, VP8 and VP9 through the tap's feed, AV1 through
+        // the thumbnails' own depacketizer).
+        // A 503 (no keyframe within 5 s) is asked again, as its Retry-After says: each
+        // request that finds none asks the publisher once more.
+        const thumb = await view.page.evaluate(async (url) => {
+          let r;
+          for (let i = 0; i < 3; i++) {
+            r = await fetch(url);
+            if (r.status !== 503) break;
+          }
+          if (!r.ok) return { status: r.status, body: await r.text() };
+          const img = await createImageBitmap(await r.blob());
+          return { status: r.status, type: r.headers.get('content-type'), width: img.width, height: img.height };
+        }, `${stream}/thumb.jpg`);
+        console.log(`${codec}: thumbnail ${JSON.stringify(thumb)}`);
+        assert.equal(thumb.status, 200, `thumbnail: ${JSON.stringify(thumb)} ${why()}`);
+        assert.equal(thumb.type, 'image/jpeg', JSON.stringify(thumb));
+        assert.ok(thumb.width > 0 && thumb.height > 0, JSON.stringify(thumb));
+        // The thumbnail asked the publisher for a keyframe: its PLI reached Chromium (a
+        // publisher without simulcast once got none, and its viewers waited for keyframes
+        // it was never asked for).
+        const plis = await pub.page.evaluate(async () => {
+          let n = 0;
+          (await window.pubPc.getStats()).forEach((s) => { if (s.type === 'outbound-rtp' && s.kind === 'video') n += s.pliCount ?? 0; });
+          return n;
+        });
+        assert.ok(plis >= 1, `the publisher got ${plis} PLIs: ${why()}`);
+        // (Chromium's encoder may scale its picture under load: the shape is compared.)
+        if (v.frameWidth > 0 && v.frameHeight > 0) {
+          const ratio = (thumb.width / thumb.height) / (v.frameWidth / v.frameHeight);
+          assert.ok(Math.abs(ratio - 1) < 0.05, `thumbnail of the stream's shape: ${JSON.stringify(thumb)} ${JSON.stringify(v)}`);
+        }
         // The WHIP path (str0m) picks SRTP profiles in [tunables] srtp_profiles order too.
         const cipher = await pub.page.evaluate(async () => {
           let c = null;

@@ -1,14 +1,25 @@
-//! H265 RTP packetization (RFC 7798) of access units given as length-prefixed NAL units (the
-//! form an MP4 sample and an RTSP client's depacketizer hand over): a NAL unit that fits
-//! goes in a single NAL unit packet (§4.4.1), a larger one is split into fragmentation units
-//! (type 49, §4.4.3) of equal size. Access unit delimiters (35) and empty or one-byte NAL
-//! units are dropped. No payload exceeds `max_payload`. A length that runs past the end
-//! of the access unit is an error, never a panic.
+//! H265 over RTP (RFC 7798).
+//!
+//! * [`packetize`] turns an access unit given as length-prefixed NAL units (the form an MP4
+//!   sample and an RTSP client's depacketizer hand over) into RTP payloads: a NAL unit that
+//!   fits goes in a single NAL unit packet (§4.4.1), a larger one is split into
+//!   fragmentation units (type 49, §4.4.3) of equal size. Access unit delimiters (35) and
+//!   empty or one-byte NAL units are dropped. No payload exceeds `max_payload`. A length
+//!   that runs past the end of the access unit is an error, never a panic.
+//! * [`Depacketizer`] rebuilds whole access units (Annex B) from RTP payloads, as
+//!   [`crate::h264::Depacketizer`] does for H264, and counts losses; [`is_keyframe_au`]
+//!   tells whether one holds an IRAP picture.
+//!
+//! Nothing here panics on malformed input.
 
 use thiserror::Error;
 
-/// NAL unit type of a fragmentation unit.
-const FU: u8 = 49;
+/// NAL unit type of an aggregation packet (§4.4.2).
+pub const AP: u8 = 48;
+/// NAL unit type of a fragmentation unit (§4.4.3).
+pub const FU: u8 = 49;
+/// NAL unit type of a PACI packet (§4.4.4).
+pub const PACI: u8 = 50;
 /// NAL unit type of an access unit delimiter.
 pub const AUD: u8 = 35;
 /// NAL unit type of a video parameter set.
@@ -118,6 +129,280 @@ pub fn packetize(
     Ok(())
 }
 
+/// Largest access unit the [`Depacketizer`] rebuilds (a 4K IRAP picture at a high bitrate
+/// fits, as in [`crate::ts::MAX_PES`]); a larger one is damaged ([`DepacketizeError::TooLarge`]).
+pub const MAX_ACCESS_UNIT: usize = 4 << 20;
+
+/// Whether an Annex B access unit (as the [`Depacketizer`] returns) holds a slice of an IRAP
+/// picture (NAL unit types 16-23, [`is_irap`]): one a decoder can start at. Whether its
+/// parameter sets came with it is [`is_parameter_set`] on its NAL units
+/// ([`crate::h264::nal_units`] splits H265 Annex B as well).
+pub fn is_keyframe_au(annex_b: &[u8]) -> bool {
+    crate::h264::nal_units(annex_b).any(is_irap)
+}
+
+/// A malformed RTP payload given to the [`Depacketizer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DepacketizeError {
+    /// The payload is shorter than its 2-byte payload header.
+    #[error("payload shorter than its header")]
+    Empty,
+    /// An aggregation packet without a unit, or whose unit sizes do not match the payload
+    /// (or announce a NAL unit shorter than its 2-byte header).
+    #[error("malformed aggregation packet")]
+    BadAggregation,
+    /// A fragmentation unit without its FU header, with both start and end bits, or whose
+    /// FuType is an aggregation, fragmentation or PACI packet.
+    #[error("malformed fragmentation unit")]
+    BadFragment,
+    /// A payload type the depacketizer does not take: PACI (50) or unassigned (51-63).
+    #[error("unsupported payload type {0}")]
+    Unsupported(u8),
+    /// The access unit grows past [`MAX_ACCESS_UNIT`].
+    #[error("access unit over {MAX_ACCESS_UNIT} bytes")]
+    TooLarge,
+}
+
+/// Reassembles H265 access units from RTP payloads (RFC 7798), with the API and the
+/// behaviour of [`crate::h264::Depacketizer`].
+///
+/// Feed every received packet of one SSRC to [`Depacketizer::push`]; complete, intact
+/// access units come back as Annex B with 4-byte start codes, NAL units in the order
+/// received. It takes single NAL unit packets (types 0-47), aggregation packets (48) and
+/// fragmentation units (49, S/E bits) without DONL fields: tern never signals
+/// `sprop-max-don-diff`, so the sender may not add them (RFC 7798 §4.4). PACI packets (50)
+/// are dropped, and with them whatever NAL unit they carried: their access unit is
+/// damaged ([`DepacketizeError::Unsupported`]).
+///
+/// An access unit ends at the marker bit. A sequence-number gap, a broken fragmentation
+/// unit, a malformed payload, an access unit over [`MAX_ACCESS_UNIT`] or a missing marker
+/// (the RTP timestamp changes before the marker arrives) makes it *damaged*: it is dropped
+/// and counted in [`Depacketizer::damaged_frames`].
+#[derive(Debug, Default)]
+pub struct Depacketizer {
+    au: Vec<u8>,
+    /// `au` holds a finished access unit returned by the previous push.
+    ready: bool,
+    /// Some packet of the current access unit has been received.
+    in_au: bool,
+    au_ts: u32,
+    damaged: bool,
+    /// A fragmentation unit is in progress (its start fragment was seen).
+    in_fu: bool,
+    last_seq: Option<u16>,
+    frames: u64,
+    keyframes: u64,
+    damaged_frames: u64,
+    lost_packets: u64,
+}
+
+impl Depacketizer {
+    /// An empty depacketizer.
+    pub fn new() -> Depacketizer {
+        Depacketizer::default()
+    }
+
+    /// Feeds one RTP payload with its sequence number, timestamp and marker bit.
+    ///
+    /// Returns the completed access unit when `marker` closes an intact one. Duplicate
+    /// and late (reordered) packets are ignored. An error means the payload was malformed
+    /// or unsupported; its access unit is then damaged.
+    pub fn push(
+        &mut self,
+        seq: u16,
+        rtp_ts: u32,
+        marker: bool,
+        payload: &[u8],
+    ) -> Result<Option<&[u8]>, DepacketizeError> {
+        if self.ready {
+            self.au.clear();
+            self.ready = false;
+        }
+        let mut gap = false;
+        if let Some(last) = self.last_seq {
+            let ahead = seq.wrapping_sub(last);
+            if ahead == 0 || ahead >= 0x8000 {
+                return Ok(None);
+            }
+            if ahead > 1 {
+                self.lost_packets += u64::from(ahead - 1);
+                gap = true;
+            }
+        }
+        self.last_seq = Some(seq);
+
+        if self.in_au && rtp_ts != self.au_ts {
+            // The previous access unit never saw its marker.
+            self.damaged_frames += 1;
+            self.reset_au();
+        }
+        if gap {
+            // The lost packets belong to this access unit (if it continues the one in
+            // progress, or if they held its start); a lost end of the previous one was
+            // counted above when the timestamp changed.
+            self.damaged = true;
+        }
+        self.in_au = true;
+        self.au_ts = rtp_ts;
+
+        let result = self.add_payload(payload);
+        if result.is_err() {
+            self.damaged = true;
+            self.in_fu = false;
+        }
+        if self.damaged {
+            // Nothing of a damaged access unit is returned: hold no memory for it.
+            self.au.clear();
+        }
+        if marker {
+            if self.in_fu {
+                // Marker on a packet that did not finish the fragmentation unit.
+                self.damaged = true;
+            }
+            let intact = !self.damaged && !self.au.is_empty();
+            if intact {
+                self.frames += 1;
+                if is_keyframe_au(&self.au) {
+                    self.keyframes += 1;
+                }
+            } else {
+                self.damaged_frames += 1;
+            }
+            self.in_au = false;
+            self.in_fu = false;
+            self.damaged = false;
+            result?;
+            if intact {
+                self.ready = true;
+                return Ok(Some(&self.au));
+            }
+            self.au.clear();
+            return Ok(None);
+        }
+        result.map(|()| None)
+    }
+
+    fn reset_au(&mut self) {
+        self.au.clear();
+        self.in_au = false;
+        self.in_fu = false;
+        self.damaged = false;
+    }
+
+    /// A packet that is not a fragment: a fragmentation unit in progress lost its end.
+    fn end_fu(&mut self) {
+        if self.in_fu {
+            self.damaged = true;
+            self.in_fu = false;
+        }
+    }
+
+    fn add_payload(&mut self, payload: &[u8]) -> Result<(), DepacketizeError> {
+        let [h0, h1, body @ ..] = payload else {
+            return Err(DepacketizeError::Empty);
+        };
+        match nal_type(payload) {
+            0..=47 => {
+                self.end_fu();
+                self.push_nal(payload)
+            }
+            AP => {
+                self.end_fu();
+                let start = self.au.len();
+                let result = self.push_aggregated(body);
+                if result.is_err() {
+                    self.au.truncate(start);
+                }
+                result
+            }
+            FU => {
+                let [fu, data @ ..] = body else {
+                    return Err(DepacketizeError::BadFragment);
+                };
+                let (start, end, fu_type) = (fu & 0x80 != 0, fu & 0x40 != 0, fu & 0x3f);
+                if (start && end) || fu_type >= AP {
+                    return Err(DepacketizeError::BadFragment);
+                }
+                if start {
+                    if self.in_fu {
+                        self.damaged = true;
+                    }
+                    self.in_fu = true;
+                    // The fragmented NAL unit's header: F, layer id and TID of the payload
+                    // header, with FuType as its type.
+                    self.push_nal(&[(h0 & 0x81) | (fu_type << 1), *h1])?;
+                } else if !self.in_fu {
+                    // Middle or end fragment without its start: the start was lost.
+                    self.damaged = true;
+                    return Ok(());
+                }
+                self.extend(data)?;
+                if end {
+                    self.in_fu = false;
+                }
+                Ok(())
+            }
+            t => Err(DepacketizeError::Unsupported(t)),
+        }
+    }
+
+    /// The aggregation units of an aggregation packet (after its payload header): a 16-bit
+    /// size, then a NAL unit of that size, each; no DONL/DOND fields.
+    fn push_aggregated(&mut self, mut rest: &[u8]) -> Result<(), DepacketizeError> {
+        if rest.is_empty() {
+            return Err(DepacketizeError::BadAggregation);
+        }
+        while !rest.is_empty() {
+            let [a, b, tail @ ..] = rest else {
+                return Err(DepacketizeError::BadAggregation);
+            };
+            let len = usize::from(u16::from_be_bytes([*a, *b]));
+            if len < 2 || len > tail.len() {
+                return Err(DepacketizeError::BadAggregation);
+            }
+            let (nal, tail) = tail.split_at(len);
+            self.push_nal(nal)?;
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// Appends a start code and `nal`.
+    fn push_nal(&mut self, nal: &[u8]) -> Result<(), DepacketizeError> {
+        self.extend(&[0, 0, 0, 1])?;
+        self.extend(nal)
+    }
+
+    fn extend(&mut self, data: &[u8]) -> Result<(), DepacketizeError> {
+        if self.au.len() + data.len() > MAX_ACCESS_UNIT {
+            return Err(DepacketizeError::TooLarge);
+        }
+        self.au.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// Intact access units returned so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Intact access units that held an IRAP picture ([`is_keyframe_au`]).
+    pub fn keyframes(&self) -> u64 {
+        self.keyframes
+    }
+
+    /// Access units dropped because of loss, malformed or unsupported payloads, or size.
+    pub fn damaged_frames(&self) -> u64 {
+        self.damaged_frames
+    }
+
+    /// Packets missing according to sequence-number gaps.
+    pub fn lost_packets(&self) -> u64 {
+        self.lost_packets
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +457,292 @@ mod tests {
         ));
         assert!(packetize(&[0, 0], 1200, &mut |_, _| {}).is_err());
         assert!(packetize(&[], 3, &mut |_, _| {}).is_err());
+    }
+
+    /// Small deterministic PRNG (xorshift64*), so tests need no dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    fn annex_b(nals: &[&[u8]]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for n in nals {
+            v.extend_from_slice(&[0, 0, 0, 1]);
+            v.extend_from_slice(n);
+        }
+        v
+    }
+
+    fn packets(nals: &[&[u8]], max: usize) -> Vec<(Vec<u8>, bool)> {
+        let mut out = Vec::new();
+        packetize(&au(nals), max, &mut |p, m| out.push((p.to_vec(), m))).expect("packetize");
+        out
+    }
+
+    /// An aggregation packet (no DONL) of `nals`.
+    fn aggregate(nals: &[&[u8]]) -> Vec<u8> {
+        let mut v = vec![AP << 1, 1];
+        for n in nals {
+            v.extend_from_slice(&(n.len() as u16).to_be_bytes());
+            v.extend_from_slice(n);
+        }
+        v
+    }
+
+    /// A NAL unit of `len` bytes of type `t` (layer 0, TID 1), bytes from `rng`.
+    fn nal(t: u8, len: usize, rng: &mut Rng) -> Vec<u8> {
+        let mut n = vec![t << 1, 1];
+        n.extend((2..len).map(|_| 1 + rng.below(255) as u8));
+        n
+    }
+
+    #[test]
+    fn packetizer_output_depacketizes_back() {
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let mut de = Depacketizer::new();
+        let mut seq = 65_500u16;
+        let mut keys = 0;
+        for frame in 0..200u32 {
+            let max = MIN_PAYLOAD + rng.below(1400);
+            let mut owned = vec![vec![AUD << 1, 1, 0x50]];
+            let key = frame % 25 == 0;
+            if key {
+                keys += 1;
+                for t in [VPS, SPS, PPS] {
+                    owned.push(nal(t, 3 + rng.below(30), &mut rng));
+                }
+            }
+            for _ in 0..1 + rng.below(3) {
+                let bound = if rng.below(4) == 0 { 20_000 } else { 300 };
+                owned.push(nal(
+                    if key { 19 } else { 1 },
+                    3 + rng.below(bound),
+                    &mut rng,
+                ));
+            }
+            let nals: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            let mut got = None;
+            for (p, m) in packets(&nals, max) {
+                let r = de.push(seq, frame * 3000, m, &p).expect("well-formed");
+                seq = seq.wrapping_add(1);
+                if let Some(au) = r {
+                    assert!(got.is_none());
+                    got = Some(au.to_vec());
+                }
+            }
+            // The packetizer drops the access unit delimiter.
+            let want = annex_b(&nals[1..]);
+            assert_eq!(got.as_deref(), Some(&want[..]), "frame {frame}");
+            assert_eq!(is_keyframe_au(&want), key);
+        }
+        assert_eq!(de.frames(), 200);
+        assert_eq!(de.keyframes(), keys);
+        assert_eq!(de.damaged_frames(), 0);
+        assert_eq!(de.lost_packets(), 0);
+    }
+
+    #[test]
+    fn single_aggregated_and_fragmented_nal_units() {
+        let mut rng = Rng(7);
+        let vps = nal(VPS, 20, &mut rng);
+        let sps = nal(SPS, 30, &mut rng);
+        let pps = nal(PPS, 6, &mut rng);
+        let sei = nal(39, 9, &mut rng);
+        // A CRA slice (21) with layer id 0 and TID 1, in three fragments.
+        let cra = nal(21, 3000, &mut rng);
+        let fu = |s: bool, e: bool, data: &[u8]| {
+            let mut p = vec![FU << 1, 1, u8::from(s) << 7 | u8::from(e) << 6 | 21];
+            p.extend_from_slice(data);
+            p
+        };
+        let mut de = Depacketizer::new();
+        let pkts = [
+            aggregate(&[&vps, &sps, &pps]),
+            sei.clone(),
+            fu(true, false, &cra[2..1000]),
+            fu(false, false, &cra[1000..2000]),
+            fu(false, true, &cra[2000..]),
+        ];
+        for (i, p) in pkts.iter().enumerate() {
+            let last = i + 1 == pkts.len();
+            let r = de
+                .push(10 + i as u16, 90_000, last, p)
+                .expect("well-formed");
+            if last {
+                let want = annex_b(&[&vps, &sps, &pps, &sei, &cra]);
+                assert_eq!(r, Some(&want[..]));
+            } else {
+                assert_eq!(r, None);
+            }
+        }
+        assert_eq!((de.frames(), de.keyframes()), (1, 1));
+        // A trailing picture of one slice; then one AP of two slices (one of one byte past
+        // the header) alone.
+        let trail = nal(1, 40, &mut rng);
+        assert_eq!(
+            de.push(15, 93_000, true, &trail),
+            Ok(Some(&annex_b(&[&trail])[..]))
+        );
+        let tiny = [1 << 1, 1];
+        let ap = aggregate(&[&trail, &tiny]);
+        assert_eq!(
+            de.push(16, 96_000, true, &ap),
+            Ok(Some(&annex_b(&[&trail, &tiny])[..]))
+        );
+        assert_eq!((de.frames(), de.keyframes()), (3, 1));
+        assert_eq!(de.damaged_frames(), 0);
+        assert!(!is_keyframe_au(&annex_b(&[&vps, &sps, &pps, &trail])));
+        assert!(!is_keyframe_au(&[]));
+    }
+
+    #[test]
+    fn a_lost_fragment_damages_its_access_unit_only() {
+        let mut rng = Rng(3);
+        let idr = nal(19, 5000, &mut rng);
+        let pkts = packets(&[&idr], 1200);
+        assert!(pkts.len() >= 4);
+        let mut de = Depacketizer::new();
+        for (i, (p, m)) in pkts.iter().enumerate() {
+            if i != 2 {
+                assert_eq!(de.push(i as u16, 0, *m, p), Ok(None));
+            }
+        }
+        assert_eq!((de.damaged_frames(), de.lost_packets()), (1, 1));
+        // The next access unit comes out whole.
+        let base = pkts.len() as u16;
+        let mut out = None;
+        for (i, (p, m)) in pkts.iter().enumerate() {
+            if let Some(au) = de.push(base + i as u16, 3000, *m, p).expect("ok") {
+                out = Some(au.to_vec());
+            }
+        }
+        assert_eq!(out, Some(annex_b(&[&idr])));
+        // A lost marker packet: seen when the timestamp changes.
+        let base = base * 2;
+        for (i, (p, _)) in pkts.iter().enumerate().take(pkts.len() - 1) {
+            assert_eq!(de.push(base + i as u16, 6000, false, p), Ok(None));
+        }
+        let trail = [1 << 1, 1, 0xaa];
+        assert_eq!(
+            de.push(base + pkts.len() as u16 - 1, 9000, true, &trail),
+            Ok(Some(&annex_b(&[&trail])[..]))
+        );
+        // A fragment's start then a single NAL unit packet: the FU lost its end.
+        let base = base + pkts.len() as u16;
+        assert_eq!(de.push(base, 12_000, false, &pkts[0].0), Ok(None));
+        assert_eq!(de.push(base + 1, 12_000, true, &trail), Ok(None));
+        // Duplicates and late packets are ignored.
+        assert_eq!(de.push(base + 1, 12_000, true, &trail), Ok(None));
+        assert_eq!(de.push(base, 12_000, true, &trail), Ok(None));
+        assert_eq!(de.damaged_frames(), 3);
+        assert_eq!(de.frames(), 2);
+        assert_eq!(de.keyframes(), 1);
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors_and_damage_their_access_unit() {
+        let mut de = Depacketizer::new();
+        let bad: [(&[u8], DepacketizeError); 12] = [
+            (&[], DepacketizeError::Empty),
+            (&[1 << 1], DepacketizeError::Empty),
+            // AP: no unit, a size past the end, a size of one, a lone size byte.
+            (&[AP << 1, 1], DepacketizeError::BadAggregation),
+            (&[AP << 1, 1, 0, 9, 2, 1], DepacketizeError::BadAggregation),
+            (&[AP << 1, 1, 0, 1, 2], DepacketizeError::BadAggregation),
+            (
+                &[AP << 1, 1, 0, 2, 2, 1, 0],
+                DepacketizeError::BadAggregation,
+            ),
+            // FU: no FU header, S and E both, FuType of an AP.
+            (&[FU << 1, 1], DepacketizeError::BadFragment),
+            (&[FU << 1, 1, 0xc0 | 19, 1], DepacketizeError::BadFragment),
+            (&[FU << 1, 1, 0x80 | 48, 1], DepacketizeError::BadFragment),
+            // PACI and unassigned types.
+            (
+                &[PACI << 1, 1, 0, 0, 2, 1],
+                DepacketizeError::Unsupported(PACI),
+            ),
+            (&[51 << 1, 1, 0], DepacketizeError::Unsupported(51)),
+            (&[0x7f, 0xff, 0], DepacketizeError::Unsupported(63)),
+        ];
+        for (i, (p, e)) in bad.iter().enumerate() {
+            assert_eq!(de.push(i as u16, i as u32, true, p), Err(*e), "{p:?}");
+        }
+        assert_eq!(de.frames(), 0);
+        assert_eq!(de.damaged_frames(), bad.len() as u64);
+        // An error before the marker: the rest of the access unit is dropped too.
+        let n = bad.len() as u16;
+        let trail = [1 << 1, 1, 0xaa];
+        assert_eq!(
+            de.push(n, 100, false, &[AP << 1, 1, 0xff, 0xff]),
+            Err(DepacketizeError::BadAggregation)
+        );
+        assert_eq!(de.push(n + 1, 100, true, &trail), Ok(None));
+        assert_eq!(de.damaged_frames(), bad.len() as u64 + 1);
+        assert_eq!(
+            de.push(n + 2, 200, true, &trail),
+            Ok(Some(&annex_b(&[&trail])[..]))
+        );
+    }
+
+    #[test]
+    fn access_units_are_bounded() {
+        let mut de = Depacketizer::new();
+        let chunk = vec![0x5a; 60_000];
+        let mut start = vec![FU << 1, 1, 0x80 | 19];
+        start.extend_from_slice(&chunk);
+        let mut middle = vec![FU << 1, 1, 19];
+        middle.extend_from_slice(&chunk);
+        assert_eq!(de.push(0, 0, false, &start), Ok(None));
+        let mut seq = 1;
+        let mut err = None;
+        while seq < 100 {
+            if let Err(e) = de.push(seq, 0, false, &middle) {
+                err = Some(e);
+                break;
+            }
+            seq += 1;
+        }
+        assert_eq!(err, Some(DepacketizeError::TooLarge));
+        assert_eq!(seq as usize, MAX_ACCESS_UNIT / chunk.len());
+        let mut end = vec![FU << 1, 1, 0x40 | 19];
+        end.extend_from_slice(&chunk);
+        assert_eq!(de.push(seq + 1, 0, true, &end), Ok(None));
+        assert_eq!((de.frames(), de.damaged_frames()), (0, 1));
+        let trail = [1 << 1, 1, 0xaa];
+        assert_eq!(
+            de.push(seq + 2, 1, true, &trail),
+            Ok(Some(&annex_b(&[&trail])[..]))
+        );
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut rng = Rng(99);
+        let mut de = Depacketizer::new();
+        for i in 0..5000u32 {
+            let len = rng.below(40);
+            let mut buf: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            if let Some(b) = buf.first_mut() {
+                // Mostly the types the depacketizer takes.
+                *b = (*b & 0x81) | ((46 + rng.below(6) as u8) << 1);
+            }
+            if let Ok(Some(au)) = de.push(i as u16, i / 4, rng.below(3) == 0, &buf) {
+                assert!(au.starts_with(&[0, 0, 0, 1]));
+                let _ = is_keyframe_au(au);
+            }
+        }
+        assert!(de.keyframes() <= de.frames());
     }
 }

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod av1;
 pub mod codec;
 pub mod h264;
 pub mod h265;

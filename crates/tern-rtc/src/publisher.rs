@@ -428,6 +428,9 @@ impl Publisher {
     /// else from str0m's RID for the SSRC. `None`: a layer the offer did not announce.
     fn layer_of(&mut self, ssrc: Ssrc, rid: Option<&str>) -> Option<u8> {
         if self.rids.is_empty() {
+            // One layer: its SSRC is where keyframe requests go (without it, none went to
+            // a publisher without simulcast).
+            self.video_ssrcs[0] = Some(ssrc);
             return Some(0);
         }
         let by_rid = |rids: &[Box<str>], rid: &str| rids.iter().position(|r| &**r == rid);

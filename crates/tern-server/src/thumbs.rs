@@ -2,10 +2,13 @@
 //! JPEG.
 //!
 //! A subscriber of the media tap ([`crate::tap`]), on demand: a stream is tapped for
-//! thumbnails while someone asked for one in the last [`WANTED_FOR`]; the first ask also
-//! asks the publisher for a keyframe, and waits for it (up to [`FIRST_KEYFRAME_WAIT`]).
+//! thumbnails while someone asked for one in the last [`WANTED_FOR`]; a request that finds no
+//! keyframe kept asks the publisher for one (at most once a second) and waits for it (up to
+//! [`FIRST_KEYFRAME_WAIT`]).
 //! While tapped, each keyframe is kept (one per stream, bytes as the decoder takes them:
-//! H264 in Annex B with its parameter sets, a VP8 or VP9 frame); nothing else is stored.
+//! H264 and H265 in Annex B with their parameter sets, a VP8 or VP9 frame, an AV1 temporal
+//! unit); nothing else is stored. H265 and AV1 are rebuilt here from their RTP (the tap's
+//! feed leaves them out, as packagers do not store them).
 //!
 //! A request decodes the kept keyframe only if no request decoded it before: the picture is
 //! kept with the keyframe's number, and the JPEGs made from it (one per width asked, a few)
@@ -18,10 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tern_proto::codec::VideoCodec;
+use tern_proto::codec::{MediaKind, VideoCodec};
+use tern_proto::{av1, h265};
 use tern_rtc::av::Sample;
 use tern_rtc::hls::VideoConfig;
 use tern_rtc::package::{Feed, Unit, VideoFormat};
+use tern_rtc::stream::RingPacket;
 use tern_rtc::thumbnail::{self, Still};
 use tracing::debug;
 
@@ -60,6 +65,9 @@ struct Picture {
 #[derive(Default)]
 struct State {
     feed: Feed,
+    /// H265 and AV1, which the tap's feed leaves out (packagers do not store them), rebuilt
+    /// here for their keyframes.
+    other: Other,
     /// H264 parameter sets from a publisher's sequence header (its frames are AVCC).
     config: Option<(Vec<u8>, Vec<u8>)>,
     key: Option<Key>,
@@ -67,9 +75,47 @@ struct State {
     picture: Option<Picture>,
 }
 
+/// The depacketizer of a video codec outside the tap's feed.
+#[derive(Default)]
+enum Other {
+    #[default]
+    None,
+    H265(h265::Depacketizer),
+    Av1(av1::Depacketizer),
+}
+
+impl Other {
+    /// A video packet of a `codec` stream in; a keyframe it completes, as the decoder takes
+    /// it (H265 in Annex B, AV1 as a temporal unit of sized OBUs). `None` for other codecs.
+    fn push(&mut self, codec: VideoCodec, pkt: &RingPacket) -> Option<Vec<u8>> {
+        let (seq, ts) = (pkt.seq as u16, pkt.rtp_ts);
+        match codec {
+            VideoCodec::H265 => {
+                if !matches!(self, Other::H265(_)) {
+                    *self = Other::H265(h265::Depacketizer::new());
+                }
+                let Other::H265(d) = self else { return None };
+                let au = d.push(seq, ts, pkt.marker, &pkt.payload).ok()??;
+                h265::is_keyframe_au(au).then(|| au.to_vec())
+            }
+            VideoCodec::Av1 => {
+                if !matches!(self, Other::Av1(_)) {
+                    *self = Other::Av1(av1::Depacketizer::new());
+                }
+                let Other::Av1(d) = self else { return None };
+                let tu = d.push(seq, ts, pkt.marker, &pkt.payload).ok()??;
+                av1::is_keyframe_tu(tu).then(|| tu.to_vec())
+            }
+            _ => None,
+        }
+    }
+}
+
 struct Slot {
     /// When it was last asked for (ms since [`Thumbs::epoch`]), 0 if never.
     asked_ms: AtomicU64,
+    /// When its publisher was last asked for a keyframe (ms since [`Thumbs::epoch`]).
+    keyframe_asked_ms: AtomicU64,
     state: Mutex<State>,
     /// Wakes requests waiting for a first keyframe.
     keyframe: tokio::sync::Notify,
@@ -135,6 +181,7 @@ impl Thumbs {
             slots: (0..streams)
                 .map(|_| Slot {
                     asked_ms: AtomicU64::new(0),
+                    keyframe_asked_ms: AtomicU64::new(0),
                     state: Mutex::new(State::default()),
                     keyframe: tokio::sync::Notify::new(),
                     work: tokio::sync::Mutex::new(()),
@@ -167,16 +214,21 @@ impl Thumbs {
         let Some(slot) = self.slots.get(stream) else {
             return Err(ThumbError::NoKeyframe(Duration::ZERO));
         };
-        let was = slot
-            .asked_ms
-            .swap(self.now_ms(Instant::now()), Ordering::Relaxed);
+        let now_ms = self.now_ms(Instant::now());
+        slot.asked_ms.store(now_ms, Ordering::Relaxed);
         if let Some(c) = self.stats.stream(stream) {
             c.thumb_wanted.store(true, Ordering::Relaxed);
         }
         let key = match self.key(slot) {
             Some(k) => k,
             None => {
-                if was == 0 || !self.tapped_recently(was) {
+                // The publisher is asked while none came, at most once a second (a
+                // request it missed, or one sent before the tap took its packets, is
+                // asked again by the next thumbnail request).
+                let asked = slot.keyframe_asked_ms.load(Ordering::Relaxed);
+                if asked == 0 || now_ms.saturating_sub(asked) >= 1000 {
+                    slot.keyframe_asked_ms
+                        .store(now_ms.max(1), Ordering::Relaxed);
                     (self.keyframe_request)(stream);
                 }
                 let waited = tokio::time::timeout(FIRST_KEYFRAME_WAIT, async {
@@ -273,10 +325,6 @@ impl Thumbs {
             .clone()
     }
 
-    fn tapped_recently(&self, asked_ms: u64) -> bool {
-        self.now_ms(Instant::now()).saturating_sub(asked_ms) < WANTED_FOR.as_millis() as u64
-    }
-
     /// Once a second: streams not asked for in [`WANTED_FOR`] are no longer tapped, and
     /// their keyframe, picture and depacketizer go.
     pub fn housekeep(&self, now: Instant) {
@@ -312,22 +360,28 @@ impl Thumbs {
                     },
                     VideoFormat::AnnexB | VideoFormat::Vp8 | VideoFormat::Vp9 => data.into_owned(),
                 };
-                if bytes.len() > MAX_KEYFRAME {
-                    return;
-                }
-                let now = Instant::now();
-                let gop = st.key_at.map(|t| now.saturating_duration_since(t));
-                st.key_at = Some(now);
-                st.key = Some(Key {
-                    serial: self.serial.fetch_add(1, Ordering::Relaxed) + 1,
-                    codec,
-                    data: bytes.into(),
-                    gop,
-                });
-                slot.keyframe.notify_waiters();
+                self.keep(slot, st, bytes, codec);
             }
             _ => {}
         }
+    }
+
+    /// Keeps `bytes`, a keyframe of `codec` as the decoder takes it, as the stream's latest
+    /// (one too large is skipped) and wakes the requests waiting for one.
+    fn keep(&self, slot: &Slot, st: &mut State, bytes: Vec<u8>, codec: VideoCodec) {
+        if bytes.len() > MAX_KEYFRAME {
+            return;
+        }
+        let now = Instant::now();
+        let gop = st.key_at.map(|t| now.saturating_duration_since(t));
+        st.key_at = Some(now);
+        st.key = Some(Key {
+            serial: self.serial.fetch_add(1, Ordering::Relaxed) + 1,
+            codec,
+            data: bytes.into(),
+            gop,
+        });
+        slot.keyframe.notify_waiters();
     }
 }
 
@@ -364,6 +418,14 @@ impl Subscriber for Thumbs {
         };
         let codec = self.stats.video(tap.stream).codec;
         let mut st = slot.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(codec, VideoCodec::H265 | VideoCodec::Av1) {
+            if tap.pkt.kind == MediaKind::Video
+                && let Some(key) = st.other.push(codec, &tap.pkt)
+            {
+                self.keep(slot, &mut st, key, codec);
+            }
+            return;
+        }
         st.feed.set_codec(codec);
         let mut keys = Vec::new();
         st.feed.push_rtp(&tap.pkt, &mut |u| {

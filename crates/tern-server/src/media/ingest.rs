@@ -131,11 +131,12 @@ impl Source {
     /// Whether packagers (LL-HLS, recordings) take this publisher's frames as it hands them
     /// over ([`tern_rtc::av::Sample`]: H264 with its B-frames, AAC untouched) rather than
     /// the stream's ring packets. Frame publishers demux their container into frames
-    /// anyway; a camera's H265 is passed through as RTP, and an edge's upstream is RTP.
+    /// anyway, but samples are H264's: an SRT publisher's or a camera's H265 is passed
+    /// through as RTP (which the thumbnails take), and an edge's upstream is RTP.
     pub fn packages_from_frames(self, codec: VideoCodec) -> bool {
         match self {
-            Source::Rtmp | Source::Srt => true,
-            Source::Rtsp => codec == VideoCodec::H264,
+            Source::Rtmp => true,
+            Source::Srt | Source::Rtsp => codec == VideoCodec::H264,
             Source::Whip | Source::Edge => false,
         }
     }
@@ -1038,6 +1039,20 @@ mod tests {
             vec![layer(2, 2, 3005, SLICE), layer(1, 9, 96_000, SLICE)],
         );
         assert_eq!(out, [(2, 1, 15_000), (1, 1, 6000)]);
+    }
+
+    /// Samples are H264's: an SRT or RTSP publisher's H265 reaches the packagers (and the
+    /// thumbnails) as ring packets.
+    #[test]
+    fn packagers_take_frames_from_rtmp_and_from_srt_and_rtsp_in_h264() {
+        assert!(Source::Rtmp.packages_from_frames(VideoCodec::H264));
+        for s in [Source::Srt, Source::Rtsp] {
+            assert!(s.packages_from_frames(VideoCodec::H264), "{s}");
+            assert!(!s.packages_from_frames(VideoCodec::H265), "{s}");
+        }
+        for s in [Source::Whip, Source::Edge] {
+            assert!(!s.packages_from_frames(VideoCodec::H264), "{s}");
+        }
     }
 
     #[test]

@@ -441,7 +441,8 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
 /// as a WHIP or RTSP publisher's H265: viewers that offer H265 are answered in it and get
 /// every frame, keyframes led by the parameter sets, and the AAC as Opus; the stream's
 /// snapshot says H265; a viewer that offers H264 alone is refused with the reason (422),
-/// as for any H265 stream; LL-HLS, which packages H264, VP8 and VP9, says so (409).
+/// as for any H265 stream; LL-HLS, which packages H264, VP8 and VP9, says so (409); its
+/// thumbnail is a JPEG at its size.
 #[test]
 fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -481,6 +482,12 @@ fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
     );
     let r = http_get(server.http, "/live/hevc/index.m3u8").expect("GET playlist");
     assert_eq!(r.status, 409, "{}", r.text());
+    // Its thumbnail: a keyframe rebuilt from the H265 packets (RFC 7798) and decoded by
+    // libavcodec, as a JPEG at the stream's size.
+    let t = http_get(server.http, "/live/hevc/thumb.jpg").expect("GET thumb.jpg");
+    assert_eq!(t.status, 200, "{}", t.text());
+    assert_eq!(t.header("content-type"), Some("image/jpeg"));
+    assert_eq!(crate::thumbs::jpeg_size("hevc", &t.body), (320, 240));
     let (o, text) = bench.join().expect("bench thread");
     let ctx = format!("{text}\n{}", server.log_tail(20));
     assert!(

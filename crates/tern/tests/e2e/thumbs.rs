@@ -42,7 +42,7 @@ fn probe_size(path: &std::path::Path) -> (u32, u32) {
 }
 
 /// Writes `jpeg` to a temporary file and returns what ffprobe reads of it.
-fn jpeg_size(name: &str, jpeg: &[u8]) -> (u32, u32) {
+pub(crate) fn jpeg_size(name: &str, jpeg: &[u8]) -> (u32, u32) {
     let p = std::env::temp_dir().join(format!("tern-thumb-{}-{name}.jpg", std::process::id()));
     std::fs::write(&p, jpeg).expect("write jpeg");
     let size = probe_size(&p);
