@@ -1,7 +1,7 @@
 // A channel that never goes black (issue 55, point 1): an app with `fallback = "clip"` and
 // one with `fallback = "file:..."` (an MP4 of H264 and AAC that ffmpeg makes, 480x270). Each
 // declared stream plays its slate before its first publisher; ffmpeg pushes RTMP (320x240
-// testsrc + AAC), stops, and pushes again after a gap. Three pion viewers and a Chromium
+// testsrc + AAC), stops for 10 s, and pushes again. Three pion viewers and a Chromium
 // viewer watch all along: a decoded frame in every second (pion over its half-second lines,
 // Chromium over quarter-second reads), pion at 20 fps or more over the gap, Chromium on the
 // slate's picture over the gap and back on the live picture (320 wide) soon after the
@@ -171,6 +171,7 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     const slateSeen = sources.find((s) => s.source === 'slate');
     assert.ok(slateSeen && slateSeen.t > push * 1000 - 2_000 && slateSeen.t < again, failure('no slate over the gap'));
     assert.ok(sources.some((s) => s.t > secondPush && s.source === 'rtmp'), failure('the second push never went live'));
+    t.diagnostic(`${key}: on the slate for ${sources.find((s) => s.t > slateSeen.t && s.source === 'rtmp').t - slateSeen.t} ms`);
 
     // Chromium: a decoded frame in every second; the slate's picture over the gap, 320 after.
     const stall = longestStall(chromium.filter((s) => s.t > 2_000).map((s) => ({ t: s.t, frames: s.frames })));
@@ -180,8 +181,12 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
     assert.ok(inGap.length > 4 && inGap.every((s) => s.width === slateWidth), failure(`Chromium did not show the slate (${slateWidth} wide) over the gap`));
     const back = chromium.find((s) => s.t > secondPush && s.width === 320);
     assert.ok(back, failure('Chromium never came back to the live picture'));
-    t.diagnostic(`${key} chromium back on the live picture ${back.t - secondPush} ms after the second push started`);
-    assert.ok(back.t - secondPush < 6_000, failure(`the live picture came back ${back.t - secondPush} ms after the push`));
+    // The stream's source turns `rtmp` again with the encoder's first keyframe (ingest
+    // waits for it): the live picture is on the screen within a second of that (both read
+    // every 250 ms, so 250 ms more are allowed).
+    const liveAgain = sources.find((s) => s.t > secondPush && s.source === 'rtmp');
+    t.diagnostic(`${key} chromium back on the live picture ${back.t - secondPush} ms after the second push started, ${back.t - liveAgain.t} ms after its first keyframe`);
+    assert.ok(back.t - liveAgain.t <= 1_250, failure(`the live picture came back ${back.t - liveAgain.t} ms after the encoder's first keyframe`));
     assert.equal(chromium.at(-1).ice, 'connected', failure('Chromium lost its connection'));
 
     // A viewer's figures say what it is fed: live, the slate over the gap, live again (and
@@ -218,6 +223,6 @@ describe('slate: streams with a fallback across an encoder gap', { timeout: 200_
   });
 
   it('fallback = "file:...": the same with an MP4 of H264 and AAC', { timeout: 80_000 }, async (t) => {
-    await acrossAGap(t, { key: 'file/cam', slateWidth: 480, push: 6, gap: 8 });
+    await acrossAGap(t, { key: 'file/cam', slateWidth: 480, push: 6, gap: 10 });
   });
 });
