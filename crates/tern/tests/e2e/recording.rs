@@ -803,6 +803,48 @@ fn an_srt_push_is_recorded_with_video_and_audio() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Issue 55: a stream with a slate (`fallback = "clip"`) and `record.enabled` records its
+/// publisher alone: nothing while the slate plays before the push, one file of the push's
+/// length, ended ("stream ended") when the publisher leaves although the slate goes on.
+#[test]
+fn a_slate_is_not_recorded() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = dir("slate");
+    let cfg = common::config_file(
+        "rec-slate",
+        &format!(
+            "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\nfallback = \"clip\"\n[app.record]\nenabled = true\npath = \"{}/%app/%stream-%Y%m%d%H%M%S\"\n",
+            d.display()
+        ),
+    );
+    let (server, srt) = Server::serve_srt(&cfg);
+    let ev = events(server.http, None);
+    // The slate plays (the stream is live for viewers), and nothing is recorded.
+    wait_live(server.http, "live/cam", &server);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(mp4s(&d).is_empty(), "{:?}", mp4s(&d));
+    let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/cam"), 8, &["-g", "15"]);
+    let mut seen = Vec::new();
+    let started = wait_event(&ev, "recording.started", Duration::from_secs(20), &mut seen);
+    assert_eq!(started["stream"], "live/cam", "{started}");
+    assert_eq!(
+        ff.wait(Duration::from_secs(30)),
+        Some(true),
+        "{}",
+        ff.log_tail()
+    );
+    let stopped = wait_event(&ev, "recording.stopped", Duration::from_secs(15), &mut seen);
+    assert_eq!(stopped["reason"], "stream ended", "{stopped}");
+    // The slate is back on the stream, and the file holds the push alone.
+    let r = common::http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
+    let v: Value = serde_json::from_slice(&r.body).expect("stream JSON");
+    assert_eq!(v["snapshot"]["source"], "slate", "{v}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_recorded(&d, 8.0, "SRT push on a stream with a slate");
+    server.stop();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// Acceptance (issue 51): an RTSP camera (GStreamer's RTSP server, H264 + AAC) pulled always
 /// on an app with `record.enabled` is recorded: one file with video and audio whose
 /// duration is within 1 s of the time the camera was live, from its first frame to its
