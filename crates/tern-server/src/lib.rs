@@ -192,6 +192,10 @@ pub struct ServeOptions {
           default_missing_value = config::DEFAULT_RTMP,
           value_parser = ListenArg::rtmp)]
     pub rtmp: Option<ListenArg>,
+    /// RTMPS ingest listener (RTMP over TLS, e.g. 0.0.0.0:1936), with the --tls-cert
+    /// certificate [default: `server.rtmps`, else none]
+    #[arg(long, value_name = "ADDR")]
+    pub rtmps: Option<SocketAddr>,
     /// SRT ingest listener (UDP), or `none`; `--srt` alone listens on 0.0.0.0:8890
     /// [default: `server.srt` in the config, else off]
     #[arg(long, value_name = "ADDR|none", num_args = 0..=1,
@@ -275,6 +279,9 @@ impl ServeOptions {
         if let Some(r) = self.rtmp {
             server.rtmp = Some(r.0);
         }
+        if let Some(a) = self.rtmps {
+            server.rtmps = Some(a);
+        }
         if let Some(s) = self.srt {
             server.srt = s.0;
         }
@@ -348,6 +355,8 @@ pub struct Addresses {
     pub media: SocketAddr,
     /// The RTMP listener, if RTMP is on.
     pub rtmp: Option<SocketAddr>,
+    /// The RTMPS listener, if on.
+    pub rtmps: Option<SocketAddr>,
     /// The SRT listener (UDP), if SRT is on.
     pub srt: Option<SocketAddr>,
     /// The STUN/TURN listener (UDP and TCP), if TURN is on.
@@ -368,6 +377,7 @@ impl Addresses {
             https: bound.https_addr,
             media,
             rtmp: None,
+            rtmps: None,
             srt: None,
             turn: turn.map(|t| t.0),
             turns: turn.and_then(|t| t.1),
@@ -376,20 +386,22 @@ impl Addresses {
 }
 
 impl std::fmt::Display for Addresses {
-    /// `http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|- turns=ADDR|-`:
+    /// `http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|- turns=ADDR|-
+    /// rtmps=ADDR|-`:
     /// the line `tern serve` prints once it listens, for supervisors and tests.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let opt = |a: Option<SocketAddr>| a.map_or("-".to_string(), |a| a.to_string());
         write!(
             f,
-            "http={} media={} rtmp={} srt={} turn={} https={} turns={}",
+            "http={} media={} rtmp={} srt={} turn={} https={} turns={} rtmps={}",
             self.http,
             self.media,
             opt(self.rtmp),
             opt(self.srt),
             opt(self.turn),
             opt(self.https),
-            opt(self.turns)
+            opt(self.turns),
+            opt(self.rtmps)
         )
     }
 }
@@ -431,8 +443,7 @@ impl Server {
             Engine::start(&cfg, streams, slates, dtls.clone(), pool, tap_tx)?;
         let candidates = cfg.server.candidates(cfg.server.media);
         let port = media_addr.port();
-        let tls =
-            http::load_tls(&cfg.server, cfg.turn.tls_listen.is_some()).map_err(ServeError::Tls)?;
+        let (tls, rtmps) = tls_listeners(&cfg)?;
         let certs = tls.as_ref().map(http::Tls::store);
         let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats, certs)?.unzip();
         let turn_addrs = turn.as_ref().map(|t| (t.addr, t.tls_addr));
@@ -454,9 +465,10 @@ impl Server {
         parts.add(media);
         parts.add(rtsp::Sources::start(core.clone(), &outbound));
         let srt = srt::start(&core)?;
-        let rtmp = rtmp::start(&core)?;
+        let rtmp = rtmp::start(&core, rtmps)?;
         let addrs = Addresses {
-            rtmp: rtmp.as_ref().map(|r| r.addr),
+            rtmp: rtmp.addr(),
+            rtmps: rtmp.tls_addr(),
             srt: srt.as_ref().map(|s| s.addr),
             ..Addresses::of(&bound, media_addr, turn_addrs)
         };
@@ -566,9 +578,9 @@ impl Part for turn::TurnHandle {
     }
 }
 
-impl Part for rtmp::RtmpServer {
+impl Part for rtmp::RtmpServers {
     fn stop(self: Box<Self>) {
-        rtmp::RtmpServer::stop(*self);
+        rtmp::RtmpServers::stop(*self);
     }
 }
 
@@ -639,6 +651,20 @@ impl Part for MediaThreads {
             let _ = h.join();
         }
     }
+}
+
+/// The certificate's listeners: HTTPS and TURN over TLS take the store (`http::Tls`), RTMPS
+/// a rustls configuration over it (no ALPN), when `server.rtmps` is on.
+fn tls_listeners(
+    cfg: &Config,
+) -> Result<(Option<http::Tls>, Option<Arc<rustls::ServerConfig>>), ServeError> {
+    let tls =
+        http::load_tls(&cfg.server, cfg.turn.tls_listen.is_some()).map_err(ServeError::Tls)?;
+    let rtmps = match (&tls, cfg.server.rtmps) {
+        (Some(t), Some(_)) => Some(t.plain_config().map_err(ServeError::Tls)?),
+        _ => None,
+    };
+    Ok((tls, rtmps))
 }
 
 /// This node's cluster, if `[cluster]` is on; the first candidate `host` is the node's

@@ -1,5 +1,8 @@
 //! RTMP ingest over TCP: the listener (`--rtmp ADDR`, thread `RtmpListener`) and one thread
-//! per connection (`RtmpSession`).
+//! per connection (`RtmpSession`); and RTMPS, the same over TLS (`--rtmps ADDR`, thread
+//! `RtmpsListener`), with the HTTPS certificate (`server.tls_cert`, reloaded as HTTPS's is).
+//! A TLS connection runs rustls's blocking stream over the same socket, on the same thread:
+//! its handshake counts against the time allowed to publish.
 //!
 //! A connection runs [`tern_rtc::rtmp::RtmpPublisher`] (handshake, chunks, commands, H264
 //! packetization, AAC → Opus) on its own thread, so transcoding never stalls the media
@@ -84,6 +87,7 @@ impl RtmpServer {
         state: Arc<Core>,
         max_payload: usize,
         per_ip: Arc<PerAddress>,
+        tls: Option<Arc<rustls::ServerConfig>>,
     ) -> io::Result<RtmpServer> {
         let listener = TcpListener::bind(bind)?;
         listener.set_nonblocking(true)?;
@@ -91,9 +95,23 @@ impl RtmpServer {
         let stop = Arc::new(AtomicBool::new(false));
         let active = Arc::new(AtomicUsize::new(0));
         let (flag, count) = (stop.clone(), active.clone());
+        let name = if tls.is_some() {
+            "RtmpsListener"
+        } else {
+            "RtmpListener"
+        };
+        let lx = Listening {
+            listener,
+            state,
+            max_payload,
+            per_ip,
+            stop: flag,
+            active: count,
+            tls,
+        };
         let thread = std::thread::Builder::new()
-            .name("RtmpListener".into())
-            .spawn(move || listen(listener, state, max_payload, per_ip, flag, count))?;
+            .name(name.into())
+            .spawn(move || listen(lx))?;
         Ok(RtmpServer {
             stop,
             active,
@@ -120,16 +138,33 @@ impl RtmpServer {
 /// off (`none`), or, when not configured, on [`crate::config::DEFAULT_RTMP`] if that port is
 /// free (else off, with a warning). Connections per client address are capped by
 /// `limits.rtmp_connections_per_ip`.
-pub fn start(core: &Arc<Core>) -> Result<Option<RtmpServer>, StartError> {
+pub fn start(
+    core: &Arc<Core>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<RtmpServers, StartError> {
     let cfg = &core.config;
     let per_ip = PerAddress::new(
         "RTMP connections",
         cfg.limits.rtmp_connections_per_ip,
         &cfg.limits.exempt_ranges(),
     );
-    let spawn = |addr| RtmpServer::spawn(addr, core.clone(), cfg.tunables.max_payload, per_ip);
-    match cfg.server.rtmp {
-        Some(Some(addr)) => spawn(addr)
+    let spawn = |addr, tls| {
+        RtmpServer::spawn(
+            addr,
+            core.clone(),
+            cfg.tunables.max_payload,
+            per_ip.clone(),
+            tls,
+        )
+    };
+    let tls = match (cfg.server.rtmps, tls) {
+        (Some(addr), Some(tls)) => {
+            Some(spawn(addr, Some(tls)).map_err(StartError::bind("RTMPS", addr))?)
+        }
+        _ => None,
+    };
+    let plain = match cfg.server.rtmp {
+        Some(Some(addr)) => spawn(addr, None)
             .map(Some)
             .map_err(StartError::bind("RTMP", addr)),
         Some(None) => Ok(None),
@@ -138,7 +173,7 @@ pub fn start(core: &Arc<Core>) -> Result<Option<RtmpServer>, StartError> {
             let addr: SocketAddr = crate::config::DEFAULT_RTMP
                 .parse()
                 .expect("a valid address");
-            match spawn(addr) {
+            match spawn(addr, None) {
                 Ok(r) => Ok(Some(r)),
                 Err(e) => {
                     warn!(
@@ -148,17 +183,108 @@ pub fn start(core: &Arc<Core>) -> Result<Option<RtmpServer>, StartError> {
                 }
             }
         }
+    }?;
+    Ok(RtmpServers { plain, tls })
+}
+
+/// RTMP's listeners: plain (`server.rtmp`) and over TLS (`server.rtmps`), either off.
+pub struct RtmpServers {
+    plain: Option<RtmpServer>,
+    tls: Option<RtmpServer>,
+}
+
+impl RtmpServers {
+    /// The plain listener's address, if it is on.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.plain.as_ref().map(|r| r.addr)
+    }
+
+    /// The RTMPS listener's address, if it is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().map(|r| r.addr)
+    }
+
+    /// Stops both (see [`RtmpServer::stop`]).
+    pub fn stop(self) {
+        for r in [self.tls, self.plain].into_iter().flatten() {
+            r.stop();
+        }
     }
 }
 
-fn listen(
+/// What a listener thread runs with.
+struct Listening {
     listener: TcpListener,
     state: Arc<Core>,
     max_payload: usize,
     per_ip: Arc<PerAddress>,
     stop: Arc<AtomicBool>,
     active: Arc<AtomicUsize>,
-) {
+    /// RTMPS: each connection is TLS with this configuration.
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// A connection's socket: plain, or TLS over it (rustls's blocking stream; the socket's
+/// timeouts apply to both).
+enum Sock {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+}
+
+impl Sock {
+    /// The TCP socket under it.
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Sock::Plain(s) => s,
+            Sock::Tls(t) => &t.sock,
+        }
+    }
+
+    /// Ends TLS with close_notify (plain: nothing).
+    fn close_notify(&mut self) {
+        if let Sock::Tls(t) = self {
+            t.conn.send_close_notify();
+            let _ = t.flush();
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Plain(s) => s.read(buf),
+            Sock::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Plain(s) => s.write(buf),
+            Sock::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sock::Plain(s) => s.flush(),
+            Sock::Tls(t) => t.flush(),
+        }
+    }
+}
+
+fn listen(lx: Listening) {
+    let Listening {
+        listener,
+        state,
+        max_payload,
+        per_ip,
+        stop,
+        active,
+        tls,
+    } = lx;
+    let what = if tls.is_some() { "rtmps" } else { "rtmp" };
     let clock = NtpClock::now();
     while !stop.load(Ordering::Relaxed) {
         let (sock, peer) = match listener.accept() {
@@ -168,21 +294,31 @@ fn listen(
                 continue;
             }
             Err(e) => {
-                warn!("rtmp accept: {e}");
+                warn!("{what} accept: {e}");
                 std::thread::sleep(ACCEPT_TICK);
                 continue;
             }
         };
         if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            warn!("rtmp {peer}: refused, {MAX_CONNECTIONS} connections already open");
+            warn!("{what} {peer}: refused, {MAX_CONNECTIONS} connections already open");
             continue;
         }
         let permit = match per_ip.acquire(peer.ip()) {
             Ok(p) => p,
             Err(e) => {
-                warn!("rtmp {peer}: refused: {e}");
+                warn!("{what} {peer}: refused: {e}");
                 continue;
             }
+        };
+        let sock = match &tls {
+            None => Sock::Plain(sock),
+            Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
+                Ok(c) => Sock::Tls(Box::new(rustls::StreamOwned::new(c, sock))),
+                Err(e) => {
+                    warn!("{what} {peer}: refused: TLS: {e}");
+                    continue;
+                }
+            },
         };
         active.fetch_add(1, Ordering::Relaxed);
         let (st, stop, active2) = (state.clone(), stop.clone(), active.clone());
@@ -199,12 +335,13 @@ fn listen(
                     keyframe: Arc::new(AtomicU8::new(0)),
                 };
                 match c.run(max_payload) {
-                    Ok(why) => info!("rtmp {peer}: connection closed: {why}"),
-                    Err(why) => warn!("rtmp {peer}: connection closed: {why}"),
+                    Ok(why) => info!("{what} {peer}: connection closed: {why}"),
+                    Err(why) => warn!("{what} {peer}: connection closed: {why}"),
                 }
                 // The publisher slot goes first (dropping the connection), the socket
                 // (a second handle to it) after its clean close.
-                let sock = c.sock.try_clone();
+                c.sock.close_notify();
+                let sock = c.sock.tcp().try_clone();
                 drop(c);
                 if let Ok(sock) = sock {
                     close_cleanly(&sock);
@@ -214,7 +351,7 @@ fn listen(
             });
         if let Err(e) = spawned {
             active.fetch_sub(1, Ordering::Relaxed);
-            warn!("rtmp {peer}: cannot start a thread: {e}");
+            warn!("{what} {peer}: cannot start a thread: {e}");
         }
     }
 }
@@ -246,7 +383,7 @@ fn close_cleanly(sock: &TcpStream) {
 /// One RTMP connection. Dropping it ends its publisher in the engine (its slot's `Drop`),
 /// whatever the path out (error, close, kick, even a panic).
 struct Connection {
-    sock: TcpStream,
+    sock: Sock,
     peer: SocketAddr,
     st: Arc<Core>,
     clock: NtpClock,
@@ -338,12 +475,11 @@ impl Connection {
     /// Runs until the connection ends: `Ok` for an orderly end, `Err` for a refusal, a
     /// protocol error, a timeout or a socket error; the text is the reason.
     fn run(&mut self, max_payload: usize) -> Result<String, String> {
-        self.sock.set_nodelay(true).map_err(|e| e.to_string())?;
-        self.sock
-            .set_read_timeout(Some(TICK))
+        let tcp = self.sock.tcp();
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        tcp.set_read_timeout(Some(TICK))
             .map_err(|e| e.to_string())?;
-        self.sock
-            .set_write_timeout(Some(Duration::from_secs(5)))
+        tcp.set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
         let mut sink = FrameSink::new(&self.st.engine, &self.st.tap, &self.st.pools.rtmp);
         let mut p = RtmpPublisher::new(rand::random(), max_payload);

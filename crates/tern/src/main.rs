@@ -264,7 +264,7 @@ fn http_get(url: &str, path: &str, limit: std::time::Duration) -> Result<(String
 }
 
 /// `tern serve` / `tern demo`: starts the server, prints one line with every bound address
-/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|-`, for supervisors
+/// on stdout (`listening http=ADDR media=ADDR rtmp=ADDR|- srt=ADDR|- turn=ADDR|- https=ADDR|- turns=ADDR|- rtmps=ADDR|-`, for supervisors
 /// and tests that bind port 0), and runs until SIGINT/SIGTERM.
 fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let cfg = load_config(&opts)?;

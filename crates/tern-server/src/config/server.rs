@@ -65,6 +65,10 @@ pub struct ServerConfig {
     /// here or on the command line that cannot be bound stops start-up.
     #[serde(deserialize_with = "de_rtmp")]
     pub rtmp: Option<Option<SocketAddr>>,
+    /// RTMPS ingest listener (`--rtmps`), e.g. `"0.0.0.0:1936"`: RTMP over TLS with the
+    /// `tls_cert` certificate (reloaded as HTTPS's is), for encoders and services that send
+    /// `rtmps://`. Needs `tls_cert` and `tls_key`. Default: none.
+    pub rtmps: Option<SocketAddr>,
     /// SRT ingest listener (`--srt`), a UDP address such as `"0.0.0.0:8890"`
     /// ([`DEFAULT_SRT`]), or `"none"`. Default none: SRT is off unless asked for.
     #[serde(deserialize_with = "de_srt")]
@@ -117,6 +121,7 @@ impl Default for ServerConfig {
             app_worker_count: 1,
             stream_worker_count: 1,
             rtmp: None,
+            rtmps: None,
             srt: None,
             publisher_connect_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
             publisher_timeout: DEFAULT_PUBLISHER_TIMEOUT_S,
@@ -219,20 +224,24 @@ impl ServerConfig {
                 ));
             }
         }
-        if self.https.is_some() {
-            if self.tls_cert.is_none() {
+        for (on, what) in [
+            (self.https.is_some(), "server.https"),
+            (self.rtmps.is_some(), "server.rtmps"),
+        ] {
+            if on && self.tls_cert.is_none() {
                 return Err(ConfigError::invalid(
                     "server.tls_cert",
-                    "server.https needs a certificate (PEM file)",
+                    format!("{what} needs a certificate (PEM file)"),
                 ));
             }
-            if self.tls_key.is_none() {
+            if on && self.tls_key.is_none() {
                 return Err(ConfigError::invalid(
                     "server.tls_key",
-                    "server.https needs a private key (PEM file)",
+                    format!("{what} needs a private key (PEM file)"),
                 ));
             }
-        } else if self.redirect_http {
+        }
+        if self.https.is_none() && self.redirect_http {
             return Err(ConfigError::invalid(
                 "server.redirect_http",
                 "redirects to HTTPS, so it needs server.https",
@@ -347,6 +356,14 @@ mod tests {
         assert!(e.is_some_and(|e| e.contains("server.tls_key")));
         let e = with(|c| c.redirect_http = true);
         assert!(e.is_some_and(|e| e.contains("server.redirect_http")));
+        // RTMPS needs the same pair.
+        let e = with(|c| c.rtmps = Some("127.0.0.1:1936".parse().expect("addr")));
+        assert!(e.is_some_and(|e| e.contains("server.tls_cert") && e.contains("server.rtmps")));
+        let e = with(|c| {
+            c.rtmps = Some("127.0.0.1:1936".parse().expect("addr"));
+            c.tls_cert = Some("a.pem".into());
+        });
+        assert!(e.is_some_and(|e| e.contains("server.tls_key")));
         let e = with(|c| c.trusted_proxies = vec!["10.0.0.0/8".into(), "10.0.0.0/40".into()]);
         assert!(e.is_some_and(|e| e.contains("server.trusted_proxies[1]")));
         let ok = ServerConfig {

@@ -45,15 +45,21 @@ impl Tls {
     pub fn store(&self) -> &Arc<CertStore> {
         &self.store
     }
+
+    /// A rustls configuration over the same certificate (reloaded with it), without ALPN:
+    /// for RTMPS, whose encoders name no application protocol.
+    pub fn plain_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        self.store.config_with_alpn(Vec::new())
+    }
 }
 
-/// Loads the certificate and key (`server.tls_cert`, `server.tls_key`) when `server.https`
-/// or `turn_tls` (TURN over TLS) needs them; `None` when neither is on.
+/// Loads the certificate and key (`server.tls_cert`, `server.tls_key`) when `server.https`,
+/// `server.rtmps` or `turn_tls` (TURN over TLS) needs them; `None` when none is on.
 pub fn load_tls(server: &ServerConfig, turn_tls: bool) -> Result<Option<Tls>, TlsError> {
     let (Some(cert), Some(key)) = (&server.tls_cert, &server.tls_key) else {
         return Ok(None);
     };
-    if server.https.is_none() && !turn_tls {
+    if server.https.is_none() && server.rtmps.is_none() && !turn_tls {
         return Ok(None);
     }
     let store = CertStore::load(cert, key)?;

@@ -246,13 +246,22 @@ impl CertStore {
     /// rustls's server configuration over this store: TLS 1.2 and 1.3, ALPN h2 then
     /// http/1.1.
     pub fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        self.config_with_alpn(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+    }
+
+    /// The same with the application protocols `alpn` (none: the client's choice is not
+    /// looked at).
+    pub fn config_with_alpn(
+        self: &Arc<Self>,
+        alpn: Vec<Vec<u8>>,
+    ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Pair(e.to_string()))?
             .with_no_client_auth()
             .with_cert_resolver(self.clone());
-        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        cfg.alpn_protocols = alpn;
         Ok(Arc::new(cfg))
     }
 }

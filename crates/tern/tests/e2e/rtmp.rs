@@ -1,7 +1,7 @@
 //! RTMP ingest against a real `tern serve --rtmp`: Debian's ffmpeg pushes `testsrc` (H264
 //! baseline) and `sine` (AAC) over RTMP, tern bench's viewers receive them over WebRTC (H264
 //! RTP, Opus); a malformed connection, a second publisher and a wrong token are refused
-//! alone; a publisher leaves and another arrives while the viewers stay connected.
+//! alone; a publisher leaves and another arrives while the viewers stay connected; RTMPS.
 //!
 //! The tests here run one at a time (each runs x264 encoders and viewers on a small machine).
 
@@ -109,6 +109,61 @@ fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
         std::thread::sleep(Duration::from_millis(100));
     }
     server.stop();
+}
+
+/// RTMPS (issue 52, point 5): `server.rtmps` serves RTMP over TLS with the `tls_cert`
+/// certificate; ffmpeg's push to `rtmps://` reaches WebRTC viewers as a plain one does, and
+/// a client that speaks plain RTMP to the RTMPS port is closed.
+#[test]
+fn an_rtmps_push_reaches_webrtc_viewers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = crate::https::temp_dir("rtmps");
+    let (cert, key) = crate::https::write_pair(&dir, "rtmps");
+    let cfg = common::config_file(
+        "rtmps",
+        &format!(
+            "[server]\nrtmps = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let server = Server::serve(&cfg);
+    let rtmps = server.rtmps.expect("the server reports its RTMPS address");
+    // A plain RTMP handshake to the TLS port is not TLS: the connection is closed.
+    let mut plain = TcpStream::connect(rtmps).expect("connect");
+    use std::io::Write;
+    plain.write_all(&[3u8; 1537]).expect("C0+C1");
+    assert!(closed_by_server(&mut plain, Duration::from_secs(5)));
+
+    let whep = format!("http://{}/live/cam/whep", server.http);
+    let mut ff = Ffmpeg::push(&format!("rtmps://{rtmps}/live/cam"), 10);
+    wait_live(&whep, &server);
+    let bench = viewers(format!(
+        "-url {whep} -n 3 -cint 20 -life 5 -sint 5000 --json"
+    ));
+    let (o, text) = bench.join().expect("bench thread");
+    let s = &o.summary;
+    assert_eq!(s.connected, 3, "{text}\n{}", server.log_tail(20));
+    assert_eq!(s.total_losses, 0, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        let au = c.audio.as_ref().expect("audio");
+        assert!(v.frames > 100 && v.keyframes >= 3, "client_{}: {v:?}", c.id);
+        assert!(
+            au.packets > 150,
+            "client_{}: {} audio packets",
+            c.id,
+            au.packets
+        );
+    }
+    assert_eq!(
+        ff.wait(Duration::from_secs(15)),
+        Some(true),
+        "{}",
+        ff.log_tail()
+    );
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Reads from `s` until the server closes it (EOF or reset), at most `limit`.

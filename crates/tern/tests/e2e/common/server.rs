@@ -81,6 +81,8 @@ pub struct Server {
     pub turn: Option<SocketAddr>,
     /// The HTTPS listener, if HTTPS is on.
     pub https: Option<SocketAddr>,
+    /// The RTMPS listener, if RTMPS is on.
+    pub rtmps: Option<SocketAddr>,
 }
 
 impl Server {
@@ -154,6 +156,7 @@ impl Server {
             srt: a.srt,
             turn: a.turn,
             https: a.https,
+            rtmps: a.rtmps,
         }
     }
 
