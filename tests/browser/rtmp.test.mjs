@@ -1,7 +1,9 @@
 // End-to-end RTMP ingest: Debian's ffmpeg pushes testsrc (H264 baseline) + sine (AAC) over
-// RTMP to `tern demo --config ... --rtmp ...`, and headless Chromium plays live/cam from the
-// WHEP player page: video frames decoded, Opus audio received and decoded (samples and a
-// non-zero audio level: the 440 Hz sine made it through AAC -> Opus).
+// RTMPS (RTMP over TLS, `--rtmps` with a self-signed certificate; plain RTMP's Chromium tests
+// are slate, bframes and others) to `tern demo --config ... --rtmps ...`, and headless
+// Chromium plays live/cam from the WHEP player page: video frames decoded, Opus audio
+// received and decoded (samples and a non-zero audio level: the 440 Hz sine made it through
+// AAC -> Opus).
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
@@ -11,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { makeCertificate } from './certs.mjs';
 import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
@@ -38,7 +41,7 @@ async function readPlayer() {
   return out;
 }
 
-describe('RTMP ingest played in Chromium', { timeout: 120_000 }, () => {
+describe('RTMPS ingest played in Chromium', { timeout: 120_000 }, () => {
   let dir;
   let server;
   let browser;
@@ -49,9 +52,10 @@ describe('RTMP ingest played in Chromium', { timeout: 120_000 }, () => {
     const config = join(dir, 'tern.toml');
     await writeFile(config, '[[app]]\nname = "live"\nstreams = ["cam"]\n');
     const rtmpPort = await freeTcpPort();
+    const { cert, key } = makeCertificate(dir);
     server = await startServer({
       readyTimeoutMs: 20_000,
-      extraArgs: ['--config', config, '--rtmp', `127.0.0.1:${rtmpPort}`],
+      extraArgs: ['--config', config, '--rtmp', 'none', '--rtmps', `127.0.0.1:${rtmpPort}`, '--tls-cert', cert, '--tls-key', key],
     });
     ffmpeg = await publishRtmp(server, 'live/cam', [
       '-hide_banner', '-nostdin', '-loglevel', 'warning',
@@ -59,7 +63,7 @@ describe('RTMP ingest played in Chromium', { timeout: 120_000 }, () => {
       '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=44100',
       '-t', '40', '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
       '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac',
-      '-f', 'flv', `rtmp://127.0.0.1:${rtmpPort}/live/cam`,
+      '-f', 'flv', `rtmps://127.0.0.1:${rtmpPort}/live/cam`,
     ]);
     browser = await launchBrowser();
   }, { timeout: 60_000 });
