@@ -19,6 +19,7 @@
 //!
 //! Nothing here panics on malformed input.
 
+use crate::reassembly::{Depacketize, Unit};
 use thiserror::Error;
 
 /// OBU type of a sequence header.
@@ -304,120 +305,62 @@ impl<'a> Iterator for Elements<'a> {
 /// [`Depacketizer::damaged_frames`].
 #[derive(Debug, Default)]
 pub struct Depacketizer {
-    tu: Vec<u8>,
+    /// The temporal unit in progress; `in_fragment`: the previous packet ended with an OBU
+    /// fragment (Y = 1) that `obu` holds.
+    tu: Unit,
     /// The OBU being put together from fragments (as sent: no size field, or its own).
     obu: Vec<u8>,
-    /// `tu` holds a finished temporal unit returned by the previous push.
-    ready: bool,
-    /// Some packet of the current temporal unit has been received.
-    in_tu: bool,
-    tu_ts: u32,
-    damaged: bool,
-    /// The previous packet ended with an OBU fragment (Y = 1) that `obu` holds.
-    in_fragment: bool,
-    last_seq: Option<u16>,
-    frames: u64,
-    keyframes: u64,
-    damaged_frames: u64,
-    lost_packets: u64,
 }
 
 impl Depacketizer {
-    /// An empty depacketizer.
-    pub fn new() -> Depacketizer {
-        Depacketizer::default()
-    }
-
-    /// Feeds one RTP payload with its sequence number, timestamp and marker bit.
-    ///
-    /// Returns the completed temporal unit when `marker` closes an intact one. Duplicate
-    /// and late (reordered) packets are ignored. An error means the payload was malformed;
-    /// its temporal unit is then damaged.
-    pub fn push(
-        &mut self,
-        seq: u16,
-        rtp_ts: u32,
-        marker: bool,
-        payload: &[u8],
-    ) -> Result<Option<&[u8]>, DepacketizeError> {
-        if self.ready {
-            self.tu.clear();
-            self.ready = false;
+    /// Appends the whole OBU in `self.obu` to the temporal unit with its size field (after
+    /// a temporal delimiter if it is the first), unless it is one the format drops.
+    fn finish_obu(&mut self) -> Result<(), DepacketizeError> {
+        let Some((obu, used)) = parse_obu(&self.obu, false) else {
+            return Err(DepacketizeError::BadObu);
+        };
+        if used != self.obu.len() {
+            // The OBU's own size field ends before the element does.
+            return Err(DepacketizeError::BadObu);
         }
-        let mut gap = false;
-        if let Some(last) = self.last_seq {
-            let ahead = seq.wrapping_sub(last);
-            if ahead == 0 || ahead >= 0x8000 {
-                return Ok(None);
-            }
-            if ahead > 1 {
-                self.lost_packets += u64::from(ahead - 1);
-                gap = true;
-            }
-        }
-        self.last_seq = Some(seq);
-
-        if self.in_tu && rtp_ts != self.tu_ts {
-            // The previous temporal unit never saw its marker.
-            self.damaged_frames += 1;
-            self.reset_tu();
-        }
-        if gap {
-            // The lost packets belong to this temporal unit (if it continues the one in
-            // progress, or if they held its start); a lost end of the previous one was
-            // counted above when the timestamp changed.
-            self.damaged = true;
-        }
-        self.in_tu = true;
-        self.tu_ts = rtp_ts;
-
-        let result = self.add_payload(payload);
-        if result.is_err() {
-            self.damaged = true;
-            self.in_fragment = false;
-        }
-        if self.damaged {
-            // Nothing of a damaged temporal unit is returned: hold no memory for it.
-            self.tu.clear();
-            if !self.in_fragment {
-                self.obu.clear();
-            }
-        }
-        if marker {
-            if self.in_fragment {
-                // Marker on a packet whose last OBU continues (Y = 1).
-                self.damaged = true;
-            }
-            let intact = !self.damaged && !self.tu.is_empty();
-            if intact {
-                self.frames += 1;
-                if is_keyframe_tu(&self.tu) {
-                    self.keyframes += 1;
-                }
-            } else {
-                self.damaged_frames += 1;
-            }
-            self.in_tu = false;
-            self.in_fragment = false;
+        if matches!(obu.obu_type, OBU_TEMPORAL_DELIMITER | OBU_TILE_LIST) {
             self.obu.clear();
-            self.damaged = false;
-            result?;
-            if intact {
-                self.ready = true;
-                return Ok(Some(&self.tu));
-            }
-            self.tu.clear();
-            return Ok(None);
+            return Ok(());
         }
-        result.map(|()| None)
+        let overhead = TEMPORAL_DELIMITER.len() + 2 + MAX_LEB128_LEN;
+        if self.tu.buf.len() + overhead + obu.payload.len() > MAX_TEMPORAL_UNIT {
+            return Err(DepacketizeError::TooLarge);
+        }
+        if self.tu.buf.is_empty() {
+            self.tu.buf.extend_from_slice(&TEMPORAL_DELIMITER);
+        }
+        self.tu.buf.push(self.obu[0] | HAS_SIZE);
+        self.tu.buf.extend(obu.extension);
+        write_leb128(obu.payload.len(), &mut self.tu.buf);
+        self.tu.buf.extend_from_slice(obu.payload);
+        self.obu.clear();
+        Ok(())
+    }
+}
+
+impl Depacketize for Depacketizer {
+    type Error = DepacketizeError;
+
+    fn is_keyframe(tu: &[u8]) -> bool {
+        is_keyframe_tu(tu)
     }
 
-    fn reset_tu(&mut self) {
-        self.tu.clear();
+    fn forget(&mut self) {
         self.obu.clear();
-        self.in_tu = false;
-        self.in_fragment = false;
-        self.damaged = false;
+    }
+
+    fn settle(&mut self, result: &Result<(), DepacketizeError>, marker: bool) {
+        // Nothing of a damaged temporal unit is returned: hold no memory for it (nor for
+        // its OBU, unless that continues), nor for the OBU past the unit's end.
+        let damaged = self.tu.discard_damaged(result);
+        if marker || (damaged && !self.tu.in_fragment) {
+            self.obu.clear();
+        }
     }
 
     fn add_payload(&mut self, payload: &[u8]) -> Result<(), DepacketizeError> {
@@ -436,107 +379,45 @@ impl Depacketizer {
         for (i, element) in elements.enumerate() {
             let (element, last) = element?;
             if i == 0 && z {
-                if !self.in_fragment {
+                if !self.tu.in_fragment {
                     // The OBU's start was lost (or the previous packet said it ended).
-                    self.damaged = true;
+                    self.tu.damaged = true;
                     continue;
                 }
             } else {
-                if self.in_fragment {
-                    // The previous packet's last OBU continues, but this packet does not
-                    // carry its continuation: it was lost.
-                    self.damaged = true;
-                    self.in_fragment = false;
-                }
+                // If the previous packet's last OBU continues, this packet does not carry
+                // its continuation: it was lost.
+                self.tu.end_fragment();
                 self.obu.clear();
             }
-            if self.tu.len() + self.obu.len() + element.len() > MAX_TEMPORAL_UNIT {
+            if self.tu.buf.len() + self.obu.len() + element.len() > MAX_TEMPORAL_UNIT {
                 return Err(DepacketizeError::TooLarge);
             }
             self.obu.extend_from_slice(element);
             if last && y {
-                self.in_fragment = true;
+                self.tu.in_fragment = true;
             } else {
-                self.in_fragment = false;
+                self.tu.in_fragment = false;
                 self.finish_obu()?;
             }
         }
         Ok(())
     }
 
-    /// Appends the whole OBU in `self.obu` to the temporal unit with its size field (after
-    /// a temporal delimiter if it is the first), unless it is one the format drops.
-    fn finish_obu(&mut self) -> Result<(), DepacketizeError> {
-        let Some((obu, used)) = parse_obu(&self.obu, false) else {
-            return Err(DepacketizeError::BadObu);
-        };
-        if used != self.obu.len() {
-            // The OBU's own size field ends before the element does.
-            return Err(DepacketizeError::BadObu);
-        }
-        if matches!(obu.obu_type, OBU_TEMPORAL_DELIMITER | OBU_TILE_LIST) {
-            self.obu.clear();
-            return Ok(());
-        }
-        let overhead = TEMPORAL_DELIMITER.len() + 2 + MAX_LEB128_LEN;
-        if self.tu.len() + overhead + obu.payload.len() > MAX_TEMPORAL_UNIT {
-            return Err(DepacketizeError::TooLarge);
-        }
-        if self.tu.is_empty() {
-            self.tu.extend_from_slice(&TEMPORAL_DELIMITER);
-        }
-        self.tu.push(self.obu[0] | HAS_SIZE);
-        self.tu.extend(obu.extension);
-        write_leb128(obu.payload.len(), &mut self.tu);
-        self.tu.extend_from_slice(obu.payload);
-        self.obu.clear();
-        Ok(())
+    fn unit(&mut self) -> &mut Unit {
+        &mut self.tu
     }
+}
 
-    /// Intact temporal units returned so far.
-    pub fn frames(&self) -> u64 {
-        self.frames
-    }
-
-    /// Intact temporal units that decode on their own ([`is_keyframe_tu`]).
-    pub fn keyframes(&self) -> u64 {
-        self.keyframes
-    }
-
-    /// Temporal units dropped because of loss, malformed payloads or size.
-    pub fn damaged_frames(&self) -> u64 {
-        self.damaged_frames
-    }
-
-    /// Packets missing according to sequence-number gaps.
-    pub fn lost_packets(&self) -> u64 {
-        self.lost_packets
-    }
+crate::reassembly::depacketizer_api! {
+    tu, "temporal unit", "malformed", "decode on their own ([`is_keyframe_tu`])",
+    "Temporal units dropped because of loss, malformed payloads or size."
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Small deterministic PRNG (xorshift64*), so tests need no dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
-            (0..n).map(|_| self.next() as u8).collect()
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// An OBU as RTP carries it: header (no size field), payload.
     fn obu(t: u8, payload: &[u8]) -> Vec<u8> {

@@ -11,6 +11,7 @@
 //!
 //! Nothing here panics on malformed input.
 
+use crate::reassembly::{Depacketize, Unit};
 use thiserror::Error;
 
 /// NAL unit type of a non-IDR coded slice.
@@ -363,109 +364,33 @@ pub enum DepacketizeError {
 /// counted in [`Depacketizer::damaged_frames`].
 #[derive(Debug, Default)]
 pub struct Depacketizer {
-    au: Vec<u8>,
-    /// `au` holds a finished access unit returned by the previous push.
-    ready: bool,
-    /// Some packet of the current access unit has been received.
-    in_au: bool,
-    au_ts: u32,
-    damaged: bool,
-    /// An FU-A is in progress (its start fragment was seen).
-    in_fu: bool,
-    last_seq: Option<u16>,
-    frames: u64,
-    keyframes: u64,
-    damaged_frames: u64,
-    lost_packets: u64,
+    /// The access unit in progress; `in_fragment`: an FU-A is in progress (its start
+    /// fragment was seen).
+    au: Unit,
 }
 
 impl Depacketizer {
-    /// An empty depacketizer.
-    pub fn new() -> Depacketizer {
-        Depacketizer::default()
+    fn push_nal(&mut self, nal: &[u8]) {
+        self.au.buf.extend_from_slice(&[0, 0, 0, 1]);
+        self.au.buf.extend_from_slice(nal);
+    }
+}
+
+impl Depacketize for Depacketizer {
+    type Error = DepacketizeError;
+
+    fn unit(&mut self) -> &mut Unit {
+        &mut self.au
     }
 
-    /// Feeds one RTP payload with its sequence number, timestamp and marker bit.
-    ///
-    /// Returns the completed access unit when `marker` closes an intact one. Duplicate
-    /// and late (reordered) packets are ignored. An error means the payload was malformed;
-    /// its access unit is then damaged.
-    pub fn push(
-        &mut self,
-        seq: u16,
-        rtp_ts: u32,
-        marker: bool,
-        payload: &[u8],
-    ) -> Result<Option<&[u8]>, DepacketizeError> {
-        if self.ready {
-            self.au.clear();
-            self.ready = false;
-        }
-        let mut gap = false;
-        if let Some(last) = self.last_seq {
-            let ahead = seq.wrapping_sub(last);
-            if ahead == 0 || ahead >= 0x8000 {
-                return Ok(None);
-            }
-            if ahead > 1 {
-                self.lost_packets += u64::from(ahead - 1);
-                gap = true;
-            }
-        }
-        self.last_seq = Some(seq);
-
-        if self.in_au && rtp_ts != self.au_ts {
-            // The previous access unit never saw its marker.
-            self.damaged_frames += 1;
-            self.reset_au();
-        }
-        if gap {
-            // The lost packets belong to this access unit (if it continues the one in
-            // progress, or if they held its start); a lost end of the previous one was
-            // counted above when the timestamp changed.
-            self.damaged = true;
-        }
-        self.in_au = true;
-        self.au_ts = rtp_ts;
-
-        let result = self.add_payload(payload);
-        if result.is_err() {
-            self.damaged = true;
-            self.in_fu = false;
-        }
-        if marker {
-            if self.in_fu {
-                // Marker on a packet that did not finish the FU-A.
-                self.damaged = true;
-            }
-            let intact = !self.damaged && !self.au.is_empty();
-            if intact {
-                self.frames += 1;
-                if self.au_is_keyframe() {
-                    self.keyframes += 1;
-                }
-            } else {
-                self.damaged_frames += 1;
-            }
-            self.in_au = false;
-            self.in_fu = false;
-            self.damaged = false;
-            result?;
-            if intact {
-                self.ready = true;
-                return Ok(Some(&self.au));
-            }
-            self.au.clear();
-            return Ok(None);
-        }
-        result.map(|()| None)
+    fn is_keyframe(au: &[u8]) -> bool {
+        nal_units(au).any(|n| nal_type(n) == NAL_IDR)
     }
 
-    fn reset_au(&mut self) {
-        self.au.clear();
-        self.in_au = false;
-        self.in_fu = false;
-        self.damaged = false;
+    fn settle(&mut self, result: &Result<(), DepacketizeError>, _marker: bool) {
+        // Nothing of a damaged access unit is kept: a malformed last packet left its
+        // unit's bytes in front of the next unit before (as H265's and AV1's never did).
+        self.au.discard_damaged(result);
     }
 
     fn add_payload(&mut self, payload: &[u8]) -> Result<(), DepacketizeError> {
@@ -474,29 +399,23 @@ impl Depacketizer {
         };
         match first & 0x1f {
             t @ 1..=23 => {
-                if self.in_fu {
-                    self.damaged = true;
-                    self.in_fu = false;
-                }
+                self.au.end_fragment();
                 let _ = t;
                 self.push_nal(payload);
                 Ok(())
             }
             NAL_STAP_A => {
-                if self.in_fu {
-                    self.damaged = true;
-                    self.in_fu = false;
-                }
+                self.au.end_fragment();
                 let mut units = StapA::new(payload);
-                let start = self.au.len();
+                let start = self.au.buf.len();
                 let mut any = false;
                 for nal in units.by_ref() {
                     any = true;
-                    self.au.extend_from_slice(&[0, 0, 0, 1]);
-                    self.au.extend_from_slice(nal);
+                    self.au.buf.extend_from_slice(&[0, 0, 0, 1]);
+                    self.au.buf.extend_from_slice(nal);
                 }
                 if units.malformed || !any {
-                    self.au.truncate(start);
+                    self.au.buf.truncate(start);
                     return Err(DepacketizeError::BadStapA);
                 }
                 Ok(())
@@ -509,61 +428,30 @@ impl Depacketizer {
                 if start && end {
                     return Err(DepacketizeError::BadFuA);
                 }
-                if start {
-                    if self.in_fu {
-                        self.damaged = true;
-                    }
-                    self.in_fu = true;
-                    self.au.extend_from_slice(&[0, 0, 0, 1]);
-                    self.au.push((indicator & 0xe0) | (header & 0x1f));
-                } else if !self.in_fu {
-                    // Middle or end fragment without its start: the start was lost.
-                    self.damaged = true;
+                if !self.au.fragment(start, end) {
                     return Ok(());
                 }
-                self.au.extend_from_slice(data);
-                if end {
-                    self.in_fu = false;
+                if start {
+                    self.au.buf.extend_from_slice(&[0, 0, 0, 1]);
+                    self.au.buf.push((indicator & 0xe0) | (header & 0x1f));
                 }
+                self.au.buf.extend_from_slice(data);
                 Ok(())
             }
             t => Err(DepacketizeError::Unsupported(t)),
         }
     }
+}
 
-    fn push_nal(&mut self, nal: &[u8]) {
-        self.au.extend_from_slice(&[0, 0, 0, 1]);
-        self.au.extend_from_slice(nal);
-    }
-
-    fn au_is_keyframe(&self) -> bool {
-        nal_units(&self.au).any(|n| nal_type(n) == NAL_IDR)
-    }
-
-    /// Intact access units returned so far.
-    pub fn frames(&self) -> u64 {
-        self.frames
-    }
-
-    /// Intact access units that contained an IDR slice.
-    pub fn keyframes(&self) -> u64 {
-        self.keyframes
-    }
-
-    /// Access units dropped because of loss or malformed payloads.
-    pub fn damaged_frames(&self) -> u64 {
-        self.damaged_frames
-    }
-
-    /// Packets missing according to sequence-number gaps.
-    pub fn lost_packets(&self) -> u64 {
-        self.lost_packets
-    }
+crate::reassembly::depacketizer_api! {
+    au, "access unit", "malformed", "contained an IDR slice",
+    "Access units dropped because of loss or malformed payloads."
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
 
     #[test]
     fn profile_level_id_from_an_sps_alone_or_in_a_stap_a() {
@@ -581,22 +469,6 @@ mod tests {
         assert_eq!(sps_profile_level_id(&sps[..3]), None);
         assert_eq!(sps_profile_level_id(&[0x78, 0x00, 0x09, 0x67]), None);
         assert_eq!(sps_profile_level_id(&[]), None);
-    }
-
-    /// Small deterministic PRNG (xorshift64*), so tests need no dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
     }
 
     fn collect(nals: &[&[u8]], max: usize) -> Vec<(Vec<u8>, bool)> {
@@ -765,6 +637,18 @@ mod tests {
         assert_eq!(de.keyframes(), key);
         assert_eq!(de.damaged_frames(), 0);
         assert_eq!(de.lost_packets(), 0);
+    }
+
+    #[test]
+    fn a_malformed_last_packet_leaves_nothing_for_the_next_unit() {
+        let mut de = Depacketizer::new();
+        assert_eq!(de.push(1, 100, false, &[0x65, 1, 2, 3]), Ok(None));
+        assert_eq!(de.push(2, 100, true, &[]), Err(DepacketizeError::Empty));
+        assert_eq!(de.damaged_frames(), 1);
+        assert_eq!(
+            de.push(3, 200, true, &[0x41, 9, 9]),
+            Ok(Some(&[0, 0, 0, 1, 0x41, 9, 9][..]))
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!
 //! Nothing here panics on malformed input.
 
+use crate::reassembly::{Depacketize, Unit};
 use thiserror::Error;
 
 /// NAL unit type of an aggregation packet (§4.4.2).
@@ -181,172 +182,12 @@ pub enum DepacketizeError {
 /// and counted in [`Depacketizer::damaged_frames`].
 #[derive(Debug, Default)]
 pub struct Depacketizer {
-    au: Vec<u8>,
-    /// `au` holds a finished access unit returned by the previous push.
-    ready: bool,
-    /// Some packet of the current access unit has been received.
-    in_au: bool,
-    au_ts: u32,
-    damaged: bool,
-    /// A fragmentation unit is in progress (its start fragment was seen).
-    in_fu: bool,
-    last_seq: Option<u16>,
-    frames: u64,
-    keyframes: u64,
-    damaged_frames: u64,
-    lost_packets: u64,
+    /// The access unit in progress; `in_fragment`: a fragmentation unit is in progress (its
+    /// start fragment was seen).
+    au: Unit,
 }
 
 impl Depacketizer {
-    /// An empty depacketizer.
-    pub fn new() -> Depacketizer {
-        Depacketizer::default()
-    }
-
-    /// Feeds one RTP payload with its sequence number, timestamp and marker bit.
-    ///
-    /// Returns the completed access unit when `marker` closes an intact one. Duplicate
-    /// and late (reordered) packets are ignored. An error means the payload was malformed
-    /// or unsupported; its access unit is then damaged.
-    pub fn push(
-        &mut self,
-        seq: u16,
-        rtp_ts: u32,
-        marker: bool,
-        payload: &[u8],
-    ) -> Result<Option<&[u8]>, DepacketizeError> {
-        if self.ready {
-            self.au.clear();
-            self.ready = false;
-        }
-        let mut gap = false;
-        if let Some(last) = self.last_seq {
-            let ahead = seq.wrapping_sub(last);
-            if ahead == 0 || ahead >= 0x8000 {
-                return Ok(None);
-            }
-            if ahead > 1 {
-                self.lost_packets += u64::from(ahead - 1);
-                gap = true;
-            }
-        }
-        self.last_seq = Some(seq);
-
-        if self.in_au && rtp_ts != self.au_ts {
-            // The previous access unit never saw its marker.
-            self.damaged_frames += 1;
-            self.reset_au();
-        }
-        if gap {
-            // The lost packets belong to this access unit (if it continues the one in
-            // progress, or if they held its start); a lost end of the previous one was
-            // counted above when the timestamp changed.
-            self.damaged = true;
-        }
-        self.in_au = true;
-        self.au_ts = rtp_ts;
-
-        let result = self.add_payload(payload);
-        if result.is_err() {
-            self.damaged = true;
-            self.in_fu = false;
-        }
-        if self.damaged {
-            // Nothing of a damaged access unit is returned: hold no memory for it.
-            self.au.clear();
-        }
-        if marker {
-            if self.in_fu {
-                // Marker on a packet that did not finish the fragmentation unit.
-                self.damaged = true;
-            }
-            let intact = !self.damaged && !self.au.is_empty();
-            if intact {
-                self.frames += 1;
-                if is_keyframe_au(&self.au) {
-                    self.keyframes += 1;
-                }
-            } else {
-                self.damaged_frames += 1;
-            }
-            self.in_au = false;
-            self.in_fu = false;
-            self.damaged = false;
-            result?;
-            if intact {
-                self.ready = true;
-                return Ok(Some(&self.au));
-            }
-            self.au.clear();
-            return Ok(None);
-        }
-        result.map(|()| None)
-    }
-
-    fn reset_au(&mut self) {
-        self.au.clear();
-        self.in_au = false;
-        self.in_fu = false;
-        self.damaged = false;
-    }
-
-    /// A packet that is not a fragment: a fragmentation unit in progress lost its end.
-    fn end_fu(&mut self) {
-        if self.in_fu {
-            self.damaged = true;
-            self.in_fu = false;
-        }
-    }
-
-    fn add_payload(&mut self, payload: &[u8]) -> Result<(), DepacketizeError> {
-        let [h0, h1, body @ ..] = payload else {
-            return Err(DepacketizeError::Empty);
-        };
-        match nal_type(payload) {
-            0..=47 => {
-                self.end_fu();
-                self.push_nal(payload)
-            }
-            AP => {
-                self.end_fu();
-                let start = self.au.len();
-                let result = self.push_aggregated(body);
-                if result.is_err() {
-                    self.au.truncate(start);
-                }
-                result
-            }
-            FU => {
-                let [fu, data @ ..] = body else {
-                    return Err(DepacketizeError::BadFragment);
-                };
-                let (start, end, fu_type) = (fu & 0x80 != 0, fu & 0x40 != 0, fu & 0x3f);
-                if (start && end) || fu_type >= AP {
-                    return Err(DepacketizeError::BadFragment);
-                }
-                if start {
-                    if self.in_fu {
-                        self.damaged = true;
-                    }
-                    self.in_fu = true;
-                    // The fragmented NAL unit's header: F, layer id and TID of the payload
-                    // header, with FuType as its type.
-                    self.push_nal(&[(h0 & 0x81) | (fu_type << 1), *h1])?;
-                } else if !self.in_fu {
-                    // Middle or end fragment without its start: the start was lost.
-                    self.damaged = true;
-                    return Ok(());
-                }
-                self.extend(data)?;
-                if end {
-                    self.in_fu = false;
-                }
-                Ok(())
-            }
-            t => Err(DepacketizeError::Unsupported(t)),
-        }
-    }
-
     /// The aggregation units of an aggregation packet (after its payload header): a 16-bit
     /// size, then a NAL unit of that size, each; no DONL/DOND fields.
     fn push_aggregated(&mut self, mut rest: &[u8]) -> Result<(), DepacketizeError> {
@@ -375,38 +216,81 @@ impl Depacketizer {
     }
 
     fn extend(&mut self, data: &[u8]) -> Result<(), DepacketizeError> {
-        if self.au.len() + data.len() > MAX_ACCESS_UNIT {
+        if self.au.buf.len() + data.len() > MAX_ACCESS_UNIT {
             return Err(DepacketizeError::TooLarge);
         }
-        self.au.extend_from_slice(data);
+        self.au.buf.extend_from_slice(data);
         Ok(())
     }
+}
 
-    /// Intact access units returned so far.
-    pub fn frames(&self) -> u64 {
-        self.frames
+impl Depacketize for Depacketizer {
+    type Error = DepacketizeError;
+
+    fn unit(&mut self) -> &mut Unit {
+        &mut self.au
     }
 
-    /// Intact access units that held an IRAP picture ([`is_keyframe_au`]).
-    pub fn keyframes(&self) -> u64 {
-        self.keyframes
+    fn is_keyframe(au: &[u8]) -> bool {
+        is_keyframe_au(au)
     }
 
-    /// Access units dropped because of loss, malformed or unsupported payloads, or size.
-    pub fn damaged_frames(&self) -> u64 {
-        self.damaged_frames
+    fn settle(&mut self, result: &Result<(), DepacketizeError>, _marker: bool) {
+        // Nothing of a damaged access unit is returned: hold no memory for it.
+        self.au.discard_damaged(result);
     }
 
-    /// Packets missing according to sequence-number gaps.
-    pub fn lost_packets(&self) -> u64 {
-        self.lost_packets
+    fn add_payload(&mut self, payload: &[u8]) -> Result<(), DepacketizeError> {
+        let [h0, h1, body @ ..] = payload else {
+            return Err(DepacketizeError::Empty);
+        };
+        match nal_type(payload) {
+            0..=47 => {
+                self.au.end_fragment();
+                self.push_nal(payload)
+            }
+            AP => {
+                self.au.end_fragment();
+                let start = self.au.buf.len();
+                let result = self.push_aggregated(body);
+                if result.is_err() {
+                    self.au.buf.truncate(start);
+                }
+                result
+            }
+            FU => {
+                let [fu, data @ ..] = body else {
+                    return Err(DepacketizeError::BadFragment);
+                };
+                let (start, end, fu_type) = (fu & 0x80 != 0, fu & 0x40 != 0, fu & 0x3f);
+                if (start && end) || fu_type >= AP {
+                    return Err(DepacketizeError::BadFragment);
+                }
+                if !self.au.fragment(start, end) {
+                    return Ok(());
+                }
+                if start {
+                    // The fragmented NAL unit's header: F, layer id and TID of the payload
+                    // header, with FuType as its type.
+                    self.push_nal(&[(h0 & 0x81) | (fu_type << 1), *h1])?;
+                }
+                self.extend(data)
+            }
+            t => Err(DepacketizeError::Unsupported(t)),
+        }
     }
+}
+
+crate::reassembly::depacketizer_api! {
+    au, "access unit", "malformed or unsupported", "held an IRAP picture ([`is_keyframe_au`])",
+    "Access units dropped because of loss, malformed or unsupported payloads, or size."
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codec::VideoCodec;
+    use crate::test_rng::Rng;
 
     fn au(nals: &[&[u8]]) -> Vec<u8> {
         let mut v = Vec::new();
@@ -457,22 +341,6 @@ mod tests {
         ));
         assert!(packetize(&[0, 0], 1200, &mut |_, _| {}).is_err());
         assert!(packetize(&[], 3, &mut |_, _| {}).is_err());
-    }
-
-    /// Small deterministic PRNG (xorshift64*), so tests need no dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
     }
 
     fn annex_b(nals: &[&[u8]]) -> Vec<u8> {

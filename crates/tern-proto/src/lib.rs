@@ -20,6 +20,8 @@ pub mod sdp;
 pub mod srt_stream_id;
 pub mod srtp;
 pub mod stun;
+#[cfg(test)]
+mod test_rng;
 pub mod ts;
 pub mod turn;
 pub mod twcc;
