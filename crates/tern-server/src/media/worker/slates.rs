@@ -53,14 +53,13 @@ impl Worker {
         info!("{key} plays its slate");
     }
 
-    /// Stream `s` has a publisher again, or is removed: its slate stops, and the next
-    /// packets continue the stream's numbering.
+    /// Stream `s` has a publisher again, or is removed: its slate stops. (The publisher's
+    /// first packets continue the stream's numbering: `Ingest::add` starts its timeline.)
     pub(super) fn stop_slate(&mut self, s: usize) {
         if self.streams.slots[s].slate.take().is_none() {
             return;
         }
         self.streams.slated.retain(|&x| x != s);
-        self.ingest.new_timeline(s);
         if let Some(c) = self.shared.stats.stream(s) {
             c.slate.store(false, Ordering::Relaxed);
         }
