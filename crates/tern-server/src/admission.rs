@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Limited};
@@ -292,21 +292,102 @@ struct CloseNote {
     body: Vec<u8>,
 }
 
+/// The gate of each app of `apps` that checks anything; a JWKS of `old`'s with the same app,
+/// URL and refresh is kept (its fetched set with it).
+fn gates_of(
+    apps: &[AppConfig],
+    old: &HashMap<String, Gate>,
+) -> Result<HashMap<String, Gate>, ConfigError> {
+    let mut gates = HashMap::new();
+    for (i, a) in apps.iter().enumerate() {
+        let mut g = Gate::default();
+        if let Some(AdmissionConfig {
+            url,
+            timeout_ms,
+            on_error,
+            max_in_flight,
+        }) = &a.admission
+            && let Ok(uri) = url.parse::<hyper::Uri>()
+        {
+            g.webhook = Some(Webhook {
+                uri,
+                timeout: Duration::from_millis(*timeout_ms),
+                allow_on_error: *on_error == crate::config::OnError::Allow,
+                slots: Arc::new(Semaphore::new(*max_in_flight)),
+            });
+        }
+        let keys = if let Some(secret) = &a.jwt_secret {
+            Some(Keys::Secret(jsonwebtoken::DecodingKey::from_secret(
+                secret.as_bytes(),
+            )))
+        } else if let Some(path) = &a.jwt_public_key {
+            let bad = |m: String| {
+                ConfigError::invalid(
+                    format!("app[{i}].jwt_public_key"),
+                    format!("{}: {m}", path.display()),
+                )
+            };
+            let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+            Some(Keys::Public(PublicKey::from_pem(&pem).map_err(bad)?))
+        } else {
+            let refresh = Duration::from_secs(a.jwt_jwks_refresh_s);
+            a.jwt_jwks_url.as_deref().and_then(|u| {
+                let kept = old
+                    .get(&a.name)
+                    .and_then(|g| match g.jwt.as_ref().map(|j| &j.keys) {
+                        Some(Keys::Jwks(j)) if j.is(&a.name, u, refresh) => Some(j.clone()),
+                        _ => None,
+                    });
+                kept.or_else(|| Jwks::new(&a.name, u, refresh).map(Arc::new))
+                    .map(Keys::Jwks)
+            })
+        };
+        g.jwt = keys.map(|keys| Jwt {
+            keys,
+            end_at_exp: a.end_at_exp,
+            issuer: a.jwt_issuer.clone(),
+            audience: a.jwt_audience.clone(),
+        });
+        if g.webhook.is_some() || g.jwt.is_some() {
+            gates.insert(a.name.clone(), g);
+        }
+    }
+    Ok(gates)
+}
+
+/// The JWKS of `gates`.
+fn jwks_of(gates: &HashMap<String, Gate>) -> Vec<Arc<Jwks>> {
+    gates
+        .values()
+        .filter_map(|g| match g.jwt.as_ref().map(|j| &j.keys) {
+            Some(Keys::Jwks(j)) => Some(j.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Gates made for a reload ([`Admission::prepare`]), not yet in force.
+pub struct Gates(HashMap<String, Gate>);
+
 /// Every app's gate, the webhook client, the close queue and the counters.
 pub struct Admission {
-    gates: HashMap<String, Gate>,
+    /// By app: replaced whole by a reload.
+    gates: Arc<RwLock<Arc<HashMap<String, Gate>>>>,
     client: HttpsClient,
     /// Counters for `/metrics`.
     pub stats: Arc<AdmissionStats>,
     /// Admitted sessions of apps with a webhook, waiting for their end.
     admitted: Mutex<HashMap<SessionKey, (String, Ask)>>,
     closes: Mutex<Option<mpsc::Sender<CloseNote>>>,
+    /// Whether the event stream is read for session ends (once an app asks a webhook:
+    /// [`Admission::watch_closes`]).
+    closes_watched: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admission")
-            .field("apps", &self.gates.keys().collect::<Vec<_>>())
+            .field("apps", &self.current().keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -316,82 +397,66 @@ impl Admission {
     /// `jwt_public_key` file: one that does not load is the error, naming the key. The close
     /// queue and the JWKS fetches start with [`Admission::start`].
     pub fn new(apps: &[AppConfig], outbound: &Outbound) -> Result<Self, ConfigError> {
-        let mut gates = HashMap::new();
-        for (i, a) in apps.iter().enumerate() {
-            let mut g = Gate::default();
-            if let Some(AdmissionConfig {
-                url,
-                timeout_ms,
-                on_error,
-                max_in_flight,
-            }) = &a.admission
-                && let Ok(uri) = url.parse::<hyper::Uri>()
-            {
-                g.webhook = Some(Webhook {
-                    uri,
-                    timeout: Duration::from_millis(*timeout_ms),
-                    allow_on_error: *on_error == crate::config::OnError::Allow,
-                    slots: Arc::new(Semaphore::new(*max_in_flight)),
-                });
-            }
-            let keys = if let Some(secret) = &a.jwt_secret {
-                Some(Keys::Secret(jsonwebtoken::DecodingKey::from_secret(
-                    secret.as_bytes(),
-                )))
-            } else if let Some(path) = &a.jwt_public_key {
-                let bad = |m: String| {
-                    ConfigError::invalid(
-                        format!("app[{i}].jwt_public_key"),
-                        format!("{}: {m}", path.display()),
-                    )
-                };
-                let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
-                Some(Keys::Public(PublicKey::from_pem(&pem).map_err(bad)?))
-            } else {
-                a.jwt_jwks_url
-                    .as_deref()
-                    .and_then(|u| Jwks::new(&a.name, u, Duration::from_secs(a.jwt_jwks_refresh_s)))
-                    .map(|j| Keys::Jwks(Arc::new(j)))
-            };
-            g.jwt = keys.map(|keys| Jwt {
-                keys,
-                end_at_exp: a.end_at_exp,
-                issuer: a.jwt_issuer.clone(),
-                audience: a.jwt_audience.clone(),
-            });
-            if g.webhook.is_some() || g.jwt.is_some() {
-                gates.insert(a.name.clone(), g);
-            }
-        }
         Ok(Admission {
-            gates,
+            gates: Arc::new(RwLock::new(Arc::new(gates_of(apps, &HashMap::new())?))),
             client: outbound.client(),
             stats: Arc::new(AdmissionStats::default()),
             admitted: Mutex::new(HashMap::new()),
             closes: Mutex::new(None),
+            closes_watched: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The gates of `apps` (a reload's configuration, checked), to put in force with
+    /// [`Admission::replace`]: an app whose JWKS (URL and refresh) is unchanged keeps the
+    /// set it fetched. Reads each `jwt_public_key` file: one that does not load is the
+    /// error, and nothing changes.
+    pub fn prepare(&self, apps: &[AppConfig]) -> Result<Gates, ConfigError> {
+        Ok(Gates(gates_of(apps, &self.current())?))
+    }
+
+    /// Puts `gates` in force: sessions admitted from now on pass them (open sessions keep
+    /// what admitted them); a new JWKS starts its fetches, a dropped one's end.
+    pub fn replace(&self, gates: Gates, rt: Option<&tokio::runtime::Handle>) {
+        let old = self.current();
+        for g in gates.0.values() {
+            if let Some(Keys::Jwks(j)) = g.jwt.as_ref().map(|j| &j.keys)
+                && !old.values().any(|o| matches!(o.jwt.as_ref().map(|j| &j.keys), Some(Keys::Jwks(k)) if Arc::ptr_eq(k, j)))
+                && let Some(rt) = rt
+            {
+                rt.spawn(Jwks::refresh_forever(Arc::downgrade(j), self.client.clone()));
+            }
+        }
+        *self.gates.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(gates.0);
+    }
+
+    /// The gates in force.
+    fn current(&self) -> Arc<HashMap<String, Gate>> {
+        self.gates.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The apps' JWKS.
     fn jwks(&self) -> Vec<Arc<Jwks>> {
-        self.gates
-            .values()
-            .filter_map(|g| match g.jwt.as_ref().map(|j| &j.keys) {
-                Some(Keys::Jwks(j)) => Some(j.clone()),
-                _ => None,
-            })
-            .collect()
+        jwks_of(&self.current())
+    }
+
+    /// Whether session ends are to be watched now for close notifications: an app asks a
+    /// webhook and nobody watches yet (true once: the caller starts
+    /// [`Admission::close_notifications`]). Without webhooks the event stream has no reader
+    /// for this.
+    pub fn watch_closes(&self) -> bool {
+        self.has_webhooks() && !self.closes_watched.swap(true, Ordering::Relaxed)
     }
 
     /// Whether any app asks a webhook (then session ends are watched for close
     /// notifications).
     pub fn has_webhooks(&self) -> bool {
-        self.gates.values().any(|g| g.webhook.is_some())
+        self.current().values().any(|g| g.webhook.is_some())
     }
 
     /// Whether `app` checks anything (token or webhook) at all.
     pub fn guards(&self, app: &str) -> bool {
-        self.gates.contains_key(app)
+        self.current().contains_key(app)
     }
 
     /// Registers the counters with the server's `/metrics` (`exposed`), starts each JWKS's
@@ -399,16 +464,19 @@ impl Admission {
     /// close-notification sender, all on the current runtime.
     pub fn start(&self, exposed: &Exposed) {
         exposed.add(self.stats.clone());
-        let jwks = self.jwks();
-        if !jwks.is_empty() {
-            for j in &jwks {
-                tokio::spawn(j.clone().refresh_forever(self.client.clone()));
-            }
-            exposed.add(Arc::new(JwksMetrics(jwks)));
+        for j in &self.jwks() {
+            tokio::spawn(Jwks::refresh_forever(
+                Arc::downgrade(j),
+                self.client.clone(),
+            ));
         }
-        if !self.has_webhooks() {
-            return;
-        }
+        // The sets in force at each scrape (a reload may add or drop some).
+        let gates = self.gates.clone();
+        exposed.add(Arc::new(JwksMetrics(Box::new(move || {
+            jwks_of(&gates.read().unwrap_or_else(|e| e.into_inner()))
+        }))));
+        // The close queue runs whether or not an app asks a webhook now: a reload may add
+        // one.
         let (tx, mut rx) = mpsc::channel::<CloseNote>(CLOSE_QUEUE);
         if let Ok(mut c) = self.closes.lock() {
             *c = Some(tx);
@@ -461,7 +529,8 @@ impl Admission {
 
     /// Decides `ask`: the app's JWT first (if set), then its webhook (if set).
     pub async fn admit(&self, ask: &Ask) -> Verdict {
-        let Some(gate) = self.gates.get(&ask.app) else {
+        let gates = self.current();
+        let Some(gate) = gates.get(&ask.app) else {
             return Verdict::Allow { lifetime: None };
         };
         let mut lifetime = None;
@@ -573,7 +642,7 @@ impl Admission {
     /// An admitted session now exists as `key`: its end will be notified to the webhook.
     pub fn admitted(&self, key: SessionKey, ask: Ask) {
         if self
-            .gates
+            .current()
             .get(&ask.app)
             .is_some_and(|g| g.webhook.is_some())
             && let Ok(mut m) = self.admitted.lock()
@@ -591,7 +660,8 @@ impl Admission {
         }) else {
             return;
         };
-        let Some(w) = self.gates.get(&app).and_then(|g| g.webhook.as_ref()) else {
+        let gates = self.current();
+        let Some(w) = gates.get(&app).and_then(|g| g.webhook.as_ref()) else {
             return;
         };
         let note = CloseNote {

@@ -132,6 +132,63 @@ impl Directory {
         Ok((StreamInfo { index }, true))
     }
 
+    /// Declares `key` (a reload added it to an app's `streams` or as a camera's stream): a
+    /// publisher-made stream of that name becomes declared; otherwise it is made in a spare
+    /// slot. `(info, made)`: a made stream must be announced to the engine.
+    pub fn declare(&self, key: &str) -> Result<(StreamInfo, bool), ClaimError> {
+        let mut g = self.lock();
+        if let Some(e) = g.by_key.get_mut(key) {
+            e.dynamic = false;
+            return Ok((StreamInfo { index: e.index }, false));
+        }
+        let index = g.free.pop().ok_or(ClaimError::Full)?;
+        g.by_key.insert(
+            key.to_string(),
+            Entry {
+                index,
+                dynamic: false,
+                active: Instant::now(),
+            },
+        );
+        Ok((StreamInfo { index }, true))
+    }
+
+    /// A reload took `key` out of its app's declared streams: it lives on as a
+    /// publisher-made stream would (removed after its app's grace with no publisher).
+    pub fn undeclare(&self, key: &str, now: Instant) {
+        if let Some(e) = self.lock().by_key.get_mut(key) {
+            e.dynamic = true;
+            e.active = now;
+        }
+    }
+
+    /// Removes every stream of app `app` (a reload removed the app) but `except`, or only
+    /// `app/stream` when `stream` is given: (key, index) of each. Their slots stay taken
+    /// until [`Directory::release`], as with [`Directory::expired`].
+    pub fn remove(
+        &self,
+        app: &str,
+        stream: Option<&str>,
+        except: Option<&str>,
+    ) -> Vec<(String, usize)> {
+        let mut g = self.lock();
+        let prefix = format!("{app}/");
+        let out: Vec<(String, usize)> = g
+            .by_key
+            .iter()
+            .filter(|(k, _)| {
+                Some(k.as_str()) != except
+                    && k.strip_prefix(&prefix)
+                        .is_some_and(|s| stream.is_none_or(|want| s == want))
+            })
+            .map(|(k, e)| (k.clone(), e.index))
+            .collect();
+        for (k, _) in &out {
+            g.by_key.remove(k);
+        }
+        out
+    }
+
     /// Publisher-made streams with no publisher (`busy(index)` false) for longer than
     /// `grace(app)`: removed from the directory and returned as (key, index). Their slots
     /// stay taken until [`Directory::release`].
@@ -177,6 +234,43 @@ impl Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reload_declares_undeclares_and_removes_streams() {
+        let d = Directory::new([("a/x".to_string(), 0)], vec![1, 2]);
+        let t0 = Instant::now();
+        let (made, new) = d.declare("b/y").expect("a spare slot");
+        assert!(new && made.index == 1);
+        // A publisher-made stream that a reload declares keeps its slot and stays.
+        let (c, _) = d.claim("a/z", t0).expect("slot");
+        assert_eq!(d.declare("a/z").expect("known"), (c, false));
+        let later = t0 + Duration::from_secs(60);
+        assert!(
+            d.expired(later, |_| Duration::from_secs(1), |_| false)
+                .is_empty()
+        );
+        // Undeclared, it goes after its grace.
+        d.undeclare("a/z", t0);
+        assert_eq!(
+            d.expired(later, |_| Duration::from_secs(1), |_| false),
+            vec![("a/z".to_string(), c.index)]
+        );
+        // Removing an app takes its streams and only its streams.
+        assert!(d.remove("a", None, Some("a/x")).is_empty());
+        assert_eq!(d.remove("a", None, None), vec![("a/x".to_string(), 0)]);
+        assert!(d.contains("b/y"));
+        assert!(d.remove("b", Some("q"), None).is_empty());
+        assert_eq!(d.remove("b", Some("y"), None).len(), 1);
+        assert!(d.is_empty());
+        // Every slot can be declared again once released.
+        d.release(0);
+        d.release(1);
+        d.release(c.index);
+        for k in ["c/1", "c/2", "c/3"] {
+            d.declare(k).expect("released slots");
+        }
+        assert_eq!(d.declare("c/4"), Err(ClaimError::Full));
+    }
 
     #[test]
     fn claims_reuse_and_expire_after_the_grace() {

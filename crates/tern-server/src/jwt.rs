@@ -467,11 +467,19 @@ impl Jwks {
     }
 
     /// Fetches now, then every `refresh`, for as long as the runtime runs.
-    pub async fn refresh_forever(self: Arc<Self>, client: HttpsClient) {
-        loop {
-            self.fetch(&client).await;
-            tokio::time::sleep(self.refresh).await;
+    pub async fn refresh_forever(this: std::sync::Weak<Self>, client: HttpsClient) {
+        // Until a reload drops the set (no gate holds it).
+        while let Some(j) = this.upgrade() {
+            j.fetch(&client).await;
+            let every = j.refresh;
+            drop(j);
+            tokio::time::sleep(every).await;
         }
+    }
+
+    /// Whether this is the set of app `app` at `url`, fetched every `refresh`.
+    pub fn is(&self, app: &str, url: &str, refresh: Duration) -> bool {
+        self.app == app && self.uri == url && self.refresh == refresh
     }
 
     /// Keys in the set now.
@@ -503,7 +511,7 @@ async fn get(client: &HttpsClient, uri: &hyper::Uri) -> Result<Bytes, String> {
 }
 
 /// The JWKS counters of every app, for `/metrics`.
-pub struct JwksMetrics(pub Vec<Arc<Jwks>>);
+pub struct JwksMetrics(pub Box<dyn Fn() -> Vec<Arc<Jwks>> + Send + Sync>);
 
 impl Expose for JwksMetrics {
     /// `tern_jwks_fetches_total{app,result}` and `tern_jwks_keys{app}`.
@@ -513,7 +521,8 @@ impl Expose for JwksMetrics {
             "JWKS fetches by app and result (a failed one keeps the keys there were).",
             Kind::Counter,
         );
-        for j in &self.0 {
+        let sets = (self.0)();
+        for j in &sets {
             for (result, n) in [("ok", &j.fetched), ("failed", &j.failed)] {
                 f.sample(
                     &[("app", &j.app.as_str()), ("result", &result)],
@@ -526,7 +535,7 @@ impl Expose for JwksMetrics {
             "Usable signing keys in the app's JWKS as last fetched.",
             Kind::Gauge,
         );
-        for j in &self.0 {
+        for j in &sets {
             f.sample(&[("app", &j.app.as_str())], j.keys() as u64);
         }
     }

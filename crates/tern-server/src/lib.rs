@@ -79,6 +79,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod reclaim;
 pub mod record;
+pub mod reload;
 pub mod rtmp;
 pub mod rtsp;
 pub mod session;
@@ -440,7 +441,7 @@ impl Server {
         let dtls = Arc::new(DtlsContext::generate_with(&cfg.tunables.srtp_profiles())?);
         let (tap_tx, tap_rx) = crossbeam_channel::bounded(media::TAP_QUEUE);
         let (engine, media_addr, engine_threads) =
-            Engine::start(&cfg, streams, slates, dtls.clone(), pool, tap_tx)?;
+            Engine::start(&cfg, streams, slates.clone(), dtls.clone(), pool, tap_tx)?;
         let candidates = cfg.server.candidates(cfg.server.media);
         let port = media_addr.port();
         let (tls, rtmps) = tls_listeners(&cfg)?;
@@ -463,7 +464,9 @@ impl Server {
         let _ = core.runtime.set(bound.runtime());
         let media = MediaThreads::start(&core, engine_threads, tap_rx, &outbound)?;
         parts.add(media);
-        parts.add(rtsp::Sources::start(core.clone(), &outbound));
+        let sources = rtsp::Sources::start(core.clone(), &outbound);
+        parts.add(sources.clone());
+        parts.add(reload::start(&core, opts, slates, sources)?);
         let srt = srt::start(&core)?;
         let rtmp = rtmp::start(&core, rtmps)?;
         let addrs = Addresses {
@@ -587,6 +590,12 @@ impl Part for rtmp::RtmpServers {
 impl Part for srt::SrtServer {
     fn stop(self: Box<Self>) {
         srt::SrtServer::stop(*self);
+    }
+}
+
+impl Part for reload::Watcher {
+    fn stop(self: Box<Self>) {
+        reload::Watcher::stop(*self);
     }
 }
 

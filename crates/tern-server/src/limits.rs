@@ -63,7 +63,8 @@ pub struct LimitReached {
 #[derive(Debug)]
 pub struct PerAddress {
     what: &'static str,
-    max: usize,
+    /// The limit: a reload may change it ([`PerAddress::set_max`]).
+    max: std::sync::atomic::AtomicUsize,
     exempt: Vec<Cidr>,
     held: Mutex<HashMap<ClientKey, usize>>,
     refused: AtomicU64,
@@ -75,7 +76,7 @@ impl PerAddress {
     pub fn new(what: &'static str, max: usize, exempt: &[Cidr]) -> Arc<PerAddress> {
         Arc::new(PerAddress {
             what,
-            max,
+            max: std::sync::atomic::AtomicUsize::new(max),
             exempt: exempt.to_vec(),
             held: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
@@ -89,7 +90,12 @@ impl PerAddress {
 
     /// The limit per address.
     pub fn max(&self) -> usize {
-        self.max
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// A reload's limit: it applies to the next acquire (places held are kept, even above it).
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
     }
 
     /// Refusals so far.
@@ -115,12 +121,13 @@ impl PerAddress {
         let key = ClientKey::of(ip);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(key).or_insert(0);
-        if *n >= self.max {
+        let max = self.max();
+        if *n >= max {
             drop(held);
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(LimitReached {
                 what: self.what,
-                max: self.max,
+                max,
             });
         }
         *n += 1;

@@ -142,7 +142,7 @@ pub fn start(
     core: &Arc<Core>,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Result<RtmpServers, StartError> {
-    let cfg = &core.config;
+    let cfg = core.config();
     let per_ip = PerAddress::new(
         "RTMP connections",
         cfg.limits.rtmp_connections_per_ip,
@@ -543,7 +543,8 @@ impl Connection {
                             Ok(key) => {
                                 p.accept_publish().map_err(|e| e.to_string())?;
                                 info!("rtmp {}: publishing {key}", self.peer);
-                                let app_config = self.st.config.app(strip_query(&app));
+                                let cfg = self.st.config();
+                                let app_config = cfg.app(strip_query(&app));
                                 let mode =
                                     app_config.map_or(TranscodeSetting::Auto, |a| a.transcode);
                                 if let Some(a) = app_config {
@@ -633,7 +634,7 @@ impl Connection {
         let key = publish.key().to_string();
         let rids = self
             .st
-            .config
+            .config()
             .app(app_name)
             .map_or_else(Vec::new, |a| a.layer_rids());
         let feed = Feed::Frames {

@@ -175,6 +175,12 @@ pub enum EventKind {
     /// A camera source's session failed (auth failed, unreachable, unsupported codec, …);
     /// it is retried.
     SourceError,
+    /// A reload put a new configuration in force (`crate::reload`): the snapshot says what
+    /// changed and which keys wait for a restart.
+    ConfigReloaded,
+    /// A reload was refused (the file or the change does not parse or check): the snapshot
+    /// lists every problem; nothing changed.
+    ConfigRejected,
 }
 
 impl EventKind {
@@ -201,6 +207,8 @@ impl EventKind {
             EventKind::RecordingStopped => "recording.stopped",
             EventKind::SourceChanged => "source.changed",
             EventKind::SourceError => "source.error",
+            EventKind::ConfigReloaded => "config.reloaded",
+            EventKind::ConfigRejected => "config.rejected",
         }
     }
 }
@@ -231,7 +239,7 @@ pub enum SnapshotRef {
     Publisher(PublisherSnapshot),
     /// A TURN allocation's.
     Allocation(AllocationSnapshot),
-    /// A recording's (built once per event: recordings change rarely).
+    /// A recording's, or a reload's (built once per event: both are rare).
     Recording(Arc<str>),
     /// A camera source's.
     Source(Arc<Segment>),
@@ -706,6 +714,18 @@ impl Snapshots {
                 reason: Some(reason),
             });
         }
+    }
+
+    /// A reload's event (`config.reloaded`, `config.rejected`): `snapshot` is its JSON
+    /// object; it concerns no stream.
+    pub fn config_event(&self, kind: EventKind, snapshot: &serde_json::Value) {
+        self.publish(Event {
+            kind,
+            stream: "".into(),
+            at_ms: unix_ms(),
+            snapshot: SnapshotRef::Recording(snapshot.to_string().into()),
+            reason: None,
+        });
     }
 
     /// A recording's event on `stream`: `snapshot` is its JSON object.

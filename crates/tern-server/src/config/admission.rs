@@ -1,11 +1,11 @@
 //! `[app.admission]`: an app's admission webhook.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
 
 /// `[app.admission]`: the operator's HTTP service that decides who may publish and play.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionConfig {
     /// `http[s]://host[:port][/path]` the request is POSTed to (`https://`: verified against
@@ -84,6 +84,12 @@ impl<'de> Deserialize<'de> for OnError {
             "allow" => Ok(OnError::Allow),
             _ => Err(serde::de::Error::custom(OnError::RULE)),
         }
+    }
+}
+
+impl Serialize for OnError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 

@@ -1,7 +1,7 @@
 //! `[[app]]`: one application, its streams, tokens and renditions; and the rule for app and
 //! stream names.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tern_rtc::renditions::{MAX_RENDITIONS, RenditionSpec, SOURCE_RID};
 
 use super::admission::AdmissionConfig;
@@ -30,7 +30,7 @@ pub fn valid_name(s: &str) -> bool {
 }
 
 /// One application (the `{app}` in URLs).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppConfig {
     /// Application name.
@@ -59,7 +59,7 @@ pub struct AppConfig {
     /// `RSA PUBLIC KEY`, or a `CERTIFICATE`): RSA (RS256/384/512, PS256/384/512), EC P-256 or
     /// P-384 (ES256, ES384) or Ed25519 (EdDSA). Read at start; one that does not parse
     /// stops it. The same claims as with `jwt_secret`.
-    #[serde(default)]
+    #[serde(default, serialize_with = "super::ser_path")]
     pub jwt_public_key: Option<std::path::PathBuf>,
     /// The identity provider's JWKS (`https://.../jwks.json`): the token's `kid` picks the
     /// key. Fetched at start, every `jwt_jwks_refresh_s`, and at once (at most every 10 s)
@@ -148,7 +148,7 @@ impl Fallback {
 }
 
 /// One entry of `[app] renditions`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenditionConfig {
     /// The layer's RID, what `?layer=` names: 1-8 characters of `[A-Za-z0-9_-]`, unique in
@@ -162,7 +162,7 @@ pub struct RenditionConfig {
 }
 
 /// `[app] transcode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TranscodeSetting {
     /// Transcode B-frame video while it has viewers.

@@ -1,7 +1,7 @@
 //! The `[cluster]` configuration section and its checks: the configuration file reads it,
 //! the cluster (`crate::cluster`) runs on it.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
 
@@ -12,7 +12,7 @@ pub const SECRET_HEADER: &str = "tern-cluster-secret";
 pub const ROUTED_PARAM: &str = "tern_node";
 
 /// The `[cluster]` section. Without it tern runs alone.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     /// Where the node registry and origin map live: `redis://HOST:PORT/DB`.

@@ -29,6 +29,13 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// An edit of the file ([`super::ConfigFile`]) names an app the file has no `[[app]]`
+    /// entry for.
+    #[error("no app named `{name}` in the configuration file")]
+    NoApp {
+        /// The app's name.
+        name: String,
+    },
 }
 
 impl ConfigError {

@@ -1,12 +1,12 @@
 //! The `[hls]` section: Low-Latency HLS egress.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
 
 /// The `[hls]` section: every H264 stream also as Low-Latency HLS (CMAF fMP4) at
 /// `/{app}/{stream}/index.m3u8`, packaged only while someone reads it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HlsSection {
     /// Serve HLS at all. Default true.

@@ -1,6 +1,6 @@
 //! The `[limits]` section: what one client address may hold at once.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tern_rtc::peer_policy::Cidr;
 
 use super::error::ConfigError;
@@ -9,7 +9,7 @@ use super::error::ConfigError;
 /// Past a limit HTTP answers 429 with `Retry-After`, RTMP and TURN refuse; the global caps
 /// (`tunables.max_handshakes`, `tunables.max_viewers`, `turn.max_allocations`, the RTMP
 /// connection cap) still apply on top.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {
     /// WHEP, WHIP and OME-signalled sessions that have not finished ICE and DTLS. Default 50:

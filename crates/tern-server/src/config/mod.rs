@@ -2,7 +2,9 @@
 //!
 //! Every key is optional; command-line flags override the file. An unknown key or a bad value
 //! stops start-up with an error that names the key (serde's `deny_unknown_fields` plus
-//! [`Config::validate`]).
+//! [`Config::validate`]); [`Config::parse_all`] and [`Config::validate_all`] give every such
+//! error at once, for a reload or the config API. The effective configuration is shown as JSON
+//! by [`Config::redacted_json`], without its secrets.
 //!
 //! One file per section, each with its type, the one `impl Default` that holds its defaults
 //! (a key missing from the file takes the section's default) and its own `check`:
@@ -18,9 +20,11 @@
 //! | `admission.rs` | `[app.admission]` ([`AdmissionConfig`], [`OnError`]) |
 //! | `source.rs` | `[[app.source]]` ([`SourceConfig`], [`SourceTransport`]): RTSP cameras, [`redact_url`] |
 //! | `record.rs` | `[app.record]` ([`RecordConfig`]): recording to fMP4 files |
-//! | `error.rs` | [`ConfigError`], which every section's check returns |
-//!
 //! | `cluster.rs` | `[cluster]` ([`ClusterSection`]): the Redis registry, this node, its secret |
+//! | `error.rs` | [`ConfigError`], which every section's check returns |
+//! | `parse.rs` | [`Config::parse_all`], [`Config::validate_all`]: every problem of a file, each under its key |
+//! | `reload.rs` | [`reconcile`] ([`Reconciled`]): what of a new configuration a running server takes, and the keys that need a restart |
+//! | `edit.rs` | [`ConfigFile`]: the file's text edited (apps and their sources) with its comments kept; [`write_atomically`] |
 //!
 //! This folder is a leaf: it imports nothing of the engine, the HTTP side or the cluster's
 //! running parts, and they read their settings from it.
@@ -28,18 +32,21 @@
 mod admission;
 mod app;
 mod cluster;
+mod edit;
 mod error;
 mod hls;
 mod limits;
+mod parse;
 mod record;
+mod reload;
 mod server;
 mod source;
 mod tunables;
 mod turn;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use admission::{
     AdmissionConfig, JWKS_URL_RULE, OnError, WEBHOOK_URL_RULE, jwks_url_ok, webhook_url_ok,
@@ -49,10 +56,12 @@ pub use app::{
     Fallback, NAME_RULE, RenditionConfig, TranscodeSetting, valid_name,
 };
 pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
+pub use edit::{ConfigFile, write_atomically};
 pub use error::ConfigError;
 pub use hls::HlsSection;
 pub use limits::LimitsSection;
 pub use record::RecordConfig;
+pub use reload::{Reconciled, reconcile};
 pub use server::{
     DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_DRAIN_S, MAX_WORKERS, ServerConfig,
     parse_rtmp, parse_srt,
@@ -65,8 +74,12 @@ pub use turn::TurnSection;
 /// out-of-range numbers: [`ConfigError::Invalid`] under the value's dotted key.
 const CLOSED_SET_RULES: [&str; 2] = [OnError::RULE, SourceTransport::RULE];
 
-/// The whole configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// What [`Config::redacted_json`] shows instead of a secret.
+const HIDDEN: &str = "***";
+
+/// The whole configuration. Serialized (JSON), its keys are the file's: `app` for
+/// [`Config::apps`], `source` for [`AppConfig::sources`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Listening addresses.
@@ -96,58 +109,84 @@ impl Config {
         Self::parse(&text, &path.display().to_string())
     }
 
-    /// Parses and validates TOML text (`origin` names it in errors).
+    /// Parses and validates TOML text (`origin` names it in errors): the first of
+    /// [`Config::parse_all`]'s errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let parse_error = |e: toml::de::Error| ConfigError::Parse {
-            path: origin.to_string(),
-            message: e.to_string().trim().replace('\n', " "),
-        };
-        let document = toml::Deserializer::parse(text).map_err(parse_error)?;
-        // The path to the value that failed, for the closed sets' errors.
-        let cfg: Config = serde_path_to_error::deserialize(document).map_err(|e| {
-            let key = e.path().to_string();
-            let e = e.into_inner();
-            if CLOSED_SET_RULES.contains(&e.message()) {
-                ConfigError::invalid(key, e.message())
-            } else {
-                parse_error(e)
-            }
-        })?;
-        cfg.validate()?;
-        Ok(cfg)
+        let (cfg, problems) = Self::read(text, origin);
+        match problems.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(cfg),
+        }
     }
 
-    /// Checks ranges and names: each section's own check (`[server]`, `[hls]`, `[cluster]`,
-    /// `[tunables]`, `[limits]`, `[turn]`, then each app, whose name must not repeat an
-    /// earlier app's). The first bad key is the error.
+    /// Checks ranges and names: the first of [`Config::validate_all`]'s errors (the order of
+    /// its checks: `[server]`, `[hls]`, `[cluster]`, `[tunables]`, `[limits]`, `[turn]`, then
+    /// each app).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.server.check()?;
-        self.hls.check()?;
-        if let Some(c) = &self.cluster {
-            c.check()?;
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        self.tunables.check()?;
-        self.limits.check()?;
-        self.turn.check()?;
-        self.turn
-            .check_tls(self.server.tls_cert.is_some() && self.server.tls_key.is_some())?;
-        for (i, app) in self.apps.iter().enumerate() {
-            let place = format!("app[{i}]");
-            // A name taken by an earlier app was checked there.
-            if self.apps[..i].iter().any(|a| a.name == app.name) {
-                return Err(ConfigError::invalid(
-                    format!("{place}.name"),
-                    "duplicate app name",
-                ));
+    }
+
+    /// The configuration as JSON (the file's keys, every default filled in) with its secrets
+    /// replaced by `"***"`: `server.api_token`, each app's `token`, `jwt_secret` and
+    /// `srt_passphrase`, `turn.secret`, the password of each `turn.users` entry
+    /// (`"name:***"`), `cluster.secret`; and the URLs that may carry credentials through
+    /// [`redact_url`] (each `[[app.source]]`'s `url`, `cluster.redis`, and the admission,
+    /// JWKS and `on_segment_url` URLs, which the checks keep free of them). A secret that is
+    /// not set stays `null`.
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let hide = |s: &mut Option<String>| {
+            if s.is_some() {
+                *s = Some(HIDDEN.into());
             }
-            app.check().map_err(|e| e.under(&place))?;
+        };
+        let mut c = self.clone();
+        hide(&mut c.server.api_token);
+        hide(&mut c.turn.secret);
+        for u in &mut c.turn.users {
+            *u = match u.split_once(':') {
+                Some((name, _)) => format!("{name}:{HIDDEN}"),
+                None => HIDDEN.into(),
+            };
         }
-        Ok(())
+        if let Some(cluster) = &mut c.cluster {
+            cluster.secret = HIDDEN.into();
+            cluster.redis = redact_url(&cluster.redis);
+        }
+        for app in &mut c.apps {
+            hide(&mut app.token);
+            hide(&mut app.jwt_secret);
+            hide(&mut app.srt_passphrase);
+            if let Some(u) = &mut app.jwt_jwks_url {
+                *u = redact_url(u);
+            }
+            if let Some(a) = &mut app.admission {
+                a.url = redact_url(&a.url);
+            }
+            app.record.on_segment_url = redact_url(&app.record.on_segment_url);
+            for s in &mut app.sources {
+                s.url = redact_url(&s.url);
+            }
+        }
+        // Every map key is a string and paths are written lossily ([`ser_path`]), so this
+        // cannot fail; if it ever did, the error is shown rather than a secret.
+        serde_json::to_value(&c).unwrap_or_else(|e| serde_json::Value::String(e.to_string()))
     }
 
     /// The app named `name`, if configured.
     pub fn app(&self, name: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.name == name)
+    }
+}
+
+/// A path as text (JSON has no other form for it), a non-UTF-8 one lossily: the configuration
+/// shown must not fail on a path given on the command line.
+fn ser_path<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_some(&p.to_string_lossy()),
+        None => s.serialize_none(),
     }
 }
 
@@ -208,6 +247,75 @@ mod tests {
         assert!(e.to_string().contains("unknown field `bogus`"), "{e}");
         let e = Config::parse("bogus = 1\n", "x.toml").expect_err("top level");
         assert!(e.to_string().contains("unknown field `bogus`"), "{e}");
+    }
+
+    #[test]
+    fn the_json_shows_no_secret() {
+        let secrets = [
+            "api-token-secret",
+            "app-token-secret",
+            "jwt-hmac-secret",
+            "srt-passphrase-secret",
+            "turn-rest-secret",
+            "turn-user-password",
+            "cluster-secret-0123456789",
+            "redis-password",
+            "camera-password",
+        ];
+        let text = format!(
+            "[server]\napi_token = \"{}\"\nrtmp = \"none\"\n\
+             [[app]]\nname = \"live\"\ntoken = \"{}\"\njwt_secret = \"{}\"\n\
+             srt_passphrase = \"{}\"\n\
+             [[app.source]]\nstream = \"cam\"\nurl = \"rtsp://admin:{}@192.0.2.1/1\"\n\
+             [[app]]\nname = \"open\"\n\
+             [turn]\nsecret = \"{}\"\nusers = [\"alice:{}\"]\n\
+             [cluster]\nredis = \"redis://:{}@h:6379/0\"\nnode = \"a\"\nsecret = \"{}\"\n",
+            secrets[0],
+            secrets[1],
+            secrets[2],
+            secrets[3],
+            secrets[8],
+            secrets[4],
+            secrets[5],
+            secrets[7],
+            secrets[6],
+        );
+        let c = Config::parse(&text, "x.toml").expect("valid");
+        let json = c.redacted_json();
+        let shown = json.to_string();
+        for s in secrets {
+            assert!(!shown.contains(s), "{s} in {shown}");
+        }
+        assert_eq!(json["server"]["api_token"], "***");
+        assert_eq!(json["server"]["rtmp"], "none");
+        assert_eq!(json["server"]["srt"], serde_json::Value::Null);
+        assert_eq!(json["app"][0]["token"], "***");
+        assert_eq!(json["app"][0]["jwt_secret"], "***");
+        assert_eq!(json["app"][0]["srt_passphrase"], "***");
+        assert_eq!(json["app"][0]["source"][0]["url"], "rtsp://***@192.0.2.1/1");
+        assert_eq!(json["app"][0]["source"][0]["transport"], "tcp");
+        // A secret that is not set is shown as not set.
+        assert_eq!(json["app"][1]["token"], serde_json::Value::Null);
+        assert_eq!(json["turn"]["users"][0], "alice:***");
+        assert_eq!(json["turn"]["secret"], "***");
+        assert_eq!(json["cluster"]["secret"], "***");
+        assert_eq!(json["cluster"]["redis"], "redis://***@h:6379/0");
+        // Everything else is the configuration in force, defaults filled in.
+        assert_eq!(json["hls"]["window"], 6);
+        assert_eq!(json["tunables"]["srtp_profiles"][0], "aes128gcm");
+        assert_eq!(json["app"][1]["record"]["part_s"], 1);
+        // The configuration itself is unchanged.
+        assert_eq!(c.server.api_token.as_deref(), Some(secrets[0]));
+    }
+
+    #[test]
+    fn paths_are_shown_even_when_not_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let mut c = Config::default();
+        c.server.tls_cert = Some(std::ffi::OsStr::from_bytes(b"/etc/\xffcert.pem").into());
+        let json = c.redacted_json();
+        assert_eq!(json["server"]["tls_cert"], "/etc/\u{fffd}cert.pem");
+        assert_eq!(json["server"]["tls_key"], serde_json::Value::Null);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `[app.record]`: recording an app's streams to fragmented MP4 files.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::admission::{WEBHOOK_URL_RULE, webhook_url_ok};
 use super::error::ConfigError;
@@ -8,7 +8,7 @@ use super::error::ConfigError;
 /// `[app.record]`: where and how an app's streams are recorded (`crate::record`). A
 /// recording runs while `enabled` and the stream is live, or between the API's start and
 /// stop.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecordConfig {
     /// Record every stream of the app while it is live. Default false: recordings start

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use tern_rtc::peer_policy::Cidr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
 
@@ -31,7 +31,7 @@ pub const MAX_DRAIN_S: u64 = 86_400;
 pub const DEFAULT_PUBLISHER_TIMEOUT_S: u64 = 10;
 
 /// Listening addresses.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// HTTP listener (WHEP, WHIP, pages, API). Default `0.0.0.0:8080`.
@@ -63,7 +63,7 @@ pub struct ServerConfig {
     /// Absent (`None`): [`DEFAULT_RTMP`] when that port is free; when it is taken (another
     /// tern, a test beside a server) start-up goes on without RTMP and says so. An address set
     /// here or on the command line that cannot be bound stops start-up.
-    #[serde(deserialize_with = "de_rtmp")]
+    #[serde(deserialize_with = "de_rtmp", serialize_with = "ser_rtmp")]
     pub rtmp: Option<Option<SocketAddr>>,
     /// RTMPS ingest listener (`--rtmps`), e.g. `"0.0.0.0:1936"`: RTMP over TLS with the
     /// `tls_cert` certificate (reloaded as HTTPS's is), for encoders and services that send
@@ -85,9 +85,11 @@ pub struct ServerConfig {
     pub https: Option<SocketAddr>,
     /// The certificate chain for `https`, PEM, leaf first (`--tls-cert`). Watched: a
     /// renewed file is used for new connections within 10 s (and on SIGHUP).
+    #[serde(serialize_with = "super::ser_path")]
     pub tls_cert: Option<PathBuf>,
     /// The private key for `tls_cert`, PEM: PKCS#8, PKCS#1 (RSA) or SEC1 (EC)
     /// (`--tls-key`).
+    #[serde(serialize_with = "super::ser_path")]
     pub tls_key: Option<PathBuf>,
     /// With `https` on, the plain HTTP listener answers every request with a `308` to the
     /// same path on HTTPS instead of serving it. Default `false`.
@@ -102,11 +104,16 @@ pub struct ServerConfig {
     /// `on_segment_url`, an edge's origin), as a PEM bundle, beside the system's roots: a
     /// private CA, or a service's self-signed certificate. Read at start; a file that does
     /// not load stops start-up. Default: none, the system's roots alone.
+    #[serde(serialize_with = "super::ser_path")]
     pub ca_file: Option<PathBuf>,
     /// Seconds SIGTERM drains the node before it exits: no new publishers or viewers, open
     /// sessions go on until they end or this many seconds pass (`POST /v1/drain` does the
     /// same on demand). Default 0: SIGTERM stops at once. At most 86400.
     pub shutdown_drain_s: u64,
+    /// Reload the configuration file when it changes (its modification time or size, looked
+    /// at twice a second, then its text), as SIGHUP does: applied within a second. Default
+    /// true; false: a changed file applies on SIGHUP or `POST /v1/config/reload` only.
+    pub watch_config: bool,
 }
 
 impl Default for ServerConfig {
@@ -132,6 +139,7 @@ impl Default for ServerConfig {
             trusted_proxies: Vec::new(),
             ca_file: None,
             shutdown_drain_s: 0,
+            watch_config: true,
         }
     }
 }
@@ -327,6 +335,15 @@ pub fn parse_srt(s: &str) -> Result<Option<SocketAddr>, String> {
 fn de_srt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
     let s = String::deserialize(d)?;
     parse_srt(&s).map_err(serde::de::Error::custom)
+}
+
+/// `rtmp` as the file spells it: absent (`None`), `"none"` or the address.
+fn ser_rtmp<S: serde::Serializer>(v: &Option<Option<SocketAddr>>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        None => s.serialize_none(),
+        Some(None) => s.serialize_some("none"),
+        Some(Some(a)) => s.serialize_some(a),
+    }
 }
 
 fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<SocketAddr>>, D::Error> {

@@ -1,12 +1,12 @@
 //! `[[app.source]]`: an RTSP camera tern pulls into one of the app's streams
 //! (`crate::rtsp`), over RTSP or RTSPS, and how its URL is shown without its credentials.
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::error::ConfigError;
 
 /// One `[[app.source]]`: stream `stream` of the app is pulled from `url`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     /// The stream the camera feeds (declared by the source: no publisher may take it).
@@ -69,6 +69,12 @@ impl<'de> Deserialize<'de> for SourceTransport {
             "udp" => Ok(SourceTransport::Udp),
             _ => Err(serde::de::Error::custom(SourceTransport::RULE)),
         }
+    }
+}
+
+impl Serialize for SourceTransport {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 

@@ -1,12 +1,12 @@
 //! The `[tunables]` section: packet sizes, rings, the buffer pool and the global session caps.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tern_proto::srtp::SrtpProfile;
 
 use super::error::ConfigError;
 
 /// An SRTP protection profile as `[tunables] srtp_profiles` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum SrtpProfileName {
     /// `SRTP_AEAD_AES_128_GCM` (RFC 7714).
     #[serde(rename = "aes128gcm")]
@@ -30,7 +30,7 @@ impl From<SrtpProfileName> for SrtpProfile {
 }
 
 /// Tunables, each default justified.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Tunables {
     /// Largest RTP payload the packetizer and pool handle. Default 1200: fits a 1280-byte
@@ -81,7 +81,7 @@ pub struct Tunables {
 }
 
 /// The values of `tunables.gso`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GsoMode {
     /// On when the kernel supports it.

@@ -2,13 +2,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tern_rtc::peer_policy::Cidr;
 
 use super::error::ConfigError;
 
 /// The `[turn]` section: the built-in STUN/TURN server (RFC 8489, RFC 8656).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TurnSection {
     /// UDP and TCP listen address, e.g. `0.0.0.0:3478`. TURN is off when unset.

@@ -68,7 +68,7 @@ fn local(st: &AppState, meter: &mut Meter) -> Local {
         .map(|(key, index)| {
             let app = key.split_once('/').map_or("", |(a, _)| a);
             let grace = st
-                .config
+                .config()
                 .app(app)
                 .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s);
             let c = stats.stream(index);

@@ -97,7 +97,7 @@ pub(super) async fn get(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    if !st.config.hls.enabled {
+    if !st.config().hls.enabled {
         return Err(HttpError::NotFound(
             "HLS is off (hls.enabled = false)".into(),
         ));

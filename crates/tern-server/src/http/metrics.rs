@@ -47,7 +47,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         o.gauge(
             "tern_turn_allocations_max",
             "TURN allocations allowed in total (turn.max_allocations); further ones are refused.",
-            st.config.turn.max_allocations as u64,
+            st.config().turn.max_allocations as u64,
         );
         let relayed = [
             ("to_peer", &s.turn_to_peer, &s.turn_to_peer_bytes),

@@ -29,6 +29,7 @@
 
 mod api;
 pub mod cluster;
+mod config;
 mod error;
 mod extract;
 mod hls;

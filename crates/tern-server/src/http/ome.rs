@@ -339,7 +339,7 @@ impl Signalling {
                 fingerprint: &st.fingerprint,
                 candidate_ips: &st.candidate_ips,
                 candidate_port: st.candidate_port,
-                cname: &st.config.server.cname,
+                cname: &st.config().server.cname,
             },
             true,
             true,

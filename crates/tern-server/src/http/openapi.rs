@@ -135,7 +135,55 @@ pub fn openapi_doc() -> serde_json::Value {
     recordings(&mut doc["paths"]);
     thumbnail(&mut doc["paths"]);
     drain(&mut doc["paths"]);
+    config(&mut doc["paths"]);
     doc
+}
+
+/// The configuration API (`config.rs`), added apart for the `json!` recursion limit.
+fn config(paths: &mut serde_json::Value) {
+    use serde_json::json;
+    let p = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}, "description": what});
+    let status = |what: &str| json!({"description": what});
+    let js = |what: &str| json!({"description": what, "content": {"application/json": {}}});
+    let object = |what: &str| json!({"required": true, "content": {"application/json": {"schema": {"type": "object", "description": what}}}});
+    let refused = || {
+        json!({
+        "401": status("API token required"),
+        "409": js("tern runs without --config: no file to change"),
+        "422": js("refused, nothing changed: {\"error\", \"problems\": [{\"key\", \"message\"}]} (every problem, by key path)"),
+        "500": js("the file could not be written: nothing changed")})
+    };
+    let applied = "what changed: {\"status\": \"reloaded\", \"trigger\", \"restart_required\": [keys kept until a restart], \"apps\": {\"added\", \"removed\", \"changed\"}, \"sources\": {...}}";
+    let with = |mut r: serde_json::Value, extra: serde_json::Value| {
+        if let (Some(r), Some(e)) = (r.as_object_mut(), extra.as_object()) {
+            r.extend(e.clone());
+        }
+        r
+    };
+    paths["/v1/config"] = json!({"get": {
+        "summary": "The configuration in force as JSON (secrets shown as \"***\"), and \"file\": its file or null",
+        "security": [{"bearer": []}],
+        "responses": {"200": js("the configuration"), "401": status("API token required")}}});
+    paths["/v1/config/reload"] = json!({"post": {
+        "summary": "Re-read the configuration file and put it in force (as SIGHUP and the file watcher do); keys that need a restart keep their running values and are named",
+        "security": [{"bearer": []}],
+        "responses": with(refused(), json!({"200": js(applied)}))}});
+    paths["/v1/config/apps/{name}"] = json!({
+        "put": {"summary": "Add or replace an [[app]] (a JSON object with its keys): checked as the file is, written into the file (comments kept), put in force",
+            "security": [{"bearer": []}], "parameters": [p("name", "application name")],
+            "requestBody": object("the [[app]] keys"),
+            "responses": with(refused(), json!({"201": js(applied), "200": js(applied), "400": js("the body is not JSON")}))},
+        "delete": {"summary": "Remove an app: its viewers and publishers end (reason app_removed)",
+            "security": [{"bearer": []}], "parameters": [p("name", "application name")],
+            "responses": with(refused(), json!({"204": status("removed"), "404": js("no such app in the file")}))}});
+    paths["/v1/config/apps/{app}/sources/{stream}"] = json!({
+        "put": {"summary": "Add or replace an RTSP camera ([[app.source]], a JSON object with its keys; stream from the path): watchable at once",
+            "security": [{"bearer": []}], "parameters": [p("app", "application name"), p("stream", "stream name")],
+            "requestBody": object("the [[app.source]] keys"),
+            "responses": with(refused(), json!({"201": js(applied), "200": js(applied), "400": js("the body is not JSON"), "404": js("no such app")}))},
+        "delete": {"summary": "Remove a camera: its stream's viewers end (reason source_removed)",
+            "security": [{"bearer": []}], "parameters": [p("app", "application name"), p("stream", "stream name")],
+            "responses": with(refused(), json!({"204": status("removed"), "404": js("no such source")}))}});
 }
 
 /// `POST /v1/drain` (`api.rs`), added apart for the `json!` recursion limit.

@@ -133,7 +133,7 @@ pub(super) async fn player(
     if let Ok(ws) = ws {
         return ome::upgrade(st, ws, peer, app, stream, query, &headers);
     }
-    let hls = &st.config.hls;
+    let hls = &st.config().hls;
     let script = if hls.enabled {
         html_escape(&hls.player_script)
     } else {

@@ -9,7 +9,7 @@
 //! all see it. From anyone else, the headers are ignored.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
@@ -17,7 +17,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tern_rtc::peer_policy::Cidr;
 
+use crate::config::Config;
 use crate::http::listener::Peer;
+use crate::http::state::AppState;
 
 /// The trusted proxies' ranges.
 #[derive(Debug, Clone)]
@@ -100,12 +102,34 @@ fn parse_node(s: &str) -> Option<IpAddr> {
         .and_then(|r| r.parse().ok())
 }
 
+/// The ranges of the configuration in force, parsed once per configuration: a reload that
+/// changes `server.trusted_proxies` applies from the next request.
+#[derive(Debug, Default)]
+pub struct LiveProxies(Mutex<Option<(Weak<Config>, TrustedProxies)>>);
+
+impl LiveProxies {
+    /// The trusted proxies of `config` (parsed again only when `config` is not the one
+    /// parsed last).
+    pub fn of(&self, config: &Arc<Config>) -> TrustedProxies {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, t)) = g.as_ref()
+            && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(config))
+        {
+            return t.clone();
+        }
+        let t = TrustedProxies::new(config.server.trusted_proxy_ranges());
+        *g = Some((Arc::downgrade(config), t.clone()));
+        t
+    }
+}
+
 /// The layer: replaces the request's [`Peer`] with the real client's address.
 pub(crate) async fn real_client(
-    State(trusted): State<TrustedProxies>,
+    State(st): State<Arc<AppState>>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    let trusted = st.proxies.of(&st.config());
     if let Some(ConnectInfo(Peer(addr))) = req.extensions().get::<ConnectInfo<Peer>>().copied()
         && let Some(ip) = trusted.client(addr.ip(), req.headers())
     {

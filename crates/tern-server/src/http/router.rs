@@ -18,13 +18,14 @@ use axum::routing::{any, delete, get, patch, post, put};
 
 use crate::http::error::HttpError;
 use crate::http::extract::bearer;
-use crate::http::proxy::{self, TrustedProxies};
+use crate::http::proxy;
 use crate::http::state::AppState;
-use crate::http::{api, hls, memory, metrics, openapi, pages, recordings, thumb, whep, whip};
+use crate::http::{
+    api, config, hls, memory, metrics, openapi, pages, recordings, thumb, whep, whip,
+};
 
 /// The server's router over the shared state.
 pub fn router(state: Arc<AppState>) -> Router {
-    let trusted = state.config.server.trusted_proxy_ranges();
     let guarded = Router::new()
         .route("/v1/apps", get(api::apps))
         .route("/v1/streams", get(api::streams))
@@ -54,6 +55,16 @@ pub fn router(state: Arc<AppState>) -> Router {
             delete(recordings::stop),
         )
         .route("/v1/recordings", get(recordings::list))
+        .route("/v1/config", get(config::get))
+        .route("/v1/config/reload", post(config::reload))
+        .route(
+            "/v1/config/apps/{name}",
+            put(config::put_app).delete(config::delete_app),
+        )
+        .route(
+            "/v1/config/apps/{app}/sources/{stream}",
+            put(config::put_source).delete(config::delete_source),
+        )
         .route(
             "/v1/recordings/{app}/{stream}/{file}",
             get(recordings::serve),
@@ -106,15 +117,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/openapi.json", get(openapi::openapi))
         .route("/v1/{*rest}", any(api::unknown))
         .merge(guarded)
-        .with_state(state);
-    if trusted.is_empty() {
-        routes
-    } else {
-        routes.layer(from_fn_with_state(
-            TrustedProxies::new(trusted),
-            proxy::real_client,
-        ))
-    }
+        .with_state(state.clone());
+    // Always on: a reload may name trusted proxies (`proxy::LiveProxies`).
+    routes.layer(from_fn_with_state(state, proxy::real_client))
 }
 
 /// The plain listener's router with `server.redirect_http`: every request gets a `308` to
@@ -151,7 +156,7 @@ pub(crate) async fn api_auth(
     req: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = st.config.server.api_token.as_deref()
+    if let Some(token) = st.config().server.api_token.as_deref()
         && bearer(req.headers()) != Some(token)
     {
         return HttpError::ApiToken.into_response();

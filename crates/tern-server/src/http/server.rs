@@ -212,6 +212,8 @@ pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
 /// read off the event stream).
 fn spawn_tasks(state: &Arc<AppState>) {
     super::cluster::start(state);
+    #[cfg(unix)]
+    spawn_sighup(state.clone());
     let st = state.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -226,12 +228,7 @@ fn spawn_tasks(state: &Arc<AppState>) {
     let st = state.clone();
     tokio::spawn(async move { st.record.housekeeping(&st.streams).await });
     state.admission.start(&state.exposed);
-    if !state.admission.has_webhooks() {
-        return;
-    }
-    let events = state.engine.stats.snapshots.subscribe();
-    let st = state.clone();
-    tokio::spawn(async move { st.admission.close_notifications(events).await });
+    crate::session::watch_session_ends(&state.core);
 }
 
 /// The HTTP side serving, and everything else on its runtime; [`Serving::stop`] ends it.
@@ -255,7 +252,7 @@ impl Serving {
     pub fn until_signal(&mut self) -> Option<Result<io::Result<()>, JoinError>> {
         let task = self.task.as_mut()?;
         let core = self.core.clone();
-        let drain_s = core.config.server.shutdown_drain_s;
+        let drain_s = core.config().server.shutdown_drain_s;
         let ended = self.rt.block_on(async {
             let sessions = || core.sessions();
             tokio::select! {
@@ -307,6 +304,28 @@ impl Serving {
         }
         drop(rt);
     }
+}
+
+/// SIGHUP reloads the configuration file ([`crate::reload`]); what it did is logged.
+#[cfg(unix)]
+fn spawn_sighup(st: Arc<AppState>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let Some(r) = st.reload.get().cloned() else {
+                continue;
+            };
+            info!("SIGHUP: reloading the configuration");
+            let done =
+                tokio::task::spawn_blocking(move || r.reload(crate::reload::Trigger::Signal)).await;
+            if let Ok(Err(e)) = done {
+                tracing::warn!("SIGHUP: configuration not reloaded: {e}");
+            }
+        }
+    });
 }
 
 async fn shutdown_signal() {

@@ -128,6 +128,8 @@ pub struct AppState {
     /// The `ome_signalling` memory line, in the server's registry (made by the first
     /// signalling socket, `http/ome.rs`, which knows its item size).
     pub(super) ome_pool: std::sync::OnceLock<tern_pool::PoolCounter>,
+    /// `server.trusted_proxies` of the configuration in force, parsed.
+    pub(super) proxies: super::proxy::LiveProxies,
 }
 
 impl Deref for AppState {
@@ -143,6 +145,7 @@ impl AppState {
     pub fn new(core: Arc<Core>) -> Self {
         AppState {
             ome_pool: std::sync::OnceLock::new(),
+            proxies: super::proxy::LiveProxies::default(),
             core,
             sessions: Mutex::new(SessionTable::new()),
             tls: None,

@@ -79,7 +79,7 @@ pub(super) async fn post(
             fingerprint: &st.fingerprint,
             candidate_ips: &st.candidate_ips,
             candidate_port: st.candidate_port,
-            cname: &st.config.server.cname,
+            cname: &st.config().server.cname,
         },
         &mut || rand::rng().random(),
     );

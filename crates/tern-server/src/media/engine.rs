@@ -152,18 +152,26 @@ impl EngineHandle {
                 return Ok(());
             }
             // Every worker keeps a copy of every stream slot.
-            Command::BindStream { index, key } => {
+            Command::BindStream {
+                index,
+                key,
+                declared,
+            } => {
                 for h in self.hosts.iter() {
                     h.ctl(Ctl::Cmd(Command::BindStream {
                         index: *index,
                         key: key.clone(),
+                        declared: *declared,
                     }))?;
                 }
                 return Ok(());
             }
-            Command::UnbindStream { index } => {
+            Command::UnbindStream { index, reason } => {
                 for h in self.hosts.iter() {
-                    h.ctl(Ctl::Cmd(Command::UnbindStream { index: *index }))?;
+                    h.ctl(Ctl::Cmd(Command::UnbindStream {
+                        index: *index,
+                        reason: *reason,
+                    }))?;
                 }
                 return Ok(());
             }

@@ -70,6 +70,8 @@ pub enum LeftReason {
     MediaTimeout,
     /// The server is stopping.
     Shutdown,
+    /// Its stream was removed (by a reload: its app or its camera source).
+    Removed(super::link::EndReason),
 }
 
 impl LeftReason {
@@ -80,6 +82,7 @@ impl LeftReason {
             LeftReason::ConnectTimeout => "connect timeout",
             LeftReason::MediaTimeout => "media timeout",
             LeftReason::Shutdown => "server shutdown",
+            LeftReason::Removed(r) => r.as_str(),
         }
     }
 }

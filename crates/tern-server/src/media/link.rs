@@ -149,24 +149,50 @@ pub enum Command {
         /// The server's new ufrag and password, or why not.
         reply: oneshot::Sender<Result<(String, String), String>>,
     },
-    /// A publisher-made stream takes slot `index` under `key` (every worker: the slot's
-    /// name, and rings where the worker serves it).
+    /// A publisher-made stream, or one a reload declared, takes slot `index` under `key`
+    /// (every worker: the slot's name, and rings where the worker serves it).
     BindStream {
         /// Stream index.
         index: usize,
         /// `app/stream`.
         key: Arc<str>,
+        /// Declared (by a reload): it plays its app's slate, if any, until a publisher comes.
+        declared: bool,
     },
     /// A keyframe for stream `index` (its packaging for LL-HLS just started and starts at
     /// one): coalesced with viewers' requests, as a PLI.
     RequestKeyframe(usize),
-    /// Slot `index`'s stream is removed: its viewers end, its rings go.
+    /// Slot `index`'s stream is removed: its viewers and its publisher end, its rings go.
     UnbindStream {
         /// Stream index.
         index: usize,
+        /// Why, as the sessions' `left` events give it ([`EndReason`]).
+        reason: EndReason,
     },
     /// Stop the engine.
     Shutdown,
+}
+
+/// Why a stream's sessions end when it is removed ([`Command::UnbindStream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// A publisher-made stream had no publisher for its grace: "closed by server".
+    Idle,
+    /// A reload removed its app: `app_removed`.
+    AppRemoved,
+    /// A reload removed its camera source: `source_removed`.
+    SourceRemoved,
+}
+
+impl EndReason {
+    /// The reason as viewers' and publishers' `left` events give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Idle => "closed by server",
+            EndReason::AppRemoved => "app_removed",
+            EndReason::SourceRemoved => "source_removed",
+        }
+    }
 }
 
 /// One viewer's memory as the engine accounts it.

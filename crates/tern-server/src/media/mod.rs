@@ -31,7 +31,7 @@ pub use crate::clock::NtpClock;
 pub use batch::SendBatch;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
 pub use ingest::{AddError, FrameCommand, PublisherId, PublisherTimeouts, Source};
-pub use link::{Command, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId};
+pub use link::{Command, EndReason, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId};
 pub use slate::Slates;
 pub use stats::{EngineStats, StreamCounters};
 pub use worker::EngineStream;

@@ -19,7 +19,8 @@ use crate::config::{AppConfig, ConfigError, Fallback};
 /// Each app's slate clip, for the apps that have one.
 #[derive(Debug, Default)]
 pub struct Slates {
-    by_app: Vec<(Box<str>, Arc<Clip>)>,
+    /// Replaced whole by a reload ([`Slates::replace`]).
+    by_app: std::sync::RwLock<Vec<(Box<str>, Arc<Clip>)>>,
 }
 
 impl Slates {
@@ -58,16 +59,27 @@ impl Slates {
             };
             by_app.push((app.name.as_str().into(), clip));
         }
-        Ok(Slates { by_app })
+        Ok(Slates {
+            by_app: std::sync::RwLock::new(by_app),
+        })
+    }
+
+    /// Puts a reload's slates (`new`, loaded with [`Slates::load`]) in force: streams that
+    /// lose their publisher from now on play these; a slate playing goes on with its clip.
+    pub fn replace(&self, new: Slates) {
+        let new = new.by_app.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.by_app.write().unwrap_or_else(|e| e.into_inner()) = new;
     }
 
     /// The slate of stream `key` (`app/stream`), if its app has one.
-    pub fn of(&self, key: &str) -> Option<&Arc<Clip>> {
+    pub fn of(&self, key: &str) -> Option<Arc<Clip>> {
         let app = key.split('/').next()?;
         self.by_app
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .find(|(a, _)| &**a == app)
-            .map(|(_, c)| c)
+            .map(|(_, c)| c.clone())
     }
 }
 

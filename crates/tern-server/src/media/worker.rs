@@ -74,7 +74,9 @@ use crate::clock::NtpClock;
 use crate::media::batch::{Gso, SendBatch};
 use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
-use crate::media::link::{Command, Ctl, Data, QUEUE, TapPacket, Target, ViewerId, WorkerLink};
+use crate::media::link::{
+    Command, Ctl, Data, EndReason, QUEUE, TapPacket, Target, ViewerId, WorkerLink,
+};
 use crate::media::slate::{Slate, Slates};
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;
@@ -416,7 +418,7 @@ impl Worker {
     }
 
     /// A publisher-made stream takes slot `index`: its name, and rings where served.
-    fn bind_stream(&mut self, index: usize, key: &str) {
+    fn bind_stream(&mut self, index: usize, key: &str, declared: bool) {
         let serves = self.seat.serves(index);
         let (v, a) = self.streams.ring_sizes;
         let Some(s) = self.streams.slots.get_mut(index) else {
@@ -426,19 +428,37 @@ impl Worker {
         if serves {
             s.stream = Stream::new(v, a);
         }
+        // A stream a reload declared plays its app's slate until a publisher comes, as a
+        // declared stream does from start-up.
+        if declared && self.seat.owns(index) {
+            self.start_slate(index, Instant::now());
+        }
     }
 
-    /// Slot `index`'s stream is removed: its viewers here end (DTLS close_notify) and its
-    /// rings and name go.
-    fn unbind_stream(&mut self, index: usize) {
+    /// Slot `index`'s stream is removed: its viewers here end (DTLS close_notify), and its
+    /// publisher if this worker holds it, with `reason`; its rings and name go.
+    fn unbind_stream(&mut self, index: usize, reason: EndReason) {
         if index >= self.streams.slots.len() {
             return;
+        }
+        // The publisher first: its leaving would start the slate the stream then stops.
+        for id in self.ingest.ids() {
+            if id.stream == index {
+                self.remove_publisher(id, LeftReason::Removed(reason));
+            }
         }
         self.stop_slate(index);
         let s = &self.streams.slots[index];
         let viewers = s.viewers.clone();
+        let label = (reason != EndReason::Idle).then(|| reason.as_str());
         for id in viewers {
-            self.remove(id, CloseReason::Local);
+            self.remove_as(id, CloseReason::Local, label);
+        }
+        // A reload's removal: the owner says the stream is gone once its publisher's leaving
+        // (which updates the stream's snapshot) is done. (The sweep's streams had none.)
+        if label.is_some() && self.seat.owns(index) {
+            let key = self.streams.key(index).to_string();
+            self.shared.stats.snapshots.stream_removed(&key);
         }
         if let Some(s) = self.streams.slots.get_mut(index) {
             s.key = String::new();
@@ -588,8 +608,12 @@ impl Worker {
                 pwd,
                 reply,
             } => self.restart_publisher_ice(id, &ufrag, &pwd, reply),
-            Command::BindStream { index, key } => self.bind_stream(index, &key),
-            Command::UnbindStream { index } => self.unbind_stream(index),
+            Command::BindStream {
+                index,
+                key,
+                declared,
+            } => self.bind_stream(index, &key, declared),
+            Command::UnbindStream { index, reason } => self.unbind_stream(index, reason),
             Command::RequestKeyframe(stream) => self.keyframe_request(stream, 0, Instant::now()),
             Command::Shutdown => {}
         }

@@ -101,7 +101,8 @@ struct Slot {
 pub struct Recorder {
     slots: Vec<Mutex<Slot>>,
     stats: Arc<EngineStats>,
-    apps: Vec<AppConfig>,
+    /// The apps in force: replaced by a reload ([`Recorder::set_apps`]).
+    apps: std::sync::RwLock<Arc<[AppConfig]>>,
     tx: Mutex<Option<Sender<Job>>>,
     rx: Mutex<Option<crossbeam_channel::Receiver<Job>>>,
     counter: PoolCounter,
@@ -150,7 +151,7 @@ impl Recorder {
         Recorder {
             slots: (0..streams).map(|_| Mutex::new(Slot::default())).collect(),
             stats,
-            apps: apps.to_vec(),
+            apps: std::sync::RwLock::new(apps.into()),
             tx: Mutex::new(Some(tx)),
             rx: Mutex::new(Some(rx)),
             counter: PoolCounter::new("recordings", 0),
@@ -200,13 +201,20 @@ impl Recorder {
             .map(Some)
     }
 
-    fn app(&self, name: &str) -> Option<&AppConfig> {
-        self.apps.iter().find(|a| a.name == name)
+    fn app(&self, name: &str) -> Option<AppConfig> {
+        self.apps().iter().find(|a| a.name == name).cloned()
     }
 
     /// The configured apps (for listings).
-    pub fn apps(&self) -> &[AppConfig] {
-        &self.apps
+    pub fn apps(&self) -> Arc<[AppConfig]> {
+        self.apps.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A reload's apps: recordings started from now on take their `[app.record]`; running
+    /// ones keep theirs until they end, and a stream whose app no longer records
+    /// (`record.enabled`) stops at the next housekeeping tick.
+    pub fn set_apps(&self, apps: &[AppConfig]) {
+        *self.apps.write().unwrap_or_else(|e| e.into_inner()) = apps.into();
     }
 
     /// Paths being written now.
@@ -539,7 +547,7 @@ impl Recorder {
     pub fn sweep(&self) -> Vec<PathBuf> {
         let open = self.open_files();
         let now = SystemTime::now();
-        self.apps
+        self.apps()
             .iter()
             .flat_map(|a| files::sweep(a, &open, now))
             .collect()
@@ -558,9 +566,6 @@ impl Recorder {
             .iter()
             .any(|a| a.record.enabled)
             .then(|| self.stats.snapshots.subscribe());
-        // The sweep runs on a blocking thread: spawned only when some app deletes old files, so a
-        // server that keeps them does not start (and hold, for tokio's keep-alive) a thread every 10 s.
-        let sweeps = self.apps().iter().any(|a| a.record.delete_after_s > 0);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut n = 0u64;
@@ -595,7 +600,10 @@ impl Recorder {
                         c.live.load(Ordering::Relaxed) && !c.slate.load(Ordering::Relaxed)
                     })
             });
-            if sweeps && n.is_multiple_of(10) {
+            // The sweep runs on a blocking thread: spawned only when some app deletes old
+            // files, so a server that keeps them does not start (and hold, for tokio's
+            // keep-alive) a thread every 10 s.
+            if n.is_multiple_of(10) && self.apps().iter().any(|a| a.record.delete_after_s > 0) {
                 let rec = self.clone();
                 let deleted = tokio::task::spawn_blocking(move || rec.sweep()).await;
                 for p in deleted.unwrap_or_default() {

@@ -238,7 +238,7 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
     let mut last_frame = Instant::now();
     loop {
         let now = Instant::now();
-        if job.stop.load(Ordering::Relaxed) {
+        if job.stopping() {
             return End::Stop;
         }
         if idle.over(job, now) {
@@ -361,10 +361,10 @@ impl<'a> Media<'a> {
         audio: Option<AudioCodec>,
         mut sink: FrameSink,
     ) -> Self {
-        let mut av = AvPipeline::new(core.config.tunables.max_payload);
+        let mut av = AvPipeline::new(core.config().tunables.max_payload);
         let (app, _) = job.entry.key.split_once('/').unwrap_or_default();
         let mode = core
-            .config
+            .config()
             .app(app)
             .map_or(TranscodeSetting::Auto, |a| a.transcode);
         av.set_transcode(match mode {

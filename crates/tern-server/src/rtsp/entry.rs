@@ -24,6 +24,15 @@ pub(super) struct Entry {
     pub status: SourceStatus,
     /// Whether its thread runs, and the wakes it has had.
     pub run: Mutex<Run>,
+    /// A reload removed or replaced it: its thread stops.
+    pub retired: AtomicBool,
+}
+
+impl Entry {
+    /// Whether `other` (a reload's entry for the same key) pulls the same way.
+    pub fn same_as(&self, other: &Entry) -> bool {
+        self.cfg == other.cfg && self.grace == other.grace
+    }
 }
 
 /// Whether a source's thread runs, and how many wakes it has had.
@@ -38,6 +47,13 @@ pub(super) struct Job {
     pub core: Arc<Core>,
     pub entry: Arc<Entry>,
     pub stop: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// Whether the thread is to stop: the server stops, or a reload retired its source.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.entry.retired.load(Ordering::Relaxed)
+    }
 }
 
 /// Whether the source has a viewer: a WebRTC viewer, or LL-HLS packaging for players.
@@ -91,7 +107,7 @@ impl Idle {
         let Ok(mut run) = job.entry.run.lock() else {
             return true;
         };
-        if run.wakes != self.wakes && !job.stop.load(Ordering::Relaxed) {
+        if run.wakes != self.wakes && !job.stopping() {
             self.wakes = run.wakes;
             self.since = None;
             return false;

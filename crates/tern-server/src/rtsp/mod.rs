@@ -76,9 +76,23 @@ use entry::{Entry, Run};
 /// The configured sources and their threads.
 pub struct Sources {
     core: Arc<Core>,
-    entries: HashMap<String, Arc<Entry>>,
+    /// By key; a reload adds, retires and replaces entries ([`Sources::apply`]).
+    entries: Mutex<HashMap<String, Arc<Entry>>>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Roots for `rtsps://` sources.
+    outbound: Outbound,
+}
+
+/// What a reload did to the sources ([`Sources::apply`]): `app/stream` keys.
+#[derive(Debug, Default)]
+pub struct SourceChanges {
+    /// Sources that are new: their streams are to be declared.
+    pub added: Vec<String>,
+    /// Sources that are gone: their threads stop, their streams are to be removed.
+    pub removed: Vec<String>,
+    /// Sources whose configuration changed: pulled again, their viewers kept.
+    pub changed: Vec<String>,
 }
 
 impl Sources {
@@ -87,41 +101,109 @@ impl Sources {
     /// and registered with the server's `/metrics` ([`Core::exposed`]). `rtsps://` sources
     /// verify their cameras' certificates with `outbound`'s roots.
     pub fn start(core: Arc<Core>, outbound: &Outbound) -> Arc<Sources> {
-        let mut entries = HashMap::new();
-        for app in &core.config.apps {
+        let me = Arc::new(Sources {
+            core: core.clone(),
+            entries: Mutex::new(HashMap::new()),
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Mutex::new(Vec::new()),
+            outbound: outbound.clone(),
+        });
+        let changes = me.apply(&core.config().apps);
+        if !changes.added.is_empty() {
+            info!("rtsp: {} camera source(s)", changes.added.len());
+        }
+        let _ = core.sources.set(me.clone());
+        core.exposed
+            .add(Arc::new(SourceMetrics(Arc::downgrade(&me))));
+        me
+    }
+
+    /// Makes the sources those of `apps`: a new source gets an entry (and pulls now if it
+    /// is always on); a removed one's thread stops; a changed one (its URL, credentials or
+    /// any other key) stops and is pulled again with the new settings, once its old thread
+    /// has ended, so its viewers stay on the stream.
+    pub fn apply(&self, apps: &[crate::config::AppConfig]) -> SourceChanges {
+        let mut wanted: HashMap<String, Entry> = HashMap::new();
+        for app in apps {
             for s in &app.sources {
                 let key = format!("{}/{}", app.name, s.stream);
                 let e = Entry {
-                    tls: tls::client_config(&key, s, outbound),
+                    tls: tls::client_config(&key, s, &self.outbound),
                     key: key.clone(),
                     cfg: s.clone(),
                     grace: std::time::Duration::from_secs(app.idle_grace_s),
                     status: SourceStatus::new(&key, s),
                     run: Mutex::new(Run::default()),
+                    retired: AtomicBool::new(false),
                 };
-                e.status.publish(&core.engine.stats.snapshots, None);
-                entries.insert(key, Arc::new(e));
+                wanted.insert(key, e);
             }
         }
-        let me = Arc::new(Sources {
-            core: core.clone(),
-            entries,
-            stop: Arc::new(AtomicBool::new(false)),
-            threads: Mutex::new(Vec::new()),
-        });
-        if !me.entries.is_empty() {
-            info!("rtsp: {} camera source(s)", me.entries.len());
-            let _ = core.sources.set(me.clone());
-            let mut list: Vec<Arc<Entry>> = me.entries.values().cloned().collect();
-            list.sort_by(|a, b| a.key.cmp(&b.key));
-            core.exposed.add(Arc::new(SourceMetrics(list)));
-        }
-        for e in me.entries.values() {
-            if !e.cfg.on_demand {
-                me.wake(&e.key);
+        let mut changes = SourceChanges::default();
+        let mut start = Vec::new();
+        let mut replaced = Vec::new();
+        {
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries.retain(|key, old| {
+                let keep = wanted.contains_key(key);
+                if !keep {
+                    old.retired.store(true, Ordering::Relaxed);
+                    changes.removed.push(key.clone());
+                }
+                keep
+            });
+            for (key, e) in wanted {
+                match entries.get(&key) {
+                    Some(old) if old.same_as(&e) => continue,
+                    Some(old) => {
+                        old.retired.store(true, Ordering::Relaxed);
+                        replaced.push(old.clone());
+                        changes.changed.push(key.clone());
+                    }
+                    None => changes.added.push(key.clone()),
+                }
+                e.status.publish(&self.core.engine.stats.snapshots, None);
+                let e = Arc::new(e);
+                entries.insert(key, e.clone());
+                start.push(e);
             }
         }
-        me
+        for e in start {
+            let old = replaced.iter().find(|o| o.key == e.key).cloned();
+            let watched = entry::watched(&self.core, &e.key);
+            if !e.cfg.on_demand || (old.is_some() && watched) {
+                match old {
+                    // The new pull waits for the old one to leave the stream.
+                    Some(old) => self.wake_after(old, e.key.clone()),
+                    None => {
+                        self.wake(&e.key);
+                    }
+                }
+            }
+        }
+        changes
+    }
+
+    /// Wakes `key` once `old`'s thread has ended (at most 10 s), on a thread of its own.
+    fn wake_after(&self, old: Arc<Entry>, key: String) {
+        let Some(me) = self.core.sources.get().cloned() else {
+            return;
+        };
+        let name = old.key.clone();
+        let spawned = std::thread::Builder::new()
+            .name("RtspRepull".into())
+            .spawn(move || {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while old.run.lock().is_ok_and(|r| r.running)
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                me.wake(&key);
+            });
+        if let Err(e) = spawned {
+            warn!("rtsp {name}: cannot start a thread: {e}");
+        }
     }
 
     /// Stops every pull and waits for the threads.
@@ -137,15 +219,18 @@ impl Sources {
         }
     }
 
-    /// The status of the source of `key`.
-    pub fn status(&self, key: &str) -> Option<&SourceStatus> {
-        self.entries.get(key).map(|e| &e.status)
+    fn entry(&self, key: &str) -> Option<Arc<Entry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
     }
 }
 
 impl SourcePulls for Sources {
     fn wake(&self, key: &str) -> bool {
-        let Some(e) = self.entries.get(key) else {
+        let Some(e) = self.entry(key) else {
             return false;
         };
         let Ok(mut run) = e.run.lock() else {
@@ -180,17 +265,31 @@ impl SourcePulls for Sources {
     }
 
     fn last_error(&self, key: &str) -> Option<String> {
-        self.entries.get(key).and_then(|e| e.status.last_error())
+        self.entry(key).and_then(|e| e.status.last_error())
     }
 }
 
 /// The sources' `tern_source_*` families, by key: registered with the server's `/metrics`
-/// by [`Sources::start`] when there are sources.
-struct SourceMetrics(Vec<Arc<Entry>>);
+/// by [`Sources::start`].
+struct SourceMetrics(std::sync::Weak<Sources>);
 
 impl Expose for SourceMetrics {
     fn write_metrics(&self, o: &mut Exposition) {
-        status::write_metrics(self.0.iter().map(|e| &e.status), o);
+        let Some(sources) = self.0.upgrade() else {
+            return;
+        };
+        let mut list: Vec<Arc<Entry>> = sources
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        if list.is_empty() {
+            return;
+        }
+        list.sort_by(|a, b| a.key.cmp(&b.key));
+        status::write_metrics(list.iter().map(|e| &e.status), o);
     }
 }
 

@@ -6,7 +6,6 @@
 //! The thread runs a current-thread tokio runtime of its own for `retina` (its sessions are
 //! async); it blocks only on the engine's bounded queue, as an RTMP connection's thread.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -43,7 +42,7 @@ pub(super) fn run(job: Job) {
     let mut first = true;
     info!("rtsp {key}: pulling {}", job.entry.cfg.shown_url());
     loop {
-        if job.stop.load(Ordering::Relaxed) {
+        if job.stopping() {
             break;
         }
         if idle.over(&job, Instant::now()) {
@@ -94,7 +93,7 @@ fn sleep(job: &Job, idle: &mut Idle, d: Duration) -> bool {
         if now >= until {
             return true;
         }
-        if job.stop.load(Ordering::Relaxed) || idle.over(job, now) {
+        if job.stopping() || idle.over(job, now) {
             return false;
         }
         std::thread::sleep((until - now).min(Duration::from_millis(50)));

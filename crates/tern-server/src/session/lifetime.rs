@@ -53,7 +53,7 @@ pub fn sweep_streams(core: &Core) {
         std::time::Instant::now(),
         |app| {
             Duration::from_secs(
-                core.config
+                core.config()
                     .app(app)
                     .map_or(crate::config::DEFAULT_IDLE_GRACE_S, |a| a.idle_grace_s),
             )
@@ -65,7 +65,10 @@ pub fn sweep_streams(core: &Core) {
         },
     );
     for (key, index) in gone {
-        let _ = core.engine.send(Command::UnbindStream { index });
+        let _ = core.engine.send(Command::UnbindStream {
+            index,
+            reason: crate::media::EndReason::Idle,
+        });
         if let Some(c) = stats.stream(index) {
             c.reset();
         }

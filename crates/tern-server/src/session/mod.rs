@@ -30,6 +30,7 @@ pub use publish::{Publish, PublishAsk};
 pub use refusal::Refusal;
 pub use shared::{
     Core, Credentials, PublisherSession, SourcePulls, TurnCredentials, TurnLinks, random_token,
+    watch_session_ends,
 };
 
 pub use crate::admission::{Action, Protocol};

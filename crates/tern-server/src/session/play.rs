@@ -86,7 +86,7 @@ impl Core {
             // the pull, when the stream is a camera's and not live (a live one is joined
             // and admitted in step 3 as any stream).
             let camera = self
-                .config
+                .config()
                 .app(&ask.app)
                 .is_some_and(|a| a.source(&ask.stream).is_some());
             if camera && !self.is_live(info) {

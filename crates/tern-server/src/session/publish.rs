@@ -109,7 +109,7 @@ impl Core {
     pub fn may_publish(&self, app: &str, stream: &str) -> Result<(), Refusal> {
         let key = format!("{app}/{stream}");
         if self
-            .config
+            .config()
             .app(app)
             .is_some_and(|a| a.source(stream).is_some())
         {
@@ -121,7 +121,7 @@ impl Core {
         if !crate::config::valid_name(stream) {
             return Err(Refusal::BadName(stream.to_string()));
         }
-        match self.config.app(app) {
+        match self.config().app(app) {
             Some(a) if a.dynamic => Ok(()),
             _ => Err(Refusal::NotFound(key)),
         }
@@ -140,6 +140,7 @@ impl Core {
             let _ = self.engine.send(Command::BindStream {
                 index: info.index,
                 key: key.as_str().into(),
+                declared: false,
             });
             self.engine.stats.snapshots.stream_created(&key);
             tracing::info!("stream {key} created by a publisher");

@@ -112,8 +112,9 @@ impl IngestPools {
 /// admission, the per-address limits, the cluster, what ICE candidates and TURN announce,
 /// and the publisher table.
 pub struct Core {
-    /// Configuration.
-    pub config: Config,
+    /// The configuration in force: replaced whole by a reload ([`Core::set_config`]); each
+    /// reader takes the current one ([`Core::config`]) and keeps it for what it decides.
+    live_config: std::sync::RwLock<Arc<Config>>,
     /// `app/stream` → stream: declared ones and those publishers made.
     pub streams: Directory,
     /// Who may publish and play (JWT, admission webhook), per app.
@@ -163,6 +164,22 @@ pub struct Core {
     pub exposed: crate::metrics::Exposed,
     /// Whether the node is draining for an upgrade ([`crate::drain`]).
     pub drain: Arc<crate::drain::Drain>,
+    /// Reloads and edits of the configuration ([`crate::reload`]), set once the server runs.
+    pub reload: std::sync::OnceLock<Arc<crate::reload::Reload>>,
+}
+
+/// Starts reading the event stream for admitted sessions' ends (close notifications to
+/// webhooks) once an app asks a webhook: at start, and after a reload that adds one.
+pub fn watch_session_ends(core: &Arc<Core>) {
+    if !core.admission.watch_closes() {
+        return;
+    }
+    let Some(rt) = core.runtime() else {
+        return;
+    };
+    let events = core.engine.stats.snapshots.subscribe();
+    let c = core.clone();
+    rt.spawn(async move { c.admission.close_notifications(events).await });
 }
 
 /// What the session layer asks of the pulled sources (implemented in `crate::rtsp`, which
@@ -234,6 +251,7 @@ impl Core {
             pools,
             exposed,
             drain: Arc::default(),
+            reload: std::sync::OnceLock::new(),
             record,
             thumbs,
             tap,
@@ -245,7 +263,7 @@ impl Core {
                 &config.tunables.srtp_profiles(),
             ),
             runtime: std::sync::OnceLock::new(),
-            config,
+            live_config: std::sync::RwLock::new(Arc::new(config)),
             streams,
             engine,
             fingerprint,
@@ -256,6 +274,20 @@ impl Core {
             publishers: Mutex::new(HashMap::new()),
             sources: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.live_config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `config` in force (a reload, `crate::reload`, after it checked it): the readers
+    /// that come next see it.
+    pub fn set_config(&self, config: Arc<Config>) {
+        *self.live_config.write().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
     /// Announces the TURN server to clients.
@@ -295,7 +327,7 @@ impl Core {
 
     /// Checks the app's static token (`[[app]] token`), if it has one, against `given`.
     pub fn check_app_token(&self, app: &str, given: Option<&str>) -> Result<(), Refusal> {
-        match self.config.app(app).and_then(|a| a.token.as_deref()) {
+        match self.config().app(app).and_then(|a| a.token.as_deref()) {
             Some(token) if given != Some(token) => Err(Refusal::Unauthorized {
                 app: app.to_string(),
             }),
@@ -342,7 +374,8 @@ impl Core {
     /// `tunables.max_handshakes` handshakes in progress.
     pub fn check_capacity(&self) -> Result<(), Refusal> {
         let stats = &self.engine.stats;
-        let t = &self.config.tunables;
+        let cfg = self.config();
+        let t = &cfg.tunables;
         if stats.handshakes.load(Ordering::Relaxed) >= t.max_handshakes
             || stats.viewers.load(Ordering::Relaxed) >= t.max_viewers
         {

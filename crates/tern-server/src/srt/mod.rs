@@ -111,7 +111,7 @@ impl SrtServer {
         max_payload: usize,
         per_ip: Arc<PerAddress>,
     ) -> io::Result<SrtServer> {
-        let cfg = core.config.clone();
+        let cfg = core.config().clone();
         let latency_for = Box::new(move |sid: &str| {
             let ms = StreamId::parse(sid)
                 .ok()
@@ -146,7 +146,7 @@ impl SrtServer {
 /// Starts SRT ingest on `server.srt` (`--srt`), if set; callers per client address are
 /// capped by `limits.srt_connections_per_ip`.
 pub fn start(core: &Arc<Core>) -> Result<Option<SrtServer>, StartError> {
-    let cfg = &core.config;
+    let cfg = core.config();
     let Some(addr) = cfg.server.srt else {
         return Ok(None);
     };
@@ -283,7 +283,7 @@ impl Listener {
                 return self.refuse(r.conn, r.peer, stream_id_code(&e), &why);
             }
         };
-        if let Some(app) = self.core.config.app(&id.app) {
+        if let Some(app) = self.core.config().app(&id.app) {
             let pass = app.srt_passphrase.as_deref();
             if let Err(code) = self.transport.check_key(r.conn, pass) {
                 let why = match (code, pass, r.key_len) {

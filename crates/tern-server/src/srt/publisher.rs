@@ -79,7 +79,7 @@ pub(super) fn run(job: Job) {
     };
     let pass = job
         .core
-        .config
+        .config()
         .app(&job.id.app)
         .and_then(|a| a.srt_passphrase.clone());
     let _ = job.control.send(Control::Accept(job.conn, pass));
@@ -135,7 +135,8 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     let core = &job.core;
     let clock = NtpClock::now();
     let mut ts = TsPublisher::new(job.max_payload);
-    let app = core.config.app(&job.id.app);
+    let cfg = core.config();
+    let app = cfg.app(&job.id.app);
     let mode = app.map_or(TranscodeSetting::Auto, |a| a.transcode);
     ts.media().set_transcode(match mode {
         TranscodeSetting::Auto => TranscodeMode::Auto,

@@ -43,6 +43,7 @@ mod openssl_rsa;
 mod packaging;
 mod publisher_timeouts;
 mod recording;
+mod reload;
 mod renditions;
 mod rsa_client;
 mod rtmp;

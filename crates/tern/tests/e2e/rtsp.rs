@@ -27,6 +27,12 @@ use tern_rtc::client::TrackStats;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Holds the cameras' lock: one test with a camera at a time (they share the machine's
+/// encoders).
+pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The camera's password: it must show up nowhere tern answers or logs.
 const PASSWORD: &str = "Pw-0f-the-c4mera";
 

@@ -313,6 +313,7 @@ impl Worker {
                             "publisher of {key} ended: no media for {:?}",
                             self.ingest.timeouts().media
                         ),
+                        LeftReason::Removed(r) => info!("publisher of {key} ended: {}", r.as_str()),
                     }
                     self.start_slate(stream, now);
                 }

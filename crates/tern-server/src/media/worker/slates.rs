@@ -26,7 +26,7 @@ impl Worker {
 
     /// Stream `s` has no publisher: its app's slate starts, if it has one (and none runs).
     pub(super) fn start_slate(&mut self, s: usize, now: Instant) {
-        let Some(clip) = self.streams.slates.of(self.streams.key(s)).cloned() else {
+        let Some(clip) = self.streams.slates.of(self.streams.key(s)) else {
             return;
         };
         if self.streams.slots[s].slate.is_some() {

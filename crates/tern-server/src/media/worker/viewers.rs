@@ -84,6 +84,17 @@ impl Worker {
     }
 
     pub(super) fn remove(&mut self, id: ViewerId, reason: CloseReason) {
+        self.remove_as(id, reason, None);
+    }
+
+    /// [`Worker::remove`], with the reason its `viewer.left` event gives in place of
+    /// `reason`'s own (a stream's removal: `app_removed`, `source_removed`).
+    pub(super) fn remove_as(
+        &mut self,
+        id: ViewerId,
+        reason: CloseReason,
+        label: Option<&'static str>,
+    ) {
         let Some(mut e) = self.table.remove(id) else {
             return;
         };
@@ -110,13 +121,13 @@ impl Worker {
         let stats = &self.shared.stats;
         stats.snapshots.viewer_left(
             id.raw(),
-            match reason {
+            label.unwrap_or(match reason {
                 CloseReason::ConnectTimeout => "connect timeout",
                 CloseReason::ConsentExpired => "consent expired",
                 CloseReason::DtlsFailed => "DTLS failed",
                 CloseReason::PeerClosed => "closed by peer",
                 CloseReason::Local => "closed by server",
-            },
+            }),
         );
         self.shared.pools.unbook(&mut e);
         if e.handshaking {
