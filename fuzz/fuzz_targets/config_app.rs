@@ -5,7 +5,7 @@
 //! `Config::parse_all` reads without panicking.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tern_server::config::{Config, ConfigFile};
+use tern_config::{Config, ConfigFile};
 
 fuzz_target!(|data: &[u8]| {
     let (text, json) = match data.iter().position(|&b| b == 0) {

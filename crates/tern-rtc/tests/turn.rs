@@ -715,3 +715,39 @@ fn allocations_per_client_address_are_capped() {
         TurnClientEvent::Failed { code: 486, .. }
     ));
 }
+
+/// A reload's credentials (`set_credentials`): the old password and secret are refused from
+/// then on, the new ones allocate; the allocation made before stays.
+#[test]
+fn new_credentials_apply_to_the_next_request() {
+    let mut h = Harness::new(config());
+    let mut before = TurnClient::new("alice", "wonderland", Transport::Udp, 9);
+    allocate(&mut h, &mut before, udp(43000));
+    h.server.set_credentials(
+        vec![("alice".into(), "looking-glass".into())],
+        Some("n3w".into()),
+        TurnConfig::default().peers,
+    );
+    let expect_401 = |h: &mut Harness, user: &str, pass: &str, port: u16| {
+        let mut c = TurnClient::new(user, pass, Transport::Udp, 9);
+        let mut buf = [0u8; 512];
+        let n = c.allocate(h.now, &mut buf).unwrap();
+        assert_eq!(
+            h.transact(&mut c, udp(port), n, &mut buf),
+            TurnClientEvent::Failed {
+                request: TurnRequest::Allocate,
+                code: 401
+            },
+            "{user}:{pass}"
+        );
+    };
+    expect_401(&mut h, "alice", "wonderland", 43001);
+    let (old_user, old_pass) = rest_credentials("s3cret", "whep", UNIX_NOW + 600);
+    expect_401(&mut h, &old_user, &old_pass, 43002);
+    let mut c = TurnClient::new("alice", "looking-glass", Transport::Udp, 9);
+    allocate(&mut h, &mut c, udp(43003));
+    let (user, pass) = rest_credentials("n3w", "whep", UNIX_NOW + 600);
+    let mut c = TurnClient::new(&user, &pass, Transport::Udp, 9);
+    allocate(&mut h, &mut c, udp(43004));
+    assert_eq!(h.server.allocations(), 3);
+}

@@ -20,7 +20,8 @@
 //! | `hls.rs` | LL-HLS sessions and packagers, a subscriber of the tap (`http/hls.rs` serves them) |
 //! | `record/` | recordings, a subscriber of the tap: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
-//! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn`, started as `[turn]` says |
+//! | `turn.rs` | the TURN server's sockets and thread around `tern_rtc::turn`; `turn/setup.rs` starts it as `[turn]` says and puts a reload's users, secret and peer lists in force |
+//! | `reload.rs` | changing a running server: SIGHUP, `POST /v1/config/reload`, the file watcher and the config API's edits, checked whole and put in force part by part (apps, cameras, admission, slates, recording, limits, TURN's credentials); `http/config.rs` is its API |
 //! | `snapshot.rs` | cached snapshots and the event bus |
 //! | `limits.rs` | limits per client address |
 //! | `clock.rs` | wall-clock and NTP time for the threads (sans-IO code takes `now` instead) |
@@ -33,7 +34,11 @@
 //! | `metrics.rs` | what the parts report in `/metrics`, held per server: the `Expose` trait a part registers, and `Exposition`, the one Prometheus text writer |
 //! | `reclaim.rs` | gives freed memory back to the system after a burst |
 //! | `start.rs` | what a part's start function reports when it fails (`StartError`: a socket not bound, a thread not started) |
-//! | `config/` | the TOML configuration: one file per section, each with its `Default` and its own check |
+//!
+//! The configuration (the TOML file, one file per section, each with its `Default` and its own
+//! check; reload and the file's edits) is the crate `tern-config` (`crates/tern-config`),
+//! re-exported here as [`config`]: a leaf the parts read their settings from, built apart so
+//! that the fuzz target `config_app` need not build the server.
 //!
 //! Imports point one way: surfaces (`http/`, `rtmp.rs`, `srt/`, `rtsp/`) stand on `feed/`
 //! and `session/`, which stands
@@ -66,7 +71,9 @@
 pub mod admission;
 pub mod clock;
 pub mod cluster;
-pub mod config;
+/// The configuration file and its checks: the crate `tern-config`, under the path
+/// (`tern_server::config`) the server's parts and the command line use.
+pub use tern_config as config;
 pub mod directory;
 pub mod drain;
 pub mod feed;
@@ -446,8 +453,10 @@ impl Server {
         let port = media_addr.port();
         let (tls, rtmps) = tls_listeners(&cfg)?;
         let certs = tls.as_ref().map(http::Tls::store);
-        let (turn, links) = turn::start(&cfg, &candidates, port, &engine.stats, certs)?.unzip();
+        let (mut turn, links) =
+            turn::setup::start(&cfg, &candidates, port, &engine.stats, certs)?.unzip();
         let turn_addrs = turn.as_ref().map(|t| (t.addr, t.tls_addr));
+        let turn_reload = turn.as_mut().and_then(|t| t.reload.take());
         parts.add(turn);
         let bound = http::bind(&cfg, tls)?;
         let cluster = node_cluster(&cfg, candidates[0], &bound, &dtls, &outbound)?;
@@ -464,9 +473,7 @@ impl Server {
         let _ = core.runtime.set(bound.runtime());
         let media = MediaThreads::start(&core, engine_threads, tap_rx, &outbound)?;
         parts.add(media);
-        let sources = rtsp::Sources::start(core.clone(), &outbound);
-        parts.add(sources.clone());
-        parts.add(reload::start(&core, opts, slates, sources)?);
+        let reload = sources_and_reload(&mut parts, &core, opts, &outbound, (slates, turn_reload))?;
         let srt = srt::start(&core)?;
         let rtmp = rtmp::start(&core, rtmps)?;
         let addrs = Addresses {
@@ -477,7 +484,7 @@ impl Server {
         };
         parts.add(srt);
         parts.add(rtmp);
-        let http = http::serve(bound, &core);
+        let http = http::serve(bound, &core, Some(reload));
         info!(http = %addrs.http, media = %addrs.media, rtmp = ?addrs.rtmp, srt = ?addrs.srt, candidates = ?core.candidate_ips, "tern listening");
         Ok(Server {
             addrs,
@@ -660,6 +667,37 @@ impl Part for MediaThreads {
             let _ = h.join();
         }
     }
+}
+
+/// The RTSP cameras (started) and the configuration's reloader over them, the slates and
+/// TURN's credentials (`turn`), with the file's watcher when `server.watch_config` is on.
+fn sources_and_reload(
+    parts: &mut Parts,
+    core: &Arc<Core>,
+    opts: &ServeOptions,
+    outbound: &outbound::Outbound,
+    (slates, turn): (Arc<media::Slates>, Option<reload::TurnReload>),
+) -> Result<Arc<reload::Reload>, ServeError> {
+    let sources = rtsp::Sources::start(core.clone(), outbound);
+    parts.add(sources.clone());
+    let overlay = opts.clone();
+    let reload = reload::Reload::new(
+        core,
+        opts.config.clone(),
+        Box::new(move |c| overlay.apply(c)),
+        opts.demo.then(|| "live/demo".to_string()),
+        reload::Parts {
+            slates,
+            sources,
+            turn,
+        },
+    );
+    parts.add(
+        reload
+            .watcher()
+            .map_err(StartError::thread("config watcher"))?,
+    );
+    Ok(reload)
 }
 
 /// The certificate's listeners: HTTPS and TURN over TLS take the store (`http::Tls`), RTMPS

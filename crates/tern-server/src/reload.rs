@@ -11,7 +11,7 @@
 //! then what needs work before anything changes is prepared (admission's key files, the
 //! slates' clips). Any failure refuses the whole reload (`config.rejected`). Otherwise the
 //! keys a running server cannot change (listeners, worker counts, the cluster,
-//! [`crate::config::reconcile`]) keep their running values and are named, and the rest is
+//! [`crate::config::reload::reconcile`]) keep their running values and are named, and the rest is
 //! put in force at once ([`Reload::commit`]):
 //!
 //! - the configuration readers see ([`Core::config`]): tokens, `api_token`,
@@ -39,7 +39,8 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::admission::Gates;
-use crate::config::{AppConfig, Config, ConfigError, ConfigFile, reconcile, write_atomically};
+use crate::config::reload::reconcile;
+use crate::config::{AppConfig, Config, ConfigError, ConfigFile, TurnSection, write_atomically};
 use crate::media::{Command, EndReason, Slates};
 use crate::metrics::{Expose, Exposition, Kind};
 use crate::session::Core;
@@ -142,7 +143,22 @@ struct Stamp {
     len: u64,
 }
 
-/// The reloader: one per server ([`Core::reload`]).
+/// Puts `[turn]`'s users, secret and peer lists in force in the running TURN server.
+pub type TurnReload = Box<dyn Fn(&TurnSection) + Send + Sync>;
+
+/// The running parts a reload changes beyond the [`Core`]: the slates, the cameras, the
+/// TURN server (when on).
+pub struct Parts {
+    /// Each app's slate.
+    pub slates: Arc<Slates>,
+    /// The RTSP cameras.
+    pub sources: Arc<crate::rtsp::Sources>,
+    /// Puts `[turn]`'s users, secret and peer lists in force in the TURN server, when on
+    /// (`crate::turn::TurnControl::apply`).
+    pub turn: Option<TurnReload>,
+}
+
+/// The reloader: one per server (the HTTP side's, for the API and SIGHUP).
 pub struct Reload {
     core: Weak<Core>,
     path: Option<PathBuf>,
@@ -150,8 +166,7 @@ pub struct Reload {
     overlay: Box<dyn Fn(&mut Config) + Send + Sync>,
     /// The built-in demo stream (`live/demo` with `--demo`), which no app owns.
     builtin: Option<String>,
-    slates: Arc<Slates>,
-    sources: Arc<crate::rtsp::Sources>,
+    parts: Parts,
     /// One reload at a time; holds the text last put in force (the watcher skips a change
     /// that is no change).
     busy: Mutex<Option<String>>,
@@ -162,14 +177,13 @@ pub struct Reload {
 
 impl Reload {
     /// The reloader of `core`, whose configuration came from `path` (if any) with
-    /// `overlay` (the command line) laid over it.
+    /// `overlay` (the command line) laid over it; `builtin` is the demo stream (no app's).
     pub fn new(
         core: &Arc<Core>,
         path: Option<PathBuf>,
         overlay: Box<dyn Fn(&mut Config) + Send + Sync>,
         builtin: Option<String>,
-        slates: Arc<Slates>,
-        sources: Arc<crate::rtsp::Sources>,
+        parts: Parts,
     ) -> Arc<Reload> {
         let text = path
             .as_deref()
@@ -180,8 +194,7 @@ impl Reload {
             path,
             overlay,
             builtin,
-            slates,
-            sources,
+            parts,
             busy: Mutex::new(text),
             stamp: Mutex::new(stamp),
             applied: AtomicU64::new(0),
@@ -209,7 +222,7 @@ impl Reload {
                     source,
                 }]
             })
-            .and_then(|text| self.check(&text).map(|p| (text, p)));
+            .and_then(|text: String| self.check(&text).map(|p| (text, p)));
         match result {
             Ok((text, prepared)) => {
                 *last = Some(text);
@@ -257,9 +270,23 @@ impl Reload {
         Ok((value, self.commit(prepared, Trigger::Edit)?))
     }
 
+    /// The file's watcher when there is a file and `server.watch_config` is on
+    /// ([`Reload::watch`]).
+    pub(crate) fn watcher(self: &Arc<Self>) -> std::io::Result<Option<Watcher>> {
+        let Some(core) = self.core.upgrade() else {
+            return Ok(None);
+        };
+        if self.path.is_none() || !core.config().server.watch_config {
+            return Ok(None);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = self.watch(stop.clone())?;
+        Ok(Some(Watcher { stop, thread }))
+    }
+
     /// Watches the file (`server.watch_config`) on a thread of its own until `stop`:
     /// a change of its time or size whose text differs from what is in force reloads it.
-    pub fn watch(
+    fn watch(
         self: &Arc<Self>,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -356,7 +383,16 @@ impl Reload {
         core.set_config(new.clone());
         core.admission.replace(p.gates, core.runtime().as_ref());
         crate::session::watch_session_ends(&core);
-        self.slates.replace(p.slates);
+        let (o, n) = (&old.turn, &new.turn);
+        if let Some(apply) = &self.parts.turn
+            && (o.users != n.users
+                || o.secret != n.secret
+                || o.allowed_peers != n.allowed_peers
+                || o.denied_peers != n.denied_peers)
+        {
+            apply(n);
+        }
+        self.parts.slates.replace(p.slates);
         core.record.set_apps(&new.apps);
         core.pending.set_max(new.limits.pending_sessions_per_ip);
         core.ome_sockets.set_max(new.limits.ome_connections_per_ip);
@@ -364,7 +400,7 @@ impl Reload {
             self.end_streams(&core, app, None, EndReason::AppRemoved);
         }
         self.declare(&core, &old, &new);
-        let sources = self.sources.apply(&new.apps);
+        let sources = self.parts.sources.apply(&new.apps);
         for key in &sources.removed {
             let (app, stream) = key.split_once('/').unwrap_or((key, ""));
             let still = new
@@ -499,34 +535,6 @@ pub fn problems_json(problems: &[ConfigError]) -> serde_json::Value {
             other => json!({"key": null, "message": other.to_string()}),
         })
         .collect()
-}
-
-/// The server's reloader, set on `core` ([`Core::reload`]), and the watcher of its file
-/// when `server.watch_config` is on and there is a file (`opts.config`).
-pub(crate) fn start(
-    core: &Arc<Core>,
-    opts: &crate::ServeOptions,
-    slates: Arc<Slates>,
-    sources: Arc<crate::rtsp::Sources>,
-) -> Result<Option<Watcher>, crate::start::StartError> {
-    let overlay = opts.clone();
-    let reload = Reload::new(
-        core,
-        opts.config.clone(),
-        Box::new(move |c| overlay.apply(c)),
-        opts.demo.then(|| "live/demo".to_string()),
-        slates,
-        sources,
-    );
-    let _ = core.reload.set(reload.clone());
-    if reload.path.is_none() || !core.config().server.watch_config {
-        return Ok(None);
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = reload
-        .watch(stop.clone())
-        .map_err(crate::start::StartError::thread("config watcher"))?;
-    Ok(Some(Watcher { stop, thread }))
 }
 
 /// The watcher's thread ([`Reload::watch`]).

@@ -1,8 +1,9 @@
 //! The TURN/STUN server's IO: one thread (`TurnWorker`) over mio with the UDP listener, the
 //! TCP listener and its connections, and one UDP relay socket per allocation, bound in the
 //! configured port range. All protocol decisions are made by the sans-IO
-//! [`tern_rtc::turn::TurnServer`]; this module moves bytes and binds sockets. [`start`]
-//! makes the server's configuration from `[turn]` and what WHEP answers announce.
+//! [`tern_rtc::turn::TurnServer`]; this module moves bytes and binds sockets. `setup.rs`
+//! ([`setup::start`]) makes the server's configuration from `[turn]` and what WHEP answers
+//! announce, and puts a reload's users, secret and peer lists in force.
 //!
 //! TCP framing (RFC 8656 §12.5): each connection keeps a read buffer that holds at most one
 //! partial frame, and a write buffer only while the kernel's send queue is full (bounded:
@@ -18,8 +19,8 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::os::fd::AsRawFd;
@@ -27,17 +28,16 @@ use std::os::fd::AsRawFd;
 use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token, Waker};
 use tern_proto::turn::{self as frame, PEER_HEADROOM, PEER_TAILROOM};
+use tern_rtc::peer_policy::PeerPolicy;
 use tern_rtc::turn::{
     AllocId, ClientAddr, ClientOutput, MAX_REPLY, Transport, TurnConfig, TurnEvent, TurnServer,
 };
 use tracing::{debug, info, warn};
 
-use crate::config::Config;
-use crate::http::CertStore;
 use crate::media::EngineStats;
 use crate::media::batch::SendBatch;
-use crate::session::{TurnLinks, random_token};
-use crate::start::StartError;
+
+pub mod setup;
 
 const UDP: Token = Token(0);
 const TCP: Token = Token(1);
@@ -93,9 +93,22 @@ pub struct TurnShared {
     pub dropped: AtomicU64,
 }
 
+/// Users, REST secret and peer policy a reload hands the worker (`setup.rs`).
+pub struct Credentials {
+    /// Long-term users as `(name, password)`.
+    pub users: Vec<(String, String)>,
+    /// The REST secret.
+    pub secret: String,
+    /// Which peers relays may reach.
+    pub peers: PeerPolicy,
+}
+
 /// A running TURN worker.
 pub struct TurnHandle {
     waker: Arc<Waker>,
+    /// What a reload calls to put `[turn]`'s users, secret and peer lists in force (set by
+    /// `setup::start`).
+    pub reload: Option<crate::reload::TurnReload>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The bound UDP listener address (the TCP listener has the same).
@@ -104,9 +117,16 @@ pub struct TurnHandle {
     pub tls_addr: Option<SocketAddr>,
     /// Counters.
     pub shared: Arc<TurnShared>,
+    /// What the worker takes when woken: a reload's credentials.
+    pending: Arc<Mutex<Option<Credentials>>>,
 }
 
 impl TurnHandle {
+    /// The worker's waker and its credentials slot, for `setup.rs`'s reload.
+    fn control_parts(&self) -> (Arc<Waker>, Arc<Mutex<Option<Credentials>>>) {
+        (self.waker.clone(), self.pending.clone())
+    }
+
     /// Stops the worker and waits for it.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -264,6 +284,8 @@ struct Relay {
 }
 
 struct Worker {
+    /// A reload's credentials, taken when woken.
+    pending: Arc<Mutex<Option<Credentials>>>,
     poll: Poll,
     udp: UdpSocket,
     tcp: TcpListener,
@@ -359,7 +381,9 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
     // Start at a random place in the range so that restarts and neighbours spread out.
     let span = u32::from(hi - lo) + 1;
     let next_port = lo + (rand::random::<u32>() % span) as u16;
+    let pending = Arc::new(Mutex::new(None));
     let mut worker = Worker {
+        pending: pending.clone(),
         poll,
         udp,
         tcp,
@@ -388,6 +412,8 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         .spawn(move || worker.run())?;
     info!(%addr, tls = ?tls_addr, relay_ip = %opts.relay_ip, ports = ?opts.relay_ports, "TURN listening (UDP and TCP)");
     Ok(TurnHandle {
+        reload: None,
+        pending,
         waker,
         stop,
         thread: Some(thread),
@@ -395,111 +421,6 @@ pub fn spawn(opts: TurnOptions) -> io::Result<TurnHandle> {
         tls_addr,
         shared,
     })
-}
-
-/// Starts TURN as the configuration says (`[turn]`, off without `turn.listen`): the worker
-/// on `turn.listen`, its relays on `turn.relay_ip`, else the listen address, else the first
-/// of `candidate_ips` of the listen address's family. Relayed viewers may reach the media
-/// port `media_port` of the candidate addresses and nothing else of the server's own;
-/// allocations are counted in `stats`. With `turn.tls_listen`, TURN over TLS serves the
-/// certificate of `certs` (loaded by the caller from `server.tls_cert`). Returns the worker
-/// and what WHEP `Link` headers announce.
-pub fn start(
-    cfg: &Config,
-    candidate_ips: &[IpAddr],
-    media_port: u16,
-    stats: &Arc<EngineStats>,
-    certs: Option<&Arc<CertStore>>,
-) -> Result<Option<(TurnHandle, TurnLinks)>, StartError> {
-    let t = &cfg.turn;
-    let Some(listen) = t.listen else {
-        return Ok(None);
-    };
-    // The relay's default address: the listen address, else the first candidate of the
-    // listen address's family (a relay on 0.0.0.0 cannot announce ::1).
-    let v4 = listen.ip().is_ipv4();
-    let candidate_ip = candidate_ips
-        .iter()
-        .copied()
-        .find(|ip| ip.to_canonical().is_ipv4() == v4)
-        .unwrap_or(candidate_ips[0]);
-    let relay_ip = t.relay_ip.unwrap_or(if listen.ip().is_unspecified() {
-        candidate_ip
-    } else {
-        listen.ip()
-    });
-    // Without a configured secret, a random one lets tern mint REST credentials for its own
-    // WHEP answers; nobody else knows it.
-    let secret = t.secret.clone().unwrap_or_else(|| random_token(32));
-    // The relay never reaches the server's own addresses or internal ranges unless allowed.
-    let own: Vec<IpAddr> = [listen.ip(), relay_ip]
-        .into_iter()
-        .chain(candidate_ips.iter().copied())
-        .filter(|ip| !ip.is_unspecified())
-        .collect();
-    let (allowed, denied) = t.peer_ranges();
-    let config = TurnConfig {
-        realm: t.realm.clone(),
-        users: t.user_pairs(),
-        secret: Some(secret.clone()),
-        max_allocations: t.max_allocations,
-        max_allocations_per_user: t.max_allocations_per_user,
-        // Relayed viewers reach tern's own media port, and only that port of its address.
-        peers: tern_rtc::peer_policy::PeerPolicy::new(&own, allowed, denied).with_exceptions(
-            candidate_ips
-                .iter()
-                .map(|ip| SocketAddr::new(*ip, media_port))
-                .collect(),
-        ),
-        max_allocations_per_ip: cfg.limits.turn_allocations_per_ip,
-        max_bytes_per_sec: u32::try_from(t.max_bps / 8).unwrap_or(u32::MAX),
-        nonce_seed: rand::random(),
-        ..TurnConfig::default()
-    };
-    let tls = match (t.tls_listen, certs) {
-        (Some(addr), Some(store)) => Some((addr, tls_config(store))),
-        _ => None,
-    };
-    let handle = spawn(TurnOptions {
-        listen,
-        relay_ip,
-        relay_ports: (t.relay_port_min, t.relay_port_max),
-        config,
-        stats: Some(stats.clone()),
-        tls,
-    })
-    .map_err(StartError::bind(
-        "TURN (UDP, TCP and TLS)",
-        t.tls_listen.unwrap_or(listen),
-    ))?;
-    let tls = handle.tls_addr.map(|a| {
-        let host = t.tls_host.clone().unwrap_or_else(|| match relay_ip {
-            IpAddr::V4(ip) => ip.to_string(),
-            IpAddr::V6(ip) => format!("[{ip}]"),
-        });
-        (host, a.port())
-    });
-    let links = TurnLinks {
-        host: relay_ip,
-        port: handle.addr.port(),
-        secret,
-        lifetime: t.credential_lifetime,
-        tls,
-    };
-    Ok(Some((handle, links)))
-}
-
-/// rustls's configuration for TURN over TLS: TLS 1.2 and 1.3 on the aws-lc-rs provider,
-/// the certificate of `store` (reloaded with it). No ALPN: RFC 7443's `stun.turn` is
-/// optional, and a server that names protocols refuses clients offering others.
-fn tls_config(store: &Arc<CertStore>) -> Arc<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the aws-lc-rs provider supports TLS 1.2 and 1.3")
-        .with_no_client_auth()
-        .with_cert_resolver(store.clone());
-    Arc::new(cfg)
 }
 
 /// Receive and send buffer asked for each relay socket (the kernel caps it at rmem_max).
@@ -521,6 +442,19 @@ fn bind_udp(addr: SocketAddr, buffers: usize) -> io::Result<std::net::UdpSocket>
 }
 
 impl Worker {
+    /// A reload's users, secret and peer policy, if one came.
+    fn take_credentials(&mut self) {
+        let Some(c) = self.pending.lock().ok().and_then(|mut p| p.take()) else {
+            return;
+        };
+        info!(
+            "TURN: users, secret and peer lists reloaded ({} users)",
+            c.users.len()
+        );
+        self.server
+            .set_credentials(c.users, Some(c.secret), c.peers);
+    }
+
     fn run(&mut self) {
         let mut events = Events::with_capacity(256);
         // One buffer for every read: headroom for framing a peer's datagram in place.
@@ -549,7 +483,7 @@ impl Worker {
                     UDP => self.read_udp(&mut buf, &mut out, &mut batch),
                     TCP => self.accept(false),
                     TLS => self.accept(true),
-                    WAKER => {}
+                    WAKER => self.take_credentials(),
                     Token(t) if t >= RELAY_BASE => {
                         self.read_relay(t - RELAY_BASE, &mut buf, &mut batch)
                     }

@@ -103,6 +103,32 @@ impl TurnServer {
         Self::new_in(MemoryRegistry::global(), cfg, now, unix_now, relay_v4)
     }
 
+    /// Replaces the long-term users, the REST secret and the peer policy (a configuration
+    /// reload): requests from now on are checked against them. Allocations made stay; their
+    /// next refresh is checked with the new credentials, their next permission with the new
+    /// policy.
+    pub fn set_credentials(
+        &mut self,
+        users: Vec<(String, String)>,
+        secret: Option<String>,
+        peers: crate::peer_policy::PeerPolicy,
+    ) {
+        let realm = self.cfg.realm.as_bytes();
+        self.users = users
+            .iter()
+            .map(|(u, p)| {
+                let key = stun::long_term_key(u.as_bytes(), realm, p.as_bytes());
+                (u.as_str().into(), key)
+            })
+            .collect();
+        self.rest = secret
+            .as_ref()
+            .map(|s| hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, s.as_bytes()));
+        self.cfg.users = users;
+        self.cfg.secret = secret;
+        self.cfg.peers = peers;
+    }
+
     /// As [`new`](Self::new), reporting memory to `registry`.
     pub fn new_in(
         registry: &MemoryRegistry,

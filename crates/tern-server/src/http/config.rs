@@ -53,8 +53,7 @@ type Early = Box<Response>;
 /// The reloader, or the answer that there is none (the server is stopping).
 fn reloader(st: &AppState) -> Result<Arc<Reload>, Early> {
     st.reload
-        .get()
-        .cloned()
+        .clone()
         .ok_or_else(|| Box::new(refused(&Refused::Stopped)))
 }
 
@@ -74,7 +73,7 @@ pub(super) async fn get(State(st): State<Arc<AppState>>) -> Response {
     if let Some(o) = body.as_object_mut() {
         let file = st
             .reload
-            .get()
+            .as_ref()
             .and_then(|r| r.path())
             .map(|p| p.display().to_string());
         o.insert("file".into(), json!(file));

@@ -19,7 +19,7 @@ use tern_rtc::peer_policy::Cidr;
 
 use crate::config::Config;
 use crate::http::listener::Peer;
-use crate::http::state::AppState;
+use crate::session::Core;
 
 /// The trusted proxies' ranges.
 #[derive(Debug, Clone)]
@@ -123,13 +123,30 @@ impl LiveProxies {
     }
 }
 
+/// The layer's state: the configuration's owner and the ranges parsed.
+#[derive(Clone)]
+pub(crate) struct ProxyLayer {
+    core: Arc<Core>,
+    proxies: Arc<LiveProxies>,
+}
+
+impl ProxyLayer {
+    /// Over `core`'s configuration.
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        ProxyLayer {
+            core,
+            proxies: Arc::default(),
+        }
+    }
+}
+
 /// The layer: replaces the request's [`Peer`] with the real client's address.
 pub(crate) async fn real_client(
-    State(st): State<Arc<AppState>>,
+    State(st): State<ProxyLayer>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    let trusted = st.proxies.of(&st.config());
+    let trusted = st.proxies.of(&st.core.config());
     if let Some(ConnectInfo(Peer(addr))) = req.extensions().get::<ConnectInfo<Peer>>().copied()
         && let Some(ip) = trusted.client(addr.ip(), req.headers())
     {

@@ -119,7 +119,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(guarded)
         .with_state(state.clone());
     // Always on: a reload may name trusted proxies (`proxy::LiveProxies`).
-    routes.layer(from_fn_with_state(state, proxy::real_client))
+    routes.layer(from_fn_with_state(
+        proxy::ProxyLayer::new(state.core.clone()),
+        proxy::real_client,
+    ))
 }
 
 /// The plain listener's router with `server.redirect_http`: every request gets a `308` to

@@ -147,7 +147,11 @@ impl Bound {
 /// file is watched. Starts the runtime's background work with it: the node's cluster report,
 /// the stream sweep and LL-HLS housekeeping, the recorder's housekeeping, and admission's
 /// close notifications.
-pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
+pub fn serve(
+    bound: Bound,
+    core: &Arc<Core>,
+    reload: Option<Arc<crate::reload::Reload>>,
+) -> Serving {
     let Bound {
         rt,
         http,
@@ -158,7 +162,11 @@ pub fn serve(bound: Bound, core: &Arc<Core>) -> Serving {
         https_addr,
         ..
     } = bound;
-    let state = Arc::new(AppState::new(core.clone()).with_tls(certs.clone()));
+    let state = Arc::new(
+        AppState::new(core.clone())
+            .with_tls(certs.clone())
+            .with_reload(reload),
+    );
     let (stop, stopping) = oneshot::channel::<()>();
     let task = rt.spawn(async move {
         spawn_tasks(&state);
@@ -315,7 +323,7 @@ fn spawn_sighup(st: Arc<AppState>) {
             return;
         };
         while hup.recv().await.is_some() {
-            let Some(r) = st.reload.get().cloned() else {
+            let Some(r) = st.reload.clone() else {
                 continue;
             };
             info!("SIGHUP: reloading the configuration");

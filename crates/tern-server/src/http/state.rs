@@ -128,8 +128,9 @@ pub struct AppState {
     /// The `ome_signalling` memory line, in the server's registry (made by the first
     /// signalling socket, `http/ome.rs`, which knows its item size).
     pub(super) ome_pool: std::sync::OnceLock<tern_pool::PoolCounter>,
-    /// `server.trusted_proxies` of the configuration in force, parsed.
-    pub(super) proxies: super::proxy::LiveProxies,
+    /// Reloads and edits of the configuration (`POST /v1/config/reload`, the config API,
+    /// SIGHUP).
+    pub reload: Option<Arc<crate::reload::Reload>>,
 }
 
 impl Deref for AppState {
@@ -145,11 +146,17 @@ impl AppState {
     pub fn new(core: Arc<Core>) -> Self {
         AppState {
             ome_pool: std::sync::OnceLock::new(),
-            proxies: super::proxy::LiveProxies::default(),
+            reload: None,
             core,
             sessions: Mutex::new(SessionTable::new()),
             tls: None,
         }
+    }
+
+    /// With the configuration's reloader.
+    pub fn with_reload(mut self, reload: Option<Arc<crate::reload::Reload>>) -> Self {
+        self.reload = reload;
+        self
     }
 
     /// With the HTTPS certificate store.

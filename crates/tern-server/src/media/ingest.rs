@@ -71,7 +71,7 @@ pub enum LeftReason {
     /// The server is stopping.
     Shutdown,
     /// Its stream was removed (by a reload: its app or its camera source).
-    Removed(super::link::EndReason),
+    Removed(EndReason),
 }
 
 impl LeftReason {
@@ -83,6 +83,28 @@ impl LeftReason {
             LeftReason::MediaTimeout => "media timeout",
             LeftReason::Shutdown => "server shutdown",
             LeftReason::Removed(r) => r.as_str(),
+        }
+    }
+}
+
+/// Why a stream's sessions end when it is removed (`Command::UnbindStream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// A publisher-made stream had no publisher for its grace: "closed by server".
+    Idle,
+    /// A reload removed its app: `app_removed`.
+    AppRemoved,
+    /// A reload removed its camera source: `source_removed`.
+    SourceRemoved,
+}
+
+impl EndReason {
+    /// The reason as viewers' and publishers' `left` events give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Idle => "closed by server",
+            EndReason::AppRemoved => "app_removed",
+            EndReason::SourceRemoved => "source_removed",
         }
     }
 }

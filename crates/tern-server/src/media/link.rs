@@ -15,7 +15,7 @@ use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN, ViewerParams};
 use tokio::sync::oneshot;
 
 use crate::limits::AddrPermit;
-use crate::media::ingest::{AddError, FrameCommand, PublisherId};
+use crate::media::ingest::{AddError, EndReason, FrameCommand, PublisherId};
 
 /// Packets and datagrams a worker's queue holds. 4096 is more than a second of a 4 Mbps
 /// stream's packets, or of RTCP from thousands of viewers, while the queue's slots stay
@@ -171,28 +171,6 @@ pub enum Command {
     },
     /// Stop the engine.
     Shutdown,
-}
-
-/// Why a stream's sessions end when it is removed ([`Command::UnbindStream`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndReason {
-    /// A publisher-made stream had no publisher for its grace: "closed by server".
-    Idle,
-    /// A reload removed its app: `app_removed`.
-    AppRemoved,
-    /// A reload removed its camera source: `source_removed`.
-    SourceRemoved,
-}
-
-impl EndReason {
-    /// The reason as viewers' and publishers' `left` events give it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EndReason::Idle => "closed by server",
-            EndReason::AppRemoved => "app_removed",
-            EndReason::SourceRemoved => "source_removed",
-        }
-    }
 }
 
 /// One viewer's memory as the engine accounts it.

@@ -72,11 +72,9 @@ use tracing::{info, warn};
 
 use crate::clock::NtpClock;
 use crate::media::batch::{Gso, SendBatch};
-use crate::media::ingest::{Ingest, LeftReason, PublisherTimeouts};
+use crate::media::ingest::{EndReason, Ingest, LeftReason, PublisherTimeouts};
 use crate::media::ledger::Pools;
-use crate::media::link::{
-    Command, Ctl, Data, EndReason, QUEUE, TapPacket, Target, ViewerId, WorkerLink,
-};
+use crate::media::link::{Command, Ctl, Data, QUEUE, TapPacket, Target, ViewerId, WorkerLink};
 use crate::media::slate::{Slate, Slates};
 use crate::media::socket::{Route, SocketLink};
 use crate::media::stats::EngineStats;

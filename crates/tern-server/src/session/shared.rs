@@ -25,8 +25,8 @@ pub struct TurnLinks {
     pub host: IpAddr,
     /// Its port (UDP and TCP).
     pub port: u16,
-    /// The REST secret credentials are minted with.
-    pub secret: String,
+    /// The REST secret credentials are minted with (a reload may change it).
+    pub secret: Arc<std::sync::RwLock<String>>,
     /// Credential lifetime, seconds.
     pub lifetime: u64,
     /// TURN over TLS, when on: the host for `turns:` URLs (as it goes into a URL) and the
@@ -65,8 +65,11 @@ impl TurnLinks {
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let (username, credential) =
-            tern_rtc::turn::rest_credentials(&self.secret, kind, unix + self.lifetime);
+        let (username, credential) = tern_rtc::turn::rest_credentials(
+            &self.secret.read().unwrap_or_else(|e| e.into_inner()),
+            kind,
+            unix + self.lifetime,
+        );
         let host = match self.host {
             IpAddr::V4(ip) => ip.to_string(),
             IpAddr::V6(ip) => format!("[{ip}]"),
@@ -164,8 +167,6 @@ pub struct Core {
     pub exposed: crate::metrics::Exposed,
     /// Whether the node is draining for an upgrade ([`crate::drain`]).
     pub drain: Arc<crate::drain::Drain>,
-    /// Reloads and edits of the configuration ([`crate::reload`]), set once the server runs.
-    pub reload: std::sync::OnceLock<Arc<crate::reload::Reload>>,
 }
 
 /// Starts reading the event stream for admitted sessions' ends (close notifications to
@@ -251,7 +252,6 @@ impl Core {
             pools,
             exposed,
             drain: Arc::default(),
-            reload: std::sync::OnceLock::new(),
             record,
             thumbs,
             tap,

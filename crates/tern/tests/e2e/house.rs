@@ -11,8 +11,10 @@
 //!   expanded), or an inline `crate::…`, `super::…`, `self::…`, or `child::…` for a child
 //!   module A declares. A path resolves to the longest module prefix that is a file, so
 //!   `crate::Foo` (an item of the root) imports the root file and `super::Foo` the parent
-//!   file. `mod child;` lines are not imports: a parent may declare children and re-export
-//!   from them, as long as the children then take nothing from the parent file.
+//!   file. A path through a name the root gives another crate (`pub use tern_config as
+//!   config;`: `crate::config::Config`) leaves the crate and imports nothing. `mod child;`
+//!   lines are not imports: a parent may declare children and re-export from them, as long as
+//!   the children then take nothing from the parent file.
 //!
 //! The checker works on an in-memory map of files so that its own tests below can feed it
 //! small crates with and without circles; the two real tests load the workspace from disk.
@@ -394,13 +396,47 @@ fn blank_visibility(code: &str) -> String {
     out
 }
 
+/// The names a crate root gives other crates (`pub use other_crate as name;`), from its
+/// stripped code: a path through one leaves the crate.
+fn crate_aliases(root_code: &str) -> BTreeSet<String> {
+    let children = declared_children(root_code);
+    let mut out = BTreeSet::new();
+    for line in root_code.lines() {
+        let mut t = line.trim();
+        if let Some(rest) = t.strip_prefix("pub") {
+            t = rest.trim_start();
+            if t.starts_with('(') {
+                t = t.split_once(')').map_or("", |(_, r)| r.trim_start());
+            }
+        }
+        let Some((from, name)) = t
+            .strip_prefix("use ")
+            .and_then(|r| r.trim().strip_suffix(';'))
+            .and_then(|r| r.split_once(" as "))
+        else {
+            continue;
+        };
+        let from = from.trim().trim_start_matches("::");
+        let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_');
+        if ident(from)
+            && !matches!(from, "crate" | "self" | "super")
+            && !children.iter().any(|c| c == from)
+        {
+            out.insert(name.trim().to_string());
+        }
+    }
+    out
+}
+
 /// Resolves `path`, named in module `at`, to the module file it reaches (the longest
-/// prefix that is a module), or None for a path that leaves the crate.
+/// prefix that is a module), or None for a path that leaves the crate (another crate's, or
+/// one through a name of `aliases`, the root's names for other crates).
 fn resolve(
     path: &str,
     at: &ModPath,
     modules: &BTreeSet<ModPath>,
     children: &[String],
+    aliases: &BTreeSet<String>,
 ) -> Option<ModPath> {
     let segs: Vec<&str> = path.split("::").map(str::trim).collect();
     let mut m: ModPath;
@@ -425,6 +461,9 @@ fn resolve(
     for s in &segs[k..] {
         m.push((*s).to_string());
     }
+    if m.first().is_some_and(|first| aliases.contains(first)) {
+        return None;
+    }
     // The longest prefix that is a module file (inline modules belong to their file).
     while !modules.contains(&m) {
         m.pop()?;
@@ -436,13 +475,18 @@ fn resolve(
 fn edges(tree: &[ModFile]) -> Vec<Edge> {
     let modules: BTreeSet<ModPath> = tree.iter().map(|f| f.module.clone()).collect();
     let file_of: BTreeMap<&ModPath, &PathBuf> = tree.iter().map(|f| (&f.module, &f.file)).collect();
+    let aliases = tree
+        .iter()
+        .find(|f| f.module.is_empty())
+        .map(|root| crate_aliases(&root.code))
+        .unwrap_or_default();
     let mut out = BTreeMap::new();
     for f in tree {
         let children = declared_children(&f.code);
         for (line, path, inline) in named_paths(&f.code, &children) {
             let mut at = f.module.clone();
             at.extend(inline);
-            let Some(target) = resolve(&path, &at, &modules, &children) else {
+            let Some(target) = resolve(&path, &at, &modules, &children, &aliases) else {
                 continue;
             };
             let Some(&to) = file_of.get(&target) else {
@@ -935,6 +979,32 @@ fn checker_does_not_mistake_other_crates_paths_for_children() {
         ("stream.rs", "use crate::a::A;\n"),
     ]);
     assert_eq!(crate_circles(&c), Vec::<String>::new());
+}
+
+#[test]
+fn checker_lets_a_path_through_another_crates_alias_leave_the_crate() {
+    // tern-server's `pub use tern_config as config;`: `crate::config::X` is tern-config's.
+    let c = crate_of(&[
+        (
+            "lib.rs",
+            "pub use other_crate as config;\nmod a;\nuse a::A;\n",
+        ),
+        (
+            "a.rs",
+            "use crate::config::Config;\npub struct A(super::config::Limits);\n",
+        ),
+    ]);
+    assert_eq!(crate_circles(&c), Vec::<String>::new());
+    // A name the root re-exports from one of its own modules stays in the crate.
+    let c = crate_of(&[
+        (
+            "lib.rs",
+            "mod b;\npub use b as config;\nmod a;\nuse a::A;\n",
+        ),
+        ("a.rs", "use crate::config::Config;\npub struct A;\n"),
+        ("b.rs", "pub struct Config;\n"),
+    ]);
+    assert_eq!(crate_circles(&c).len(), 1);
 }
 
 #[test]

@@ -730,3 +730,47 @@ fn turn_over_tls_relays_uclient_and_is_announced() {
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reload (issue 53) puts `[turn]`'s users in force in the running TURN server: the old
+/// password gets `401` from then on, the new one allocates, and the relay made before stays.
+#[test]
+fn a_reload_changes_the_turn_users_of_the_running_server() {
+    let toml = |pass: &str| {
+        format!(
+            "[server]\nwatch_config = false\n\n[turn]\nlisten = \"127.0.0.1:0\"\nrelay_ip = \"127.0.0.1\"\nusers = [\"carol:{pass}\"]\n"
+        )
+    };
+    let cfg = common::config_file("turn-reload", &toml("first-pass"));
+    let server = Child::start(&[
+        "demo",
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--candidate",
+        "127.0.0.1",
+    ]);
+    let turn = server.turn.expect("TURN on");
+    let mut before = Udp::new(turn, "carol", "first-pass", 1);
+    assert!(matches!(
+        before.allocate(),
+        TurnClientEvent::Allocated { .. }
+    ));
+    std::fs::write(&cfg, toml("second-pass")).expect("rewrite the config");
+    let r = common::http_post(server.http, "/v1/config/reload", "application/json", b"")
+        .expect("POST /v1/config/reload");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"restart_required\":[]"), "{}", r.text());
+    let mut old = Udp::new(turn, "carol", "first-pass", 2);
+    match old.allocate() {
+        TurnClientEvent::Failed { code: 401, .. } => {}
+        e => panic!("the old password: {e:?}"),
+    }
+    let mut new = Udp::new(turn, "carol", "second-pass", 3);
+    assert!(matches!(new.allocate(), TurnClientEvent::Allocated { .. }));
+    assert_eq!(pool_items(&memory(&server), "turn_allocations"), 2);
+    assert!(
+        server
+            .log_tail(100)
+            .contains("TURN: users, secret and peer lists reloaded")
+    );
+    server.stop();
+}

@@ -64,7 +64,7 @@ pub enum OnError {
 }
 
 impl OnError {
-    /// What a bad value is told; [`crate::config::Config::parse`] reports it under the
+    /// What a bad value is told; [`crate::Config::parse`] reports it under the
     /// value's key, like an out-of-range number.
     pub const RULE: &str = "must be \"deny\" or \"allow\"";
 
@@ -107,7 +107,7 @@ pub fn webhook_url_ok(url: &str) -> bool {
     let auth = rest.split('/').next().unwrap_or("");
     !auth.is_empty()
         && !auth.contains('@')
-        && url.parse::<hyper::Uri>().is_ok_and(|u| u.host().is_some())
+        && url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some())
 }
 
 /// What [`jwks_url_ok`] checks, as errors state it.
@@ -124,7 +124,7 @@ pub fn jwks_url_ok(url: &str) -> bool {
     if url.starts_with("https://") {
         return true;
     }
-    url.parse::<hyper::Uri>().is_ok_and(|u| {
+    url.parse::<http::Uri>().is_ok_and(|u| {
         matches!(
             u.host()
                 .map(|h| h.trim_start_matches('[').trim_end_matches(']')),
@@ -136,7 +136,7 @@ pub fn jwks_url_ok(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::Config;
 
     fn ok() -> AdmissionConfig {
         AdmissionConfig {

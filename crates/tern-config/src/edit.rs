@@ -455,7 +455,7 @@ pub fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::Config;
     use serde_json::json;
 
     const FILE: &str = "\
@@ -542,7 +542,7 @@ window = 9 # segments
         assert_eq!(new.streams, ["a", "b"]);
         assert!(!new.dynamic && new.record.enabled && new.record.segment_s == 60);
         let admission = new.admission.as_ref().expect("admission");
-        assert_eq!(admission.on_error, crate::config::OnError::Allow);
+        assert_eq!(admission.on_error, crate::OnError::Allow);
         assert_eq!(new.renditions[0].height, 360);
         assert_eq!(new.sources[0].stream, "door");
         assert!(!new.sources[0].on_demand);
@@ -600,10 +600,7 @@ window = 9 # segments
         let live = c.app("live").expect("live");
         assert_eq!(live.streams, ["cam", "desk", "door"]);
         assert!(!live.record.enabled);
-        assert_eq!(
-            live.sources[0].transport,
-            crate::config::SourceTransport::Udp
-        );
+        assert_eq!(live.sources[0].transport, crate::SourceTransport::Udp);
         assert_eq!(c.apps.len(), 2);
         // PUT replaces: keys left out go, the entry stays where it was.
         assert!(!f.put_app("live", &json!({})).expect("put"));

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use super::admission::{WEBHOOK_URL_RULE, webhook_url_ok};
 use super::error::ConfigError;
 
-/// `[app.record]`: where and how an app's streams are recorded (`crate::record`). A
-/// recording runs while `enabled` and the stream is live, or between the API's start and
+/// `[app.record]`: where and how an app's streams are recorded (`tern_server::record`).
+/// A recording runs while `enabled` and the stream is live, or between the API's start and
 /// stop.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -89,7 +89,7 @@ impl RecordConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
+    use crate::Config;
 
     #[test]
     fn bad_values_are_named() {

@@ -1,5 +1,6 @@
 //! `[[app.source]]`: an RTSP camera tern pulls into one of the app's streams
-//! (`crate::rtsp`), over RTSP or RTSPS, and how its URL is shown without its credentials.
+//! (`tern_server::rtsp`), over RTSP or RTSPS, and how its URL is shown without its
+//! credentials.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -49,7 +50,7 @@ pub enum SourceTransport {
 }
 
 impl SourceTransport {
-    /// What a bad value is told; [`crate::config::Config::parse`] reports it under the
+    /// What a bad value is told; [`crate::Config::parse`] reports it under the
     /// value's key, like an out-of-range number.
     pub const RULE: &str = "must be \"tcp\" or \"udp\"";
 

@@ -39,8 +39,9 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// A bad value at `key` (dotted, e.g. `hls.window`).
-    pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+    /// A bad value at `key` (dotted, e.g. `hls.window`): what a check of a setting returns,
+    /// here or in the server (an app's slate file, its JWT key file).
+    pub fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigError::Invalid {
             key: key.into(),
             message: message.into(),

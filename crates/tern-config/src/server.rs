@@ -354,7 +354,7 @@ fn de_rtmp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Socke
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::Config;
 
     #[test]
     fn https_needs_its_pair_and_proxies_must_be_cidrs() {

@@ -107,8 +107,8 @@ pub struct AppConfig {
     /// 20 to 8000.
     #[serde(default = "AppConfig::default_srt_latency_ms")]
     pub srt_latency_ms: u64,
-    /// `[[app.source]]`: RTSP cameras pulled into this app's streams (`crate::rtsp`). Each
-    /// declares its stream; a publisher on it is refused.
+    /// `[[app.source]]`: RTSP cameras pulled into this app's streams (`tern_server::rtsp`).
+    /// Each declares its stream; a publisher on it is refused.
     #[serde(default, rename = "source")]
     pub sources: Vec<super::source::SourceConfig>,
     /// What a stream of the app plays while it has no publisher: `"none"` (default: its
@@ -394,7 +394,7 @@ impl AppConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, OnError, SourceTransport};
+    use crate::{Config, OnError, SourceTransport};
 
     #[test]
     fn apps_parse() {

@@ -181,7 +181,7 @@ impl TurnSection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::Config;
 
     #[test]
     fn turn_section_parses_and_names_bad_keys() {

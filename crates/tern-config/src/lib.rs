@@ -23,11 +23,15 @@
 //! | `cluster.rs` | `[cluster]` ([`ClusterSection`]): the Redis registry, this node, its secret |
 //! | `error.rs` | [`ConfigError`], which every section's check returns |
 //! | `parse.rs` | [`Config::parse_all`], [`Config::validate_all`]: every problem of a file, each under its key |
-//! | `reload.rs` | [`reconcile`] ([`Reconciled`]): what of a new configuration a running server takes, and the keys that need a restart |
+//! | `reload.rs` | [`reload::reconcile`] ([`reload::Reconciled`]): what of a new configuration a running server takes, and the keys that need a restart |
 //! | `edit.rs` | [`ConfigFile`]: the file's text edited (apps and their sources) with its comments kept; [`write_atomically`] |
 //!
-//! This folder is a leaf: it imports nothing of the engine, the HTTP side or the cluster's
-//! running parts, and they read their settings from it.
+//! This crate is a leaf: it imports nothing of the server (`tern-server`: the engine, the HTTP
+//! side, the cluster's running parts), only a few types of `tern-rtc` and `tern-proto`, and
+//! the server reads its settings from it (as `tern_server::config`, which re-exports it). The
+//! fuzz target `config_app` builds it without the server.
+
+#![forbid(unsafe_code)]
 
 mod admission;
 mod app;
@@ -38,7 +42,7 @@ mod hls;
 mod limits;
 mod parse;
 mod record;
-mod reload;
+pub mod reload;
 mod server;
 mod source;
 mod tunables;
@@ -61,7 +65,6 @@ pub use error::ConfigError;
 pub use hls::HlsSection;
 pub use limits::LimitsSection;
 pub use record::RecordConfig;
-pub use reload::{Reconciled, reconcile};
 pub use server::{
     DEFAULT_PUBLISHER_TIMEOUT_S, DEFAULT_RTMP, DEFAULT_SRT, MAX_DRAIN_S, MAX_WORKERS, ServerConfig,
     parse_rtmp, parse_srt,

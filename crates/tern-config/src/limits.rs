@@ -102,7 +102,7 @@ impl LimitsSection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::Config;
 
     #[test]
     fn names_the_bad_key() {

@@ -1,5 +1,5 @@
 //! The `[cluster]` configuration section and its checks: the configuration file reads it,
-//! the cluster (`crate::cluster`) runs on it.
+//! the cluster (`tern_server::cluster`) runs on it.
 
 use serde::{Deserialize, Serialize};
 
