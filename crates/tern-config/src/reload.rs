@@ -79,21 +79,23 @@ pub fn reconcile(old: &Config, mut new: Config) -> Reconciled {
     } }
     let (o, n) = (&old.limits, &mut new.limits);
     section! { o, n, restart, "limits", LimitsSection {
-        // Counted by listeners and slots made at start.
-        restart: [
-            http_connections_per_ip, rtmp_connections_per_ip, srt_connections_per_ip,
-            turn_allocations_per_ip, dynamic_streams, exempt,
+        // The engine's spare stream slots are made at start; every per-address limiter (and
+        // the TURN server's quota) takes a reload's value for what comes next.
+        restart: [dynamic_streams],
+        live: [
+            pending_sessions_per_ip, ome_connections_per_ip, http_connections_per_ip,
+            rtmp_connections_per_ip, srt_connections_per_ip, turn_allocations_per_ip, exempt,
         ],
-        live: [pending_sessions_per_ip, ome_connections_per_ip],
     } }
-    let (o, n) = (&old.hls, &mut new.hls);
-    section! { o, n, restart, "hls", HlsSection {
-        // The packager's timing and the session table are set up at start.
-        restart: [
-            part_target_ms, segment_target_ms, window, max_sessions, sessions_per_ip,
+    // Every key of `[hls]` is live: the table still lists them all.
+    let (o, _n) = (&old.hls, &mut new.hls);
+    section! { o, _n, restart, "hls", HlsSection {
+        // Packaging started after a reload takes its timing; sessions its limits.
+        restart: [],
+        live: [
+            enabled, part_target_ms, segment_target_ms, window, max_sessions, sessions_per_ip,
             session_timeout_s, player_script,
         ],
-        live: [enabled],
     } }
     let (o, n) = (&old.turn, &mut new.turn);
     section! { o, n, restart, "turn", TurnSection {

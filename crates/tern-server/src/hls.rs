@@ -102,7 +102,8 @@ pub struct HlsCounters {
 
 /// LL-HLS for every stream: sessions, packagers, and the thread that feeds them.
 pub struct Hls {
-    cfg: HlsSection,
+    /// `[hls]`: a reload may replace it ([`Hls::set_settings`]).
+    cfg: std::sync::RwLock<HlsSection>,
     slots: Vec<Slot>,
     sessions: Mutex<HashMap<String, HlsSession>>,
     per_ip: Arc<PerAddress>,
@@ -132,7 +133,7 @@ impl Hls {
         exempt: &[tern_rtc::peer_policy::Cidr],
     ) -> Self {
         Hls {
-            cfg: cfg.clone(),
+            cfg: std::sync::RwLock::new(cfg.clone()),
             slots: (0..streams)
                 .map(|_| Slot {
                     packaging: Mutex::new(None),
@@ -148,9 +149,20 @@ impl Hls {
         }
     }
 
-    /// The `[hls]` settings.
-    pub fn settings(&self) -> &HlsSection {
-        &self.cfg
+    /// The `[hls]` settings in force.
+    pub fn settings(&self) -> HlsSection {
+        self.cfg.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A reload's `[hls]`: packaging started from now on takes its part and segment targets
+    /// and window, sessions its limits and timeout (what is packaging keeps its timing).
+    pub fn set_settings(&self, cfg: &HlsSection) {
+        *self.cfg.write().unwrap_or_else(|e| e.into_inner()) = cfg.clone();
+    }
+
+    /// The per-address limiter of sessions (`hls.sessions_per_ip`).
+    pub fn per_ip(&self) -> &Arc<PerAddress> {
+        &self.per_ip
     }
 
     /// Open sessions.
@@ -172,10 +184,11 @@ impl Hls {
     }
 
     fn packager_config(&self) -> HlsConfig {
+        let cfg = self.settings();
         HlsConfig {
-            part_target: Duration::from_millis(self.cfg.part_target_ms),
-            segment_target: Duration::from_millis(self.cfg.segment_target_ms),
-            window: self.cfg.window,
+            part_target: Duration::from_millis(cfg.part_target_ms),
+            segment_target: Duration::from_millis(cfg.segment_target_ms),
+            window: cfg.window,
             ..HlsConfig::default()
         }
     }
@@ -197,7 +210,7 @@ impl Hls {
             let Ok(mut m) = self.sessions.lock() else {
                 return Err(OpenError::Full(0));
             };
-            if m.len() >= self.cfg.max_sessions {
+            if m.len() >= self.settings().max_sessions {
                 return Err(OpenError::Full(m.len()));
             }
             m.insert(
@@ -292,7 +305,7 @@ impl Hls {
     /// stops the packaging of streams without a session for as long. `admission` hears of
     /// each ended session.
     pub fn housekeep(&self, now: Instant, admission: &Admission) {
-        let idle = Duration::from_secs(self.cfg.session_timeout_s);
+        let idle = Duration::from_secs(self.settings().session_timeout_s);
         let mut ended = Vec::new();
         if let Ok(mut m) = self.sessions.lock() {
             m.retain(|_, s| {

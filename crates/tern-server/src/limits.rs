@@ -59,13 +59,65 @@ pub struct LimitReached {
     pub max: usize,
 }
 
+/// Which configuration key a registered limiter follows ([`Limiters`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKey {
+    /// `limits.http_connections_per_ip` (trusted proxies exempt too).
+    HttpConnections,
+    /// `limits.rtmp_connections_per_ip`.
+    RtmpConnections,
+    /// `limits.srt_connections_per_ip`.
+    SrtConnections,
+    /// `limits.pending_sessions_per_ip`.
+    PendingSessions,
+    /// `limits.ome_connections_per_ip`.
+    OmeConnections,
+    /// `hls.sessions_per_ip`.
+    HlsSessions,
+}
+
+/// The server's limiters by the key each follows: a reload sets them all at once
+/// ([`Limiters::apply`]).
+#[derive(Debug, Default)]
+pub struct Limiters(Mutex<Vec<(LimitKey, Arc<PerAddress>)>>);
+
+impl Limiters {
+    /// `limiter` follows `key` from now on.
+    pub fn register(&self, key: LimitKey, limiter: &Arc<PerAddress>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, limiter.clone()));
+    }
+
+    /// Sets every limiter to `cfg`'s value of its key and `limits.exempt`.
+    pub fn apply(&self, cfg: &crate::config::Config) {
+        let exempt = cfg.limits.exempt_ranges();
+        let mut http_exempt = exempt.clone();
+        http_exempt.extend(cfg.server.trusted_proxy_ranges());
+        let l = &cfg.limits;
+        for (key, limiter) in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let (max, ex) = match key {
+                LimitKey::HttpConnections => (l.http_connections_per_ip, &http_exempt),
+                LimitKey::RtmpConnections => (l.rtmp_connections_per_ip, &exempt),
+                LimitKey::SrtConnections => (l.srt_connections_per_ip, &exempt),
+                LimitKey::PendingSessions => (l.pending_sessions_per_ip, &exempt),
+                LimitKey::OmeConnections => (l.ome_connections_per_ip, &exempt),
+                LimitKey::HlsSessions => (cfg.hls.sessions_per_ip, &exempt),
+            };
+            limiter.set(max, ex);
+        }
+    }
+}
+
 /// Counts what each client address holds of one kind, up to a maximum each.
 #[derive(Debug)]
 pub struct PerAddress {
     what: &'static str,
-    /// The limit: a reload may change it ([`PerAddress::set_max`]).
+    /// The limit: a reload may change it ([`PerAddress::set`]).
     max: std::sync::atomic::AtomicUsize,
-    exempt: Vec<Cidr>,
+    /// Ranges not counted: a reload may change them.
+    exempt: std::sync::RwLock<Vec<Cidr>>,
     held: Mutex<HashMap<ClientKey, usize>>,
     refused: AtomicU64,
 }
@@ -77,7 +129,7 @@ impl PerAddress {
         Arc::new(PerAddress {
             what,
             max: std::sync::atomic::AtomicUsize::new(max),
-            exempt: exempt.to_vec(),
+            exempt: std::sync::RwLock::new(exempt.to_vec()),
             held: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
         })
@@ -93,9 +145,11 @@ impl PerAddress {
         self.max.load(Ordering::Relaxed)
     }
 
-    /// A reload's limit: it applies to the next acquire (places held are kept, even above it).
-    pub fn set_max(&self, max: usize) {
+    /// A reload's limit and exempt ranges: they apply to the next acquire (places held are
+    /// kept, even above the limit).
+    pub fn set(&self, max: usize, exempt: &[Cidr]) {
         self.max.store(max, Ordering::Relaxed);
+        *self.exempt.write().unwrap_or_else(|e| e.into_inner()) = exempt.to_vec();
     }
 
     /// Refusals so far.
@@ -112,12 +166,15 @@ impl PerAddress {
     /// Takes one place for `ip`, or says the limit is reached (and counts the refusal).
     pub fn acquire(self: &Arc<Self>, ip: IpAddr) -> Result<AddrPermit, LimitReached> {
         let canonical = ip.to_canonical();
-        if self.exempt.iter().any(|c| c.contains(canonical)) {
+        let exempt = self.exempt.read().unwrap_or_else(|e| e.into_inner());
+        if exempt.iter().any(|c| c.contains(canonical)) {
+            drop(exempt);
             return Ok(AddrPermit {
                 limiter: self.clone(),
                 key: None,
             });
         }
+        drop(exempt);
         let key = ClientKey::of(ip);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let n = held.entry(key).or_insert(0);

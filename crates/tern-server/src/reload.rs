@@ -40,7 +40,7 @@ use tracing::{info, warn};
 
 use crate::admission::Gates;
 use crate::config::reload::reconcile;
-use crate::config::{AppConfig, Config, ConfigError, ConfigFile, TurnSection, write_atomically};
+use crate::config::{AppConfig, Config, ConfigError, ConfigFile, write_atomically};
 use crate::media::{Command, EndReason, Slates};
 use crate::metrics::{Expose, Exposition, Kind};
 use crate::session::Core;
@@ -143,8 +143,9 @@ struct Stamp {
     len: u64,
 }
 
-/// Puts `[turn]`'s users, secret and peer lists in force in the running TURN server.
-pub type TurnReload = Box<dyn Fn(&TurnSection) + Send + Sync>;
+/// Puts `[turn]`'s users, secret and peer lists and `limits.turn_allocations_per_ip` in
+/// force in the running TURN server.
+pub type TurnReload = Box<dyn Fn(&Config) + Send + Sync>;
 
 /// The running parts a reload changes beyond the [`Core`]: the slates, the cameras, the
 /// TURN server (when on).
@@ -388,14 +389,15 @@ impl Reload {
             && (o.users != n.users
                 || o.secret != n.secret
                 || o.allowed_peers != n.allowed_peers
-                || o.denied_peers != n.denied_peers)
+                || o.denied_peers != n.denied_peers
+                || old.limits.turn_allocations_per_ip != new.limits.turn_allocations_per_ip)
         {
-            apply(n);
+            apply(&new);
         }
         self.parts.slates.replace(p.slates);
         core.record.set_apps(&new.apps);
-        core.pending.set_max(new.limits.pending_sessions_per_ip);
-        core.ome_sockets.set_max(new.limits.ome_connections_per_ip);
+        core.limiters.apply(&new);
+        core.hls.set_settings(&new.hls);
         for app in &applied.removed {
             self.end_streams(&core, app, None, EndReason::AppRemoved);
         }

@@ -148,6 +148,8 @@ pub fn start(
         cfg.limits.rtmp_connections_per_ip,
         &cfg.limits.exempt_ranges(),
     );
+    core.limiters
+        .register(crate::limits::LimitKey::RtmpConnections, &per_ip);
     let spawn = |addr, tls| {
         RtmpServer::spawn(
             addr,

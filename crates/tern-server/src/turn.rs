@@ -101,6 +101,9 @@ pub struct Credentials {
     pub secret: String,
     /// Which peers relays may reach.
     pub peers: PeerPolicy,
+    /// Allocations (and TCP connections) one client address may hold
+    /// (`limits.turn_allocations_per_ip`).
+    pub per_ip: usize,
 }
 
 /// A running TURN worker.
@@ -453,6 +456,8 @@ impl Worker {
         );
         self.server
             .set_credentials(c.users, Some(c.secret), c.peers);
+        self.server.set_max_allocations_per_ip(c.per_ip);
+        self.max_conns_per_ip = c.per_ip;
     }
 
     fn run(&mut self) {

@@ -129,6 +129,12 @@ impl TurnServer {
         self.cfg.peers = peers;
     }
 
+    /// Sets the allocations one client address may hold (a reload): the next allocation is
+    /// checked against it; those held stay.
+    pub fn set_max_allocations_per_ip(&mut self, n: usize) {
+        self.cfg.max_allocations_per_ip = n;
+    }
+
     /// As [`new`](Self::new), reporting memory to `registry`.
     pub fn new_in(
         registry: &MemoryRegistry,

@@ -162,6 +162,8 @@ pub fn serve(
         https_addr,
         ..
     } = bound;
+    core.limiters
+        .register(crate::limits::LimitKey::HttpConnections, &per_ip);
     let state = Arc::new(
         AppState::new(core.clone())
             .with_tls(certs.clone())

@@ -167,6 +167,8 @@ pub struct Core {
     pub exposed: crate::metrics::Exposed,
     /// Whether the node is draining for an upgrade ([`crate::drain`]).
     pub drain: Arc<crate::drain::Drain>,
+    /// Every per-address limiter, by the key it follows (a reload sets them).
+    pub limiters: crate::limits::Limiters,
 }
 
 /// Starts reading the event stream for admitted sessions' ends (close notifications to
@@ -215,6 +217,9 @@ impl Core {
             config.limits.ome_connections_per_ip,
             &exempt,
         );
+        let limiters = crate::limits::Limiters::default();
+        limiters.register(crate::limits::LimitKey::PendingSessions, &pending);
+        limiters.register(crate::limits::LimitKey::OmeConnections, &ome_sockets);
         let hls = Arc::new(crate::hls::Hls::new(
             &config.hls,
             engine.stats.streams.len(),
@@ -238,6 +243,7 @@ impl Core {
                 let _ = keyframes.send(crate::media::Command::RequestKeyframe(i));
             }),
         ));
+        limiters.register(crate::limits::LimitKey::HlsSessions, hls.per_ip());
         let tap = Arc::new(crate::tap::MediaTap::new(vec![
             hls.clone() as Arc<dyn crate::tap::Subscriber>,
             record.clone(),
@@ -252,6 +258,7 @@ impl Core {
             pools,
             exposed,
             drain: Arc::default(),
+            limiters,
             record,
             thumbs,
             tap,

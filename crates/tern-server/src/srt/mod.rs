@@ -155,6 +155,8 @@ pub fn start(core: &Arc<Core>) -> Result<Option<SrtServer>, StartError> {
         cfg.limits.srt_connections_per_ip,
         &cfg.limits.exempt_ranges(),
     );
+    core.limiters
+        .register(crate::limits::LimitKey::SrtConnections, &per_ip);
     SrtServer::spawn(addr, core.clone(), cfg.tunables.max_payload, per_ip)
         .map(Some)
         .map_err(StartError::bind("SRT", addr))

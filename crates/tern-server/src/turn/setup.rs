@@ -41,7 +41,8 @@ impl TurnControl {
 
     /// Puts `t`'s users, secret and peer lists in force: the worker takes them at its next
     /// wake (at once), and answers mint with the new secret from now on.
-    fn apply(&self, t: &TurnSection) {
+    fn apply(&self, cfg: &Config) {
+        let t = &cfg.turn;
         let secret = t.secret.clone().unwrap_or_else(|| self.own_secret.clone());
         *self.links.write().unwrap_or_else(|e| e.into_inner()) = secret.clone();
         let (waker, pending) = &self.handle;
@@ -49,6 +50,7 @@ impl TurnControl {
             users: t.user_pairs(),
             secret,
             peers: self.policy(t),
+            per_ip: cfg.limits.turn_allocations_per_ip,
         });
         let _ = waker.wake();
     }
@@ -143,7 +145,7 @@ pub fn start(
         own_secret: secret,
         links: links_secret.clone(),
     };
-    handle.reload = Some(Box::new(move |t: &TurnSection| control.apply(t)));
+    handle.reload = Some(Box::new(move |c: &Config| control.apply(c)));
     let links = TurnLinks {
         host: relay_ip,
         port: handle.addr.port(),

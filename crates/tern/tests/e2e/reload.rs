@@ -337,3 +337,37 @@ fn a_camera_added_through_the_api_plays_at_once_and_after_a_restart() {
         404
     );
 }
+
+/// `[limits]` and `[hls]` apply at once: a per-address limit raised by a reload lets the
+/// next session in (no restart named), and `GET /v1/config` shows the new LL-HLS window.
+#[test]
+fn limits_and_hls_settings_apply_at_once() {
+    let text = |pending: u32, window: u32| {
+        format!(
+            "{}\n[limits]\nexempt = []\npending_sessions_per_ip = {pending}\n\n[hls]\nwindow = {window}\n",
+            base(false)
+        )
+    };
+    let cfg = config_file("reload-limits", &text(1, 6));
+    let server = Child::start(&[
+        "demo",
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--candidate",
+        "127.0.0.1",
+    ]);
+    let http = server.http;
+    // Offers that never finish ICE hold their pending places.
+    assert_eq!(common::post_whep(http, "/live/demo/whep").status, 201);
+    assert_eq!(common::post_whep(http, "/live/demo/whep").status, 429);
+    write(&cfg, &text(3, 9));
+    let (s, v) = call(http, "POST", "/v1/config/reload", None);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["restart_required"], serde_json::json!([]), "{v}");
+    assert_eq!(common::post_whep(http, "/live/demo/whep").status, 201);
+    assert_eq!(common::post_whep(http, "/live/demo/whep").status, 201);
+    assert_eq!(common::post_whep(http, "/live/demo/whep").status, 429);
+    let (_, c) = call(http, "GET", "/v1/config", None);
+    assert_eq!(c["hls"]["window"], 9, "{c}");
+    assert_eq!(c["limits"]["pending_sessions_per_ip"], 3, "{c}");
+}
