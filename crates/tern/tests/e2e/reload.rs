@@ -311,6 +311,34 @@ fn a_camera_added_through_the_api_plays_at_once_and_after_a_restart() {
         Some(serde_json::json!({"url": format!("rtsp://127.0.0.1:{port}/cam")})),
     );
     assert_eq!(s, 200);
+    // A changed camera (always on now) is pulled again while its viewer stays.
+    let viewer = viewers(format!(
+        "-url http://{}/cams/door/whep -n 1 -cint 50 -life 9 -sint 60000 --json",
+        server.http
+    ));
+    std::thread::sleep(Duration::from_secs(3));
+    let (s, v) = call(
+        server.http,
+        "PUT",
+        "/v1/config/apps/cams/sources/door",
+        Some(
+            serde_json::json!({"url": format!("rtsp://127.0.0.1:{port}/cam"), "on_demand": false}),
+        ),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["sources"]["changed"],
+        serde_json::json!(["cams/door"]),
+        "{v}"
+    );
+    let (o, text) = viewer.join().expect("bench");
+    assert_eq!(o.summary.connected, 1, "{text}");
+    let frames = o.clients[0].video.as_ref().map_or(0, |v| v.frames);
+    let gaps = common::video_gaps_ms(&o);
+    eprintln!("across the camera's re-pull: {frames} frames, longest video gap {gaps:?} ms");
+    assert!(frames > 150, "{frames} frames\n{text}");
+    // The same session throughout: frames on both sides of the re-pull, no long hole.
+    assert!(gaps.iter().all(|&g| g < 2_000), "{gaps:?}\n{text}");
     server.stop();
     let file = std::fs::read_to_string(&cfg).expect("file");
     for comment in [
