@@ -25,7 +25,7 @@
 #   fuzz-build  cd fuzz && cargo fuzz build -O --sanitizer none, on the dated nightly that
 #               fuzz/rust-toolchain.toml names (tern's fuzzed code is safe Rust;
 #               docs/src/contributing.md says why no AddressSanitizer)
-#   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 15),
+#   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 10),
 #               $FUZZ_JOBS targets at a time (default: nproc; each uses one core)
 #   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
 #               network namespace (scripts/netns-run.sh)
@@ -36,7 +36,7 @@
 #   soak        bench/soak.sh $SOAK_MINUTES (default 2): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 15), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 2), CARGO_TARGET_DIR (respected by every stage; the fuzz
+# Environment: FUZZ_SECONDS (default 10), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 2), CARGO_TARGET_DIR (respected by every stage; the fuzz
 # build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
 # eating the CI budget.
@@ -46,7 +46,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 SELF="$ROOT/scripts/test.sh"
 export PATH="$HOME/.cargo/bin:$PATH"
-FUZZ_SECONDS="${FUZZ_SECONDS:-15}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
 export FUZZ_SECONDS
 FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS

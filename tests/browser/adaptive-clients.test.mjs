@@ -6,8 +6,9 @@
 // `l`, over 45 s it must average at least 12 frames a second with under 2 % of its video
 // packets lost after the move (those numbered after it: what the bucket dropped of the top
 // layer before the move is printed, not bounded), and the unlimited viewer must stay on `h`.
-// When the limit lifts the narrow viewer may climb back (the time is printed; aiortc, whose
-// REMB follows what it receives, is not probed and stays lower: bench/time-to-layer.mjs).
+// When the limit lifts the narrow viewer may climb back (pion's time within 20 s is printed;
+// aiortc, whose REMB follows what it receives, is not probed and stays lower, so it is not
+// waited for: bench/time-to-layer.mjs).
 // Each client must end its session when stopped (its DELETE): a session left to tern's
 // consent timeout would keep sending into the link the next case uses.
 // Each case runs once more if its first run fails (clients.mjs `retryOnce`: on a shared
@@ -146,12 +147,16 @@ describe('adaptive layers for pion and aiortc viewers behind 300 kbit/s', { time
         assert.ok(loss < 0.02, why(`narrow viewer lost ${(loss * 100).toFixed(2)} % of its video packets after the move`));
 
         link.lift();
+        // The climb back is printed, not judged (bench/time-to-layer.mjs measures it): pion's
+        // probes bring it back within seconds, so it gets 20 s; aiortc is not probed and
+        // stays lower, so waiting for it would only spend CI time.
+        const climb = kind === 'pion' ? 20_000 : 0;
         const off = Date.now();
         let back = null;
-        for (const t0 = Date.now(); Date.now() - t0 < 45_000 && !back; await sleep(250)) {
+        for (const t0 = Date.now(); Date.now() - t0 < climb && !back; await sleep(250)) {
           if ((await layer()).narrow === 'h') back = Date.now() - off;
         }
-        console.log(`# ${kind}: back on h ${back ?? 'not within 45000'} ms after the limit lifted`);
+        console.log(`# ${kind}: back on h ${back ?? `not within ${climb}`} ms after the limit lifted`);
       } finally {
         await free.stop();
         await narrow.stop();

@@ -227,7 +227,7 @@ fn removing_an_app_ends_its_viewers_with_app_removed_within_a_second() {
             .expect("timeout");
     }
     let bench = viewers(format!(
-        "-url http://{http}/gone/s/whep -n 2 -cint 50 -life 12 -sint 60000 --json"
+        "-url http://{http}/gone/s/whep -n 2 -cint 50 -life 8 -sint 60000 --json"
     ));
     let mut connected = 0;
     while connected < 2 {
