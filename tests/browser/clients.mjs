@@ -154,3 +154,15 @@ export async function retryOnce(t, attempt, pauseMs = 3_000) {
     return attempt(2);
   }
 }
+
+/** The longest run of `samples` (each { t, frames }, t in ms) in which `frames` did not
+ * grow, in ms. */
+export function longestStall(samples) {
+  let worst = 0;
+  let since = samples[0]?.t ?? 0;
+  for (let i = 1; i < samples.length; i++) {
+    if (samples[i].frames > samples[i - 1].frames) since = samples[i].t;
+    else worst = Math.max(worst, samples[i].t - since);
+  }
+  return worst;
+}

@@ -10,35 +10,13 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { startClient } from './clients.mjs';
-import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
+import { longestStall, startClient } from './clients.mjs';
+import { freeTcpPort, publishRtmp, rtmpPushArgs, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
-/** ffmpeg's arguments for `seconds` of 320x240 H264 + AAC pushed to `url`. */
-function pushArgs(url, seconds) {
-  return [
-    '-hide_banner', '-nostdin', '-loglevel', 'warning',
-    '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
-    '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
-    '-t', String(seconds), '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
-    '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac', '-f', 'flv', url,
-  ];
-}
-
 const HEAD = '# reload test: the app the viewers watch\n[server]\nwatch_config = true\n\n' +
   '[[app]]\nname = "live" # the encoder pushes here\nstreams = ["cam"]\n';
-
-/** The longest run of `samples` ({ ms, frames }) in which `frames` did not grow, in ms. */
-function longestStall(samples) {
-  let worst = 0;
-  let since = samples[0]?.ms ?? 0;
-  for (let i = 1; i < samples.length; i++) {
-    if (samples[i].frames > samples[i - 1].frames) since = samples[i].ms;
-    else worst = Math.max(worst, samples[i].ms - since);
-  }
-  return worst;
-}
 
 describe('reload: viewers and an encoder across ten reloads', { timeout: 150_000 }, () => {
   let dir;
@@ -75,7 +53,7 @@ describe('reload: viewers and an encoder across ten reloads', { timeout: 150_000
     (await json('/v1/streams/live/cam/viewers')).body.map((v) => v.identity.id).sort();
 
   it('0 packets lost, no viewer reconnects, one publisher session', { timeout: 140_000 }, async (t) => {
-    push = await publishRtmp(server, 'live/cam', pushArgs(`rtmp://127.0.0.1:${rtmpPort}/live/cam`, 70));
+    push = await publishRtmp(server, 'live/cam', rtmpPushArgs(`rtmp://127.0.0.1:${rtmpPort}/live/cam`, 70));
     const whep = `${server.base}/live/cam/whep`;
     const pion = [0, 1, 2].map(() => startClient('pion', whep, 60));
     const t0 = Date.now();
@@ -132,7 +110,7 @@ describe('reload: viewers and an encoder across ten reloads', { timeout: 150_000
     assert.equal(publisherAfter, publisher, 'the same publisher session');
     for (const [i, ls] of lines.entries()) {
       const last = ls.at(-1);
-      const stall = longestStall(ls.filter((l) => l.ms > 3_000));
+      const stall = longestStall(ls.filter((l) => l.ms > 3_000).map((l) => ({ t: l.ms, frames: l.frames })));
       t.diagnostic(`pion ${i}: ${last.frames} frames, ${last.video_packets} video packets, lost ${last.lost}, longest stall ${stall} ms`);
       assert.equal(last.lost, 0, `pion ${i} lost packets: ${JSON.stringify(last)}`);
       assert.ok(stall < 1_000, `pion ${i} went ${stall} ms without a frame`);

@@ -160,3 +160,15 @@ export async function publishRtmp(server, live, args, { timeoutMs = 15_000 } = {
   }
   return { proc, log };
 }
+
+/** ffmpeg's arguments for `seconds` of 320x240 30 fps H264 (baseline, a keyframe a second) +
+ * AAC pushed to `url` (an `rtmp://` URL) in real time. */
+export function rtmpPushArgs(url, seconds) {
+  return [
+    '-hide_banner', '-nostdin', '-loglevel', 'warning',
+    '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
+    '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
+    '-t', String(seconds), '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
+    '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac', '-f', 'flv', url,
+  ];
+}

@@ -18,21 +18,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage, openWhepViewer, readWhepViewer } from './browser.mjs';
-import { startClient } from './clients.mjs';
-import { freeTcpPort, publishRtmp, startServer } from './server.mjs';
+import { longestStall, startClient } from './clients.mjs';
+import { freeTcpPort, publishRtmp, rtmpPushArgs as pushArgs, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-
-/** ffmpeg's arguments for `seconds` of 320x240 H264 + AAC pushed to `url`. */
-function pushArgs(url, seconds) {
-  return [
-    '-hide_banner', '-nostdin', '-loglevel', 'warning',
-    '-re', '-f', 'lavfi', '-i', 'testsrc=size=320x240:rate=30',
-    '-re', '-f', 'lavfi', '-i', 'sine=frequency=440:sample_rate=48000',
-    '-t', String(seconds), '-c:v', 'libx264', '-profile:v', 'baseline', '-tune', 'zerolatency',
-    '-pix_fmt', 'yuv420p', '-g', '30', '-c:a', 'aac', '-f', 'flv', url,
-  ];
-}
 
 /** The stream snapshot's `source` of `key`, from GET /v1/streams/{key}. */
 async function source(base, key) {
@@ -55,18 +44,6 @@ async function openHls(base, key) {
 function discontinuities(playlist) {
   const evicted = Number(/#EXT-X-DISCONTINUITY-SEQUENCE:(\d+)/.exec(playlist)?.[1] ?? 0);
   return evicted + playlist.split('\n').filter((l) => l.trim() === '#EXT-X-DISCONTINUITY').length;
-}
-
-/** The longest run of `samples` (each { t, frames }, t in ms) in which `frames` did not
- * grow, in ms. */
-function longestStall(samples) {
-  let worst = 0;
-  let since = samples[0]?.t ?? 0;
-  for (let i = 1; i < samples.length; i++) {
-    if (samples[i].frames > samples[i - 1].frames) since = samples[i].t;
-    else worst = Math.max(worst, samples[i].t - since);
-  }
-  return worst;
 }
 
 describe('slate: streams with a fallback across an encoder gap', { timeout: 200_000 }, () => {

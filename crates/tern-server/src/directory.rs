@@ -115,9 +115,21 @@ impl Directory {
     /// The stream `key`, made in a spare slot if it does not exist: `(info, made)`. A made
     /// stream must be announced to the engine before it is used.
     pub fn claim(&self, key: &str, now: Instant) -> Result<(StreamInfo, bool), ClaimError> {
+        self.take(key, now, |e| e.active = now, true)
+    }
+
+    /// The stream `key` (`known` applied to its entry), or one made in a spare slot
+    /// (`dynamic` as given): `(info, made)`.
+    fn take(
+        &self,
+        key: &str,
+        now: Instant,
+        known: impl FnOnce(&mut Entry),
+        dynamic: bool,
+    ) -> Result<(StreamInfo, bool), ClaimError> {
         let mut g = self.lock();
         if let Some(e) = g.by_key.get_mut(key) {
-            e.active = now;
+            known(e);
             return Ok((StreamInfo { index: e.index }, false));
         }
         let index = g.free.pop().ok_or(ClaimError::Full)?;
@@ -125,7 +137,7 @@ impl Directory {
             key.to_string(),
             Entry {
                 index,
-                dynamic: true,
+                dynamic,
                 active: now,
             },
         );
@@ -136,21 +148,7 @@ impl Directory {
     /// publisher-made stream of that name becomes declared; otherwise it is made in a spare
     /// slot. `(info, made)`: a made stream must be announced to the engine.
     pub fn declare(&self, key: &str) -> Result<(StreamInfo, bool), ClaimError> {
-        let mut g = self.lock();
-        if let Some(e) = g.by_key.get_mut(key) {
-            e.dynamic = false;
-            return Ok((StreamInfo { index: e.index }, false));
-        }
-        let index = g.free.pop().ok_or(ClaimError::Full)?;
-        g.by_key.insert(
-            key.to_string(),
-            Entry {
-                index,
-                dynamic: false,
-                active: Instant::now(),
-            },
-        );
-        Ok((StreamInfo { index }, true))
+        self.take(key, Instant::now(), |e| e.dynamic = false, false)
     }
 
     /// A reload took `key` out of its app's declared streams: it lives on as a

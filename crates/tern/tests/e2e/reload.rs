@@ -86,13 +86,7 @@ fn base(watch: bool) -> String {
 #[test]
 fn the_watcher_sighup_and_the_api_reload_the_file_and_viewers_lose_nothing() {
     let cfg = config_file("reload-watch", &base(true));
-    let server = Child::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("utf-8"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
+    let server = Child::demo_config(&cfg);
     let http = server.http;
     let bench = viewers(format!(
         "-url http://{http}/live/demo/whep -n 3 -cint 50 -life 9 -sint 60000 --json"
@@ -153,13 +147,7 @@ fn the_watcher_sighup_and_the_api_reload_the_file_and_viewers_lose_nothing() {
 fn a_broken_file_is_refused_with_every_problem_and_changes_nothing() {
     let good = format!("{}\n[[app]]\nname = \"other\"\n", base(false));
     let cfg = config_file("reload-broken", &good);
-    let server = Child::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("utf-8"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
+    let server = Child::demo_config(&cfg);
     let http = server.http;
     let bench = viewers(format!(
         "-url http://{http}/live/demo/whep -n 2 -cint 50 -life 6 -sint 60000 --json"
@@ -377,13 +365,7 @@ fn limits_and_hls_settings_apply_at_once() {
         )
     };
     let cfg = config_file("reload-limits", &text(1, 6));
-    let server = Child::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("utf-8"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
+    let server = Child::demo_config(&cfg);
     let http = server.http;
     // Offers that never finish ICE hold their pending places.
     assert_eq!(common::post_whep(http, "/live/demo/whep").status, 201);

@@ -741,13 +741,7 @@ fn a_reload_changes_the_turn_users_of_the_running_server() {
         )
     };
     let cfg = common::config_file("turn-reload", &toml("first-pass"));
-    let server = Child::start(&[
-        "demo",
-        "--config",
-        cfg.to_str().expect("utf-8"),
-        "--candidate",
-        "127.0.0.1",
-    ]);
+    let server = Child::demo_config(&cfg);
     let turn = server.turn.expect("TURN on");
     let mut before = Udp::new(turn, "carol", "first-pass", 1);
     assert!(matches!(

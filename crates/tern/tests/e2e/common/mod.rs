@@ -323,6 +323,12 @@ impl Child {
         Child::start(&["demo", "--candidate", candidate])
     }
 
+    /// `tern demo --config FILE` on loopback ports, announcing 127.0.0.1.
+    pub fn demo_config(config: &std::path::Path) -> Child {
+        let config = config.to_str().expect("utf-8 path");
+        Child::start(&["demo", "--config", config, "--candidate", "127.0.0.1"])
+    }
+
     /// `tern serve --config FILE` on loopback ports, announcing 127.0.0.1.
     pub fn serve(config: &std::path::Path) -> Child {
         Child::start(&serve_args(config, &[]))
