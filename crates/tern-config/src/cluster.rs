@@ -15,8 +15,14 @@ pub const ROUTED_PARAM: &str = "tern_node";
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
-    /// Where the node registry and origin map live: `redis://HOST:PORT/DB`.
+    /// Where the node registry and origin map live: `redis://HOST:PORT/DB` (`rediss://` for
+    /// TLS), or a master found through Redis Sentinel:
+    /// `redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]` (the password is
+    /// the master's; the sentinels' own is `sentinel_password`).
     pub redis: String,
+    /// The password the sentinels ask for (`requirepass` in their configuration), if any.
+    #[serde(default)]
+    pub sentinel_password: Option<String>,
     /// This node's name, unique in the cluster (letters, digits, `-`, `_`, `.`).
     pub node: String,
     /// How viewers and other nodes reach this node's HTTP: `http://HOST:PORT`, or
@@ -42,6 +48,63 @@ pub struct ClusterSection {
     pub edge_grace_s: u64,
 }
 
+/// `cluster.redis` as `redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// The sentinels, as `(host, port)`.
+    pub sentinels: Vec<(String, u16)>,
+    /// The name the sentinels monitor the master under.
+    pub master: String,
+    /// The database on the master.
+    pub db: i64,
+    /// The master's password.
+    pub password: Option<String>,
+}
+
+impl SentinelUrl {
+    /// The form, as errors state it.
+    pub const RULE: &str =
+        "must be redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]";
+
+    /// The parts of `url`, or `None` if it is not of that form.
+    pub fn parse(url: &str) -> Option<SentinelUrl> {
+        let rest = url.strip_prefix("redis+sentinel://")?;
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((a, r)) => (Some(a), r),
+            None => (None, rest),
+        };
+        let password = match auth {
+            Some(a) => Some(a.split_once(':')?.1.to_string()).filter(|p| !p.is_empty()),
+            None => None,
+        };
+        let (hosts, path) = rest.split_once('/')?;
+        let sentinels = hosts
+            .split(',')
+            .map(|hp| {
+                let (h, p) = hp.rsplit_once(':')?;
+                let h = h.trim_start_matches('[').trim_end_matches(']');
+                (!h.is_empty()).then_some(())?;
+                Some((h.to_string(), p.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let mut parts = path.split('/');
+        let master = parts.next().filter(|m| !m.is_empty())?.to_string();
+        let db = match parts.next() {
+            Some(d) => d.parse().ok()?,
+            None => 0,
+        };
+        if parts.next().is_some() || sentinels.is_empty() {
+            return None;
+        }
+        Some(SentinelUrl {
+            sentinels,
+            master,
+            db,
+            password,
+        })
+    }
+}
+
 fn d_ttl_s() -> u64 {
     3
 }
@@ -52,10 +115,14 @@ fn d_edge_grace_s() -> u64 {
 impl ClusterSection {
     /// The first bad key and what is wrong with it.
     pub fn check(&self) -> Result<(), ConfigError> {
-        if !(self.redis.starts_with("redis://") || self.redis.starts_with("rediss://")) {
+        if self.redis.starts_with("redis+sentinel://") {
+            if SentinelUrl::parse(&self.redis).is_none() {
+                return Err(ConfigError::invalid("cluster.redis", SentinelUrl::RULE));
+            }
+        } else if !(self.redis.starts_with("redis://") || self.redis.starts_with("rediss://")) {
             return Err(ConfigError::invalid(
                 "cluster.redis",
-                "must be a redis://HOST:PORT/DB URL",
+                "must be a redis://HOST:PORT/DB URL or a redis+sentinel:// URL",
             ));
         }
         if self.node.is_empty()
@@ -124,6 +191,7 @@ mod tests {
     fn ok() -> ClusterSection {
         ClusterSection {
             redis: "redis://127.0.0.1:6379/0".into(),
+            sentinel_password: None,
             node: "a".into(),
             url: "http://127.0.0.1:8080".into(),
             secret: "0123456789abcdef".into(),
@@ -172,5 +240,44 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn sentinel_urls_parse_and_bad_ones_are_named() {
+        let u = SentinelUrl::parse("redis+sentinel://:pw@10.0.0.1:26379,[::1]:26380/mymaster/2")
+            .expect("valid");
+        assert_eq!(
+            u.sentinels,
+            vec![("10.0.0.1".to_string(), 26379), ("::1".to_string(), 26380)]
+        );
+        assert_eq!((u.master.as_str(), u.db), ("mymaster", 2));
+        assert_eq!(u.password.as_deref(), Some("pw"));
+        let u = SentinelUrl::parse("redis+sentinel://h:1/m").expect("valid");
+        assert_eq!((u.db, u.password), (0, None));
+        for bad in [
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel://h/m",
+            "redis+sentinel://h:x/m",
+            "redis+sentinel://:1/m",
+            "redis+sentinel://h:1/m/x",
+            "redis+sentinel://h:1/m/1/2",
+        ] {
+            assert!(SentinelUrl::parse(bad).is_none(), "{bad}");
+        }
+        let mut c = ClusterSection {
+            redis: "redis+sentinel://h:1/m".into(),
+            sentinel_password: None,
+            node: "a".into(),
+            url: String::new(),
+            secret: "0123456789abcdef".into(),
+            redirect: false,
+            ttl_s: 3,
+            edge_grace_s: 5,
+        };
+        c.check().expect("a sentinel URL passes");
+        c.redis = "redis+sentinel://h/m".into();
+        let e = c.check().expect_err("bad");
+        assert!(e.to_string().contains("cluster.redis"), "{e}");
     }
 }

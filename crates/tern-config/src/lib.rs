@@ -59,7 +59,7 @@ pub use app::{
     AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_JWKS_REFRESH_S, DEFAULT_SRT_LATENCY_MS, FALLBACK_RULE,
     Fallback, NAME_RULE, RenditionConfig, TranscodeSetting, valid_name,
 };
-pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
+pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER, SentinelUrl};
 pub use edit::{ConfigFile, write_atomically};
 pub use error::ConfigError;
 pub use hls::HlsSection;
@@ -156,6 +156,9 @@ impl Config {
         }
         if let Some(cluster) = &mut c.cluster {
             cluster.secret = HIDDEN.into();
+            if cluster.sentinel_password.is_some() {
+                cluster.sentinel_password = Some(HIDDEN.into());
+            }
             cluster.redis = redact_url(&cluster.redis);
         }
         for app in &mut c.apps {

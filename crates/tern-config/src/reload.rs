@@ -109,7 +109,7 @@ pub fn reconcile(old: &Config, mut new: Config) -> Reconciled {
     // The cluster registers this node and connects to Redis at start: all of it restarts.
     match (&old.cluster, &mut new.cluster) {
         (Some(o), Some(n)) => section! { o, n, restart, "cluster", ClusterSection {
-            restart: [redis, node, url, secret, redirect, ttl_s, edge_grace_s],
+            restart: [redis, sentinel_password, node, url, secret, redirect, ttl_s, edge_grace_s],
             live: [],
         } },
         (None, None) => {}

@@ -212,7 +212,7 @@ impl Cluster {
         dtls: Arc<DtlsContext>,
         outbound: Outbound,
     ) -> Result<Self, String> {
-        let store = Store::new(&cfg.redis)?;
+        let store = Store::new(&cfg.redis, cfg.sentinel_password.as_deref())?;
         Ok(Cluster {
             cfg,
             store,

@@ -41,9 +41,18 @@ return redis.call('DEL', KEYS[1]) else return 0 end";
 /// How long one request may take before Redis counts as unreachable.
 const TIMEOUT: Duration = Duration::from_millis(800);
 
+/// Where the store's Redis is: one server, or the master Redis Sentinel names.
+enum Target {
+    /// `redis://` or `rediss://`.
+    Server(redis::Client),
+    /// `redis+sentinel://`: asked for the master at each (re)connection, so a failover is
+    /// followed at the next one (a failed command drops the connection).
+    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+}
+
 /// The connection and a count of the commands sent.
 pub struct Store {
-    client: redis::Client,
+    target: Target,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     /// Commands sent (each in a pipeline counts).
     pub commands: Arc<AtomicU64>,
@@ -59,11 +68,21 @@ pub struct Refresh {
 }
 
 impl Store {
-    /// A store on `url` (not connected yet).
-    pub fn new(url: &str) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    /// A store on `url` (not connected yet); `sentinel_password` is what the sentinels of a
+    /// `redis+sentinel://` URL ask for.
+    pub fn new(url: &str, sentinel_password: Option<&str>) -> Result<Self, String> {
+        let target = match crate::config::SentinelUrl::parse(url) {
+            Some(s) => Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(
+                &s,
+                sentinel_password,
+            )?)),
+            None if url.starts_with("redis+sentinel://") => {
+                return Err(crate::config::SentinelUrl::RULE.to_string());
+            }
+            None => Target::Server(redis::Client::open(url).map_err(|e| e.to_string())?),
+        };
         Ok(Store {
-            client,
+            target,
             conn: tokio::sync::Mutex::new(None),
             commands: Arc::new(AtomicU64::new(0)),
         })
@@ -78,8 +97,21 @@ impl Store {
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
             .set_response_timeout(Some(TIMEOUT));
-        let c = self
-            .client
+        let client = match &self.target {
+            Target::Server(c) => c.clone(),
+            Target::Sentinel(s) => {
+                let mut s = s.lock().await;
+                tokio::time::timeout(TIMEOUT * 2, s.async_get_client())
+                    .await
+                    .map_err(|_| {
+                        redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "no sentinel named the master in time",
+                        ))
+                    })??
+            }
+        };
+        let c = client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await?;
         *g = Some(c.clone());
@@ -258,6 +290,29 @@ impl Store {
 }
 
 /// Appends the claim of stream `key` for `me` (its answer: 1 held, 0 another node's).
+/// The sentinel client of `s`: its sentinels (with `password`, if they ask for one), its
+/// master's name, database and password.
+fn sentinel_client(
+    s: &crate::config::SentinelUrl,
+    password: Option<&str>,
+) -> Result<redis::sentinel::SentinelClient, String> {
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+    let addrs = s
+        .sentinels
+        .iter()
+        .map(|(host, port)| redis::ConnectionAddr::Tcp(host.clone(), *port));
+    let mut b = SentinelClientBuilder::new(addrs, s.master.clone(), SentinelServerType::Master)
+        .map_err(|e| e.to_string())?
+        .set_client_to_redis_db(s.db);
+    if let Some(p) = &s.password {
+        b = b.set_client_to_redis_password(p.clone());
+    }
+    if let Some(p) = password {
+        b = b.set_client_to_sentinel_password(p.to_string());
+    }
+    b.build().map_err(|e| e.to_string())
+}
+
 fn claim_cmd(p: &mut redis::Pipeline, key: &str, me: &str, ttl_ms: u64) {
     p.cmd("EVAL")
         .arg(CLAIM)

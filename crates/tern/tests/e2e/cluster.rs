@@ -648,3 +648,132 @@ fn a_draining_node_sends_new_viewers_away_and_keeps_its_own() {
     );
     eprintln!("b exited 0 {took:?} after the drain began");
 }
+
+/// `redis-cli -p PORT ARGS...`: its output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (scripts/install-deps.sh installs redis-server, which has it)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A redis-server in sentinel mode on a free loopback port, watching `m` at `master` (a
+/// quorum of 2, down after 1 s), its configuration in a file of its own (sentinels rewrite
+/// it).
+struct Sentinel {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Sentinel {
+    fn start(master: u16) -> Sentinel {
+        let port = free_tcp_port();
+        let conf = common::config_file(
+            &format!("sentinel-{port}"),
+            &format!(
+                "port {port}\nbind 127.0.0.1\nsentinel monitor m 127.0.0.1 {master} 2\n\
+                 sentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n\
+                 sentinel parallel-syncs m 1\n"
+            ),
+        );
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server --sentinel");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "sentinel did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Sentinel { port, child }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Redis Sentinel (issue 58): a node on `redis+sentinel://` (three sentinels, a master and
+/// a replica) registers on the master they name; the master killed, the sentinels promote
+/// the replica and the node is registered there within 10 s of the promotion, its viewers
+/// playing on without a loss.
+#[test]
+fn a_sentinel_failover_is_followed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut master = Redis::start();
+    let replica = Redis::start();
+    redis_cli(
+        replica.port,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    );
+    let sentinels = [0; 3].map(|_| Sentinel::start(master.port));
+    // The sentinels know the replica (from the master's INFO) before the master goes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !redis_cli(sentinels[0].port, &["SENTINEL", "replicas", "m"])
+        .contains(&replica.port.to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels never saw the replica"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let list: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    let cfg = common::config_file(
+        "cluster-sentinel",
+        &format!(
+            "[cluster]\nredis = \"redis+sentinel://{}/m/0\"\nnode = \"a\"\nsecret = \"{SECRET}\"\n",
+            list.join(",")
+        ),
+    );
+    let server = Child::demo_config(&cfg);
+    wait_cluster(server.http, Duration::from_secs(10), "registered", |v| {
+        v["redis"] == "up" && node_names(v) == ["a"]
+    });
+    assert!(redis_cli(master.port, &["KEYS", "tern:node:*"]).contains("tern:node:a"));
+    let bench = viewers(format!(
+        "-url http://{}/live/demo/whep -n 3 -cint 20 -life 16 -sint 60000 --json",
+        server.http
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = Instant::now();
+    master.stop();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !redis_cli(replica.port, &["ROLE"]).starts_with("master") {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels did not promote the replica"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let promoted = Instant::now();
+    while !redis_cli(replica.port, &["KEYS", "tern:node:*"]).contains("tern:node:a") {
+        assert!(
+            promoted.elapsed() < Duration::from_secs(10),
+            "node a not registered on the new master 10 s after the promotion"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "sentinel failover: replica promoted {:?} after the master was killed, node a on it {:?} after that",
+        promoted - killed,
+        promoted.elapsed()
+    );
+    wait_cluster(server.http, Duration::from_secs(5), "up again", |v| {
+        v["redis"] == "up"
+    });
+    let (o, text) = bench.join().expect("bench thread");
+    assert_eq!(o.summary.connected, 3, "{text}");
+    assert_eq!(o.summary.total_losses, 0, "{text}");
+}
