@@ -305,10 +305,10 @@ fn sentinel_client(
         .map_err(|e| e.to_string())?
         .set_client_to_redis_db(s.db);
     if let Some(p) = &s.password {
-        b = b.set_client_to_redis_password(p.clone());
+        b = b.set_client_to_redis_password(p);
     }
     if let Some(p) = password {
-        b = b.set_client_to_sentinel_password(p.to_string());
+        b = b.set_client_to_sentinel_password(p);
     }
     b.build().map_err(|e| e.to_string())
 }
