@@ -216,14 +216,9 @@ impl Reload {
         let path = self.path.as_deref().ok_or(Refused::NoFile)?;
         let mut last = self.busy.lock().unwrap_or_else(|e| e.into_inner());
         *self.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp_of(path);
-        let result = std::fs::read_to_string(path)
-            .map_err(|source| {
-                vec![ConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                }]
-            })
-            .and_then(|text: String| self.check(&text).map(|p| (text, p)));
+        let result = read(path)
+            .map_err(|e| vec![e])
+            .and_then(|text| self.check(&text).map(|p| (text, p)));
         match result {
             Ok((text, prepared)) => {
                 *last = Some(text);
@@ -243,12 +238,7 @@ impl Reload {
     ) -> Result<(T, Applied), Refused> {
         let path = self.path.as_deref().ok_or(Refused::NoFile)?;
         let mut last = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        let text = std::fs::read_to_string(path).map_err(|source| {
-            Refused::Invalid(vec![ConfigError::Read {
-                path: path.display().to_string(),
-                source,
-            }])
-        })?;
+        let text = read(path).map_err(|e| Refused::Invalid(vec![e]))?;
         let mut file = ConfigFile::parse(&text).map_err(|e| Refused::Invalid(vec![e]))?;
         let value = edit(&mut file)?;
         let edited = file.to_string();
@@ -476,15 +466,8 @@ impl Reload {
     /// Ends the streams of `app` (only `app/stream` when given): their publisher and viewers
     /// end with `reason`, their slots are freed. The built-in demo stream is no app's.
     fn end_streams(&self, core: &Core, app: &str, stream: Option<&str>, reason: EndReason) {
-        let stats = &core.engine.stats;
         for (key, index) in core.streams.remove(app, stream, self.builtin.as_deref()) {
-            let _ = core.forget_publisher_of(index);
-            let _ = core.engine.send(Command::UnbindStream { index, reason });
-            if let Some(c) = stats.stream(index) {
-                c.reset();
-            }
-            // (`stream.removed` comes from the engine, once the publisher is out.)
-            core.streams.release(index);
+            crate::session::end_stream(core, &key, index, reason);
             info!("stream {key} removed: {}", reason.as_str());
         }
     }
@@ -516,6 +499,14 @@ fn declared(app: &AppConfig) -> Vec<String> {
         .chain(app.sources.iter().map(|s| &s.stream))
         .map(|s| format!("{}/{s}", app.name))
         .collect()
+}
+
+/// The file's text, or the error naming it.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// The file's time and size, if it can be read.

@@ -13,7 +13,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::config::valid_name;
+use crate::config::{ConfigError, valid_name};
 use crate::http::state::AppState;
 use crate::reload::{Applied, Refused, Reload, Trigger, problems_json};
 
@@ -187,16 +187,14 @@ pub(super) async fn put_source(
     let run = async {
         check_name("stream", &stream)?;
         let src = object(&body)?;
-        if st.config().app(&app).is_none() {
-            return Err(Box::new(refused(&Refused::NotFound(format!(
-                "no app {app}"
-            )))));
-        }
         let r = reloader(&st)?;
         blocking(move || {
             r.edit(|f| {
-                f.put_source(&app, &stream, &src)
-                    .map_err(|e| Refused::Invalid(vec![e]))
+                f.put_source(&app, &stream, &src).map_err(|e| match e {
+                    // The file's apps decide, not those in force (the file may be ahead).
+                    ConfigError::NoApp { .. } => Refused::NotFound(e.to_string()),
+                    e => Refused::Invalid(vec![e]),
+                })
             })
         })
         .await

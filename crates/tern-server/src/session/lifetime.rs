@@ -65,15 +65,25 @@ pub fn sweep_streams(core: &Core) {
         },
     );
     for (key, index) in gone {
-        let _ = core.engine.send(Command::UnbindStream {
-            index,
-            reason: crate::media::EndReason::Idle,
-        });
-        if let Some(c) = stats.stream(index) {
-            c.reset();
-        }
-        stats.snapshots.stream_removed(&key);
-        core.streams.release(index);
+        end_stream(core, &key, index, crate::media::EndReason::Idle);
         tracing::info!("stream {key} removed: no publisher for its grace");
     }
+}
+
+/// Stream `key` in slot `index`, already taken out of the directory, ends: its publisher
+/// (if any) leaves the publisher table, the engine ends its sessions with `reason` and
+/// frees its rings, its counters are reset and its slot given back. `stream.removed` goes
+/// out here for an idle stream; for a removal the engine sends it once the publisher's
+/// leaving has updated the stream's snapshot.
+pub fn end_stream(core: &Core, key: &str, index: usize, reason: crate::media::EndReason) {
+    let stats = &core.engine.stats;
+    let _ = core.forget_publisher_of(index);
+    let _ = core.engine.send(Command::UnbindStream { index, reason });
+    if let Some(c) = stats.stream(index) {
+        c.reset();
+    }
+    if reason == crate::media::EndReason::Idle {
+        stats.snapshots.stream_removed(key);
+    }
+    core.streams.release(index);
 }

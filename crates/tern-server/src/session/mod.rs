@@ -24,7 +24,7 @@ mod publish;
 mod refusal;
 mod shared;
 
-pub use lifetime::sweep_streams;
+pub use lifetime::{end_stream, sweep_streams};
 pub use play::{Play, PlayAsk, PlayGrant};
 pub use publish::{Publish, PublishAsk};
 pub use refusal::Refusal;

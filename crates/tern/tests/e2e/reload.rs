@@ -280,6 +280,16 @@ fn a_camera_added_through_the_api_plays_at_once_and_after_a_restart() {
         serde_json::json!(["cams/door"]),
         "{v}"
     );
+    // A camera for an app the file does not have: 404, the file untouched.
+    let before = std::fs::read_to_string(&cfg).expect("file");
+    let (s, v) = call(
+        server.http,
+        "PUT",
+        "/v1/config/apps/nope/sources/door",
+        Some(serde_json::json!({"url": format!("rtsp://127.0.0.1:{port}/cam")})),
+    );
+    assert_eq!(s, 404, "{v}");
+    assert_eq!(std::fs::read_to_string(&cfg).expect("file"), before);
     let watch = |http: SocketAddr| {
         let (o, text) = viewers(format!(
             "-url http://{http}/cams/door/whep -n 1 -cint 50 -life 6 -sint 60000 --json"
