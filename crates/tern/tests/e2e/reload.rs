@@ -391,3 +391,44 @@ fn limits_and_hls_settings_apply_at_once() {
     assert_eq!(c["hls"]["window"], 9, "{c}");
     assert_eq!(c["limits"]["pending_sessions_per_ip"], 3, "{c}");
 }
+
+/// A changed app token applies to new sessions only: after the reload the old token gets
+/// `401` and the new one `201`, and the session the old token opened is still there.
+#[test]
+fn a_changed_token_applies_to_new_sessions_only() {
+    let text = |token: &str| {
+        format!("[server]\nwatch_config = false\n\n[[app]]\nname = \"live\"\ntoken = \"{token}\"\n")
+    };
+    let cfg = config_file("reload-token", &text("first-token"));
+    let server = Child::demo_config(&cfg);
+    let http = server.http;
+    let whep = |token: &str| {
+        let auth = format!("Bearer {token}");
+        common::http_request_with(
+            http,
+            "POST",
+            "/live/demo/whep",
+            &[("Authorization", auth.as_str())],
+            Some("application/sdp"),
+            common::whep_offer().as_bytes(),
+        )
+        .expect("POST whep")
+        .status
+    };
+    assert_eq!(whep("first-token"), 201);
+    let (_, list) = call(http, "GET", "/v1/streams/live/demo/viewers", None);
+    let before = list.as_array().map_or(0, Vec::len);
+    assert_eq!(before, 1, "{list}");
+    write(&cfg, &text("second-token"));
+    let (s, v) = call(http, "POST", "/v1/config/reload", None);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["apps"]["changed"], serde_json::json!(["live"]), "{v}");
+    assert_eq!(whep("first-token"), 401);
+    assert_eq!(whep("second-token"), 201);
+    let (_, list) = call(http, "GET", "/v1/streams/live/demo/viewers", None);
+    assert_eq!(
+        list.as_array().map_or(0, Vec::len),
+        2,
+        "the first session stays: {list}"
+    );
+}
