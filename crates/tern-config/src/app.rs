@@ -111,6 +111,10 @@ pub struct AppConfig {
     /// Each declares its stream; a publisher on it is refused.
     #[serde(default, rename = "source")]
     pub sources: Vec<super::source::SourceConfig>,
+    /// `[[app.forward]]`: where the app's streams are sent on while they are live
+    /// (restreaming over RTMP, RTMPS or SRT).
+    #[serde(default, rename = "forward")]
+    pub forwards: Vec<super::forward::ForwardConfig>,
     /// What a stream of the app plays while it has no publisher: `"none"` (default: its
     /// viewers wait), `"clip"` (the built-in clip) or `"file:PATH"` (an MP4 with H264 and
     /// AAC or Opus, looped). A declared stream plays it from the start; a publisher-made
@@ -292,6 +296,9 @@ impl AppConfig {
                 );
             }
         }
+        for (j, f) in self.forwards.iter().enumerate() {
+            f.check().map_err(|e| e.under(&format!("forward[{j}]")))?;
+        }
         self.check_renditions()
     }
 
@@ -447,6 +454,7 @@ mod tests {
             srt_passphrase: Some("0123456789".into()),
             srt_latency_ms: DEFAULT_SRT_LATENCY_MS,
             sources: Vec::new(),
+            forwards: Vec::new(),
             fallback: "none".into(),
         };
         assert!(ok().check().is_ok());

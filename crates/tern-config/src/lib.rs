@@ -18,6 +18,7 @@
 //! | `hls.rs` | `[hls]` ([`HlsSection`]): Low-Latency HLS |
 //! | `app.rs` | `[[app]]` ([`AppConfig`], [`RenditionConfig`], [`TranscodeSetting`]) and the name rule |
 //! | `admission.rs` | `[app.admission]` ([`AdmissionConfig`], [`OnError`]) |
+//! | `forward.rs` | `[[app.forward]]` ([`ForwardConfig`], [`ForwardUrl`]): restreaming, [`redact_forward_url`] |
 //! | `source.rs` | `[[app.source]]` ([`SourceConfig`], [`SourceTransport`]): RTSP cameras, [`redact_url`] |
 //! | `record.rs` | `[app.record]` ([`RecordConfig`]): recording to fMP4 files |
 //! | `cluster.rs` | `[cluster]` ([`ClusterSection`]): the Redis registry, this node, its secret |
@@ -38,6 +39,7 @@ mod app;
 mod cluster;
 mod edit;
 mod error;
+mod forward;
 mod hls;
 mod limits;
 mod parse;
@@ -62,6 +64,10 @@ pub use app::{
 pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER, SentinelUrl};
 pub use edit::{ConfigFile, write_atomically};
 pub use error::ConfigError;
+pub use forward::{
+    FORWARD_URL_RULE, ForwardConfig, ForwardProtocol, ForwardUrl, expand as expand_forward_url,
+    redact_forward_url,
+};
 pub use hls::HlsSection;
 pub use limits::LimitsSection;
 pub use record::RecordConfig;
@@ -174,6 +180,9 @@ impl Config {
             app.record.on_segment_url = redact_url(&app.record.on_segment_url);
             for s in &mut app.sources {
                 s.url = redact_url(&s.url);
+            }
+            for f in &mut app.forwards {
+                f.url = redact_forward_url(&f.url);
             }
         }
         // Every map key is a string and paths are written lossily ([`ser_path`]), so this

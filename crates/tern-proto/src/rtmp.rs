@@ -22,6 +22,7 @@
 
 pub mod amf0;
 pub mod chunk;
+pub mod client;
 pub mod flv;
 
 use thiserror::Error;

@@ -14,6 +14,8 @@
 //! (a continuity counter gap) and oversize PES packets are dropped and counted in
 //! [`TsStats`]; the demuxer resynchronises on the next sync byte and goes on.
 
+pub mod mux;
+
 /// TS packet size.
 pub const PACKET: usize = 188;
 /// Largest PES packet assembled (a 4K IDR at high bitrate fits; more is dropped).

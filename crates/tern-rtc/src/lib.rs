@@ -29,6 +29,7 @@ pub mod client;
 pub mod clip;
 pub mod g711;
 pub mod hls;
+pub mod outlet;
 pub mod package;
 pub mod peer_policy;
 pub mod publisher;

@@ -17,6 +17,7 @@
 //! | `feed/` | after the grant: `Publish::attach` → a `PublisherSlot` whose `Drop` removes the publisher, for every kind (WHIP, RTMP, SRT, RTSP, edge pull); `FrameSink`, the one way a frame publisher's `AvEvent`s go in (packets to the engine, samples to the packagers, the B-frame watch, the ingest pools' ledger) |
 //! | `tap.rs` | the media tap: one `MediaTap` thread over the ring packets of streams being packaged, and the samples of frame publishers, to its subscribers (LL-HLS, recordings), each answering `wanted(stream)`; they depacketize with `tern_rtc::package` |
 //! | `media/` | the media path. `engine.rs` starts the threads and is the HTTP side's handle; `worker.rs` is an app or stream worker's loop, its state in typed parts (`Seat`, `Links`, `Shared`, `Streams`) and owned ones (`table.rs`: the viewer table; `worker/fanout.rs`, `worker/deadlines.rs`, `worker/outbox.rs`, `worker/adaptation.rs`) and its work in `worker/viewers.rs`, `worker/publishers.rs`, `worker/timers.rs` (RTCP, sweep), `worker/layers.rs` (runs `tern_rtc::viewer::adapt::LayerChooser`); `socket.rs` receives and routes datagrams (its `sys` holds the raw `sendmmsg`, the crate's only `unsafe`); `batch.rs` sends with `sendmmsg`, each viewer's run of equal-size packets one UDP GSO message; `ingest.rs` holds the publisher slots; `link.rs` the messages and ids every thread speaks; `table.rs`, `ledger.rs`, `stats.rs` |
+//! | `forward/` | forwards (restreaming): a subscriber of the tap feeding one `tern_rtc::outlet::Outlet` per stream (H264 and AAC on one timeline, Opus encoded to AAC once), one thread per forward (`link.rs`: RTMP/RTMPS through `tern_proto::rtmp::client`, retried with backoff), configured ones started as streams go live; `http/forwards.rs` is its API |
 //! | `hls.rs` | LL-HLS sessions and packagers, a subscriber of the tap (`http/hls.rs` serves them) |
 //! | `record/` | recordings, a subscriber of the tap: packaging as LL-HLS does, the `RecordWriter` thread (`writer.rs`), the path template, listing and sweep (`files.rs`); `http/recordings.rs` is its API |
 //! | `cluster/` | the Redis registry and origin map, the edge's upstream pull |
@@ -77,6 +78,7 @@ pub use tern_config as config;
 pub mod directory;
 pub mod drain;
 pub mod feed;
+pub mod forward;
 pub mod hls;
 pub mod http;
 pub mod jwt;
@@ -636,6 +638,8 @@ impl MediaThreads {
             .record
             .spawn(outbound)
             .map_err(StartError::thread("recording writer"))?;
+        core.forwards
+            .set_tls(outbound.tls_config(), outbound.unverified_config());
         let tap = core
             .tap
             .spawn(tap)
@@ -657,6 +661,8 @@ impl Part for MediaThreads {
             tap,
             record,
         } = *self;
+        // Forwards end first: their receivers see the stream end rather than stall.
+        core.forwards.shutdown();
         core.engine.stop_all();
         engine.join();
         // The workers held the tap's senders: the tap's thread has seen its queue close.

@@ -24,9 +24,11 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::CertificateDer;
+use rustls::DigitallySignedStruct;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tracing::{debug, warn};
 
 /// Time allowed for the TCP connect of an async request (the request's own timeout, which
@@ -167,9 +169,17 @@ impl Outbound {
     }
 
     /// The TLS client configuration itself (these roots, no ALPN): for the clients that
-    /// speak their own protocol over TLS, such as `rtsps://` cameras (`crate::rtsp`).
+    /// speak their own protocol over TLS, such as `rtsps://` cameras (`crate::rtsp`) and
+    /// `rtmps://` forwards (`crate::forward`).
     pub fn tls_config(&self) -> Arc<rustls::ClientConfig> {
         self.tls.clone()
+    }
+
+    /// A configuration on the same provider whose verifier takes any certificate (but still
+    /// checks the handshake's signatures with it): for `tls_verify = false` (a camera's or a
+    /// receiver's self-signed certificate). It encrypts without authenticating.
+    pub fn unverified_config(&self) -> Arc<rustls::ClientConfig> {
+        Arc::new(unverified(self.tls.crypto_provider().clone()))
     }
 }
 
@@ -221,6 +231,66 @@ fn ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, OutboundError> 
             .map_err(|e| bad(format!("certificate {} does not parse: {e}", i + 1)))?;
     }
     Ok(certs)
+}
+
+/// A client configuration on `provider` that accepts any certificate.
+pub(crate) fn unverified(provider: Arc<CryptoProvider>) -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("the outbound provider has the default TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth()
+}
+
+/// Takes any certificate (`tls_verify = false`); the handshake signatures are verified
+/// with the provider's algorithms against the certificate's key as usual.
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]

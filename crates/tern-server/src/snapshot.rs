@@ -181,6 +181,13 @@ pub enum EventKind {
     /// A reload was refused (the file or the change does not parse or check): the snapshot
     /// lists every problem; nothing changed.
     ConfigRejected,
+    /// A forward is sending to its receiver (connected and publishing).
+    ForwardStarted,
+    /// A forward ended: deleted, its stream ended, its configuration removed.
+    ForwardStopped,
+    /// A forward's connection failed (it is retried), or its stream's codec cannot go
+    /// over its protocol.
+    ForwardFailed,
 }
 
 impl EventKind {
@@ -209,6 +216,9 @@ impl EventKind {
             EventKind::SourceError => "source.error",
             EventKind::ConfigReloaded => "config.reloaded",
             EventKind::ConfigRejected => "config.rejected",
+            EventKind::ForwardStarted => "forward.started",
+            EventKind::ForwardStopped => "forward.stopped",
+            EventKind::ForwardFailed => "forward.failed",
         }
     }
 }

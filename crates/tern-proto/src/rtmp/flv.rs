@@ -326,6 +326,124 @@ impl AudioSpecificConfig {
     }
 }
 
+/// Longest parameter set an AVCDecoderConfigurationRecord can hold (16-bit length).
+const MAX_PARAM_SET_LEN: usize = 0xffff;
+
+/// Builds an AVCDecoderConfigurationRecord (ISO/IEC 14496-15 §5.2.4.1) with one SPS and
+/// one PPS and 4-byte NAL unit lengths; profile, compatibility flags and level are copied
+/// from bytes 1 to 3 of `sps` (0 where it is shorter). Parameter sets longer than 65535
+/// bytes, which no encoder produces, are cut to fit the 16-bit length field. The
+/// high-profile extension fields are not written (decoders take them from the SPS).
+pub fn avc_decoder_record(sps: &[u8], pps: &[u8]) -> Vec<u8> {
+    let sps = &sps[..sps.len().min(MAX_PARAM_SET_LEN)];
+    let pps = &pps[..pps.len().min(MAX_PARAM_SET_LEN)];
+    let at = |i: usize| sps.get(i).copied().unwrap_or(0);
+    let mut r = Vec::with_capacity(11 + sps.len() + pps.len());
+    // Version 1; profile, compat, level; 6 reserved bits + length size - 1 = 3;
+    // 3 reserved bits + one SPS.
+    r.extend_from_slice(&[1, at(1), at(2), at(3), 0xff, 0xe1]);
+    r.extend_from_slice(&(sps.len() as u16).to_be_bytes());
+    r.extend_from_slice(sps);
+    r.push(1);
+    r.extend_from_slice(&(pps.len() as u16).to_be_bytes());
+    r.extend_from_slice(pps);
+    r
+}
+
+/// The 5-byte header of an AVC video tag.
+fn avc_header(keyframe: bool, packet_type: u8, cts_ms: i32, len: usize) -> Vec<u8> {
+    let cts = cts_ms.clamp(-0x0080_0000, 0x007f_ffff).to_be_bytes();
+    let mut b = Vec::with_capacity(5 + len);
+    b.push(if keyframe { 0x10 } else { 0x20 } | CODEC_AVC);
+    b.push(packet_type);
+    b.extend_from_slice(&cts[1..]);
+    b
+}
+
+/// A video tag body carrying an AVC sequence header: `0x17`, AVC packet type 0,
+/// composition time 0, then `record` (see [`avc_decoder_record`]).
+pub fn avc_sequence_header(record: &[u8]) -> Vec<u8> {
+    let mut b = avc_header(true, 0, 0, record.len());
+    b.extend_from_slice(record);
+    b
+}
+
+/// A video tag body carrying one AVC frame: `0x17` (keyframe) or `0x27`, AVC packet
+/// type 1, the composition time offset (PTS - DTS) in ms as a signed 24-bit value
+/// (clamped to its range), then `avcc`, the frame's NAL units each preceded by a 4-byte
+/// length (see [`avcc_frame`]).
+pub fn avc_nalu(keyframe: bool, cts_ms: i32, avcc: &[u8]) -> Vec<u8> {
+    let mut b = avc_header(keyframe, 1, cts_ms, avcc.len());
+    b.extend_from_slice(avcc);
+    b
+}
+
+/// A video tag body announcing the end of an AVC sequence (AVC packet type 2).
+pub fn avc_end_of_sequence() -> Vec<u8> {
+    avc_header(true, 2, 0, 0)
+}
+
+/// Joins NAL units (without start codes) into an AVCC frame, each preceded by its
+/// 4-byte big-endian length, as [`avc_nalu`] carries them.
+pub fn avcc_frame(nal_units: &[&[u8]]) -> Vec<u8> {
+    let len = nal_units.iter().map(|n| 4 + n.len()).sum();
+    let mut b = Vec::with_capacity(len);
+    for n in nal_units {
+        // A NAL unit cannot exceed 4 GiB in any stream RTMP can carry.
+        b.extend_from_slice(&(n.len() as u32).to_be_bytes());
+        b.extend_from_slice(n);
+    }
+    b
+}
+
+/// The first byte of an AAC audio tag: sound format 10, and the rate, size and channel
+/// bits the FLV specification fixes for AAC (44 kHz, 16 bits, stereo).
+const AAC_TAG_BYTE: u8 = SOUND_AAC << 4 | 0x0f;
+
+/// An audio tag body carrying an AAC sequence header: `0xAF 0x00`, then the
+/// AudioSpecificConfig `asc`.
+pub fn aac_sequence_header(asc: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(2 + asc.len());
+    b.extend_from_slice(&[AAC_TAG_BYTE, 0]);
+    b.extend_from_slice(asc);
+    b
+}
+
+/// An audio tag body carrying one raw AAC frame (no ADTS header): `0xAF 0x01`, then
+/// `frame`.
+pub fn aac_raw(frame: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(2 + frame.len());
+    b.extend_from_slice(&[AAC_TAG_BYTE, 1]);
+    b.extend_from_slice(frame);
+    b
+}
+
+/// The body of the AMF0 data message (type 18) a publisher sends before its media:
+/// `"@setDataFrame"`, `"onMetaData"`, then an ECMA array of `props`, e.g.
+/// `[("width", 1280.0), ("height", 720.0), ("framerate", 30.0), ("videocodecid", 7.0),
+/// ("audiocodecid", 10.0)]`. Properties whose name is longer than 65535 bytes are left
+/// out.
+pub fn metadata(props: &[(&str, f64)]) -> Vec<u8> {
+    use super::amf0::{self, Value};
+    let array = Value::EcmaArray(
+        props
+            .iter()
+            .filter(|(k, _)| k.len() <= 0xffff)
+            .map(|(k, v)| ((*k).to_string(), Value::Number(*v)))
+            .collect(),
+    );
+    let mut b = Vec::new();
+    for v in [
+        Value::String("@setDataFrame".into()),
+        Value::String("onMetaData".into()),
+        array,
+    ] {
+        // Short strings and short keys: encoding cannot fail.
+        let _ = amf0::encode(&v, &mut b);
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,5 +574,80 @@ mod tests {
         ));
         assert!(AudioSpecificConfig::parse(&[0x12]).is_err());
         assert!(AudioSpecificConfig::parse(&[0x16, 0x90]).is_err());
+    }
+
+    #[test]
+    fn avc_writers_roundtrip() {
+        let r = avc_decoder_record(SPS, PPS);
+        assert_eq!(r, record());
+        let c = AvcConfig::parse(&r).expect("record");
+        assert_eq!(c.length_size, 4);
+        assert_eq!((c.sps, c.pps), (vec![SPS.to_vec()], vec![PPS.to_vec()]));
+        // A short SPS gives zero profile bytes instead of a panic.
+        assert_eq!(&avc_decoder_record(&[0x67], PPS)[..4], &[1, 0, 0, 0]);
+
+        let sh = avc_sequence_header(&r);
+        assert_eq!(&sh[..5], &[0x17, 0, 0, 0, 0]);
+        let t = VideoTag::parse(&sh).expect("tag");
+        assert!(t.keyframe);
+        assert_eq!(t.packet_type, AvcPacketType::SequenceHeader);
+        assert_eq!(t.composition_time, 0);
+        assert_eq!(t.body, &r[..]);
+
+        let frame = avcc_frame(&[&[0x09, 0xf0], &[0x65, 1, 2, 3]]);
+        assert_eq!(frame, avcc(&[&[0x09, 0xf0], &[0x65, 1, 2, 3]]));
+        for (key, cts) in [(true, 0), (false, 66), (false, -33), (true, 0x7f_ffff)] {
+            let b = avc_nalu(key, cts, &frame);
+            assert_eq!(b[0], if key { 0x17 } else { 0x27 });
+            let t = VideoTag::parse(&b).expect("tag");
+            assert_eq!(t.keyframe, key);
+            assert_eq!(t.packet_type, AvcPacketType::Nalu);
+            assert_eq!(t.composition_time, cts);
+            let nals = avcc_nal_units(t.body, 4).expect("nals");
+            assert_eq!(nals, vec![&[0x09, 0xf0][..], &[0x65, 1, 2, 3][..]]);
+        }
+        // Out of the 24-bit range: clamped.
+        let cts = |ms| VideoTag::parse(&avc_nalu(false, ms, &frame)).map(|t| t.composition_time);
+        assert_eq!(cts(i32::MIN), Ok(-0x80_0000));
+        assert_eq!(cts(i32::MAX), Ok(0x7f_ffff));
+        let eos = avc_end_of_sequence();
+        let t = VideoTag::parse(&eos).expect("tag");
+        assert_eq!(t.packet_type, AvcPacketType::EndOfSequence);
+        assert!(t.body.is_empty());
+    }
+
+    #[test]
+    fn aac_writers_roundtrip() {
+        let b = aac_sequence_header(&[0x12, 0x10]);
+        assert_eq!(b, [0xaf, 0, 0x12, 0x10]);
+        let t = AudioTag::parse(&b).expect("tag");
+        assert!(t.sequence_header);
+        let c = AudioSpecificConfig::parse(t.body).expect("asc");
+        assert_eq!((c.object_type, c.sample_rate, c.channels), (2, 44100, 2));
+        let b = aac_raw(&[0x21, 0x00, 0x49]);
+        assert_eq!(&b[..2], &[0xaf, 1]);
+        let t = AudioTag::parse(&b).expect("tag");
+        assert!(!t.sequence_header);
+        assert_eq!(t.body, &[0x21, 0x00, 0x49]);
+    }
+
+    #[test]
+    fn metadata_body() {
+        use crate::rtmp::amf0::{self, Value};
+        let b = metadata(&[("width", 1280.0), ("height", 720.0), ("videocodecid", 7.0)]);
+        let v = amf0::decode_all(&b).expect("amf0");
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0].as_str(), Some("@setDataFrame"));
+        assert_eq!(v[1].as_str(), Some("onMetaData"));
+        assert!(matches!(v[2], Value::EcmaArray(_)));
+        assert_eq!(v[2].get("width").and_then(Value::as_f64), Some(1280.0));
+        assert_eq!(v[2].get("height").and_then(Value::as_f64), Some(720.0));
+        assert_eq!(v[2].get("videocodecid").and_then(Value::as_f64), Some(7.0));
+        let long = "k".repeat(70_000);
+        let v = amf0::decode_all(&metadata(&[(&long, 1.0), ("a", 2.0)])).expect("amf0");
+        assert_eq!(
+            v[2],
+            Value::EcmaArray(vec![("a".into(), Value::Number(2.0))])
+        );
     }
 }

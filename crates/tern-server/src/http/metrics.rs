@@ -197,6 +197,7 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     ] {
         o.family(name, help, kind).value(v);
     }
+    forwards(&mut o, &st);
     o.gauge(
         "tern_handshakes_in_progress",
         "DTLS handshakes in progress.",
@@ -407,4 +408,31 @@ pub(super) async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     r
+}
+
+/// Forwards: how many in each state, bytes sent on per stream, Opus → AAC encoders.
+fn forwards(o: &mut Exposition, st: &AppState) {
+    let fw = &st.forwards;
+    let mut f = o.family(
+        "tern_forwards",
+        "Forwards (streams sent on to other servers) by state.",
+        Kind::Gauge,
+    );
+    for (state, n) in fw.by_state() {
+        f.sample(&[("state", &state)], n as u64);
+    }
+    let mut f = o.family(
+        "tern_forward_bytes_total",
+        "Bytes forwards sent to their receivers, by stream.",
+        Kind::Counter,
+    );
+    for (key, n) in fw.bytes_by_stream() {
+        let (app, stream) = key.split_once('/').unwrap_or((&key, ""));
+        f.sample(&[("app", &app), ("stream", &stream)], n);
+    }
+    o.gauge(
+        "tern_forward_aac_encoders",
+        "Streams whose Opus audio is being encoded to AAC for their forwards (one encoder per stream, whatever the number of forwards).",
+        fw.encoders() as u64,
+    );
 }

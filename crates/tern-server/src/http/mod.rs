@@ -8,7 +8,8 @@
 //!   `openapi.rs` (the OpenAPI document), `pages.rs` (index, player, dashboard),
 //!   `memory.rs` (`/v1/memory`, `/v1/stats/current`), `hls.rs` (LL-HLS), [`cluster`]
 //!   (WHEP routing to another node, the node's report, cluster JSON and metrics),
-//!   `recordings.rs` (start, stop, list and serve recordings);
+//!   `recordings.rs` (start, stop, list and serve recordings), `forwards.rs` (add, list and
+//!   delete forwards);
 //!   `trickle.rs` (what WHIP and WHEP PATCHes share);
 //! - `server.rs`: the HTTP side's start and stop: the runtime and listeners ([`bind`]),
 //!   serving them with the runtime's background work ([`serve`]), the graceful stop
@@ -32,6 +33,7 @@ pub mod cluster;
 mod config;
 mod error;
 mod extract;
+mod forwards;
 mod hls;
 mod listener;
 mod memory;

@@ -133,6 +133,7 @@ pub fn openapi_doc() -> serde_json::Value {
         "responses": {"200": ok_json("serving"),
             "503": ok_json("draining: {\"status\": \"draining\", \"sessions\": N, \"deadline_s\": S}")}}});
     recordings(&mut doc["paths"]);
+    forwards(&mut doc["paths"]);
     thumbnail(&mut doc["paths"]);
     drain(&mut doc["paths"]);
     config(&mut doc["paths"]);
@@ -247,4 +248,31 @@ fn recordings(paths: &mut serde_json::Value) {
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "the file", "content": {"video/mp4": {}}}, "206": status("the range asked for (Content-Range)"),
             "404": status("no such file"), "416": status("range not satisfiable"), "401": status("API token required")}}});
+}
+
+/// The forwards API (`forwards.rs`), added apart for the `json!` recursion limit.
+fn forwards(paths: &mut serde_json::Value) {
+    use serde_json::json;
+    let p = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}, "description": what});
+    let status = |what: &str| json!({"description": what});
+    let (app, stream) = (p("app", "application name"), p("stream", "stream name"));
+    let q = |name: &str, what: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": "string"}, "description": what});
+    paths["/v1/streams/{app}/{stream}/forwards"] = json!({"post": {
+        "summary": "Send the live stream on to another server (RTMP, RTMPS, SRT caller) until it is deleted or the stream ends; reconnects with backoff (1 s doubling to 30 s)",
+        "parameters": [app, stream], "security": [{"bearer": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["url"],
+            "properties": {"url": {"type": "string", "description": "rtmp://HOST[:PORT]/APP/KEY, rtmps://..., or srt://HOST:PORT?streamid=...&passphrase=...&latency=MS; %app and %stream are replaced"},
+                "tls_verify": {"type": "boolean", "description": "check an rtmps:// receiver's certificate (default true)"}}}}}},
+        "responses": {"201": {"description": "added: {id, url (key hidden), state}; Location names it", "content": {"application/json": {}}},
+            "400": status("not {\"url\": …}"), "404": status("no such stream"), "409": status("the stream is not live"),
+            "422": status("a URL no forward takes (the message says why)"), "503": status("the server's forward limit"),
+            "401": status("API token required")}}});
+    paths["/v1/streams/{app}/{stream}/forwards/{id}"] = json!({"delete": {
+        "summary": "Stop a forward",
+        "parameters": [app, stream, p("id", "forward id")], "security": [{"bearer": []}],
+        "responses": {"204": status("stopped"), "404": status("no such forward"), "401": status("API token required")}}});
+    paths["/v1/forwards"] = json!({"get": {
+        "summary": "Forwards: id, app, stream, url (key hidden), state (connecting, live, retrying, failed), since (Unix ms), bytes, reconnects, last_error, origin (config or api)",
+        "parameters": [q("app", "only this app"), q("stream", "only this stream")], "security": [{"bearer": []}],
+        "responses": {"200": {"description": "list of forwards", "content": {"application/json": {}}}, "401": status("API token required")}}});
 }

@@ -21,7 +21,7 @@ use crate::http::extract::bearer;
 use crate::http::proxy;
 use crate::http::state::AppState;
 use crate::http::{
-    api, config, hls, memory, metrics, openapi, pages, recordings, thumb, whep, whip,
+    api, config, forwards, hls, memory, metrics, openapi, pages, recordings, thumb, whep, whip,
 };
 
 /// The server's router over the shared state.
@@ -55,6 +55,12 @@ pub fn router(state: Arc<AppState>) -> Router {
             delete(recordings::stop),
         )
         .route("/v1/recordings", get(recordings::list))
+        .route("/v1/streams/{app}/{stream}/forwards", post(forwards::add))
+        .route(
+            "/v1/streams/{app}/{stream}/forwards/{id}",
+            delete(forwards::remove),
+        )
+        .route("/v1/forwards", get(forwards::list))
         .route("/v1/config", get(config::get))
         .route("/v1/config/reload", post(config::reload))
         .route(

@@ -237,6 +237,12 @@ fn spawn_tasks(state: &Arc<AppState>) {
     });
     let st = state.clone();
     tokio::spawn(async move { st.record.housekeeping(&st.streams).await });
+    let st = state.clone();
+    tokio::spawn(async move {
+        st.forwards
+            .housekeeping(&st.streams, || st.core.config())
+            .await;
+    });
     state.admission.start(&state.exposed);
     crate::session::watch_session_ends(&state.core);
 }

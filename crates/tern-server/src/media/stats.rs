@@ -110,6 +110,9 @@ pub struct StreamCounters {
     pub record_wanted: AtomicBool,
     /// Whether someone asked for its thumbnail lately (`crate::thumbs`): as `hls_wanted`.
     pub thumb_wanted: AtomicBool,
+    /// Whether some forward sends it on (`crate::forward`): as `hls_wanted`, for the
+    /// forwards' outlet.
+    pub forward_wanted: AtomicBool,
 }
 
 impl StreamCounters {

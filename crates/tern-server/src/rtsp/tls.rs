@@ -8,10 +8,6 @@
 
 use std::sync::Arc;
 
-use rustls::DigitallySignedStruct;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tracing::warn;
 
 use crate::config::SourceConfig;
@@ -34,74 +30,15 @@ pub(super) fn client_config(
         "rtsp {key}: tls_verify = false: the camera's certificate is not verified, so the connection to {} is encrypted but not authenticated (trust its certificate in server.ca_file instead)",
         cfg.shown_url()
     );
-    Some(Arc::new(unverified(verified.crypto_provider().clone())))
-}
-
-/// A client configuration on `provider` that accepts any certificate.
-fn unverified(provider: Arc<CryptoProvider>) -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("the outbound provider has the default TLS versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth()
-}
-
-/// Takes any certificate (`tls_verify = false`); the handshake signatures are verified
-/// with the provider's algorithms against the certificate's key as usual.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    Some(outbound.unverified_config())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::SourceTransport;
-    use rustls::pki_types::PrivateKeyDer;
+    use crate::outbound::unverified;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
     fn source(url: &str, tls_verify: bool) -> SourceConfig {
         SourceConfig {

@@ -149,7 +149,10 @@ pub struct Core {
     pub record: Arc<crate::record::Recorder>,
     /// Streams' thumbnails (`GET /{app}/{stream}/thumb.jpg`).
     pub thumbs: Arc<crate::thumbs::Thumbs>,
-    /// The media tap: LL-HLS, recordings and thumbnails, the takers of streams' media.
+    /// Forwards: streams sent on to other servers (restreaming).
+    pub forwards: Arc<crate::forward::Forwards>,
+    /// The media tap: LL-HLS, recordings, thumbnails and forwards, the takers of streams'
+    /// media.
     pub tap: Arc<crate::tap::MediaTap>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
@@ -244,10 +247,19 @@ impl Core {
             }),
         ));
         limiters.register(crate::limits::LimitKey::HlsSessions, hls.per_ip());
+        let forward_keyframes = engine.clone();
+        let forwards = Arc::new(crate::forward::Forwards::new(
+            engine.stats.streams.len(),
+            engine.stats.clone(),
+            Box::new(move |i| {
+                let _ = forward_keyframes.send(crate::media::Command::RequestKeyframe(i));
+            }),
+        ));
         let tap = Arc::new(crate::tap::MediaTap::new(vec![
             hls.clone() as Arc<dyn crate::tap::Subscriber>,
             record.clone(),
             thumbs.clone(),
+            forwards.clone(),
         ]));
         let memory = MemoryRegistry::new();
         let pools = IngestPools::new(&memory);
@@ -261,6 +273,7 @@ impl Core {
             limiters,
             record,
             thumbs,
+            forwards,
             tap,
             pending,
             ome_sockets,

@@ -213,6 +213,7 @@ impl Worker {
             c.hls_wanted.load(Ordering::Relaxed)
                 || c.record_wanted.load(Ordering::Relaxed)
                 || c.thumb_wanted.load(Ordering::Relaxed)
+                || c.forward_wanted.load(Ordering::Relaxed)
         }) || self.ingest.packages_from_frames(stream)
             || pkt.layer != 0
         {

@@ -1,0 +1,665 @@
+//! Forwards: a live stream sent on to another server (restreaming to YouTube, Twitch, a CDN
+//! ingest, nginx-rtmp, another tern, an SRT listener), configured (`[[app.forward]]`) or
+//! added through the API.
+//!
+//! The media comes through the media tap ([`crate::tap`]), of which [`Forwards`] is a
+//! subscriber while some forward of a stream runs
+//! ([`crate::media::StreamCounters::forward_wanted`]): a frame publisher's frames (RTMP,
+//! SRT, RTSP-H264: H264 with its B-frames, AAC as it came), the ring packets of every other
+//! stream (WHIP, the clip, the slate), depacketized once per stream. One
+//! [`tern_rtc::outlet::Outlet`] per stream turns them into [`OutFrame`]s on one timeline
+//! that never goes back (Opus encoded to AAC once per stream, however many forwards), and
+//! every forward of the stream gets each frame as an `Arc` through a bounded queue; a
+//! forward whose queue is full misses frames and starts again at the next keyframe, the
+//! media path never waits on it.
+//!
+//! Each forward is a thread of its own (`link.rs`): it connects, publishes (RTMP and RTMPS
+//! through [`tern_proto::rtmp::client::ClientSession`], FLV tags), sends until its stream
+//! ends or it is deleted, and after a failure connects again with backoff (1 s doubling to
+//! 30 s) for as long as the stream is live. A configured forward starts when a stream it
+//! covers goes live; every forward stops [`END_GRACE`] after its stream stopped being live
+//! (a publisher that reconnects within it keeps the forward and its timeline).
+//!
+//! Stream keys and passphrases are never shown: logs, the API and events carry
+//! [`crate::config::redact_forward_url`]'s form.
+
+mod link;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use serde_json::json;
+use tern_rtc::av::Sample;
+use tern_rtc::outlet::{OutFrame, Outlet, carried};
+use tern_rtc::package::{Feed, sample_unit};
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use crate::clock::unix_ms;
+use crate::config::{Config, ForwardUrl, expand_forward_url, redact_forward_url};
+use crate::directory::Directory;
+use crate::media::{EngineStats, TapPacket};
+use crate::snapshot::EventKind;
+use crate::tap::Subscriber;
+
+/// How long a forward outlives its stream's end: a publisher back within it continues the
+/// same outbound stream.
+pub const END_GRACE: Duration = Duration::from_secs(5);
+/// Frames a forward's queue holds (about 4 s of 30 fps video and AAC).
+const QUEUE: usize = 512;
+/// Forwards at most, all streams together.
+pub const MAX_FORWARDS: usize = 1000;
+
+/// What a forward is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Connecting and publishing.
+    Connecting,
+    /// Sending.
+    Live,
+    /// Waiting to connect again after a failure.
+    Retrying,
+    /// Its stream's media cannot go over its protocol (a codec); it waits for other media.
+    Failed,
+}
+
+impl State {
+    /// The name the API and metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Connecting => "connecting",
+            State::Live => "live",
+            State::Retrying => "retrying",
+            State::Failed => "failed",
+        }
+    }
+
+    const ALL: [State; 4] = [
+        State::Connecting,
+        State::Live,
+        State::Retrying,
+        State::Failed,
+    ];
+}
+
+/// Who made a forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    /// `[[app.forward]]` with this URL (before `%app`/`%stream`).
+    Config(String),
+    /// `POST /v1/streams/{app}/{stream}/forwards`.
+    Api,
+}
+
+#[derive(Debug)]
+struct Status {
+    state: State,
+    since_ms: u64,
+    last_error: Option<String>,
+}
+
+/// One forward.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its id in the API.
+    pub id: String,
+    /// `app/stream`.
+    pub key: String,
+    /// The stream's engine index.
+    pub index: usize,
+    /// Where to (with its secrets): never shown.
+    url: String,
+    /// The URL as shown.
+    pub shown: String,
+    tls_verify: bool,
+    origin: Origin,
+    status: Mutex<Status>,
+    /// Bytes written to the receiver.
+    pub bytes: AtomicU64,
+    /// Connections made again after a failure.
+    pub reconnects: AtomicU64,
+    /// Told to stop.
+    stop: AtomicBool,
+    /// Its queue overflowed: it waits for a keyframe.
+    overflow: AtomicBool,
+    /// When its stream was last seen not live (none while live).
+    not_live: Mutex<Option<Instant>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Entry {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Its state now.
+    pub fn state(&self) -> State {
+        self.status().state
+    }
+
+    fn set_state(&self, state: State, error: Option<String>) {
+        let mut s = self.status();
+        if s.state != state {
+            s.since_ms = unix_ms();
+        }
+        s.state = state;
+        if error.is_some() {
+            s.last_error = error;
+        }
+    }
+
+    /// The API's view of it.
+    pub fn json(&self) -> serde_json::Value {
+        let s = self.status();
+        let (app, stream) = self.key.split_once('/').unwrap_or((&self.key, ""));
+        json!({
+            "id": self.id,
+            "app": app,
+            "stream": stream,
+            "url": self.shown,
+            "state": s.state.name(),
+            "since": s.since_ms,
+            "bytes": self.bytes.load(Ordering::Relaxed),
+            "reconnects": self.reconnects.load(Ordering::Relaxed),
+            "last_error": s.last_error,
+            "origin": match self.origin { Origin::Config(_) => "config", Origin::Api => "api" },
+        })
+    }
+}
+
+/// A forward's place at its stream's outlet.
+struct Sink {
+    entry: Arc<Entry>,
+    tx: Sender<Arc<OutFrame>>,
+}
+
+/// One stream's outlet and the forwards it feeds.
+#[derive(Default)]
+struct Slot {
+    outlet: Outlet,
+    feed: Feed,
+    /// The last ring packet was the slate's.
+    slate: bool,
+    sinks: Vec<Sink>,
+}
+
+/// Why a forward could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum AddError {
+    /// The URL is not one a forward takes.
+    #[error("url {0}")]
+    Url(String),
+    /// The stream is not live.
+    #[error("stream {0} is not live: a forward starts on a live stream")]
+    NotLive(String),
+    /// [`MAX_FORWARDS`] run.
+    #[error("{MAX_FORWARDS} forwards run (the server's limit)")]
+    Full,
+    /// The thread did not start.
+    #[error("the forward's thread did not start: {0}")]
+    Thread(String),
+}
+
+/// Every forward of the server, and the tap subscriber that feeds them.
+pub struct Forwards {
+    stats: Arc<EngineStats>,
+    keyframe: Box<dyn Fn(usize) + Send + Sync>,
+    slots: Vec<Mutex<Slot>>,
+    entries: Mutex<Vec<Arc<Entry>>>,
+    serial: AtomicU64,
+    /// TLS for `rtmps://`: certificates checked, and not (`tls_verify = false`).
+    tls: OnceLock<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>)>,
+    /// Bytes of forwards that ended, by stream (the byte counter stays monotonic).
+    ended_bytes: Mutex<HashMap<String, u64>>,
+    /// Opus → AAC encoders opened, ever (one per stream that needed one).
+    pub encoders_opened: AtomicU64,
+}
+
+impl std::fmt::Debug for Forwards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwards")
+            .field("forwards", &self.entries().len())
+            .finish()
+    }
+}
+
+impl Forwards {
+    /// Forwards over `streams` engine slots; `keyframe(i)` asks stream `i`'s publisher for a
+    /// keyframe.
+    pub fn new(
+        streams: usize,
+        stats: Arc<EngineStats>,
+        keyframe: Box<dyn Fn(usize) + Send + Sync>,
+    ) -> Forwards {
+        Forwards {
+            stats,
+            keyframe,
+            slots: (0..streams).map(|_| Mutex::new(Slot::default())).collect(),
+            entries: Mutex::new(Vec::new()),
+            serial: AtomicU64::new(0),
+            tls: OnceLock::new(),
+            ended_bytes: Mutex::new(HashMap::new()),
+            encoders_opened: AtomicU64::new(0),
+        }
+    }
+
+    /// The TLS client configurations `rtmps://` forwards use: `verified` (the server's
+    /// roots and `ca_file`) and `unverified` (for `tls_verify = false`). Set once at start.
+    pub fn set_tls(
+        &self,
+        verified: Arc<rustls::ClientConfig>,
+        unverified: Arc<rustls::ClientConfig>,
+    ) {
+        let _ = self.tls.set((verified, unverified));
+    }
+
+    fn entries(&self) -> MutexGuard<'_, Vec<Arc<Entry>>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn slot(&self, index: usize) -> Option<MutexGuard<'_, Slot>> {
+        self.slots
+            .get(index)
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Every forward, or those of `app` (and `stream`), as the API shows them.
+    pub fn list(&self, app: Option<&str>, stream: Option<&str>) -> Vec<serde_json::Value> {
+        self.entries()
+            .iter()
+            .filter(|e| {
+                let (a, s) = e.key.split_once('/').unwrap_or((&e.key, ""));
+                app.is_none_or(|x| x == a) && stream.is_none_or(|x| x == s)
+            })
+            .map(|e| e.json())
+            .collect()
+    }
+
+    /// Forwards by state, for `/metrics`.
+    pub fn by_state(&self) -> Vec<(&'static str, usize)> {
+        let entries = self.entries();
+        State::ALL
+            .iter()
+            .map(|s| (s.name(), entries.iter().filter(|e| e.state() == *s).count()))
+            .collect()
+    }
+
+    /// Bytes sent on, by stream (`app/stream`), ended forwards included.
+    pub fn bytes_by_stream(&self) -> Vec<(String, u64)> {
+        let mut m = self
+            .ended_bytes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for e in self.entries().iter() {
+            *m.entry(e.key.clone()).or_default() += e.bytes.load(Ordering::Relaxed);
+        }
+        let mut v: Vec<(String, u64)> = m.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    /// Streams whose outlet encodes Opus to AAC now.
+    pub fn encoders(&self) -> usize {
+        (0..self.slots.len())
+            .filter(|&i| self.slot(i).is_some_and(|s| s.outlet.encodes_audio()))
+            .count()
+    }
+
+    /// Adds a forward of stream `key` (engine index `index`) to `url` (`%app`/`%stream`
+    /// expanded here); `live`: whether the stream is live now. Returns its entry.
+    pub fn add(
+        self: &Arc<Self>,
+        key: &str,
+        index: usize,
+        url: &str,
+        tls_verify: bool,
+    ) -> Result<Arc<Entry>, AddError> {
+        self.start(key, index, url, tls_verify, Origin::Api)
+    }
+
+    fn start(
+        self: &Arc<Self>,
+        key: &str,
+        index: usize,
+        url: &str,
+        tls_verify: bool,
+        origin: Origin,
+    ) -> Result<Arc<Entry>, AddError> {
+        let (app, stream) = key.split_once('/').unwrap_or((key, ""));
+        let url = expand_forward_url(url, app, stream);
+        ForwardUrl::parse(&url).map_err(AddError::Url)?;
+        if self.entries().len() >= MAX_FORWARDS {
+            return Err(AddError::Full);
+        }
+        let n = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Arc::new(Entry {
+            id: format!("f{n}"),
+            key: key.to_string(),
+            index,
+            shown: redact_forward_url(&url),
+            url,
+            tls_verify,
+            origin,
+            status: Mutex::new(Status {
+                state: State::Connecting,
+                since_ms: unix_ms(),
+                last_error: None,
+            }),
+            bytes: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            overflow: AtomicBool::new(false),
+            not_live: Mutex::new(None),
+            thread: Mutex::new(None),
+        });
+        let (tx, rx) = crossbeam_channel::bounded(QUEUE);
+        if let Some(mut slot) = self.slot(index) {
+            for f in slot.outlet.configs() {
+                let _ = tx.try_send(Arc::new(f));
+            }
+            slot.sinks.push(Sink {
+                entry: entry.clone(),
+                tx,
+            });
+        }
+        self.set_wanted(index);
+        let hub = self.clone();
+        let e = entry.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("Forward {}", entry.id))
+            .spawn(move || link::run(&hub, &e, &rx))
+            .map_err(|err| {
+                self.detach(&entry);
+                AddError::Thread(err.to_string())
+            })?;
+        *entry.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        self.entries().push(entry.clone());
+        info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward added");
+        Ok(entry)
+    }
+
+    /// Stops and removes forward `id` of stream `key`; whether there was one.
+    pub fn remove(&self, key: &str, id: &str, reason: &'static str) -> bool {
+        let entry = {
+            let mut entries = self.entries();
+            let Some(i) = entries.iter().position(|e| e.id == id && e.key == key) else {
+                return false;
+            };
+            entries.remove(i)
+        };
+        self.finish(&entry, reason);
+        true
+    }
+
+    /// Stops every forward (the server stops).
+    pub fn shutdown(&self) {
+        let all: Vec<Arc<Entry>> = std::mem::take(&mut *self.entries());
+        for e in all {
+            self.finish(&e, "server stopping");
+        }
+    }
+
+    /// Takes `entry` off its outlet, stops its thread and waits for it, keeps its bytes and
+    /// says so (`forward.stopped`).
+    fn finish(&self, entry: &Arc<Entry>, reason: &'static str) {
+        entry.stop.store(true, Ordering::Relaxed);
+        self.detach(entry);
+        let handle = entry
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        *self
+            .ended_bytes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(entry.key.clone())
+            .or_default() += entry.bytes.load(Ordering::Relaxed);
+        info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, reason, "forward stopped");
+        self.event(EventKind::ForwardStopped, entry, Some(reason));
+    }
+
+    /// Takes `entry` off its stream's outlet (and the outlet down with its last forward).
+    fn detach(&self, entry: &Arc<Entry>) {
+        if let Some(mut slot) = self.slot(entry.index) {
+            slot.sinks.retain(|s| !Arc::ptr_eq(&s.entry, entry));
+            if slot.sinks.is_empty() {
+                *slot = Slot::default();
+            }
+        }
+        self.set_wanted(entry.index);
+    }
+
+    fn set_wanted(&self, index: usize) {
+        let on = self.slot(index).is_some_and(|s| !s.sinks.is_empty());
+        if let Some(c) = self.stats.stream(index) {
+            c.forward_wanted.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// An event about `entry`: its JSON as the snapshot.
+    fn event(&self, kind: EventKind, entry: &Entry, reason: Option<&'static str>) {
+        self.stats
+            .snapshots
+            .recording(kind, &entry.key, entry.json().to_string(), reason);
+    }
+
+    /// Asks stream `index`'s publisher for a keyframe (a forward starts or lost frames).
+    fn ask_keyframe(&self, index: usize) {
+        (self.keyframe)(index);
+    }
+
+    /// Whether stream `index`'s video can be forwarded; why not.
+    fn codec_ok(&self, index: usize) -> Result<(), String> {
+        carried(self.stats.video(index).codec)
+    }
+
+    /// Frames out of `f` to every forward of the slot; a full queue drops and marks it.
+    fn fan_out(slot: &mut Slot, f: impl FnOnce(&mut Outlet, &mut dyn FnMut(OutFrame))) {
+        let Slot { outlet, sinks, .. } = slot;
+        f(outlet, &mut |frame| {
+            let frame = Arc::new(frame);
+            for s in sinks.iter() {
+                if let Err(TrySendError::Full(_)) = s.tx.try_send(frame.clone()) {
+                    s.entry.overflow.store(true, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+
+    /// Starts configured forwards of live streams, stops those whose stream ended more than
+    /// [`END_GRACE`] ago or whose configuration is gone. `streams`: every `(app/stream,
+    /// index)`; `config`: the configuration in force.
+    pub fn housekeep(self: &Arc<Self>, streams: &[(String, usize)], config: &Config, now: Instant) {
+        let live: HashMap<&str, usize> = streams
+            .iter()
+            .filter(|(_, i)| {
+                self.stats
+                    .stream(*i)
+                    .is_some_and(|c| c.live.load(Ordering::Relaxed))
+            })
+            .map(|(k, i)| (k.as_str(), *i))
+            .collect();
+        let mut ended = Vec::new();
+        for e in self.entries().iter() {
+            let is_live = live.get(e.key.as_str()) == Some(&e.index);
+            let mut since = e.not_live.lock().unwrap_or_else(|x| x.into_inner());
+            if is_live {
+                *since = None;
+            } else if now.saturating_duration_since(*since.get_or_insert(now)) >= END_GRACE {
+                ended.push((e.key.clone(), e.id.clone(), "stream ended"));
+                continue;
+            }
+            if let Origin::Config(url) = &e.origin {
+                let (app, stream) = e.key.split_once('/').unwrap_or((&e.key, ""));
+                let still = config.app(app).is_some_and(|a| {
+                    a.forwards
+                        .iter()
+                        .any(|f| &f.url == url && f.tls_verify == e.tls_verify && f.covers(stream))
+                });
+                if !still {
+                    ended.push((e.key.clone(), e.id.clone(), "configuration changed"));
+                }
+            }
+        }
+        for (key, id, reason) in ended {
+            self.remove(&key, &id, reason);
+        }
+        for (key, index) in live {
+            let (app, stream) = key.split_once('/').unwrap_or((key, ""));
+            let Some(a) = config.app(app) else {
+                continue;
+            };
+            for f in a.forwards.iter().filter(|f| f.covers(stream)) {
+                let running = self.entries().iter().any(|e| {
+                    e.key == key
+                        && e.origin == Origin::Config(f.url.clone())
+                        && e.tls_verify == f.tls_verify
+                });
+                if running {
+                    continue;
+                }
+                if let Err(err) = self.start(
+                    key,
+                    index,
+                    &f.url,
+                    f.tls_verify,
+                    Origin::Config(f.url.clone()),
+                ) {
+                    warn!(stream = %key, url = %redact_forward_url(&f.url), "forward not started: {err}");
+                }
+            }
+        }
+    }
+
+    /// A new publisher on stream `index`: its outlet's timeline goes on from where it was.
+    fn publisher_changed(&self, index: usize) {
+        if let Some(mut slot) = self.slot(index)
+            && !slot.sinks.is_empty()
+        {
+            slot.outlet.restart();
+            slot.feed = Feed::new(slot.feed.codec());
+        }
+    }
+
+    /// The housekeeping, on the current runtime until the event stream closes: on stream
+    /// and publisher events and once a second, [`Forwards::housekeep`].
+    pub async fn housekeeping(
+        self: &Arc<Self>,
+        streams: &Directory,
+        config: impl Fn() -> Arc<Config>,
+    ) {
+        let mut events = self.stats.snapshots.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                e = events.recv() => match e {
+                    Ok(e) if e.kind == EventKind::PublisherJoined => {
+                        if let Some(i) = streams.get(&e.stream) {
+                            self.publisher_changed(i.index);
+                        }
+                    }
+                    Ok(e) if !matches!(e.kind, EventKind::StreamChanged | EventKind::PublisherLeft) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                },
+                _ = tick.tick() => {}
+            }
+            let me = self.clone();
+            let list = streams.list();
+            let cfg = config();
+            // Stopping a forward joins its thread: not on the runtime's own thread.
+            let _ = tokio::task::spawn_blocking(move || me.housekeep(&list, &cfg, Instant::now()))
+                .await;
+        }
+    }
+}
+
+impl Subscriber for Forwards {
+    fn wanted(&self, stream: usize) -> bool {
+        self.stats
+            .stream(stream)
+            .is_some_and(|c| c.forward_wanted.load(Ordering::Relaxed))
+    }
+
+    /// A frame from the stream's publisher.
+    fn sample(&self, stream: usize, sample: &Sample) {
+        let Some(mut slot) = self.slot(stream) else {
+            return;
+        };
+        if slot.sinks.is_empty() {
+            return;
+        }
+        if slot.slate {
+            slot.slate = false;
+            slot.outlet.restart();
+        }
+        let now = now_ms();
+        Self::fan_out(&mut slot, |o, out| {
+            o.push(&sample_unit(sample), true, now, out)
+        });
+    }
+
+    /// A ring packet of the stream.
+    fn packet(&self, tap: &TapPacket) {
+        let codec = self.stats.video(tap.stream).codec;
+        let Some(mut slot) = self.slot(tap.stream) else {
+            return;
+        };
+        if slot.sinks.is_empty() {
+            return;
+        }
+        if slot.slate != tap.slate {
+            slot.slate = tap.slate;
+            slot.outlet.restart();
+            slot.feed = Feed::new(codec);
+        }
+        slot.feed.set_codec(codec);
+        let had_encoder = slot.outlet.encodes_audio();
+        let now = now_ms();
+        let mut units = Vec::new();
+        slot.feed
+            .push_rtp(&tap.pkt, &mut |u| units.push(u.into_owned()));
+        for u in &units {
+            Self::fan_out(&mut slot, |o, out| o.push(u, false, now, out));
+        }
+        if !had_encoder && slot.outlet.encodes_audio() {
+            self.encoders_opened.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Milliseconds on a monotonic clock (the outlets' arrival times).
+fn now_ms() -> i64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as i64
+}
+
+/// Takes a forward's frames while it waits (a failure's backoff): what it must know
+/// later (the configurations) is kept, the rest dropped.
+fn drain(
+    rx: &Receiver<Arc<OutFrame>>,
+    until: Instant,
+    configs: &mut link::Configs,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
+            Ok(f) => configs.note(&f),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
