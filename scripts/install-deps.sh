@@ -16,6 +16,7 @@
 #                    the libav*-dev and libclang-dev packages build the B-frame transcoder;
 #                    redis-server for the cluster tests, which start their own on a free port;
 #                    nginx-light, the reverse proxy in front of tern in the HTTPS tests, and
+#                    libnginx-mod-rtmp, nginx's RTMP module, the receiver of the forward tests;
 #                    openssl, which reads the certificate tern serves; systemd, whose
 #                    systemd-analyze checks packaging/tern.service;
 #                    python3-gi and GStreamer 1.22's base/good/bad/ugly/libav plugins, gstreamer1.0-nice
@@ -102,6 +103,7 @@ if [ "$RUST_ONLY" -eq 0 ]; then
     need_cmd turnutils_uclient coturn
     need_cmd redis-server redis-server
     need_cmd nginx nginx-light
+    pkg_installed libnginx-mod-rtmp || missing+=(libnginx-mod-rtmp)
     need_cmd openssl openssl
     need_cmd systemd-analyze systemd
     # GStreamer 1.22 through PyGObject for the webrtcbin interop tests (tests/interop/gst_*):

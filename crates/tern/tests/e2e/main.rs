@@ -29,6 +29,7 @@ mod api;
 mod bench;
 mod cluster;
 mod drain;
+mod forward;
 mod gso;
 mod health;
 mod hls;
