@@ -8,9 +8,13 @@
 //! | access control | `#!::r=live/cam,m=publish,u=alice,s=TOKEN` | SRT's access-control syntax (libsrt `docs/features/access-control.md`), OvenMediaEngine, SRS |
 //! | MediaMTX | `publish:live/cam:alice:secret?token=T` | MediaMTX |
 //! | bare | `live/cam?token=T` | many encoder presets |
+//! | OvenMediaEngine | `srt%3A%2F%2Fhost%3A9999%2Flive%2Fcam` (a whole URL, percent-encoded) | OME, and encoders set up for it (Haivision Makito) |
+//!
+//! Each form names a [`Mode`]: a publisher (`m=publish`, `publish:`, the bare and OME forms)
+//! or a reader that plays the stream (`m=request`, MediaMTX's `read:`).
 //!
 //! The resource is `APP/STREAM` (exactly one `/`). In the access-control form the keys are
-//! `r` (resource), `m` (mode: `publish`; `request` is playback, not taken), `u` (user),
+//! `r` (resource), `m` (mode: `publish` or `request`), `u` (user),
 //! `s` (session token, which goes to admission as a token), `t` (type: only `stream`);
 //! unknown keys are ignored as the SRT document asks. A `?query` after the resource (MediaMTX
 //! and bare forms) may carry `token=`. Anything else is refused with the [`StreamIdError`]
@@ -21,9 +25,20 @@ use thiserror::Error;
 /// Longest stream ID (libsrt's `MAX_SID_LENGTH`).
 pub const MAX_LEN: usize = 512;
 
-/// A parsed stream ID: a publisher of `app/stream`.
+/// What a caller does with the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// It sends the stream (publishes).
+    Publish,
+    /// It receives the stream (plays).
+    Request,
+}
+
+/// A parsed stream ID: a publisher or a reader of `app/stream`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamId {
+    /// Publish or play.
+    pub mode: Mode,
     /// App name.
     pub app: String,
     /// Stream name.
@@ -51,8 +66,8 @@ pub enum StreamIdError {
     /// A character outside printable ASCII.
     #[error("stream ID holds a control or non-ASCII character")]
     BadChar,
-    /// `m=request` or MediaMTX's `read:`: playback over SRT is not offered.
-    #[error("mode {0:?} is not supported: tern takes SRT publishers only (m=publish)")]
+    /// A mode other than publishing and requesting (`m=bidirectional`, `playback:`).
+    #[error("mode {0:?} is not supported: SRT callers publish (m=publish) or play (m=request)")]
     Mode(String),
     /// An access-control key without `=`, or a `t=` other than `stream`.
     #[error("access-control stream ID: {0}")]
@@ -78,14 +93,20 @@ impl StreamId {
             return access_control(body);
         }
         if let Some(rest) = s.strip_prefix("publish:") {
-            return mediamtx(rest);
+            return mediamtx(rest, Mode::Publish);
         }
-        for mode in ["read:", "playback:", "request:"] {
+        if let Some(rest) = s.strip_prefix("read:") {
+            return mediamtx(rest, Mode::Request);
+        }
+        for mode in ["playback:", "request:"] {
             if s.starts_with(mode) {
                 return Err(StreamIdError::Mode(mode.trim_end_matches(':').into()));
             }
         }
-        resource(s, None, None, None)
+        if s.len() > 6 && s[..6].eq_ignore_ascii_case("srt%3A") {
+            return ome(s);
+        }
+        resource(s, None, None, None, Mode::Publish)
     }
 
     /// `app/stream`.
@@ -112,18 +133,56 @@ fn access_control(body: &str) -> Result<StreamId, StreamIdError> {
             _ => {}
         }
     }
-    match m {
-        None | Some("publish") => {}
+    let mode = match m {
+        None | Some("publish") => Mode::Publish,
+        Some("request") => Mode::Request,
         Some(other) => return Err(StreamIdError::Mode(other.into())),
-    }
+    };
     let r = r.ok_or(StreamIdError::AccessControl(
         "r=APP/STREAM (the resource) is missing",
     ))?;
-    resource(r, u, None, token)
+    resource(r, u, None, token, mode)
 }
 
-/// `APP/STREAM[:USER:PASS][?QUERY]` (after `publish:`).
-fn mediamtx(rest: &str) -> Result<StreamId, StreamIdError> {
+/// OvenMediaEngine's form: `srt://HOST:PORT/APP/STREAM[?QUERY]`, percent-encoded whole.
+fn ome(s: &str) -> Result<StreamId, StreamIdError> {
+    let url = percent_decode(s).ok_or(StreamIdError::BadChar)?;
+    let rest = url
+        .get(6..)
+        .filter(|_| url[..6].eq_ignore_ascii_case("srt://"))
+        .ok_or_else(|| StreamIdError::Resource(url.clone()))?;
+    // The path after the host.
+    let path = rest
+        .split_once('/')
+        .map(|(_, p)| p)
+        .ok_or_else(|| StreamIdError::Resource(url.clone()))?;
+    resource(path, None, None, None, Mode::Publish)
+}
+
+/// `%XX` escapes decoded; `None` if the result is not printable ASCII.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let v = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())?;
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out.iter()
+        .all(|b| (0x20..0x7f).contains(b))
+        .then(|| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `APP/STREAM[:USER:PASS][?QUERY]` (after `publish:` or `read:`).
+fn mediamtx(rest: &str, mode: Mode) -> Result<StreamId, StreamIdError> {
     let (path, query) = match rest.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
@@ -139,7 +198,7 @@ fn mediamtx(rest: &str) -> Result<StreamId, StreamIdError> {
         Some(q) => format!("{name}?{q}"),
         None => name.to_string(),
     };
-    resource(&full, user, pass, None)
+    resource(&full, user, pass, None, mode)
 }
 
 /// `APP/STREAM[?QUERY]` with what the form around it gave.
@@ -148,6 +207,7 @@ fn resource(
     user: Option<&str>,
     pass: Option<&str>,
     token: Option<&str>,
+    mode: Mode,
 ) -> Result<StreamId, StreamIdError> {
     let (path, query) = r.split_once('?').unwrap_or((r, ""));
     let (app, stream) = path
@@ -157,6 +217,7 @@ fn resource(
     let token = token.or_else(|| query.split('&').find_map(|kv| kv.strip_prefix("token=")));
     let some = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
     Ok(StreamId {
+        mode,
         app: app.into(),
         stream: stream.into(),
         user: some(user),
@@ -198,6 +259,28 @@ mod tests {
     }
 
     #[test]
+    fn readers_request_the_stream() {
+        let id = ok("#!::r=live/cam,m=request,s=T");
+        assert_eq!((id.mode, id.key().as_str()), (Mode::Request, "live/cam"));
+        assert_eq!(id.token.as_deref(), Some("T"));
+        let id = ok("read:live/cam:bob:pw");
+        assert_eq!((id.mode, id.key().as_str()), (Mode::Request, "live/cam"));
+        assert_eq!(id.pass.as_deref(), Some("pw"));
+        assert_eq!(ok("#!::r=live/cam,m=publish").mode, Mode::Publish);
+        assert_eq!(ok("live/cam").mode, Mode::Publish);
+    }
+
+    /// OvenMediaEngine's stream ID: the whole URL, percent-encoded (what Makito users type).
+    #[test]
+    fn ome_form() {
+        let id = ok("srt%3A%2F%2F192.0.2.1%3A9999%2Fapp%2Fstream");
+        assert_eq!((id.mode, id.key().as_str()), (Mode::Publish, "app/stream"));
+        let id = ok("SRT%3a%2f%2fhost%2flive%2fcam%3Ftoken%3Dabc");
+        assert_eq!(id.key(), "live/cam");
+        assert_eq!(id.token.as_deref(), Some("abc"));
+    }
+
+    #[test]
     fn bare_form() {
         let id = ok("live/cam?token=xyz");
         assert_eq!(id.key(), "live/cam");
@@ -213,8 +296,13 @@ mod tests {
         assert_eq!(err(&"a/".repeat(300)), TooLong);
         assert_eq!(err("live/c\u{e9}"), BadChar);
         assert_eq!(err("live/\ncam"), BadChar);
-        assert_eq!(err("#!::r=live/cam,m=request"), Mode("request".into()));
-        assert_eq!(err("read:live/cam"), Mode("read".into()));
+        assert_eq!(
+            err("#!::r=live/cam,m=bidirectional"),
+            Mode("bidirectional".into())
+        );
+        assert_eq!(err("playback:live/cam"), Mode("playback".into()));
+        assert_eq!(err("srt%3A%2F%2Fh%3A1%2Flive"), Resource("live".into()));
+        assert_eq!(err("srt%3A%2F%2Fh%2Flive%2F%0A"), BadChar);
         assert!(matches!(err("#!::r=live/cam,junk"), AccessControl(_)));
         assert!(matches!(err("#!::m=publish"), AccessControl(_)));
         assert!(matches!(err("#!::r=live/cam,t=file"), AccessControl(_)));

@@ -564,5 +564,109 @@ impl Outlet {
     }
 }
 
+/// MPEG-TS out of one reader's frames (an SRT reader, an SRT forward): H264 and AAC from
+/// the first keyframe on, parameter sets in front of every keyframe, times from 1 s on
+/// (room for the muxer's PCR delay) and never back.
+#[derive(Debug)]
+pub struct TsWriter {
+    mux: tern_proto::ts::mux::Muxer,
+    /// The outlet time (90 kHz) that is this output's 1 s.
+    base: Option<i64>,
+    waiting: bool,
+    sps: Option<Arc<[u8]>>,
+    pps: Option<Arc<[u8]>>,
+    asc: Option<Arc<[u8]>>,
+    annexb: Vec<u8>,
+}
+
+impl Default for TsWriter {
+    fn default() -> Self {
+        TsWriter::new()
+    }
+}
+
+/// Where a [`TsWriter`]'s output starts (90 kHz): above the muxer's PCR delay.
+const TS_START: i64 = 90_000;
+
+impl TsWriter {
+    /// A writer waiting for a keyframe.
+    pub fn new() -> TsWriter {
+        use tern_proto::ts::TsCodec;
+        TsWriter {
+            mux: tern_proto::ts::mux::Muxer::new(Some(TsCodec::H264), Some(TsCodec::Aac)),
+            base: None,
+            waiting: true,
+            sps: None,
+            pps: None,
+            asc: None,
+            annexb: Vec::new(),
+        }
+    }
+
+    /// Frames were missed: the output goes on at the next keyframe.
+    pub fn resync(&mut self) {
+        self.waiting = true;
+    }
+
+    fn time(&self, t: i64) -> u64 {
+        let base = self.base.unwrap_or(t);
+        ((t - base).max(0) + TS_START) as u64 & ((1 << 33) - 1)
+    }
+
+    /// One frame; the TS packets it makes are appended to `out`.
+    pub fn write(&mut self, f: &OutFrame, out: &mut Vec<u8>) {
+        match f {
+            OutFrame::VideoConfig { sps, pps } => {
+                self.sps = Some(sps.clone());
+                self.pps = Some(pps.clone());
+            }
+            OutFrame::AudioConfig { asc, .. } => self.asc = Some(asc.clone()),
+            OutFrame::Video {
+                dts,
+                pts,
+                keyframe,
+                avcc,
+            } => {
+                if self.waiting {
+                    if !*keyframe || self.sps.is_none() {
+                        return;
+                    }
+                    self.waiting = false;
+                    self.base.get_or_insert(*dts);
+                }
+                self.annexb.clear();
+                if *keyframe && let (Some(sps), Some(pps)) = (&self.sps, &self.pps) {
+                    for nal in [sps, pps] {
+                        self.annexb.extend_from_slice(&[0, 0, 0, 1]);
+                        self.annexb.extend_from_slice(nal);
+                    }
+                }
+                let mut rest = &avcc[..];
+                while rest.len() >= 4 {
+                    let n = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+                    let Some(nal) = rest.get(4..4 + n) else {
+                        break;
+                    };
+                    self.annexb.extend_from_slice(&[0, 0, 0, 1]);
+                    self.annexb.extend_from_slice(nal);
+                    rest = &rest[4 + n..];
+                }
+                let (d, p) = (self.time(*dts), self.time(*pts));
+                self.mux.video(d, p, *keyframe, &self.annexb, out);
+            }
+            OutFrame::Audio { pts, aac } => {
+                let (Some(base), false, Some(asc)) = (self.base, self.waiting, &self.asc) else {
+                    return;
+                };
+                if *pts < base {
+                    return;
+                }
+                let t = self.time(*pts);
+                self.mux.aac(t, asc, aac, out);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

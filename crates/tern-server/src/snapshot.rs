@@ -389,10 +389,16 @@ impl Snapshots {
 
     /// A viewer was created on `stream`.
     pub fn viewer_joined(&self, id: u64, stream: &str) {
+        self.viewer_joined_via(id, stream, "whep");
+    }
+
+    /// A viewer was created on `stream`, its `signalling` (`whep`, `srt` for an SRT reader)
+    /// named.
+    pub fn viewer_joined_via(&self, id: u64, stream: &str, signalling: &'static str) {
         let stream: Arc<str> = stream.into();
         let at = unix_ms();
         let identity = Segment::build(
-            json!({"id": id, "stream": &*stream, "signalling": "whep", "created_ms": at}),
+            json!({"id": id, "stream": &*stream, "signalling": signalling, "created_ms": at}),
             &self.builds,
         );
         let connection = Segment::build(

@@ -290,3 +290,96 @@ fn opus_becomes_aac_once() {
     }
     assert_eq!(decoded, frames.len(), "every AAC frame decodes");
 }
+
+/// The TS writer starts at a keyframe, puts the parameter sets in front of it, and its
+/// output reads back through the demuxer as H264 and AAC.
+#[test]
+fn ts_out_starts_at_a_keyframe_with_its_parameter_sets() {
+    let mut w = TsWriter::new();
+    let mut out = Vec::new();
+    let idr = avcc_of(&[0x65, 0x88, 0x80]);
+    let p = avcc_of(&[0x41, 0x9a]);
+    w.write(
+        &OutFrame::Video {
+            dts: 0,
+            pts: 0,
+            keyframe: false,
+            avcc: p.clone().into(),
+        },
+        &mut out,
+    );
+    assert!(
+        out.is_empty(),
+        "nothing before a keyframe and its configuration"
+    );
+    w.write(
+        &OutFrame::VideoConfig {
+            sps: SPS.into(),
+            pps: PPS.into(),
+        },
+        &mut out,
+    );
+    w.write(
+        &OutFrame::AudioConfig {
+            asc: vec![0x11, 0x90].into(),
+            sample_rate: 48_000,
+            channels: 2,
+        },
+        &mut out,
+    );
+    w.write(
+        &OutFrame::Audio {
+            pts: 8_000,
+            aac: vec![1, 2, 3].into(),
+        },
+        &mut out,
+    );
+    assert!(out.is_empty(), "no audio before the first keyframe");
+    w.write(
+        &OutFrame::Video {
+            dts: 9_000,
+            pts: 9_000,
+            keyframe: true,
+            avcc: idr.into(),
+        },
+        &mut out,
+    );
+    w.write(
+        &OutFrame::Audio {
+            pts: 9_900,
+            aac: vec![4, 5, 6].into(),
+        },
+        &mut out,
+    );
+    w.write(
+        &OutFrame::Video {
+            dts: 12_000,
+            pts: 12_000,
+            keyframe: false,
+            avcc: p.into(),
+        },
+        &mut out,
+    );
+    assert_eq!(out.len() % 188, 0);
+    let mut d = tern_proto::ts::Demuxer::new();
+    let mut pes = Vec::new();
+    d.push(&out, &mut |p| pes.push(p));
+    d.flush(&mut |p| pes.push(p));
+    let video: Vec<_> = pes
+        .iter()
+        .filter(|p| p.codec == tern_proto::ts::TsCodec::H264)
+        .collect();
+    let audio: Vec<_> = pes
+        .iter()
+        .filter(|p| p.codec == tern_proto::ts::TsCodec::Aac)
+        .collect();
+    assert_eq!(video.len(), 2, "{pes:?}");
+    assert_eq!(audio.len(), 1);
+    assert_eq!(video[0].pts, Some(90_000), "the first keyframe at 1 s");
+    assert_eq!(video[1].pts, Some(93_000));
+    assert_eq!(audio[0].pts, Some(90_900));
+    let types: Vec<u8> = h264::nal_units(&video[0].data)
+        .map(h264::nal_type)
+        .collect();
+    assert!(types.ends_with(&[7, 8, 5]), "SPS, PPS, IDR: {types:?}");
+}

@@ -10,7 +10,8 @@
 //! publisher that reconnects. Time limits: 10 s to connect and to be publishing, 10 s for a
 //! write the receiver does not take.
 //!
-//! SRT forwards are not carried yet: such a forward fails and says so.
+//! SRT: a caller ([`SrtCaller`]: the URL's `streamid`, `passphrase` and `latency`) sending
+//! MPEG-TS ([`TsWriter`]) in messages of 7 TS packets, from a keyframe on.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -18,15 +19,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::RecvTimeoutError;
 use tern_proto::rtmp::client::ClientSession;
 use tern_proto::rtmp::flv;
-use tern_rtc::outlet::OutFrame;
+use tern_rtc::outlet::{OutFrame, TsWriter};
 use tracing::{info, warn};
 
-use super::{Entry, Forwards, State, drain};
+use super::{Entry, Forwards, OutletReader, State, drain};
 use crate::config::{ForwardProtocol, ForwardUrl};
 use crate::snapshot::EventKind;
+use crate::srt::caller::{MAX_MESSAGE, SrtCaller};
 
 /// The first wait after a failure; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -50,6 +52,25 @@ pub(super) struct Configs {
 }
 
 impl Configs {
+    /// The configurations as frames, for a writer that starts now.
+    fn frames(&self) -> Vec<OutFrame> {
+        let mut v = Vec::new();
+        if let Some([sps, pps]) = &self.video {
+            v.push(OutFrame::VideoConfig {
+                sps: sps.clone(),
+                pps: pps.clone(),
+            });
+        }
+        if let Some(asc) = &self.audio {
+            v.push(OutFrame::AudioConfig {
+                asc: asc.clone(),
+                sample_rate: 0,
+                channels: 0,
+            });
+        }
+        v
+    }
+
     /// Keeps `f` if it is a configuration.
     pub(super) fn note(&mut self, f: &OutFrame) {
         match f {
@@ -61,7 +82,8 @@ impl Configs {
 }
 
 /// The forward's thread: until it is told to stop.
-pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, rx: &Receiver<Arc<OutFrame>>) {
+pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, reader: &OutletReader) {
+    let rx = &reader.rx;
     let mut configs = Configs::default();
     let mut backoff = FIRST_BACKOFF;
     let mut failures = 0u64;
@@ -88,9 +110,9 @@ pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, rx: &Receiver<Arc<Out
         let result = match ForwardUrl::parse(&entry.url) {
             Ok(url) => match url.protocol {
                 ForwardProtocol::Rtmp | ForwardProtocol::Rtmps => {
-                    rtmp(hub, entry, rx, &mut configs, &url)
+                    rtmp(hub, entry, reader, &mut configs, &url)
                 }
-                ForwardProtocol::Srt => Err("SRT forwards are not carried yet".into()),
+                ForwardProtocol::Srt => srt(hub, entry, reader, &mut configs, &url),
             },
             Err(e) => Err(e),
         };
@@ -239,7 +261,7 @@ fn read(io: &mut Conn, cs: &mut ClientSession, buf: &mut [u8]) -> Result<(), Str
 fn rtmp(
     hub: &Forwards,
     entry: &Entry,
-    rx: &Receiver<Arc<OutFrame>>,
+    reader: &OutletReader,
     configs: &mut Configs,
     url: &ForwardUrl,
 ) -> Result<(), String> {
@@ -269,7 +291,8 @@ fn rtmp(
     entry.set_state(State::Live, None);
     info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward live");
     hub.event(EventKind::ForwardStarted, entry, None);
-    hub.ask_keyframe(entry.index);
+    reader.ask_keyframe();
+    let rx = &reader.rx;
     let mut w = FlvOut::default();
     let mut last_read = Instant::now();
     loop {
@@ -278,10 +301,10 @@ fn rtmp(
             let _ = flush(&mut io, &mut cs, entry);
             return Ok(());
         }
-        if entry.overflow.swap(false, Ordering::Relaxed) {
+        if reader.missed() {
             // Frames were missed: start again at a keyframe.
             w.waiting = true;
-            hub.ask_keyframe(entry.index);
+            reader.ask_keyframe();
         }
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(f) => {
@@ -301,6 +324,71 @@ fn rtmp(
             read(&mut io, &mut cs, &mut buf)?;
             flush(&mut io, &mut cs, entry)?;
         }
+    }
+}
+
+/// The receiver's address.
+fn resolve(url: &ForwardUrl) -> Result<SocketAddr, String> {
+    (url.host.as_str(), url.port)
+        .to_socket_addrs()
+        .map_err(|e| io_err(&format!("resolve {}", url.host), e))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", url.host))
+}
+
+/// One SRT connection: until the forward stops (`Ok`) or the connection fails.
+fn srt(
+    hub: &Forwards,
+    entry: &Entry,
+    reader: &OutletReader,
+    configs: &mut Configs,
+    url: &ForwardUrl,
+) -> Result<(), String> {
+    let to = resolve(url)?;
+    let latency = Duration::from_millis(url.latency_ms.unwrap_or(120));
+    let mut caller = SrtCaller::connect(
+        to,
+        url.stream_id.as_deref(),
+        url.passphrase.as_deref(),
+        latency,
+        CONNECT_TIMEOUT,
+    )?;
+    entry.set_state(State::Live, None);
+    info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward live");
+    hub.event(EventKind::ForwardStarted, entry, None);
+    reader.ask_keyframe();
+    let mut ts = TsWriter::new();
+    let mut out = Vec::with_capacity(64 * 188);
+    for f in configs.frames() {
+        ts.write(&f, &mut out);
+    }
+    loop {
+        if entry.stop.load(Ordering::Relaxed) {
+            caller.close();
+            return Ok(());
+        }
+        if reader.missed() {
+            ts.resync();
+            reader.ask_keyframe();
+        }
+        match reader.rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(f) => {
+                configs.note(&f);
+                ts.write(&f, &mut out);
+                while let Ok(f) = reader.rx.try_recv() {
+                    configs.note(&f);
+                    ts.write(&f, &mut out);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+        for m in out.chunks(MAX_MESSAGE) {
+            caller.send(m)?;
+            entry.bytes.fetch_add(m.len() as u64, Ordering::Relaxed);
+        }
+        out.clear();
+        caller.poll(Duration::ZERO)?;
     }
 }
 

@@ -123,8 +123,6 @@ pub struct Entry {
     pub reconnects: AtomicU64,
     /// Told to stop.
     stop: AtomicBool,
-    /// Its queue overflowed: it waits for a keyframe.
-    overflow: AtomicBool,
     /// When its stream was last seen not live (none while live).
     not_live: Mutex<Option<Instant>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -170,10 +168,56 @@ impl Entry {
     }
 }
 
-/// A forward's place at its stream's outlet.
+/// A reader's place at its stream's outlet.
 struct Sink {
-    entry: Arc<Entry>,
+    id: u64,
     tx: Sender<Arc<OutFrame>>,
+    /// Set when a frame did not fit its queue.
+    overflow: Arc<AtomicBool>,
+}
+
+/// One reader of a stream's outlet (a forward's thread, an SRT reader): its frames, in
+/// order, from the configurations in force on; dropping it leaves the outlet (and the
+/// outlet stops with its last reader).
+pub struct OutletReader {
+    /// The frames.
+    pub rx: Receiver<Arc<OutFrame>>,
+    overflow: Arc<AtomicBool>,
+    id: u64,
+    index: usize,
+    hub: Arc<Forwards>,
+}
+
+impl std::fmt::Debug for OutletReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutletReader")
+            .field("stream", &self.index)
+            .finish()
+    }
+}
+
+impl OutletReader {
+    /// Whether frames were missed (its queue was full) since the last call: the reader
+    /// must start again at a keyframe.
+    pub fn missed(&self) -> bool {
+        self.overflow.swap(false, Ordering::Relaxed)
+    }
+
+    /// Asks the stream's publisher for a keyframe.
+    pub fn ask_keyframe(&self) {
+        self.hub.ask_keyframe(self.index);
+    }
+
+    /// Whether the stream's video can go out (H264); why not.
+    pub fn codec_ok(&self) -> Result<(), String> {
+        self.hub.codec_ok(self.index)
+    }
+}
+
+impl Drop for OutletReader {
+    fn drop(&mut self) {
+        self.hub.detach(self.index, self.id);
+    }
 }
 
 /// One stream's outlet and the forwards it feeds.
@@ -214,8 +258,6 @@ pub struct Forwards {
     tls: OnceLock<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>)>,
     /// Bytes of forwards that ended, by stream (the byte counter stays monotonic).
     ended_bytes: Mutex<HashMap<String, u64>>,
-    /// Opus → AAC encoders opened, ever (one per stream that needed one).
-    pub encoders_opened: AtomicU64,
 }
 
 impl std::fmt::Debug for Forwards {
@@ -242,7 +284,6 @@ impl Forwards {
             serial: AtomicU64::new(0),
             tls: OnceLock::new(),
             ended_bytes: Mutex::new(HashMap::new()),
-            encoders_opened: AtomicU64::new(0),
         }
     }
 
@@ -352,30 +393,16 @@ impl Forwards {
             bytes: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             stop: AtomicBool::new(false),
-            overflow: AtomicBool::new(false),
             not_live: Mutex::new(None),
             thread: Mutex::new(None),
         });
-        let (tx, rx) = crossbeam_channel::bounded(QUEUE);
-        if let Some(mut slot) = self.slot(index) {
-            for f in slot.outlet.configs() {
-                let _ = tx.try_send(Arc::new(f));
-            }
-            slot.sinks.push(Sink {
-                entry: entry.clone(),
-                tx,
-            });
-        }
-        self.set_wanted(index);
+        let reader = self.subscribe(index);
         let hub = self.clone();
         let e = entry.clone();
         let handle = std::thread::Builder::new()
             .name(format!("Forward {}", entry.id))
-            .spawn(move || link::run(&hub, &e, &rx))
-            .map_err(|err| {
-                self.detach(&entry);
-                AddError::Thread(err.to_string())
-            })?;
+            .spawn(move || link::run(&hub, &e, &reader))
+            .map_err(|err| AddError::Thread(err.to_string()))?;
         *entry.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         self.entries().push(entry.clone());
         info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward added");
@@ -403,11 +430,10 @@ impl Forwards {
         }
     }
 
-    /// Takes `entry` off its outlet, stops its thread and waits for it, keeps its bytes and
-    /// says so (`forward.stopped`).
+    /// Stops `entry`'s thread and waits for it (its reader leaves the outlet), keeps its
+    /// bytes and says so (`forward.stopped`).
     fn finish(&self, entry: &Arc<Entry>, reason: &'static str) {
         entry.stop.store(true, Ordering::Relaxed);
-        self.detach(entry);
         let handle = entry
             .thread
             .lock()
@@ -426,15 +452,43 @@ impl Forwards {
         self.event(EventKind::ForwardStopped, entry, Some(reason));
     }
 
-    /// Takes `entry` off its stream's outlet (and the outlet down with its last forward).
-    fn detach(&self, entry: &Arc<Entry>) {
-        if let Some(mut slot) = self.slot(entry.index) {
-            slot.sinks.retain(|s| !Arc::ptr_eq(&s.entry, entry));
+    /// A reader of stream `index`'s outlet (started with its first reader): the
+    /// configurations in force first, then every frame.
+    pub fn subscribe(self: &Arc<Self>, index: usize) -> OutletReader {
+        let (tx, rx) = crossbeam_channel::bounded(QUEUE);
+        let overflow = Arc::new(AtomicBool::new(false));
+        let id = self.serial.fetch_add(1, Ordering::Relaxed);
+        if let Some(mut slot) = self.slot(index) {
+            for f in slot.outlet.configs() {
+                let _ = tx.try_send(Arc::new(f));
+            }
+            slot.sinks.push(Sink {
+                id,
+                tx,
+                overflow: overflow.clone(),
+            });
+        }
+        self.set_wanted(index);
+        self.ask_keyframe(index);
+        OutletReader {
+            rx,
+            overflow,
+            id,
+            index,
+            hub: self.clone(),
+        }
+    }
+
+    /// Takes reader `id` off stream `index`'s outlet (and the outlet down with its last
+    /// reader).
+    fn detach(&self, index: usize, id: u64) {
+        if let Some(mut slot) = self.slot(index) {
+            slot.sinks.retain(|s| s.id != id);
             if slot.sinks.is_empty() {
                 *slot = Slot::default();
             }
         }
-        self.set_wanted(entry.index);
+        self.set_wanted(index);
     }
 
     fn set_wanted(&self, index: usize) {
@@ -451,7 +505,7 @@ impl Forwards {
             .recording(kind, &entry.key, entry.json().to_string(), reason);
     }
 
-    /// Asks stream `index`'s publisher for a keyframe (a forward starts or lost frames).
+    /// Asks stream `index`'s publisher for a keyframe (a reader starts or lost frames).
     fn ask_keyframe(&self, index: usize) {
         (self.keyframe)(index);
     }
@@ -468,7 +522,7 @@ impl Forwards {
             let frame = Arc::new(frame);
             for s in sinks.iter() {
                 if let Err(TrySendError::Full(_)) = s.tx.try_send(frame.clone()) {
-                    s.entry.overflow.store(true, Ordering::Relaxed);
+                    s.overflow.store(true, Ordering::Relaxed);
                 }
             }
         });
@@ -623,16 +677,12 @@ impl Subscriber for Forwards {
             slot.feed = Feed::new(codec);
         }
         slot.feed.set_codec(codec);
-        let had_encoder = slot.outlet.encodes_audio();
         let now = now_ms();
         let mut units = Vec::new();
         slot.feed
             .push_rtp(&tap.pkt, &mut |u| units.push(u.into_owned()));
         for u in &units {
             Self::fan_out(&mut slot, |o, out| o.push(u, false, now, out));
-        }
-        if !had_encoder && slot.outlet.encodes_audio() {
-            self.encoders_opened.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

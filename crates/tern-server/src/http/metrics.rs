@@ -431,8 +431,8 @@ fn forwards(o: &mut Exposition, st: &AppState) {
         f.sample(&[("app", &app), ("stream", &stream)], n);
     }
     o.gauge(
-        "tern_forward_aac_encoders",
-        "Streams whose Opus audio is being encoded to AAC for their forwards (one encoder per stream, whatever the number of forwards).",
+        "tern_aac_encoders",
+        "Streams whose Opus audio is being encoded to AAC for their forwards and SRT readers (one encoder per stream, whatever their number).",
         fw.encoders() as u64,
     );
 }

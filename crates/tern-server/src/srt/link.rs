@@ -25,8 +25,10 @@ pub(super) enum Control {
     Accept(ConnId, Option<String>),
     /// Refuse it.
     Reject(ConnId, RejectCode),
-    /// Close it (its publisher ended).
+    /// Close it (its publisher or reader ended).
     Close(ConnId),
+    /// Send a message of a reader's stream.
+    Send(ConnId, bytes::Bytes),
 }
 
 /// What the listener counts for `/metrics`: one set per server (the listener registers it
@@ -39,6 +41,14 @@ pub struct SrtCounters {
     pub refused: [AtomicU64; REASONS.len()],
     /// Publishers live now.
     pub publishers: AtomicUsize,
+    /// Readers (`m=request`) playing now.
+    pub readers: AtomicUsize,
+    /// Messages sent to readers.
+    pub reader_messages: AtomicU64,
+    /// Messages dropped: a reader's stream was more than the listener could take.
+    pub reader_drops: AtomicU64,
+    /// Messages readers queued that the listener has not sent yet.
+    pub pending: AtomicUsize,
     /// Messages dropped because a publisher's queue was full.
     pub queue_drops: AtomicU64,
     /// The transport's counts, copied once a second.
@@ -88,6 +98,21 @@ impl Expose for SrtCounters {
             "tern_srt_publishers",
             "SRT publishers connected.",
             self.publishers.load(Ordering::Relaxed) as u64,
+        );
+        o.gauge(
+            "tern_srt_readers",
+            "SRT readers (m=request) playing.",
+            self.readers.load(Ordering::Relaxed) as u64,
+        );
+        o.counter(
+            "tern_srt_reader_messages_total",
+            "MPEG-TS messages sent to SRT readers.",
+            l(&self.reader_messages),
+        );
+        o.counter(
+            "tern_srt_reader_drops_total",
+            "MPEG-TS messages to SRT readers dropped: the listener's queue was full.",
+            l(&self.reader_drops),
         );
         o.counter(
             "tern_srt_accepted_total",

@@ -1,12 +1,15 @@
-//! SRT ingest (`--srt ADDR`, `[server] srt`): encoders (OBS, vMix, ffmpeg, hardware) call
-//! tern in SRT caller mode and publish MPEG-TS.
+//! SRT (`--srt ADDR`, `[server] srt`): encoders (OBS, vMix, ffmpeg, hardware) call tern in
+//! SRT caller mode and publish MPEG-TS; readers (vMix, OBS media sources, decoders) call it
+//! with `m=request` and get a stream as MPEG-TS.
 //!
 //! | file | what |
 //! | --- | --- |
 //! | `mod.rs` | the listener thread (`SrtListener`): stream IDs, the app's passphrase, one publisher thread per accepted caller, the metrics |
 //! | `transport.rs` | [`transport::Transport`], the SRT endpoint behind a trait, and its implementation on `srt-protocol` |
+//! | `caller.rs` | [`caller::SrtCaller`], a blocking SRT caller sending a live MPEG-TS stream to a listener (restreaming), on `srt-protocol`'s `Connect` and `DuplexConnection` |
 //! | `link.rs` | the messages between the listener and the publisher threads, the counters, [`reject_code`] |
 //! | `publisher.rs` | one publisher's thread (`SrtSession`): the session layer, the engine slot, MPEG-TS to the engine |
+//! | `reader.rs` | one reader's thread (`SrtReader`): the session layer as for a viewer, the stream's outlet (shared with forwards) as MPEG-TS, sent by the listener |
 //!
 //! # The library: `srt-protocol` (pure Rust, sans-IO), driven by tern
 //!
@@ -33,7 +36,8 @@
 //! 1. First packet from an address: it must be a handshake induction, and the address must
 //!    have room under `limits.srt_connections_per_ip` (else dropped and counted).
 //! 2. Conclusion: the stream ID must parse ([`tern_proto::srt_stream_id`]), in any of the
-//!    three forms; `m=request` is refused (`SRT_REJX_BAD_MODE`); the app's `srt_latency_ms`
+//!    forms; `m=request` and `read:` make a reader (`reader.rs`), any other mode is refused
+//!    (`SRT_REJX_BAD_MODE`); the app's `srt_latency_ms`
 //!    is applied; the app's `srt_passphrase` must open the caller's keying material
 //!    (`SRT_REJ_BADSECRET`, or `SRT_REJ_UNSECURE` when only one side encrypts).
 //! 3. The publisher's thread asks the session layer ([`crate::session`]): name and dynamic
@@ -44,8 +48,10 @@
 //!    as an RTMP publisher's FLV does; the engine's publisher timeout, kicks and the
 //!    stream's grace apply alike.
 
+pub mod caller;
 mod link;
 mod publisher;
+mod reader;
 pub mod transport;
 
 use link::{Control, Inbound};
@@ -60,7 +66,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use tern_proto::srt_stream_id::{StreamId, StreamIdError};
+use tern_proto::srt_stream_id::{Mode, StreamId, StreamIdError};
 use tracing::{info, warn};
 
 use crate::limits::PerAddress;
@@ -70,6 +76,8 @@ use transport::{ConnId, ProtocolTransport, RejectCode, SrtStats, Transport, Tran
 
 /// Most publisher threads at once (each holds a TS demuxer and the AAC transcoder).
 pub const MAX_PUBLISHERS: usize = 64;
+/// Most reader threads at once (each holds a queue of the stream's frames and a TS writer).
+pub const MAX_READERS: usize = 256;
 /// Messages queued from the listener to one publisher's thread (~1.5 s at 8 Mbit/s); past
 /// it messages are dropped and counted (the thread is stuck, SRT cannot push back).
 const QUEUE: usize = 1024;
@@ -178,6 +186,8 @@ struct Listener {
     control_tx: Sender<Control>,
     control_rx: Receiver<Control>,
     threads: Vec<JoinHandle<()>>,
+    /// Readers started, ever (their ids in the viewer snapshots).
+    serial: u64,
 }
 
 impl Listener {
@@ -194,6 +204,7 @@ impl Listener {
             control_tx,
             control_rx,
             threads: Vec::new(),
+            serial: 0,
         }
     }
 
@@ -302,13 +313,17 @@ impl Listener {
                 return self.refuse(r.conn, r.peer, code, &why);
             }
         }
-        if self.threads.len() >= MAX_PUBLISHERS {
+        let reading = id.mode == Mode::Request;
+        if !reading && self.counters.publishers.load(Ordering::Relaxed) >= MAX_PUBLISHERS {
             return self.refuse(
                 r.conn,
                 r.peer,
                 RejectCode::Overload,
                 "too many SRT publishers",
             );
+        }
+        if self.threads.len() >= MAX_PUBLISHERS + MAX_READERS {
+            return self.refuse(r.conn, r.peer, RejectCode::Overload, "too many SRT callers");
         }
         let (tx, rx) = crossbeam_channel::bounded(QUEUE);
         let stats = Arc::new(Mutex::new(SrtStats::default()));
@@ -324,10 +339,18 @@ impl Listener {
             stats: stats.clone(),
             counters: self.counters.clone(),
         };
-        match std::thread::Builder::new()
-            .name("SrtSession".into())
-            .spawn(move || publisher::run(job))
-        {
+        self.serial += 1;
+        let serial = self.serial;
+        let spawned = if reading {
+            std::thread::Builder::new()
+                .name("SrtReader".into())
+                .spawn(move || reader::run(job, serial))
+        } else {
+            std::thread::Builder::new()
+                .name("SrtSession".into())
+                .spawn(move || publisher::run(job))
+        };
+        match spawned {
             Ok(t) => {
                 self.threads.push(t);
                 self.conns.insert(
@@ -383,6 +406,14 @@ impl Listener {
                 self.transport.close(conn);
                 self.conns.remove(&conn);
             }
+            Control::Send(conn, data) => {
+                self.counters.pending.fetch_sub(1, Ordering::Relaxed);
+                if self.transport.send_data(conn, data) {
+                    self.counters
+                        .reader_messages
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
     }
 }
@@ -430,7 +461,7 @@ mod tests {
             assert_eq!(reject_code(&r).libsrt(), code, "{r:?}");
         }
         assert_eq!(
-            stream_id_code(&StreamId::parse("#!::r=a/b,m=request").expect_err("mode")),
+            stream_id_code(&StreamId::parse("#!::r=a/b,m=bidirectional").expect_err("mode")),
             RejectCode::BadMode
         );
         assert_eq!(

@@ -218,6 +218,9 @@ pub trait Transport: Send {
     fn reject(&mut self, conn: ConnId, code: RejectCode);
     /// Closes a connection (sends SRT's shutdown); its handle is gone.
     fn close(&mut self, conn: ConnId);
+    /// Sends one message (up to 1316 bytes) on an open connection (a reader's stream);
+    /// false when the connection is not open.
+    fn send_data(&mut self, conn: ConnId, data: bytes::Bytes) -> bool;
     /// A connection's figures.
     fn stats(&self, conn: ConnId) -> Option<SrtStats>;
     /// What it counted.
@@ -779,6 +782,38 @@ impl Transport for ProtocolTransport {
             self.send(&p, to);
         }
         self.remove(addr, "closed by tern", &mut Vec::new());
+    }
+
+    fn send_data(&mut self, conn: ConnId, data: bytes::Bytes) -> bool {
+        let Some(&addr) = self.by_conn.get(&conn) else {
+            return false;
+        };
+        let Some(peer) = self.peers.get_mut(&addr) else {
+            return false;
+        };
+        let State::Open(c, rtt) = &mut peer.state else {
+            return false;
+        };
+        // A reader sends nothing: what it is sent keeps it from the no-data timeout.
+        peer.flowing = true;
+        let now = Instant::now();
+        let mut sends = Vec::new();
+        let done = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            c.handle_data_input(now, Some((now, data)));
+            while let Some(s) = c.next_packet(now) {
+                rtt.sent(&s.0, now);
+                sends.push(s);
+            }
+        }));
+        for (p, to) in sends {
+            self.send(&p, to);
+        }
+        if done.is_err() {
+            self.counts.panics += 1;
+            self.remove(addr, "the SRT library failed", &mut Vec::new());
+            return false;
+        }
+        true
     }
 
     fn stats(&self, conn: ConnId) -> Option<SrtStats> {

@@ -51,6 +51,7 @@ mod rtmp;
 mod rtsp;
 mod shutdown;
 mod srt;
+mod srt_play;
 mod thumbs;
 mod tokens;
 mod turn;
