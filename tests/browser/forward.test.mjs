@@ -4,7 +4,9 @@
 // through the API. Once GET /v1/forwards says it is live, ffmpeg pulls 6 s back from nginx:
 // ffprobe finds H264 video and AAC audio (Opus encoded to AAC by tern), 6 s of it, and
 // ffmpeg decodes it without an error. The forward is then deleted (204) and the list is
-// empty again.
+// empty again. A second Chromium publisher sends VP8 to live/vp8cam: a forward of it fails
+// (state "failed", last_error naming VP8 and H264) while a WHEP viewer (the player page)
+// still plays the stream, and the forward is deleted (204).
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/forward.test.mjs
 
@@ -15,7 +17,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { launchBrowser, newLoggedPage, publishCanvas } from './browser.mjs';
+import { launchBrowser, newLoggedPage, publishCanvas, readVideo } from './browser.mjs';
 import { freeTcpPort, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
@@ -128,6 +130,7 @@ describe('forwards of a WHIP publisher', { timeout: 120_000 }, () => {
   let nginx;
   let server;
   let browser;
+  const pages = [];
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tern-forward-'));
@@ -139,6 +142,7 @@ describe('forwards of a WHIP publisher', { timeout: 120_000 }, () => {
   }, { timeout: 60_000 });
 
   after(async () => {
+    for (const pg of pages) await pg.page.close().catch(() => {});
     await browser?.close();
     await server?.stop();
     await nginx?.stop();
@@ -222,6 +226,86 @@ describe('forwards of a WHIP publisher', { timeout: 120_000 }, () => {
     const del = await fetch(`${server.base}/v1/streams/live/cam/forwards/${created.id}`, { method: 'DELETE' });
     assert.equal(del.status, 204, await del.text());
     assert.deepEqual(await forwards(server.base), []);
+
+    await pub.page.evaluate(async () => {
+      clearInterval(window.drawTimer);
+      await fetch(window.whipLocation, { method: 'DELETE' });
+      window.pubPc.close();
+    });
+  });
+
+  it('a forward of a VP8 WHIP publisher fails, naming VP8 and H264; WebRTC plays on', { timeout: 60_000 }, async () => {
+    const pub = await newLoggedPage(browser.context);
+    pages.push(pub);
+    const view = await newLoggedPage(browser.context);
+    pages.push(view);
+    const why = async () =>
+      `\n--- publisher ---\n${pub.log()}\n--- viewer ---\n${view.log()}\n--- server ---\n${server.tail()}` +
+      `\n--- nginx ---\n${await nginx.errorLog()}`;
+    await pub.page.goto(`${server.base}/`);
+    const p = await pub.page.evaluate(publishCanvas, { endpoint: `${server.base}/live/vp8cam/whip`, codec: 'VP8', tone: true });
+    assert.equal(p.error, undefined, `${JSON.stringify(p)}${await why()}`);
+    assert.deepEqual(p.answered, ['VP8'], JSON.stringify(p));
+    const state = await pub.page
+      .waitForFunction(() => window.pubPc.connectionState === 'connected', null, { polling: 100, timeout: 10_000 })
+      .then(() => 'connected', () => pub.page.evaluate(() => window.pubPc.connectionState));
+    assert.equal(state, 'connected', await why());
+
+    let created;
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const r = await fetch(`${server.base}/v1/streams/live/vp8cam/forwards`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url: nginx.url('vp8key') }),
+        signal: AbortSignal.timeout(5_000),
+      });
+      const text = await r.text();
+      if (r.status === 201) {
+        created = JSON.parse(text);
+        break;
+      }
+      assert.ok(Date.now() < deadline && (r.status === 404 || r.status === 409), `POST forward: ${r.status} ${text}${await why()}`);
+      await sleep(200);
+    }
+    console.log(`VP8 forward created: ${JSON.stringify(created)}`);
+    assert.equal(typeof created.id, 'string', JSON.stringify(created));
+
+    // Within 10 s the forward is failed, with the reason.
+    let failed = null;
+    let list = [];
+    const failedBy = Date.now() + 10_000;
+    while (!failed && Date.now() < failedBy) {
+      list = await forwards(server.base);
+      failed = list.find((f) => f.id === created.id && f.state === 'failed') ?? null;
+      if (!failed) await sleep(200);
+    }
+    assert.ok(failed, `not failed within 10 s: ${JSON.stringify(list)}${await why()}`);
+    console.log(`VP8 forward: ${JSON.stringify(failed)}`);
+    assert.equal(failed.stream, 'vp8cam', JSON.stringify(failed));
+    assert.equal(typeof failed.last_error, 'string', JSON.stringify(failed));
+    assert.match(failed.last_error, /VP8/, JSON.stringify(failed));
+    assert.match(failed.last_error, /forwards carry H264/, JSON.stringify(failed));
+
+    // The WebRTC side is unaffected: the publisher is connected and a WHEP viewer plays VP8.
+    assert.equal(await pub.page.evaluate(() => window.pubPc.connectionState), 'connected', await why());
+    await view.page.goto(`${server.base}/live/vp8cam`, { timeout: 10_000, waitUntil: 'domcontentloaded' });
+    let v = {};
+    const playBy = Date.now() + 15_000;
+    while (!((v.framesDecoded ?? 0) > 30) && Date.now() < playBy) {
+      await sleep(250);
+      v = await view.page.evaluate(readVideo);
+    }
+    console.log(`WHEP viewer: ${JSON.stringify(v)}`);
+    assert.ok((v.framesDecoded ?? 0) > 30, `the viewer did not play within 15 s: ${JSON.stringify(v)}${await why()}`);
+
+    const del = await fetch(`${server.base}/v1/streams/live/vp8cam/forwards/${created.id}`, {
+      method: 'DELETE',
+      signal: AbortSignal.timeout(5_000),
+    });
+    assert.equal(del.status, 204, await del.text());
+    list = await forwards(server.base);
+    assert.ok(!list.some((f) => f.id === created.id), `still listed: ${JSON.stringify(list)}`);
 
     await pub.page.evaluate(async () => {
       clearInterval(window.drawTimer);

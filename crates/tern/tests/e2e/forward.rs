@@ -539,3 +539,65 @@ fn an_srt_forward_reaches_srt_live_transmit() {
     assert!(errors.is_empty(), "decode errors:\n{errors}");
     let _ = std::fs::remove_file(out);
 }
+
+/// An `rtmps://` forward to a second tern's RTMPS listener, whose self-signed certificate
+/// the sender trusts through `server.ca_file`: the second tern's WebRTC viewers play it.
+#[test]
+fn an_rtmps_forward_reaches_another_tern() {
+    let dir = crate::https::temp_dir("forward-rtmps");
+    let (cert, key) = crate::https::write_pair(&dir, "receiver");
+    let receiver_cfg = config_file(
+        "forward-rtmps-receiver",
+        &format!(
+            "[server]\nrtmps = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\n[[app]]\nname = \"live\"\n",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let receiver = crate::common::Server::serve(&receiver_cfg);
+    let rtmps = receiver.rtmps.expect("RTMPS address");
+    let sender_cfg = config_file(
+        "forward-rtmps-sender",
+        &format!(
+            "[server]\nca_file = \"{}\"\n\n[[app]]\nname = \"live\"\nstreams = [\"demo\"]\n\n[[app.forward]]\nurl = \"rtmps://127.0.0.1:{}/live/relayed\"\n",
+            cert.display(),
+            rtmps.port()
+        ),
+    );
+    let sender = Child::demo_config(&sender_cfg);
+    wait_forward(sender.http, Duration::from_secs(20), |f| {
+        f["state"] == "live"
+    })
+    .unwrap_or_else(|| panic!("{:?}\n{}", forwards(sender.http), sender.log_tail(20)));
+    let whep = format!("http://{}/live/relayed/whep", receiver.http);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let p = http_get(receiver.http, "/v1/publishers")
+            .expect("publishers")
+            .text();
+        if p.contains("live/relayed") && p.contains("\"state\":\"live\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no live publisher: {p}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (o, text) = crate::common::bench::viewers(format!(
+        "-url {whep} -n 3 -cint 20 -life 5 -sint 5000 --json"
+    ))
+    .join()
+    .expect("bench");
+    assert_eq!(o.summary.connected, 3, "{text}");
+    assert_eq!(o.summary.total_losses, 0, "{text}");
+    for c in &o.clients {
+        let v = c.video.as_ref().expect("video");
+        assert!(v.frames > 100, "client_{}: {v:?}", c.id);
+        assert!(
+            c.audio.as_ref().is_some_and(|a| a.packets > 150),
+            "client_{}: audio",
+            c.id
+        );
+    }
+    sender.stop();
+    receiver.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
