@@ -253,7 +253,10 @@ pub struct Forwards {
     keyframe: Box<dyn Fn(usize) + Send + Sync>,
     slots: Vec<Mutex<Slot>>,
     entries: Mutex<Vec<Arc<Entry>>>,
+    /// Forwards made, ever (their ids).
     serial: AtomicU64,
+    /// Readers made, ever (their places at the outlets).
+    readers: AtomicU64,
     /// TLS for `rtmps://`: certificates checked, and not (`tls_verify = false`).
     tls: OnceLock<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>)>,
     /// Bytes of forwards that ended, by stream (the byte counter stays monotonic).
@@ -282,6 +285,7 @@ impl Forwards {
             slots: (0..streams).map(|_| Mutex::new(Slot::default())).collect(),
             entries: Mutex::new(Vec::new()),
             serial: AtomicU64::new(0),
+            readers: AtomicU64::new(0),
             tls: OnceLock::new(),
             ended_bytes: Mutex::new(HashMap::new()),
         }
@@ -457,7 +461,7 @@ impl Forwards {
     pub fn subscribe(self: &Arc<Self>, index: usize) -> OutletReader {
         let (tx, rx) = crossbeam_channel::bounded(QUEUE);
         let overflow = Arc::new(AtomicBool::new(false));
-        let id = self.serial.fetch_add(1, Ordering::Relaxed);
+        let id = self.readers.fetch_add(1, Ordering::Relaxed);
         if let Some(mut slot) = self.slot(index) {
             for f in slot.outlet.configs() {
                 let _ = tx.try_send(Arc::new(f));

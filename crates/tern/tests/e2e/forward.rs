@@ -601,3 +601,54 @@ fn an_rtmps_forward_reaches_another_tern() {
     receiver.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A publisher that leaves and comes back within the grace keeps its forward: the same
+/// connection to nginx goes on, and what a player pulls across the change has timestamps
+/// that never go back (platforms drop a stream whose clock jumps back).
+#[test]
+fn a_publisher_that_reconnects_keeps_its_forward_and_its_clock() {
+    let nginx = NginxRtmp::start(free_tcp_port());
+    let cfg = config_file(
+        "forward-reconnect",
+        &format!(
+            "[[app]]\nname = \"live\"\n\n[[app.forward]]\nurl = \"rtmp://127.0.0.1:{}/live/%stream\"\n",
+            nginx.port
+        ),
+    );
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
+    let mut first = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 30);
+    let f = wait_forward(server.http, Duration::from_secs(20), |f| {
+        f["state"] == "live"
+    })
+    .unwrap_or_else(|| panic!("{:?}\n{}", forwards(server.http), server.log_tail(20)));
+    let id = f["id"].as_str().expect("id").to_string();
+    let url = nginx.url("cam");
+    let pulling = std::thread::spawn(move || pull(&url, 12, "reconnect"));
+    std::thread::sleep(Duration::from_secs(4));
+    first.kill();
+    std::thread::sleep(Duration::from_millis(800));
+    let mut second = Ffmpeg::push(&format!("rtmp://{rtmp}/live/cam"), 30);
+    let file = pulling.join().expect("pull");
+    let f = forwards(server.http);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0]["id"], id.as_str(), "the same forward");
+    assert_eq!(f[0]["reconnects"], 0, "the same connection: {f:?}");
+    let times = packet_times(&file);
+    for kind in ["video", "audio"] {
+        let t: Vec<f64> = times
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, t)| *t)
+            .collect();
+        assert!(t.len() > 100, "{kind}: {} packets", t.len());
+        assert!(
+            t.windows(2).all(|w| w[1] >= w[0]),
+            "{kind} timestamps go back: {t:?}"
+        );
+        let span = t.last().copied().unwrap_or(0.0) - t.first().copied().unwrap_or(0.0);
+        assert!(span >= 9.0, "{kind}: {span} s of 12 pulled");
+    }
+    second.kill();
+    let _ = std::fs::remove_file(file);
+    server.stop();
+}

@@ -217,3 +217,32 @@ fn twenty_srt_readers_share_one_aac_encoder() {
     }
     server.stop();
 }
+
+/// OvenMediaEngine's stream ID (the whole `srt://HOST:PORT/APP/STREAM` URL, percent-encoded,
+/// as its users type it into encoders) publishes.
+#[test]
+fn an_ome_stream_id_publishes() {
+    let cfg = crate::common::config_file("srt-ome", "[[app]]\nname = \"live\"\n");
+    let (server, srt) = Child::serve_srt(&cfg);
+    // Debian's ffmpeg 5.1 passes `streamid` as written.
+    let sid = format!("srt%3A%2F%2F127.0.0.1%3A{}%2Flive%2Fomecam", srt.port());
+    let mut ff = crate::common::Ffmpeg::push_ts(&format!("srt://{srt}?streamid={sid}"), 10, &[]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let p = http_get(server.http, "/v1/publishers")
+            .expect("publishers")
+            .text();
+        if p.contains("live/omecam") && p.contains("\"state\":\"live\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no live publisher: {p}\n{}\n{}",
+            ff.log_tail(),
+            server.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ff.kill();
+    server.stop();
+}
