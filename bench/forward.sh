@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Forwards (restreaming, issue 52): the CPU a forward costs and the latency it adds. One run:
 #
-#  1. copy path: ffmpeg encodes testsrc 1280x720/30 fps (libx264 veryfast zerolatency, 3 Mbit/s,
+#  1. copy path: ffmpeg encodes testsrc2 1280x720/30 fps (libx264 veryfast zerolatency, 3 Mbit/s,
 #     a keyframe every 2 s) + a 44.1 kHz sine (AAC) once and pushes it (tee muxer) both to
 #     `tern serve --rtmp` (live/cam) and to nginx-rtmp's application `direct`. Arms of 0, 1, 10,
 #     20 forwards of live/cam to nginx's application `live` (a key each), then 20, 10, 1, 0
@@ -151,7 +151,7 @@ arm() {
 # --- 1. copy path -------------------------------------------------------------------------
 TOTAL=$(((${#ARMS[@]} * (WINDOW + 8)) + 2 * (LAT + 30) + 30))
 ffmpeg -hide_banner -nostdin -loglevel error \
-    -re -f lavfi -i testsrc=size=1280x720:rate=30 -re -f lavfi -i sine=frequency=440:sample_rate=44100 \
+    -re -f lavfi -i testsrc2=size=1280x720:rate=30 -re -f lavfi -i sine=frequency=440:sample_rate=44100 \
     -t "$TOTAL" -map 0:v -map 1:a -c:v libx264 -preset veryfast -tune zerolatency -pix_fmt yuv420p \
     -g 60 -b:v 3M -maxrate 3M -bufsize 3M -flags:v +global_header \
     -c:a aac -b:a 128k -flags:a +global_header \

@@ -288,6 +288,32 @@ fn the_clip_is_forwarded_to_nginx_rtmp_by_the_configuration() {
     );
     assert!(m.contains("tern_aac_encoders 1"), "one Opus → AAC encoder");
     let _ = std::fs::remove_file(file);
+    // The configuration changes (the file watcher reloads it): the forward goes, and the
+    // new one starts on the live stream.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[app]]\nname = \"live\"\nstreams = [\"demo\"]\n\n[[app.forward]]\nurl = \"rtmp://127.0.0.1:{}/live/second\"\n",
+            nginx.port
+        ),
+    )
+    .expect("rewrite the configuration");
+    let old = fw["id"].clone();
+    let new = wait_forward(server.http, Duration::from_secs(10), |f| {
+        f["id"] != old && f["state"] == "live"
+    })
+    .unwrap_or_else(|| panic!("{:?}\n{}", forwards(server.http), server.log_tail(20)));
+    assert_eq!(
+        new["url"],
+        format!("rtmp://127.0.0.1:{}/live/***", nginx.port)
+    );
+    assert_eq!(forwards(server.http).len(), 1, "the old forward is gone");
+    std::fs::write(&cfg, "[[app]]\nname = \"live\"\nstreams = [\"demo\"]\n").expect("rewrite");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !forwards(server.http).is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", forwards(server.http));
+        std::thread::sleep(Duration::from_millis(100));
+    }
     server.stop();
 }
 
