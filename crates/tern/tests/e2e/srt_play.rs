@@ -1,6 +1,6 @@
 //! SRT playback: a caller with `m=request` (SRT's access-control form) or MediaMTX's `read:`
-//! gets the stream as MPEG-TS, read here by ffmpeg; twenty readers of one stream whose audio
-//! is Opus (the clip, through the ring as a WHIP publisher's) cost one AAC encoder.
+//! gets the stream as MPEG-TS, read here by ffmpeg; twenty readers of a WHIP publisher's
+//! stream (Opus audio) cost one AAC encoder; OvenMediaEngine's stream ID publishes.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -157,15 +157,33 @@ fn srt_readers_get_the_stream_as_mpeg_ts() {
     server.stop();
 }
 
-/// Twenty readers of one stream whose audio is Opus: one AAC encoder.
+/// Twenty readers of one WHIP publisher's stream (H264 and Opus, tern's own WHIP client):
+/// one AAC encoder.
 #[test]
-fn twenty_srt_readers_share_one_aac_encoder() {
-    let (server, srt) = demo_with_srt();
+fn twenty_srt_readers_of_a_whip_stream_share_one_aac_encoder() {
+    let cfg = crate::common::config_file("srt-readers", "[[app]]\nname = \"live\"\n");
+    let (server, srt) = Child::serve_srt(&cfg);
+    let clip = std::sync::Arc::new(tern_rtc::clip::Clip::builtin().expect("clip"));
+    let whip = format!("http://{}/live/cam/whip", server.http);
+    let mut publisher =
+        tern_bench::publish::start(&whip, std::net::Ipv4Addr::LOCALHOST.into(), clip)
+            .expect("WHIP publisher");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let p = http_get(server.http, "/v1/publishers")
+            .expect("publishers")
+            .text();
+        if p.contains("live/cam") && p.contains("\"state\":\"live\"") && p.contains("whip") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no live WHIP publisher: {p}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let readers: Vec<std::process::Child> = (0..20)
         .map(|_| {
             Command::new("timeout")
                 .args(["30", "ffmpeg", "-hide_banner", "-nostdin", "-v", "error"])
-                .args(["-i", &format!("srt://{srt}?streamid=read:live/demo")])
+                .args(["-i", &format!("srt://{srt}?streamid=read:live/cam")])
                 .args(["-t", "12", "-c", "copy", "-f", "null", "-"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -215,6 +233,7 @@ fn twenty_srt_readers_share_one_aac_encoder() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    publisher.stop();
     server.stop();
 }
 
