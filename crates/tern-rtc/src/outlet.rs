@@ -3,11 +3,13 @@
 //! timeline, which every outbound muxer of the stream shares (an FLV writer per RTMP
 //! forward, a TS writer per SRT forward or reader).
 //!
-//! * Video: H264 only (what RTMP and MPEG-TS carry everywhere). An encoder's frames (RTMP,
-//!   SRT, RTSP publishers) pass as they came, B-frames and composition offsets kept; an
-//!   access unit rebuilt from RTP (WHIP, the clip) goes from Annex B to length-prefixed NAL
-//!   units, its parameter sets taken out into an [`OutFrame::VideoConfig`] whenever they
-//!   change. Another codec is refused by the caller before it gets here ([`carried`]).
+//! * Video: H264 everywhere, H265 in MPEG-TS ([`carried`] says which output takes which). An
+//!   encoder's H264 frames (RTMP, SRT, RTSP publishers) pass as they came, B-frames and
+//!   composition offsets kept; an H264 access unit rebuilt from RTP (WHIP, the clip) goes from
+//!   Annex B to length-prefixed NAL units, its parameter sets taken out into an
+//!   [`OutFrame::VideoConfig`] whenever they change. H265 access units (rebuilt from RTP by
+//!   the caller: SRT, RTSP and WHIP publishers' H265) pass in Annex B with their parameter
+//!   sets in band ([`Outlet::push_h265`]). Another codec is refused by the caller.
 //! * Audio: AAC passes as it came; Opus (WHIP, the clip, RTSP) is decoded by libopus and
 //!   encoded once per stream to AAC-LC 48 kHz by libavcodec's native encoder ([`AacEncoder`]),
 //!   whatever the number of forwards.
@@ -72,6 +74,15 @@ pub enum OutFrame {
         /// delimiters for a unit rebuilt from RTP).
         avcc: Arc<[u8]>,
     },
+    /// One H265 access unit in Annex B (its parameter sets in band before an IRAP).
+    Hevc {
+        /// Decode (and presentation) time, 90 kHz.
+        dts: i64,
+        /// An IRAP access unit.
+        keyframe: bool,
+        /// The access unit.
+        annexb: Arc<[u8]>,
+    },
     /// One raw AAC frame.
     Audio {
         /// Presentation time, 90 kHz.
@@ -81,13 +92,26 @@ pub enum OutFrame {
     },
 }
 
-/// Whether a stream whose video is `codec` can be sent on (RTMP and MPEG-TS here carry
-/// H264); the reason when it cannot.
-pub fn carried(codec: VideoCodec) -> Result<(), String> {
-    match codec {
-        VideoCodec::H264 => Ok(()),
-        other => Err(format!(
-            "{} video cannot be forwarded: forwards carry H264",
+/// The container an output writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {
+    /// FLV over RTMP or RTMPS.
+    Flv,
+    /// MPEG-TS (SRT forwards and readers).
+    Ts,
+}
+
+/// Whether a stream whose video is `codec` can go out in `container` (FLV: H264; MPEG-TS:
+/// H264 and H265); the reason when it cannot.
+pub fn carried(codec: VideoCodec, container: Container) -> Result<(), String> {
+    match (codec, container) {
+        (VideoCodec::H264, _) | (VideoCodec::H265, Container::Ts) => Ok(()),
+        (other, Container::Flv) => Err(format!(
+            "{} video cannot be forwarded over RTMP: RTMP forwards carry H264",
+            other.sdp_name()
+        )),
+        (other, Container::Ts) => Err(format!(
+            "{} video cannot go out in MPEG-TS: SRT carries H264 and H265",
             other.sdp_name()
         )),
     }
@@ -118,6 +142,8 @@ pub struct AacEncoder {
     next_in: Option<i64>,
     /// The 48 kHz time of `pcm`'s first sample.
     pcm_pts: i64,
+    /// The time of the last AAC frame given out.
+    last_out: Option<i64>,
     asc: Arc<[u8]>,
     /// Packets decoded, samples concealed.
     decoded: u64,
@@ -170,6 +196,7 @@ impl AacEncoder {
             scratch: vec![0.0; 5760 * 2],
             next_in: None,
             pcm_pts: 0,
+            last_out: None,
             asc,
             decoded: 0,
             concealed: 0,
@@ -212,24 +239,37 @@ impl AacEncoder {
                     missing -= got as i64;
                 }
             }
-            Some(next) if pts >= next - 960 && pts <= next => {}
-            _ => {
-                // The first packet, or a jump: a new anchor (what is buffered goes out
-                // first, padded to a frame).
+            Some(next) if pts > next => {
+                // A gap longer than concealment: what is buffered goes out (padded to a
+                // frame), and the output jumps ahead with the input, never back.
                 if !self.pcm.is_empty() {
                     self.pcm.resize(AAC_FRAME * 2, 0.0);
                     self.encode_buffered(out)?;
                 }
-                self.pcm.clear();
-                self.pcm_pts = pts;
+                self.pcm_pts = self.pcm_pts.max(pts);
             }
+            // On time, or a little early.
+            Some(next) if pts + 960 >= next => {}
+            // Late or repeated (within a second): dropped, the output has it already.
+            Some(next) if next - pts <= i64::from(AAC_RATE) => return Ok(()),
+            // The input's clock went back (a new source): the output goes on from where
+            // it is, the input's time from this packet.
+            Some(_) => self.next_in = Some(pts),
+            None => self.pcm_pts = pts,
         }
         let Ok(n) = self.decoder.decode_float(packet, &mut self.scratch, false) else {
             return Ok(());
         };
         self.decoded += 1;
-        self.next_in = Some(pts + n as i64);
-        self.pcm.extend_from_slice(&self.scratch[..n * 2]);
+        // A packet a little early overlaps what was decoded already: its first samples are
+        // left out, so the output keeps the input's time (and never runs ahead of it).
+        let end = pts + n as i64;
+        let skip = match self.next_in {
+            Some(next) if next > pts => usize::try_from(next - pts).unwrap_or(0).min(n),
+            _ => 0,
+        };
+        self.next_in = Some(self.next_in.map_or(end, |next| next.max(end)));
+        self.pcm.extend_from_slice(&self.scratch[skip * 2..n * 2]);
         self.encode_buffered(out)
     }
 
@@ -250,7 +290,12 @@ impl AacEncoder {
                 .map_err(|e| aac_err("encode", e))?;
             while self.encoder.receive_packet(&mut self.packet).is_ok() {
                 if let Some(data) = self.packet.data() {
-                    out(self.packet.pts().unwrap_or(self.pcm_pts), data);
+                    // Each packet is 1024 samples after the one before, or later when the
+                    // input jumped ahead: never the same time twice.
+                    let at = self.packet.pts().unwrap_or(self.pcm_pts);
+                    let t = self.last_out.map_or(at, |l| at.max(l + AAC_FRAME as i64));
+                    self.last_out = Some(t);
+                    out(t, data);
                 }
             }
         }
@@ -495,6 +540,10 @@ impl Outlet {
                 }
                 let src = *pts * 90_000 / i64::from(self.audio_rate.max(1));
                 let t = self.map(false, shared_clock, src, now_ms);
+                if self.audio.last.is_some_and(|l| t <= l) {
+                    // Audio never repeats a time: a frame that would is dropped.
+                    return;
+                }
                 self.audio.last = Some(t);
                 self.frames += 1;
                 out(OutFrame::Audio {
@@ -503,6 +552,26 @@ impl Outlet {
                 });
             }
         }
+    }
+
+    /// One H265 access unit (Annex B) timed `dts` (90 kHz, the RTP clock unwrapped),
+    /// arrived at `now_ms`.
+    pub fn push_h265(
+        &mut self,
+        dts: i64,
+        keyframe: bool,
+        annexb: &[u8],
+        now_ms: i64,
+        out: &mut dyn FnMut(OutFrame),
+    ) {
+        let t = self.map(true, false, dts, now_ms);
+        self.video.last = Some(t);
+        self.frames += 1;
+        out(OutFrame::Hevc {
+            dts: t,
+            keyframe,
+            annexb: annexb.into(),
+        });
     }
 
     fn push_opus(
@@ -525,6 +594,9 @@ impl Outlet {
         for (t48, aac) in made {
             let src = t48 * 90_000 / i64::from(AAC_RATE);
             let t = self.map(false, shared_clock, src, now_ms);
+            if self.audio.last.is_some_and(|l| t <= l) {
+                continue;
+            }
             self.audio.last = Some(t);
             self.frames += 1;
             out(OutFrame::Audio { pts: t, aac });
@@ -570,6 +642,8 @@ impl Outlet {
 #[derive(Debug)]
 pub struct TsWriter {
     mux: tern_proto::ts::mux::Muxer,
+    /// The video codec the muxer was made for.
+    hevc: bool,
     /// The outlet time (90 kHz) that is this output's 1 s.
     base: Option<i64>,
     waiting: bool,
@@ -594,6 +668,7 @@ impl TsWriter {
         use tern_proto::ts::TsCodec;
         TsWriter {
             mux: tern_proto::ts::mux::Muxer::new(Some(TsCodec::H264), Some(TsCodec::Aac)),
+            hevc: false,
             base: None,
             waiting: true,
             sps: None,
@@ -627,6 +702,13 @@ impl TsWriter {
                 keyframe,
                 avcc,
             } => {
+                if self.hevc {
+                    use tern_proto::ts::TsCodec;
+                    self.mux =
+                        tern_proto::ts::mux::Muxer::new(Some(TsCodec::H264), Some(TsCodec::Aac));
+                    self.hevc = false;
+                    self.waiting = true;
+                }
                 if self.waiting {
                     if !*keyframe || self.sps.is_none() {
                         return;
@@ -653,6 +735,30 @@ impl TsWriter {
                 }
                 let (d, p) = (self.time(*dts), self.time(*pts));
                 self.mux.video(d, p, *keyframe, &self.annexb, out);
+            }
+            OutFrame::Hevc {
+                dts,
+                keyframe,
+                annexb,
+            } => {
+                if !self.hevc {
+                    // The stream's video is H265 (from the start, or a new publisher's):
+                    // a program that says so, from its next IRAP.
+                    use tern_proto::ts::TsCodec;
+                    self.mux =
+                        tern_proto::ts::mux::Muxer::new(Some(TsCodec::H265), Some(TsCodec::Aac));
+                    self.hevc = true;
+                    self.waiting = true;
+                }
+                if self.waiting {
+                    if !*keyframe {
+                        return;
+                    }
+                    self.waiting = false;
+                    self.base.get_or_insert(*dts);
+                }
+                let d = self.time(*dts);
+                self.mux.video(d, d, *keyframe, annexb, out);
             }
             OutFrame::Audio { pts, aac } => {
                 let (Some(base), false, Some(asc)) = (self.base, self.waiting, &self.asc) else {

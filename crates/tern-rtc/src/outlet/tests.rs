@@ -37,9 +37,13 @@ fn avcc_of(nal: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn only_h264_is_carried() {
-    assert!(carried(VideoCodec::H264).is_ok());
-    let why = carried(VideoCodec::Vp8).expect_err("VP8 is refused");
+fn each_container_carries_its_codecs() {
+    assert!(carried(VideoCodec::H264, Container::Flv).is_ok());
+    assert!(carried(VideoCodec::H264, Container::Ts).is_ok());
+    assert!(carried(VideoCodec::H265, Container::Ts).is_ok());
+    let why = carried(VideoCodec::H265, Container::Flv).expect_err("H265 over RTMP");
+    assert!(why.contains("H265") && why.contains("RTMP"), "{why}");
+    let why = carried(VideoCodec::Vp8, Container::Ts).expect_err("VP8 is refused");
     assert!(why.contains("VP8"), "{why}");
 }
 
@@ -382,4 +386,41 @@ fn ts_out_starts_at_a_keyframe_with_its_parameter_sets() {
         .map(h264::nal_type)
         .collect();
     assert!(types.ends_with(&[7, 8, 5]), "SPS, PPS, IDR: {types:?}");
+}
+
+/// Opus packets that come late, twice, or from a clock that went back never take the AAC
+/// timeline back.
+#[test]
+fn aac_times_never_go_back() {
+    let mut enc = opus::Encoder::new(48_000, opus::Channels::Stereo, opus::Application::Audio)
+        .expect("opus encoder");
+    let mut o = Outlet::new();
+    collect(
+        &mut o,
+        &Unit::AudioConfig(AudioConfig::Opus { channels: 2 }),
+        false,
+        0,
+    );
+    let pcm = vec![0.1f32; 960 * 2];
+    let mut buf = vec![0u8; 4000];
+    let n = enc.encode_float(&pcm, &mut buf).expect("encode");
+    let packet = buf[..n].to_vec();
+    // In order, then a repeat, a late one, and a clock that restarts 10 s back.
+    let mut times: Vec<i64> = (0..40).map(|i| 500_000 + i * 960).collect();
+    times.extend([500_000 + 39 * 960, 500_000 + 30 * 960]);
+    times.extend((0..40).map(|i| 20_000 + i * 960));
+    let mut pts = Vec::new();
+    for (k, t) in times.iter().enumerate() {
+        let unit = Unit::Audio {
+            pts: *t,
+            data: Cow::Borrowed(&packet),
+        };
+        for f in collect(&mut o, &unit, false, k as i64 * 20) {
+            if let OutFrame::Audio { pts: p, .. } = f {
+                pts.push(p);
+            }
+        }
+    }
+    assert!(pts.len() > 60, "{} frames", pts.len());
+    assert!(pts.windows(2).all(|w| w[1] > w[0]), "{pts:?}");
 }

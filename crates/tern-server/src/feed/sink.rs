@@ -35,6 +35,10 @@ pub struct FrameSink {
     booking: Option<Booking>,
     /// The subscribers that wanted the stream at the last tick ([`MediaTap::wanting`]).
     wanting: u64,
+    /// The packagers take this publisher's frames (its video is H264): otherwise they take
+    /// the stream's ring packets, as a WHIP publisher's
+    /// ([`crate::media::Source::packages_from_frames`]), and samples stay off.
+    samples: bool,
 }
 
 impl FrameSink {
@@ -51,6 +55,7 @@ impl FrameSink {
             held: Ledger::start(),
             booking: Some(Booking::open(pool.clone())),
             wanting: 0,
+            samples: true,
         }
     }
 
@@ -65,6 +70,7 @@ impl FrameSink {
             held: Ledger::start(),
             booking: None,
             wanting: 0,
+            samples: true,
         }
     }
 
@@ -90,7 +96,11 @@ impl FrameSink {
             return;
         };
         self.watch.tick(&self.engine, av, now);
-        let wanting = self.tap.as_ref().map_or(0, |t| t.wanting(id.stream));
+        let wanting = self
+            .tap
+            .as_ref()
+            .filter(|_| self.samples)
+            .map_or(0, |t| t.wanting(id.stream));
         av.set_samples(wanting != 0);
         if self.wanting != 0 && wanting & !self.wanting != 0 {
             // The others have them already: packagers take a configuration they hold as
@@ -151,6 +161,9 @@ impl FrameSink {
     /// The publisher's video is `codec` from now on (an SRT publisher's TS said so in its
     /// first video PES): the engine answers new viewers in it. Sent ahead of its packets.
     pub fn set_codec(&mut self, codec: VideoCodec) -> Result<(), &'static str> {
+        // Only H264 frames are handed to packagers; another codec is packaged from the
+        // ring, audio included, so samples would give them its audio twice.
+        self.samples = codec == VideoCodec::H264;
         let Some(id) = self.id else {
             return Ok(());
         };

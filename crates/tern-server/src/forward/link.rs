@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 use tern_proto::rtmp::client::ClientSession;
 use tern_proto::rtmp::flv;
-use tern_rtc::outlet::{OutFrame, TsWriter};
+use tern_rtc::outlet::{Container, OutFrame, TsWriter};
 use tracing::{info, warn};
 
 use super::{Entry, Forwards, OutletReader, State, drain};
@@ -88,7 +88,11 @@ pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, reader: &OutletReader
     let mut backoff = FIRST_BACKOFF;
     let mut failures = 0u64;
     while !entry.stop.load(Ordering::Relaxed) {
-        if let Err(why) = hub.codec_ok(entry.index) {
+        let container = match ForwardUrl::parse(&entry.url).map(|u| u.protocol) {
+            Ok(ForwardProtocol::Srt) => Container::Ts,
+            _ => Container::Flv,
+        };
+        if let Err(why) = reader.codec_ok(container) {
             if entry.state() != State::Failed {
                 warn!(forward = %entry.id, stream = %entry.key, "{why}");
                 entry.set_state(State::Failed, Some(why));

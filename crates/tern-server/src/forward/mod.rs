@@ -32,8 +32,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde_json::json;
+use tern_proto::codec::{MediaKind, VideoCodec};
+use tern_proto::h265;
+use tern_proto::rtp::Unwrap32;
 use tern_rtc::av::Sample;
-use tern_rtc::outlet::{OutFrame, Outlet, carried};
+use tern_rtc::outlet::{Container, OutFrame, Outlet, carried};
 use tern_rtc::package::{Feed, sample_unit};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
@@ -208,9 +211,9 @@ impl OutletReader {
         self.hub.ask_keyframe(self.index);
     }
 
-    /// Whether the stream's video can go out (H264); why not.
-    pub fn codec_ok(&self) -> Result<(), String> {
-        self.hub.codec_ok(self.index)
+    /// Whether the stream's video can go out in `container`; why not.
+    pub fn codec_ok(&self, container: Container) -> Result<(), String> {
+        self.hub.codec_ok(self.index, container)
     }
 }
 
@@ -224,7 +227,11 @@ impl Drop for OutletReader {
 #[derive(Default)]
 struct Slot {
     outlet: Outlet,
+    /// Audio and H264 video out of ring packets.
     feed: Feed,
+    /// H265 video out of ring packets (the feed leaves H265 out: packagers do not store it).
+    hevc: h265::Depacketizer,
+    hevc_ts: Unwrap32,
     /// The last ring packet was the slate's.
     slate: bool,
     sinks: Vec<Sink>,
@@ -514,9 +521,9 @@ impl Forwards {
         (self.keyframe)(index);
     }
 
-    /// Whether stream `index`'s video can be forwarded; why not.
-    fn codec_ok(&self, index: usize) -> Result<(), String> {
-        carried(self.stats.video(index).codec)
+    /// Whether stream `index`'s video can go out in `container`; why not.
+    fn codec_ok(&self, index: usize, container: Container) -> Result<(), String> {
+        carried(self.stats.video(index).codec, container)
     }
 
     /// Frames out of `f` to every forward of the slot; a full queue drops and marks it.
@@ -680,8 +687,19 @@ impl Subscriber for Forwards {
             slot.outlet.restart();
             slot.feed = Feed::new(codec);
         }
-        slot.feed.set_codec(codec);
         let now = now_ms();
+        if codec == VideoCodec::H265 && tap.pkt.kind == MediaKind::Video {
+            let p = &tap.pkt;
+            let dts = slot.hevc_ts.extend(p.rtp_ts);
+            let au = match slot.hevc.push(p.seq as u16, p.rtp_ts, p.marker, &p.payload) {
+                Ok(Some(au)) => au.to_vec(),
+                _ => return,
+            };
+            let key = h265::is_keyframe_au(&au);
+            Self::fan_out(&mut slot, |o, out| o.push_h265(dts, key, &au, now, out));
+            return;
+        }
+        slot.feed.set_codec(codec);
         let mut units = Vec::new();
         slot.feed
             .push_rtp(&tap.pkt, &mut |u| units.push(u.into_owned()));

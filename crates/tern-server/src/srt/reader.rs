@@ -6,7 +6,7 @@
 //!    the stream must exist and be live, the app's token (`s=`/`token=`, MediaMTX's password),
 //!    JWT and the admission webhook (`"protocol": "srt"`, action `play`); the listener already
 //!    checked the app's passphrase, and the caller holds its place under
-//!    `limits.srt_connections_per_ip`. The stream's video must be H264.
+//!    `limits.srt_connections_per_ip`. The stream's video must be H264 or H265.
 //! 2. Accepted, the reader takes the stream's outlet ([`crate::forward::Forwards::subscribe`],
 //!    the one every forward of the stream shares: Opus is encoded to AAC once per stream,
 //!    whatever the number of readers) and writes its frames with a
@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{RecvTimeoutError, TryRecvError};
-use tern_rtc::outlet::{TsWriter, carried};
+use tern_rtc::outlet::{Container, TsWriter, carried};
 use tracing::{info, warn};
 
 use super::link::{Control, Inbound, reject_code};
@@ -122,7 +122,7 @@ fn admit(
         .ok_or_else(|| refused(Refusal::Unavailable("admission is not running")))?;
     let play = rt.block_on(core.begin_play(ask)).map_err(refused)?;
     let index = play.info().index;
-    if let Err(why) = carried(core.engine.stats.video(index).codec) {
+    if let Err(why) = carried(core.engine.stats.video(index).codec, Container::Ts) {
         return Err((RejectCode::Conflict, why));
     }
     let grant = rt.block_on(play.admit(core)).map_err(refused)?;

@@ -62,7 +62,7 @@ pub enum RejectCode {
     Forbidden,
     /// `SRT_REJX_NOTFOUND` (1404): no such app or stream.
     NotFound,
-    /// `SRT_REJX_BAD_MODE` (1405): `m=request` (playback).
+    /// `SRT_REJX_BAD_MODE` (1405): a mode other than `publish` and `request`.
     BadMode,
     /// `SRT_REJX_CONFLICT` (1409): the stream already has a publisher.
     Conflict,

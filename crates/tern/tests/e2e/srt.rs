@@ -177,7 +177,7 @@ fn refused(url: &str) -> (bool, String) {
 }
 
 /// Refusals at the handshake: wrong and missing passphrase, unknown app, malformed stream ID,
-/// playback mode, a second publisher on a live stream. Each is counted under its reject
+/// a mode other than publish and request, a second publisher on a live stream. Each is counted under its reject
 /// reason; the live stream's viewers lose nothing.
 #[test]
 fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
@@ -199,7 +199,10 @@ fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
         ("streamid=nope/x".to_string(), "not_found"),
         ("streamid=tok/x?token=wrong".to_string(), "unauthorized"),
         ("streamid=just-a-name".to_string(), "bad_request"),
-        ("streamid=#!::r=live/cam,m=request".to_string(), "bad_mode"),
+        (
+            "streamid=#!::r=live/cam,m=bidirectional".to_string(),
+            "bad_mode",
+        ),
         ("streamid=live/cam".to_string(), "conflict"),
     ];
     for (query, reason) in &cases {
@@ -215,7 +218,10 @@ fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
     let log = std::fs::read_to_string(&server.log).expect("log");
     assert!(log.contains("wrong passphrase for app sec"), "{log}");
     assert!(log.contains("is not APP/STREAM"), "{log}");
-    assert!(log.contains("tern takes SRT publishers only"), "{log}");
+    assert!(
+        log.contains("SRT callers publish (m=publish) or play (m=request)"),
+        "{log}"
+    );
     // The app's token, as MediaMTX's password and as the access-control form's `s=`.
     let _tokens = [
         Ffmpeg::push_ts(

@@ -265,3 +265,60 @@ fn an_ome_stream_id_publishes() {
     ff.kill();
     server.stop();
 }
+
+/// H265 from an SRT publisher (ffmpeg's libx265) reaches an SRT reader as H265 in MPEG-TS,
+/// with its AAC (made Opus on the way in, AAC again on the way out), decoding cleanly.
+#[test]
+fn an_h265_stream_is_read_over_srt_as_h265() {
+    let cfg = crate::common::config_file("srt-hevc-read", "[[app]]\nname = \"live\"\n");
+    let (server, srt) = Child::serve_srt(&cfg);
+    let hevc = [
+        "-c:v",
+        "libx265",
+        "-profile:v",
+        "main",
+        "-preset",
+        "ultrafast",
+        "-x265-params",
+        "bframes=0:keyint=30:log-level=error",
+    ];
+    let mut ff =
+        crate::common::Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/hevc"), 20, &hevc);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let p = http_get(server.http, "/v1/publishers")
+            .expect("publishers")
+            .text();
+        if p.contains("live/hevc") && p.contains("\"state\":\"live\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no live publisher: {p}\n{}",
+            ff.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = std::env::temp_dir().join(format!("tern-srt-read-{}-hevc.ts", std::process::id()));
+    let (ok, errors) = read(&format!("srt://{srt}?streamid=read:live/hevc"), 6, &out);
+    assert!(ok, "ffmpeg failed: {errors}\n{}", server.log_tail(20));
+    let f = frames(&out);
+    eprintln!("hevc: {f:?}");
+    let video = f.iter().find(|s| s.1 == "video").expect("a video stream");
+    let audio = f.iter().find(|s| s.1 == "audio").expect("an audio stream");
+    assert_eq!(video.0, "hevc", "{f:?}");
+    assert!(video.2 >= 150, "{} video frames in 6 s", video.2);
+    assert_eq!(audio.0, "aac", "{f:?}");
+    assert!(audio.2 >= 200, "{} AAC frames in 6 s", audio.2);
+    let o = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-v", "error", "-i"])
+        .arg(&out)
+        .args(["-f", "null", "-"])
+        .output()
+        .expect("ffmpeg");
+    let errors = String::from_utf8_lossy(&o.stderr);
+    assert!(errors.trim().is_empty(), "decode errors:\n{errors}");
+    let _ = std::fs::remove_file(out);
+    ff.kill();
+    server.stop();
+}
