@@ -297,7 +297,11 @@ impl AppConfig {
             }
         }
         for (j, f) in self.forwards.iter().enumerate() {
-            f.check().map_err(|e| e.under(&format!("forward[{j}]")))?;
+            let place = format!("forward[{j}]");
+            f.check().map_err(|e| e.under(&place))?;
+            if let Some(k) = f.streams.iter().position(|s| !valid_name(s)) {
+                return bad(&format!("{place}.streams[{k}]"), NAME_RULE);
+            }
         }
         self.check_renditions()
     }

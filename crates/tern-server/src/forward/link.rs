@@ -16,16 +16,16 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use tern_proto::rtmp::client::ClientSession;
 use tern_proto::rtmp::flv;
 use tern_rtc::outlet::{Container, OutFrame, TsWriter};
 use tracing::{info, warn};
 
-use super::{Entry, Forwards, OutletReader, State, drain};
+use super::entry::{Entry, OutletReader, State};
 use crate::config::{ForwardProtocol, ForwardUrl};
 use crate::snapshot::EventKind;
 use crate::srt::caller::{MAX_MESSAGE, SrtCaller};
@@ -42,6 +42,10 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDSHAKE_READ: Duration = Duration::from_millis(200);
 /// How often the receiver's bytes (acknowledgements, pings) are read while sending.
 const READ_EVERY: Duration = Duration::from_millis(200);
+
+/// The TLS client configurations of `rtmps://`: certificates checked, and not
+/// (`tls_verify = false`).
+pub(super) type Tls = (Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>);
 
 /// The configurations a forward has seen, kept across its connections.
 #[derive(Debug, Default)]
@@ -82,7 +86,7 @@ impl Configs {
 }
 
 /// The forward's thread: until it is told to stop.
-pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, reader: &OutletReader) {
+pub(super) fn run(entry: &Arc<Entry>, reader: &OutletReader, tls: Option<&Tls>) {
     let rx = &reader.rx;
     let mut configs = Configs::default();
     let mut backoff = FIRST_BACKOFF;
@@ -96,7 +100,7 @@ pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, reader: &OutletReader
             if entry.state() != State::Failed {
                 warn!(forward = %entry.id, stream = %entry.key, "{why}");
                 entry.set_state(State::Failed, Some(why));
-                hub.event(EventKind::ForwardFailed, entry, Some("codec"));
+                reader.event(EventKind::ForwardFailed, entry, Some("codec"));
             }
             drain(
                 rx,
@@ -114,9 +118,9 @@ pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, reader: &OutletReader
         let result = match ForwardUrl::parse(&entry.url) {
             Ok(url) => match url.protocol {
                 ForwardProtocol::Rtmp | ForwardProtocol::Rtmps => {
-                    rtmp(hub, entry, reader, &mut configs, &url)
+                    rtmp(entry, reader, tls, &mut configs, &url)
                 }
-                ForwardProtocol::Srt => srt(hub, entry, reader, &mut configs, &url),
+                ForwardProtocol::Srt => srt(entry, reader, &mut configs, &url),
             },
             Err(e) => Err(e),
         };
@@ -133,7 +137,7 @@ pub(super) fn run(hub: &Arc<Forwards>, entry: &Arc<Entry>, reader: &OutletReader
         failures += 1;
         warn!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward failed, again in {backoff:?}: {why}");
         entry.set_state(State::Retrying, Some(why));
-        hub.event(EventKind::ForwardFailed, entry, Some("connection"));
+        reader.event(EventKind::ForwardFailed, entry, Some("connection"));
         drain(rx, Instant::now() + backoff, &mut configs, &entry.stop);
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -184,7 +188,7 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> String {
 }
 
 /// TCP (and TLS for `rtmps://`) to the URL's host.
-fn connect(hub: &Forwards, entry: &Entry, url: &ForwardUrl) -> Result<Conn, String> {
+fn connect(tls: Option<&Tls>, entry: &Entry, url: &ForwardUrl) -> Result<Conn, String> {
     let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
         .to_socket_addrs()
         .map_err(|e| io_err(&format!("resolve {}", url.host), e))?
@@ -208,7 +212,7 @@ fn connect(hub: &Forwards, entry: &Entry, url: &ForwardUrl) -> Result<Conn, Stri
     if url.protocol != ForwardProtocol::Rtmps {
         return Ok(Conn::Tcp(tcp));
     }
-    let Some((verified, unverified)) = hub.tls.get() else {
+    let Some((verified, unverified)) = tls else {
         return Err("TLS is not set up".into());
     };
     let cfg = if entry.tls_verify {
@@ -263,13 +267,13 @@ fn read(io: &mut Conn, cs: &mut ClientSession, buf: &mut [u8]) -> Result<(), Str
 
 /// One RTMP connection: until the forward stops (`Ok`) or the connection fails.
 fn rtmp(
-    hub: &Forwards,
     entry: &Entry,
     reader: &OutletReader,
+    tls: Option<&Tls>,
     configs: &mut Configs,
     url: &ForwardUrl,
 ) -> Result<(), String> {
-    let mut io = connect(hub, entry, url)?;
+    let mut io = connect(tls, entry, url)?;
     let seed = rand::random::<u64>();
     let mut cs = ClientSession::new(&url.app, &url.tc_url(), &url.key, seed);
     let mut buf = vec![0u8; 16 * 1024];
@@ -294,7 +298,7 @@ fn rtmp(
         .map_err(|e| io_err("socket", e))?;
     entry.set_state(State::Live, None);
     info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward live");
-    hub.event(EventKind::ForwardStarted, entry, None);
+    reader.event(EventKind::ForwardStarted, entry, None);
     reader.ask_keyframe();
     let rx = &reader.rx;
     let mut w = FlvOut::default();
@@ -342,7 +346,6 @@ fn resolve(url: &ForwardUrl) -> Result<SocketAddr, String> {
 
 /// One SRT connection: until the forward stops (`Ok`) or the connection fails.
 fn srt(
-    hub: &Forwards,
     entry: &Entry,
     reader: &OutletReader,
     configs: &mut Configs,
@@ -359,7 +362,7 @@ fn srt(
     )?;
     entry.set_state(State::Live, None);
     info!(forward = %entry.id, stream = %entry.key, url = %entry.shown, "forward live");
-    hub.event(EventKind::ForwardStarted, entry, None);
+    reader.event(EventKind::ForwardStarted, entry, None);
     reader.ask_keyframe();
     let mut ts = TsWriter::new();
     let mut out = Vec::with_capacity(64 * 188);
@@ -491,5 +494,21 @@ impl FlvOut {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Takes a forward's frames while it waits (a failure's backoff): what it must know
+/// later (the configurations) is kept, the rest dropped.
+fn drain(rx: &Receiver<Arc<OutFrame>>, until: Instant, configs: &mut Configs, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
+            Ok(f) => configs.note(&f),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
     }
 }

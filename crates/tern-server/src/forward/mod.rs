@@ -20,18 +20,24 @@
 //! covers goes live; every forward stops [`END_GRACE`] after its stream stopped being live
 //! (a publisher that reconnects within it keeps the forward and its timeline).
 //!
+//! `entry.rs` holds what the hub and the threads share (a forward's [`Entry`], the
+//! [`OutletReader`], the `Outlets` the hub is to its readers).
+//!
 //! Stream keys and passphrases are never shown: logs, the API and events carry
 //! [`crate::config::redact_forward_url`]'s form.
 
+mod entry;
 mod link;
+
+pub use entry::{Entry, OutletReader, State};
+use entry::{Origin, Outlets, Status};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
-use serde_json::json;
+use crossbeam_channel::{Sender, TrySendError};
 use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::h265;
 use tern_proto::rtp::Unwrap32;
@@ -56,171 +62,12 @@ const QUEUE: usize = 512;
 /// Forwards at most, all streams together.
 pub const MAX_FORWARDS: usize = 1000;
 
-/// What a forward is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Connecting and publishing.
-    Connecting,
-    /// Sending.
-    Live,
-    /// Waiting to connect again after a failure.
-    Retrying,
-    /// Its stream's media cannot go over its protocol (a codec); it waits for other media.
-    Failed,
-}
-
-impl State {
-    /// The name the API and metrics use.
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Connecting => "connecting",
-            State::Live => "live",
-            State::Retrying => "retrying",
-            State::Failed => "failed",
-        }
-    }
-
-    const ALL: [State; 4] = [
-        State::Connecting,
-        State::Live,
-        State::Retrying,
-        State::Failed,
-    ];
-}
-
-/// Who made a forward.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Origin {
-    /// `[[app.forward]]` with this URL (before `%app`/`%stream`).
-    Config(String),
-    /// `POST /v1/streams/{app}/{stream}/forwards`.
-    Api,
-}
-
-#[derive(Debug)]
-struct Status {
-    state: State,
-    since_ms: u64,
-    last_error: Option<String>,
-}
-
-/// One forward.
-#[derive(Debug)]
-pub struct Entry {
-    /// Its id in the API.
-    pub id: String,
-    /// `app/stream`.
-    pub key: String,
-    /// The stream's engine index.
-    pub index: usize,
-    /// Where to (with its secrets): never shown.
-    url: String,
-    /// The URL as shown.
-    pub shown: String,
-    tls_verify: bool,
-    origin: Origin,
-    status: Mutex<Status>,
-    /// Bytes written to the receiver.
-    pub bytes: AtomicU64,
-    /// Connections made again after a failure.
-    pub reconnects: AtomicU64,
-    /// Told to stop.
-    stop: AtomicBool,
-    /// When its stream was last seen not live (none while live).
-    not_live: Mutex<Option<Instant>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Entry {
-    fn status(&self) -> MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Its state now.
-    pub fn state(&self) -> State {
-        self.status().state
-    }
-
-    fn set_state(&self, state: State, error: Option<String>) {
-        let mut s = self.status();
-        if s.state != state {
-            s.since_ms = unix_ms();
-        }
-        s.state = state;
-        if error.is_some() {
-            s.last_error = error;
-        }
-    }
-
-    /// The API's view of it.
-    pub fn json(&self) -> serde_json::Value {
-        let s = self.status();
-        let (app, stream) = self.key.split_once('/').unwrap_or((&self.key, ""));
-        json!({
-            "id": self.id,
-            "app": app,
-            "stream": stream,
-            "url": self.shown,
-            "state": s.state.name(),
-            "since": s.since_ms,
-            "bytes": self.bytes.load(Ordering::Relaxed),
-            "reconnects": self.reconnects.load(Ordering::Relaxed),
-            "last_error": s.last_error,
-            "origin": match self.origin { Origin::Config(_) => "config", Origin::Api => "api" },
-        })
-    }
-}
-
 /// A reader's place at its stream's outlet.
 struct Sink {
     id: u64,
     tx: Sender<Arc<OutFrame>>,
     /// Set when a frame did not fit its queue.
     overflow: Arc<AtomicBool>,
-}
-
-/// One reader of a stream's outlet (a forward's thread, an SRT reader): its frames, in
-/// order, from the configurations in force on; dropping it leaves the outlet (and the
-/// outlet stops with its last reader).
-pub struct OutletReader {
-    /// The frames.
-    pub rx: Receiver<Arc<OutFrame>>,
-    overflow: Arc<AtomicBool>,
-    id: u64,
-    index: usize,
-    hub: Arc<Forwards>,
-}
-
-impl std::fmt::Debug for OutletReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutletReader")
-            .field("stream", &self.index)
-            .finish()
-    }
-}
-
-impl OutletReader {
-    /// Whether frames were missed (its queue was full) since the last call: the reader
-    /// must start again at a keyframe.
-    pub fn missed(&self) -> bool {
-        self.overflow.swap(false, Ordering::Relaxed)
-    }
-
-    /// Asks the stream's publisher for a keyframe.
-    pub fn ask_keyframe(&self) {
-        self.hub.ask_keyframe(self.index);
-    }
-
-    /// Whether the stream's video can go out in `container`; why not.
-    pub fn codec_ok(&self, container: Container) -> Result<(), String> {
-        self.hub.codec_ok(self.index, container)
-    }
-}
-
-impl Drop for OutletReader {
-    fn drop(&mut self) {
-        self.hub.detach(self.index, self.id);
-    }
 }
 
 /// One stream's outlet and the forwards it feeds.
@@ -265,7 +112,7 @@ pub struct Forwards {
     /// Readers made, ever (their places at the outlets).
     readers: AtomicU64,
     /// TLS for `rtmps://`: certificates checked, and not (`tls_verify = false`).
-    tls: OnceLock<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>)>,
+    tls: OnceLock<link::Tls>,
     /// Bytes of forwards that ended, by stream (the byte counter stays monotonic).
     ended_bytes: Mutex<HashMap<String, u64>>,
 }
@@ -408,11 +255,11 @@ impl Forwards {
             thread: Mutex::new(None),
         });
         let reader = self.subscribe(index);
-        let hub = self.clone();
+        let tls = self.tls.get().cloned();
         let e = entry.clone();
         let handle = std::thread::Builder::new()
             .name(format!("Forward {}", entry.id))
-            .spawn(move || link::run(&hub, &e, &reader))
+            .spawn(move || link::run(&e, &reader, tls.as_ref()))
             .map_err(|err| AddError::Thread(err.to_string()))?;
         *entry.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         self.entries().push(entry.clone());
@@ -486,20 +333,8 @@ impl Forwards {
             overflow,
             id,
             index,
-            hub: self.clone(),
+            hub: self.clone() as Arc<dyn Outlets>,
         }
-    }
-
-    /// Takes reader `id` off stream `index`'s outlet (and the outlet down with its last
-    /// reader).
-    fn detach(&self, index: usize, id: u64) {
-        if let Some(mut slot) = self.slot(index) {
-            slot.sinks.retain(|s| s.id != id);
-            if slot.sinks.is_empty() {
-                *slot = Slot::default();
-            }
-        }
-        self.set_wanted(index);
     }
 
     fn set_wanted(&self, index: usize) {
@@ -507,23 +342,6 @@ impl Forwards {
         if let Some(c) = self.stats.stream(index) {
             c.forward_wanted.store(on, Ordering::Relaxed);
         }
-    }
-
-    /// An event about `entry`: its JSON as the snapshot.
-    fn event(&self, kind: EventKind, entry: &Entry, reason: Option<&'static str>) {
-        self.stats
-            .snapshots
-            .recording(kind, &entry.key, entry.json().to_string(), reason);
-    }
-
-    /// Asks stream `index`'s publisher for a keyframe (a reader starts or lost frames).
-    fn ask_keyframe(&self, index: usize) {
-        (self.keyframe)(index);
-    }
-
-    /// Whether stream `index`'s video can go out in `container`; why not.
-    fn codec_ok(&self, index: usize, container: Container) -> Result<(), String> {
-        carried(self.stats.video(index).codec, container)
     }
 
     /// Frames out of `f` to every forward of the slot; a full queue drops and marks it.
@@ -648,6 +466,36 @@ impl Forwards {
     }
 }
 
+impl Outlets for Forwards {
+    /// Takes reader `id` off stream `index`'s outlet (and the outlet down with its last
+    /// reader).
+    fn detach(&self, index: usize, id: u64) {
+        if let Some(mut slot) = self.slot(index) {
+            slot.sinks.retain(|s| s.id != id);
+            if slot.sinks.is_empty() {
+                *slot = Slot::default();
+            }
+        }
+        self.set_wanted(index);
+    }
+
+    /// An event about `entry`: its JSON as the snapshot.
+    fn event(&self, kind: EventKind, entry: &Entry, reason: Option<&'static str>) {
+        self.stats
+            .snapshots
+            .recording(kind, &entry.key, entry.json().to_string(), reason);
+    }
+
+    fn ask_keyframe(&self, index: usize) {
+        (self.keyframe)(index);
+    }
+
+    /// Whether stream `index`'s video can go out in `container`; why not.
+    fn codec_ok(&self, index: usize, container: Container) -> Result<(), String> {
+        carried(self.stats.video(index).codec, container)
+    }
+}
+
 impl Subscriber for Forwards {
     fn wanted(&self, stream: usize) -> bool {
         self.stats
@@ -713,25 +561,4 @@ impl Subscriber for Forwards {
 fn now_ms() -> i64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as i64
-}
-
-/// Takes a forward's frames while it waits (a failure's backoff): what it must know
-/// later (the configurations) is kept, the rest dropped.
-fn drain(
-    rx: &Receiver<Arc<OutFrame>>,
-    until: Instant,
-    configs: &mut link::Configs,
-    stop: &AtomicBool,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
-            Ok(f) => configs.note(&f),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-        }
-    }
 }

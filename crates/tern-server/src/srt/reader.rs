@@ -41,7 +41,7 @@ const MAX_PENDING: usize = 8192;
 const READER_IDS: u64 = 1 << 62;
 
 /// The reader's place in `tern_srt_readers` while it lives.
-struct Counted(Arc<super::SrtCounters>);
+struct Counted(Arc<super::link::SrtCounters>);
 
 impl Drop for Counted {
     fn drop(&mut self) {
