@@ -357,10 +357,15 @@ impl Forwards {
         });
     }
 
-    /// Starts configured forwards of live streams, stops those whose stream ended more than
-    /// [`END_GRACE`] ago or whose configuration is gone. `streams`: every `(app/stream,
-    /// index)`; `config`: the configuration in force.
-    pub fn housekeep(self: &Arc<Self>, streams: &[(String, usize)], config: &Config, now: Instant) {
+    /// Starts configured forwards of live streams; returns those to stop, whose stream ended
+    /// more than [`END_GRACE`] ago or whose configuration is gone, as `(key, id, reason)`.
+    /// `streams`: every `(app/stream, index)`; `config`: the configuration in force.
+    fn housekeep(
+        self: &Arc<Self>,
+        streams: &[(String, usize)],
+        config: &Config,
+        now: Instant,
+    ) -> Vec<(String, String, &'static str)> {
         let live: HashMap<&str, usize> = streams
             .iter()
             .filter(|(_, i)| {
@@ -392,9 +397,6 @@ impl Forwards {
                 }
             }
         }
-        for (key, id, reason) in ended {
-            self.remove(&key, &id, reason);
-        }
         for (key, index) in live {
             let (app, stream) = key.split_once('/').unwrap_or((key, ""));
             let Some(a) = config.app(app) else {
@@ -420,6 +422,7 @@ impl Forwards {
                 }
             }
         }
+        ended
     }
 
     /// A new publisher on stream `index`: its outlet's timeline goes on from where it was.
@@ -439,12 +442,19 @@ impl Forwards {
         streams: &Directory,
         config: impl Fn() -> Arc<Config>,
     ) {
-        let mut events = self.stats.snapshots.subscribe();
+        // The event bus is read only while forwards may run (configured, or added through
+        // the API): with no subscriber an event costs nothing.
+        let mut events: Option<broadcast::Receiver<crate::snapshot::Event>> = None;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                e = events.recv() => match e {
+                e = async {
+                    match events.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match e {
                     Ok(e) if e.kind == EventKind::PublisherJoined => {
                         if let Some(i) = streams.get(&e.stream) {
                             self.publisher_changed(i.index);
@@ -456,12 +466,28 @@ impl Forwards {
                 },
                 _ = tick.tick() => {}
             }
-            let me = self.clone();
-            let list = streams.list();
             let cfg = config();
-            // Stopping a forward joins its thread: not on the runtime's own thread.
-            let _ = tokio::task::spawn_blocking(move || me.housekeep(&list, &cfg, Instant::now()))
-                .await;
+            let configured = cfg.apps.iter().any(|a| !a.forwards.is_empty());
+            if !configured && self.entries().is_empty() {
+                events = None;
+                continue;
+            }
+            if events.is_none() {
+                events = Some(self.stats.snapshots.subscribe());
+            }
+            let ended = self.housekeep(&streams.list(), &cfg, Instant::now());
+            if ended.is_empty() {
+                continue;
+            }
+            // Stopping a forward joins its thread: not on the runtime's own thread (and a
+            // blocking thread only when there is one to stop).
+            let me = self.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                for (key, id, reason) in ended {
+                    me.remove(&key, &id, reason);
+                }
+            })
+            .await;
         }
     }
 }
