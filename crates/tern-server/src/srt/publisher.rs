@@ -43,6 +43,35 @@ pub(super) struct Job {
     pub counters: Arc<SrtCounters>,
 }
 
+impl Job {
+    /// Has the listener accept the caller with its app's passphrase and waits for it to
+    /// connect; false (logged, naming `what`) when it did not.
+    pub(super) fn accept(&self, what: &str) -> bool {
+        let peer = self.peer;
+        let pass = self
+            .core
+            .config()
+            .app(&self.id.app)
+            .and_then(|a| a.srt_passphrase.clone());
+        let _ = self.control.send(Control::Accept(self.conn, pass));
+        // The listener answers the caller, then says whether it connected.
+        match self
+            .inbound
+            .recv_timeout(super::transport::HANDSHAKE_TIMEOUT)
+        {
+            Ok(Inbound::Open) => true,
+            Ok(Inbound::Closed(why)) => {
+                info!("srt {peer}: {what} not started: {why}");
+                false
+            }
+            _ => {
+                warn!("srt {peer}: {what} not started: no answer from the listener");
+                false
+            }
+        }
+    }
+}
+
 /// The publisher's slot, counted in `tern_srt_publishers` while it lives; dropping it ends
 /// the publisher (the slot's own `Drop`), whatever the way out.
 struct Slot(PublisherSlot, Arc<SrtCounters>);
@@ -77,20 +106,8 @@ pub(super) fn run(job: Job) {
             return;
         }
     };
-    let pass = job
-        .core
-        .config()
-        .app(&job.id.app)
-        .and_then(|a| a.srt_passphrase.clone());
-    let _ = job.control.send(Control::Accept(job.conn, pass));
-    // The listener answers the caller, then says whether it connected.
-    match job
-        .inbound
-        .recv_timeout(super::transport::HANDSHAKE_TIMEOUT)
-    {
-        Ok(Inbound::Open) => {}
-        Ok(Inbound::Closed(why)) => return info!("srt {peer}: {key} not started: {why}"),
-        _ => return warn!("srt {peer}: {key} not started: no answer from the listener"),
+    if !job.accept(&key) {
+        return;
     }
     let enc = match job.key_len {
         Some(n) => format!("AES-{}", n * 8),

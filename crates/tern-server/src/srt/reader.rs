@@ -65,18 +65,8 @@ pub(super) fn run(job: Job, serial: u64) {
             return;
         }
     };
-    let pass = core
-        .config()
-        .app(&job.id.app)
-        .and_then(|a| a.srt_passphrase.clone());
-    let _ = job.control.send(Control::Accept(job.conn, pass));
-    match job
-        .inbound
-        .recv_timeout(super::transport::HANDSHAKE_TIMEOUT)
-    {
-        Ok(Inbound::Open) => {}
-        Ok(Inbound::Closed(why)) => return info!("srt {peer}: reader of {key} not started: {why}"),
-        _ => return warn!("srt {peer}: reader of {key} not started: no answer from the listener"),
+    if !job.accept(&format!("reader of {key}")) {
+        return;
     }
     job.counters.readers.fetch_add(1, Ordering::Relaxed);
     let _counted = Counted(job.counters.clone());
