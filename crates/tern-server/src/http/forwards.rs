@@ -20,6 +20,7 @@ use serde::Deserialize;
 use crate::forward::AddError;
 use crate::http::error::HttpError;
 use crate::http::extract::StreamPath;
+use crate::http::recordings::ListFilter;
 use crate::http::reply::json;
 use crate::http::state::AppState;
 
@@ -92,13 +93,6 @@ pub(super) async fn remove(
         )));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// `?app=&stream=`
-#[derive(Debug, Deserialize)]
-pub(super) struct ListFilter {
-    app: Option<String>,
-    stream: Option<String>,
 }
 
 pub(super) async fn list(

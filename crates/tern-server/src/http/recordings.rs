@@ -94,11 +94,11 @@ pub(super) async fn stop(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `?app=&stream=`
+/// `?app=&stream=` (the recordings' and the forwards' listings).
 #[derive(Debug, Deserialize)]
 pub(super) struct ListFilter {
-    app: Option<String>,
-    stream: Option<String>,
+    pub(super) app: Option<String>,
+    pub(super) stream: Option<String>,
 }
 
 async fn files(st: &AppState, app: Option<String>, stream: Option<String>) -> Vec<FileEntry> {
