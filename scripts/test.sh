@@ -27,8 +27,9 @@
 #               docs/src/contributing.md says why no AddressSanitizer)
 #   fuzz        each target in fuzz/fuzz_targets/ for $FUZZ_SECONDS seconds (default 10),
 #               $FUZZ_JOBS targets at a time (default: nproc; each uses one core)
-#   browser     cargo build --release -p tern, then node --test tests/browser/ inside a fresh
-#               network namespace (scripts/netns-run.sh)
+#   browser     cargo build --release -p tern, then node --test for each file of tests/browser/,
+#               each inside a fresh network namespace (scripts/netns-run.sh), $BROWSER_JOBS
+#               files at a time (default 2)
 #   ops         the operator's kit: tests/ops/image.sh (the container image built with buildah,
 #               run under podman, health-checked, played by a pion viewer) and
 #               tests/ops/prometheus.sh (Prometheus scraping a live tern answers every
@@ -36,8 +37,10 @@
 #   soak        bench/soak.sh $SOAK_MINUTES (default 2): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 10), FUZZ_JOBS (targets fuzzed at once, default nproc), SOAK_MINUTES (default 2), CARGO_TARGET_DIR (respected by every stage; the fuzz
-# build then goes to $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
+# Environment: FUZZ_SECONDS (default 10), FUZZ_JOBS (targets fuzzed at once, default nproc),
+# BROWSER_JOBS (browser test files run at once, default 2), SOAK_MINUTES (default 2),
+# CARGO_TARGET_DIR (respected by every stage; the fuzz build then goes to
+# $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
 # eating the CI budget.
 set -uo pipefail
@@ -52,6 +55,8 @@ FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS
 SOAK_MINUTES="${SOAK_MINUTES:-2}"
 export SOAK_MINUTES
+BROWSER_JOBS="${BROWSER_JOBS:-2}"
+export BROWSER_JOBS
 # The build and the runs must agree, or each run rebuilds. Safe Rust: no AddressSanitizer.
 FUZZ_FLAGS="--sanitizer none"
 
@@ -64,6 +69,23 @@ fuzz_targets() {
     for f in "$ROOT"/fuzz/fuzz_targets/*.rs; do
         [ -e "$f" ] || continue
         basename "$f" .rs
+    done
+}
+
+# The browser test files, the longest first (seconds each, one at a time, at stop 64), then
+# the rest in name order.
+BROWSER_LONG=(adaptive-clients slate interop bframes codecs gstreamer adaptive recording reload
+    pause hls gso nack-budget directory srt)
+browser_files() {
+    local f n seen=" "
+    for n in "${BROWSER_LONG[@]}"; do
+        [ -e "$ROOT/tests/browser/$n.test.mjs" ] || continue
+        echo "$n.test.mjs"
+        seen+="$n.test.mjs "
+    done
+    for f in "$ROOT"/tests/browser/*.test.mjs; do
+        f=$(basename "$f")
+        [[ "$seen" == *" $f "* ]] || echo "$f"
     done
 }
 
@@ -85,7 +107,7 @@ describe_stage() {
         vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib; cargo test --manifest-path vendor/srt-protocol/Cargo.toml --lib" ;;
         fuzz-build) echo "cd fuzz && cargo fuzz build -O $FUZZ_FLAGS" ;;
         fuzz) echo "cargo fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
-        browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/" ;;
+        browser) echo "cargo build --release -p tern; scripts/netns-run.sh node --test tests/browser/FILE, $BROWSER_JOBS files at a time" ;;
         ops) echo "cargo build --release -p tern; tests/ops/image.sh; tests/ops/prometheus.sh" ;;
         soak) echo "bench/soak.sh $SOAK_MINUTES 1000 50" ;;
     esac
@@ -184,8 +206,42 @@ run_stage_body() {
             fi
             ;;
         browser)
+            # $BROWSER_JOBS files at a time (default 2), each in a network namespace of its own
+            # (scripts/netns-run.sh), so two files never share an address, a port or a `tc`
+            # qdisc. Most of a file's time is waiting on real time (encoders, congestion
+            # control, timeouts), not the cores: one file at a time took 978 s of this stage.
+            # The longest files start first so that the lanes end together; each file's output
+            # is printed whole when it ends.
             cargo build --release -p tern
-            "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/"
+            set +e
+            local f bad=() logs pid=
+            local -A running=()
+            logs=$(mktemp -d)
+            reap_browser() { # pid, exit status
+                cat "$logs/${running[$1]}"
+                [ "$2" -eq 0 ] || bad+=("${running[$1]}")
+                unset "running[$1]"
+            }
+            for f in $(browser_files); do
+                while [ "${#running[@]}" -ge "$BROWSER_JOBS" ]; do
+                    wait -n -p pid "${!running[@]}"
+                    reap_browser "$pid" $?
+                done
+                (
+                    echo "--- browser $f"
+                    exec "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/$f"
+                ) >"$logs/$f" 2>&1 &
+                running[$!]=$f
+            done
+            while [ "${#running[@]}" -gt 0 ]; do
+                wait -n -p pid "${!running[@]}"
+                reap_browser "$pid" $?
+            done
+            rm -rf "$logs"
+            if [ "${#bad[@]}" -gt 0 ]; then
+                echo "browser test files that failed: ${bad[*]}"
+                return 1
+            fi
             ;;
         ops)
             # The operator's kit: the container image (built, loaded, run, health-checked,
