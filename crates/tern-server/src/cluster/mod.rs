@@ -13,6 +13,15 @@
 //! viewers, its running pulls), logs the change once, retries with backoff (1 s doubling to
 //! 8 s) and refuses what needs the map (new pulls: 503; no redirects).
 //!
+//! A split brain (two nodes let a publisher of one stream in while Redis was away) is
+//! settled when Redis answers again: each claim carries its age, and the older claim takes
+//! the stream ([`store::Claimed`]); the other node hears it lost ([`NodeSide::lost`]): its
+//! publisher is ended, the upstreams it served to edges are closed so that those edges look
+//! the origin up again, and its own viewers are fed from the winner by a pull, keeping their
+//! sessions. A node that did not run for longer than its claims live (stopped by the
+//! kernel, suspended) counts its claims as new when it wakes: another node may have taken
+//! the stream meanwhile, and a claim it could not keep must not win by age.
+//!
 //! Files: `store.rs` (keys and commands), `view.rs` (the cached view, routing),
 //! `upstream.rs` (edge pull); the `[cluster]` section is the configuration's
 //! (`crate::config::ClusterSection`).
@@ -30,7 +39,7 @@ use tern_rtc::viewer::DtlsContext;
 use tracing::{info, warn};
 
 pub use crate::config::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
-pub use store::{NODE_PREFIX, ORIGIN_PREFIX};
+pub use store::{BORN_PREFIX, Claimed, NODE_PREFIX, ORIGIN_PREFIX, SENIORITY_MARGIN_MS};
 pub use view::{NodeRecord, View};
 
 use crate::media::EngineHandle;
@@ -57,6 +66,14 @@ pub struct ClusterCounters {
     pub claims_refused: AtomicU64,
     /// Publishers that waited for a dead node's claim to lapse and took the stream.
     pub handovers: AtomicU64,
+    /// Split brains settled: claims this node took from a younger claim, and claims it lost
+    /// to an older one (its publisher ended).
+    pub split_won: AtomicU64,
+    /// See `split_won`.
+    pub split_lost: AtomicU64,
+    /// Times the refresh ran so late that this node's claims may have lapsed meanwhile (the
+    /// process was stopped or starved), and were counted as new.
+    pub stalls: AtomicU64,
 }
 
 /// A claim not refreshed for this long belongs to a node that stopped (live nodes refresh
@@ -82,6 +99,26 @@ pub struct Local {
     pub record: NodeRecord,
     /// Its streams.
     pub streams: Vec<LocalStream>,
+}
+
+/// The node's side of the refresh (the HTTP state implements it): what it reports, and
+/// what it does when it loses a stream.
+pub trait NodeSide: Send + 'static {
+    /// What the node reports this second.
+    fn local(&mut self) -> Local;
+    /// Node `winner` holds stream `key`, which had a publisher here (a split brain settled
+    /// for the older claim): the local publisher is ended, the upstreams this node served
+    /// to edges for `key` are closed, and local viewers, if any, are fed by a pull from the
+    /// winner.
+    fn lost(&mut self, cluster: &Arc<Cluster>, key: &str, winner: &str);
+}
+
+/// A claim this node holds: since when (its age, which settles a split brain), and the
+/// last moment the stream had a publisher here.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    since: Instant,
+    last_live: Instant,
 }
 
 impl upstream::Origins for Cluster {
@@ -110,19 +147,25 @@ impl upstream::Origins for Cluster {
     }
 }
 
-/// Which streams to claim (or keep claiming) and which to release this refresh.
-/// `claims` holds each claimed stream's last moment with a local publisher: a stream
-/// publishing here (not pulled) is claimed; a claim is kept for its stream's grace after its
-/// publisher left, and released past it, when its stream is gone, or when it is now pulled.
+/// Which streams to claim (or keep claiming), with each claim's age in ms, and which to
+/// release this refresh. `claims` holds each claimed stream's [`Held`]: a stream publishing
+/// here (not pulled) is claimed; a claim is kept for its stream's grace after its publisher
+/// left, and released past it, when its stream is gone, or when it is now pulled.
 fn plan_claims(
-    claims: &mut HashMap<String, Instant>,
+    claims: &mut HashMap<String, Held>,
     streams: &[LocalStream],
     pulled: &[String],
     now: Instant,
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<(String, u64)>, Vec<String>) {
     for s in streams {
         if s.publishing && !pulled.contains(&s.key) {
-            claims.insert(s.key.clone(), now);
+            claims
+                .entry(s.key.clone())
+                .or_insert(Held {
+                    since: now,
+                    last_live: now,
+                })
+                .last_live = now;
         }
     }
     // Graces by stream, so that each claim is looked up once, not searched for.
@@ -130,11 +173,12 @@ fn plan_claims(
         streams.iter().map(|s| (s.key.as_str(), s.grace)).collect();
     let mut claim = Vec::new();
     let mut release = Vec::new();
-    for (k, last) in claims.iter() {
+    for (k, held) in claims.iter() {
         let grace = graces.get(k.as_str()).copied();
         match grace {
-            Some(g) if now.duration_since(*last) <= g && !pulled.contains(k) => {
-                claim.push(k.clone());
+            Some(g) if now.duration_since(held.last_live) <= g && !pulled.contains(k) => {
+                let age = now.duration_since(held.since).as_millis();
+                claim.push((k.clone(), u64::try_from(age).unwrap_or(u64::MAX)));
             }
             _ => release.push(k.clone()),
         }
@@ -165,10 +209,15 @@ pub struct Cluster {
     /// Viewers redirected to each node since the view was read (a burst of requests
     /// would otherwise all go to the node that was least loaded a second ago).
     sent: Mutex<HashMap<String, u64>>,
-    /// Streams this node claims, with when they last had a publisher here.
-    claims: Mutex<HashMap<String, Instant>>,
-    /// Claims another node holds while the stream is live here too (warned once).
+    /// Streams this node claims: since when, and when they last had a publisher here.
+    claims: Mutex<HashMap<String, Held>>,
+    /// Streams lost to another node's claim while live here (warned and reported once, not
+    /// every second: a clip of the same stream on two nodes stays live on both).
     conflicts: Mutex<std::collections::HashSet<String>>,
+    /// The upstream sessions this node serves to edges (viewers that came with the cluster
+    /// secret), by stream: closed when this node loses the stream, so that the edges look
+    /// its origin up again.
+    served: Mutex<HashMap<String, Vec<u64>>>,
     /// Streams pulled from another node: their stop flags, and when the pull ended (kept
     /// for [`PULL_MEMORY`] so the pull's last moments, live without a pull, never read as
     /// a local publisher to claim).
@@ -222,6 +271,7 @@ impl Cluster {
             sent: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             conflicts: Mutex::new(std::collections::HashSet::new()),
+            served: Mutex::new(HashMap::new()),
             pulls: Mutex::new(HashMap::new()),
             dtls,
             outbound,
@@ -287,11 +337,30 @@ impl Cluster {
         v.iter().zip(s).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 
-    /// Runs the refresh every second until the process ends; `local` reports this node.
-    pub async fn run(self: Arc<Self>, mut local: impl FnMut() -> Local + Send + 'static) {
+    /// Runs the refresh every second until the process ends; `side` reports this node and
+    /// hears of the streams it lost.
+    pub async fn run(self: Arc<Self>, mut side: impl NodeSide) {
         let mut backoff = Duration::from_secs(1);
+        // When the next refresh is due: one that runs later than that by more than a
+        // claim can outlive its last refresh means this process did not run meanwhile.
+        let mut due: Option<Instant> = None;
+        let stalled_after = Duration::from_secs(self.cfg.ttl_s.saturating_sub(1).max(1));
         loop {
-            let ok = self.refresh(local()).await;
+            let now = Instant::now();
+            if let Some(late) = due.and_then(|d| now.checked_duration_since(d))
+                && late > stalled_after
+            {
+                self.counters.stalls.fetch_add(1, Ordering::Relaxed);
+                let n = self.renew_claims(now);
+                warn!(
+                    "cluster: this node did not run for {late:?} (stopped or starved): its {n} claims may have lapsed and count as new"
+                );
+            }
+            let lost = self.refresh(side.local()).await;
+            let ok = lost.is_some();
+            for (key, winner) in lost.into_iter().flatten() {
+                side.lost(&self, &key, &winner);
+            }
             let wait = if ok {
                 backoff = Duration::from_secs(1);
                 Duration::from_secs(1)
@@ -300,12 +369,25 @@ impl Cluster {
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 w
             };
+            due = Some(Instant::now() + wait);
             tokio::time::sleep(wait).await;
         }
     }
 
-    /// One refresh: record, claims, view. Returns whether Redis answered.
-    async fn refresh(&self, local: Local) -> bool {
+    /// Counts every claim of this node as made `now` (after a stall); how many there are.
+    fn renew_claims(&self, now: Instant) -> usize {
+        self.claims.lock().map_or(0, |mut c| {
+            for h in c.values_mut() {
+                h.since = now;
+            }
+            c.len()
+        })
+    }
+
+    /// One refresh: record, claims, view. Returns `None` when Redis did not answer, else
+    /// the streams this node lost with their winner (claims it held while they had a
+    /// publisher here, now another node's).
+    async fn refresh(&self, local: Local) -> Option<Vec<(String, String)>> {
         let now = Instant::now();
         if let Ok(mut p) = self.pulls.lock() {
             p.retain(|_, p| {
@@ -317,12 +399,9 @@ impl Cluster {
         let pulled: Vec<String> = self.pulled(true);
         let (claim, release) = match self.claims.lock() {
             Ok(mut claims) => plan_claims(&mut claims, &local.streams, &pulled, now),
-            Err(_) => return false,
+            Err(_) => return None,
         };
-        let record = match serde_json::to_string(&local.record) {
-            Ok(r) => r,
-            Err(_) => return false,
-        };
+        let record = serde_json::to_string(&local.record).ok()?;
         let ttl_ms = self.cfg.ttl_s * 1000;
         match self
             .store
@@ -330,19 +409,7 @@ impl Cluster {
             .await
         {
             Ok(r) => {
-                if let Ok(mut c) = self.conflicts.lock() {
-                    for (k, held) in claim.iter().zip(&r.held) {
-                        if *held {
-                            c.remove(k);
-                        } else if c.insert(k.clone()) {
-                            let owner = r.view.origins.get(k).map_or("another node", |s| s);
-                            warn!(
-                                "cluster: {k} is live here but claimed by {owner}; edges pull it from {owner}"
-                            );
-                        }
-                    }
-                    c.retain(|k| claim.contains(k));
-                }
+                let lost = self.settle(&claim, &r);
                 self.set_up(true, None);
                 let changed = self.view.read().map(|v| **v != r.view).unwrap_or(true);
                 if changed {
@@ -354,14 +421,76 @@ impl Cluster {
                 if let Ok(mut s) = self.sent.lock() {
                     s.clear();
                 }
-                true
+                Some(lost)
             }
             Err(e) => {
                 self.counters.refresh_errors.fetch_add(1, Ordering::Relaxed);
                 self.set_up(false, Some(&e.to_string()));
-                false
+                None
             }
         }
+    }
+
+    /// What the claims of one refresh came to: split brains won are counted and logged;
+    /// claims lost are dropped (the stream is the winner's now) and returned with the
+    /// winner.
+    fn settle(&self, claim: &[(String, u64)], r: &store::Refresh) -> Vec<(String, String)> {
+        let mut lost = Vec::new();
+        let Ok(mut conflicts) = self.conflicts.lock() else {
+            return lost;
+        };
+        conflicts.retain(|k| claim.iter().any(|(c, _)| c == k));
+        for ((k, age), answer) in claim.iter().zip(&r.held) {
+            if answer.held() {
+                conflicts.remove(k);
+            }
+            match answer {
+                Claimed::Held => {}
+                Claimed::TookOver => {
+                    self.counters.split_won.fetch_add(1, Ordering::Relaxed);
+                    warn!(
+                        "cluster: {k} was claimed by another node too (a split brain while Redis was away); this node's claim, {age} ms old, is the older and keeps the stream"
+                    );
+                }
+                Claimed::Lost => {
+                    if let Ok(mut c) = self.claims.lock() {
+                        c.remove(k);
+                    }
+                    if !conflicts.insert(k.clone()) {
+                        continue;
+                    }
+                    let winner = r.view.origins.get(k).cloned().unwrap_or_default();
+                    self.counters.split_lost.fetch_add(1, Ordering::Relaxed);
+                    warn!(
+                        "cluster: {k} is live here but claimed by {winner}, whose claim is older than this node's ({age} ms): {winner} is its origin"
+                    );
+                    lost.push((k.clone(), winner));
+                }
+            }
+        }
+        lost
+    }
+
+    /// Viewer `id` of stream `key` is an edge's upstream session (it came with the cluster
+    /// secret).
+    pub fn serving(&self, key: &str, id: u64) {
+        if let Ok(mut s) = self.served.lock() {
+            let v = s.entry(key.to_string()).or_default();
+            // Edges are few; a long list is one of sessions long gone.
+            if v.len() >= 64 {
+                v.drain(..32);
+            }
+            v.push(id);
+        }
+    }
+
+    /// The upstream sessions this node served to edges for `key` (forgotten here).
+    pub fn take_served(&self, key: &str) -> Vec<u64> {
+        self.served
+            .lock()
+            .ok()
+            .and_then(|mut s| s.remove(key))
+            .unwrap_or_default()
     }
 
     /// Records Redis' state, logging a change once.
@@ -400,7 +529,7 @@ impl Cluster {
         let mut last_left: Option<i64> = None;
         let mut abandoned = false;
         let answer = loop {
-            let r = self.store.claim(&self.cfg.node, key, ttl_ms).await;
+            let r = self.store.claim(&self.cfg.node, key, ttl_ms, 0).await;
             let Ok(Err(owner)) = &r else {
                 break r;
             };
@@ -435,9 +564,7 @@ impl Cluster {
                 if waited {
                     self.counters.handovers.fetch_add(1, Ordering::Relaxed);
                 }
-                if let Ok(mut c) = self.claims.lock() {
-                    c.insert(key.to_string(), Instant::now());
-                }
+                self.hold(key);
                 Ok(())
             }
             Ok(Err(owner)) => {
@@ -446,11 +573,22 @@ impl Cluster {
             }
             Err(e) => {
                 self.set_up(false, Some(&e.to_string()));
-                if let Ok(mut c) = self.claims.lock() {
-                    c.insert(key.to_string(), Instant::now());
-                }
+                self.hold(key);
                 Ok(())
             }
+        }
+    }
+
+    /// Records a claim of `key` taken now (a returning publisher's claim keeps its age).
+    fn hold(&self, key: &str) {
+        let now = Instant::now();
+        if let Ok(mut c) = self.claims.lock() {
+            c.entry(key.to_string())
+                .or_insert(Held {
+                    since: now,
+                    last_live: now,
+                })
+                .last_live = now;
         }
     }
 
@@ -574,13 +712,17 @@ mod tests {
         // live/c is pulled from elsewhere: never ours.
         let pulled = ["live/c".to_string()];
         let (claim, release) = plan_claims(&mut claims, &streams, &pulled, t0);
-        assert_eq!((claim, release), (vec!["live/a".to_string()], vec![]));
-        // The publisher of live/a leaves: kept for the grace, then released.
+        assert_eq!((claim, release), (vec![("live/a".to_string(), 0)], vec![]));
+        // Its age grows while it is held.
+        let streams2 = [stream("live/a", true)];
+        let (claim, _) = plan_claims(&mut claims, &streams2, &[], t0 + Duration::from_secs(2));
+        assert_eq!(claim, [("live/a".to_string(), 2000)]);
+        // The publisher of live/a leaves: kept for the grace (still aging), then released.
         let streams = [stream("live/a", false)];
-        let t = t0 + Duration::from_secs(9);
-        let (claim, _) = plan_claims(&mut claims, &streams, &[], t);
-        assert_eq!(claim, ["live/a"]);
         let t = t0 + Duration::from_secs(11);
+        let (claim, _) = plan_claims(&mut claims, &streams, &[], t);
+        assert_eq!(claim, [("live/a".to_string(), 11_000)]);
+        let t = t0 + Duration::from_secs(13);
         let (claim, release) = plan_claims(&mut claims, &streams, &[], t);
         assert!(claim.is_empty());
         assert_eq!(release, ["live/a"]);

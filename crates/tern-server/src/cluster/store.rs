@@ -5,8 +5,10 @@
 //!   rewritten every second.
 //! - `tern:origin:{app}/{stream}`: the name of the node that has the stream's publisher,
 //!   taken with `SET NX`-like semantics (a Lua script: take it if free, refresh it if
-//!   ours, else leave it) and refreshed every second while the stream is live there or
-//!   within its app's grace.
+//!   ours, else leave it, unless ours is the older claim: see [`Claimed`]) and refreshed
+//!   every second while the stream is live there or within its app's grace.
+//! - `tern:born:{app}/{stream}`: when the claim's holder began holding it, in Redis' clock
+//!   (ms), written with the claim: the age that settles a split brain.
 //!
 //! One connection (redis-rs' multiplexed connection: requests from the refresh task and
 //! from HTTP handlers share it). Each refresh is two round trips: one pipeline that writes
@@ -28,15 +30,59 @@ pub const NODE_PREFIX: &str = "tern:node:";
 /// Prefix of origin claims.
 pub const ORIGIN_PREFIX: &str = "tern:origin:";
 
-/// Takes the claim `KEYS[1]` for node `ARGV[1]` for `ARGV[2]` ms if it is free or already
-/// ours: 1 when we hold it after, 0 when another node does.
-const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
-if v == false then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 \
-elseif v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 \
-else return 0 end";
-/// Deletes the claim `KEYS[1]` if node `ARGV[1]` holds it.
+/// Prefix of the claims' birth times.
+pub const BORN_PREFIX: &str = "tern:born:";
+
+/// A claim older than the holder's by more than this takes the stream (a split brain
+/// settled by age); closer than this, the holder keeps it, so two claims of about the same
+/// age cannot take it from each other in turn.
+pub const SENIORITY_MARGIN_MS: u64 = 1000;
+
+/// Takes the claim `KEYS[1]` (birth time `KEYS[2]`) for node `ARGV[1]` for `ARGV[2]` ms,
+/// the claim being `ARGV[3]` ms old: free, it is taken (1); ours, refreshed (1); another
+/// node's, taken over if ours was born more than `ARGV[4]` ms before the holder's (2),
+/// else left (0). Birth times are in Redis' own clock (`TIME`), so the nodes' clocks never
+/// meet: each node says only how long it has held the claim.
+const CLAIM: &str = "local t = redis.call('TIME') \
+local born = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[3]) \
+local v = redis.call('GET', KEYS[1]) \
+local function take() \
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+redis.call('SET', KEYS[2], born, 'PX', ARGV[2]) end \
+if v == false or v == ARGV[1] then take() return 1 end \
+local theirs = tonumber(redis.call('GET', KEYS[2]) or '') \
+if theirs ~= nil and born + tonumber(ARGV[4]) < theirs then take() return 2 end \
+return 0";
+/// Deletes the claim `KEYS[1]` and its birth time `KEYS[2]` if node `ARGV[1]` holds it.
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-return redis.call('DEL', KEYS[1]) else return 0 end";
+redis.call('DEL', KEYS[2]) return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// What a node's claim came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// It holds the stream (taken free, or refreshed).
+    Held,
+    /// It held an older claim than the node that had the stream, and took it: a split
+    /// brain (two publishers let in while Redis was away) settled for the older one.
+    TookOver,
+    /// Another node holds the stream.
+    Lost,
+}
+
+impl Claimed {
+    /// Whether the node holds the stream after it.
+    pub fn held(self) -> bool {
+        self != Claimed::Lost
+    }
+
+    fn from_answer(v: &redis::Value) -> Claimed {
+        match redis::from_redis_value_ref::<i64>(v) {
+            Ok(1) => Claimed::Held,
+            Ok(2) => Claimed::TookOver,
+            _ => Claimed::Lost,
+        }
+    }
+}
 
 /// How long one request may take before Redis counts as unreachable.
 const TIMEOUT: Duration = Duration::from_millis(800);
@@ -58,11 +104,11 @@ pub struct Store {
     pub commands: Arc<AtomicU64>,
 }
 
-/// What one refresh found: for each claim asked for, whether this node holds it; and the
-/// registry and origin map.
+/// What one refresh found: for each claim asked for, what it came to; and the registry and
+/// origin map.
 pub struct Refresh {
-    /// Per claim, in order: held by this node.
-    pub held: Vec<bool>,
+    /// Per claim, in order.
+    pub held: Vec<Claimed>,
     /// The cluster as read.
     pub view: View,
 }
@@ -142,13 +188,14 @@ impl Store {
     }
 
     /// One refresh: writes `record` for `me` (`ttl_ms`), takes or refreshes each of
-    /// `claims`, releases each of `releases`, and reads the registry and origin map.
+    /// `claims` (stream, age in ms), releases each of `releases`, and reads the registry and
+    /// origin map.
     pub async fn refresh(
         &self,
         me: &str,
         record: &str,
         ttl_ms: u64,
-        claims: &[String],
+        claims: &[(String, u64)],
         releases: &[String],
     ) -> RedisResult<Refresh> {
         let mut p = redis::pipe();
@@ -158,8 +205,8 @@ impl Store {
             .arg("PX")
             .arg(ttl_ms)
             .ignore();
-        for k in claims {
-            claim_cmd(&mut p, k, me, ttl_ms);
+        for (k, age) in claims {
+            claim_cmd(&mut p, k, me, ttl_ms, *age);
         }
         for k in releases {
             release_cmd(&mut p, k, me);
@@ -171,10 +218,7 @@ impl Store {
         let mut out: Vec<redis::Value> = self.run(&p, n).await?;
         let origin_scan = out.pop();
         let node_scan = out.pop();
-        let held = out
-            .iter()
-            .map(|v| redis::from_redis_value_ref::<i64>(v).is_ok_and(|x| x == 1))
-            .collect();
+        let held = out.iter().map(Claimed::from_answer).collect();
         let node_keys = self.finish_scan(node_scan, NODE_PREFIX).await?;
         let origin_keys = self.finish_scan(origin_scan, ORIGIN_PREFIX).await?;
         let mut p = redis::pipe();
@@ -245,15 +289,21 @@ impl Store {
         Ok(keys)
     }
 
-    /// Takes stream `key` for `me` now: `Ok(Ok(()))` when held, `Ok(Err(owner))` when
-    /// another node has it.
-    pub async fn claim(&self, me: &str, key: &str, ttl_ms: u64) -> RedisResult<Result<(), String>> {
+    /// Takes stream `key` for `me` now, for a claim `age_ms` old (0 for a publisher
+    /// arriving): `Ok(Ok(()))` when held, `Ok(Err(owner))` when another node has it.
+    pub async fn claim(
+        &self,
+        me: &str,
+        key: &str,
+        ttl_ms: u64,
+        age_ms: u64,
+    ) -> RedisResult<Result<(), String>> {
         let k = format!("{ORIGIN_PREFIX}{key}");
         let mut p = redis::pipe();
-        claim_cmd(&mut p, key, me, ttl_ms);
+        claim_cmd(&mut p, key, me, ttl_ms, age_ms);
         p.cmd("GET").arg(&k);
-        let (held, owner): (i64, Option<String>) = self.run(&p, 2).await?;
-        Ok(if held == 1 {
+        let (held, owner): (redis::Value, Option<String>) = self.run(&p, 2).await?;
+        Ok(if Claimed::from_answer(&held).held() {
             Ok(())
         } else {
             Err(owner.unwrap_or_default())
@@ -289,7 +339,6 @@ impl Store {
     }
 }
 
-/// Appends the claim of stream `key` for `me` (its answer: 1 held, 0 another node's).
 /// The sentinel client of `s`: its sentinels (with `password`, if they ask for one), its
 /// master's name, database and password.
 fn sentinel_client(
@@ -313,21 +362,26 @@ fn sentinel_client(
     b.build().map_err(|e| e.to_string())
 }
 
-fn claim_cmd(p: &mut redis::Pipeline, key: &str, me: &str, ttl_ms: u64) {
+/// Appends the claim of stream `key` for `me`, `age_ms` old (its answer: [`Claimed`]).
+fn claim_cmd(p: &mut redis::Pipeline, key: &str, me: &str, ttl_ms: u64, age_ms: u64) {
     p.cmd("EVAL")
         .arg(CLAIM)
-        .arg(1)
+        .arg(2)
         .arg(format!("{ORIGIN_PREFIX}{key}"))
+        .arg(format!("{BORN_PREFIX}{key}"))
         .arg(me)
-        .arg(ttl_ms);
+        .arg(ttl_ms)
+        .arg(age_ms)
+        .arg(SENIORITY_MARGIN_MS);
 }
 
 /// Appends the release of stream `key` if `me` holds it (its answer ignored).
 fn release_cmd(p: &mut redis::Pipeline, key: &str, me: &str) {
     p.cmd("EVAL")
         .arg(RELEASE)
-        .arg(1)
+        .arg(2)
         .arg(format!("{ORIGIN_PREFIX}{key}"))
+        .arg(format!("{BORN_PREFIX}{key}"))
         .arg(me)
         .ignore();
 }

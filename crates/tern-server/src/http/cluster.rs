@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::cluster::{Local, LocalStream, NodeRecord, ROUTED_PARAM};
+use crate::cluster::{Cluster, Local, LocalStream, NodeRecord, NodeSide, ROUTED_PARAM};
 use crate::http::reply::cors;
 use crate::http::state::AppState;
+use crate::media::{Command, ViewerId};
 use crate::metrics::{Exposition, Kind};
 
 /// Starts the node's refresh (record, claims, view) on the current runtime.
@@ -21,9 +22,61 @@ pub fn start(st: &Arc<AppState>) {
     let Some(cluster) = st.cluster.clone() else {
         return;
     };
-    let s = st.clone();
-    let mut meter = Meter::default();
-    tokio::spawn(cluster.run(move || local(&s, &mut meter)));
+    tokio::spawn(cluster.run(Side {
+        st: st.clone(),
+        meter: Meter::default(),
+    }));
+}
+
+/// The node's side of the cluster refresh.
+struct Side {
+    st: Arc<AppState>,
+    meter: Meter,
+}
+
+impl NodeSide for Side {
+    fn local(&mut self) -> Local {
+        local(&self.st, &mut self.meter)
+    }
+
+    fn lost(&mut self, cluster: &Arc<Cluster>, key: &str, winner: &str) {
+        let st = &self.st;
+        let Some(index) = st.streams.get(key).map(|i| i.index) else {
+            return;
+        };
+        let Some(id) = st.forget_publisher_of(index) else {
+            // Live without a publisher: a clip of the same stream on both nodes (a
+            // configuration matter), or the publisher already left.
+            tracing::warn!(
+                "stream {key}: live here with no publisher to end; edges pull it from {winner}"
+            );
+            return;
+        };
+        tracing::warn!("stream {key}: publisher ended, node {winner} is its origin");
+        let _ = st.engine.send(Command::RemovePublisher(id));
+        // The edges this node served look the origin up again and find the winner; their
+        // viewers keep their sessions.
+        let served = cluster.take_served(key);
+        for id in &served {
+            let _ = st
+                .engine
+                .send(Command::RemoveViewer(ViewerId::from_raw(*id)));
+        }
+        let own = st
+            .engine
+            .stats
+            .snapshots
+            .viewers(Some(key))
+            .iter()
+            .filter(|v| !served.contains(&v.id))
+            .count();
+        if own > 0 {
+            let rt = tokio::runtime::Handle::current();
+            if let Err(e) = cluster.start_pull(key, index, st.engine.clone(), rt) {
+                tracing::warn!("stream {key}: cannot pull it from {winner}: {e}");
+            }
+        }
+    }
 }
 
 /// CPU time and bytes sent at the last report, for per-second rates.
@@ -236,6 +289,21 @@ pub(super) fn metrics(st: &AppState, o: &mut Exposition) {
             "tern_cluster_handovers_total",
             "Publishers held until a dead node's claim lapsed, then given the stream.",
             k.handovers.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_split_brains_won_total",
+            "Streams claimed by two nodes (while Redis was away) that this node's older claim kept.",
+            k.split_won.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_split_brains_lost_total",
+            "Streams claimed by two nodes that another node's older claim took: the publisher here was ended.",
+            k.split_lost.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_stalls_total",
+            "Refreshes so late that this node's claims may have lapsed (the process did not run); its claims then count as new.",
+            k.stalls.load(Ordering::Relaxed),
         ),
     ] {
         o.counter(name, help, v);

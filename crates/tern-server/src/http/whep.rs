@@ -98,6 +98,10 @@ pub(super) async fn post(
         })
         .map_err(|_| HttpError::engine_stopped())?;
     let viewer = rx.await.map_err(|_| HttpError::engine_stopped())?;
+    if node && let Some(c) = &st.cluster {
+        // An edge's upstream: closed if this node loses the stream to another origin.
+        c.serving(&path.key(), viewer.raw());
+    }
     let sid = grant.session().to_string();
     grant.started(&st, SessionKey::Viewer(viewer.raw()));
     let etag = new_etag();
