@@ -530,6 +530,7 @@ pub fn detail_json(c: &Sample, now: Instant) -> Value {
                     "last": t.latency_last, "n": t.latency_n,
                 })),
                 "catchup_packets": t.catchup_packets,
+                "max_gap_ms": t.max_gap.as_secs_f64() * 1000.0,
             })
         })
     };

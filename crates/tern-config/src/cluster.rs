@@ -10,6 +10,11 @@ pub const SECRET_HEADER: &str = "tern-cluster-secret";
 /// The query parameter a redirect adds: the node it chose, which then serves the request
 /// rather than routing it again.
 pub const ROUTED_PARAM: &str = "tern_node";
+/// Header of an edge's upstream request to another edge (not the origin), with the cluster
+/// secret: a *relay*, tried when the origin went silent (cut off from this edge). The node
+/// asked serves it only from a stream live there from its publisher or its own pull from
+/// the origin, and never pulls for it, so relays do not chain.
+pub const RELAY_HEADER: &str = "tern-cluster-relay";
 
 /// The `[cluster]` section. Without it tern runs alone.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

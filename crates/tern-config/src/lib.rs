@@ -61,7 +61,7 @@ pub use app::{
     AppConfig, DEFAULT_IDLE_GRACE_S, DEFAULT_JWKS_REFRESH_S, DEFAULT_SRT_LATENCY_MS, FALLBACK_RULE,
     Fallback, NAME_RULE, RenditionConfig, TranscodeSetting, valid_name,
 };
-pub use cluster::{ClusterSection, ROUTED_PARAM, SECRET_HEADER, SentinelUrl};
+pub use cluster::{ClusterSection, RELAY_HEADER, ROUTED_PARAM, SECRET_HEADER, SentinelUrl};
 pub use edit::{ConfigFile, write_atomically};
 pub use error::ConfigError;
 pub use forward::{

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use tern_rtc::viewer::DtlsContext;
 use tracing::{info, warn};
 
-pub use crate::config::{ClusterSection, ROUTED_PARAM, SECRET_HEADER};
+pub use crate::config::{ClusterSection, RELAY_HEADER, ROUTED_PARAM, SECRET_HEADER};
 pub use store::{BORN_PREFIX, Claimed, NODE_PREFIX, ORIGIN_PREFIX, SENIORITY_MARGIN_MS};
 pub use view::{NodeRecord, View};
 
@@ -66,6 +66,8 @@ pub struct ClusterCounters {
     pub claims_refused: AtomicU64,
     /// Publishers that waited for a dead node's claim to lapse and took the stream.
     pub handovers: AtomicU64,
+    /// Edge pulls that went to a relay (another edge) because their origin went silent.
+    pub relays: AtomicU64,
     /// Split brains settled: claims this node took from a younger claim, and claims it lost
     /// to an older one (its publisher ended).
     pub split_won: AtomicU64,
@@ -132,6 +134,28 @@ impl upstream::Origins for Cluster {
         }
     }
 
+    fn relay(&self, origin: &str) -> Option<(String, String)> {
+        let view = self.view();
+        let n = view
+            .nodes
+            .iter()
+            .filter(|n| !n.draining && n.name != origin && n.name != self.cfg.node)
+            .min_by(|a, b| a.viewers.cmp(&b.viewers).then(a.name.cmp(&b.name)))?;
+        Some((n.name.clone(), n.url.clone()))
+    }
+
+    fn relaying(&self, key: &str, on: bool) {
+        if let Ok(mut p) = self.pulls.lock()
+            && let Some(e) = p.get_mut(key)
+            && e.relay != on
+        {
+            e.relay = on;
+            if on {
+                self.counters.relays.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn retried(&self) {
         self.counters
             .upstream_retries
@@ -192,10 +216,11 @@ fn plan_claims(
     (claim, release)
 }
 
-/// A pull's stop flag, and when it ended.
+/// A pull's stop flag, when it ended, and whether it comes through a relay now.
 struct PullEntry {
     stop: Arc<AtomicBool>,
     ended: Option<Instant>,
+    relay: bool,
 }
 
 /// This node's part in the cluster.
@@ -322,6 +347,14 @@ impl Cluster {
             .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// Whether this node's pull of `key` comes through a relay now (it then relays for no
+    /// other edge: relays do not chain).
+    pub fn pulls_via_relay(&self, key: &str) -> bool {
+        self.pulls
+            .lock()
+            .is_ok_and(|p| p.get(key).is_some_and(|e| e.ended.is_none() && e.relay))
     }
 
     /// Whether `value` (the request's [`SECRET_HEADER`]) is the cluster secret. Compared
@@ -664,7 +697,14 @@ impl Cluster {
         std::thread::Builder::new()
             .name("EdgePull".into())
             .spawn(move || upstream::run(me, pull))?;
-        pulls.insert(key.to_string(), PullEntry { stop, ended: None });
+        pulls.insert(
+            key.to_string(),
+            PullEntry {
+                stop,
+                ended: None,
+                relay: false,
+            },
+        );
         self.counters.pulls.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

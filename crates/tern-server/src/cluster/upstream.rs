@@ -12,6 +12,12 @@
 //! timestamps, as with a returning publisher. Keyframe requests from local viewers, which
 //! ingest coalesces, go upstream as one PLI. The thread ends `cluster.edge_grace_s` after
 //! the stream's last local viewer left.
+//!
+//! An origin that went silent while the map still names it (cut off from this edge, or
+//! frozen) is not asked first: the next session is a *relay* from another live node
+//! ([`RELAY_HEADER`]), which serves it only if the stream is live there from its publisher
+//! or its own pull from the origin. If no relay serves, the origin is tried again; a relay
+//! that goes silent sends the pull back to the origin.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -24,7 +30,7 @@ use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::publisher::IngestPacket;
 use tracing::{info, warn};
 
-use crate::config::SECRET_HEADER;
+use crate::config::{RELAY_HEADER, SECRET_HEADER};
 use crate::feed::{
     AttachError, Feed, FrameSink, MEDIA_STALL, PublisherSlot, attach_source_blocking,
 };
@@ -49,6 +55,11 @@ pub(super) trait Origins: Send + Sync {
     /// The name and URL of the node that has `key`'s publisher, when that is another live
     /// node (read from Redis now, on `rt`); `None` when unknown, this node, or Redis is down.
     fn origin(&self, key: &str, rt: &tokio::runtime::Handle) -> Option<(String, String)>;
+    /// The name and URL of a live node other than this one and `origin` to relay `key`
+    /// from (the least loaded), if there is one.
+    fn relay(&self, origin: &str) -> Option<(String, String)>;
+    /// The pull of `key` now comes through a relay (`true`) or from its origin.
+    fn relaying(&self, key: &str, on: bool);
     /// An upstream session ended for the origin's sake.
     fn retried(&self);
     /// The pull of `key` ended.
@@ -84,6 +95,9 @@ enum End {
     Stop(&'static str),
     /// The origin could not be reached or went away: look it up again.
     Retry(String),
+    /// The session had media and then none for [`SILENCE`]: the node may be cut off from
+    /// here, or stopped.
+    Silent,
 }
 
 /// Runs the pull until it should stop; the caller's thread.
@@ -92,6 +106,9 @@ pub(super) fn run(cluster: Arc<dyn Origins>, pull: Pull) {
     info!("edge: pulling {key} from its origin");
     let mut backoff = Duration::from_millis(100);
     let mut idle_since: Option<Instant> = None;
+    // The origin the last session failed with (silent, or not answering): if the map still
+    // names it, the next session is a relay's.
+    let mut avoid: Option<String> = None;
     let reason = loop {
         if pull.stop.load(Ordering::Relaxed) {
             break "stopped".to_string();
@@ -99,21 +116,38 @@ pub(super) fn run(cluster: Arc<dyn Origins>, pull: Pull) {
         if idle(&pull, &mut idle_since) {
             break "no local viewers".to_string();
         }
-        let Some((name, url)) = cluster.origin(&key, &pull.runtime) else {
+        let Some((origin, origin_url)) = cluster.origin(&key, &pull.runtime) else {
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(MAX_BACKOFF);
             continue;
         };
-        match session(&pull, &url, &mut idle_since) {
+        let relay = match avoid.take() {
+            Some(a) if a == origin => cluster.relay(&origin),
+            _ => None,
+        };
+        let via_relay = relay.is_some();
+        let (name, url) = relay.unwrap_or((origin.clone(), origin_url));
+        cluster.relaying(&key, via_relay);
+        let (why, silent) = match session(&pull, &url, via_relay, &mut idle_since) {
             End::Stop(why) => break why.to_string(),
-            End::Retry(why) => {
-                cluster.retried();
-                warn!("edge: {key} from {name}: {why}; looking up its origin again");
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
+            End::Retry(why) => (why, false),
+            End::Silent => (format!("silent for {SILENCE:?}"), true),
+        };
+        cluster.retried();
+        if !via_relay {
+            avoid = Some(origin);
         }
+        if silent && !via_relay {
+            // Straight to a relay: the map names the silent origin until its claim lapses,
+            // and asking it again would wait on a node that may not answer.
+            warn!("edge: {key} from {name}: {why}; trying a relay");
+            continue;
+        }
+        warn!("edge: {key} from {name}: {why}; looking up its origin again");
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     };
+    cluster.relaying(&key, false);
     cluster.ended(&key);
     info!("edge: pull of {key} ended: {reason}");
 }
@@ -133,8 +167,9 @@ fn idle(pull: &Pull, since: &mut Option<Instant>) -> bool {
     since.elapsed() >= pull.grace
 }
 
-/// One WHEP session with the origin at `base`, fed to the engine until it ends.
-fn session(pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
+/// One WHEP session with the origin (or, `relay`, another edge) at `base`, fed to the
+/// engine until it ends.
+fn session(pull: &Pull, base: &str, relay: bool, idle_since: &mut Option<Instant>) -> End {
     let mut rng = rand::rng();
     let mut token = |n: usize| -> String {
         (&mut rng)
@@ -156,7 +191,7 @@ fn session(pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
     });
     let url = format!("{}/{}/whep", base.trim_end_matches('/'), pull.key);
     let agent = &pull.agent;
-    let (answer, location) = match post(agent, &url, &offer, &pull.secret) {
+    let (answer, location) = match post(agent, &url, &offer, &pull.secret, relay) {
         Ok(x) => x,
         Err(e) => return End::Retry(e),
     };
@@ -181,10 +216,15 @@ fn session(pull: &Pull, base: &str, idle_since: &mut Option<Instant>) -> End {
         } else {
             loc
         };
-        let _ = agent
-            .delete(&loc)
-            .header(SECRET_HEADER, &pull.secret)
-            .call();
+        // On a thread of its own: a node that went silent may not answer for the whole
+        // request timeout, and the next session must not wait for it (the session ends on
+        // the node's side anyway when its consent checks go unanswered).
+        let (agent, secret) = (agent.clone(), pull.secret.clone());
+        let _ = std::thread::Builder::new()
+            .name("EdgeDelete".into())
+            .spawn(move || {
+                let _ = agent.delete(&loc).header(SECRET_HEADER, &secret).call();
+            });
     }
     end
 }
@@ -195,13 +235,16 @@ fn post(
     url: &str,
     offer: &str,
     secret: &str,
+    relay: bool,
 ) -> Result<(String, Option<String>), String> {
-    let mut r = agent
+    let mut req = agent
         .post(url)
         .header("Content-Type", "application/sdp")
-        .header(SECRET_HEADER, secret)
-        .send(offer)
-        .map_err(|e| format!("POST {url}: {e}"))?;
+        .header(SECRET_HEADER, secret);
+    if relay {
+        req = req.header(RELAY_HEADER, "1");
+    }
+    let mut r = req.send(offer).map_err(|e| format!("POST {url}: {e}"))?;
     let status = r.status().as_u16();
     let location = r
         .headers()
@@ -266,7 +309,7 @@ fn pump(
             break End::Retry(format!("no media within {CONNECT:?}"));
         }
         if slot.is_some() && now - last_media > SILENCE {
-            break End::Retry(format!("origin silent for {SILENCE:?}"));
+            break End::Silent;
         }
         if now >= next_check {
             next_check = now + Duration::from_secs(1);

@@ -208,6 +208,21 @@ pub(super) fn redirect(
     Some(r)
 }
 
+/// An edge asks this node to relay `key` (its origin went silent for it): served only from
+/// a stream live here from its publisher or this node's own pull from the origin, never by
+/// starting a pull, so relays do not chain.
+pub(super) fn may_relay(st: &AppState, key: &str) -> Result<(), crate::http::error::HttpError> {
+    let live = st.streams.get(key).is_some_and(|i| st.is_live(i));
+    let via_relay = st.cluster.as_ref().is_some_and(|c| c.pulls_via_relay(key));
+    if live && !via_relay {
+        return Ok(());
+    }
+    Err(crate::http::error::HttpError::Unavailable(
+        format!("{key} is not live here from its origin: no relay"),
+        None,
+    ))
+}
+
 /// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.
 pub(super) fn json(st: &AppState) -> serde_json::Value {
     let Some(c) = st.cluster.as_ref() else {
@@ -289,6 +304,11 @@ pub(super) fn metrics(st: &AppState, o: &mut Exposition) {
             "tern_cluster_handovers_total",
             "Publishers held until a dead node's claim lapsed, then given the stream.",
             k.handovers.load(Ordering::Relaxed),
+        ),
+        (
+            "tern_cluster_relays_total",
+            "Edge pulls that went to another edge (a relay) because their origin went silent.",
+            k.relays.load(Ordering::Relaxed),
         ),
         (
             "tern_cluster_split_brains_won_total",

@@ -41,6 +41,9 @@ pub(super) async fn post(
     if let Some(r) = cluster::redirect(&st, (&path.app, &path.stream), query.as_deref(), node) {
         return Ok(r);
     }
+    if node && headers.contains_key(crate::cluster::RELAY_HEADER) {
+        cluster::may_relay(&st, &path.key())?;
+    }
     let pin_rid = query
         .as_deref()
         .and_then(|q| query_param(q, "layer"))
