@@ -23,6 +23,7 @@
 #
 #   bench/cluster-faults.sh [VIEWERS] [PHASE_SECONDS] [PHASES]
 #       default 300 viewers, 30 s, "sentinel unreachable split partition frozen"
+# KEEP_LOGS=DIR keeps the nodes', Redis' and the last phase's viewers' logs there.
 # Needs root (it runs itself under scripts/netns-run.sh), redis-server, redis-sentinel
 # (Debian's redis-server package has both), ffmpeg, iptables.
 set -euo pipefail
@@ -47,9 +48,13 @@ cleanup() {
     kill "${pids[@]}" 2>/dev/null || true
     wait 2>/dev/null || true
     for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    if [ -n "${KEEP_LOGS:-}" ]; then
+        mkdir -p "$KEEP_LOGS" && cp "$dir"/*.log "$dir"/*.json "$KEEP_LOGS"/ 2>/dev/null || true
+    fi
     rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 declare -A K=([a]=1 [b]=2 [c]=3 [r]=4) NS=() PID=()
 sysctl -qw net.ipv4.ip_forward=1
 for h in a b c r; do
@@ -65,21 +70,23 @@ for h in a b c r; do
     ip netns exec "$ns" ip route add default via "10.99.${K[$h]}.1"
 done
 in_ns() { local h=$1; shift; ip netns exec "${NS[$h]}" "$@"; }
+# spawn_in HOST CMD... &: the same in the background, with $! the command's own pid.
+spawn_in() { local h=$1; shift; exec ip netns exec "${NS[$h]}" "$@"; }
 R=10.99.4.2
 ip_of() { echo "10.99.${K[$1]}.2"; }
 
 # Redis: a master, a replica, three sentinels (quorum 2, down after 1 s).
-in_ns r redis-server --port 6379 --bind "$R" --save '' --appendonly no >"$dir/redis-6379.log" 2>&1 &
+spawn_in r redis-server --port 6379 --bind "$R" --save '' --appendonly no --protected-mode no >"$dir/redis-6379.log" 2>&1 &
 pids+=($!)
 PID[m6379]=$!
-in_ns r redis-server --port 6380 --bind "$R" --save '' --appendonly no --replicaof "$R" 6379 \
+spawn_in r redis-server --port 6380 --bind "$R" --save '' --appendonly no --protected-mode no --replicaof "$R" 6379 \
     >"$dir/redis-6380.log" 2>&1 &
 pids+=($!)
 PID[m6380]=$!
 for p in 26379 26380 26381; do
-    printf 'port %s\nbind %s\nsentinel monitor m %s 6379 2\nsentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n' \
+    printf 'port %s\nbind %s\nprotected-mode no\nsentinel monitor m %s 6379 2\nsentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 5000\n' \
         "$p" "$R" "$R" >"$dir/sentinel-$p.conf"
-    in_ns r redis-server "$dir/sentinel-$p.conf" --sentinel >"$dir/sentinel-$p.log" 2>&1 &
+    spawn_in r redis-server "$dir/sentinel-$p.conf" --sentinel >"$dir/sentinel-$p.log" 2>&1 &
     pids+=($!)
 done
 sleep 2
@@ -100,12 +107,18 @@ node = "$n"
 url = "http://$ip:8080"
 secret = "$SECRET"
 TOML
-    in_ns "$n" env RUST_LOG=info "$TERN" serve --config "$dir/$n.toml" --http "$ip:8080" \
+    spawn_in "$n" env RUST_LOG=info "$TERN" serve --config "$dir/$n.toml" --http "$ip:8080" \
         --media "$ip:10000" --candidate "$ip" --rtmp "$ip:1935" >>"$dir/$n.log" 2>&1 &
     PID[$n]=$!
     pids+=($!)
 }
 for n in a b c; do start_node "$n"; done
+for n in a b c; do
+    for i in $(seq 1 100); do
+        curl -s -m 1 -o /dev/null "http://$(ip_of "$n"):8080/v1/health" && break
+        sleep 0.1
+    done
+done
 
 encoder() { # encoder NODE SECONDS LOG: ffmpeg publishing live/cam there
     ffmpeg -nostdin -loglevel error -re -f lavfi -i "testsrc2=size=640x360:rate=25" \
@@ -186,7 +199,12 @@ for f in sorted(glob.glob(f"{d}/bench-*.json")):
         if j.get("type") == "client": clients.append((node, j))
         if j.get("type") == "summary": summaries.append(j)
 n = sum(s["clients"] for s in summaries)
-kept = sum(1 for _, c in clients if c["state"] == "connected" and not c["failure"])
+# Kept: never failed (no failure reason, not in the failed state) and played video. (Not
+# the final "connected" state: at its end tern bench closes its sessions and waits for
+# the node's count, and an edge's clients may read "disconnected" by then.)
+def kept_(c):
+    return not c["failure"] and c["state"] != "failed" and (c["video"] or {}).get("frames", 0) > 0
+kept = sum(1 for _, c in clients if kept_(c))
 gaps = sorted((c["video"] or {}).get("max_gap_ms", 1e9) for _, c in clients)
 def pct(p):
     if not gaps: return float("nan")
@@ -197,6 +215,10 @@ by = {}
 for node, c in clients:
     by.setdefault(node, []).append((c["video"] or {}).get("max_gap_ms", 1e9))
 per = " ".join(f"{k}:{max(v)/1000:.2f}" for k, v in sorted(by.items()))
+states = {}
+for _, c in clients:
+    states[c["state"]] = states.get(c["state"], 0) + 1
+note = (note + "; " if note else "") + "final states " + ",".join(f"{k} {v}" for k, v in sorted(states.items()))
 print(f"| {phase} | {kept}/{n} | {pct(50)/1000:.2f} / {pct(99)/1000:.2f} / {gaps[-1]/1000 if gaps else float('nan'):.2f} s ({per}) | {lost} | {recovery} | {origins.strip() or '-'} | {note} |")
 PY
 }
@@ -232,7 +254,7 @@ run_phase() {
             note="$note; a new pull's WHEP POST answered ${answered:-never} s after the kill"
             rec=$(wait_settled "$t" 20)
             # The old master returns; the sentinels make it a replica.
-            in_ns r redis-server --port "$mp" --bind "$R" --save '' --appendonly no \
+            spawn_in r redis-server --port "$mp" --bind "$R" --save '' --appendonly no --protected-mode no \
                 >>"$dir/redis-$mp.log" 2>&1 &
             PID[m$mp]=$!
             pids+=($!)

@@ -592,6 +592,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         h.mark("steady state (end of run)", joined);
     }
     // End: stop sending, delete every session, let in-flight packets land, then count.
+    let ended = Instant::now();
     workers.quiesce();
     end_all(&signaller.whep, holds);
     for t in threads {
@@ -649,7 +650,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     if a.json {
         emit_summary(out, &summary, true);
         for c in &samples {
-            let _ = writeln!(out, "{}", report::detail_json(c, now));
+            let _ = writeln!(out, "{}", report::detail_json(c, now, ended));
         }
         if let Some(d) = server {
             let _ = writeln!(

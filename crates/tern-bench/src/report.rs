@@ -515,10 +515,14 @@ pub fn detail_text(c: &Sample, now: Instant) -> String {
     o
 }
 
-/// One client's figures as a JSON object.
-pub fn detail_json(c: &Sample, now: Instant) -> Value {
+/// One client's figures as a JSON object; `ended` is when the run stopped its viewers, so
+/// that a freeze still going on then counts in `max_gap_ms`.
+pub fn detail_json(c: &Sample, now: Instant, ended: Instant) -> Value {
     let track = |t: &Option<TrackStats>| {
         t.as_ref().map(|t| {
+            let trailing = t
+                .last_at
+                .map_or(Duration::ZERO, |l| ended.saturating_duration_since(l));
             json!({
                 "ssrc": t.ssrc, "packets": t.packets, "bytes": t.bytes, "lost": t.lost(),
                 "expected": t.expected(), "duplicates": t.duplicates, "reordered": t.reordered,
@@ -530,7 +534,7 @@ pub fn detail_json(c: &Sample, now: Instant) -> Value {
                     "last": t.latency_last, "n": t.latency_n,
                 })),
                 "catchup_packets": t.catchup_packets,
-                "max_gap_ms": t.max_gap.as_secs_f64() * 1000.0,
+                "max_gap_ms": t.max_gap.max(trailing).as_secs_f64() * 1000.0,
             })
         })
     };

@@ -12,6 +12,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// How often [`Directory::expired`] is run (the server's housekeeping tick).
+pub const SWEEP: Duration = Duration::from_secs(1);
+
 /// A stream known to the HTTP side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamInfo {
@@ -26,6 +29,8 @@ struct Entry {
     dynamic: bool,
     /// Last time it had a publisher (or was made).
     active: Instant,
+    /// When a sweep first found it without a publisher since then.
+    idle_seen: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +67,7 @@ impl Directory {
                         index,
                         dynamic: false,
                         active: now,
+                        idle_seen: None,
                     },
                 )
             })
@@ -115,7 +121,15 @@ impl Directory {
     /// The stream `key`, made in a spare slot if it does not exist: `(info, made)`. A made
     /// stream must be announced to the engine before it is used.
     pub fn claim(&self, key: &str, now: Instant) -> Result<(StreamInfo, bool), ClaimError> {
-        self.take(key, now, |e| e.active = now, true)
+        self.take(
+            key,
+            now,
+            |e| {
+                e.active = now;
+                e.idle_seen = None;
+            },
+            true,
+        )
     }
 
     /// The stream `key` (`known` applied to its entry), or one made in a spare slot
@@ -139,6 +153,7 @@ impl Directory {
                 index,
                 dynamic,
                 active: now,
+                idle_seen: None,
             },
         );
         Ok((StreamInfo { index }, true))
@@ -157,6 +172,7 @@ impl Directory {
         if let Some(e) = self.lock().by_key.get_mut(key) {
             e.dynamic = true;
             e.active = now;
+            e.idle_seen = None;
         }
     }
 
@@ -190,6 +206,10 @@ impl Directory {
     /// Publisher-made streams with no publisher (`busy(index)` false) for longer than
     /// `grace(app)`: removed from the directory and returned as (key, index). Their slots
     /// stay taken until [`Directory::release`].
+    ///
+    /// Idle time counts from the last sweep that saw the stream busy, or, when the sweeps
+    /// stopped for a while (a frozen process), from one [`SWEEP`] before the first sweep
+    /// that found it idle.
     pub fn expired(
         &self,
         now: Instant,
@@ -204,10 +224,17 @@ impl Directory {
             }
             if busy(e.index) {
                 e.active = now;
+                e.idle_seen = None;
                 continue;
             }
+            // Idle from the last sweep that saw it busy, unless that was long before the
+            // sweep that first found it idle (the process did not run meanwhile: stopped,
+            // suspended): then from one sweep before that one, so that time the node was
+            // frozen does not count against the grace.
+            let seen = *e.idle_seen.get_or_insert(now);
+            let from = e.active.max(seen.checked_sub(SWEEP).unwrap_or(seen));
             let app = k.split('/').next().unwrap_or("");
-            if now.duration_since(e.active) >= grace(app) {
+            if now.duration_since(from) >= grace(app) {
                 out.push((k.clone(), e.index));
             }
         }
@@ -289,10 +316,13 @@ mod tests {
                 .is_empty()
         );
         let t1 = t0 + Duration::from_secs(20);
-        assert!(
-            d.expired(t1 + Duration::from_secs(9), grace, |i| i == 2)
-                .is_empty()
-        );
+        // Swept each second: live/a (no publisher from t1 on) goes at t1 + 10 s.
+        for s in 1..10 {
+            assert!(
+                d.expired(t1 + Duration::from_secs(s), grace, |i| i == 2)
+                    .is_empty()
+            );
+        }
         let gone = d.expired(t1 + Duration::from_secs(10), grace, |i| i == 2);
         assert_eq!(gone, vec![("live/a".to_string(), 1)]);
         assert!(!d.contains("live/a") && d.contains("live/b") && d.contains("live/demo"));
@@ -307,6 +337,22 @@ mod tests {
                 ("live/c".to_string(), 1),
                 ("live/demo".to_string(), 0)
             ]
+        );
+        // The sweeps stop for 30 s (the process was frozen) right after live/b's publisher
+        // left (and live/c was made): the frozen time does not count against their grace.
+        let t2 = t1 + Duration::from_secs(40);
+        for s in 0..9 {
+            assert!(
+                d.expired(t2 + Duration::from_secs(s), grace, |_| false)
+                    .is_empty(),
+                "{s} s after the freeze"
+            );
+        }
+        let mut gone = d.expired(t2 + Duration::from_secs(9), grace, |_| false);
+        gone.sort();
+        assert_eq!(
+            gone,
+            vec![("live/b".to_string(), 2), ("live/c".to_string(), 1)]
         );
     }
 }

@@ -226,7 +226,7 @@ fn spawn_tasks(state: &Arc<AppState>) {
     spawn_sighup(state.clone());
     let st = state.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut tick = tokio::time::interval(crate::directory::SWEEP);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
