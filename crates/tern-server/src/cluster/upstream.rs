@@ -140,7 +140,9 @@ pub(super) fn run(cluster: Arc<dyn Origins>, pull: Pull) {
         if silent && !via_relay {
             // Straight to a relay: the map names the silent origin until its claim lapses,
             // and asking it again would wait on a node that may not answer.
-            warn!("edge: {key} from {name}: {why}; trying a relay");
+            warn!(
+                "edge: {key} from {name}: {why}; looking up its origin again (a relay while the map names {name})"
+            );
             continue;
         }
         warn!("edge: {key} from {name}: {why}; looking up its origin again");
