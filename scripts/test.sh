@@ -75,12 +75,18 @@ fuzz_targets() {
     done
 }
 
-# The browser test files, the longest first (seconds each, one at a time, at stop 64), then
-# the rest in name order.
-BROWSER_LONG=(adaptive-clients slate interop bframes codecs gstreamer adaptive recording reload
-    pause hls gso nack-budget directory srt)
+# Browser test files that run alone, before the others: they assert that a viewer on an
+# unlimited link never freezes while another one is squeezed, which a second Chromium
+# decoding beside them can break on 2 cores (it did once, 1.16 s of freezes, with a build
+# running too).
+BROWSER_SOLO=(adaptive-clients adaptive)
+# The other browser test files, the longest first (seconds each, one at a time, at stop 64),
+# then the rest in name order.
+BROWSER_LONG=(slate interop bframes codecs gstreamer recording reload pause hls gso nack-budget
+    directory srt)
 browser_files() {
     local f n seen=" "
+    for n in "${BROWSER_SOLO[@]}"; do seen+="$n.test.mjs "; done
     for n in "${BROWSER_LONG[@]}"; do
         [ -e "$ROOT/tests/browser/$n.test.mjs" ] || continue
         echo "$n.test.mjs"
@@ -217,11 +223,11 @@ run_stage_body() {
             # (scripts/netns-run.sh), so two files never share an address, a port or a `tc`
             # qdisc. Most of a file's time is waiting on real time (encoders, congestion
             # control, timeouts), not the cores: one file at a time took 978 s of this stage.
-            # The longest files start first so that the lanes end together; each file's output
-            # is printed whole when it ends.
+            # The files in BROWSER_SOLO run first, one at a time; then the longest start first
+            # so that the lanes end together; each file's output is printed whole when it ends.
             cargo build --release -p tern
             set +e
-            local f bad=() logs pid=
+            local f n bad=() logs pid=
             local -A running=()
             logs=$(mktemp -d)
             reap_browser() { # pid, exit status
@@ -229,6 +235,12 @@ run_stage_body() {
                 [ "$2" -eq 0 ] || bad+=("${running[$1]}")
                 unset "running[$1]"
             }
+            for n in "${BROWSER_SOLO[@]}"; do
+                f="$n.test.mjs"
+                [ -e "$ROOT/tests/browser/$f" ] || continue
+                echo "--- browser $f (alone)"
+                "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/$f" || bad+=("$f")
+            done
             for f in $(browser_files); do
                 while [ "${#running[@]}" -ge "$BROWSER_JOBS" ]; do
                     wait -n -p pid "${!running[@]}"
