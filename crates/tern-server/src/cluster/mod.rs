@@ -615,8 +615,16 @@ impl Cluster {
         }
     }
 
-    /// Records a claim of `key` taken now (a returning publisher's claim keeps its age).
+    /// Records a claim of `key` taken now (a returning publisher's claim keeps its age). A
+    /// pull of `key` still running here (its origin died and the encoder moved here) is
+    /// stopped and forgotten: the stream is this node's now, and a stream that reads as
+    /// pulled is never claimed, so the claim would go at the next refresh.
     fn hold(&self, key: &str) {
+        if let Ok(mut p) = self.pulls.lock()
+            && let Some(e) = p.remove(key)
+        {
+            e.stop.store(true, Ordering::Relaxed);
+        }
         let now = Instant::now();
         if let Ok(mut c) = self.claims.lock() {
             c.entry(key.to_string())
