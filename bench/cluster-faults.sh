@@ -76,10 +76,10 @@ R=10.99.4.2
 ip_of() { echo "10.99.${K[$1]}.2"; }
 
 # Redis: a master, a replica, three sentinels (quorum 2, down after 1 s).
-spawn_in r redis-server --port 6379 --bind "$R" --save '' --appendonly no --protected-mode no >"$dir/redis-6379.log" 2>&1 &
+spawn_in r redis-server --port 6379 --bind "$R" --save '' --appendonly no --protected-mode no --dir "$dir" >"$dir/redis-6379.log" 2>&1 &
 pids+=($!)
 PID[m6379]=$!
-spawn_in r redis-server --port 6380 --bind "$R" --save '' --appendonly no --protected-mode no --replicaof "$R" 6379 \
+spawn_in r redis-server --port 6380 --bind "$R" --save '' --appendonly no --protected-mode no --dir "$dir" --replicaof "$R" 6379 \
     >"$dir/redis-6380.log" 2>&1 &
 pids+=($!)
 PID[m6380]=$!
@@ -254,7 +254,7 @@ run_phase() {
             note="$note; a new pull's WHEP POST answered ${answered:-never} s after the kill"
             rec=$(wait_settled "$t" 20)
             # The old master returns; the sentinels make it a replica.
-            spawn_in r redis-server --port "$mp" --bind "$R" --save '' --appendonly no --protected-mode no \
+            spawn_in r redis-server --port "$mp" --bind "$R" --save '' --appendonly no --protected-mode no --dir "$dir" \
                 >>"$dir/redis-$mp.log" 2>&1 &
             PID[m$mp]=$!
             pids+=($!)
