@@ -43,7 +43,7 @@ use tern_proto::h265;
 use tern_proto::rtp::Unwrap32;
 use tern_rtc::av::Sample;
 use tern_rtc::outlet::{Container, OutFrame, Outlet, carried};
-use tern_rtc::package::{Feed, sample_unit};
+use tern_rtc::package::{Feed, Unit, sample_unit};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
@@ -59,6 +59,9 @@ use crate::tap::Subscriber;
 pub const END_GRACE: Duration = Duration::from_secs(5);
 /// Frames a forward's queue holds (about 4 s of 30 fps video and AAC).
 const QUEUE: usize = 512;
+/// How often a stream that lost a video frame asks its publisher again for the keyframe
+/// its forwards wait for.
+const KEYFRAME_ASK_EVERY: Duration = Duration::from_secs(1);
 /// Forwards at most, all streams together.
 pub const MAX_FORWARDS: usize = 1000;
 
@@ -81,6 +84,12 @@ struct Slot {
     hevc_ts: Unwrap32,
     /// The last ring packet was the slate's.
     slate: bool,
+    /// A video frame was lost or damaged: the frames after it refer to it, so none goes
+    /// out until the next keyframe (asked of the publisher when the loss is seen, and
+    /// again every [`KEYFRAME_ASK_EVERY`] until it comes).
+    broken: bool,
+    /// When a keyframe was last asked for a loss.
+    keyframe_asked: Option<Instant>,
     sinks: Vec<Sink>,
 }
 
@@ -344,6 +353,37 @@ impl Forwards {
         }
     }
 
+    /// A video frame of stream `stream` was lost: its forwards wait for the next keyframe,
+    /// which is asked of the publisher (a WebRTC encoder may send none for minutes unless
+    /// asked; the publisher's side may drop a request that follows another closely, so it
+    /// is asked again every [`KEYFRAME_ASK_EVERY`] until it comes).
+    fn lost_frame(&self, stream: usize, slot: &mut Slot) {
+        slot.broken = true;
+        self.still_broken(stream, slot);
+    }
+
+    /// Asks again for the keyframe a loss waits for, if it is time to.
+    fn still_broken(&self, stream: usize, slot: &mut Slot) {
+        let now = Instant::now();
+        if slot.broken
+            && slot
+                .keyframe_asked
+                .is_none_or(|t| now.saturating_duration_since(t) >= KEYFRAME_ASK_EVERY)
+        {
+            slot.keyframe_asked = Some(now);
+            self.ask_keyframe(stream);
+        }
+    }
+
+    /// Whether a video frame goes out: not while the stream waits for a keyframe after a
+    /// loss (a decoder would show the frames that refer to the lost one broken).
+    fn passes(slot: &mut Slot, keyframe: bool) -> bool {
+        if slot.broken && keyframe {
+            slot.broken = false;
+        }
+        !slot.broken
+    }
+
     /// Frames out of `f` to every forward of the slot; a full queue drops and marks it.
     fn fan_out(slot: &mut Slot, f: impl FnOnce(&mut Outlet, &mut dyn FnMut(OutFrame))) {
         let Slot { outlet, sinks, .. } = slot;
@@ -565,19 +605,42 @@ impl Subscriber for Forwards {
         if codec == VideoCodec::H265 && tap.pkt.kind == MediaKind::Video {
             let p = &tap.pkt;
             let dts = slot.hevc_ts.extend(p.rtp_ts);
+            let damaged = slot.hevc.damaged_frames();
             let au = match slot.hevc.push(p.seq as u16, p.rtp_ts, p.marker, &p.payload) {
-                Ok(Some(au)) => au.to_vec(),
-                _ => return,
+                Ok(Some(au)) => Some(au.to_vec()),
+                _ => None,
+            };
+            if slot.hevc.damaged_frames() > damaged {
+                self.lost_frame(tap.stream, &mut slot);
+            } else {
+                self.still_broken(tap.stream, &mut slot);
+            }
+            let Some(au) = au else {
+                return;
             };
             let key = h265::is_keyframe_au(&au);
+            if !Self::passes(&mut slot, key) {
+                return;
+            }
             Self::fan_out(&mut slot, |o, out| o.push_h265(dts, key, &au, now, out));
             return;
         }
         slot.feed.set_codec(codec);
+        let damaged = slot.feed.damaged_frames();
         let mut units = Vec::new();
         slot.feed
             .push_rtp(&tap.pkt, &mut |u| units.push(u.into_owned()));
+        if slot.feed.damaged_frames() > damaged {
+            self.lost_frame(tap.stream, &mut slot);
+        } else if tap.pkt.kind == MediaKind::Video {
+            self.still_broken(tap.stream, &mut slot);
+        }
         for u in &units {
+            if let Unit::Video { keyframe, .. } = u
+                && !Self::passes(&mut slot, *keyframe)
+            {
+                continue;
+            }
             Self::fan_out(&mut slot, |o, out| o.push(u, false, now, out));
         }
     }
@@ -587,4 +650,88 @@ impl Subscriber for Forwards {
 fn now_ms() -> i64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::StreamCounters;
+    use std::sync::atomic::AtomicUsize;
+    use tern_rtc::stream::RingPacket;
+
+    const SPS: &[u8] = &[0x67, 0x42, 0xc0, 0x1f, 0xda, 0x01, 0x40, 0x16, 0xe8];
+    const PPS: &[u8] = &[0x68, 0xce, 0x3c, 0x80];
+
+    /// A lost video frame holds the stream's forwards until the next keyframe, which is
+    /// asked of the publisher at the loss: the frames between refer to the lost one.
+    #[test]
+    fn a_lost_frame_holds_the_video_until_the_next_keyframe() {
+        let stats = Arc::new(EngineStats {
+            streams: vec![StreamCounters::default()],
+            ..EngineStats::default()
+        });
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
+        let hub = Arc::new(Forwards::new(
+            1,
+            stats,
+            Box::new(move |_| {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }),
+        ));
+        let reader = hub.subscribe(0);
+        assert_eq!(asked.load(Ordering::Relaxed), 1, "a new reader asks once");
+        let pool =
+            tern_pool::BufferPool::new(tern_pool::PoolConfig::packets("test")).expect("pool");
+        let send = |seq: u64, ts: u32, marker: bool, payload: &[u8]| {
+            let mut b = pool.alloc(payload.len());
+            b.copy_from_slice(payload);
+            hub.packet(&TapPacket {
+                stream: 0,
+                pkt: RingPacket {
+                    kind: MediaKind::Video,
+                    layer: 0,
+                    seq,
+                    rtp_ts: ts,
+                    marker,
+                    keyframe: false,
+                    capture_ntp: 0,
+                    payload: b.freeze(),
+                },
+                slate: false,
+            });
+        };
+        let idr = [0x65, 0x88, 0x84, 0x00];
+        let p = [0x41, 0x9a, 0x02, 0x00];
+        // A keyframe and a frame; frame 2 (seq 5) is lost whole; frames 3 and 4 refer to
+        // it; frame 5 is a keyframe.
+        send(0, 0, false, SPS);
+        send(1, 0, false, PPS);
+        send(2, 0, true, &idr);
+        send(3, 3_000, true, &p);
+        send(5, 9_000, true, &p);
+        send(6, 12_000, true, &p);
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            2,
+            "the loss asks for a keyframe"
+        );
+        send(7, 15_000, false, SPS);
+        send(8, 15_000, false, PPS);
+        send(9, 15_000, true, &idr);
+        send(10, 18_000, true, &p);
+        let mut video = Vec::new();
+        while let Ok(f) = reader.rx.try_recv() {
+            if let OutFrame::Video { dts, keyframe, .. } = &*f {
+                video.push((*dts, *keyframe));
+            }
+        }
+        let keys: Vec<bool> = video.iter().map(|v| v.1).collect();
+        assert_eq!(keys, [true, false, true, false], "{video:?}");
+        assert_eq!(
+            video[2].0 - video[1].0,
+            12_000,
+            "frames 2 to 4 left out: {video:?}"
+        );
+    }
 }
