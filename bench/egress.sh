@@ -25,7 +25,13 @@
 #           left inside GSO messages (`tern_gso_packets_total`).
 #   base    with TERN_BASE=<path to another tern binary>: that build, its default config (no
 #           `gso` key), the same way: a change against its baseline in the same run.
-# Every tern arm also reports tern bench's connected viewers, losses and SRTP failures.
+#   nogro   `auto`'s server, the tester receiving without UDP_GRO (`tern bench --gro false`).
+#   tbase   with BENCH_BASE=<path to another tern binary>: `auto`'s server, that build's
+#           `tern bench` as the tester (the tester against its previous build, same run).
+# Every tern arm also reports tern bench's connected viewers, losses and SRTP failures, and
+# the tester's own CPU in the window (/proc/PID/stat of `tern bench`): its CPU per packet
+# the server sent (`tester_us_per_packet`), and both sides' shares of the window's CPU, so a
+# run says which side saturated (2 cores: 2.0 is the whole machine).
 # Prints one line per measurement and, per round, the ratios against raw and off; JSON lines
 # go to $OUT (default bench/results/tmp/egress-<stamp>.jsonl). Needs target/release/{tern,
 # udp-blaster} (`cargo build --release -p tern -p tern-baselines`) and ffmpeg.
@@ -48,6 +54,7 @@ CINT=${CINT:-2}
 SOURCES=${SOURCES:-rtmp lite}
 ARMS=${ARMS:-raw rawgso off auto}
 [ -n "${TERN_BASE:-}" ] && ARMS="$ARMS base"
+[ -n "${BENCH_BASE:-}" ] && ARMS="$ARMS tbase"
 NS=("$@")
 [ ${#NS[@]} -gt 0 ] || NS=(100 500 2500)
 stamp=$(date -u +%Y-%m-%d-%H%M)
@@ -71,6 +78,7 @@ trap cleanup EXIT
 CACHE=$ROOT/bench/results/tmp
 FLV=$CACHE/720p-4m.flv
 H264=$CACHE/720p-4m.h264
+mkdir -p "$CACHE"
 if [[ " $SOURCES " == *" rtmp "* ]] && [ ! -s "$H264" ]; then
     ffmpeg -hide_banner -nostdin -loglevel error -y \
         -f lavfi -i "testsrc2=size=1280x720:rate=30,noise=alls=12:allf=t" -t 30 \
@@ -89,8 +97,9 @@ metric() {
     curl -sf --max-time 2 "http://127.0.0.1:18180/metrics" | awk -v m="$1" '$1 == m { print $2 }'
 }
 
-measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] -> one JSON line
-    local src=$1 n=$2 gso=$3 bin=${4:-$TERN} kind=${5:-$3}
+measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] [tester binary] [tester args...]
+    local src=$1 n=$2 gso=$3 bin=${4:-$TERN} kind=${5:-$3} tester=${6:-${4:-$TERN}}
+    shift $(($# < 6 ? $# : 6))
     local cfg=$tmp/tern-$kind.toml path
     : >"$cfg"
     [ "$gso" != "-" ] && printf '[tunables]\ngso = "%s"\n' "$gso" >>"$cfg"
@@ -117,15 +126,17 @@ measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] -> one JSON line
     done
     local ramp_s=$(((n * CINT + 999) / 1000))
     local life=$((ramp_s + 5 + WINDOW + 5))
-    "$bin" bench -url "http://127.0.0.1:18180$path" -n "$n" -cint "$CINT" \
-        -life "$life" -sint 600000 >"$tmp/bench.out" 2>&1 &
+    "$tester" bench -url "http://127.0.0.1:18180$path" -n "$n" -cint "$CINT" \
+        -life "$life" -sint 600000 "$@" >"$tmp/bench.out" 2>&1 &
     bench=$!
     sleep $((ramp_s + 5))
-    local c0 p0 g0 c1 p1 g1 t0 t1
+    local c0 p0 g0 c1 p1 g1 t0 t1 b0 b1
+    b0=$(proc_cpu_s "$bench")
     c0=$(proc_cpu_s "$server"); p0=$(metric tern_packets_out_total); t0=$(date +%s.%N)
     g0=$(metric tern_gso_packets_total); g0=${g0:-0}
     sleep "$WINDOW"
     c1=$(proc_cpu_s "$server"); p1=$(metric tern_packets_out_total); t1=$(date +%s.%N)
+    b1=$(proc_cpu_s "$bench")
     g1=$(metric tern_gso_packets_total); g1=${g1:-0}
     wait "$bench" || true
     bench=""
@@ -139,11 +150,12 @@ measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] -> one JSON line
     srtp=$(grep -o 'SRTP auth failures([0-9]*)' "$tmp/bench.out" | tr -dc 0-9)
     awk -v src="$src" -v n="$n" -v c0="$c0" -v c1="$c1" -v p0="$p0" -v p1="$p1" -v g0="$g0" \
         -v g1="$g1" -v t0="$t0" -v t1="$t1" -v conn="${connected:-0}" -v loss="${losses:-?}" \
-        -v srtp="${srtp:-?}" -v kind="$kind" 'BEGIN {
-        cpu = c1 - c0; pk = p1 - p0;
-        printf "{\"source\":\"%s\",\"kind\":\"%s\",\"n\":%d,\"connected\":%d,\"losses\":\"%s\",\"srtp_failures\":\"%s\",\"window_s\":%.2f,\"server_cpu_s\":%.2f,\"packets\":%d,\"gso_share\":%.3f,\"packets_per_cpu_s\":%.0f}\n",
-            src, kind, n, conn, loss, srtp, t1 - t0, cpu, pk, (pk > 0 ? (g1 - g0) / pk : 0),
-            (cpu > 0 ? pk / cpu : 0) }'
+        -v srtp="${srtp:-?}" -v kind="$kind" -v b0="$b0" -v b1="$b1" 'BEGIN {
+        cpu = c1 - c0; pk = p1 - p0; tcpu = b1 - b0; w = t1 - t0;
+        printf "{\"source\":\"%s\",\"kind\":\"%s\",\"n\":%d,\"connected\":%d,\"losses\":\"%s\",\"srtp_failures\":\"%s\",\"window_s\":%.2f,\"server_cpu_s\":%.2f,\"packets\":%d,\"gso_share\":%.3f,\"packets_per_cpu_s\":%.0f,\"tester_cpu_s\":%.2f,\"tester_us_per_packet\":%.3f,\"server_cores\":%.2f,\"tester_cores\":%.2f}\n",
+            src, kind, n, conn, loss, srtp, w, cpu, pk, (pk > 0 ? (g1 - g0) / pk : 0),
+            (cpu > 0 ? pk / cpu : 0), tcpu, (pk > 0 ? tcpu * 1e6 / pk : 0),
+            (w > 0 ? cpu / w : 0), (w > 0 ? tcpu / w : 0) }'
 }
 
 measure_raw() { # SOURCE N KIND(raw|rawgso)
@@ -170,6 +182,8 @@ for src in $SOURCES; do
                 raw | rawgso) l=$(measure_raw "$src" "$n" "$arm") ;;
                 off | auto) l=$(measure_tern "$src" "$n" "$arm") ;;
                 base) l=$(measure_tern "$src" "$n" - "$TERN_BASE" base) ;;
+                nogro) l=$(measure_tern "$src" "$n" auto "$TERN" nogro "$TERN" --gro false) ;;
+                tbase) l=$(measure_tern "$src" "$n" auto "$TERN" tbase "$BENCH_BASE") ;;
                 *) echo "unknown arm $arm" >&2; exit 2 ;;
                 esac
                 echo "$l" | tee -a "$OUT"
@@ -181,9 +195,13 @@ rows = {d["kind"]: d for d in map(json.loads, sys.argv[2:])}
 def r(a, b):
     return "%s/%s %.2f" % (a, b, rows[a]["packets_per_cpu_s"] / rows[b]["packets_per_cpu_s"]) \
         if a in rows and b in rows and rows[b]["packets_per_cpu_s"] else None
+def t(a, b):
+    return "tester us/packet %s/%s %.2f" % (a, b, rows[a]["tester_us_per_packet"] / rows[b]["tester_us_per_packet"]) \
+        if a in rows and b in rows and rows[b].get("tester_us_per_packet") else None
 pairs = [("auto", "raw"), ("auto", "off"), ("off", "raw"), ("rawgso", "raw"), ("auto", "rawgso"), ("auto", "base")]
+tpairs = [("auto", "nogro"), ("auto", "tbase"), ("nogro", "tbase")]
 print("# %s N = %d round %s: %s" % (next(iter(rows.values()))["source"], next(iter(rows.values()))["n"],
-      sys.argv[1], ", ".join(x for x in (r(a, b) for a, b in pairs) if x)))' "$r" "${lines[@]}" | tee -a "$OUT"
+      sys.argv[1], ", ".join(x for x in [r(a, b) for a, b in pairs] + [t(a, b) for a, b in tpairs] if x)))' "$r" "${lines[@]}" | tee -a "$OUT"
         done
     done
 done

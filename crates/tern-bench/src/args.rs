@@ -30,6 +30,11 @@ pub struct BenchArgs {
     /// Media threads (each owns a share of the clients' sockets).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Receive with `UDP_GRO`: a server's GSO message arrives whole and is cut into its
+    /// datagrams here (each still counted and checked alone). `--gro false`: the kernel
+    /// cuts it and queues the datagrams one by one.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub gro: bool,
     /// Seconds a client may take from its first ICE check to SRTP keys before it is failed.
     #[arg(long, default_value_t = 10)]
     pub connect_timeout: u64,

@@ -388,7 +388,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     let ctx = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
     // The server's HTTP origin (for /v1/memory and /v1/stats/current), also for ws:// URLs.
     let origin = signal::origin(&a.url).replacen("ws://", "http://", 1);
-    let mut workers = Workers::spawn(a.threads, Duration::from_secs(a.connect_timeout))
+    let mut workers = Workers::spawn(a.threads, Duration::from_secs(a.connect_timeout), a.gro)
         .map_err(|e| format!("media threads: {e}"))?;
     let t0 = Instant::now();
     let ntp0 = tern_proto::rtp::ntp_from_unix(

@@ -67,6 +67,8 @@ pub struct Summary {
     pub jitter_ms: Stat,
     /// Datagrams received, all clients (everything, before checks).
     pub datagrams: u64,
+    /// Of those, the datagrams that came inside `UDP_GRO` messages of several.
+    pub coalesced: u64,
     /// Bench CPU time per received datagram, µs (since the previous summary).
     pub cpu_us_per_packet: Option<f64>,
     /// Bench CPU use over the interval, in cores.
@@ -235,6 +237,7 @@ pub fn summarize(
         s.srtp_failures += sum_tracks(c, |t| t.bad);
         s.catchup_packets += sum_tracks(c, |t| t.catchup_packets);
         s.datagrams += c.datagrams;
+        s.coalesced += c.coalesced;
     }
     s.fps = Stat::of(fps);
     s.bps = Stat::of(bps);
@@ -361,8 +364,8 @@ impl Summary {
         if let Some(us) = self.cpu_us_per_packet {
             let _ = writeln!(
                 o,
-                "Bench CPU per received packet({us:.2} us) Datagrams received({})",
-                self.datagrams
+                "Bench CPU per received packet({us:.2} us) Datagrams received({}) Coalesced by UDP_GRO({})",
+                self.datagrams, self.coalesced
             );
         }
         if !self.failures.is_empty() {
@@ -411,6 +414,7 @@ impl Summary {
             "srtp_failures": self.srtp_failures,
             "video_jitter_ms": self.jitter_ms.json(),
             "datagrams": self.datagrams,
+            "coalesced": self.coalesced,
             "cpu_us_per_packet": self.cpu_us_per_packet,
             "failures": self.failures,
             "closed_by_server": self.closed_by_server,

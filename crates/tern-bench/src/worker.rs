@@ -8,6 +8,13 @@
 //! edge), so the common case is one system call per wake-up, not one per datagram plus a
 //! final `EAGAIN`. Arrival times come from the kernel (`SO_TIMESTAMPNS`), so latency and
 //! jitter do not include the time a datagram waited for this thread.
+//!
+//! `UDP_GRO` (on unless `--gro false`): a server that sends each viewer's run of equal-size
+//! packets as one `UDP_SEGMENT` message (tern's GSO) reaches a socket with `UDP_GRO` set
+//! as that one message, with its segment size in a control message, instead of being cut
+//! into datagrams by the kernel and queued one by one. The message is split here at the
+//! segment size; every segment is counted as a datagram and goes to the client (SRTP
+//! checked) on its own, exactly as if it had come alone.
 
 use std::io::{ErrorKind, IoSliceMut};
 use std::net::UdpSocket as StdUdpSocket;
@@ -41,21 +48,29 @@ const WAKER: Token = Token(usize::MAX);
 const BATCH: usize = 16;
 /// Largest datagram read whole.
 const MAX_DATAGRAM: usize = 2048;
+/// Largest `UDP_GRO` message: a UDP payload's limit.
+const MAX_GRO: usize = 65_536;
 
 /// Buffers and headers for `recvmmsg`, reused across calls.
 struct RecvBatch {
     bufs: Vec<Vec<u8>>,
     hdrs: nix::sys::socket::MultiHeaders<()>,
-    /// Length and kernel arrival time (since the Unix epoch) of each datagram read.
-    got: Vec<(usize, Option<Duration>)>,
+    /// The control buffer each header gets.
+    cmsg: Vec<u8>,
+    /// Length, kernel arrival time (since the Unix epoch) and, for a `UDP_GRO` message of
+    /// several datagrams, their segment size, of each message read.
+    got: Vec<(usize, Option<Duration>, Option<usize>)>,
 }
 
 impl RecvBatch {
-    fn new() -> Self {
-        let cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    /// Buffers for single datagrams, or for `UDP_GRO` messages if `gro`.
+    fn new(gro: bool) -> Self {
+        let cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, i32);
+        let size = if gro { MAX_GRO } else { MAX_DATAGRAM };
         RecvBatch {
-            bufs: (0..BATCH).map(|_| vec![0u8; MAX_DATAGRAM]).collect(),
-            hdrs: nix::sys::socket::MultiHeaders::preallocate(BATCH, Some(cmsg)),
+            bufs: (0..BATCH).map(|_| vec![0u8; size]).collect(),
+            hdrs: nix::sys::socket::MultiHeaders::preallocate(BATCH, Some(cmsg.clone())),
+            cmsg,
             got: Vec::with_capacity(BATCH),
         }
     }
@@ -69,6 +84,11 @@ impl RecvBatch {
             .iter_mut()
             .map(|b| [IoSliceMut::new(&mut b[..])])
             .collect();
+        // nix leaves each header's control length at what the kernel wrote into it on the
+        // previous call: after a datagram with only its timestamp, a `UDP_GRO` message's
+        // segment size would not fit (MSG_CTRUNC) and its segments would be read as one
+        // datagram. Fresh headers every call (three small allocations).
+        self.hdrs = nix::sys::socket::MultiHeaders::preallocate(BATCH, Some(self.cmsg.clone()));
         let res = recvmmsg(
             fd,
             &mut self.hdrs,
@@ -77,16 +97,30 @@ impl RecvBatch {
             None,
         )?;
         for m in res {
-            let ts = m.cmsgs().ok().and_then(|mut c| {
-                c.find_map(|c| match c {
-                    ControlMessageOwned::ScmTimestampns(t) => Some(Duration::from(t)),
-                    _ => None,
-                })
-            });
-            self.got.push((m.bytes, ts));
+            let (mut ts, mut seg) = (None, None);
+            if let Ok(cmsgs) = m.cmsgs() {
+                for c in cmsgs {
+                    match c {
+                        ControlMessageOwned::ScmTimestampns(t) => ts = Some(Duration::from(t)),
+                        ControlMessageOwned::UdpGroSegments(n) if n > 0 => {
+                            seg = Some(n as usize);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            self.got.push((m.bytes, ts, seg));
         }
         Ok(())
     }
+}
+
+/// The datagrams of one message read: `len` bytes, cut every `seg` bytes if the kernel
+/// coalesced several (`UDP_GRO`; the last may be shorter), else whole.
+fn segments(len: usize, seg: Option<usize>) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let step = seg.filter(|&s| s < len).unwrap_or(len).max(1);
+    // An empty datagram is still one (the client counts it as dropped).
+    (0..len.div_ceil(step).max(1)).map(move |i| i * step..((i + 1) * step).min(len))
 }
 
 /// Maps kernel arrival times (wall clock) to [`Instant`]s.
@@ -267,6 +301,8 @@ pub struct Sample {
     pub datagrams: u64,
     /// Bytes of those datagrams.
     pub datagram_bytes: u64,
+    /// Datagrams that came inside `UDP_GRO` messages of several.
+    pub coalesced: u64,
 }
 
 struct Slot {
@@ -281,6 +317,8 @@ struct Slot {
     relay: Option<Relay>,
     datagrams: u64,
     datagram_bytes: u64,
+    /// Datagrams that came inside `UDP_GRO` messages of several.
+    coalesced: u64,
     last_rx: Option<Instant>,
     /// Bytes and video frames at the start of the current rate window.
     window: Option<(Instant, u64, u64)>,
@@ -418,6 +456,7 @@ impl Slot {
             closed_by_server: self.client.close_notify,
             datagrams: self.datagrams,
             datagram_bytes: self.datagram_bytes,
+            coalesced: self.coalesced,
         }
     }
 }
@@ -431,14 +470,14 @@ pub struct Worker {
 
 impl Worker {
     /// Starts media thread number `index`. `connect_timeout` fails clients that have no SRTP
-    /// keys that long after creation.
-    pub fn spawn(index: usize, connect_timeout: Duration) -> std::io::Result<Worker> {
+    /// keys that long after creation; `gro`: receive with `UDP_GRO`.
+    pub fn spawn(index: usize, connect_timeout: Duration, gro: bool) -> std::io::Result<Worker> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (tx, rx) = unbounded();
         let thread = std::thread::Builder::new()
             .name(format!("bench-media-{index}"))
-            .spawn(move || run(poll, rx, connect_timeout))?;
+            .spawn(move || run(poll, rx, connect_timeout, gro))?;
         Ok(Worker {
             tx,
             waker,
@@ -468,10 +507,10 @@ impl Drop for Worker {
     }
 }
 
-fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
+fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration, gro: bool) {
     let mut events = Events::with_capacity(1024);
     let mut slots: Vec<Slot> = Vec::new();
-    let mut rb = RecvBatch::new();
+    let mut rb = RecvBatch::new(gro);
     let mut quiet = false;
     let mut next_tick = Instant::now() + TICK;
     let mut connecting = 0usize;
@@ -507,12 +546,19 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                     // like): the server is gone or refused us; timers decide.
                     Err(_) => break,
                 }
-                for (i, &(n, ts)) in rb.got.iter().enumerate() {
+                for (i, &(n, ts, seg)) in rb.got.iter().enumerate() {
                     let at = arrival(now, wall_now, ts);
-                    s.datagrams += 1;
-                    s.datagram_bytes += n as u64;
                     s.last_rx = Some(at);
-                    s.input(at, &mut rb.bufs[i][..n]);
+                    let mut count = 0;
+                    for r in segments(n, seg) {
+                        count += 1;
+                        s.datagram_bytes += r.len() as u64;
+                        s.input(at, &mut rb.bufs[i][r]);
+                    }
+                    s.datagrams += count;
+                    if count > 1 {
+                        s.coalesced += count;
+                    }
                 }
                 if rb.got.len() < BATCH {
                     break;
@@ -538,6 +584,15 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                         &true,
                     ) {
                         eprintln!("bench: client_{}: SO_TIMESTAMPNS: {e}", j.id);
+                    }
+                    if gro
+                        && let Err(e) = nix::sys::socket::setsockopt(
+                            &j.socket,
+                            nix::sys::socket::sockopt::UdpGroSegment,
+                            &true,
+                        )
+                    {
+                        eprintln!("bench: client_{}: UDP_GRO: {e}", j.id);
                     }
                     let mut sock = UdpSocket::from_std(j.socket);
                     if let Err(e) =
@@ -565,6 +620,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration) {
                         }),
                         datagrams: 0,
                         datagram_bytes: 0,
+                        coalesced: 0,
                         last_rx: None,
                         window: None,
                         bps: Range::default(),
@@ -665,10 +721,10 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `n` media threads.
-    pub fn spawn(n: usize, connect_timeout: Duration) -> std::io::Result<Workers> {
+    /// Starts `n` media threads (receiving with `UDP_GRO` if `gro`).
+    pub fn spawn(n: usize, connect_timeout: Duration, gro: bool) -> std::io::Result<Workers> {
         let workers = (0..n)
-            .map(|i| Worker::spawn(i, connect_timeout))
+            .map(|i| Worker::spawn(i, connect_timeout, gro))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Workers { workers })
     }
@@ -710,5 +766,23 @@ impl Workers {
         for w in &mut self.workers {
             w.stop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments;
+
+    #[test]
+    fn a_gro_message_is_cut_at_its_segment_size() {
+        let cut: Vec<_> = segments(2_500, Some(1_000)).collect();
+        assert_eq!(cut, [0..1_000, 1_000..2_000, 2_000..2_500]);
+        assert_eq!(segments(3_000, Some(1_000)).count(), 3);
+        // One datagram: whole, with or without a segment size.
+        assert_eq!(segments(700, None).collect::<Vec<_>>(), [0..700]);
+        assert_eq!(segments(700, Some(1_000)).collect::<Vec<_>>(), [0..700]);
+        assert_eq!(segments(700, Some(700)).collect::<Vec<_>>(), [0..700]);
+        // An empty datagram is still one.
+        assert_eq!(segments(0, None).collect::<Vec<_>>(), [0..0]);
     }
 }

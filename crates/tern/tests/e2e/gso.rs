@@ -1,8 +1,9 @@
 //! UDP GSO on the viewer fan-out (issue 35), end to end: `tern demo` sends each viewer's
-//! run of equal-size packets as one `UDP_SEGMENT` message, and `tern bench` (which receives
-//! without `UDP_GRO`, so the kernel hands it the datagrams one by one) must get every
+//! run of equal-size packets as one `UDP_SEGMENT` message, and `tern bench` must get every
 //! datagram whole: each passes SRTP authentication, none is missing, and the bench's count
-//! agrees with the server's. Over IPv4 and IPv6, with `gso = "off"`, and with the first GSO
+//! agrees with the server's. Over IPv4 with `UDP_GRO` (the bench's default: the message
+//! arrives whole and the bench cuts it; issue 59), over IPv6 without it (`--gro false`: the
+//! kernel cuts it and queues the datagrams one by one), with `gso = "off"`, and with the first GSO
 //! send made to fail (`TERN_GSO_FAIL_FIRST=1`: the kernel refuses it with `EINVAL`), which
 //! must turn GSO off and lose no packet.
 
@@ -133,6 +134,15 @@ fn every_viewer_gets_every_segment_of_gso_messages_over_ipv4() {
     let (o, text) = bench(&server, "");
     let g = assert_whole(&server, &o, &text);
     assert_gso_carried(&g);
+    // The GSO messages reached the bench whole (UDP_GRO) and were cut there: most video
+    // packets came inside one.
+    let s = &o.summary;
+    assert!(
+        2 * s.coalesced >= g.video && s.coalesced <= s.datagrams,
+        "coalesced {} of {} datagrams, {g:?}\n{text}",
+        s.coalesced,
+        s.datagrams
+    );
     assert!(
         plain(&server.log_tail(400)).contains("gso=true"),
         "the engine reports GSO on"
@@ -145,9 +155,13 @@ fn every_viewer_gets_every_segment_of_gso_messages_over_ipv6() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let server = Server::start_on(&["demo", "--candidate", "::1"], "127.0.0.1:0", "[::1]:0");
     assert!(server.media.is_ipv6());
-    let (o, text) = bench(&server, "--bind ::1");
+    let (o, text) = bench(&server, "--bind ::1 --gro false");
     let g = assert_whole(&server, &o, &text);
     assert_gso_carried(&g);
+    assert_eq!(
+        o.summary.coalesced, 0,
+        "no UDP_GRO, nothing coalesced\n{text}"
+    );
     server.stop();
 }
 
@@ -166,6 +180,10 @@ fn gso_off_sends_plain_datagrams() {
     let (o, text) = bench(&server, "");
     let g = assert_whole(&server, &o, &text);
     assert_eq!((g.messages, g.packets, g.fallbacks), (0, 0, 0), "{g:?}");
+    assert_eq!(
+        o.summary.coalesced, 0,
+        "plain datagrams are never coalesced\n{text}"
+    );
     assert!(plain(&server.log_tail(400)).contains("gso=false"));
     server.stop();
 }
