@@ -775,14 +775,19 @@ mod tests {
 
     #[test]
     fn a_gro_message_is_cut_at_its_segment_size() {
-        let cut: Vec<_> = segments(2_500, Some(1_000)).collect();
-        assert_eq!(cut, [0..1_000, 1_000..2_000, 2_000..2_500]);
-        assert_eq!(segments(3_000, Some(1_000)).count(), 3);
+        let cut = |len, seg| -> Vec<(usize, usize)> {
+            segments(len, seg).map(|r| (r.start, r.end)).collect()
+        };
+        assert_eq!(
+            cut(2_500, Some(1_000)),
+            [(0, 1_000), (1_000, 2_000), (2_000, 2_500)]
+        );
+        assert_eq!(cut(3_000, Some(1_000)).len(), 3);
         // One datagram: whole, with or without a segment size.
-        assert_eq!(segments(700, None).collect::<Vec<_>>(), [0..700]);
-        assert_eq!(segments(700, Some(1_000)).collect::<Vec<_>>(), [0..700]);
-        assert_eq!(segments(700, Some(700)).collect::<Vec<_>>(), [0..700]);
+        assert_eq!(cut(700, None), [(0, 700)]);
+        assert_eq!(cut(700, Some(1_000)), [(0, 700)]);
+        assert_eq!(cut(700, Some(700)), [(0, 700)]);
         // An empty datagram is still one.
-        assert_eq!(segments(0, None).collect::<Vec<_>>(), [0..0]);
+        assert_eq!(cut(0, None), [(0, 0)]);
     }
 }
