@@ -53,8 +53,8 @@ WINDOW=${WINDOW:-15}
 CINT=${CINT:-2}
 SOURCES=${SOURCES:-rtmp lite}
 ARMS=${ARMS:-raw rawgso off auto}
-[ -n "${TERN_BASE:-}" ] && ARMS="$ARMS base"
-[ -n "${BENCH_BASE:-}" ] && ARMS="$ARMS tbase"
+[ -n "${TERN_BASE:-}" ] && [[ " $ARMS " != *" base "* ]] && ARMS="$ARMS base"
+[ -n "${BENCH_BASE:-}" ] && [[ " $ARMS " != *" tbase "* ]] && ARMS="$ARMS tbase"
 NS=("$@")
 [ ${#NS[@]} -gt 0 ] || NS=(100 500 2500)
 stamp=$(date -u +%Y-%m-%d-%H%M)

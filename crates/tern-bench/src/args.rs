@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// cuts it and queues the datagrams one by one.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub gro: bool,
+    /// Which RTP packets a viewer authenticates and decrypts: `all`, or `sample:N` (1 in N;
+    /// every packet is still counted for loss, order and duplicates from its header, which
+    /// SRTP leaves in the clear). The summary says which on every print.
+    #[arg(long, default_value_t = Verify::All)]
+    pub verify: Verify,
     /// Seconds a client may take from its first ICE check to SRTP keys before it is failed.
     #[arg(long, default_value_t = 10)]
     pub connect_timeout: u64,
@@ -189,5 +194,76 @@ mod tests {
         // A value that looks like a flag name is only rewritten when it is one.
         let v = normalize_args(["-x", "-5", "-urlx"].map(String::from));
         assert_eq!(v, ["-x", "-5", "-urlx"]);
+    }
+}
+
+/// Which RTP packets a viewer authenticates and decrypts (`--verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Every one.
+    All,
+    /// 1 in N (N ≥ 2).
+    Sample(u32),
+}
+
+impl Verify {
+    /// 1 in how many.
+    pub fn every(self) -> u32 {
+        match self {
+            Verify::All => 1,
+            Verify::Sample(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Verify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verify::All => f.write_str("all"),
+            Verify::Sample(n) => write!(f, "sample:{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Verify {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "all" {
+            return Ok(Verify::All);
+        }
+        let n = s
+            .strip_prefix("sample:")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| (2..=1_000_000).contains(n))
+            .ok_or_else(|| {
+                format!("--verify takes all or sample:N (N in 2..=1000000), got {s:?}")
+            })?;
+        Ok(Verify::Sample(n))
+    }
+}
+
+#[cfg(test)]
+mod verify_tests {
+    use super::Verify;
+
+    #[test]
+    fn verify_parses_all_and_sample() {
+        assert_eq!("all".parse::<Verify>(), Ok(Verify::All));
+        assert_eq!("sample:16".parse::<Verify>(), Ok(Verify::Sample(16)));
+        assert_eq!(Verify::Sample(16).to_string(), "sample:16");
+        assert_eq!(Verify::Sample(16).every(), 16);
+        assert_eq!(Verify::All.every(), 1);
+        for bad in [
+            "sample:1",
+            "sample:0",
+            "sample:",
+            "sample:x",
+            "some",
+            "sample:-3",
+        ] {
+            let e = bad.parse::<Verify>().expect_err(bad);
+            assert!(e.contains("--verify"), "{e}");
+        }
     }
 }

@@ -388,8 +388,15 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     let ctx = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
     // The server's HTTP origin (for /v1/memory and /v1/stats/current), also for ws:// URLs.
     let origin = signal::origin(&a.url).replacen("ws://", "http://", 1);
-    let mut workers = Workers::spawn(a.threads, Duration::from_secs(a.connect_timeout), a.gro)
-        .map_err(|e| format!("media threads: {e}"))?;
+    let mut workers = Workers::spawn(
+        a.threads,
+        Duration::from_secs(a.connect_timeout),
+        worker::Receive {
+            gro: a.gro,
+            verify_every: a.verify.every(),
+        },
+    )
+    .map_err(|e| format!("media threads: {e}"))?;
     let t0 = Instant::now();
     let ntp0 = tern_proto::rtp::ntp_from_unix(
         SystemTime::now()
@@ -485,7 +492,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
             (cpu - cpu_prev.0, datagrams.saturating_sub(cpu_prev.1))
         };
         *cpu_prev = (cpu, datagrams);
-        let s = report::summarize(
+        let mut s = report::summarize(
             &samples,
             whole_run,
             prev,
@@ -496,6 +503,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
             signal_failed,
             Some(d),
         );
+        s.verify_every = a.verify.every();
         (s, samples, now)
     };
 

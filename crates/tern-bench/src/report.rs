@@ -63,6 +63,10 @@ pub struct Summary {
     pub nacks: u64,
     /// Packets failing SRTP authentication.
     pub srtp_failures: u64,
+    /// RTP packets authenticated and decrypted (all of them unless `--verify sample:N`).
+    pub verified: u64,
+    /// `--verify`: 1 in how many packets is checked (1: all).
+    pub verify_every: u32,
     /// Video jitter, ms.
     pub jitter_ms: Stat,
     /// Datagrams received, all clients (everything, before checks).
@@ -235,6 +239,7 @@ pub fn summarize(
         s.recovered += sum_tracks(c, |t| t.recovered);
         s.nacks += sum_tracks(c, |t| t.nacks_sent);
         s.srtp_failures += sum_tracks(c, |t| t.bad);
+        s.verified += sum_tracks(c, |t| t.verified);
         s.catchup_packets += sum_tracks(c, |t| t.catchup_packets);
         s.datagrams += c.datagrams;
         s.coalesced += c.coalesced;
@@ -290,6 +295,17 @@ impl Summary {
     pub fn text(&self) -> String {
         let mut o = String::new();
         let _ = writeln!(o, "<Summary>");
+        if self.verify_every > 1 {
+            let _ = writeln!(
+                o,
+                "Verify : sample:{n} (1 in {n} RTP packets authenticated and decrypted: {} of {}; \
+                 loss, order and duplicates from every header; SRTP failures and keyframes from \
+                 the checked packets only)",
+                self.verified,
+                self.total_packets,
+                n = self.verify_every
+            );
+        }
         let _ = writeln!(o, "Running time : {}s", self.running_secs as u64);
         let _ = writeln!(o, "Number of clients : {}", self.clients);
         let _ = writeln!(
@@ -412,6 +428,8 @@ impl Summary {
             "recovered": self.recovered,
             "nacks": self.nacks,
             "srtp_failures": self.srtp_failures,
+            "verify": if self.verify_every > 1 { format!("sample:{}", self.verify_every) } else { "all".to_string() },
+            "verified": self.verified,
             "video_jitter_ms": self.jitter_ms.json(),
             "datagrams": self.datagrams,
             "coalesced": self.coalesced,

@@ -215,6 +215,15 @@ impl Relay {
     }
 }
 
+/// How the media threads receive.
+#[derive(Debug, Clone, Copy)]
+pub struct Receive {
+    /// With `UDP_GRO` (see the module).
+    pub gro: bool,
+    /// Authenticate and decrypt 1 RTP packet in this many (1: all).
+    pub verify_every: u32,
+}
+
 /// What the main thread asks of a media thread.
 pub enum Cmd {
     /// Take a new client.
@@ -470,14 +479,14 @@ pub struct Worker {
 
 impl Worker {
     /// Starts media thread number `index`. `connect_timeout` fails clients that have no SRTP
-    /// keys that long after creation; `gro`: receive with `UDP_GRO`.
-    pub fn spawn(index: usize, connect_timeout: Duration, gro: bool) -> std::io::Result<Worker> {
+    /// keys that long after creation.
+    pub fn spawn(index: usize, connect_timeout: Duration, rx: Receive) -> std::io::Result<Worker> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let (tx, rx) = unbounded();
+        let (tx, cmds) = unbounded();
         let thread = std::thread::Builder::new()
             .name(format!("bench-media-{index}"))
-            .spawn(move || run(poll, rx, connect_timeout, gro))?;
+            .spawn(move || run(poll, cmds, connect_timeout, rx))?;
         Ok(Worker {
             tx,
             waker,
@@ -507,7 +516,9 @@ impl Drop for Worker {
     }
 }
 
-fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration, gro: bool) {
+fn run(mut poll: Poll, cmds: Receiver<Cmd>, connect_timeout: Duration, recv: Receive) {
+    let Receive { gro, verify_every } = recv;
+    let rx = cmds;
     let mut events = Events::with_capacity(1024);
     let mut slots: Vec<Slot> = Vec::new();
     let mut rb = RecvBatch::new(gro);
@@ -572,7 +583,8 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration, gro: bool) 
         while let Ok(cmd) = rx.try_recv() {
             match cmd {
                 Cmd::Add(j) => {
-                    let j = *j;
+                    let mut j = *j;
+                    j.client.set_verify_every(verify_every);
                     let idx = slots.len();
                     if let Err(e) = j.socket.set_nonblocking(true) {
                         eprintln!("bench: client_{}: socket: {e}", j.id);
@@ -721,10 +733,10 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `n` media threads (receiving with `UDP_GRO` if `gro`).
-    pub fn spawn(n: usize, connect_timeout: Duration, gro: bool) -> std::io::Result<Workers> {
+    /// Starts `n` media threads (see [`Receive`]).
+    pub fn spawn(n: usize, connect_timeout: Duration, rx: Receive) -> std::io::Result<Workers> {
         let workers = (0..n)
-            .map(|i| Worker::spawn(i, connect_timeout, gro))
+            .map(|i| Worker::spawn(i, connect_timeout, rx))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Workers { workers })
     }

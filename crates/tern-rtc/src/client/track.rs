@@ -29,6 +29,9 @@ pub struct TrackStats {
     pub nacks_sent: u64,
     /// Packets failing SRTP authentication or parsing.
     pub bad: u64,
+    /// Packets authenticated and decrypted (all of them unless the client samples: see
+    /// [`crate::client::Client::set_verify_every`]).
+    pub verified: u64,
     /// First and highest extended sequence number received.
     pub first_seq: u64,
     /// Highest extended sequence number received.

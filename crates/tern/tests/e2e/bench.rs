@@ -281,6 +281,27 @@ fn back(
 
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly() {
+    let s = impaired_run("");
+    assert_eq!(s.verified, s.total_packets, "every packet checked");
+}
+
+/// `--verify sample:16`: 1 packet in 16 is authenticated and decrypted, and loss, reordering
+/// and duplicates are still counted exactly from every packet's header (issue 59).
+#[test]
+fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
+    let s = impaired_run("--verify sample:16");
+    // Every packet until a client's first frame, then 1 in 16.
+    assert!(
+        s.verified * 20 > s.total_packets && s.verified * 8 < s.total_packets,
+        "verified {} of {}",
+        s.verified,
+        s.total_packets
+    );
+}
+
+/// 20 viewers through a relay that drops, delays and duplicates about 1 % of the RTP
+/// packets each: the bench's counts must equal the relay's. `extra`: more bench flags.
+fn impaired_run(extra: &str) -> tern_bench::report::Summary {
     // The server listens on 127.0.0.1 and announces 127.0.0.2, where the relay listens.
     let server = Server::demo_announcing("127.0.0.2");
     let front: SocketAddr = ([127, 0, 0, 2], server.media.port()).into();
@@ -288,7 +309,7 @@ fn loss_reordering_and_duplicates_counted_exactly() {
     let url = format!("http://{}/live/demo/whep", server.http);
     // No RTCP: nothing is recovered by NACK, so every dropped packet stays lost.
     let a = args(&format!(
-        "-url {url} -n 20 -cint 20 -life 12 -sint 4000 --no-rtcp --json"
+        "-url {url} -n 20 -cint 20 -life 12 -sint 4000 --no-rtcp --json {extra}"
     ));
     let impair = relay.impair.clone();
     let t0 = Instant::now();
@@ -341,7 +362,9 @@ fn loss_reordering_and_duplicates_counted_exactly() {
     assert_eq!(s.reordered, delayed, "reordered\n{text}");
     assert_eq!(s.recovered, 0);
     assert_eq!(s.nacks, 0, "--no-rtcp sends no NACK");
+    assert_eq!(s.srtp_failures, 0, "{text}");
     server.stop();
+    o.summary
 }
 
 #[test]
