@@ -26,6 +26,8 @@
 #   base    with TERN_BASE=<path to another tern binary>: that build, its default config (no
 #           `gso` key), the same way: a change against its baseline in the same run.
 #   nogro   `auto`'s server, the tester receiving without UDP_GRO (`tern bench --gro false`).
+#   sample  `auto`'s server, the tester authenticating 1 packet in $SAMPLE (default 16:
+#           `tern bench --verify sample:16`; every packet still counted for loss).
 #   tbase   with BENCH_BASE=<path to another tern binary>: `auto`'s server, that build's
 #           `tern bench` as the tester (the tester against its previous build, same run).
 # Every tern arm also reports tern bench's connected viewers, losses and SRTP failures, and
@@ -183,6 +185,7 @@ for src in $SOURCES; do
                 off | auto) l=$(measure_tern "$src" "$n" "$arm") ;;
                 base) l=$(measure_tern "$src" "$n" - "$TERN_BASE" base) ;;
                 nogro) l=$(measure_tern "$src" "$n" auto "$TERN" nogro "$TERN" --gro false) ;;
+                sample) l=$(measure_tern "$src" "$n" auto "$TERN" sample "$TERN" --verify "sample:${SAMPLE:-16}") ;;
                 tbase) l=$(measure_tern "$src" "$n" auto "$TERN" tbase "$BENCH_BASE") ;;
                 *) echo "unknown arm $arm" >&2; exit 2 ;;
                 esac
@@ -199,7 +202,7 @@ def t(a, b):
     return "tester us/packet %s/%s %.2f" % (a, b, rows[a]["tester_us_per_packet"] / rows[b]["tester_us_per_packet"]) \
         if a in rows and b in rows and rows[b].get("tester_us_per_packet") else None
 pairs = [("auto", "raw"), ("auto", "off"), ("off", "raw"), ("rawgso", "raw"), ("auto", "rawgso"), ("auto", "base")]
-tpairs = [("auto", "nogro"), ("auto", "tbase"), ("nogro", "tbase")]
+tpairs = [("auto", "nogro"), ("auto", "tbase"), ("nogro", "tbase"), ("sample", "auto"), ("sample", "tbase")]
 print("# %s N = %d round %s: %s" % (next(iter(rows.values()))["source"], next(iter(rows.values()))["n"],
       sys.argv[1], ", ".join(x for x in [r(a, b) for a, b in pairs] + [t(a, b) for a, b in tpairs] if x)))' "$r" "${lines[@]}" | tee -a "$OUT"
         done
