@@ -36,12 +36,12 @@
 #               run under podman, health-checked, played by a pion viewer) and
 #               tests/ops/prometheus.sh (Prometheus scraping a live tern answers every
 #               dashboard panel's query; promtool checks and tests the alert rules)
-#   soak        bench/soak.sh $SOAK_MINUTES (default 2): 1,000 steady viewers, 50/s churning,
+#   soak        bench/soak.sh $SOAK_MINUTES (default 1): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
 # Environment: FUZZ_SECONDS (default 10), FUZZ_JOBS (targets fuzzed at once, default nproc),
 # BROWSER_JOBS (browser test files run at once, default 2), E2E_THREADS (integration tests
-# run at once in each test binary, default 3), SOAK_MINUTES (default 2),
+# run at once in each test binary, default 3), SOAK_MINUTES (default 1),
 # CARGO_TARGET_DIR (respected by every stage; the fuzz build then goes to
 # $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
@@ -56,7 +56,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
 export FUZZ_SECONDS
 FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
 export FUZZ_JOBS
-SOAK_MINUTES="${SOAK_MINUTES:-2}"
+SOAK_MINUTES="${SOAK_MINUTES:-1}"
 export SOAK_MINUTES
 BROWSER_JOBS="${BROWSER_JOBS:-2}"
 export BROWSER_JOBS

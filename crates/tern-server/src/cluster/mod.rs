@@ -139,11 +139,8 @@ impl upstream::Origins for Cluster {
 
     fn relay(&self, origin: &str) -> Option<(String, String)> {
         let view = self.view();
-        let n = view
-            .nodes
-            .iter()
-            .filter(|n| !n.draining && n.name != origin && n.name != self.cfg.node)
-            .min_by(|a, b| a.viewers.cmp(&b.viewers).then(a.name.cmp(&b.name)))?;
+        let none = HashMap::new();
+        let n = view.least_loaded_except(&none, &[origin, &self.cfg.node])?;
         Some((n.name.clone(), n.url.clone()))
     }
 
@@ -654,7 +651,7 @@ impl Cluster {
         if !self.cfg.redirect {
             return None;
         }
-        self.pick(None)
+        self.pick(&[])
     }
 
     /// For a draining node: the least-loaded other node that is not draining (counted as
@@ -662,12 +659,12 @@ impl Cluster {
     /// registry is not known.
     pub fn route_away(&self) -> Option<NodeRecord> {
         // This node may still read as not draining until its next refresh.
-        self.pick(Some(&self.cfg.node))
+        self.pick(&[&self.cfg.node])
     }
 
-    /// The least-loaded node that is not draining nor `except`, counted as sent there;
+    /// The least-loaded node that is not draining nor in `except`, counted as sent there;
     /// `None` when Redis is down or there is none.
-    fn pick(&self, except: Option<&str>) -> Option<NodeRecord> {
+    fn pick(&self, except: &[&str]) -> Option<NodeRecord> {
         if !self.redis_up() {
             return None;
         }

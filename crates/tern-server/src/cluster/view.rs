@@ -50,19 +50,19 @@ impl View {
     /// `sent`, the viewers this node sent there since the registry was read), then least
     /// egress, then name.
     pub fn least_loaded(&self, sent: &HashMap<String, u64>) -> Option<&NodeRecord> {
-        self.least_loaded_except(sent, None)
+        self.least_loaded_except(sent, &[])
     }
 
-    /// [`View::least_loaded`] leaving out the node named `except`.
+    /// [`View::least_loaded`] leaving out the nodes named in `except`.
     pub fn least_loaded_except(
         &self,
         sent: &HashMap<String, u64>,
-        except: Option<&str>,
+        except: &[&str],
     ) -> Option<&NodeRecord> {
         let candidates = self
             .nodes
             .iter()
-            .filter(|n| !n.draining && Some(n.name.as_str()) != except);
+            .filter(|n| !n.draining && !except.contains(&n.name.as_str()));
         candidates.min_by(|a, b| {
             let load = |n: &NodeRecord| n.viewers + sent.get(&n.name).copied().unwrap_or(0);
             load(a)
@@ -129,7 +129,7 @@ mod tests {
             origins: BTreeMap::new(),
         };
         assert_eq!(
-            v.least_loaded_except(&none, Some("a"))
+            v.least_loaded_except(&none, &["a"])
                 .map(|n| n.name.as_str()),
             Some("b")
         );
