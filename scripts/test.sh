@@ -100,6 +100,52 @@ browser_files() {
     done
 }
 
+# run_pool JOBS CMD ITEM...: runs `CMD ITEM` for each ITEM, JOBS at a time, each one's output
+# to a file of its own that is printed whole when it ends (so parallel logs never
+# interleave); the items whose command failed are left in the array POOL_FAILED.
+run_pool() {
+    local jobs=$1 cmd=$2 item logs
+    shift 2
+    local -A running=()
+    POOL_FAILED=()
+    logs=$(mktemp -d)
+    reap() { # pid, exit status
+        cat "$logs/${running[$1]}"
+        [ "$2" -eq 0 ] || POOL_FAILED+=("${running[$1]}")
+        unset "running[$1]"
+    }
+    # Waits for one item to end and reaps it. `wait -n` knows only the jobs still in the job
+    # table: one that ended before the call may already have left it (wait -n then says "no
+    # such job" and names none), so the ended ones are found with kill -0 and their status
+    # read with a plain `wait PID`, which remembers it.
+    reap_one() {
+        local pid= st p
+        wait -n -p pid "${!running[@]}" 2>/dev/null
+        st=$?
+        if [ -n "$pid" ] && [ -n "${running[$pid]+set}" ]; then
+            reap "$pid" "$st"
+            return
+        fi
+        for p in "${!running[@]}"; do
+            if ! kill -0 "$p" 2>/dev/null; then
+                wait "$p"
+                reap "$p" $?
+            fi
+        done
+    }
+    for item in "$@"; do
+        while [ "${#running[@]}" -ge "$jobs" ]; do
+            reap_one
+        done
+        "$cmd" "$item" >"$logs/$item" 2>&1 &
+        running[$!]=$item
+    done
+    while [ "${#running[@]}" -gt 0 ]; do
+        reap_one
+    done
+    rm -rf "$logs"
+}
+
 fuzz_target_dir() {
     if [ -n "${CARGO_TARGET_DIR:-}" ]; then
         echo "$CARGO_TARGET_DIR/fuzz"
@@ -194,34 +240,15 @@ run_stage_body() {
             # 1/FUZZ_JOBS of the wall time. Each target's output is printed whole when it ends.
             set +e
             cd "$ROOT/fuzz"
-            local t bad=() logs pid=
-            local -A running=()
-            logs=$(mktemp -d)
             fuzz_one() {
                 echo "--- fuzz $1: ${FUZZ_SECONDS}s"
                 cargo fuzz run -O $FUZZ_FLAGS --target-dir "$(fuzz_target_dir)" "$1" -- \
                     -max_total_time="$FUZZ_SECONDS" -print_final_stats=1
             }
-            reap() { # pid, exit status
-                cat "$logs/${running[$1]}"
-                [ "$2" -eq 0 ] || bad+=("${running[$1]}")
-                unset "running[$1]"
-            }
-            for t in $(fuzz_targets); do
-                while [ "${#running[@]}" -ge "$FUZZ_JOBS" ]; do
-                    wait -n -p pid "${!running[@]}"
-                    reap "$pid" $?
-                done
-                fuzz_one "$t" >"$logs/$t" 2>&1 &
-                running[$!]=$t
-            done
-            while [ "${#running[@]}" -gt 0 ]; do
-                wait -n -p pid "${!running[@]}"
-                reap "$pid" $?
-            done
-            rm -rf "$logs"
-            if [ "${#bad[@]}" -gt 0 ]; then
-                echo "fuzz targets that failed: ${bad[*]} (crash inputs under fuzz/artifacts/)"
+            # shellcheck disable=SC2046 # one word per target
+            run_pool "$FUZZ_JOBS" fuzz_one $(fuzz_targets)
+            if [ "${#POOL_FAILED[@]}" -gt 0 ]; then
+                echo "fuzz targets that failed: ${POOL_FAILED[*]} (crash inputs under fuzz/artifacts/)"
                 return 1
             fi
             ;;
@@ -234,13 +261,10 @@ run_stage_body() {
             # so that the lanes end together; each file's output is printed whole when it ends.
             cargo build --release -p tern
             set +e
-            local f n bad=() logs pid=
-            local -A running=()
-            logs=$(mktemp -d)
-            reap_browser() { # pid, exit status
-                cat "$logs/${running[$1]}"
-                [ "$2" -eq 0 ] || bad+=("${running[$1]}")
-                unset "running[$1]"
+            local f n bad=()
+            browser_one() {
+                echo "--- browser $1"
+                "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/$1"
             }
             for n in "${BROWSER_SOLO[@]}"; do
                 f="$n.test.mjs"
@@ -248,22 +272,9 @@ run_stage_body() {
                 echo "--- browser $f (alone)"
                 "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/$f" || bad+=("$f")
             done
-            for f in $(browser_files); do
-                while [ "${#running[@]}" -ge "$BROWSER_JOBS" ]; do
-                    wait -n -p pid "${!running[@]}"
-                    reap_browser "$pid" $?
-                done
-                (
-                    echo "--- browser $f"
-                    exec "$ROOT/scripts/netns-run.sh" node --test "$ROOT/tests/browser/$f"
-                ) >"$logs/$f" 2>&1 &
-                running[$!]=$f
-            done
-            while [ "${#running[@]}" -gt 0 ]; do
-                wait -n -p pid "${!running[@]}"
-                reap_browser "$pid" $?
-            done
-            rm -rf "$logs"
+            # shellcheck disable=SC2046 # one word per file
+            run_pool "$BROWSER_JOBS" browser_one $(browser_files)
+            bad+=("${POOL_FAILED[@]}")
             if [ "${#bad[@]}" -gt 0 ]; then
                 echo "browser test files that failed: ${bad[*]}"
                 return 1
