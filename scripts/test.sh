@@ -159,7 +159,7 @@ describe_stage() {
         deps) echo "scripts/install-deps.sh" ;;
         fmt) echo "cargo fmt --all --check" ;;
         lib) echo "cargo test --workspace --lib --no-fail-fast --profile fast (debug, no debug info)" ;;
-        clippy) echo "cargo clippy --workspace --all-targets -- -D warnings" ;;
+        clippy) echo "cargo clippy --workspace --all-targets --profile fast -- -D warnings" ;;
         test) echo "cargo test --workspace --release --no-fail-fast --bins --test '*' -- --test-threads=$E2E_THREADS; cargo test --workspace --release --no-fail-fast --doc" ;;
         vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib; cargo test --manifest-path vendor/srt-protocol/Cargo.toml --lib" ;;
         fuzz-build) echo "cd fuzz && cargo fuzz build -O $FUZZ_FLAGS" ;;
@@ -220,9 +220,9 @@ run_stage_body() {
             local rc=0
             # Each vendored crate is a workspace of its own: without a shared target folder
             # each built its dependencies in its own (CI: 240 s for the stage).
-            local CARGO_TARGET_DIR
-            CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/vendor"
-            export CARGO_TARGET_DIR
+            # (No `local`: it would hide the caller's CARGO_TARGET_DIR; the stage is a process
+            # of its own.)
+            export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/vendor"
             # The system's OpenSSL for the interop tests, not one built from source.
             OPENSSL_NO_VENDOR=1 cargo test --manifest-path "$ROOT/vendor/dimpl/Cargo.toml" \
                 --lib --test dtls12 --test dtls13 || rc=1

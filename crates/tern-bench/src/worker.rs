@@ -522,6 +522,7 @@ fn run(mut poll: Poll, cmds: Receiver<Cmd>, connect_timeout: Duration, recv: Rec
     let mut events = Events::with_capacity(1024);
     let mut slots: Vec<Slot> = Vec::new();
     let mut rb = RecvBatch::new(gro);
+    let mut gro_refused = false;
     let mut quiet = false;
     let mut next_tick = Instant::now() + TICK;
     let mut connecting = 0usize;
@@ -597,14 +598,18 @@ fn run(mut poll: Poll, cmds: Receiver<Cmd>, connect_timeout: Duration, recv: Rec
                     ) {
                         eprintln!("bench: client_{}: SO_TIMESTAMPNS: {e}", j.id);
                     }
+                    // A kernel without UDP_GRO (before 5.0) refuses it: the datagrams then
+                    // come one by one, as with --gro false; said once per thread.
                     if gro
                         && let Err(e) = nix::sys::socket::setsockopt(
                             &j.socket,
                             nix::sys::socket::sockopt::UdpGroSegment,
                             &true,
                         )
+                        && !gro_refused
                     {
-                        eprintln!("bench: client_{}: UDP_GRO: {e}", j.id);
+                        gro_refused = true;
+                        eprintln!("bench: UDP_GRO refused ({e}): receiving datagram by datagram");
                     }
                     let mut sock = UdpSocket::from_std(j.socket);
                     if let Err(e) =

@@ -555,7 +555,10 @@ impl Cluster {
     /// TTL every second, so a claim is the live node's once it is seen refreshed, and
     /// abandoned once its node record is gone or no refresh came for [`ABANDONED_AFTER`]; a
     /// publish for a live node's stream is refused within about a second.
-    pub async fn claim(&self, key: &str) -> Result<(), String> {
+    ///
+    /// `Ok(true)`: the claim stopped a pull of `key` running here, whose publisher may
+    /// still hold the stream's slot for a moment (see [`Cluster::hold`]).
+    pub async fn claim(&self, key: &str) -> Result<bool, String> {
         let ttl_ms = self.cfg.ttl_s * 1000;
         let started = tokio::time::Instant::now();
         let held_until = started + Duration::from_millis(ttl_ms + 1000);
@@ -597,8 +600,7 @@ impl Cluster {
                 if waited {
                     self.counters.handovers.fetch_add(1, Ordering::Relaxed);
                 }
-                self.hold(key);
-                Ok(())
+                Ok(self.hold(key))
             }
             Ok(Err(owner)) => {
                 self.counters.claims_refused.fetch_add(1, Ordering::Relaxed);
@@ -606,8 +608,7 @@ impl Cluster {
             }
             Err(e) => {
                 self.set_up(false, Some(&e.to_string()));
-                self.hold(key);
-                Ok(())
+                Ok(self.hold(key))
             }
         }
     }
@@ -615,12 +616,15 @@ impl Cluster {
     /// Records a claim of `key` taken now (a returning publisher's claim keeps its age). A
     /// pull of `key` still running here (its origin died and the encoder moved here) is
     /// stopped and forgotten: the stream is this node's now, and a stream that reads as
-    /// pulled is never claimed, so the claim would go at the next refresh.
-    fn hold(&self, key: &str) {
+    /// pulled is never claimed, so the claim would go at the next refresh. Returns whether a
+    /// pull was stopped.
+    fn hold(&self, key: &str) -> bool {
+        let mut stopped = false;
         if let Ok(mut p) = self.pulls.lock()
             && let Some(e) = p.remove(key)
         {
             e.stop.store(true, Ordering::Relaxed);
+            stopped = true;
         }
         let now = Instant::now();
         if let Ok(mut c) = self.claims.lock() {
@@ -631,6 +635,7 @@ impl Cluster {
                 })
                 .last_live = now;
         }
+        stopped
     }
 
     /// The node that has `key`'s publisher, read from Redis now (a fresh claim may not be

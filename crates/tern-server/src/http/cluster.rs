@@ -211,17 +211,41 @@ pub(super) fn redirect(
 /// An edge asks this node to relay `key` (its origin went silent for it): served only from
 /// a stream live here from its publisher or this node's own pull from the origin, never by
 /// starting a pull, so relays do not chain.
-pub(super) fn may_relay(st: &AppState, key: &str) -> Result<(), crate::http::error::HttpError> {
-    let live = st.streams.get(key).is_some_and(|i| st.is_live(i));
-    let via_relay = st.cluster.as_ref().is_some_and(|c| c.pulls_via_relay(key));
-    if live && !via_relay {
-        return Ok(());
+pub(super) async fn may_relay(
+    st: &AppState,
+    key: &str,
+) -> Result<(), crate::http::error::HttpError> {
+    let refuse = |why: &str| {
+        Err(crate::http::error::HttpError::Unavailable(
+            format!("{key} is not live here from its origin: {why}"),
+            None,
+        ))
+    };
+    let Some(info) = st.streams.get(key).filter(|i| st.is_live(*i)) else {
+        return refuse("no relay");
+    };
+    if st.cluster.as_ref().is_some_and(|c| c.pulls_via_relay(key)) {
+        return refuse("no relay");
     }
-    Err(crate::http::error::HttpError::Unavailable(
-        format!("{key} is not live here from its origin: no relay"),
-        None,
-    ))
+    // The stream must be flowing here: when the origin dies, every edge's pull reads as
+    // live until its silence is noticed (2 s), and an edge that relayed a silent pull
+    // would hold the asking edge on it.
+    let packets = || {
+        st.engine
+            .stats
+            .stream(info.index)
+            .map_or(0, |c| c.packets.load(Ordering::Relaxed))
+    };
+    let before = packets();
+    tokio::time::sleep(RELAY_FLOWING).await;
+    if packets() == before {
+        return refuse("silent here too");
+    }
+    Ok(())
 }
+
+/// How long a relay request watches the stream for packets before it is served.
+const RELAY_FLOWING: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// `GET /v1/cluster`: this node, Redis' state, the registry and the origin map.
 pub(super) fn json(st: &AppState) -> serde_json::Value {

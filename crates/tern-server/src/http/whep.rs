@@ -42,7 +42,7 @@ pub(super) async fn post(
         return Ok(r);
     }
     if node && headers.contains_key(crate::cluster::RELAY_HEADER) {
-        cluster::may_relay(&st, &path.key())?;
+        cluster::may_relay(&st, &path.key()).await?;
     }
     let pin_rid = query
         .as_deref()

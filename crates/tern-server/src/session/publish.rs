@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::admission::{Action, Ask, Protocol};
 use crate::directory::StreamInfo;
@@ -27,6 +28,10 @@ use tern_proto::codec::VideoCodec;
 use crate::media::{AddError, Command, PublisherId, ViewerId};
 use crate::session::refusal::Refusal;
 use crate::session::shared::{Core, Credentials, PublisherSession, random_token};
+
+/// How long a publisher that took a stream from this node's own pull of it waits for the
+/// pull's publisher to leave the stream's slot.
+const PULL_LEAVES: Duration = Duration::from_secs(2);
 
 /// A request to publish.
 #[derive(Debug, Clone)]
@@ -282,15 +287,33 @@ impl Publish {
     /// Step 3: in a cluster, no other node may have the stream's publisher; then the
     /// stream's slot (made if new).
     pub async fn claim(&self, core: &Core) -> Result<StreamInfo, Refusal> {
+        let mut stopped_pull = false;
         if let Some(c) = &core.cluster {
-            c.claim(&self.key)
-                .await
-                .map_err(|node| Refusal::PublishedElsewhere {
-                    key: self.key.clone(),
-                    node,
-                })?;
+            stopped_pull =
+                c.claim(&self.key)
+                    .await
+                    .map_err(|node| Refusal::PublishedElsewhere {
+                        key: self.key.clone(),
+                        node,
+                    })?;
         }
-        core.claim_stream(&self.ask.app, &self.ask.stream)
+        let info = core.claim_stream(&self.ask.app, &self.ask.stream)?;
+        if stopped_pull {
+            // The encoder moved here while this node still pulled the stream (its origin
+            // died): the pull is stopping, and its publisher leaves the stream's slot within
+            // a few tens of ms. Waited for, so this publisher is not refused as a second one.
+            let publishing = || {
+                core.engine
+                    .stats
+                    .stream(info.index)
+                    .is_some_and(|c| c.publishing.load(Ordering::Relaxed))
+            };
+            let until = tokio::time::Instant::now() + PULL_LEAVES;
+            while publishing() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(info)
     }
 
     /// The refusal for the engine's answer to adding the publisher.
