@@ -198,9 +198,10 @@ mod tests {
 }
 
 /// Which RTP packets a viewer authenticates and decrypts (`--verify`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Verify {
     /// Every one.
+    #[default]
     All,
     /// 1 in N (N ≥ 2).
     Sample(u32),

@@ -503,7 +503,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
             signal_failed,
             Some(d),
         );
-        s.verify_every = a.verify.every();
+        s.verify = a.verify;
         (s, samples, now)
     };
 

@@ -65,8 +65,8 @@ pub struct Summary {
     pub srtp_failures: u64,
     /// RTP packets authenticated and decrypted (all of them unless `--verify sample:N`).
     pub verified: u64,
-    /// `--verify`: 1 in how many packets is checked (1: all).
-    pub verify_every: u32,
+    /// `--verify`: which packets are checked.
+    pub verify: crate::args::Verify,
     /// Video jitter, ms.
     pub jitter_ms: Stat,
     /// Datagrams received, all clients (everything, before checks).
@@ -295,15 +295,13 @@ impl Summary {
     pub fn text(&self) -> String {
         let mut o = String::new();
         let _ = writeln!(o, "<Summary>");
-        if self.verify_every > 1 {
+        if let crate::args::Verify::Sample(n) = self.verify {
             let _ = writeln!(
                 o,
                 "Verify : sample:{n} (1 in {n} RTP packets authenticated and decrypted: {} of {}; \
                  loss, order and duplicates from every header; SRTP failures and keyframes from \
                  the checked packets only)",
-                self.verified,
-                self.total_packets,
-                n = self.verify_every
+                self.verified, self.total_packets
             );
         }
         let _ = writeln!(o, "Running time : {}s", self.running_secs as u64);
@@ -428,7 +426,7 @@ impl Summary {
             "recovered": self.recovered,
             "nacks": self.nacks,
             "srtp_failures": self.srtp_failures,
-            "verify": if self.verify_every > 1 { format!("sample:{}", self.verify_every) } else { "all".to_string() },
+            "verify": self.verify.to_string(),
             "verified": self.verified,
             "video_jitter_ms": self.jitter_ms.json(),
             "datagrams": self.datagrams,

@@ -480,13 +480,17 @@ pub struct Worker {
 impl Worker {
     /// Starts media thread number `index`. `connect_timeout` fails clients that have no SRTP
     /// keys that long after creation.
-    pub fn spawn(index: usize, connect_timeout: Duration, rx: Receive) -> std::io::Result<Worker> {
+    pub fn spawn(
+        index: usize,
+        connect_timeout: Duration,
+        recv: Receive,
+    ) -> std::io::Result<Worker> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let (tx, cmds) = unbounded();
+        let (tx, rx) = unbounded();
         let thread = std::thread::Builder::new()
             .name(format!("bench-media-{index}"))
-            .spawn(move || run(poll, cmds, connect_timeout, rx))?;
+            .spawn(move || run(poll, rx, connect_timeout, recv))?;
         Ok(Worker {
             tx,
             waker,
@@ -516,9 +520,8 @@ impl Drop for Worker {
     }
 }
 
-fn run(mut poll: Poll, cmds: Receiver<Cmd>, connect_timeout: Duration, recv: Receive) {
+fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration, recv: Receive) {
     let Receive { gro, verify_every } = recv;
-    let rx = cmds;
     let mut events = Events::with_capacity(1024);
     let mut slots: Vec<Slot> = Vec::new();
     let mut rb = RecvBatch::new(gro);
@@ -739,9 +742,9 @@ pub struct Workers {
 
 impl Workers {
     /// Starts `n` media threads (see [`Receive`]).
-    pub fn spawn(n: usize, connect_timeout: Duration, rx: Receive) -> std::io::Result<Workers> {
+    pub fn spawn(n: usize, connect_timeout: Duration, recv: Receive) -> std::io::Result<Workers> {
         let workers = (0..n)
-            .map(|i| Worker::spawn(i, connect_timeout, rx))
+            .map(|i| Worker::spawn(i, connect_timeout, recv))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Workers { workers })
     }

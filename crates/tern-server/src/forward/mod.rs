@@ -353,17 +353,13 @@ impl Forwards {
         }
     }
 
-    /// A video frame of stream `stream` was lost: its forwards wait for the next keyframe,
-    /// which is asked of the publisher (a WebRTC encoder may send none for minutes unless
-    /// asked; the publisher's side may drop a request that follows another closely, so it
-    /// is asked again every [`KEYFRAME_ASK_EVERY`] until it comes).
-    fn lost_frame(&self, stream: usize, slot: &mut Slot) {
-        slot.broken = true;
-        self.still_broken(stream, slot);
-    }
-
-    /// Asks again for the keyframe a loss waits for, if it is time to.
-    fn still_broken(&self, stream: usize, slot: &mut Slot) {
+    /// After a video packet of stream `stream`; `lost`: it showed a frame lost. From a loss
+    /// on, the stream's forwards wait for the next keyframe, which is asked of the publisher
+    /// (a WebRTC encoder may send none for minutes unless asked; the publisher's side may
+    /// drop a request that follows another closely, so it is asked again every
+    /// [`KEYFRAME_ASK_EVERY`] until it comes).
+    fn watch_loss(&self, stream: usize, slot: &mut Slot, lost: bool) {
+        slot.broken |= lost;
         let now = Instant::now();
         if slot.broken
             && slot
@@ -610,11 +606,8 @@ impl Subscriber for Forwards {
                 Ok(Some(au)) => Some(au.to_vec()),
                 _ => None,
             };
-            if slot.hevc.damaged_frames() > damaged {
-                self.lost_frame(tap.stream, &mut slot);
-            } else {
-                self.still_broken(tap.stream, &mut slot);
-            }
+            let lost = slot.hevc.damaged_frames() > damaged;
+            self.watch_loss(tap.stream, &mut slot, lost);
             let Some(au) = au else {
                 return;
             };
@@ -630,10 +623,9 @@ impl Subscriber for Forwards {
         let mut units = Vec::new();
         slot.feed
             .push_rtp(&tap.pkt, &mut |u| units.push(u.into_owned()));
-        if slot.feed.damaged_frames() > damaged {
-            self.lost_frame(tap.stream, &mut slot);
-        } else if tap.pkt.kind == MediaKind::Video {
-            self.still_broken(tap.stream, &mut slot);
+        if tap.pkt.kind == MediaKind::Video {
+            let lost = slot.feed.damaged_frames() > damaged;
+            self.watch_loss(tap.stream, &mut slot, lost);
         }
         for u in &units {
             if let Unit::Video { keyframe, .. } = u
