@@ -76,6 +76,21 @@ pub struct BenchArgs {
     /// Local IP the clients' UDP sockets bind to.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: std::net::IpAddr,
+    /// `viewer`: one UDP socket per viewer. `thread`: one per media thread, each viewer
+    /// with its own loopback address on it (`127.16+T.x.y`), so a thread reads many
+    /// viewers' datagrams per system call. `thread` needs a server on IPv4 loopback and no
+    /// `--relay` or `--bind`.
+    #[arg(long, value_enum, default_value_t = Sockets::Viewer)]
+    pub sockets: Sockets,
+}
+
+/// How viewers get their UDP sockets (`--sockets`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sockets {
+    /// One per viewer.
+    Viewer,
+    /// One per media thread.
+    Thread,
 }
 
 impl BenchArgs {
@@ -126,6 +141,13 @@ impl BenchArgs {
         }
         if self.relay && !self.url.starts_with("http") {
             return Err("--relay needs a WHEP (http) -url".into());
+        }
+        if self.sockets == Sockets::Thread && (self.relay || !self.bind.is_unspecified()) {
+            return Err(
+                "--sockets thread gives each viewer a loopback address of its own: \
+                        it goes with neither --relay nor --bind"
+                    .into(),
+            );
         }
         if self.connect_timeout == 0 {
             return Err("--connect-timeout must be at least 1 s".into());

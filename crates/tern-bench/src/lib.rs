@@ -122,6 +122,8 @@ struct Signaller {
     ome: bool,
     /// Go through the server's TURN.
     relay: bool,
+    /// Viewers share their media thread's socket (`--sockets thread`).
+    shared: bool,
     /// Offer every video codec, not H264 alone.
     all_video: bool,
     url: String,
@@ -209,8 +211,7 @@ impl Signaller {
             None
         };
         let to = relay.as_ref().map_or(params.server, |r| r.turn);
-        let socket = bind_to(self.bind, to)
-            .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))?;
+        let socket = self.socket(to)?;
         let now = Instant::now();
         let client = Client::new(params, self.ctx.clone(), now, id as u64 + 1);
         Ok((
@@ -224,6 +225,24 @@ impl Signaller {
             }),
             location.map(Hold::Whep),
         ))
+    }
+
+    /// A viewer's own socket connected to `server`, or none with `--sockets thread` (its
+    /// media thread's serves it; the server must then be on IPv4 loopback, where the
+    /// viewers' own addresses are).
+    fn socket(&self, server: SocketAddr) -> Result<Option<UdpSocket>, SignalError> {
+        if self.shared {
+            return match server {
+                SocketAddr::V4(a) if a.ip().is_loopback() => Ok(None),
+                _ => Err(SignalError::Transport(format!(
+                    "--sockets thread needs the server's media address on 127.0.0.0/8, \
+                     got {server}"
+                ))),
+            };
+        }
+        bind_to(self.bind, server)
+            .map(Some)
+            .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))
     }
 
     /// OvenMediaEngine signalling: the server offers, the client answers.
@@ -248,8 +267,7 @@ impl Signaller {
         })?;
         let signalling = t0.elapsed();
         let params = params.ok_or_else(|| SignalError::BadAnswer("no offer".into()))?;
-        let socket = bind_to(self.bind, params.server)
-            .map_err(|e| SignalError::Transport(format!("UDP socket: {e}")))?;
+        let socket = self.socket(params.server)?;
         let now = Instant::now();
         let client = Client::new(params, self.ctx.clone(), now, id as u64 + 1);
         Ok((
@@ -394,6 +412,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         worker::Receive {
             gro: a.gro,
             verify_every: a.verify.every(),
+            shared: a.sockets == args::Sockets::Thread,
         },
     )
     .map_err(|e| format!("media threads: {e}"))?;
@@ -411,6 +430,7 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         ntp_base: (t0, ntp0),
         ome: a.url.starts_with("ws://"),
         relay: a.relay,
+        shared: a.sockets == args::Sockets::Thread,
         all_video: a.all_video,
         url: a.url.clone(),
         prefer_v6: if a.bind.is_unspecified() {

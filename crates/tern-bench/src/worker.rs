@@ -9,6 +9,13 @@
 //! final `EAGAIN`. Arrival times come from the kernel (`SO_TIMESTAMPNS`), so latency and
 //! jitter do not include the time a datagram waited for this thread.
 //!
+//! With `--sockets thread` each media thread has one socket instead, and its viewers are told
+//! apart by address after all: each has its own loopback address (`127.16+T.x.y`, T the
+//! thread), set as the source of what it sends (`IP_PKTINFO`) and read back as the
+//! destination of what arrives. The server still sees one address per viewer; the thread
+//! reads every viewer's datagrams with one `recvmmsg` of up to [`SHARED_BATCH`] and wakes once
+//! per batch, not once per viewer. It needs a server on loopback (IPv4) and no `--relay`.
+//!
 //! `UDP_GRO` (on unless `--gro false`): a server that sends each viewer's run of equal-size
 //! packets as one `UDP_SEGMENT` message (tern's GSO) reaches a socket with `UDP_GRO` set
 //! as that one message, with its segment size in a control message, instead of being cut
@@ -16,8 +23,8 @@
 //! segment size; every segment is counted as a datagram and goes to the client (SRTP
 //! checked) on its own, exactly as if it had come alone.
 
-use std::io::{ErrorKind, IoSliceMut};
-use std::net::UdpSocket as StdUdpSocket;
+use std::io::{ErrorKind, IoSlice, IoSliceMut};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket as StdUdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -44,41 +51,69 @@ const RATE_WINDOW: Duration = Duration::from_secs(1);
 /// A connected client that received nothing for this long counts as disconnected.
 const SILENCE: Duration = Duration::from_secs(5);
 const WAKER: Token = Token(usize::MAX);
-/// Datagrams read per `recvmmsg` call.
+/// The thread's shared socket (`--sockets thread`).
+const SHARED: Token = Token(usize::MAX - 1);
+/// Datagrams read per `recvmmsg` call from a viewer's own socket.
 const BATCH: usize = 16;
+/// Datagrams read per `recvmmsg` call from a thread's shared socket.
+pub const SHARED_BATCH: usize = 64;
+/// Receive buffer asked for a shared socket: every viewer of the thread queues there while
+/// it paces ([`PACE`]). Forced past `rmem_max` where the process may (`SO_RCVBUFFORCE`).
+const SHARED_RCVBUF: usize = 32 << 20;
+/// Viewers one thread can address in `--sockets thread` (`127.16+T.x.y`, x.y from 0.1).
+pub const SHARED_MAX_VIEWERS: usize = 65_534;
+/// Threads `--sockets thread` can address (second octet 16 to 255).
+pub const SHARED_MAX_THREADS: usize = 240;
 /// Largest datagram read whole.
 const MAX_DATAGRAM: usize = 2048;
 /// Largest `UDP_GRO` message: a UDP payload's limit.
 const MAX_GRO: usize = 65_536;
 
+/// One message read: its length, kernel arrival time (since the Unix epoch), for a
+/// `UDP_GRO` message of several datagrams their segment size, and (a shared socket) where it
+/// came from and which address it was sent to.
+#[derive(Debug, Clone, Copy)]
+struct Got {
+    len: usize,
+    ts: Option<Duration>,
+    seg: Option<usize>,
+    from: Option<SocketAddrV4>,
+    to: Option<Ipv4Addr>,
+}
+
 /// Buffers and headers for `recvmmsg`, reused across calls.
 struct RecvBatch {
     bufs: Vec<Vec<u8>>,
-    hdrs: nix::sys::socket::MultiHeaders<()>,
+    hdrs: nix::sys::socket::MultiHeaders<nix::sys::socket::SockaddrStorage>,
     /// The control buffer each header gets.
     cmsg: Vec<u8>,
-    /// Length, kernel arrival time (since the Unix epoch) and, for a `UDP_GRO` message of
-    /// several datagrams, their segment size, of each message read.
-    got: Vec<(usize, Option<Duration>, Option<usize>)>,
+    got: Vec<Got>,
 }
 
 impl RecvBatch {
-    /// Buffers for single datagrams, or for `UDP_GRO` messages if `gro`.
-    fn new(gro: bool) -> Self {
-        let cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, i32);
+    /// `batch` buffers for single datagrams, or for `UDP_GRO` messages if `gro`.
+    fn new(gro: bool, batch: usize) -> Self {
+        let cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, i32, nix::libc::in_pktinfo);
         let size = if gro { MAX_GRO } else { MAX_DATAGRAM };
         RecvBatch {
-            bufs: (0..BATCH).map(|_| vec![0u8; size]).collect(),
-            hdrs: nix::sys::socket::MultiHeaders::preallocate(BATCH, Some(cmsg.clone())),
+            bufs: (0..batch).map(|_| vec![0u8; size]).collect(),
+            hdrs: nix::sys::socket::MultiHeaders::preallocate(batch, Some(cmsg.clone())),
             cmsg,
-            got: Vec::with_capacity(BATCH),
+            got: Vec::with_capacity(batch),
         }
     }
 
-    /// Reads up to [`BATCH`] datagrams from `fd` without blocking into `self.got`.
+    /// Whether the last read filled every buffer (more may be queued).
+    fn full(&self) -> bool {
+        self.got.len() == self.bufs.len()
+    }
+
+    /// Reads as many messages as there are buffers from `fd` without blocking into
+    /// `self.got`.
     fn recv(&mut self, fd: std::os::fd::RawFd) -> nix::Result<()> {
         use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmmsg};
         self.got.clear();
+        let n = self.bufs.len();
         let mut iovs: Vec<[IoSliceMut<'_>; 1]> = self
             .bufs
             .iter_mut()
@@ -88,7 +123,7 @@ impl RecvBatch {
         // previous call: after a datagram with only its timestamp, a `UDP_GRO` message's
         // segment size would not fit (MSG_CTRUNC) and its segments would be read as one
         // datagram. Fresh headers every call (three small allocations).
-        self.hdrs = nix::sys::socket::MultiHeaders::preallocate(BATCH, Some(self.cmsg.clone()));
+        self.hdrs = nix::sys::socket::MultiHeaders::preallocate(n, Some(self.cmsg.clone()));
         let res = recvmmsg(
             fd,
             &mut self.hdrs,
@@ -97,19 +132,30 @@ impl RecvBatch {
             None,
         )?;
         for m in res {
-            let (mut ts, mut seg) = (None, None);
+            let mut g = Got {
+                len: m.bytes,
+                ts: None,
+                seg: None,
+                from: m
+                    .address
+                    .and_then(|a| a.as_sockaddr_in().map(|a| (*a).into())),
+                to: None,
+            };
             if let Ok(cmsgs) = m.cmsgs() {
                 for c in cmsgs {
                     match c {
-                        ControlMessageOwned::ScmTimestampns(t) => ts = Some(Duration::from(t)),
+                        ControlMessageOwned::ScmTimestampns(t) => g.ts = Some(Duration::from(t)),
                         ControlMessageOwned::UdpGroSegments(n) if n > 0 => {
-                            seg = Some(n as usize);
+                            g.seg = Some(n as usize);
+                        }
+                        ControlMessageOwned::Ipv4PacketInfo(i) => {
+                            g.to = Some(Ipv4Addr::from(u32::from_be(i.ipi_addr.s_addr)));
                         }
                         _ => {}
                     }
                 }
             }
-            self.got.push((m.bytes, ts, seg));
+            self.got.push(g);
         }
         Ok(())
     }
@@ -137,8 +183,9 @@ pub struct Joined {
     pub id: usize,
     /// The sans-IO client.
     pub client: Client,
-    /// Its socket, connected to the server's media address.
-    pub socket: StdUdpSocket,
+    /// Its socket, connected to the server's media address; none with `--sockets thread`
+    /// (the thread's shared socket serves it).
+    pub socket: Option<StdUdpSocket>,
     /// Time the signalling took.
     pub signalling: Duration,
     /// When the client was created (after signalling).
@@ -222,6 +269,64 @@ pub struct Receive {
     pub gro: bool,
     /// Authenticate and decrypt 1 RTP packet in this many (1: all).
     pub verify_every: u32,
+    /// One socket per thread, not per viewer (`--sockets thread`; see the module).
+    pub shared: bool,
+}
+
+/// A viewer's socket: its own, or its address on its thread's shared socket.
+enum Sock {
+    Own(UdpSocket),
+    Shared(Ipv4Addr),
+}
+
+/// The address of viewer `slot` of thread `thread` on its shared socket.
+fn shared_addr(thread: usize, slot: usize) -> Ipv4Addr {
+    let n = slot + 1;
+    Ipv4Addr::new(127, 16 + thread as u8, (n >> 8) as u8, n as u8)
+}
+
+/// The viewer (slot) of thread `thread` that `to` addresses, if any.
+fn shared_slot(thread: usize, to: Ipv4Addr) -> Option<usize> {
+    let [a, b, c, d] = to.octets();
+    let n = (usize::from(c) << 8) | usize::from(d);
+    (a == 127 && usize::from(b) == 16 + thread && n > 0).then(|| n - 1)
+}
+
+/// Opens a thread's shared socket (`--sockets thread`): any address, so that every viewer's
+/// loopback address reaches it; `IP_PKTINFO` to learn which one a datagram was sent to.
+fn open_shared(gro: bool) -> std::io::Result<UdpSocket> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let s = StdUdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+    s.set_nonblocking(true)?;
+    if setsockopt(&s, sockopt::RcvBufForce, &SHARED_RCVBUF).is_err() {
+        let _ = setsockopt(&s, sockopt::RcvBuf, &SHARED_RCVBUF);
+    }
+    setsockopt(&s, sockopt::Ipv4PacketInfo, &true)?;
+    let _ = setsockopt(&s, sockopt::ReceiveTimestampns, &true);
+    if gro && let Err(e) = setsockopt(&s, sockopt::UdpGroSegment, &true) {
+        eprintln!("bench: UDP_GRO refused ({e}): receiving datagram by datagram");
+    }
+    Ok(UdpSocket::from_std(s))
+}
+
+/// Sends `d` from viewer address `from` to `to` through the shared socket `fd`.
+fn send_shared(fd: std::os::fd::RawFd, from: Ipv4Addr, to: SocketAddr, d: &[u8]) {
+    use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn, sendmsg};
+    let SocketAddr::V4(to) = to else { return };
+    let info = nix::libc::in_pktinfo {
+        ipi_ifindex: 0,
+        ipi_spec_dst: nix::libc::in_addr {
+            s_addr: u32::from(from).to_be(),
+        },
+        ipi_addr: nix::libc::in_addr { s_addr: 0 },
+    };
+    let _ = sendmsg(
+        fd,
+        &[IoSlice::new(d)],
+        &[ControlMessage::Ipv4PacketInfo(&info)],
+        MsgFlags::empty(),
+        Some(&SockaddrIn::from(to)),
+    );
 }
 
 /// What the main thread asks of a media thread.
@@ -317,7 +422,9 @@ pub struct Sample {
 struct Slot {
     id: usize,
     client: Client,
-    sock: UdpSocket,
+    sock: Sock,
+    /// Read from since its last flush (shared socket).
+    dirty: bool,
     signalling: Duration,
     started: Instant,
     failure: Option<&'static str>,
@@ -339,8 +446,15 @@ impl Slot {
     /// Sends the client's queued datagrams: straight to the server, or as ChannelData
     /// through TURN once the channel is bound (before that the client's checks are
     /// dropped; it repeats them).
-    fn flush(&mut self) {
-        let sock = &self.sock;
+    fn flush(&mut self, shared: std::os::fd::RawFd) {
+        let sock = match &self.sock {
+            Sock::Own(s) => s,
+            Sock::Shared(from) => {
+                let (from, to) = (*from, self.client.server());
+                self.client.drain(&mut |d| send_shared(shared, from, to, d));
+                return;
+            }
+        };
         match self.relay.as_mut() {
             None => self.client.drain(&mut |d| {
                 let _ = sock.send(d);
@@ -358,9 +472,28 @@ impl Slot {
         }
     }
 
+    /// A message read for this viewer: counted, cut into its datagrams (`UDP_GRO`), each
+    /// fed to the client.
+    fn take(&mut self, now: Instant, wall_now: Duration, g: &Got, buf: &mut [u8]) {
+        let at = arrival(now, wall_now, g.ts);
+        self.last_rx = Some(at);
+        let mut count = 0;
+        for r in segments(g.len, g.seg) {
+            count += 1;
+            self.datagram_bytes += r.len() as u64;
+            self.input(at, &mut buf[r]);
+        }
+        self.datagrams += count;
+        if count > 1 {
+            self.coalesced += count;
+        }
+    }
+
     /// A datagram from the socket: media for the client, or TURN's.
     fn input(&mut self, at: Instant, buf: &mut [u8]) {
-        let Some(r) = self.relay.as_mut() else {
+        // A relayed viewer has its own socket (`--relay` and `--sockets thread` exclude
+        // each other).
+        let (Some(r), Sock::Own(sock)) = (self.relay.as_mut(), &self.sock) else {
             self.client.handle_input(at, buf);
             return;
         };
@@ -369,7 +502,7 @@ impl Slot {
                 let _ = self.client.handle_input(at, &mut buf[data]);
             }
             other => {
-                if let Some(f) = r.on(at, other, &self.sock) {
+                if let Some(f) = r.on(at, other, sock) {
                     self.failure = Some(f);
                 }
             }
@@ -377,14 +510,14 @@ impl Slot {
     }
 
     /// Runs due timers of the client and of its TURN client.
-    fn timers(&mut self, now: Instant) {
+    fn timers(&mut self, now: Instant, shared: std::os::fd::RawFd) {
         if self.client.poll_timeout().is_some_and(|t| t <= now) {
             self.client.handle_timeout(now);
         }
-        if let Some(r) = self.relay.as_mut() {
+        if let (Some(r), Sock::Own(sock)) = (self.relay.as_mut(), &self.sock) {
             if r.turn.poll_timeout().is_some_and(|t| t <= now) {
                 let res = r.turn.handle_timeout(now, &mut r.out);
-                if let Some(f) = r.on(now, res, &self.sock) {
+                if let Some(f) = r.on(now, res, sock) {
                     self.failure = Some(f);
                 }
             }
@@ -396,12 +529,12 @@ impl Slot {
                     r.turn.channel_bind(now, CHANNEL, r.peer, &mut r.out)
                 };
                 if let Ok(n) = sent {
-                    let _ = self.sock.send(&r.out[..n]);
+                    let _ = sock.send(&r.out[..n]);
                 }
                 r.next_refresh = Some(now + REBIND);
             }
         }
-        self.flush();
+        self.flush(shared);
     }
 
     /// When the next timer of the client or its TURN client is due.
@@ -487,10 +620,35 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let shared = if recv.shared {
+            if index >= SHARED_MAX_THREADS {
+                return Err(std::io::Error::other(format!(
+                    "--sockets thread addresses at most {SHARED_MAX_THREADS} threads"
+                )));
+            }
+            let mut s = open_shared(recv.gro)?;
+            poll.registry()
+                .register(&mut s, SHARED, Interest::READABLE)?;
+            Some(s)
+        } else {
+            None
+        };
         let (tx, rx) = unbounded();
         let thread = std::thread::Builder::new()
             .name(format!("bench-media-{index}"))
-            .spawn(move || run(poll, rx, connect_timeout, recv))?;
+            .spawn(move || {
+                Thread {
+                    index,
+                    slots: Vec::new(),
+                    shared,
+                    connect_timeout,
+                    recv,
+                    gro_refused: false,
+                    quiet: false,
+                    connecting: 0,
+                }
+                .run(poll, rx)
+            })?;
         Ok(Worker {
             tx,
             waker,
@@ -520,181 +678,276 @@ impl Drop for Worker {
     }
 }
 
-fn run(mut poll: Poll, rx: Receiver<Cmd>, connect_timeout: Duration, recv: Receive) {
-    let Receive { gro, verify_every } = recv;
-    let mut events = Events::with_capacity(1024);
-    let mut slots: Vec<Slot> = Vec::new();
-    let mut rb = RecvBatch::new(gro);
-    let mut gro_refused = false;
-    let mut quiet = false;
-    let mut next_tick = Instant::now() + TICK;
-    let mut connecting = 0usize;
-    loop {
-        let mut wait = next_tick.saturating_duration_since(Instant::now());
-        if connecting == 0 && events.iter().count() < events.capacity() && !slots.is_empty() {
-            std::thread::sleep(PACE.min(wait));
-            wait = Duration::ZERO;
+/// A media thread's state.
+struct Thread {
+    index: usize,
+    slots: Vec<Slot>,
+    /// The shared socket (`--sockets thread`).
+    shared: Option<UdpSocket>,
+    connect_timeout: Duration,
+    recv: Receive,
+    gro_refused: bool,
+    quiet: bool,
+    /// Clients still checking or handshaking, as of the last tick.
+    connecting: usize,
+}
+
+/// A shared socket's descriptor, or -1 (viewers with their own sockets never use it).
+fn shared_fd(s: &Option<UdpSocket>) -> std::os::fd::RawFd {
+    s.as_ref().map_or(-1, |s| s.as_raw_fd())
+}
+
+impl Thread {
+    fn run(mut self, mut poll: Poll, rx: Receiver<Cmd>) {
+        let mut events = Events::with_capacity(1024);
+        let mut rb = RecvBatch::new(self.recv.gro, BATCH);
+        let mut shared_rb = self
+            .shared
+            .is_some()
+            .then(|| RecvBatch::new(self.recv.gro, SHARED_BATCH));
+        let mut next_tick = Instant::now() + TICK;
+        loop {
+            let mut wait = next_tick.saturating_duration_since(Instant::now());
+            if self.connecting == 0
+                && events.iter().count() < events.capacity()
+                && !self.slots.is_empty()
+            {
+                std::thread::sleep(PACE.min(wait));
+                wait = Duration::ZERO;
+            }
+            if let Err(e) = poll.poll(&mut events, Some(wait))
+                && e.kind() != ErrorKind::Interrupted
+            {
+                eprintln!("bench: poll failed: {e}");
+                return;
+            }
+            let now = Instant::now();
+            let wall_now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    SHARED => {
+                        if let Some(b) = shared_rb.as_mut() {
+                            self.read_shared(b, now, wall_now);
+                        }
+                    }
+                    Token(i) => self.read_own(i, &mut rb, now, wall_now),
+                }
+            }
+            while let Ok(cmd) = rx.try_recv() {
+                match cmd {
+                    Cmd::Add(j) => self.add(*j, &poll),
+                    Cmd::Sample(reply) => {
+                        let now = Instant::now();
+                        let _ = reply.send(self.slots.iter().map(|s| s.sample(now)).collect());
+                    }
+                    Cmd::Quiesce => self.quiet = true,
+                    Cmd::Release => self.release(),
+                    Cmd::Stop => return,
+                }
+            }
+            if now >= next_tick {
+                next_tick = now + TICK;
+                self.connecting = 0;
+                let fd = shared_fd(&self.shared);
+                for s in &mut self.slots {
+                    tick(s, now, self.connect_timeout, self.quiet, fd);
+                    if s.failure.is_none()
+                        && matches!(
+                            s.client.state(),
+                            ClientState::Checking | ClientState::Handshaking
+                        )
+                    {
+                        self.connecting += 1;
+                    }
+                }
+            }
         }
-        if let Err(e) = poll.poll(&mut events, Some(wait))
-            && e.kind() != ErrorKind::Interrupted
-        {
-            eprintln!("bench: poll failed: {e}");
+    }
+
+    /// Reads viewer `i`'s own socket until it is empty (edge-triggered).
+    fn read_own(&mut self, i: usize, rb: &mut RecvBatch, now: Instant, wall_now: Duration) {
+        let Some(s) = self.slots.get_mut(i) else {
             return;
+        };
+        let Sock::Own(sock) = &s.sock else { return };
+        let fd = sock.as_raw_fd();
+        loop {
+            match rb.recv(fd) {
+                Ok(()) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                // EAGAIN: nothing queued. Anything else (ICMP port unreachable and the
+                // like): the server is gone or refused us; timers decide.
+                Err(_) => break,
+            }
+            for (k, g) in rb.got.iter().enumerate() {
+                s.take(now, wall_now, g, &mut rb.bufs[k]);
+            }
+            if !rb.full() {
+                break;
+            }
         }
-        let mut now = Instant::now();
-        let wall_now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        for ev in events.iter() {
-            if ev.token() == WAKER {
-                continue;
+        if !self.quiet {
+            s.flush(-1);
+        }
+        s.next_timer = s.next_due();
+    }
+
+    /// Reads the shared socket until it is empty: each datagram goes to the viewer whose
+    /// address it was sent to, if it came from that viewer's server.
+    fn read_shared(&mut self, rb: &mut RecvBatch, now: Instant, wall_now: Duration) {
+        let fd = shared_fd(&self.shared);
+        let mut touched = Vec::new();
+        loop {
+            match rb.recv(fd) {
+                Ok(()) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => break,
             }
-            let Some(s) = slots.get_mut(ev.token().0) else {
-                continue;
-            };
-            let fd = s.sock.as_raw_fd();
-            loop {
-                match rb.recv(fd) {
-                    Ok(()) => {}
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    // EAGAIN: nothing queued. Anything else (ICMP port unreachable and the
-                    // like): the server is gone or refused us; timers decide.
-                    Err(_) => break,
+            for (k, g) in rb.got.iter().enumerate() {
+                let Some(i) = g.to.and_then(|to| shared_slot(self.index, to)) else {
+                    continue;
+                };
+                let Some(s) = self.slots.get_mut(i) else {
+                    continue;
+                };
+                if g.from.map(SocketAddr::V4) != Some(s.client.server()) {
+                    continue;
                 }
-                for (i, &(n, ts, seg)) in rb.got.iter().enumerate() {
-                    let at = arrival(now, wall_now, ts);
-                    s.last_rx = Some(at);
-                    let mut count = 0;
-                    for r in segments(n, seg) {
-                        count += 1;
-                        s.datagram_bytes += r.len() as u64;
-                        s.input(at, &mut rb.bufs[i][r]);
-                    }
-                    s.datagrams += count;
-                    if count > 1 {
-                        s.coalesced += count;
-                    }
-                }
-                if rb.got.len() < BATCH {
-                    break;
+                s.take(now, wall_now, g, &mut rb.bufs[k]);
+                if !s.dirty {
+                    s.dirty = true;
+                    touched.push(i);
                 }
             }
-            if !quiet {
-                s.flush();
+            if !rb.full() {
+                break;
+            }
+        }
+        for i in touched {
+            let s = &mut self.slots[i];
+            s.dirty = false;
+            if !self.quiet {
+                s.flush(fd);
             }
             s.next_timer = s.next_due();
         }
-        while let Ok(cmd) = rx.try_recv() {
-            match cmd {
-                Cmd::Add(j) => {
-                    let mut j = *j;
-                    j.client.set_verify_every(verify_every);
-                    let idx = slots.len();
-                    if let Err(e) = j.socket.set_nonblocking(true) {
-                        eprintln!("bench: client_{}: socket: {e}", j.id);
-                        continue;
-                    }
-                    if let Err(e) = nix::sys::socket::setsockopt(
-                        &j.socket,
-                        nix::sys::socket::sockopt::ReceiveTimestampns,
-                        &true,
-                    ) {
-                        eprintln!("bench: client_{}: SO_TIMESTAMPNS: {e}", j.id);
-                    }
-                    // A kernel without UDP_GRO (before 5.0) refuses it: the datagrams then
-                    // come one by one, as with --gro false; said once per thread.
-                    if gro
-                        && let Err(e) = nix::sys::socket::setsockopt(
-                            &j.socket,
-                            nix::sys::socket::sockopt::UdpGroSegment,
-                            &true,
-                        )
-                        && !gro_refused
-                    {
-                        gro_refused = true;
-                        eprintln!("bench: UDP_GRO refused ({e}): receiving datagram by datagram");
-                    }
-                    let mut sock = UdpSocket::from_std(j.socket);
-                    if let Err(e) =
-                        poll.registry()
-                            .register(&mut sock, Token(idx), Interest::READABLE)
-                    {
-                        eprintln!("bench: client_{}: register: {e}", j.id);
-                        continue;
-                    }
-                    let mut slot = Slot {
-                        id: j.id,
-                        client: j.client,
-                        sock,
-                        signalling: j.signalling,
-                        started: j.started,
-                        failure: None,
-                        next_timer: None,
-                        relay: j.relay.map(|ri| Relay {
-                            turn: TurnClient::new(&ri.user, &ri.pass, Transport::Udp, j.id as u64),
-                            peer: ri.peer,
-                            ready: false,
-                            out: vec![0u8; 2048],
-                            next_refresh: None,
-                            refreshes: 0,
-                        }),
-                        datagrams: 0,
-                        datagram_bytes: 0,
-                        coalesced: 0,
-                        last_rx: None,
-                        window: None,
-                        bps: Range::default(),
-                        fps: Range::default(),
-                    };
-                    if let Some(r) = slot.relay.as_mut()
-                        && let Ok(n) = r.turn.allocate(Instant::now(), &mut r.out)
-                    {
-                        let _ = slot.sock.send(&r.out[..n]);
-                    }
-                    slot.flush();
-                    slot.next_timer = slot.next_due();
-                    slots.push(slot);
-                    connecting += 1;
+    }
+
+    /// Takes a client from the main thread.
+    fn add(&mut self, mut j: Joined, poll: &Poll) {
+        j.client.set_verify_every(self.recv.verify_every);
+        let idx = self.slots.len();
+        let sock = match (j.socket.take(), &self.shared) {
+            (None, Some(_)) => {
+                if idx >= SHARED_MAX_VIEWERS {
+                    eprintln!(
+                        "bench: client_{}: a thread addresses at most {SHARED_MAX_VIEWERS} \
+                         viewers with --sockets thread (add --threads)",
+                        j.id
+                    );
+                    return;
                 }
-                Cmd::Sample(reply) => {
-                    now = Instant::now();
-                    let _ = reply.send(slots.iter().map(|s| s.sample(now)).collect());
-                }
-                Cmd::Quiesce => quiet = true,
-                Cmd::Release => {
-                    // Refresh with lifetime 0 deletes the allocation.
-                    let now = Instant::now();
-                    for s in &mut slots {
-                        if let Some(r) = s.relay.as_mut()
-                            && !r.turn.busy()
-                            && let Ok(n) = r.turn.refresh(now, 0, &mut r.out)
-                        {
-                            let _ = s.sock.send(&r.out[..n]);
-                        }
-                    }
-                }
-                Cmd::Stop => return,
+                Sock::Shared(shared_addr(self.index, idx))
             }
-        }
-        if now >= next_tick {
-            next_tick = now + TICK;
-            connecting = 0;
-            for s in &mut slots {
-                tick(s, now, connect_timeout, quiet);
-                if s.failure.is_none()
-                    && matches!(
-                        s.client.state(),
-                        ClientState::Checking | ClientState::Handshaking
-                    )
-                {
-                    connecting += 1;
+            (Some(socket), None) => match self.own_socket(socket, idx, poll) {
+                Ok(s) => Sock::Own(s),
+                Err(e) => {
+                    eprintln!("bench: client_{}: socket: {e}", j.id);
+                    return;
                 }
+            },
+            _ => {
+                eprintln!("bench: client_{}: socket does not match --sockets", j.id);
+                return;
+            }
+        };
+        let mut slot = Slot {
+            id: j.id,
+            client: j.client,
+            sock,
+            dirty: false,
+            signalling: j.signalling,
+            started: j.started,
+            failure: None,
+            next_timer: None,
+            relay: j.relay.map(|ri| Relay {
+                turn: TurnClient::new(&ri.user, &ri.pass, Transport::Udp, j.id as u64),
+                peer: ri.peer,
+                ready: false,
+                out: vec![0u8; 2048],
+                next_refresh: None,
+                refreshes: 0,
+            }),
+            datagrams: 0,
+            datagram_bytes: 0,
+            coalesced: 0,
+            last_rx: None,
+            window: None,
+            bps: Range::default(),
+            fps: Range::default(),
+        };
+        if let (Some(r), Sock::Own(sock)) = (slot.relay.as_mut(), &slot.sock)
+            && let Ok(n) = r.turn.allocate(Instant::now(), &mut r.out)
+        {
+            let _ = sock.send(&r.out[..n]);
+        }
+        slot.flush(shared_fd(&self.shared));
+        slot.next_timer = slot.next_due();
+        self.slots.push(slot);
+        self.connecting += 1;
+    }
+
+    /// Readies a viewer's own socket and registers it as `Token(idx)`.
+    fn own_socket(
+        &mut self,
+        socket: StdUdpSocket,
+        idx: usize,
+        poll: &Poll,
+    ) -> std::io::Result<UdpSocket> {
+        use nix::sys::socket::{setsockopt, sockopt};
+        socket.set_nonblocking(true)?;
+        if let Err(e) = setsockopt(&socket, sockopt::ReceiveTimestampns, &true) {
+            eprintln!("bench: SO_TIMESTAMPNS: {e}");
+        }
+        // A kernel without UDP_GRO (before 5.0) refuses it: the datagrams then come one by
+        // one, as with --gro false; said once per thread.
+        if self.recv.gro
+            && let Err(e) = setsockopt(&socket, sockopt::UdpGroSegment, &true)
+            && !self.gro_refused
+        {
+            self.gro_refused = true;
+            eprintln!("bench: UDP_GRO refused ({e}): receiving datagram by datagram");
+        }
+        let mut sock = UdpSocket::from_std(socket);
+        poll.registry()
+            .register(&mut sock, Token(idx), Interest::READABLE)?;
+        Ok(sock)
+    }
+
+    /// Deletes the relayed viewers' TURN allocations (refresh with lifetime 0).
+    fn release(&mut self) {
+        let now = Instant::now();
+        for s in &mut self.slots {
+            if let (Some(r), Sock::Own(sock)) = (s.relay.as_mut(), &s.sock)
+                && !r.turn.busy()
+                && let Ok(n) = r.turn.refresh(now, 0, &mut r.out)
+            {
+                let _ = sock.send(&r.out[..n]);
             }
         }
     }
 }
 
-fn tick(s: &mut Slot, now: Instant, connect_timeout: Duration, quiet: bool) {
+fn tick(
+    s: &mut Slot,
+    now: Instant,
+    connect_timeout: Duration,
+    quiet: bool,
+    shared: std::os::fd::RawFd,
+) {
     if s.failure.is_some() || quiet {
         return;
     }
@@ -711,7 +964,7 @@ fn tick(s: &mut Slot, now: Instant, connect_timeout: Duration, quiet: bool) {
     }
     // The client's next timer is cached: asked again only after input or a timeout ran.
     if s.next_timer.is_some_and(|t| t <= now) {
-        s.timers(now);
+        s.timers(now, shared);
         s.next_timer = s.next_due();
     }
     if state == ClientState::Connected {

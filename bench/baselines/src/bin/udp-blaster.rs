@@ -24,6 +24,14 @@
 //!   send at all, with every message full. `clip --gso` is the like-for-like figure: a
 //!   stream's real frames, one message per receiver and frame, as tern sends them.
 //!
+//! `--into-bench` (with `clip`): the load tester's own ceiling. The receivers are
+//! `tern bench`'s viewers themselves ([`tern_bench::worker`]: its media threads, sockets,
+//! `UDP_GRO` and SRTP checks), each keyed from the start ([`Client::keyed`]) with the keys
+//! the blaster seals every packet with (real RTP headers with abs-capture-time, AES-128-GCM,
+//! one seal per packet sent to every viewer alike). No server, no signalling, no handshake:
+//! what the tester's media threads spend per packet they receive, and how many packets per
+//! CPU-second they can take, with the server's share of a real run gone.
+//!
 //! Output: one JSON object on stdout.
 
 #![forbid(unsafe_code)]
@@ -40,7 +48,12 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg,
 };
+use tern_bench::args::Verify;
+use tern_bench::worker::{Joined, Receive, Workers};
 use tern_proto::codec::MediaKind;
+use tern_proto::rtp;
+use tern_proto::srtp::{RtpSender, SrtpProfile, split_keying_material};
+use tern_rtc::client::{Client, ClientParams};
 use tern_rtc::clip::{Clip, ClipSource};
 use tern_server::media::batch::{Gso, SendBatch};
 
@@ -92,6 +105,19 @@ struct Args {
     /// `clip`, `max`: send the video only.
     #[arg(long)]
     video_only: bool,
+    /// `clip`: the receivers are `tern bench`'s viewers, and every packet is real SRTP (see
+    /// the module docs).
+    #[arg(long)]
+    into_bench: bool,
+    /// `--into-bench`: `tern bench --threads`.
+    #[arg(long, default_value_t = 1)]
+    bench_threads: usize,
+    /// `--into-bench`: `tern bench --gro`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    bench_gro: bool,
+    /// `--into-bench`: `tern bench --verify` (`all` or `sample:N`).
+    #[arg(long, default_value_t = Verify::All)]
+    bench_verify: Verify,
 }
 
 /// Run time of the calling thread so far (`/proc/thread-self/schedstat`, first field, ns).
@@ -176,6 +202,111 @@ fn receive(sockets: Vec<UdpSocket>, got: &Received, stop: &AtomicBool) -> Result
     Ok(())
 }
 
+/// `--into-bench`: `tern bench`'s media threads, each viewer keyed and given its socket.
+fn into_bench(a: &Args, sockets: Vec<UdpSocket>, from: SocketAddr) -> Result<Workers, String> {
+    let workers = Workers::spawn(
+        a.bench_threads.max(1),
+        Duration::from_secs(10),
+        Receive {
+            gro: a.bench_gro,
+            verify_every: a.bench_verify.every(),
+            shared: false,
+        },
+    )
+    .map_err(|e| format!("bench threads: {e}"))?;
+    let ctx = Arc::new(
+        tern_rtc::viewer::DtlsContext::generate().map_err(|e| format!("certificate: {e}"))?,
+    );
+    let km = keying_material();
+    let now = Instant::now();
+    let ntp_base = (now, rtp::ntp_from_unix(unix_now()));
+    for (id, socket) in sockets.into_iter().enumerate() {
+        let p = ClientParams {
+            local_ufrag: format!("v{id}"),
+            local_pwd: "blaster-viewer-password".into(),
+            remote_ufrag: "blaster".into(),
+            remote_pwd: "blaster-server-password".into(),
+            remote_fingerprint: [0; 32],
+            server: from,
+            video_pt: Some(VIDEO_PT),
+            video_codec: tern_proto::codec::VideoCodec::H264,
+            audio_pt: Some(AUDIO_PT),
+            abs_capture_time_ext: Some(ABS_CAPTURE_ID),
+            rtcp: true,
+            ntp_base,
+            dtls_active: true,
+        };
+        let client = Client::keyed(p, ctx.clone(), now, id as u64 + 1, PROFILE, &km)
+            .map_err(|e| format!("viewer keys: {e}"))?;
+        workers.add(Joined {
+            id,
+            client,
+            socket: Some(socket),
+            signalling: Duration::ZERO,
+            started: now,
+            relay: None,
+        });
+    }
+    Ok(workers)
+}
+
+/// What `tern bench`'s viewers counted (`--into-bench`).
+struct BenchTotals {
+    receiving: usize,
+    received: u64,
+    lost: u64,
+    bad: u64,
+    verified: u64,
+    dropped: u64,
+}
+
+fn bench_totals(w: &Workers) -> BenchTotals {
+    let mut t = BenchTotals {
+        receiving: 0,
+        received: 0,
+        lost: 0,
+        bad: 0,
+        verified: 0,
+        dropped: 0,
+    };
+    for s in w.sample() {
+        let tracks = [s.video.as_ref(), s.audio.as_ref()];
+        if tracks.iter().any(|x| x.is_some_and(|x| x.packets > 0)) {
+            t.receiving += 1;
+        }
+        for x in tracks.into_iter().flatten() {
+            t.received += x.packets;
+            t.lost += x.lost();
+            t.bad += x.bad;
+            t.verified += x.verified;
+        }
+        t.dropped += s.dropped;
+    }
+    t
+}
+
+/// Run time of this process's `tern bench` media threads (`bench-media-*`), from each
+/// thread's `/proc/self/task/<tid>/schedstat`.
+fn bench_threads_cpu() -> Duration {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let mut ns = 0u64;
+    for t in dir.flatten() {
+        let p = t.path();
+        let named =
+            std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.starts_with("bench-media"));
+        if named
+            && let Some(v) = std::fs::read_to_string(p.join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            ns += v;
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
 /// Counts of the sending side.
 #[derive(Default)]
 struct Sent {
@@ -219,6 +350,71 @@ fn datagram(payload: &[u8], overhead: usize, out: &mut Vec<u8>) {
     out.resize(payload.len() + overhead, 0);
 }
 
+/// `--into-bench`: the SRTP profile and keying material every viewer and the blaster share.
+const PROFILE: SrtpProfile = SrtpProfile::AeadAes128Gcm;
+/// Payload types and the abs-capture-time extmap id of the sealed packets.
+const VIDEO_PT: u8 = 96;
+const AUDIO_PT: u8 = 111;
+const ABS_CAPTURE_ID: u8 = 1;
+
+fn keying_material() -> Vec<u8> {
+    (0..PROFILE.keying_material_len())
+        .map(|i| (i as u8).wrapping_mul(37).wrapping_add(11))
+        .collect()
+}
+
+/// Seals clip packets as a server would send them to a viewer (`--into-bench`).
+struct Sealer {
+    tx: RtpSender,
+    /// Wall-clock time (since the Unix epoch) of `base.0`, for abs-capture-time.
+    base: (Instant, Duration),
+}
+
+impl Sealer {
+    fn new() -> Result<Self, String> {
+        // The viewers are DTLS clients (`dtls_active`): they open with the second half.
+        let (_, server) =
+            split_keying_material(PROFILE, &keying_material()).map_err(|e| e.to_string())?;
+        Ok(Sealer {
+            tx: RtpSender::new(PROFILE, &server).map_err(|e| e.to_string())?,
+            base: (Instant::now(), unix_now()),
+        })
+    }
+
+    fn seal(&self, mp: &tern_rtc::clip::MediaPacket<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+        let video = mp.kind == MediaKind::Video;
+        let since = mp.capture_time.saturating_duration_since(self.base.0);
+        let ntp = rtp::ntp_from_unix(self.base.1 + since);
+        let h = rtp::HeaderOut {
+            marker: mp.marker,
+            payload_type: if video { VIDEO_PT } else { AUDIO_PT },
+            sequence: mp.seq as u16,
+            timestamp: mp.rtp_ts,
+            ssrc: if video { 0x1111 } else { 0x2222 },
+            abs_capture_time: Some((ABS_CAPTURE_ID, ntp)),
+            transport_cc: None,
+            abs_send_time: None,
+        };
+        out.clear();
+        out.resize(64 + mp.payload.len() + self.tx.overhead(), 0);
+        let hl = rtp::write_header(out, &h).map_err(|e| e.to_string())?;
+        out[hl..hl + mp.payload.len()].copy_from_slice(mp.payload);
+        let n = self
+            .tx
+            .protect(out, hl + mp.payload.len(), hl, (mp.seq >> 16) as u32)
+            .map_err(|e| e.to_string())?;
+        out.truncate(n);
+        Ok(())
+    }
+}
+
+/// The wall clock, since the Unix epoch.
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 fn send_clip(
     sock: &UdpSocket,
     dests: &[SocketAddr],
@@ -226,6 +422,11 @@ fn send_clip(
     paced: bool,
     deadline: Instant,
 ) -> Result<Sent, String> {
+    let sealer = if a.into_bench {
+        Some(Sealer::new()?)
+    } else {
+        None
+    };
     let clip = Arc::new(load_clip(a)?);
     let fd = sock.as_raw_fd();
     let gso = Arc::new(Gso::probe(
@@ -269,15 +470,24 @@ fn send_clip(
         if paced {
             // Video first, then audio, each in order (tern's fan-out order).
             let mut audio = Vec::new();
+            let mut sealed = Ok(());
             src.poll(now, &mut |mp| {
-                let mut d = Vec::with_capacity(mp.payload.len() + a.overhead);
-                datagram(mp.payload, a.overhead, &mut d);
+                let mut d = Vec::with_capacity(mp.payload.len() + 64 + a.overhead);
+                match &sealer {
+                    Some(s) => {
+                        if let Err(e) = s.seal(&mp, &mut d) {
+                            sealed = Err(e);
+                        }
+                    }
+                    None => datagram(mp.payload, a.overhead, &mut d),
+                }
                 if mp.kind == MediaKind::Video {
                     due.push(d);
                 } else if !video_only {
                     audio.push(d);
                 }
             });
+            sealed?;
             due.extend(audio);
         } else {
             // One "frame" of 16 packets at a time, so the deadline is checked often.
@@ -370,6 +580,14 @@ fn run(a: &Args) -> Result<(), String> {
     if !(a.seconds > 0.0 && a.seconds <= 600.0) || a.receivers == 0 {
         return Err("--seconds must be in (0, 600] and --receivers at least 1".into());
     }
+    if a.into_bench && a.mode != Mode::Clip {
+        return Err("--into-bench goes with --mode clip".into());
+    }
+    // Blocking: when the send buffer is full the sender waits (off CPU) instead of
+    // dropping, so every packet counted was delivered to a receiver socket.
+    let sender = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let _ = socket2::SockRef::from(&sender).set_send_buffer_size(4 << 20);
+    let from = sender.local_addr().map_err(|e| e.to_string())?;
     let mut receivers = Vec::with_capacity(a.receivers);
     let mut dests = Vec::with_capacity(a.receivers);
     for _ in 0..a.receivers {
@@ -377,25 +595,32 @@ fn run(a: &Args) -> Result<(), String> {
         s.set_nonblocking(true).map_err(|e| e.to_string())?;
         // Room for a GSO burst or a frame's packets while the receiver thread is away.
         let _ = socket2::SockRef::from(&s).set_recv_buffer_size(1 << 20);
+        if a.into_bench {
+            // A viewer's socket is connected to its server, as `tern bench`'s are.
+            s.connect(from).map_err(|e| e.to_string())?;
+        }
         dests.push(s.local_addr().map_err(|e| e.to_string())?);
         receivers.push(s);
     }
-    // Blocking: when the send buffer is full the sender waits (off CPU) instead of
-    // dropping, so every packet counted was delivered to a receiver socket.
-    let sender = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let _ = socket2::SockRef::from(&sender).set_send_buffer_size(4 << 20);
     let got = Arc::new(Received::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let rx = {
+    let mut bench = None;
+    let mut rx = None;
+    if a.into_bench {
+        bench = Some(into_bench(a, receivers, from)?);
+    } else {
         let (got, stop) = (got.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("blaster-recv".into())
-            .spawn(move || receive(receivers, &got, &stop))
-            .map_err(|e| e.to_string())?
-    };
+        rx = Some(
+            std::thread::Builder::new()
+                .name("blaster-recv".into())
+                .spawn(move || receive(receivers, &got, &stop))
+                .map_err(|e| e.to_string())?,
+        );
+    }
     let drops0 = rcvbuf_errors();
     let t0 = Instant::now();
     let cpu0 = thread_cpu();
+    let bench_cpu0 = bench_threads_cpu();
     let deadline = t0 + Duration::from_secs_f64(a.seconds);
     let sent = match a.mode {
         Mode::Clip => send_clip(&sender, &dests, a, true, deadline),
@@ -404,18 +629,43 @@ fn run(a: &Args) -> Result<(), String> {
     };
     let cpu = thread_cpu() - cpu0;
     let wall = t0.elapsed();
-    // Let the receiver drain what is in flight, then stop it.
+    // Let the receivers drain what is in flight, then stop them.
     let mut last = u64::MAX;
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(20));
-        let now = got.packets.load(Relaxed);
+        let now = match &bench {
+            Some(w) => bench_totals(w).received,
+            None => got.packets.load(Relaxed),
+        };
         if now == last {
             break;
         }
         last = now;
     }
+    let bench_cpu = bench_threads_cpu().saturating_sub(bench_cpu0);
     stop.store(true, Relaxed);
-    let _ = rx.join();
+    if let Some(rx) = rx {
+        let _ = rx.join();
+    }
+    let bench = bench.map(|mut w| {
+        let t = bench_totals(&w);
+        w.stop();
+        let cpu_s = bench_cpu.as_secs_f64();
+        serde_json::json!({
+            "threads": a.bench_threads,
+            "gro": a.bench_gro,
+            "verify": a.bench_verify.to_string(),
+            "viewers_receiving": t.receiving,
+            "received_packets": t.received,
+            "lost": t.lost,
+            "srtp_failures": t.bad,
+            "verified": t.verified,
+            "dropped": t.dropped,
+            "cpu_s": cpu_s,
+            "packets_per_cpu_s": if cpu_s > 0.0 { t.received as f64 / cpu_s } else { 0.0 },
+            "us_per_packet": if t.received > 0 { cpu_s * 1e6 / t.received as f64 } else { 0.0 },
+        })
+    });
     let sent = sent?;
     let drops = match (drops0, rcvbuf_errors()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
@@ -445,6 +695,7 @@ fn run(a: &Args) -> Result<(), String> {
         "gso_messages": sent.gso_messages,
         "gso_packets": sent.gso_packets,
         "gso_size": if a.mode == Mode::Gso { Some(a.size) } else { None },
+        "bench": bench,
     });
     println!("{out}");
     Ok(())

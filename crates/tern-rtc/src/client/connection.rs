@@ -146,6 +146,29 @@ impl Client {
         c
     }
 
+    /// A client that is connected from the start, with SRTP keys from `keying_material` (as
+    /// DTLS would export it for `profile`; the server's write keys per `p.dtls_active`): no
+    /// checks, no handshake, no consent. For measuring the receive path on its own (`udp-blaster
+    /// --into-bench`), where the sender seals packets with the same keys and no server runs.
+    pub fn keyed(
+        p: ClientParams,
+        dtls_ctx: Arc<DtlsContext>,
+        now: Instant,
+        seed: u64,
+        profile: SrtpProfile,
+        keying_material: &[u8],
+    ) -> Result<Self, srtp::SrtpError> {
+        let srtp = make_client_srtp(profile, keying_material, p.dtls_active)?;
+        let mut c = Client::new(p, dtls_ctx, now, seed);
+        c.out.clear();
+        c.srtp = Some(srtp);
+        c.state = ClientState::Connected;
+        c.times.ice = Some(Duration::ZERO);
+        c.times.dtls = Some(Duration::ZERO);
+        c.next_rr = c.p.rtcp.then_some(now);
+        Ok(c)
+    }
+
     /// Current state.
     pub fn state(&self) -> ClientState {
         self.state
