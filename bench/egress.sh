@@ -30,6 +30,15 @@
 #           `tern bench --verify sample:16`; every packet still counted for loss).
 #   tbase   with BENCH_BASE=<path to another tern binary>: `auto`'s server, that build's
 #           `tern bench` as the tester (the tester against its previous build, same run).
+#   tsock   `auto`'s server, the tester with one socket per media thread (`tern bench
+#           --sockets thread`) instead of one per viewer.
+#   tceil   the tester's own ceiling, no server: `udp-blaster --mode clip --gso
+#           --into-bench`, the same stream sealed as real SRTP (one seal per packet, sent to
+#           every viewer) into `tern bench`'s media threads and viewers, keyed from the start.
+#           Its `tester_us_per_packet` is those threads' CPU per packet received, and
+#           `packets_per_cpu_s` their packets per CPU-second; `sender_cpu_s` is the blaster's
+#           (which on loopback pays the delivery, as the server does).
+# SERVER_ARGS: more flags for every tern server, word-split (e.g. "--stream-worker-count 2").
 # Every tern arm also reports tern bench's connected viewers, losses and SRTP failures, and
 # the tester's own CPU in the window (/proc/PID/stat of `tern bench`): its CPU per packet
 # the server sent (`tester_us_per_packet`), and both sides' shares of the window's CPU, so a
@@ -55,6 +64,7 @@ WINDOW=${WINDOW:-15}
 CINT=${CINT:-2}
 SOURCES=${SOURCES:-rtmp lite}
 ARMS=${ARMS:-raw rawgso off auto}
+SERVER_ARGS=${SERVER_ARGS:-}
 [ -n "${TERN_BASE:-}" ] && [[ " $ARMS " != *" base "* ]] && ARMS="$ARMS base"
 [ -n "${BENCH_BASE:-}" ] && [[ " $ARMS " != *" tbase "* ]] && ARMS="$ARMS tbase"
 NS=("$@")
@@ -108,7 +118,7 @@ measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] [tester binary] [tes
     if [ "$src" = rtmp ]; then
         printf '[[app]]\nname = "live"\nstreams = ["cam"]\n' >>"$cfg"
         "$bin" serve --config "$cfg" --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
-            --rtmp 127.0.0.1:18182 --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
+            --rtmp 127.0.0.1:18182 --candidate 127.0.0.1 $SERVER_ARGS >"$tmp/server.log" 2>&1 &
         server=$!
         path=/live/cam/whep
         sleep 1
@@ -118,7 +128,7 @@ measure_tern() { # SOURCE N GSO(auto|off|-) [binary] [kind] [tester binary] [tes
         sleep 2
     else
         "$bin" demo --clip lite --config "$cfg" --rtmp none --http 127.0.0.1:18180 \
-            --media 127.0.0.1:18181 --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
+            --media 127.0.0.1:18181 --candidate 127.0.0.1 $SERVER_ARGS >"$tmp/server.log" 2>&1 &
         server=$!
         path=/live/demo/whep
     fi
@@ -174,6 +184,23 @@ print(json.dumps({"source": sys.argv[1], "kind": sys.argv[2], "n": d["receivers"
                   "packets_per_cpu_s": round(d["packets_per_cpu_s"])}))' "$src" "$kind"
 }
 
+measure_ceiling() { # SOURCE N
+    local src=$1 n=$2 args=()
+    [ "$src" = rtmp ] && args+=(--h264 "$H264" --opus "$ROOT/assets/clip/demo.opus" --video-only)
+    "$BLASTER" --mode clip --gso --into-bench --receivers "$n" --seconds "$WINDOW" "${args[@]}" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+b = d["bench"]
+print(json.dumps({"source": sys.argv[1], "kind": "tceil", "n": d["receivers"],
+                  "connected": b["viewers_receiving"], "losses": str(b["lost"]),
+                  "srtp_failures": str(b["srtp_failures"]), "packets": d["sent_packets"],
+                  "received": b["received_packets"], "sender_cpu_s": round(d["sender_cpu_s"], 2),
+                  "tester_cpu_s": round(b["cpu_s"], 2),
+                  "tester_us_per_packet": round(b["us_per_packet"], 3),
+                  "packets_per_cpu_s": round(b["packets_per_cpu_s"]),
+                  "tester_cores": round(b["cpu_s"] / d["seconds"], 2)}))' "$src"
+}
+
 echo "# bench/egress.sh ${NS[*]} sources=[$SOURCES] arms=[$ARMS]: $(date -u +%FT%TZ), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)" | tee -a "$OUT"
 for src in $SOURCES; do
     for n in "${NS[@]}"; do
@@ -187,6 +214,8 @@ for src in $SOURCES; do
                 nogro) l=$(measure_tern "$src" "$n" auto "$TERN" nogro "$TERN" --gro false) ;;
                 sample) l=$(measure_tern "$src" "$n" auto "$TERN" sample "$TERN" --verify "sample:${SAMPLE:-16}") ;;
                 tbase) l=$(measure_tern "$src" "$n" auto "$TERN" tbase "$BENCH_BASE") ;;
+                tsock) l=$(measure_tern "$src" "$n" auto "$TERN" tsock "$TERN" --sockets thread) ;;
+                tceil) l=$(measure_ceiling "$src" "$n") ;;
                 *) echo "unknown arm $arm" >&2; exit 2 ;;
                 esac
                 echo "$l" | tee -a "$OUT"
@@ -202,7 +231,8 @@ def t(a, b):
     return "tester us/packet %s/%s %.2f" % (a, b, rows[a]["tester_us_per_packet"] / rows[b]["tester_us_per_packet"]) \
         if a in rows and b in rows and rows[b].get("tester_us_per_packet") else None
 pairs = [("auto", "raw"), ("auto", "off"), ("off", "raw"), ("rawgso", "raw"), ("auto", "rawgso"), ("auto", "base")]
-tpairs = [("auto", "nogro"), ("auto", "tbase"), ("nogro", "tbase"), ("sample", "auto"), ("sample", "tbase")]
+tpairs = [("auto", "nogro"), ("auto", "tbase"), ("nogro", "tbase"), ("sample", "auto"), ("sample", "tbase"),
+          ("tsock", "auto"), ("auto", "tceil"), ("tsock", "tceil")]
 print("# %s N = %d round %s: %s" % (next(iter(rows.values()))["source"], next(iter(rows.values()))["n"],
       sys.argv[1], ", ".join(x for x in [r(a, b) for a, b in pairs] + [t(a, b) for a, b in tpairs] if x)))' "$r" "${lines[@]}" | tee -a "$OUT"
         done

@@ -212,6 +212,30 @@ mod tests {
     }
 
     #[test]
+    fn sockets_thread_refuses_relay_and_bind() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct W {
+            #[command(flatten)]
+            a: BenchArgs,
+        }
+        let parse = |extra: &str| {
+            let mut v = vec!["bench", "--url", "http://127.0.0.1:1/live/demo/whep"];
+            v.extend(extra.split_whitespace());
+            W::try_parse_from(v).expect("parses").a.validate()
+        };
+        assert_eq!(parse("--sockets thread"), Ok(()));
+        assert_eq!(parse("--sockets viewer --relay"), Ok(()));
+        for bad in [
+            "--sockets thread --relay",
+            "--sockets thread --bind 127.0.0.5",
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert!(e.contains("--sockets thread"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn values_are_left_alone() {
         // A value that looks like a flag name is only rewritten when it is one.
         let v = normalize_args(["-x", "-5", "-urlx"].map(String::from));

@@ -16,6 +16,7 @@ pub mod args;
 pub mod publish;
 pub mod report;
 pub mod signal;
+mod socket;
 pub mod worker;
 
 use std::collections::BTreeMap;

@@ -7,24 +7,11 @@
 //! datagrams than it asked for (the queue was empty then; a later arrival raises a new
 //! edge), so the common case is one system call per wake-up, not one per datagram plus a
 //! final `EAGAIN`. Arrival times come from the kernel (`SO_TIMESTAMPNS`), so latency and
-//! jitter do not include the time a datagram waited for this thread.
-//!
-//! With `--sockets thread` each media thread has one socket instead, and its viewers are told
-//! apart by address after all: each has its own loopback address (`127.16+T.x.y`, T the
-//! thread), set as the source of what it sends (`IP_PKTINFO`) and read back as the
-//! destination of what arrives. The server still sees one address per viewer; the thread
-//! reads every viewer's datagrams with one `recvmmsg` of up to [`SHARED_BATCH`] and wakes once
-//! per batch, not once per viewer. It needs a server on loopback (IPv4) and no `--relay`.
-//!
-//! `UDP_GRO` (on unless `--gro false`): a server that sends each viewer's run of equal-size
-//! packets as one `UDP_SEGMENT` message (tern's GSO) reaches a socket with `UDP_GRO` set
-//! as that one message, with its segment size in a control message, instead of being cut
-//! into datagrams by the kernel and queued one by one. The message is split here at the
-//! segment size; every segment is counted as a datagram and goes to the client (SRTP
-//! checked) on its own, exactly as if it had come alone.
+//! jitter do not include the time a datagram waited for this thread. How a thread reads
+//! (`UDP_GRO`) and how its viewers share one socket (`--sockets thread`): `socket.rs`.
 
-use std::io::{ErrorKind, IoSlice, IoSliceMut};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket as StdUdpSocket};
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -37,6 +24,11 @@ use tern_proto::codec::MediaKind;
 use tern_rtc::client::{Client, ClientState, ConnectTimes, TrackStats};
 use tern_rtc::turn::Transport;
 use tern_rtc::turn_client::{Received, TurnClient, TurnClientEvent};
+
+use crate::socket::{
+    BATCH, Got, RecvBatch, SHARED_BATCH, SHARED_MAX_THREADS, SHARED_MAX_VIEWERS, arrival,
+    open_shared, segments, send_shared, shared_addr, shared_slot,
+};
 
 /// How often client timers are checked (NACK delays are tens of ms, reports 1 s).
 const TICK: Duration = Duration::from_millis(10);
@@ -53,129 +45,6 @@ const SILENCE: Duration = Duration::from_secs(5);
 const WAKER: Token = Token(usize::MAX);
 /// The thread's shared socket (`--sockets thread`).
 const SHARED: Token = Token(usize::MAX - 1);
-/// Datagrams read per `recvmmsg` call from a viewer's own socket.
-const BATCH: usize = 16;
-/// Datagrams read per `recvmmsg` call from a thread's shared socket.
-pub const SHARED_BATCH: usize = 64;
-/// Receive buffer asked for a shared socket: every viewer of the thread queues there while
-/// it paces ([`PACE`]). Forced past `rmem_max` where the process may (`SO_RCVBUFFORCE`).
-const SHARED_RCVBUF: usize = 32 << 20;
-/// Viewers one thread can address in `--sockets thread` (`127.16+T.x.y`, x.y from 0.1).
-pub const SHARED_MAX_VIEWERS: usize = 65_534;
-/// Threads `--sockets thread` can address (second octet 16 to 255).
-pub const SHARED_MAX_THREADS: usize = 240;
-/// Largest datagram read whole.
-const MAX_DATAGRAM: usize = 2048;
-/// Largest `UDP_GRO` message: a UDP payload's limit.
-const MAX_GRO: usize = 65_536;
-
-/// One message read: its length, kernel arrival time (since the Unix epoch), for a
-/// `UDP_GRO` message of several datagrams their segment size, and (a shared socket) where it
-/// came from and which address it was sent to.
-#[derive(Debug, Clone, Copy)]
-struct Got {
-    len: usize,
-    ts: Option<Duration>,
-    seg: Option<usize>,
-    from: Option<SocketAddrV4>,
-    to: Option<Ipv4Addr>,
-}
-
-/// Buffers and headers for `recvmmsg`, reused across calls.
-struct RecvBatch {
-    bufs: Vec<Vec<u8>>,
-    hdrs: nix::sys::socket::MultiHeaders<nix::sys::socket::SockaddrStorage>,
-    /// The control buffer each header gets.
-    cmsg: Vec<u8>,
-    got: Vec<Got>,
-}
-
-impl RecvBatch {
-    /// `batch` buffers for single datagrams, or for `UDP_GRO` messages if `gro`.
-    fn new(gro: bool, batch: usize) -> Self {
-        let cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, i32, nix::libc::in_pktinfo);
-        let size = if gro { MAX_GRO } else { MAX_DATAGRAM };
-        RecvBatch {
-            bufs: (0..batch).map(|_| vec![0u8; size]).collect(),
-            hdrs: nix::sys::socket::MultiHeaders::preallocate(batch, Some(cmsg.clone())),
-            cmsg,
-            got: Vec::with_capacity(batch),
-        }
-    }
-
-    /// Whether the last read filled every buffer (more may be queued).
-    fn full(&self) -> bool {
-        self.got.len() == self.bufs.len()
-    }
-
-    /// Reads as many messages as there are buffers from `fd` without blocking into
-    /// `self.got`.
-    fn recv(&mut self, fd: std::os::fd::RawFd) -> nix::Result<()> {
-        use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmmsg};
-        self.got.clear();
-        let n = self.bufs.len();
-        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = self
-            .bufs
-            .iter_mut()
-            .map(|b| [IoSliceMut::new(&mut b[..])])
-            .collect();
-        // nix leaves each header's control length at what the kernel wrote into it on the
-        // previous call: after a datagram with only its timestamp, a `UDP_GRO` message's
-        // segment size would not fit (MSG_CTRUNC) and its segments would be read as one
-        // datagram. Fresh headers every call (three small allocations).
-        self.hdrs = nix::sys::socket::MultiHeaders::preallocate(n, Some(self.cmsg.clone()));
-        let res = recvmmsg(
-            fd,
-            &mut self.hdrs,
-            iovs.iter_mut(),
-            MsgFlags::MSG_DONTWAIT,
-            None,
-        )?;
-        for m in res {
-            let mut g = Got {
-                len: m.bytes,
-                ts: None,
-                seg: None,
-                from: m
-                    .address
-                    .and_then(|a| a.as_sockaddr_in().map(|a| (*a).into())),
-                to: None,
-            };
-            if let Ok(cmsgs) = m.cmsgs() {
-                for c in cmsgs {
-                    match c {
-                        ControlMessageOwned::ScmTimestampns(t) => g.ts = Some(Duration::from(t)),
-                        ControlMessageOwned::UdpGroSegments(n) if n > 0 => {
-                            g.seg = Some(n as usize);
-                        }
-                        ControlMessageOwned::Ipv4PacketInfo(i) => {
-                            g.to = Some(Ipv4Addr::from(u32::from_be(i.ipi_addr.s_addr)));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            self.got.push(g);
-        }
-        Ok(())
-    }
-}
-
-/// The datagrams of one message read: `len` bytes, cut every `seg` bytes if the kernel
-/// coalesced several (`UDP_GRO`; the last may be shorter), else whole.
-fn segments(len: usize, seg: Option<usize>) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let step = seg.filter(|&s| s < len).unwrap_or(len).max(1);
-    // An empty datagram is still one (the client counts it as dropped).
-    (0..len.div_ceil(step).max(1)).map(move |i| i * step..((i + 1) * step).min(len))
-}
-
-/// Maps kernel arrival times (wall clock) to [`Instant`]s.
-fn arrival(now: Instant, wall_now: Duration, ts: Option<Duration>) -> Instant {
-    match ts {
-        Some(t) if t <= wall_now => now.checked_sub(wall_now - t).unwrap_or(now),
-        _ => now,
-    }
-}
 
 /// A client whose signalling is done, handed to a media thread.
 pub struct Joined {
@@ -277,56 +146,6 @@ pub struct Receive {
 enum Sock {
     Own(UdpSocket),
     Shared(Ipv4Addr),
-}
-
-/// The address of viewer `slot` of thread `thread` on its shared socket.
-fn shared_addr(thread: usize, slot: usize) -> Ipv4Addr {
-    let n = slot + 1;
-    Ipv4Addr::new(127, 16 + thread as u8, (n >> 8) as u8, n as u8)
-}
-
-/// The viewer (slot) of thread `thread` that `to` addresses, if any.
-fn shared_slot(thread: usize, to: Ipv4Addr) -> Option<usize> {
-    let [a, b, c, d] = to.octets();
-    let n = (usize::from(c) << 8) | usize::from(d);
-    (a == 127 && usize::from(b) == 16 + thread && n > 0).then(|| n - 1)
-}
-
-/// Opens a thread's shared socket (`--sockets thread`): any address, so that every viewer's
-/// loopback address reaches it; `IP_PKTINFO` to learn which one a datagram was sent to.
-fn open_shared(gro: bool) -> std::io::Result<UdpSocket> {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let s = StdUdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
-    s.set_nonblocking(true)?;
-    if setsockopt(&s, sockopt::RcvBufForce, &SHARED_RCVBUF).is_err() {
-        let _ = setsockopt(&s, sockopt::RcvBuf, &SHARED_RCVBUF);
-    }
-    setsockopt(&s, sockopt::Ipv4PacketInfo, &true)?;
-    let _ = setsockopt(&s, sockopt::ReceiveTimestampns, &true);
-    if gro && let Err(e) = setsockopt(&s, sockopt::UdpGroSegment, &true) {
-        eprintln!("bench: UDP_GRO refused ({e}): receiving datagram by datagram");
-    }
-    Ok(UdpSocket::from_std(s))
-}
-
-/// Sends `d` from viewer address `from` to `to` through the shared socket `fd`.
-fn send_shared(fd: std::os::fd::RawFd, from: Ipv4Addr, to: SocketAddr, d: &[u8]) {
-    use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn, sendmsg};
-    let SocketAddr::V4(to) = to else { return };
-    let info = nix::libc::in_pktinfo {
-        ipi_ifindex: 0,
-        ipi_spec_dst: nix::libc::in_addr {
-            s_addr: u32::from(from).to_be(),
-        },
-        ipi_addr: nix::libc::in_addr { s_addr: 0 },
-    };
-    let _ = sendmsg(
-        fd,
-        &[IoSlice::new(d)],
-        &[ControlMessage::Ipv4PacketInfo(&info)],
-        MsgFlags::empty(),
-        Some(&SockaddrIn::from(to)),
-    );
 }
 
 /// What the main thread asks of a media thread.
@@ -1039,28 +858,5 @@ impl Workers {
         for w in &mut self.workers {
             w.stop();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::segments;
-
-    #[test]
-    fn a_gro_message_is_cut_at_its_segment_size() {
-        let cut = |len, seg| -> Vec<(usize, usize)> {
-            segments(len, seg).map(|r| (r.start, r.end)).collect()
-        };
-        assert_eq!(
-            cut(2_500, Some(1_000)),
-            [(0, 1_000), (1_000, 2_000), (2_000, 2_500)]
-        );
-        assert_eq!(cut(3_000, Some(1_000)).len(), 3);
-        // One datagram: whole, with or without a segment size.
-        assert_eq!(cut(700, None), [(0, 700)]);
-        assert_eq!(cut(700, Some(1_000)), [(0, 700)]);
-        assert_eq!(cut(700, Some(700)), [(0, 700)]);
-        // An empty datagram is still one.
-        assert_eq!(cut(0, None), [(0, 0)]);
     }
 }

@@ -137,6 +137,8 @@ struct Truth {
     duplicated_by_ssrc: Mutex<HashMap<u32, Vec<u16>>>,
     delayed: AtomicU64,
     forwarded: AtomicU64,
+    /// The clients' addresses, as the relay saw them.
+    clients: Mutex<Vec<SocketAddr>>,
 }
 
 /// A NAT-like UDP relay between bench clients and the server: each client gets its own
@@ -173,6 +175,7 @@ impl Relay {
                     continue;
                 };
                 let up = ups.entry(client).or_insert_with(|| {
+                    tr.clients.lock().expect("lock").push(client);
                     let u = Arc::new(UdpSocket::bind("127.0.0.1:0").expect("upstream"));
                     u.connect(server).expect("connect upstream");
                     u.set_read_timeout(Some(Duration::from_millis(50)))
@@ -281,15 +284,37 @@ fn back(
 
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly() {
-    let s = impaired_run("");
+    let (s, truth) = impaired_run("");
     assert_eq!(s.verified, s.total_packets, "every packet checked");
+    // One socket per viewer: one address, a port each.
+    let clients = truth.clients.lock().expect("lock").clone();
+    assert_eq!(clients.len(), 20);
+    assert!(
+        clients.iter().all(|c| c.ip() == clients[0].ip()),
+        "{clients:?}"
+    );
+}
+
+/// `--sockets thread` (issue 59): each media thread has one socket, each viewer its own
+/// loopback address on it; the server (here the relay) still sees one address per viewer,
+/// and every loss, reordering and duplicate is counted as exactly as with a socket each.
+#[test]
+fn loss_reordering_and_duplicates_counted_exactly_with_a_socket_per_thread() {
+    let (s, truth) = impaired_run("--sockets thread --threads 2");
+    assert_eq!(s.verified, s.total_packets, "every packet checked");
+    let clients = truth.clients.lock().expect("lock").clone();
+    assert_eq!(clients.len(), 20, "{clients:?}");
+    let ips: std::collections::HashSet<_> = clients.iter().map(|c| c.ip()).collect();
+    let ports: std::collections::HashSet<_> = clients.iter().map(|c| c.port()).collect();
+    assert_eq!(ips.len(), 20, "an address per viewer: {clients:?}");
+    assert_eq!(ports.len(), 2, "a port per thread: {clients:?}");
 }
 
 /// `--verify sample:16`: 1 packet in 16 is authenticated and decrypted, and loss, reordering
 /// and duplicates are still counted exactly from every packet's header (issue 59).
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
-    let s = impaired_run("--verify sample:16");
+    let (s, _) = impaired_run("--verify sample:16");
     // Every packet until a client's first frame, then 1 in 16.
     assert!(
         s.verified * 20 > s.total_packets && s.verified * 8 < s.total_packets,
@@ -301,7 +326,7 @@ fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
 
 /// 20 viewers through a relay that drops, delays and duplicates about 1 % of the RTP
 /// packets each: the bench's counts must equal the relay's. `extra`: more bench flags.
-fn impaired_run(extra: &str) -> tern_bench::report::Summary {
+fn impaired_run(extra: &str) -> (tern_bench::report::Summary, Arc<Truth>) {
     // The server listens on 127.0.0.1 and announces 127.0.0.2, where the relay listens.
     let server = Server::demo_announcing("127.0.0.2");
     let front: SocketAddr = ([127, 0, 0, 2], server.media.port()).into();
@@ -364,7 +389,7 @@ fn impaired_run(extra: &str) -> tern_bench::report::Summary {
     assert_eq!(s.nacks, 0, "--no-rtcp sends no NACK");
     assert_eq!(s.srtp_failures, 0, "{text}");
     server.stop();
-    o.summary
+    (o.summary, truth)
 }
 
 #[test]
