@@ -32,6 +32,7 @@
 #           `tern bench` as the tester (the tester against its previous build, same run).
 #   tsock   `auto`'s server, the tester with one socket per media thread (`tern bench
 #           --sockets thread`) instead of one per viewer.
+#   tsample `tsock` and `sample` together.
 #   tceil   the tester's own ceiling, no server: `udp-blaster --mode clip --gso
 #           --into-bench`, the same stream sealed as real SRTP (one seal per packet, sent to
 #           every viewer) into `tern bench`'s media threads and viewers, keyed from the start.
@@ -215,6 +216,7 @@ for src in $SOURCES; do
                 sample) l=$(measure_tern "$src" "$n" auto "$TERN" sample "$TERN" --verify "sample:${SAMPLE:-16}") ;;
                 tbase) l=$(measure_tern "$src" "$n" auto "$TERN" tbase "$BENCH_BASE") ;;
                 tsock) l=$(measure_tern "$src" "$n" auto "$TERN" tsock "$TERN" --sockets thread) ;;
+                tsample) l=$(measure_tern "$src" "$n" auto "$TERN" tsample "$TERN" --sockets thread --verify "sample:${SAMPLE:-16}") ;;
                 tceil) l=$(measure_ceiling "$src" "$n") ;;
                 *) echo "unknown arm $arm" >&2; exit 2 ;;
                 esac
@@ -232,7 +234,7 @@ def t(a, b):
         if a in rows and b in rows and rows[b].get("tester_us_per_packet") else None
 pairs = [("auto", "raw"), ("auto", "off"), ("off", "raw"), ("rawgso", "raw"), ("auto", "rawgso"), ("auto", "base")]
 tpairs = [("auto", "nogro"), ("auto", "tbase"), ("nogro", "tbase"), ("sample", "auto"), ("sample", "tbase"),
-          ("tsock", "auto"), ("auto", "tceil"), ("tsock", "tceil")]
+          ("tsock", "auto"), ("tsock", "tbase"), ("auto", "tceil"), ("tsock", "tceil")]
 print("# %s N = %d round %s: %s" % (next(iter(rows.values()))["source"], next(iter(rows.values()))["n"],
       sys.argv[1], ", ".join(x for x in [r(a, b) for a, b in pairs] + [t(a, b) for a, b in tpairs] if x)))' "$r" "${lines[@]}" | tee -a "$OUT"
         done

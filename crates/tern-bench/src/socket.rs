@@ -27,8 +27,11 @@ pub(crate) const BATCH: usize = 16;
 /// Datagrams read per `recvmmsg` call from a thread's shared socket.
 pub(crate) const SHARED_BATCH: usize = 64;
 /// Receive buffer asked for a shared socket: every viewer of the thread queues there while
-/// the thread sleeps between polls. Forced past `rmem_max` where the process may (`SO_RCVBUFFORCE`).
-const SHARED_RCVBUF: usize = 32 << 20;
+/// the thread sleeps between polls or is busy with handshakes, where each viewer's own socket
+/// would have its own 1 MiB. 256 MiB holds a quarter second of 2,000 viewers at 4 Mbit/s
+/// (a 32 MiB buffer lost packets in one run of two there). Taken only as datagrams queue;
+/// forced past `rmem_max` where the process may (`SO_RCVBUFFORCE`).
+const SHARED_RCVBUF: usize = 256 << 20;
 /// Viewers one thread can address in `--sockets thread` (`127.16+T.x.y`, x.y from 0.1).
 pub(crate) const SHARED_MAX_VIEWERS: usize = 65_534;
 /// Threads `--sockets thread` can address (second octet 16 to 255).

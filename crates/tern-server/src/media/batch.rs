@@ -566,6 +566,25 @@ mod tests {
     }
 
     #[test]
+    fn media_sockets_send_with_dont_fragment() {
+        use std::os::fd::AsRawFd;
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(s) = std::net::UdpSocket::bind(bind) else {
+                continue; // no IPv6 here
+            };
+            assert_ne!(
+                sys::mtu_discover(s.as_raw_fd()).expect("get"),
+                libc::IP_PMTUDISC_PROBE
+            );
+            sys::set_dont_fragment(s.as_raw_fd()).expect(bind);
+            assert_eq!(
+                sys::mtu_discover(s.as_raw_fd()).expect("get"),
+                libc::IP_PMTUDISC_PROBE
+            );
+        }
+    }
+
+    #[test]
     fn kernel_versions_compare() {
         assert!(sys::kernel_at_least("6.18.44-fc-v669\n", (4, 18)));
         assert!(sys::kernel_at_least("4.18.0", (4, 18)));

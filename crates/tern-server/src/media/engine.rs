@@ -485,6 +485,11 @@ fn bind_sockets(bind: SocketAddr, n: usize) -> io::Result<Vec<std::net::UdpSocke
             sock.set_reuse_port(true)?;
         }
         sock.set_nonblocking(true)?;
+        if let Err(e) =
+            super::socket::sys::set_dont_fragment(std::os::fd::AsRawFd::as_raw_fd(&sock))
+        {
+            tracing::debug!(error = %e, "media socket: IP_MTU_DISCOVER refused");
+        }
         sock.bind(&addr.into())?;
         // The others bind the port the first one got (bind port 0 picks one).
         if let Some(a) = sock.local_addr()?.as_socket() {
