@@ -1,10 +1,12 @@
 // LL-HLS and recordings take the same codecs (issue 51): both packagers are fed through
 // tern-rtc's package::Feed, whose depacketizer is chosen from the stream's video codec by
-// one table (PACKAGED_VIDEO: H264, VP8, VP9). GStreamer's webrtcbin publishes the same
-// picture and Opus over WHIP in VP8, then in H265; for each, the test asks both surfaces:
-// LL-HLS's playlist (200 with the codec in its CODECS, or 409 with the reason) and a
-// recording through the API (201 and a file whose tracks ffprobe reads, or 409 with the
-// same reason). TABLE below says what each takes; both must answer it alike.
+// one table (PACKAGED_VIDEO: H264, H265, VP8, VP9). GStreamer's webrtcbin publishes the same
+// picture and Opus over WHIP in VP8, then in H265 (issue 54: packaged as hvc1); for each, the
+// test asks both surfaces: LL-HLS's playlist (200 with the codec in its CODECS) and a
+// recording through the API (201 and a file whose tracks ffprobe reads). TABLE below says
+// what each takes; both must answer it alike. A codec outside the table (AV1, which this
+// GStreamer cannot encode) is refused by both with one reason: tern-server's
+// tap::tests::refusal_names_the_table_and_the_streams_codec.
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
@@ -23,7 +25,7 @@ const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 // What LL-HLS and recordings take, per publisher codec: the same for both.
 const TABLE = [
   { codec: 'vp8', sdp: 'VP8', packaged: true, hlsCodecs: 'vp08', ffprobe: ['opus', 'vp8'] },
-  { codec: 'h265', sdp: 'H265', packaged: false },
+  { codec: 'h265', sdp: 'H265', packaged: true, hlsCodecs: 'hvc1.1.', ffprobe: ['hevc', 'opus'] },
 ];
 
 
@@ -76,8 +78,8 @@ describe('LL-HLS and recordings take the codecs of one table', { timeout: 240_00
       assert.equal(rec.status, 409, recText);
       // One reason, from one table, in both answers.
       for (const text of [hlsText, recText]) {
-        assert.match(text, /package H264, VP8, VP9 video/, text);
-        assert.match(text, /video is H265/, text);
+        assert.match(text, /package H264, H265, VP8, VP9 video/, text);
+        assert.match(text, new RegExp(`video is ${c.sdp}`), text);
       }
       pub.child.kill('SIGINT');
       await pub.done;

@@ -515,7 +515,9 @@ impl Outlet {
                         };
                         avcc.into()
                     }
-                    VideoFormat::Vp8 | VideoFormat::Vp9 => return,
+                    // H265 comes to the outlet by `push_h265` (Annex B for MPEG-TS), not
+                    // as a unit; VP8 and VP9 do not go out at all.
+                    VideoFormat::H265 | VideoFormat::Vp8 | VideoFormat::Vp9 => return,
                 };
                 if self.sps.is_none() {
                     return;

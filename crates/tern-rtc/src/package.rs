@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::rtp::Unwrap32;
-use tern_proto::{h264, vp8, vp9};
+use tern_proto::{h264, h265, vp8, vp9};
 
 use crate::av::Sample;
 use crate::hls::{AudioConfig, Packager, VideoConfig};
@@ -27,7 +27,12 @@ use crate::stream::RingPacket;
 
 /// The video codecs a packager stores, in LL-HLS and in recordings alike: the one table
 /// both read (through [`VideoDepacketizer::from`]).
-pub const PACKAGED_VIDEO: &[VideoCodec] = &[VideoCodec::H264, VideoCodec::Vp8, VideoCodec::Vp9];
+pub const PACKAGED_VIDEO: &[VideoCodec] = &[
+    VideoCodec::H264,
+    VideoCodec::H265,
+    VideoCodec::Vp8,
+    VideoCodec::Vp9,
+];
 
 /// Whether packagers store `codec`'s video.
 pub fn packaged(codec: VideoCodec) -> bool {
@@ -41,6 +46,8 @@ pub enum VideoFormat {
     Avcc,
     /// H264 with start codes (an access unit rebuilt from RTP).
     AnnexB,
+    /// H265 with start codes (an access unit rebuilt from RTP, RFC 7798).
+    H265,
     /// One VP8 frame.
     Vp8,
     /// One VP9 frame or superframe.
@@ -118,6 +125,7 @@ impl Unit<'_> {
             } => match format {
                 VideoFormat::Avcc => p.push_video(*dts, *pts, *keyframe, data, wall_ms),
                 VideoFormat::AnnexB => p.push_video_annexb(*dts, *pts, *keyframe, data, wall_ms),
+                VideoFormat::H265 => p.push_h265(*dts, *pts, *keyframe, data, wall_ms),
                 VideoFormat::Vp8 => p.push_vp8(*dts, data, wall_ms),
                 VideoFormat::Vp9 => p.push_vp9(*dts, data, wall_ms),
             },
@@ -131,6 +139,8 @@ impl Unit<'_> {
 pub enum VideoDepacketizer {
     /// H264 (RFC 6184) into Annex B access units.
     H264(h264::Depacketizer),
+    /// H265 (RFC 7798) into Annex B access units.
+    H265(h265::Depacketizer),
     /// VP8 (RFC 7741).
     Vp8(vp8::Depacketizer),
     /// VP9 (RFC 9628).
@@ -143,6 +153,7 @@ impl From<VideoCodec> for VideoDepacketizer {
     fn from(codec: VideoCodec) -> Self {
         match codec {
             VideoCodec::H264 => VideoDepacketizer::H264(h264::Depacketizer::default()),
+            VideoCodec::H265 => VideoDepacketizer::H265(h265::Depacketizer::default()),
             VideoCodec::Vp8 => VideoDepacketizer::Vp8(vp8::Depacketizer::default()),
             VideoCodec::Vp9 => VideoDepacketizer::Vp9(vp9::Depacketizer::default()),
             other => VideoDepacketizer::Skipped(other),
@@ -155,6 +166,7 @@ impl VideoDepacketizer {
     pub fn codec(&self) -> VideoCodec {
         match self {
             VideoDepacketizer::H264(_) => VideoCodec::H264,
+            VideoDepacketizer::H265(_) => VideoCodec::H265,
             VideoDepacketizer::Vp8(_) => VideoCodec::Vp8,
             VideoDepacketizer::Vp9(_) => VideoCodec::Vp9,
             VideoDepacketizer::Skipped(c) => *c,
@@ -165,6 +177,7 @@ impl VideoDepacketizer {
     pub fn damaged_frames(&self) -> u64 {
         match self {
             VideoDepacketizer::H264(d) => d.damaged_frames(),
+            VideoDepacketizer::H265(d) => d.damaged_frames(),
             VideoDepacketizer::Vp8(d) => d.damaged_frames(),
             VideoDepacketizer::Vp9(d) => d.damaged_frames(),
             VideoDepacketizer::Skipped(_) => 0,
@@ -187,6 +200,10 @@ impl VideoDepacketizer {
                     let key = h264::nal_units(au).any(|n| h264::nal_type(n) == h264::NAL_IDR);
                     Some((key, VideoFormat::AnnexB, au))
                 }
+                _ => None,
+            },
+            VideoDepacketizer::H265(d) => match d.push(seq, rtp_ts, marker, payload) {
+                Ok(Some(au)) => Some((h265::is_keyframe_au(au), VideoFormat::H265, au)),
                 _ => None,
             },
             VideoDepacketizer::Vp8(d) => {

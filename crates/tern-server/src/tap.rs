@@ -118,3 +118,20 @@ impl MediaTap {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_names_the_table_and_the_streams_codec() {
+        for codec in PACKAGED_VIDEO {
+            assert_eq!(refusal("live/x", *codec), None, "{codec}");
+        }
+        let why = refusal("live/x", VideoCodec::Av1).expect("AV1 is not packaged");
+        assert_eq!(
+            why,
+            "LL-HLS and recordings package H264, H265, VP8, VP9 video; stream live/x's video is AV1"
+        );
+    }
+}

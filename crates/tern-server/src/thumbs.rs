@@ -7,8 +7,8 @@
 //! [`FIRST_KEYFRAME_WAIT`]).
 //! While tapped, each keyframe is kept (one per stream, bytes as the decoder takes them:
 //! H264 and H265 in Annex B with their parameter sets, a VP8 or VP9 frame, an AV1 temporal
-//! unit); nothing else is stored. H265 and AV1 are rebuilt here from their RTP (the tap's
-//! feed leaves them out, as packagers do not store them).
+//! unit); nothing else is stored. AV1 is rebuilt here from its RTP (the tap's feed leaves it
+//! out, as packagers do not store it).
 //!
 //! A request decodes the kept keyframe only if no request decoded it before: the picture is
 //! kept with the keyframe's number, and the JPEGs made from it (one per width asked, a few)
@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use tern_proto::av1;
 use tern_proto::codec::{MediaKind, VideoCodec};
-use tern_proto::{av1, h265};
 use tern_rtc::av::Sample;
 use tern_rtc::hls::VideoConfig;
 use tern_rtc::package::{Feed, Unit, VideoFormat};
@@ -65,8 +65,8 @@ struct Picture {
 #[derive(Default)]
 struct State {
     feed: Feed,
-    /// H265 and AV1, which the tap's feed leaves out (packagers do not store them), rebuilt
-    /// here for their keyframes.
+    /// AV1, which the tap's feed leaves out (packagers do not store it), rebuilt here for
+    /// its keyframes.
     other: Other,
     /// H264 parameter sets from a publisher's sequence header (its frames are AVCC).
     config: Option<(Vec<u8>, Vec<u8>)>,
@@ -80,24 +80,15 @@ struct State {
 enum Other {
     #[default]
     None,
-    H265(h265::Depacketizer),
     Av1(av1::Depacketizer),
 }
 
 impl Other {
     /// A video packet of a `codec` stream in; a keyframe it completes, as the decoder takes
-    /// it (H265 in Annex B, AV1 as a temporal unit of sized OBUs). `None` for other codecs.
+    /// it (AV1 as a temporal unit of sized OBUs). `None` for other codecs.
     fn push(&mut self, codec: VideoCodec, pkt: &RingPacket) -> Option<Vec<u8>> {
         let (seq, ts) = (pkt.seq as u16, pkt.rtp_ts);
         match codec {
-            VideoCodec::H265 => {
-                if !matches!(self, Other::H265(_)) {
-                    *self = Other::H265(h265::Depacketizer::new());
-                }
-                let Other::H265(d) = self else { return None };
-                let au = d.push(seq, ts, pkt.marker, &pkt.payload).ok()??;
-                h265::is_keyframe_au(au).then(|| au.to_vec())
-            }
             VideoCodec::Av1 => {
                 if !matches!(self, Other::Av1(_)) {
                     *self = Other::Av1(av1::Depacketizer::new());
@@ -358,7 +349,10 @@ impl Thumbs {
                         Some(b) => b,
                         None => return,
                     },
-                    VideoFormat::AnnexB | VideoFormat::Vp8 | VideoFormat::Vp9 => data.into_owned(),
+                    VideoFormat::AnnexB
+                    | VideoFormat::H265
+                    | VideoFormat::Vp8
+                    | VideoFormat::Vp9 => data.into_owned(),
                 };
                 self.keep(slot, st, bytes, codec);
             }
@@ -418,7 +412,7 @@ impl Subscriber for Thumbs {
         };
         let codec = self.stats.video(tap.stream).codec;
         let mut st = slot.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if matches!(codec, VideoCodec::H265 | VideoCodec::Av1) {
+        if codec == VideoCodec::Av1 {
             if tap.pkt.kind == MediaKind::Video
                 && let Some(key) = st.other.push(codec, &tap.pkt)
             {

@@ -4,12 +4,12 @@
 use mp4_atom::esds::{DecoderConfig, DecoderSpecific, EsDescriptor, SLConfig};
 use mp4_atom::{
     Atom, Audio, Avc1, Avcc, AvccExt, Codec, Dinf, Dops, Dref, Encode, Esds, FixedPoint, Ftyp,
-    Hdlr, Header, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof, Moov, Mp4a, Mvex, Mvhd, Opus, Smhd, Stbl,
-    Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url, Visual, Vmhd, Vp08, Vp09,
-    VpcC,
+    Hdlr, Header, Hvc1, HvcCArray, Hvcc, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof, Moov, Mp4a, Mvex,
+    Mvhd, Opus, Smhd, Stbl, Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url,
+    Visual, Vmhd, Vp08, Vp09, VpcC,
 };
 
-use super::sps::parse_sps;
+use super::sps::{parse_h265_sps, parse_sps};
 use super::{AudioConfig, VideoConfig};
 
 /// Track id of the video track.
@@ -84,6 +84,79 @@ fn video_trak(sps: &[u8], pps: &[u8]) -> mp4_atom::Result<Trak> {
         (width, height),
         avc1.into(),
     ))
+}
+
+/// H265 (ISO/IEC 14496-15 8.3): an `hvc1` sample entry, its `hvcC` holding the VPS, SPS and
+/// PPS (so samples carry none), profile, tier, level, chroma format and bit depths from the
+/// SPS, NAL unit lengths of 4 bytes. An SPS that does not parse leaves those fields 0 (the
+/// parameter sets still decode).
+fn hevc_trak(vps: &[u8], sps: &[u8], pps: &[u8]) -> Trak {
+    let info = parse_h265_sps(sps);
+    let (width, height) = info.map_or((0, 0), |i| (i.width as u16, i.height as u16));
+    let array = |nal_unit_type: u8, nal: &[u8]| HvcCArray {
+        completeness: true,
+        nal_unit_type,
+        nalus: vec![nal.to_vec()],
+    };
+    let mut hvcc = Hvcc::new();
+    if let Some(i) = info {
+        hvcc.general_profile_space = i.profile_space;
+        hvcc.general_tier_flag = i.tier;
+        hvcc.general_profile_idc = i.profile_idc;
+        hvcc.general_profile_compatibility_flags = i.compatibility;
+        hvcc.general_constraint_indicator_flags = i.constraints;
+        hvcc.general_level_idc = i.level_idc;
+        hvcc.chroma_format_idc = i.chroma_format_idc;
+        hvcc.bit_depth_luma_minus8 = i.bit_depth_luma - 8;
+        hvcc.bit_depth_chroma_minus8 = i.bit_depth_chroma - 8;
+        hvcc.num_temporal_layers = i.sub_layers;
+        hvcc.temporal_id_nested = i.temporal_id_nesting;
+    }
+    hvcc.length_size_minus_one = 3;
+    hvcc.arrays = vec![array(32, vps), array(33, sps), array(34, pps)];
+    let hvc1 = Hvc1 {
+        visual: Visual {
+            data_reference_index: 1,
+            width,
+            height,
+            ..Visual::default()
+        },
+        hvcc,
+        ..Hvc1::default()
+    };
+    trak(
+        VIDEO_TRACK_ID,
+        VIDEO_TIMESCALE,
+        b"vide",
+        "VideoHandler",
+        (width, height),
+        hvc1.into(),
+    )
+}
+
+/// The RFC 6381 / ISO/IEC 14496-15 Annex E codec string of an H265 SPS:
+/// `hvc1.{space}{profile}.{compatibility, bit-reversed, hex}.{L|H}{level}.{constraint
+/// bytes, trailing zero bytes left out}` (`hvc1.1.6.L93.B0`).
+pub(crate) fn hevc_codec(sps: &[u8]) -> String {
+    let Some(i) = parse_h265_sps(sps) else {
+        return "hvc1".into();
+    };
+    let space = ["", "A", "B", "C"][usize::from(i.profile_space & 3)];
+    let compat = u32::from_be_bytes(i.compatibility).reverse_bits();
+    let tier = if i.tier { 'H' } else { 'L' };
+    let mut s = format!(
+        "hvc1.{space}{}.{compat:X}.{tier}{}",
+        i.profile_idc, i.level_idc
+    );
+    let keep = i
+        .constraints
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p + 1);
+    for b in &i.constraints[..keep] {
+        s.push_str(&format!(".{b:X}"));
+    }
+    s
 }
 
 /// VP8 in ISO-BMFF (the WebM project's "VP Codec ISO Media File Format Binding"): a `vp08`
@@ -271,6 +344,7 @@ pub(crate) fn init_segment(
     let mut traks = Vec::new();
     match video {
         Some(VideoConfig::H264 { sps, pps }) => traks.push(video_trak(sps, pps)?),
+        Some(VideoConfig::H265 { vps, sps, pps }) => traks.push(hevc_trak(vps, sps, pps)),
         Some(VideoConfig::Vp8 { width, height }) => traks.push(vp8_trak(*width, *height)),
         Some(VideoConfig::Vp9 {
             width,
@@ -390,6 +464,7 @@ pub(crate) fn codecs(video: Option<&VideoConfig>, audio: Option<&AudioConfig>) -
             let b = |i: usize| sps.get(i).copied().unwrap_or(0);
             parts.push(format!("avc1.{:02x}{:02x}{:02x}", b(1), b(2), b(3)));
         }
+        Some(VideoConfig::H265 { sps, .. }) => parts.push(hevc_codec(sps)),
         // profile 0, level 1.0, 8 bits, as the vpcC says.
         Some(VideoConfig::Vp8 { .. }) => parts.push("vp08.00.10.08".into()),
         Some(VideoConfig::Vp9 { profile, .. }) => parts.push(format!("vp09.{profile:02}.10.08")),

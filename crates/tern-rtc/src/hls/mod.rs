@@ -38,7 +38,7 @@
 
 pub mod file;
 mod fmp4;
-mod nal;
+pub(crate) mod nal;
 mod playlist;
 pub(crate) mod sps;
 mod timeline;
@@ -95,8 +95,18 @@ pub enum VideoConfig {
         /// The PPS NAL unit.
         pps: Vec<u8>,
     },
+    /// H265: the video, sequence and picture parameter sets as raw NAL units (2-byte header
+    /// included, no start code), stored in the `hvcC` (`hvc1` samples carry none).
+    H265 {
+        /// The VPS NAL unit.
+        vps: Vec<u8>,
+        /// The SPS NAL unit.
+        sps: Vec<u8>,
+        /// The PPS NAL unit.
+        pps: Vec<u8>,
+    },
     /// VP8 (RFC 6386): frames are stored as they are coded; the picture size comes from
-    /// the last keyframe's header. Recordings only (LL-HLS players expect H264).
+    /// the last keyframe's header.
     Vp8 {
         /// Picture width in pixels.
         width: u16,
@@ -339,6 +349,10 @@ impl Packager {
             VideoConfig::H264 { sps, pps } => {
                 sps.len() >= 4 && sps.len() <= 0xffff && pps.len() <= 0xffff
             }
+            // hvcC stores each NAL unit's length in 16 bits too.
+            VideoConfig::H265 { vps, sps, pps } => {
+                sps.len() >= 4 && [vps, sps, pps].iter().all(|n| n.len() <= 0xffff)
+            }
             VideoConfig::Vp8 { width, height } | VideoConfig::Vp9 { width, height, .. } => {
                 *width > 0 && *height > 0
             }
@@ -409,6 +423,26 @@ impl Packager {
             });
         }
         self.video_sample(dts, pts, keyframe, true, &scratch, wall_ms);
+        self.scratch = scratch;
+    }
+
+    /// One H265 access unit in Annex B (as the RTP payloads rebuild it, RFC 7798), `dts`
+    /// and `pts` in 90 kHz ticks. Its VPS, SPS and PPS, when it carries all three, set the
+    /// video configuration as [`set_video`](Self::set_video) does; they and access unit
+    /// delimiters are left out of the sample. Samples wait for an H265 configuration.
+    pub fn push_h265(&mut self, dts: i64, pts: i64, keyframe: bool, annexb: &[u8], wall_ms: u64) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let params = nal::annexb_h265_to_sample(annexb, &mut scratch);
+        if let (Some(vps), Some(sps), Some(pps)) = (params.vps, params.sps, params.pps) {
+            self.set_video(VideoConfig::H265 {
+                vps: vps.to_vec(),
+                sps: sps.to_vec(),
+                pps: pps.to_vec(),
+            });
+        }
+        let h265 = matches!(self.video_cfg, Some(VideoConfig::H265 { .. }));
+        self.video_sample(dts, pts, keyframe, h265, &scratch, wall_ms);
         self.scratch = scratch;
     }
 
@@ -595,6 +629,7 @@ impl Packager {
     pub fn resolution(&self) -> Option<(u32, u32)> {
         match self.video_cfg.as_ref()? {
             VideoConfig::H264 { sps, .. } => sps::parse_sps(sps).map(|i| (i.width, i.height)),
+            VideoConfig::H265 { sps, .. } => sps::parse_h265_sps(sps).map(|i| (i.width, i.height)),
             VideoConfig::Vp8 { width, height } | VideoConfig::Vp9 { width, height, .. } => {
                 Some((u32::from(*width), u32::from(*height)))
             }

@@ -41,6 +41,44 @@ pub(crate) fn annexb_to_sample<'a>(au: &'a [u8], out: &mut Vec<u8>) -> ParamSets
     params
 }
 
+/// The parameter sets an H265 access unit carried in band (the first of each).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct H265ParamSets<'a> {
+    pub vps: Option<&'a [u8]>,
+    pub sps: Option<&'a [u8]>,
+    pub pps: Option<&'a [u8]>,
+}
+
+/// Appends an H265 Annex B access unit to `out` as a length-prefixed sample, without its
+/// VPS, SPS, PPS and AUD units, which are returned (the first of each). H265 start codes
+/// are H264's, so H264's splitter serves.
+pub(crate) fn annexb_h265_to_sample<'a>(au: &'a [u8], out: &mut Vec<u8>) -> H265ParamSets<'a> {
+    use tern_proto::h265;
+    let mut params = H265ParamSets::default();
+    for nal in nal_units(au) {
+        let Ok(len) = u32::try_from(nal.len()) else {
+            continue;
+        };
+        match h265::nal_type(nal) {
+            h265::VPS => {
+                params.vps.get_or_insert(nal);
+            }
+            h265::SPS => {
+                params.sps.get_or_insert(nal);
+            }
+            h265::PPS => {
+                params.pps.get_or_insert(nal);
+            }
+            h265::AUD => {}
+            _ => {
+                out.extend_from_slice(&len.to_be_bytes());
+                out.extend_from_slice(nal);
+            }
+        }
+    }
+    params
+}
+
 /// Appends an AVCC access unit (4-byte big-endian lengths) to `out`, without its SPS, PPS and
 /// AUD units, which are returned. `None` (and `out` as it was) if a length runs past the end.
 pub(crate) fn avcc_to_sample<'a>(au: &'a [u8], out: &mut Vec<u8>) -> Option<ParamSets<'a>> {

@@ -192,9 +192,167 @@ pub(crate) fn parse_sps(nal: &[u8]) -> Option<SpsInfo> {
     })
 }
 
+/// What the packager takes from an H265 SPS (ITU-T H.265 7.3.2.2.1): the general
+/// profile, tier and level (the `hvcC` record and the `CODECS` string repeat them), the
+/// chroma format and bit depths, and the cropped picture size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct H265SpsInfo {
+    pub profile_space: u8,
+    pub tier: bool,
+    pub profile_idc: u8,
+    /// `general_profile_compatibility_flag[0..32]`, as coded (flag 0 is the top bit).
+    pub compatibility: [u8; 4],
+    /// The 48 bits from `general_progressive_source_flag` on, as coded.
+    pub constraints: [u8; 6],
+    pub level_idc: u8,
+    /// `sps_max_sub_layers_minus1 + 1`.
+    pub sub_layers: u8,
+    pub temporal_id_nesting: bool,
+    pub chroma_format_idc: u8,
+    pub bit_depth_luma: u8,
+    pub bit_depth_chroma: u8,
+    /// Display width in pixels, after the conformance window.
+    pub width: u32,
+    /// Display height in pixels, after the conformance window.
+    pub height: u32,
+}
+
+/// Parses an H265 SPS NAL unit (2-byte header included); `None` if it is not one or is
+/// malformed.
+pub(crate) fn parse_h265_sps(nal: &[u8]) -> Option<H265SpsInfo> {
+    if (nal.first()? >> 1) & 0x3f != 33 {
+        return None;
+    }
+    let rbsp = unescape(nal.get(2..)?);
+    let mut r = BitReader::new(&rbsp);
+    r.bits(4)?; // sps_video_parameter_set_id
+    let max_sub_layers_minus1 = r.bits(3)? as u8;
+    let temporal_id_nesting = r.bit()? == 1;
+    // profile_tier_level(1, sps_max_sub_layers_minus1), 7.3.3.
+    let profile_space = r.bits(2)? as u8;
+    let tier = r.bit()? == 1;
+    let profile_idc = r.bits(5)? as u8;
+    let mut compatibility = [0u8; 4];
+    for b in &mut compatibility {
+        *b = r.bits(8)? as u8;
+    }
+    let mut constraints = [0u8; 6];
+    for b in &mut constraints {
+        *b = r.bits(8)? as u8;
+    }
+    let level_idc = r.bits(8)? as u8;
+    let mut present = [(false, false); 8];
+    for p in present.iter_mut().take(usize::from(max_sub_layers_minus1)) {
+        *p = (r.bit()? == 1, r.bit()? == 1);
+    }
+    if max_sub_layers_minus1 > 0 {
+        for _ in max_sub_layers_minus1..8 {
+            r.bits(2)?; // reserved_zero_2bits
+        }
+    }
+    for &(profile, level) in present.iter().take(usize::from(max_sub_layers_minus1)) {
+        if profile {
+            // Sub-layer profile space, tier, idc, compatibility flags, constraint flags.
+            for _ in 0..11 {
+                r.bits(8)?;
+            }
+        }
+        if level {
+            r.bits(8)?;
+        }
+    }
+    r.ue()?; // sps_seq_parameter_set_id
+    let chroma_format_idc = r.ue()?;
+    if chroma_format_idc > 3 {
+        return None;
+    }
+    if chroma_format_idc == 3 {
+        r.bit()?; // separate_colour_plane_flag
+    }
+    let width = r.ue()?;
+    let height = r.ue()?;
+    let (mut crop_x, mut crop_y) = (0u64, 0u64);
+    if r.bit()? == 1 {
+        // Offsets in chroma samples (Table 6-1: SubWidthC, SubHeightC).
+        let (sub_w, sub_h) = match chroma_format_idc {
+            1 => (2, 2),
+            2 => (2, 1),
+            _ => (1, 1),
+        };
+        let (l, rt, t, b) = (r.ue()?, r.ue()?, r.ue()?, r.ue()?);
+        crop_x = sub_w * (u64::from(l) + u64::from(rt));
+        crop_y = sub_h * (u64::from(t) + u64::from(b));
+    }
+    let depth_luma = r.ue()? + 8;
+    let depth_chroma = r.ue()? + 8;
+    if depth_luma > 16 || depth_chroma > 16 {
+        return None;
+    }
+    Some(H265SpsInfo {
+        profile_space,
+        tier,
+        profile_idc,
+        compatibility,
+        constraints,
+        level_idc,
+        sub_layers: max_sub_layers_minus1 + 1,
+        temporal_id_nesting,
+        chroma_format_idc: chroma_format_idc as u8,
+        bit_depth_luma: depth_luma as u8,
+        bit_depth_chroma: depth_chroma as u8,
+        width: u32::try_from(u64::from(width).checked_sub(crop_x)?).ok()?,
+        height: u32::try_from(u64::from(height).checked_sub(crop_y)?).ok()?,
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// libx265's SPS for 320x180 (coded 320x192, a conformance window of 12 rows), Main
+    /// profile, level 2.0: `ffmpeg -f lavfi -i testsrc2=size=320x180 -c:v libx265`.
+    const X265_SPS: &str =
+        "42010101600000030090000003000003003ca00a080c1f3e595952930bc05a020000030002000003003c10";
+    /// Its VPS.
+    const X265_VPS: &str = "40010c01ffff01600000030090000003000003003c959409";
+
+    #[test]
+    fn h265_sps_gives_profile_level_and_cropped_size() {
+        let sps = hex(X265_SPS);
+        let i = parse_h265_sps(&sps).expect("parses");
+        assert_eq!((i.profile_space, i.tier, i.profile_idc), (0, false, 1));
+        assert_eq!(
+            i.compatibility,
+            [0x60, 0, 0, 0],
+            "Main and Main 10 compatible"
+        );
+        assert_eq!(
+            i.constraints,
+            [0x90, 0, 0, 0, 0, 0],
+            "progressive, frame only"
+        );
+        assert_eq!(i.level_idc, 60);
+        assert_eq!((i.sub_layers, i.temporal_id_nesting), (1, true));
+        assert_eq!(
+            (i.chroma_format_idc, i.bit_depth_luma, i.bit_depth_chroma),
+            (1, 8, 8)
+        );
+        assert_eq!((i.width, i.height), (320, 180));
+        // Not an SPS, or cut short: None, never a panic.
+        assert_eq!(parse_h265_sps(&hex(X265_VPS)), None);
+        for n in 0..sps.len() {
+            let _ = parse_h265_sps(&sps[..n]);
+        }
+        assert_eq!(parse_h265_sps(&sps[..12]), None);
+    }
+
+    /// Bytes from hex.
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
 
     /// libx264 High profile, 1280x720 yuv420p (`ffmpeg -f lavfi -i testsrc=size=1280x720`).
     pub(crate) const SPS_720P_HIGH: &[u8] = &[

@@ -1,6 +1,6 @@
 //! The feed on synthetic RTP and frames, into a real packager: which codecs it stores (the
-//! one table), H264 and VP8 rebuilt from packets, a skipped codec whose audio still goes
-//! in, a codec change, and frames handed over as the encoder sent them.
+//! one table), H264, H265 and VP8 rebuilt from packets, a skipped codec whose audio still
+//! goes in, a codec change, and frames handed over as the encoder sent them.
 
 use tern_pool::{BufferPool, MemoryRegistry, PoolConfig};
 
@@ -123,9 +123,117 @@ fn the_table_decides_which_video_codecs_are_rebuilt() {
     }
     assert_eq!(
         PACKAGED_VIDEO,
-        [VideoCodec::H264, VideoCodec::Vp8, VideoCodec::Vp9]
+        [
+            VideoCodec::H264,
+            VideoCodec::H265,
+            VideoCodec::Vp8,
+            VideoCodec::Vp9
+        ]
     );
-    assert!(!packaged(VideoCodec::H265) && !packaged(VideoCodec::Av1));
+    assert!(packaged(VideoCodec::H265) && !packaged(VideoCodec::Av1));
+}
+
+/// libx265, 320x180, 4 frames (IDR, P, CRA with its VPS/SPS/PPS again, P), access unit
+/// delimiters on: `ffmpeg -f lavfi -i testsrc2=size=320x180:rate=30 -frames:v 4 -c:v libx265
+/// -x265-params keyint=2:bframes=0:aud=1 -f hevc`.
+const X265_320X180: &[u8] = include_bytes!("x265-320x180.h265");
+
+/// The clip's access units as RTP (RFC 7798, 1,200-byte payloads), 30 fps.
+fn h265_packets(pk: &mut Packets) -> Vec<RingPacket> {
+    use tern_proto::h264::nal_units;
+    // Access units start at their delimiter (type 35); each becomes length-prefixed.
+    let mut aus: Vec<Vec<u8>> = Vec::new();
+    for nal in nal_units(X265_320X180) {
+        if h265::nal_type(nal) == h265::AUD {
+            aus.push(Vec::new());
+        }
+        let au = aus.last_mut().expect("starts with a delimiter");
+        au.extend_from_slice(&(nal.len() as u32).to_be_bytes());
+        au.extend_from_slice(nal);
+    }
+    assert_eq!(aus.len(), 4);
+    let mut out = Vec::new();
+    for (i, au) in aus.iter().enumerate() {
+        let mut payloads = Vec::new();
+        h265::packetize(au, 1200, &mut |b, last| payloads.push((b.to_vec(), last)))
+            .expect("packetize");
+        for (b, last) in payloads {
+            out.push(pk.packet(MediaKind::Video, i as u32 * 3000, last, &b));
+        }
+    }
+    out
+}
+
+#[test]
+fn h265_rtp_is_rebuilt_and_packaged_as_hvc1() {
+    use mp4_atom::{Codec, Decode, Ftyp, Moov};
+    let mut pk = Packets::new();
+    let pkts = h265_packets(&mut pk);
+    assert!(pkts.len() > 4, "fragmented: {} packets", pkts.len());
+    let mut feed = Feed::new(VideoCodec::H265);
+    let u = units(&mut feed, &pkts);
+    let keys: Vec<(i64, bool)> = u
+        .iter()
+        .map(|u| match u {
+            Unit::Video {
+                dts,
+                keyframe,
+                format: VideoFormat::H265,
+                ..
+            } => (*dts, *keyframe),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [(0, true), (3000, false), (6000, true), (9000, false)]
+    );
+    assert_eq!(feed.skipped_frames(), 0);
+    let mut p = packager();
+    for (i, unit) in u.iter().enumerate() {
+        unit.apply(&mut p, WALL0 + i as u64 * 33);
+    }
+    assert_eq!(p.codecs().as_deref(), Some("hvc1.1.6.L60.90"));
+    assert_eq!(p.resolution(), Some((320, 180)));
+    let init = p.init(1).expect("init segment");
+    let mut buf = init.as_slice();
+    Ftyp::decode(&mut buf).expect("ftyp");
+    let moov = Moov::decode(&mut buf).expect("moov");
+    let Codec::Hvc1(hvc1) = &moov.trak[0].mdia.minf.stbl.stsd.codecs[0] else {
+        panic!(
+            "hvc1 expected: {:?}",
+            moov.trak[0].mdia.minf.stbl.stsd.codecs
+        );
+    };
+    assert_eq!((hvc1.visual.width, hvc1.visual.height), (320, 180));
+    let c = &hvc1.hvcc;
+    assert_eq!((c.general_profile_idc, c.general_level_idc), (1, 60));
+    assert_eq!((c.chroma_format_idc, c.length_size_minus_one), (1, 3));
+    let types: Vec<u8> = c.arrays.iter().map(|a| a.nal_unit_type).collect();
+    assert_eq!(types, [32, 33, 34], "VPS, SPS, PPS");
+    assert!(
+        c.arrays
+            .iter()
+            .all(|a| a.nalus.len() == 1 && a.completeness)
+    );
+    // The samples carry no parameter sets and no delimiters: each NAL unit after its
+    // length is a slice (types 0-31).
+    let mut sample = Vec::new();
+    let params = crate::hls::nal::annexb_h265_to_sample(
+        match &u[0] {
+            Unit::Video { data, .. } => data,
+            _ => unreachable!(),
+        },
+        &mut sample,
+    );
+    assert!(params.vps.is_some() && params.sps.is_some() && params.pps.is_some());
+    let nals = h265::split_length_prefixed(&sample).expect("length-prefixed");
+    assert!(!nals.is_empty());
+    assert!(
+        nals.iter().all(|n| h265::nal_type(n) < 32),
+        "{:?}",
+        nals.iter().map(|n| h265::nal_type(n)).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -204,12 +312,12 @@ fn vp8_rtp_is_rebuilt_into_frames_that_package() {
 #[test]
 fn a_codec_outside_the_table_is_counted_and_its_audio_still_goes_in() {
     let mut pk = Packets::new();
-    // H265 single NAL unit packets (an IDR_W_RADL header, type 19), one per frame.
+    // AV1 packets (an aggregation header and one OBU), one per frame.
     let video: Vec<RingPacket> = (0..30)
-        .map(|i| pk.packet(MediaKind::Video, i * 3000, true, &[0x26, 0x01, 0xaf, 0x00]))
+        .map(|i| pk.packet(MediaKind::Video, i * 3000, true, &[0x10, 0x32, 0x00]))
         .collect();
     let audio = opus_packets(&mut pk, 50);
-    let mut feed = Feed::new(VideoCodec::H265);
+    let mut feed = Feed::new(VideoCodec::Av1);
     let mut u = units(&mut feed, &video);
     assert!(u.is_empty(), "{u:?}");
     assert_eq!(feed.skipped_frames(), 30);
@@ -229,9 +337,9 @@ fn a_codec_outside_the_table_is_counted_and_its_audio_still_goes_in() {
 #[test]
 fn a_codec_change_brings_its_own_depacketizer() {
     let mut pk = Packets::new();
-    let mut feed = Feed::new(VideoCodec::H265);
+    let mut feed = Feed::new(VideoCodec::Av1);
     let h264 = h264_packets(&mut pk, 2);
-    assert!(units(&mut feed, &h264).is_empty(), "H264 read as H265");
+    assert!(units(&mut feed, &h264).is_empty(), "H264 read as AV1");
     feed.set_codec(VideoCodec::H264);
     assert_eq!(feed.codec(), VideoCodec::H264);
     let h264 = h264_packets(&mut pk, 2);

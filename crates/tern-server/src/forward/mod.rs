@@ -79,7 +79,8 @@ struct Slot {
     outlet: Outlet,
     /// Audio and H264 video out of ring packets.
     feed: Feed,
-    /// H265 video out of ring packets (the feed leaves H265 out: packagers do not store it).
+    /// H265 video out of ring packets, taken before the feed: the outlet sends H265 on in
+    /// Annex B (MPEG-TS over SRT), not as the feed's units.
     hevc: h265::Depacketizer,
     hevc_ts: Unwrap32,
     /// The last ring packet was the slate's.

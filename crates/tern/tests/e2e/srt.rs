@@ -447,8 +447,8 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
 /// as a WHIP or RTSP publisher's H265: viewers that offer H265 are answered in it and get
 /// every frame, keyframes led by the parameter sets, and the AAC as Opus; the stream's
 /// snapshot says H265; a viewer that offers H264 alone is refused with the reason (422),
-/// as for any H265 stream; LL-HLS, which packages H264, VP8 and VP9, says so (409); its
-/// thumbnail is a JPEG at its size.
+/// as for any H265 stream; its LL-HLS is `hvc1` CMAF that ffmpeg decodes as HEVC at its
+/// size (issue 54); its thumbnail is a JPEG at its size.
 #[test]
 fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -487,7 +487,7 @@ fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
         r.text()
     );
     let r = http_get(server.http, "/live/hevc/index.m3u8").expect("GET playlist");
-    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.status, 200, "{}", r.text());
     // Its thumbnail: a keyframe rebuilt from the H265 packets (RFC 7798) and decoded by
     // libavcodec, as a JPEG at the stream's size.
     let t = http_get(server.http, "/live/hevc/thumb.jpg").expect("GET thumb.jpg");
@@ -510,7 +510,52 @@ fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
     assert_eq!(v["video"]["codec"], "H265", "{v}");
     let log = std::fs::read_to_string(&server.log).expect("log");
     assert!(log.contains("video is H265"), "{log}");
+    // LL-HLS: the playlist names hvc1 once the init segment exists, and ffmpeg decodes it.
+    let index = wait_for_segment(&server, "/live/hevc");
+    assert!(index.contains("CODECS=\"hvc1.1.6.L"), "{index}");
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-loglevel", "info", "-xerror"])
+        .args([
+            "-i",
+            &format!("http://{}/live/hevc/index.m3u8", server.http),
+        ])
+        .args(["-t", "3", "-f", "null", "-"])
+        .output()
+        .expect("run ffmpeg");
+    let flog = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{flog}\n{}", server.log_tail(20));
+    assert!(flog.contains("Video: hevc"), "{flog}");
+    assert!(flog.contains("320x240"), "{flog}");
     server.stop();
+}
+
+/// Waits (10 s at most) until the LL-HLS media playlist of `stream` (`/app/name`) lists a
+/// whole segment, which ffmpeg's HLS reader wants in its first playlist; returns the
+/// multivariant playlist's text then.
+fn wait_for_segment(server: &impl common::Running, stream: &str) -> String {
+    let index = http_get(server.http(), &format!("{stream}/index.m3u8"))
+        .expect("index")
+        .text();
+    let media = index
+        .lines()
+        .find(|l| l.starts_with("media.m3u8"))
+        .unwrap_or_else(|| panic!("{index}"))
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pl = http_get(server.http(), &format!("{stream}/{media}"))
+            .expect("media playlist")
+            .text();
+        if pl.contains("#EXTINF") {
+            assert!(!pl.contains("#EXT-X-DISCONTINUITY"), "{pl}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no segment:\n{pl}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    http_get(server.http(), &format!("{stream}/index.m3u8"))
+        .expect("index")
+        .text()
 }
 
 /// LL-HLS packages an SRT stream: ffmpeg reads its playlist and gets H264 and AAC.
@@ -523,26 +568,7 @@ fn ll_hls_plays_an_srt_stream() {
     wait_live(&whep, &server, &mut ff);
     // ffmpeg's HLS reader wants a whole segment in its first playlist: wait for one (the
     // packager starts at the first keyframe after the first request).
-    let index = http_get(server.http, "/live/hls/index.m3u8")
-        .expect("index")
-        .text();
-    let media = index
-        .lines()
-        .find(|l| l.starts_with("media.m3u8"))
-        .unwrap_or_else(|| panic!("{index}"))
-        .to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let pl = http_get(server.http, &format!("/live/hls/{media}"))
-            .expect("media playlist")
-            .text();
-        if pl.contains("#EXTINF") {
-            assert!(!pl.contains("#EXT-X-DISCONTINUITY"), "{pl}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no segment:\n{pl}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_segment(&server, "/live/hls");
     let out = Command::new("ffmpeg")
         .args(["-hide_banner", "-nostdin", "-loglevel", "info"])
         .args(["-i", &format!("http://{}/live/hls/index.m3u8", server.http)])
