@@ -1,5 +1,6 @@
 //! The LL-HLS packager fed anything a publisher could send: H264 access units (Annex B and
-//! length-prefixed) with any timestamps and keyframe flags, parameter sets that are junk,
+//! length-prefixed) and H265 ones (Annex B) with any timestamps and keyframe flags, parameter
+//! sets (H264's and H265's, whose SPS is parsed for the init segment and `CODECS`) that are junk,
 //! AAC and Opus frames of any size, configuration changes mid-stream. Whatever comes in, no
 //! panic, and what it serves stays well formed: a playlist starts with `#EXTM3U`, every
 //! part it lists can be fetched, and a part is a `moof` box then an `mdat` box.
@@ -32,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         let len = usize::from(take(&mut d, 1).first().copied().unwrap_or(0)) * 4;
         // Mostly forward in small steps, sometimes anywhere.
         let step = num(&mut d);
-        match op % 6 {
+        match op % 8 {
             0 => {
                 vts += step * 8;
                 wall += 33;
@@ -62,9 +63,23 @@ fuzz_target!(|data: &[u8]| {
                     channels: (op >> 4) & 3,
                 });
             }
-            _ => p.set_audio(AudioConfig::Opus { channels: op >> 6 }),
+            5 => p.set_audio(AudioConfig::Opus { channels: op >> 6 }),
+            6 => {
+                vts += step * 8;
+                wall += 33;
+                let au = take(&mut d, len);
+                p.push_h265(vts, vts + (step % 5) * 3000, op & 0x80 != 0, au, wall);
+            }
+            _ => {
+                let vps = take(&mut d, 8).to_vec();
+                let sps = take(&mut d, len / 2).to_vec();
+                let pps = take(&mut d, 8).to_vec();
+                p.set_video(VideoConfig::H265 { vps, sps, pps });
+            }
         }
     }
+    let _ = p.codecs();
+    let _ = p.resolution();
     if let Some(pl) = p.media_playlist("session=f") {
         assert!(pl.starts_with("#EXTM3U\n"));
     }
