@@ -123,6 +123,7 @@ fn codec_name(c: &Codec) -> Option<String> {
             a.avcc.profile_compatibility,
             a.avcc.avc_level_indication
         ),
+        Codec::Hvc1(h) => super::fmp4::hvcc_codec(&h.hvcc),
         Codec::Vp08(_) => "vp08.00.10.08".into(),
         Codec::Vp09(v) => format!("vp09.{:02}.10.08", v.vpcc.profile),
         Codec::Mp4a(m) => {

@@ -138,22 +138,32 @@ fn hevc_trak(vps: &[u8], sps: &[u8], pps: &[u8]) -> Trak {
 /// `hvc1.{space}{profile}.{compatibility, bit-reversed, hex}.{L|H}{level}.{constraint
 /// bytes, trailing zero bytes left out}` (`hvc1.1.6.L93.B0`).
 pub(crate) fn hevc_codec(sps: &[u8]) -> String {
-    let Some(i) = parse_h265_sps(sps) else {
-        return "hvc1".into();
-    };
-    let space = ["", "A", "B", "C"][usize::from(i.profile_space & 3)];
-    let compat = u32::from_be_bytes(i.compatibility).reverse_bits();
-    let tier = if i.tier { 'H' } else { 'L' };
+    match parse_h265_sps(sps) {
+        Some(i) => hvcc_codec(&Hvcc {
+            general_profile_space: i.profile_space,
+            general_tier_flag: i.tier,
+            general_profile_idc: i.profile_idc,
+            general_profile_compatibility_flags: i.compatibility,
+            general_constraint_indicator_flags: i.constraints,
+            general_level_idc: i.level_idc,
+            ..Hvcc::new()
+        }),
+        None => "hvc1".into(),
+    }
+}
+
+/// The same string from an `hvcC` record (a recorded file's init segment).
+pub(crate) fn hvcc_codec(c: &Hvcc) -> String {
+    let space = ["", "A", "B", "C"][usize::from(c.general_profile_space & 3)];
+    let compat = u32::from_be_bytes(c.general_profile_compatibility_flags).reverse_bits();
+    let tier = if c.general_tier_flag { 'H' } else { 'L' };
     let mut s = format!(
         "hvc1.{space}{}.{compat:X}.{tier}{}",
-        i.profile_idc, i.level_idc
+        c.general_profile_idc, c.general_level_idc
     );
-    let keep = i
-        .constraints
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |p| p + 1);
-    for b in &i.constraints[..keep] {
+    let flags = &c.general_constraint_indicator_flags;
+    let keep = flags.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+    for b in &flags[..keep] {
         s.push_str(&format!(".{b:X}"));
     }
     s

@@ -206,6 +206,9 @@ fn h265_rtp_is_rebuilt_and_packaged_as_hvc1() {
         );
     };
     assert_eq!((hvc1.visual.width, hvc1.visual.height), (320, 180));
+    // A recording's listing reads the same codec back from the file's head.
+    let head = crate::hls::file::parse_head(&init).expect("head");
+    assert_eq!(head.codecs, "hvc1.1.6.L60.90");
     let c = &hvc1.hvcc;
     assert_eq!((c.general_profile_idc, c.general_level_idc), (1, 60));
     assert_eq!((c.chroma_format_idc, c.length_size_minus_one), (1, 3));
