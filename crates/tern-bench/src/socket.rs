@@ -55,11 +55,11 @@ pub(crate) struct Got {
 
 /// Buffers and headers for `recvmmsg`, reused across calls.
 pub(crate) struct RecvBatch {
-    pub(crate) bufs: Vec<Vec<u8>>,
+    bufs: Vec<Vec<u8>>,
     hdrs: nix::sys::socket::MultiHeaders<nix::sys::socket::SockaddrStorage>,
     /// The control buffer each header gets.
     cmsg: Vec<u8>,
-    pub(crate) got: Vec<Got>,
+    got: Vec<Got>,
 }
 
 impl RecvBatch {
@@ -76,13 +76,33 @@ impl RecvBatch {
     }
 
     /// Whether the last read filled every buffer (more may be queued).
-    pub(crate) fn full(&self) -> bool {
+    fn full(&self) -> bool {
         self.got.len() == self.bufs.len()
+    }
+
+    /// Reads `fd` until its queue is empty, handing each message and its bytes to `each`.
+    /// Edge-triggered epoll: a call that fills fewer buffers than it has found the queue
+    /// empty. EAGAIN ends it too; so does any other error (ICMP port unreachable and the
+    /// like: the server is gone or refused us, and timers decide).
+    pub(crate) fn drain(&mut self, fd: std::os::fd::RawFd, each: &mut dyn FnMut(&Got, &mut [u8])) {
+        loop {
+            match self.recv(fd) {
+                Ok(()) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
+            }
+            for (k, g) in self.got.iter().enumerate() {
+                each(g, &mut self.bufs[k]);
+            }
+            if !self.full() {
+                return;
+            }
+        }
     }
 
     /// Reads as many messages as there are buffers from `fd` without blocking into
     /// `self.got`.
-    pub(crate) fn recv(&mut self, fd: std::os::fd::RawFd) -> nix::Result<()> {
+    fn recv(&mut self, fd: std::os::fd::RawFd) -> nix::Result<()> {
         use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmmsg};
         self.got.clear();
         let n = self.bufs.len();

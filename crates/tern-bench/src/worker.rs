@@ -593,21 +593,7 @@ impl Thread {
         };
         let Sock::Own(sock) = &s.sock else { return };
         let fd = sock.as_raw_fd();
-        loop {
-            match rb.recv(fd) {
-                Ok(()) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                // EAGAIN: nothing queued. Anything else (ICMP port unreachable and the
-                // like): the server is gone or refused us; timers decide.
-                Err(_) => break,
-            }
-            for (k, g) in rb.got.iter().enumerate() {
-                s.take(now, wall_now, g, &mut rb.bufs[k]);
-            }
-            if !rb.full() {
-                break;
-            }
-        }
+        rb.drain(fd, &mut |g, buf| s.take(now, wall_now, g, buf));
         if !self.quiet {
             s.flush(-1);
         }
@@ -619,32 +605,23 @@ impl Thread {
     fn read_shared(&mut self, rb: &mut RecvBatch, now: Instant, wall_now: Duration) {
         let fd = shared_fd(&self.shared);
         let mut touched = Vec::new();
-        loop {
-            match rb.recv(fd) {
-                Ok(()) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => break,
+        let (index, slots) = (self.index, &mut self.slots);
+        rb.drain(fd, &mut |g, buf| {
+            let Some(i) = g.to.and_then(|to| shared_slot(index, to)) else {
+                return;
+            };
+            let Some(s) = slots.get_mut(i) else {
+                return;
+            };
+            if g.from.map(SocketAddr::V4) != Some(s.client.server()) {
+                return;
             }
-            for (k, g) in rb.got.iter().enumerate() {
-                let Some(i) = g.to.and_then(|to| shared_slot(self.index, to)) else {
-                    continue;
-                };
-                let Some(s) = self.slots.get_mut(i) else {
-                    continue;
-                };
-                if g.from.map(SocketAddr::V4) != Some(s.client.server()) {
-                    continue;
-                }
-                s.take(now, wall_now, g, &mut rb.bufs[k]);
-                if !s.dirty {
-                    s.dirty = true;
-                    touched.push(i);
-                }
+            s.take(now, wall_now, g, buf);
+            if !s.dirty {
+                s.dirty = true;
+                touched.push(i);
             }
-            if !rb.full() {
-                break;
-            }
-        }
+        });
         for i in touched {
             let s = &mut self.slots[i];
             s.dirty = false;

@@ -67,12 +67,7 @@ fn video_trak(sps: &[u8], pps: &[u8]) -> mp4_atom::Result<Trak> {
         });
     }
     let avc1 = Avc1 {
-        visual: Visual {
-            data_reference_index: 1,
-            width,
-            height,
-            ..Visual::default()
-        },
+        visual: visual(width, height),
         avcc,
         ..Avc1::default()
     };
@@ -84,6 +79,16 @@ fn video_trak(sps: &[u8], pps: &[u8]) -> mp4_atom::Result<Trak> {
         (width, height),
         avc1.into(),
     ))
+}
+
+/// A video sample entry's common fields: the picture size, the one data reference.
+fn visual(width: u16, height: u16) -> Visual {
+    Visual {
+        data_reference_index: 1,
+        width,
+        height,
+        ..Visual::default()
+    }
 }
 
 /// H265 (ISO/IEC 14496-15 8.3): an `hvc1` sample entry, its `hvcC` holding the VPS, SPS and
@@ -115,12 +120,7 @@ fn hevc_trak(vps: &[u8], sps: &[u8], pps: &[u8]) -> Trak {
     hvcc.length_size_minus_one = 3;
     hvcc.arrays = vec![array(32, vps), array(33, sps), array(34, pps)];
     let hvc1 = Hvc1 {
-        visual: Visual {
-            data_reference_index: 1,
-            width,
-            height,
-            ..Visual::default()
-        },
+        visual: visual(width, height),
         hvcc,
         ..Hvc1::default()
     };
@@ -173,12 +173,7 @@ pub(crate) fn hvcc_codec(c: &Hvcc) -> String {
 /// sample entry with a `vpcC` (profile 0, 8 bits, 4:2:0; level unspecified).
 fn vp8_trak(width: u16, height: u16) -> Trak {
     let vp08 = Vp08 {
-        visual: Visual {
-            data_reference_index: 1,
-            width,
-            height,
-            ..Visual::default()
-        },
+        visual: visual(width, height),
         vpcc: VpcC {
             profile: 0,
             level: 10,
@@ -202,12 +197,7 @@ fn vp8_trak(width: u16, height: u16) -> Trak {
 /// level unspecified), as for VP8.
 fn vp9_trak(width: u16, height: u16, profile: u8) -> Trak {
     let vp09 = Vp09 {
-        visual: Visual {
-            data_reference_index: 1,
-            width,
-            height,
-            ..Visual::default()
-        },
+        visual: visual(width, height),
         vpcc: VpcC {
             profile,
             level: 10,
