@@ -38,6 +38,7 @@
 
 pub mod file;
 mod fmp4;
+mod ladder;
 pub(crate) mod nal;
 mod playlist;
 pub(crate) mod sps;
@@ -187,6 +188,30 @@ pub struct HlsStats {
     /// Highest bit rate (bit/s) of a complete segment held: a variant's `BANDWIDTH`.
     /// Before the first segment completes, the rate of its parts so far; 0 before any.
     pub peak_bitrate: u64,
+    /// Bit rate (bit/s) over the complete segments held: a variant's `AVERAGE-BANDWIDTH`;
+    /// 0 before the first segment completes.
+    pub average_bitrate: u64,
+    /// Video frames per 1000 s over the complete segments held (a variant's `FRAME-RATE`
+    /// times 1000); 0 before the first segment completes or without video.
+    pub frame_rate_milli: u64,
+}
+
+/// Where a ladder's top variant started a segment (see [`Packager::follow`]): the other
+/// variants of the ladder cut theirs at the same presentation time, under the same number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// The segment's media sequence number.
+    pub msn: u64,
+    /// Input decode time of its first video sample (90 kHz, the ladder's common clock).
+    pub dts: i64,
+    /// Input presentation time of that sample.
+    pub pts: i64,
+    /// Output decode time of that sample (90 kHz).
+    pub out: u64,
+    /// The segment starts with `EXT-X-DISCONTINUITY`.
+    pub discontinuity: bool,
+    /// The segment's `EXT-X-PROGRAM-DATE-TIME`, unix ms.
+    pub pdt_ms: u64,
 }
 
 /// One part as held: its moof+mdat bytes and what the playlist says about it.
@@ -214,6 +239,8 @@ pub(crate) struct Segment {
     /// `EXT-X-PROGRAM-DATE-TIME`, unix ms.
     pub pdt_ms: u64,
     pub complete: bool,
+    /// Video samples in its parts.
+    pub video_samples: u64,
 }
 
 /// The track whose samples cut parts and segments.
@@ -293,6 +320,11 @@ pub struct Packager {
     /// Scratch buffer for converting an access unit.
     scratch: Vec<u8>,
     stats: HlsStats,
+    /// The last segment a video sample started (what a ladder's other variants follow).
+    last_cut: Option<Cut>,
+    /// A ladder's lower variant: the top variant's cuts not yet reached, oldest first
+    /// (`None` for a packager that cuts at its own keyframes).
+    follow: Option<VecDeque<Cut>>,
 }
 
 impl std::fmt::Debug for Packager {
@@ -335,6 +367,8 @@ impl Packager {
             free: Vec::new(),
             scratch: Vec::new(),
             stats: HlsStats::default(),
+            last_cut: None,
+            follow: None,
         }
     }
 
@@ -647,6 +681,20 @@ impl Packager {
             .flat_map(|s| &s.parts)
             .map(|p| p.data.len())
             .sum();
+        let complete = self
+            .segments
+            .iter()
+            .filter(|s| s.complete && s.duration > 0);
+        let (bytes, ticks, frames) = complete.fold((0u64, 0u64, 0u64), |(b, t, f), s| {
+            let bytes: u64 = s.parts.iter().map(|p| p.data.len() as u64).sum();
+            let ticks = s.duration * u64::from(VIDEO_TIMESCALE) / u64::from(s.timescale.max(1));
+            (b + bytes, t + ticks, f + s.video_samples)
+        });
+        if ticks > 0 {
+            let rate = u64::from(VIDEO_TIMESCALE);
+            stats.average_bitrate = bytes * 8 * rate / ticks;
+            stats.frame_rate_milli = frames * 1000 * rate / ticks;
+        }
         stats.peak_bitrate = self
             .segments
             .iter()

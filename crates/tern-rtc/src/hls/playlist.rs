@@ -51,7 +51,11 @@ pub(crate) fn render<'a>(
             head.discontinuity_sequence
         );
     }
-    out.push_str("#EXT-X-INDEPENDENT-SEGMENTS\n");
+    // Only true when every segment starts with a keyframe: a ladder's lower variant cuts
+    // at its top variant's keyframes, where it may have none.
+    if segments.clone().all(starts_independent) {
+        out.push_str("#EXT-X-INDEPENDENT-SEGMENTS\n");
+    }
 
     // Parts are listed for the segments that start within three target durations of the end
     // of the playlist (RFC 8216bis 4.4.4.9: older ones may be dropped), and always for the
@@ -111,6 +115,12 @@ pub(crate) fn render<'a>(
         "#EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"{msn}.{part}.m4s{q}\""
     );
     out
+}
+
+/// Whether a segment's first part starts with a keyframe (a segment with no part yet
+/// counts as one: nothing of it is listed).
+pub(crate) fn starts_independent(seg: &Segment) -> bool {
+    seg.parts.first().is_none_or(|p| p.independent)
 }
 
 /// Unix time in milliseconds as ISO 8601 UTC with milliseconds (`2026-11-25T16:00:00.123Z`).

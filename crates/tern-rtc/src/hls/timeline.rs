@@ -57,7 +57,7 @@ impl Track {
     }
 
     /// Output time of input timestamp `ts` (at or after the mapping's base).
-    fn out(&self, ts: i64) -> Option<u64> {
+    pub(super) fn out(&self, ts: i64) -> Option<u64> {
         let (in_base, out_base) = self.map?;
         let delta = u64::try_from(i128::from(ts) - i128::from(in_base)).ok()?;
         out_base.checked_add(delta)
@@ -126,7 +126,7 @@ impl Packager {
 
     /// Closes the segment in progress; the next segment starts at the next sample that may
     /// start one, with a discontinuity, each track rebased.
-    fn break_stream(&mut self) {
+    pub(super) fn break_stream(&mut self) {
         self.close_segment(None);
         self.video.map = None;
         self.audio.map = None;
@@ -137,7 +137,7 @@ impl Packager {
         self.stats.dropped_samples += 1;
     }
 
-    fn in_segment(&self) -> bool {
+    pub(super) fn in_segment(&self) -> bool {
         self.segments.back().is_some_and(|s| !s.complete)
     }
 
@@ -163,7 +163,13 @@ impl Packager {
                 Some(true) => {}
             }
         }
-        let out = if self.driver == Some(Driver::Video) && self.in_segment() {
+        let msn_before = self.next_msn;
+        let out = if self.follow.is_some() {
+            match self.follow_position(dts, pts, keyframe, wall_ms) {
+                Some(out) => out,
+                None => return self.drop_sample(),
+            }
+        } else if self.driver == Some(Driver::Video) && self.in_segment() {
             let Some(out) = self.video.out(dts) else {
                 return self.drop_sample();
             };
@@ -190,6 +196,19 @@ impl Packager {
             }
             out
         };
+        if self.follow.is_none()
+            && self.next_msn != msn_before
+            && let Some(seg) = self.segments.back()
+        {
+            self.last_cut = Some(super::Cut {
+                msn: seg.msn,
+                dts,
+                pts,
+                out,
+                discontinuity: seg.discontinuity,
+                pdt_ms: seg.pdt_ms,
+            });
+        }
         let cts = (i128::from(pts) - i128::from(dts)).clamp(i32::MIN.into(), i32::MAX.into());
         let info = SampleInfo {
             dts: out,
@@ -305,7 +324,13 @@ impl Packager {
     /// Before a driver sample at output time `out` joins the part in progress: completes
     /// the held sample, then closes the part and maybe the segment. `false` when the sample
     /// cannot be kept (the segment was closed for lack of keyframes).
-    fn cut_before(&mut self, driver: Driver, out: u64, keyframe: bool, wall_ms: u64) -> bool {
+    pub(super) fn cut_before(
+        &mut self,
+        driver: Driver,
+        out: u64,
+        keyframe: bool,
+        wall_ms: u64,
+    ) -> bool {
         let timescale = match driver {
             Driver::Video => VIDEO_TIMESCALE,
             Driver::Audio => self.audio.timescale,
@@ -348,7 +373,7 @@ impl Packager {
     }
 
     /// Starts a segment whose first sample is at output time `out` of the driver's track.
-    fn start_segment(&mut self, driver: Driver, out: u64, wall_ms: u64) -> bool {
+    pub(super) fn start_segment(&mut self, driver: Driver, out: u64, wall_ms: u64) -> bool {
         if self.init_dirty || self.inits.is_empty() {
             let video = match driver {
                 Driver::Video => self.video_cfg.as_ref(),
@@ -397,6 +422,7 @@ impl Packager {
             init_version,
             pdt_ms,
             complete: false,
+            video_samples: 0,
         });
         self.next_msn += 1;
         self.driver = Some(driver);
@@ -488,6 +514,7 @@ impl Packager {
         self.counter.add(1, buf.len());
         let start = seg.start + seg.duration;
         seg.duration += duration;
+        seg.video_samples += nv as u64;
         seg.parts.push(PartEntry {
             data: Arc::new(buf),
             start,
@@ -499,8 +526,12 @@ impl Packager {
 
     /// Drops the complete segments beyond the window, and the init segments no segment
     /// uses any more (the current one stays).
-    fn evict(&mut self) {
-        let window = self.config.window.max(1);
+    pub(super) fn evict(&mut self) {
+        self.evict_to(self.config.window.max(1));
+    }
+
+    /// Drops the complete segments beyond the newest `window`, as [`Packager::evict`].
+    pub(super) fn evict_to(&mut self, window: usize) {
         while self.segments.iter().filter(|s| s.complete).count() > window {
             let Some(seg) = self.segments.pop_front() else {
                 break;

@@ -1,0 +1,296 @@
+//! A ladder's lower variants: packagers that cut their segments where the top variant cut
+//! its own, so that every variant's segment N starts at the same presentation time, under
+//! the same number, on the same output timeline (players switch variants at segment
+//! boundaries and expect them aligned, RFC 8216bis 6.2.4).
+//!
+//! The top variant cuts at its keyframes as any packager does, and reports each cut
+//! ([`Packager::last_cut`]). Its owner hands the cut to every lower variant
+//! ([`Packager::follow_cut`]) before their samples of that time, with their timestamps on the
+//! top variant's clock. A lower variant cuts at the first sample at or after the cut,
+//! keyframe or not: RTMP renditions are encoded with the source's keyframes, and a
+//! simulcast encoder makes keyframes on every layer when asked, but a lower layer may miss
+//! one. A segment that then starts without a keyframe is marked so (no
+//! `INDEPENDENT=YES` on its first part, and the playlist drops `EXT-X-INDEPENDENT-SEGMENTS`).
+
+use std::collections::VecDeque;
+
+use super::{Cut, Driver, Packager};
+
+/// How far (90 kHz ticks) a lower variant's sample may come before a cut and still be taken
+/// as at it: half a frame at 30 fps. Simulcast layers' clocks are lined up from capture
+/// times, which agree to a few milliseconds.
+const CUT_TOLERANCE: i64 = 1500;
+/// Cuts remembered by a lower variant (a few segments' worth; older ones are passed).
+const MAX_CUTS: usize = 16;
+
+impl Packager {
+    /// Makes this packager a ladder's lower variant: from now on it cuts segments only at
+    /// the cuts [`follow_cut`](Self::follow_cut) gives it, and starts only at a keyframe
+    /// within a cut's segment.
+    pub fn follow(&mut self) {
+        if self.follow.is_none() {
+            self.follow = Some(VecDeque::new());
+        }
+    }
+
+    /// The top variant started segment `cut.msn` (a lower variant's owner passes every
+    /// [`last_cut`](Self::last_cut) of the top variant on, in order). Cuts that do not
+    /// advance the sequence are ignored.
+    pub fn follow_cut(&mut self, cut: Cut) {
+        let Some(cuts) = &mut self.follow else {
+            return;
+        };
+        if cuts.back().is_some_and(|c| c.msn >= cut.msn) {
+            return;
+        }
+        cuts.push_back(cut);
+        while cuts.len() > MAX_CUTS {
+            cuts.pop_front();
+        }
+    }
+
+    /// The last segment a video keyframe started, in a packager that cuts at its own
+    /// keyframes (the top variant of a ladder); `None` before the first.
+    pub fn last_cut(&self) -> Option<Cut> {
+        self.last_cut
+    }
+
+    /// Whether every segment held starts with a keyframe (`EXT-X-INDEPENDENT-SEGMENTS`).
+    pub fn independent_segments(&self) -> bool {
+        self.segments
+            .iter()
+            .all(super::playlist::starts_independent)
+    }
+
+    /// A lower variant's video sample: its output time, having cut the segment if a cut
+    /// is due; `None` to drop it.
+    pub(super) fn follow_position(
+        &mut self,
+        dts: i64,
+        pts: i64,
+        keyframe: bool,
+        wall_ms: u64,
+    ) -> Option<u64> {
+        let cuts = self.follow.as_ref()?;
+        let due = cuts
+            .iter()
+            .rev()
+            .find(|c| pts.saturating_add(CUT_TOLERANCE) >= c.pts)
+            .copied();
+        if self.driver == Some(Driver::Video) && self.in_segment() {
+            let current = self.segments.back().map_or(0, |s| s.msn);
+            let out = self.video.out(dts)?;
+            if let Some(cut) = due.filter(|c| c.msn > current) {
+                self.close_segment(Some(out));
+                if cut.msn != self.next_msn {
+                    self.skip_to(cut.msn);
+                }
+                return self.start_cut(cut, out, wall_ms);
+            }
+            // Parts close as in any packager; the segment does not end at a keyframe of
+            // this variant's own.
+            return self
+                .cut_before(Driver::Video, out, false, wall_ms)
+                .then_some(out);
+        }
+        // Not in a segment: it starts at a keyframe, in the segment of the cut before it
+        // (the first segment may so start late; every later one is cut with the top).
+        let cut = due?;
+        if !keyframe || cut.msn < self.next_msn {
+            return None;
+        }
+        if self.driver == Some(Driver::Audio) {
+            self.break_stream();
+        }
+        if cut.msn != self.next_msn {
+            self.skip_to(cut.msn);
+        }
+        // On the top variant's output timeline, never before where this one's video ended.
+        let out = i128::from(cut.out) + i128::from(dts) - i128::from(cut.dts);
+        let out = u64::try_from(out).ok()?.max(self.video.end);
+        self.video.map = Some((dts, out));
+        let started = self.start_cut(cut, out, wall_ms);
+        if started.is_none() {
+            self.video.map = None;
+        }
+        started
+    }
+
+    /// Starts segment `cut.msn` (the next number) at output time `out`, dated as the top
+    /// variant dated its own.
+    fn start_cut(&mut self, cut: Cut, out: u64, wall_ms: u64) -> Option<u64> {
+        self.pending_discontinuity |= cut.discontinuity && !self.segments.is_empty();
+        if !self.start_segment(Driver::Video, out, wall_ms) {
+            return None;
+        }
+        if let Some(seg) = self.segments.back_mut() {
+            let late_ms = out.saturating_sub(cut.out) / 90;
+            seg.pdt_ms = cut.pdt_ms.saturating_add(late_ms);
+        }
+        Some(out)
+    }
+
+    /// Jumps the sequence to `msn` (cuts were missed: this variant stalled or restarted).
+    /// A playlist's numbers are consecutive, so the segments held are dropped and the next
+    /// one starts with a discontinuity.
+    fn skip_to(&mut self, msn: u64) {
+        self.close_segment(None);
+        let had = !self.segments.is_empty() || self.next_msn > 0;
+        self.evict_to(0);
+        self.next_msn = msn;
+        self.pending_discontinuity = had;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sps::tests::{PPS_720P_HIGH, SPS_360P_BASELINE, SPS_720P_HIGH};
+    use super::super::{HlsConfig, Packager, VideoConfig};
+    use tern_pool::MemoryRegistry;
+
+    /// 2026-11-25T16:00:00.000Z.
+    const WALL0: u64 = 1_795_622_400_000;
+
+    fn packager(sps: &[u8]) -> Packager {
+        let counter = MemoryRegistry::new().counter("hls_parts", 0);
+        let mut p = Packager::new(HlsConfig::default(), counter);
+        p.set_video(VideoConfig::H264 {
+            sps: sps.to_vec(),
+            pps: PPS_720P_HIGH.to_vec(),
+        });
+        p
+    }
+
+    /// One slice NAL unit of `len` bytes in AVCC.
+    fn au(keyframe: bool, len: usize) -> Vec<u8> {
+        let mut slice = vec![if keyframe { 0x65 } else { 0x41 }; len];
+        slice[1] = 0x88;
+        let mut au = (len as u32).to_be_bytes().to_vec();
+        au.extend_from_slice(&slice);
+        au
+    }
+
+    /// Frames at 30 fps for `secs`, the top layer with a keyframe every `top_gop` frames and
+    /// the lower one every `low_gop` from frame `low_from` on. The top goes first at each
+    /// time, and its cuts are handed down as a ladder's owner does.
+    fn run(top_gop: i64, low_gop: i64, low_from: i64, secs: i64) -> (Packager, Packager) {
+        let mut top = packager(SPS_720P_HIGH);
+        let mut low = packager(SPS_360P_BASELINE);
+        low.follow();
+        let dts0 = 123_456;
+        for i in 0..secs * 30 {
+            let dts = dts0 + i * 3000;
+            let wall = WALL0 + (i * 1000 / 30) as u64;
+            let key = i % top_gop == 0;
+            top.push_video(dts, dts, key, &au(key, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                low.follow_cut(cut);
+            }
+            if i >= low_from {
+                let key = (i - low_from) % low_gop == 0;
+                low.push_video(dts, dts, key, &au(key, 800), wall + 3);
+            }
+        }
+        (top, low)
+    }
+
+    #[test]
+    fn a_lower_variant_cuts_where_the_top_cut_under_the_same_numbers() {
+        // The lower layer joins 1 s in; keyframes come every second on both.
+        let (top, low) = run(30, 30, 30, 12);
+        let low_msns: Vec<u64> = low.segments.iter().map(|s| s.msn).collect();
+        assert!(low_msns.len() >= 4, "{low_msns:?}");
+        // Its first keyframe (1.0 s) is in the top's first segment (0-2 s): it starts late
+        // there, and every later segment is aligned.
+        assert_eq!(low_msns[0], top.segments[0].msn, "{low_msns:?}");
+        assert!(low_msns.windows(2).all(|w| w[1] == w[0] + 1));
+        for seg in low.segments.iter().skip(1) {
+            let t = top
+                .segments
+                .iter()
+                .find(|t| t.msn == seg.msn)
+                .expect("the top holds the same number");
+            assert_eq!(
+                seg.start, t.start,
+                "segment {} starts with the top's",
+                seg.msn
+            );
+            assert_eq!(seg.pdt_ms, t.pdt_ms, "segment {}'s date", seg.msn);
+            if seg.complete && t.complete {
+                assert_eq!(seg.duration, t.duration, "segment {}'s length", seg.msn);
+            }
+        }
+        // Its first segment ends where the top's does, though it started 1 s into it.
+        let (l0, t0) = (&low.segments[0], &top.segments[0]);
+        assert_eq!(l0.start + l0.duration, t0.start + t0.duration);
+        assert_eq!(l0.start, t0.start + 30 * 3000);
+        assert!(low.independent_segments());
+        let text = low.media_playlist("").expect("a playlist");
+        assert!(text.contains("#EXT-X-INDEPENDENT-SEGMENTS\n"), "{text}");
+        assert_eq!(low.next_part().0, top.next_part().0);
+    }
+
+    #[test]
+    fn a_lower_variant_without_a_keyframe_at_a_cut_says_its_segment_is_not_independent() {
+        // The top cuts every 2 s (keyframes every second); the lower layer has one every
+        // 3 s, so its segments starting at 2, 4, 8 and 10 s have none.
+        let (top, low) = run(30, 90, 0, 12);
+        let starts: Vec<(u64, bool)> = low
+            .segments
+            .iter()
+            .map(|s| (s.start, s.parts.first().is_some_and(|p| p.independent)))
+            .collect();
+        let top_starts: Vec<u64> = top.segments.iter().map(|s| s.start).collect();
+        assert_eq!(
+            starts.iter().map(|s| s.0).collect::<Vec<_>>(),
+            top_starts,
+            "the same cuts"
+        );
+        let independent: Vec<bool> = starts.iter().map(|s| s.1).collect();
+        // Segments at 0, 2, 4, 6, 8, 10 s: keyframes at 0, 6 (and 3, 9 mid-segment).
+        assert_eq!(
+            &independent[..6],
+            &[true, false, false, true, false, false][..(6.min(independent.len()))],
+            "{starts:?}"
+        );
+        assert!(!low.independent_segments());
+        let text = low.media_playlist("").expect("a playlist");
+        assert!(!text.contains("#EXT-X-INDEPENDENT-SEGMENTS"), "{text}");
+        assert!(top.independent_segments());
+    }
+
+    #[test]
+    fn a_lower_variant_that_missed_cuts_jumps_ahead_with_a_discontinuity() {
+        let mut top = packager(SPS_720P_HIGH);
+        let mut low = packager(SPS_360P_BASELINE);
+        low.follow();
+        for i in 0..12 * 30i64 {
+            let dts = i * 3000;
+            let wall = WALL0 + (i * 1000 / 30) as u64;
+            let key = i % 30 == 0;
+            top.push_video(dts, dts, key, &au(key, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                low.follow_cut(cut);
+            }
+            // The lower layer stops from 3 s to 7 s (a paused simulcast layer), and its
+            // timestamps jump past the top's cuts in between.
+            if !(90..210).contains(&i) {
+                low.push_video(dts, dts, key, &au(key, 800), wall);
+            }
+        }
+        let msns: Vec<u64> = low.segments.iter().map(|s| s.msn).collect();
+        assert!(msns.windows(2).all(|w| w[1] == w[0] + 1), "{msns:?}");
+        // Back at 7 s, inside the top's segment from 6 s: the segments before are dropped
+        // (numbers stay consecutive), and it starts there, late, on the top's timeline.
+        let find = |msn: u64| top.segments.iter().find(|t| t.msn == msn).expect("held");
+        let first = &low.segments[0];
+        let t = find(first.msn);
+        assert_eq!(t.start, 6 * 90_000);
+        assert_eq!(first.start, 7 * 90_000);
+        assert!(first.discontinuity, "the jump is a discontinuity");
+        let second = &low.segments[1];
+        assert_eq!(second.msn, first.msn + 1);
+        assert_eq!(second.start, find(second.msn).start, "aligned again");
+        assert!(!second.discontinuity);
+    }
+}
