@@ -36,6 +36,10 @@ use crate::limits::{AddrPermit, LimitReached, PerAddress};
 use crate::media::{EngineStats, TapPacket};
 use crate::tap::Subscriber;
 
+mod ladder;
+
+use ladder::Ladder;
+
 /// A player's session: admitted once, named by the token in its URIs.
 #[derive(Debug)]
 struct HlsSession {
@@ -61,6 +65,23 @@ struct Packaging {
     /// way starts a new feed, so that the packager is told the other side's configuration
     /// (a new init segment and `EXT-X-DISCONTINUITY` where it differs).
     slate: bool,
+    /// The lower video layers' variants (simulcast layers, renditions).
+    ladder: Ladder,
+}
+
+impl Packaging {
+    /// Layer `layer`'s packager (0: the top), once it exists.
+    fn packager(&self, layer: u8) -> Option<&Packager> {
+        match layer {
+            0 => Some(&self.packager),
+            l => self.ladder.packager(l),
+        }
+    }
+
+    /// Moves when any variant completes a part.
+    fn version(&self) -> u64 {
+        self.packager.version().wrapping_add(self.ladder.version())
+    }
 }
 
 /// A stream's place in the hub.
@@ -232,12 +253,14 @@ impl Hls {
         {
             let pk = p.get_or_insert_with(|| {
                 debug!("HLS packaging of stream {stream} starts");
+                let config = self.packager_config();
                 Box::new(Packaging {
-                    packager: Packager::new(self.packager_config(), self.counter.clone()),
+                    packager: Packager::new(config.clone(), self.counter.clone()),
                     sessions: 0,
                     idle_since: None,
                     feed: Feed::default(),
                     slate: false,
+                    ladder: Ladder::new(config, self.counter.clone()),
                 })
             });
             pk.sessions += 1;
@@ -260,11 +283,32 @@ impl Hls {
         Some(s.stream)
     }
 
-    /// Runs `f` on stream `stream`'s packager, if it is being packaged.
-    pub fn with_packager<R>(&self, stream: usize, f: impl FnOnce(&Packager) -> R) -> Option<R> {
+    /// Runs `f` on the packager of stream `stream`'s video layer `layer` (0: the top), if
+    /// it is being packaged.
+    pub fn with_packager<R>(
+        &self,
+        stream: usize,
+        layer: u8,
+        f: impl FnOnce(&Packager) -> R,
+    ) -> Option<R> {
         let slot = self.slots.get(stream)?;
         let p = slot.packaging.lock().ok()?;
-        p.as_ref().map(|pk| f(&pk.packager))
+        p.as_ref().and_then(|pk| pk.packager(layer)).map(f)
+    }
+
+    /// Runs `f` on every variant of stream `stream` (layer index and packager, the top
+    /// first), if it is being packaged.
+    pub fn with_variants<R>(
+        &self,
+        stream: usize,
+        f: impl FnOnce(&mut dyn Iterator<Item = (u8, &Packager)>) -> R,
+    ) -> Option<R> {
+        let slot = self.slots.get(stream)?;
+        let p = slot.packaging.lock().ok()?;
+        p.as_ref().map(|pk| {
+            let mut all = std::iter::once((0, &pk.packager)).chain(pk.ladder.layers());
+            f(&mut all)
+        })
     }
 
     /// A receiver of stream `stream`'s packager version (new parts).
@@ -293,9 +337,9 @@ impl Hls {
         let Some(pk) = g.as_mut() else {
             return;
         };
-        let before = pk.packager.version();
+        let before = pk.version();
         f(pk, unix_ms());
-        let v = pk.packager.version();
+        let v = pk.version();
         if v != before {
             slot.version.send_replace(v);
         }
@@ -356,15 +400,28 @@ impl Subscriber for Hls {
         Hls::wanted(self, stream)
     }
 
-    /// A frame from the stream's publisher.
+    /// Lower video layers too: each is a variant of the stream's LL-HLS.
+    fn takes_layers(&self) -> bool {
+        true
+    }
+
+    /// A frame from the stream's publisher (its top layer).
     fn sample(&self, stream: usize, sample: &Sample) {
         self.feed(stream, |pk, wall| {
             if pk.slate {
                 pk.slate = false;
                 pk.feed = Feed::new(pk.feed.codec());
+                pk.ladder.clear();
             }
-            let p = &mut pk.packager;
-            pk.feed.push_sample(sample, &mut |u| u.apply(p, wall));
+            pk.ladder.frames = true;
+            let Packaging {
+                packager, ladder, ..
+            } = pk;
+            pk.feed.push_sample(sample, &mut |u| {
+                u.apply(packager, wall);
+                ladder.top_unit(packager, &u, wall);
+            });
+            pk.ladder.release(wall);
         });
     }
 
@@ -375,11 +432,28 @@ impl Subscriber for Hls {
             if pk.slate != tap.slate {
                 pk.slate = tap.slate;
                 pk.feed = Feed::new(codec);
+                pk.ladder.clear();
+            }
+            if tap.pkt.layer != 0 {
+                let offset = self
+                    .stats
+                    .stream(tap.stream)
+                    .map_or(0, |c| c.frame_ts_offset.load(Ordering::Relaxed));
+                pk.ladder
+                    .lower_packet(&pk.packager, &tap.pkt, codec, offset, wall);
+                pk.ladder.release(wall);
+                return;
             }
             pk.feed.set_codec(codec);
             let (damaged, skipped) = (pk.feed.damaged_frames(), pk.feed.skipped_frames());
-            let p = &mut pk.packager;
-            pk.feed.push_rtp(&tap.pkt, &mut |u| u.apply(p, wall));
+            let Packaging {
+                packager, ladder, ..
+            } = pk;
+            pk.feed.push_rtp(&tap.pkt, &mut |u| {
+                u.apply(packager, wall);
+                ladder.top_unit(packager, &u, wall);
+            });
+            pk.ladder.release(wall);
             let damaged = pk.feed.damaged_frames() - damaged;
             if damaged > 0 {
                 self.counters

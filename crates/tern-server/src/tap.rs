@@ -43,8 +43,15 @@ pub trait Subscriber: Send + Sync {
     /// Whether it wants stream `stream`'s media now.
     fn wanted(&self, stream: usize) -> bool;
     /// A ring packet of stream `stream` (on the tap's thread); called only while
-    /// [`Subscriber::wanted`] says so.
+    /// [`Subscriber::wanted`] says so, and for a video layer other than the top only when
+    /// [`Subscriber::takes_layers`].
     fn packet(&self, tap: &TapPacket);
+    /// Whether it takes a stream's lower video layers too (simulcast layers, renditions:
+    /// ring packets of layer 1 and up, even of a frame publisher). Default: no, the top
+    /// layer only.
+    fn takes_layers(&self) -> bool {
+        false
+    }
     /// A frame of stream `stream` from its publisher's thread; called only while
     /// [`Subscriber::wanted`] says so.
     fn sample(&self, stream: usize, sample: &Sample);
@@ -95,8 +102,9 @@ impl MediaTap {
 
     /// A ring packet, to each subscriber that wants its stream.
     pub fn packet(&self, tap: &TapPacket) {
+        let lower = tap.pkt.layer != 0;
         for s in &self.subscribers {
-            if s.wanted(tap.stream) {
+            if s.wanted(tap.stream) && (!lower || s.takes_layers()) {
                 s.packet(tap);
             }
         }

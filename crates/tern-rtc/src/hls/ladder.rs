@@ -22,6 +22,9 @@ use super::{Cut, Driver, Packager};
 const CUT_TOLERANCE: i64 = 1500;
 /// Cuts remembered by a lower variant (a few segments' worth; older ones are passed).
 const MAX_CUTS: usize = 16;
+/// Cuts a lower variant lets pass without a keyframe at one before it starts at a keyframe
+/// elsewhere (a simulcast layer whose keyframes come apart from the top's).
+const LATE_START_CUTS: u64 = 2;
 
 impl Packager {
     /// Makes this packager a ladder's lower variant: from now on it cuts segments only at
@@ -93,12 +96,17 @@ impl Packager {
                 .cut_before(Driver::Video, out, false, wall_ms)
                 .then_some(out);
         }
-        // Not in a segment: it starts at a keyframe, in the segment of the cut before it
-        // (the first segment may so start late; every later one is cut with the top).
+        // Not in a segment: it starts at a keyframe at a cut. One that has waited through
+        // [`LATE_START_CUTS`] cuts without one starts at a keyframe inside a cut's segment
+        // (that first segment starts late; every later one is cut with the top).
         let cut = due?;
-        if !keyframe || cut.msn < self.next_msn {
+        let waited_from = *self.follow_waiting.get_or_insert(cut.msn);
+        let at_cut = pts.abs_diff(cut.pts) <= CUT_TOLERANCE.unsigned_abs();
+        let late_ok = cut.msn >= waited_from + LATE_START_CUTS;
+        if !keyframe || cut.msn < self.next_msn || !(at_cut || late_ok) {
             return None;
         }
+        self.follow_waiting = None;
         if self.driver == Some(Driver::Audio) {
             self.break_stream();
         }
@@ -200,11 +208,11 @@ mod tests {
         let (top, low) = run(30, 30, 30, 12);
         let low_msns: Vec<u64> = low.segments.iter().map(|s| s.msn).collect();
         assert!(low_msns.len() >= 4, "{low_msns:?}");
-        // Its first keyframe (1.0 s) is in the top's first segment (0-2 s): it starts late
-        // there, and every later segment is aligned.
-        assert_eq!(low_msns[0], top.segments[0].msn, "{low_msns:?}");
+        // Its first keyframe (1.0 s) is inside the top's first segment (0-2 s): it starts
+        // at the next cut, with its keyframe at 2 s, and every segment is aligned.
+        assert_eq!(low_msns[0], top.segments[1].msn, "{low_msns:?}");
         assert!(low_msns.windows(2).all(|w| w[1] == w[0] + 1));
-        for seg in low.segments.iter().skip(1) {
+        for seg in &low.segments {
             let t = top
                 .segments
                 .iter()
@@ -220,10 +228,6 @@ mod tests {
                 assert_eq!(seg.duration, t.duration, "segment {}'s length", seg.msn);
             }
         }
-        // Its first segment ends where the top's does, though it started 1 s into it.
-        let (l0, t0) = (&low.segments[0], &top.segments[0]);
-        assert_eq!(l0.start + l0.duration, t0.start + t0.duration);
-        assert_eq!(l0.start, t0.start + 30 * 3000);
         assert!(low.independent_segments());
         let text = low.media_playlist("").expect("a playlist");
         assert!(text.contains("#EXT-X-INDEPENDENT-SEGMENTS\n"), "{text}");
@@ -280,8 +284,9 @@ mod tests {
         }
         let msns: Vec<u64> = low.segments.iter().map(|s| s.msn).collect();
         assert!(msns.windows(2).all(|w| w[1] == w[0] + 1), "{msns:?}");
-        // Back at 7 s, inside the top's segment from 6 s: the segments before are dropped
-        // (numbers stay consecutive), and it starts there, late, on the top's timeline.
+        // Back at 7 s, inside the top's segment from 6 s, with its segment from 2 s still
+        // open: that one ends, the ones before are dropped (numbers stay consecutive), and
+        // it goes on from there, late, on the top's timeline.
         let find = |msn: u64| top.segments.iter().find(|t| t.msn == msn).expect("held");
         let first = &low.segments[0];
         let t = find(first.msn);

@@ -325,6 +325,8 @@ pub struct Packager {
     /// A ladder's lower variant: the top variant's cuts not yet reached, oldest first
     /// (`None` for a packager that cuts at its own keyframes).
     follow: Option<VecDeque<Cut>>,
+    /// A lower variant waiting to start: the cut it began waiting at.
+    follow_waiting: Option<u64>,
 }
 
 impl std::fmt::Debug for Packager {
@@ -369,6 +371,7 @@ impl Packager {
             stats: HlsStats::default(),
             last_cut: None,
             follow: None,
+            follow_waiting: None,
         }
     }
 
@@ -690,11 +693,9 @@ impl Packager {
             let ticks = s.duration * u64::from(VIDEO_TIMESCALE) / u64::from(s.timescale.max(1));
             (b + bytes, t + ticks, f + s.video_samples)
         });
-        if ticks > 0 {
-            let rate = u64::from(VIDEO_TIMESCALE);
-            stats.average_bitrate = bytes * 8 * rate / ticks;
-            stats.frame_rate_milli = frames * 1000 * rate / ticks;
-        }
+        let rate = u64::from(VIDEO_TIMESCALE);
+        stats.average_bitrate = (bytes * 8 * rate).checked_div(ticks).unwrap_or(0);
+        stats.frame_rate_milli = (frames * 1000 * rate).checked_div(ticks).unwrap_or(0);
         stats.peak_bitrate = self
             .segments
             .iter()

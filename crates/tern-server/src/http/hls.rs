@@ -27,7 +27,7 @@ use tern_rtc::hls::Packager;
 
 use crate::hls::{Hls, OpenError};
 use crate::http::error::HttpError;
-use crate::http::extract::{StreamPath, credentials};
+use crate::http::extract::{StreamPath, credentials, layer_of};
 use crate::http::listener::Peer;
 use crate::http::reply::cors;
 use crate::http::state::AppState;
@@ -37,6 +37,17 @@ use crate::session::{PlayAsk, Protocol, Refusal};
 /// Longest wait for the first part of a stream whose packaging just started: a keyframe
 /// must come first, and encoders send one every 1-10 s.
 const FIRST_PART_WAIT: Duration = Duration::from_secs(12);
+
+/// Longest `index.m3u8` waits, after the top variant's first part, for the lower variants'
+/// (a rendition's encoder or a simulcast layer's keyframe comes a little after the top's).
+const LADDER_WAIT: Duration = Duration::from_secs(3);
+
+/// One variant of a stream: its video layer (0: the top).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Variant {
+    stream: usize,
+    layer: u8,
+}
 
 /// What a request after `index.m3u8` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,14 +139,32 @@ pub(super) async fn get(
             "this HLS session is for another stream",
         ));
     }
+    // `layer=RID`: a lower variant (the URIs of its playlist carry it on).
+    let rid = crate::http::reply::query_param(&q, "layer");
+    let layer = match rid {
+        None => 0,
+        Some(rid) => layer_of(&path.key(), &st.engine.stats.rids(index), rid)?,
+    };
+    let v = Variant {
+        stream: index,
+        layer,
+    };
     match res {
-        Resource::Media => media_playlist(hub, index, token, &q).await,
-        Resource::Init(v) => match hub.with_packager(index, |p| p.init(v)).flatten() {
+        Resource::Media => media_playlist(hub, v, &uri_query(token, rid), &q).await,
+        Resource::Init(n) => match hub.with_packager(index, layer, |p| p.init(n)).flatten() {
             Some(b) => Ok(media(hub, vec![b], "public, max-age=86400")),
-            None => Err(HttpError::NotFound(format!("no init segment {v}"))),
+            None => Err(HttpError::NotFound(format!("no init segment {n}"))),
         },
-        Resource::Segment(msn) => segment(hub, index, msn).await,
-        Resource::Part(msn, part) => part_of(hub, index, msn, part).await,
+        Resource::Segment(msn) => segment(hub, v, msn).await,
+        Resource::Part(msn, part) => part_of(hub, v, msn, part).await,
+    }
+}
+
+/// The query every URI of a variant's playlist carries.
+fn uri_query(token: &str, rid: Option<&str>) -> String {
+    match rid {
+        Some(rid) => format!("session={token}&layer={rid}"),
+        None => format!("session={token}"),
     }
 }
 
@@ -161,7 +190,8 @@ fn media(hub: &Hls, parts: Vec<Arc<Vec<u8>>>, cache: &str) -> Response {
 }
 
 /// The first request of a player: admission, a session, packaging started, and the
-/// multivariant playlist.
+/// multivariant playlist: one variant per video layer (simulcast layers, renditions), or
+/// the one `?layer=RID` names.
 async fn open(
     st: &Arc<AppState>,
     peer: Peer,
@@ -169,6 +199,10 @@ async fn open(
     query: Option<String>,
     headers: &HeaderMap,
 ) -> Result<Response, HttpError> {
+    let pin = query
+        .as_deref()
+        .and_then(|q| crate::http::reply::query_param(q, "layer"))
+        .map(str::to_string);
     let play = st
         .begin_play(PlayAsk {
             app: path.app.clone(),
@@ -185,11 +219,16 @@ async fn open(
     if let Some(why) = crate::tap::refusal(&path.key(), video.codec) {
         return Err(HttpError::Conflict(why));
     }
+    let rids = st.engine.stats.rids(info.index);
+    let pin = match pin {
+        None => None,
+        Some(rid) => Some(layer_of(&path.key(), &rids, &rid)?),
+    };
     let grant = play.admit(st).await?;
     let token = grant.session().to_string();
     let lifetime = grant.lifetime();
     let now = Instant::now();
-    let started_before = st.hls.with_packager(info.index, |_| ()).is_some();
+    let started_before = st.hls.with_packager(info.index, 0, |_| ()).is_some();
     let key = match st.hls.open(
         token.clone(),
         info.index,
@@ -205,20 +244,49 @@ async fn open(
     };
     grant.started(st, key);
     if !started_before {
-        // Segments start at a keyframe: ask the publisher for one now rather than wait for
-        // its next (a WebRTC encoder sends them only when asked).
-        let _ = st.engine.send(Command::RequestKeyframe(info.index));
+        // Segments start at a keyframe: ask the publisher for one now on every layer rather
+        // than wait for its next (a WebRTC encoder sends them only when asked).
+        let _ = st.engine.send(Command::RequestLayerKeyframes(info.index));
     }
-    // The variant's attributes come from the first part (the player would wait for it on
-    // the media playlist anyway); past the wait the playlist goes out without them.
-    let _ = wait_for(&st.hls, info.index, FIRST_PART_WAIT, has_a_part).await;
-    let attrs = st
-        .hls
-        .with_packager(info.index, variant_attributes)
-        .unwrap_or_else(|| format!("BANDWIDTH={DEFAULT_BANDWIDTH}"));
-    let body = format!(
-        "#EXTM3U\n#EXT-X-INDEPENDENT-SEGMENTS\n#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?session={token}\n"
-    );
+    // The variants' attributes come from their first parts (the player would wait for them
+    // on the media playlists anyway); past the waits the playlist goes out with what is
+    // known.
+    let stream = info.index;
+    let top = Variant { stream, layer: 0 };
+    let _ = wait_for(&st.hls, top, FIRST_PART_WAIT, has_a_part).await;
+    let layers: Vec<u8> = match pin {
+        Some(l) => vec![l],
+        None => (0..rids.len().max(1).min(usize::from(u8::MAX)) as u8).collect(),
+    };
+    let deadline = tokio::time::Instant::now() + LADDER_WAIT;
+    for &layer in layers.iter().filter(|l| **l != 0) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let _ = wait_for(&st.hls, Variant { stream, layer }, left, has_a_part).await;
+    }
+    let mut body = String::from("#EXTM3U\n");
+    let mut variants = String::new();
+    let mut independent = true;
+    for &layer in &layers {
+        let attrs = st.hls.with_packager(stream, layer, |p| {
+            (p.codecs().is_some() || layer == 0)
+                .then(|| (variant_attributes(p), p.independent_segments()))
+        });
+        let (attrs, ind) = match attrs.flatten() {
+            Some(a) => a,
+            // The top before its first part: a typical 720p variant.
+            None if layer == 0 => (format!("BANDWIDTH={DEFAULT_BANDWIDTH}"), true),
+            // A lower layer that has not started: left out.
+            None => continue,
+        };
+        independent &= ind;
+        let rid = (layer != 0).then(|| rids.get(usize::from(layer))).flatten();
+        let q = uri_query(&token, rid.map(|r| &**r));
+        variants.push_str(&format!("#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?{q}\n"));
+    }
+    if independent {
+        body.push_str("#EXT-X-INDEPENDENT-SEGMENTS\n");
+    }
+    body.push_str(&variants);
     hub_count_playlist(&st.hls);
     Ok(ok(
         Body::from(body),
@@ -236,9 +304,10 @@ fn hub_count_playlist(hub: &Hls) {
 /// A variant's BANDWIDTH before anything is packaged: a typical 720p stream's.
 const DEFAULT_BANDWIDTH: u64 = 2_500_000;
 
-/// The `EXT-X-STREAM-INF` attributes of the packager's stream. BANDWIDTH: the peak bit rate
+/// The `EXT-X-STREAM-INF` attributes of a variant's packager. BANDWIDTH: the peak bit rate
 /// of the segments held (of the first parts while no segment is complete), with a quarter
-/// more for the peaks of segments to come. CODECS and RESOLUTION once the packager has its
+/// more for the peaks of segments to come; AVERAGE-BANDWIDTH and FRAME-RATE over the
+/// segments held, once one is complete. CODECS and RESOLUTION once the packager has its
 /// configurations.
 fn variant_attributes(p: &Packager) -> String {
     let peak = p.stats().peak_bitrate;
@@ -247,34 +316,46 @@ fn variant_attributes(p: &Packager) -> String {
     } else {
         DEFAULT_BANDWIDTH
     };
+    let stats = p.stats();
     let mut attrs = format!("BANDWIDTH={bandwidth}");
+    if stats.average_bitrate > 0 {
+        attrs.push_str(&format!(",AVERAGE-BANDWIDTH={}", stats.average_bitrate));
+    }
     if let Some(c) = p.codecs() {
         attrs.push_str(&format!(",CODECS=\"{c}\""));
     }
     if let Some((w, h)) = p.resolution().filter(|(w, h)| *w > 0 && *h > 0) {
         attrs.push_str(&format!(",RESOLUTION={w}x{h}"));
     }
+    if stats.frame_rate_milli > 0 {
+        let fps = stats.frame_rate_milli as f64 / 1000.0;
+        attrs.push_str(&format!(",FRAME-RATE={fps:.3}"));
+    }
     attrs
 }
 
-/// Waits (bounded by `limit`) until `ready` holds for stream `stream`'s packager. `Err`
-/// when the packaging stopped or the wait timed out.
+/// Waits (bounded by `limit`) until `ready` holds for variant `v`'s packager (a lower
+/// variant that has not started yet is waited for too). `Err` when the packaging stopped
+/// or the wait timed out.
 async fn wait_for(
     hub: &Hls,
-    stream: usize,
+    v: Variant,
     limit: Duration,
     ready: impl Fn(&Packager) -> bool,
 ) -> Result<(), &'static str> {
-    let Some(mut rx) = hub.subscribe(stream) else {
+    let Some(mut rx) = hub.subscribe(v.stream) else {
         return Err("no such stream");
     };
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         rx.borrow_and_update();
-        match hub.with_packager(stream, &ready) {
-            None => return Err("the stream's packaging stopped"),
+        match hub.with_packager(v.stream, v.layer, &ready) {
             Some(true) => return Ok(()),
             Some(false) => {}
+            None if hub.with_packager(v.stream, 0, |_| ()).is_none() => {
+                return Err("the stream's packaging stopped");
+            }
+            None => {}
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) => {}
@@ -294,12 +375,7 @@ fn unavailable(why: &str) -> HttpError {
 }
 
 /// `media.m3u8`, plain or blocking (`_HLS_msn`, `_HLS_part`).
-async fn media_playlist(
-    hub: &Hls,
-    stream: usize,
-    token: &str,
-    q: &str,
-) -> Result<Response, HttpError> {
+async fn media_playlist(hub: &Hls, v: Variant, uris: &str, q: &str) -> Result<Response, HttpError> {
     let msn = crate::http::reply::query_param(q, "_HLS_msn").map(str::parse::<u64>);
     let part = crate::http::reply::query_param(q, "_HLS_part").map(str::parse::<u32>);
     let target = Duration::from_millis(hub.settings().segment_target_ms);
@@ -317,14 +393,14 @@ async fn media_playlist(
     let blocking = msn.is_some();
     let waited = match msn {
         Some(m) => {
-            let next = hub.with_packager(stream, |p| p.next_part().0);
+            let next = hub.with_packager(v.stream, v.layer, |p| p.next_part().0);
             if next.is_some_and(|n| m > n + 2) {
                 return Err(HttpError::BadRequest(
                     "_HLS_msn is more than two segments past the playlist's last".into(),
                 ));
             }
             // A part index past the segment's end means the next segment's first part.
-            wait_for(hub, stream, 3 * target.max(Duration::from_secs(1)), |p| {
+            wait_for(hub, v, 3 * target.max(Duration::from_secs(1)), |p| {
                 let (nm, np) = p.next_part();
                 match part {
                     Some(i) => (nm, np) > (m, i),
@@ -337,10 +413,10 @@ async fn media_playlist(
             // Cold start: players without LL-HLS (ffmpeg, VLC) read whole segments and give
             // up on a playlist that lists none, so a plain request waits for the first one
             // (at most three segment targets), then takes what parts there are.
-            let cold = wait_for(hub, stream, 3 * target, Packager::has_complete_segment).await;
+            let cold = wait_for(hub, v, 3 * target, Packager::has_complete_segment).await;
             match cold {
                 Ok(()) => Ok(()),
-                Err(_) => wait_for(hub, stream, FIRST_PART_WAIT, has_a_part).await,
+                Err(_) => wait_for(hub, v, FIRST_PART_WAIT, has_a_part).await,
             }
         }
     };
@@ -348,7 +424,7 @@ async fn media_playlist(
         return Err(unavailable(&format!("playlist not ready: {why}")));
     }
     let Some(body) = hub
-        .with_packager(stream, |p| p.media_playlist(&format!("session={token}")))
+        .with_packager(v.stream, v.layer, |p| p.media_playlist(uris))
         .flatten()
     else {
         return Err(unavailable("the stream's packaging stopped"));
@@ -367,33 +443,36 @@ async fn media_playlist(
 }
 
 /// `{msn}.m4s`: a complete segment (waiting for the one in progress to complete).
-async fn segment(hub: &Hls, stream: usize, msn: u64) -> Result<Response, HttpError> {
+async fn segment(hub: &Hls, v: Variant, msn: u64) -> Result<Response, HttpError> {
     let target = Duration::from_millis(hub.settings().segment_target_ms);
-    let ahead = hub.with_packager(stream, |p| msn > p.next_part().0);
+    let ahead = hub.with_packager(v.stream, v.layer, |p| msn > p.next_part().0);
     if ahead != Some(false) {
         return Err(HttpError::NotFound(format!("no segment {msn}")));
     }
-    if wait_for(hub, stream, 3 * target, |p| p.next_part().0 > msn)
+    if wait_for(hub, v, 3 * target, |p| p.next_part().0 > msn)
         .await
         .is_err()
     {
         return Err(unavailable("segment not complete yet"));
     }
-    match hub.with_packager(stream, |p| p.segment(msn)).flatten() {
+    match hub
+        .with_packager(v.stream, v.layer, |p| p.segment(msn))
+        .flatten()
+    {
         Some(parts) => Ok(media(hub, parts, "public, max-age=60")),
         None => Err(HttpError::NotFound(format!("segment {msn} is gone"))),
     }
 }
 
 /// `{msn}.{part}.m4s`: a part; the one the playlist hints at next is waited for.
-async fn part_of(hub: &Hls, stream: usize, msn: u64, part: u32) -> Result<Response, HttpError> {
+async fn part_of(hub: &Hls, v: Variant, msn: u64, part: u32) -> Result<Response, HttpError> {
     let part_target = Duration::from_millis(hub.settings().part_target_ms);
-    let hinted = hub.with_packager(stream, |p| {
+    let hinted = hub.with_packager(v.stream, v.layer, |p| {
         let (nm, np) = p.next_part();
         (msn, part) == (nm, np) || (msn == nm + 1 && part == 0)
     });
     if hinted == Some(true)
-        && wait_for(hub, stream, 3 * part_target + Duration::from_secs(1), |p| {
+        && wait_for(hub, v, 3 * part_target + Duration::from_secs(1), |p| {
             p.has_part(msn, part) || p.next_part().0 > msn
         })
         .await
@@ -401,7 +480,10 @@ async fn part_of(hub: &Hls, stream: usize, msn: u64, part: u32) -> Result<Respon
     {
         return Err(unavailable("part not made yet"));
     }
-    match hub.with_packager(stream, |p| p.part(msn, part)).flatten() {
+    match hub
+        .with_packager(v.stream, v.layer, |p| p.part(msn, part))
+        .flatten()
+    {
         Some(b) => Ok(media(hub, vec![b], "public, max-age=60")),
         None => Err(HttpError::NotFound(format!(
             "no part {part} of segment {msn}"

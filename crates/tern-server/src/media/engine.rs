@@ -144,7 +144,9 @@ impl EngineHandle {
                 id.stream % self.apps
             }
             Command::Frames(c) => c.stream() % self.apps,
-            Command::RequestKeyframe(stream) => stream % self.apps,
+            Command::RequestKeyframe(stream) | Command::RequestLayerKeyframes(stream) => {
+                stream % self.apps
+            }
             Command::Shutdown => {
                 for h in self.hosts.iter() {
                     let _ = h.ctl(Ctl::Cmd(Command::Shutdown));

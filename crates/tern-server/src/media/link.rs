@@ -159,9 +159,12 @@ pub enum Command {
         /// Declared (by a reload): it plays its app's slate, if any, until a publisher comes.
         declared: bool,
     },
-    /// A keyframe for stream `index` (its packaging for LL-HLS just started and starts at
-    /// one): coalesced with viewers' requests, as a PLI.
+    /// A keyframe for stream `index`'s top layer (a recording, thumbnail or forward just
+    /// started and starts at one): coalesced with viewers' requests, as a PLI.
     RequestKeyframe(usize),
+    /// A keyframe on every video layer of stream `index` (its LL-HLS ladder just started:
+    /// each variant starts at one).
+    RequestLayerKeyframes(usize),
     /// Slot `index`'s stream is removed: its viewers and its publisher end, its rings go.
     UnbindStream {
         /// Stream index.

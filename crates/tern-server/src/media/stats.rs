@@ -1,7 +1,7 @@
 //! The counters the media threads share with the HTTP side (metrics, API, limits): relaxed
 //! atomics, added once per batch on the per-packet path.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tern_proto::codec::VideoCodec;
@@ -113,6 +113,11 @@ pub struct StreamCounters {
     /// Whether some forward sends it on (`crate::forward`): as `hls_wanted`, for the
     /// forwards' outlet.
     pub forward_wanted: AtomicBool,
+    /// For a publisher that hands packagers its frames (RTMP, SRT, RTSP-H264): what ingest
+    /// adds (mod 2^32) to its video timestamps (PTS × 90) to make the stream's ring
+    /// timestamps. LL-HLS puts the ring packets of its renditions back on the frames'
+    /// clock with it.
+    pub frame_ts_offset: AtomicU32,
 }
 
 impl StreamCounters {

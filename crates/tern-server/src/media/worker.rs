@@ -613,6 +613,13 @@ impl Worker {
             } => self.bind_stream(index, &key, declared),
             Command::UnbindStream { index, reason } => self.unbind_stream(index, reason),
             Command::RequestKeyframe(stream) => self.keyframe_request(stream, 0, Instant::now()),
+            Command::RequestLayerKeyframes(stream) => {
+                let layers = self.shared.stats.rids(stream).len().max(1);
+                let now = Instant::now();
+                for layer in 0..layers.min(usize::from(u8::MAX)) {
+                    self.keyframe_request(stream, layer as u8, now);
+                }
+            }
             Command::Shutdown => {}
         }
     }

@@ -44,7 +44,7 @@ fn variant(multivariant: &str) -> String {
 }
 
 /// The value of attribute `name` in a tag line.
-fn attr<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn attr<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let at = line.find(&format!("{name}="))? + name.len() + 1;
     let rest = &line[at..];
     Some(match rest.strip_prefix('"') {

@@ -23,20 +23,38 @@ use tern_rtc::viewer::DtlsContext;
 const CONFIG: &str = "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\nrenditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n";
 
 /// ffmpeg pushing `seconds` of 1280x720/30 fps `testsrc` (x264 Baseline, 2.5 Mbit/s, a
-/// keyframe a second, no audio) to `url`; killed on drop.
+/// keyframe a second; with `audio` a 48 kHz AAC tone, else none) to `url`; killed on
+/// drop.
 struct Push(std::process::Child);
 
 impl Push {
     fn start(url: &str, seconds: u32) -> Push {
-        let child = Command::new("ffmpeg")
-            .args(["-hide_banner", "-nostdin", "-loglevel", "error"])
-            .args(["-re", "-f", "lavfi", "-i", "testsrc=size=1280x720:rate=30"])
-            .args(["-t", &seconds.to_string(), "-c:v", "libx264"])
+        Push::with_audio(url, seconds, false)
+    }
+
+    fn with_audio(url: &str, seconds: u32, audio: bool) -> Push {
+        let mut cmd = Command::new("ffmpeg");
+        cmd.args(["-hide_banner", "-nostdin", "-loglevel", "error"])
+            .args(["-re", "-f", "lavfi", "-i", "testsrc=size=1280x720:rate=30"]);
+        if audio {
+            cmd.args([
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=frequency=440:sample_rate=48000",
+            ]);
+        }
+        cmd.args(["-t", &seconds.to_string(), "-c:v", "libx264"])
             .args(["-profile:v", "baseline", "-preset", "veryfast"])
             .args(["-tune", "zerolatency", "-b:v", "2500k", "-maxrate", "2500k"])
-            .args([
-                "-bufsize", "2500k", "-g", "30", "-pix_fmt", "yuv420p", "-an",
-            ])
+            .args(["-bufsize", "2500k", "-g", "30", "-pix_fmt", "yuv420p"]);
+        if audio {
+            cmd.args(["-c:a", "aac", "-b:a", "96k"]);
+        } else {
+            cmd.arg("-an");
+        }
+        let child = cmd
             .args(["-f", "flv", url])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -436,5 +454,173 @@ fn rtmp_renditions_are_layers_viewers_can_pin() {
         !log.contains("cannot keep up") && !log.contains("stopped:  "),
         "{log}"
     );
+    server.stop();
+}
+
+/// The output decode time of a segment's first video sample: the first `tfdt` (the packager
+/// writes the video track's `traf` first).
+fn first_tfdt(segment: &[u8]) -> u64 {
+    let at = segment
+        .windows(4)
+        .position(|w| w == b"tfdt")
+        .expect("a tfdt box");
+    let version = segment[at + 4];
+    let v = &segment[at + 8..];
+    if version == 1 {
+        u64::from_be_bytes(v[..8].try_into().expect("8 bytes"))
+    } else {
+        u64::from(u32::from_be_bytes(v[..4].try_into().expect("4 bytes")))
+    }
+}
+
+/// The complete segments a media playlist lists: (msn, URI).
+fn segments(playlist: &str) -> Vec<(u64, String)> {
+    let mut lines = playlist.lines();
+    let mut out = Vec::new();
+    while let Some(l) = lines.next() {
+        if l.starts_with("#EXTINF:") {
+            let uri = lines.next().expect("a URI after EXTINF");
+            let msn = uri.split('.').next().and_then(|m| m.parse().ok());
+            out.push((msn.expect("N.m4s"), uri.to_string()));
+        }
+    }
+    out
+}
+
+/// Acceptance (issue 54, deliverable 1): an RTMP publisher with two renditions gets a
+/// three-variant LL-HLS ladder: distinct RESOLUTION, falling BANDWIDTH, the same segment
+/// numbers starting at the same times in every variant, and each variant decodable by
+/// ffmpeg on its own.
+#[test]
+fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
+    let cfg = common::config_file("ladder", CONFIG);
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
+    let mut push = Push::with_audio(&format!("rtmp://{rtmp}/live/cam"), 30, true);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        if v["snapshot"]["live"] == true {
+            break;
+        }
+        assert!(push.running(), "ffmpeg ended early");
+        assert!(
+            Instant::now() < deadline,
+            "not live: {}",
+            server.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let r = http_get(server.http, "/live/cam/index.m3u8").expect("GET index.m3u8");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let index = r.text();
+    eprintln!("{index}");
+    let lines: Vec<&str> = index.lines().collect();
+    let variants: Vec<(&str, &str)> = lines
+        .windows(2)
+        .filter(|w| w[0].starts_with("#EXT-X-STREAM-INF:"))
+        .map(|w| (w[0], w[1]))
+        .collect();
+    assert_eq!(variants.len(), 3, "three variants: {index}");
+    let attr = |l: &str, n: &str| crate::hls::attr(l, n).map(str::to_string);
+    let sizes: Vec<String> = variants
+        .iter()
+        .map(|(inf, _)| attr(inf, "RESOLUTION").expect("RESOLUTION"))
+        .collect();
+    assert_eq!(sizes, ["1280x720", "640x360", "320x180"], "{index}");
+    let bandwidth: Vec<u64> = variants
+        .iter()
+        .map(|(inf, _)| {
+            attr(inf, "BANDWIDTH")
+                .and_then(|b| b.parse().ok())
+                .expect("BANDWIDTH")
+        })
+        .collect();
+    assert!(
+        bandwidth[0] > bandwidth[1] && bandwidth[1] > bandwidth[2],
+        "BANDWIDTH falls with the size: {bandwidth:?}"
+    );
+    for (inf, uri) in &variants {
+        let codecs = attr(inf, "CODECS").expect("CODECS");
+        assert!(
+            codecs.starts_with("avc1.42") && codecs.ends_with(",mp4a.40.2"),
+            "{codecs}"
+        );
+        assert!(uri.starts_with("media.m3u8?session="), "{uri}");
+    }
+    assert!(variants[1].1.ends_with("&layer=m") && variants[2].1.ends_with("&layer=l"));
+
+    // Let every variant hold a few complete segments, then line them up.
+    std::thread::sleep(Duration::from_secs(8));
+    let playlists: Vec<String> = variants
+        .iter()
+        .map(|(_, uri)| {
+            let r = http_get(server.http, &format!("/live/cam/{uri}")).expect("GET media");
+            assert_eq!(r.status, 200, "{uri}: {}", r.text());
+            r.text()
+        })
+        .collect();
+    let held: Vec<Vec<(u64, String)>> = playlists.iter().map(|p| segments(p)).collect();
+    let common_msns: Vec<u64> = held[0]
+        .iter()
+        .map(|(m, _)| *m)
+        .filter(|m| held[1..].iter().all(|h| h.iter().any(|(n, _)| n == m)))
+        .collect();
+    assert!(
+        common_msns.len() >= 2,
+        "segments in all three: {common_msns:?}\n{playlists:?}"
+    );
+    for msn in &common_msns {
+        let starts: Vec<u64> = held
+            .iter()
+            .map(|h| {
+                let uri = &h.iter().find(|(n, _)| n == msn).expect("listed").1;
+                let r = http_get(server.http, &format!("/live/cam/{uri}")).expect("GET");
+                assert_eq!(r.status, 200, "{uri}");
+                first_tfdt(&r.body)
+            })
+            .collect();
+        eprintln!("segment {msn} starts at {starts:?} (90 kHz)");
+        // Within one frame (3000 ticks at 30 fps) of the top's.
+        for s in &starts[1..] {
+            assert!(
+                s.abs_diff(starts[0]) <= 3000,
+                "segment {msn} starts at {starts:?}"
+            );
+        }
+    }
+
+    // Each variant decodes on its own: ffmpeg reads its media playlist for 5 s.
+    for (inf, uri) in &variants {
+        let url = format!("http://{}/live/cam/{uri}", server.http);
+        let out = Command::new("timeout")
+            .args(["30", "ffmpeg", "-hide_banner", "-nostdin", "-v", "error"])
+            .args(["-xerror", "-i", &url, "-map", "0:v:0", "-map", "0:a:0"])
+            .args(["-t", "5", "-f", "framemd5", "-"])
+            .output()
+            .expect("run ffmpeg");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let frames = |stream: &str| {
+            stdout
+                .lines()
+                .filter(|l| l.split(',').next().map(str::trim) == Some(stream))
+                .count()
+        };
+        let (video, audio) = (frames("0"), frames("1"));
+        eprintln!("{inf}: {video} video, {audio} audio frames decoded");
+        assert!(out.status.success(), "ffmpeg -i {url}: {stderr}");
+        assert!(
+            video >= 140,
+            "{video} video frames from 5 s at 30 fps ({inf})"
+        );
+        assert!(
+            audio >= 200,
+            "{audio} audio frames from 5 s of 48 kHz AAC ({inf})"
+        );
+    }
+    assert!(push.running(), "ffmpeg ended early");
+    drop(push);
     server.stop();
 }

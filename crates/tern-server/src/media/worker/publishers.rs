@@ -209,14 +209,22 @@ impl Worker {
             return;
         };
         let stats = &self.shared.stats;
-        if !stats.stream(stream).is_some_and(|c| {
+        let Some(c) = stats.stream(stream) else {
+            return;
+        };
+        let wanted = if pkt.layer != 0 {
+            // Lower video layers (simulcast, renditions: a frame publisher's too) are
+            // LL-HLS variants; the other subscribers take the top layer only.
             c.hls_wanted.load(Ordering::Relaxed)
-                || c.record_wanted.load(Ordering::Relaxed)
-                || c.thumb_wanted.load(Ordering::Relaxed)
-                || c.forward_wanted.load(Ordering::Relaxed)
-        }) || self.ingest.packages_from_frames(stream)
-            || pkt.layer != 0
-        {
+        } else {
+            // A frame publisher's top layer comes to the tap as its frames.
+            !self.ingest.packages_from_frames(stream)
+                && (c.hls_wanted.load(Ordering::Relaxed)
+                    || c.record_wanted.load(Ordering::Relaxed)
+                    || c.thumb_wanted.load(Ordering::Relaxed)
+                    || c.forward_wanted.load(Ordering::Relaxed))
+        };
+        if !wanted {
             return;
         }
         let tap = TapPacket {
@@ -257,6 +265,15 @@ impl Worker {
                         .stats
                         .ingest_packets
                         .fetch_add(1, Ordering::Relaxed);
+                    if packet.layer == 0
+                        && packet.kind == MediaKind::Video
+                        && self.ingest.packages_from_frames(stream)
+                        && let Some(c) = self.shared.stats.stream(stream)
+                    {
+                        // The frames' clock to the ring's, for LL-HLS renditions.
+                        let off = ts.wrapping_sub(packet.rtp_ts as u32);
+                        c.frame_ts_offset.store(off, Ordering::Relaxed);
+                    }
                     let head = Head {
                         kind: packet.kind,
                         layer: packet.layer,

@@ -1,0 +1,216 @@
+//! A stream's lower video layers in LL-HLS: one variant each, beside the top layer's.
+//!
+//! Simulcast layers of a WHIP publisher and the renditions of an RTMP one reach the tap as
+//! ring packets of layers 1 and up (the top layer comes as ring packets or as its
+//! publisher's frames). Each lower layer has its own [`Feed`] and a [`Packager`] that
+//! follows the top one ([`Packager::follow`]): it cuts where the top cut, under the same
+//! numbers, on the same output timeline, so that players switch variants at any segment.
+//!
+//! Two things make that work whatever order the layers' packets come in:
+//! - **One clock.** Ingest puts every layer of a publisher on the stream's timeline (the
+//!   ring's timestamps), so simulcast layers share the top's clock as they come. A frame
+//!   publisher's top comes as its frames, on the encoder's clock: its renditions' ring
+//!   timestamps are put back on it with the offset ingest applied
+//!   ([`crate::media::StreamCounters::frame_ts_offset`]; renditions carry the source's
+//!   timestamps).
+//! - **The top goes first.** A lower layer's units wait in a queue until the top has
+//!   reached their time, so that the cut they fall on is known. A top that stalls (a paused
+//!   simulcast layer) holds them at most [`MAX_HOLD_MS`].
+//!
+//! Every variant carries the stream's audio: each lower queue gets a copy of the top's
+//! audio units.
+
+use std::collections::VecDeque;
+
+use tern_pool::PoolCounter;
+use tern_proto::codec::{MediaKind, VideoCodec};
+use tern_rtc::hls::{HlsConfig, Packager};
+use tern_rtc::package::{Feed, Unit};
+use tern_rtc::stream::RingPacket;
+
+/// Longest a lower layer's unit waits for the top layer to reach its time.
+pub(super) const MAX_HOLD_MS: u64 = 1000;
+/// Most units a lower layer holds (about 4 s of 30 fps video with its audio).
+const MAX_HELD: usize = 512;
+/// Lower layers a stream may have (the ring's layer index is a `u8`; publishers have 3).
+const MAX_LOWER: usize = 7;
+
+/// One lower layer's variant.
+pub(super) struct Lower {
+    pub(super) packager: Packager,
+    feed: Feed,
+    /// Units on the top's clock, waiting for the top, with their arrival (unix ms).
+    queue: VecDeque<(Unit<'static>, u64)>,
+}
+
+/// The lower layers of a stream being packaged.
+pub(super) struct Ladder {
+    lower: Vec<Option<Lower>>,
+    config: HlsConfig,
+    counter: PoolCounter,
+    /// The top's newest video time (input pts).
+    top: Option<i64>,
+    /// The top layer comes as its publisher's frames, on the renditions' clock.
+    pub(super) frames: bool,
+    /// The audio's configuration unit, for a layer that starts after it was given.
+    audio_config: Option<Unit<'static>>,
+}
+
+impl Ladder {
+    pub(super) fn new(config: HlsConfig, counter: PoolCounter) -> Ladder {
+        Ladder {
+            lower: Vec::new(),
+            config,
+            counter,
+            top: None,
+            frames: false,
+            audio_config: None,
+        }
+    }
+
+    /// Forgets the lower layers (a new feed: the slate took over, or left).
+    pub(super) fn clear(&mut self) {
+        self.lower.clear();
+        self.top = None;
+        self.audio_config = None;
+    }
+
+    /// Layer `layer`'s packager (1 and up), once it exists.
+    pub(super) fn packager(&self, layer: u8) -> Option<&Packager> {
+        let i = usize::from(layer).checked_sub(1)?;
+        self.lower.get(i)?.as_ref().map(|l| &l.packager)
+    }
+
+    /// The lower layers that exist, by layer index.
+    pub(super) fn layers(&self) -> impl Iterator<Item = (u8, &Packager)> {
+        self.lower
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((i as u8 + 1, &l.as_ref()?.packager)))
+    }
+
+    /// The sum of the lower packagers' versions (any new part moves it).
+    pub(super) fn version(&self) -> u64 {
+        self.layers().map(|(_, p)| p.version()).sum()
+    }
+
+    /// A unit the top packager just took: its cut goes to every lower layer, its audio
+    /// into their queues.
+    pub(super) fn top_unit(&mut self, top: &Packager, unit: &Unit<'_>, wall: u64) {
+        match unit {
+            Unit::Video { pts, .. } => {
+                self.top = Some(*pts);
+                if let Some(cut) = top.last_cut() {
+                    for l in self.lower.iter_mut().flatten() {
+                        l.packager.follow_cut(cut);
+                    }
+                }
+            }
+            Unit::AudioConfig(_) | Unit::Audio { .. } => {
+                if matches!(unit, Unit::AudioConfig(_)) {
+                    self.audio_config = Some(unit.clone().into_owned());
+                }
+                for l in self.lower.iter_mut().flatten() {
+                    hold(&mut l.queue, unit.clone().into_owned(), wall);
+                }
+            }
+            Unit::VideoConfig(_) => {}
+        }
+    }
+
+    /// A ring packet of lower layer `pkt.layer` (video), `codec` the stream's, `top` the
+    /// top layer's packager; `frame_ts_offset` what ingest adds to a frame publisher's
+    /// timestamps (see the module docs).
+    pub(super) fn lower_packet(
+        &mut self,
+        top: &Packager,
+        pkt: &RingPacket,
+        codec: VideoCodec,
+        frame_ts_offset: u32,
+        wall: u64,
+    ) {
+        let Some(i) = usize::from(pkt.layer).checked_sub(1) else {
+            return;
+        };
+        if pkt.kind != MediaKind::Video || i >= MAX_LOWER {
+            return;
+        }
+        if self.lower.len() <= i {
+            self.lower.resize_with(i + 1, || None);
+        }
+        let (config, counter) = (&self.config, &self.counter);
+        let audio_config = &self.audio_config;
+        let l = self.lower[i].get_or_insert_with(|| {
+            let mut packager = Packager::new(config.clone(), counter.clone());
+            packager.follow();
+            // The segment the top is in, so that this layer's first frames find their cut.
+            if let Some(cut) = top.last_cut() {
+                packager.follow_cut(cut);
+            }
+            let mut queue = VecDeque::new();
+            if let Some(a) = audio_config {
+                queue.push_back((a.clone(), wall));
+            }
+            Lower {
+                packager,
+                feed: Feed::new(codec),
+                queue,
+            }
+        });
+        l.feed.set_codec(codec);
+        // The ring's clock to the frames' (a wrapping difference: a small one either way).
+        let off = match self.frames {
+            true => -i64::from(frame_ts_offset as i32),
+            false => 0,
+        };
+        let Lower { feed, queue, .. } = l;
+        feed.push_rtp(pkt, &mut |u| {
+            let Unit::Video {
+                dts,
+                pts,
+                keyframe,
+                format,
+                data,
+            } = u
+            else {
+                return;
+            };
+            let unit = Unit::Video {
+                dts: dts.saturating_add(off),
+                pts: pts.saturating_add(off),
+                keyframe,
+                format,
+                data: data.into_owned().into(),
+            };
+            hold(queue, unit, wall);
+        });
+    }
+
+    /// Hands each lower layer the units the top has reached (and those held too long).
+    pub(super) fn release(&mut self, wall: u64) {
+        let top = self.top;
+        for l in self.lower.iter_mut().flatten() {
+            while let Some((unit, at)) = l.queue.front() {
+                let due = match unit {
+                    Unit::Video { pts, .. } => top.is_some_and(|t| *pts <= t),
+                    _ => true,
+                };
+                if !due && wall.saturating_sub(*at) < MAX_HOLD_MS && l.queue.len() <= MAX_HELD {
+                    break;
+                }
+                if let Some((unit, at)) = l.queue.pop_front() {
+                    unit.apply(&mut l.packager, at);
+                }
+            }
+        }
+    }
+}
+
+/// Queues `unit`, the oldest dropped past [`MAX_HELD`] (a queue stays bounded whatever
+/// [`Ladder::release`] does).
+fn hold(queue: &mut VecDeque<(Unit<'static>, u64)>, unit: Unit<'static>, wall: u64) {
+    if queue.len() >= 2 * MAX_HELD {
+        queue.pop_front();
+    }
+    queue.push_back((unit, wall));
+}
