@@ -246,15 +246,16 @@ export function parseMedia(text) {
   return pl;
 }
 
-/** The {msn, part} a tern part URI names (`{msn}.{i}.m4s?session=T`), or null. */
+/** The {msn, part} a tern part URI names (`{msn}.{i}.m4s?session=T`, a lower variant's
+ * with `&layer=RID` after), or null. */
 export function partName(uri) {
-  const m = /^(\d+)\.(\d+)\.m4s\?session=([^&"\s]+)$/.exec(uri ?? '');
+  const m = /^(\d+)\.(\d+)\.m4s\?session=([^&"\s]+)(?:&layer=[\w-]+)?$/.exec(uri ?? '');
   return m ? { msn: Number(m[1]), part: Number(m[2]), session: m[3] } : null;
 }
 
 /** The msn a tern segment URI names (`{msn}.m4s?session=T`), or null. */
 export function segmentName(uri) {
-  const m = /^(\d+)\.m4s\?session=([^&"\s]+)$/.exec(uri ?? '');
+  const m = /^(\d+)\.m4s\?session=([^&"\s]+)(?:&layer=[\w-]+)?$/.exec(uri ?? '');
   return m ? { msn: Number(m[1]), session: m[2] } : null;
 }
 
@@ -267,10 +268,18 @@ const round3 = (x) => Math.round(x * 1000) / 1000;
  *   version      the EXT-X-VERSION expected
  *   now          Date.now() when the playlist arrived (for the PROGRAM-DATE-TIME check)
  *   pdtSlackMs   how far the newest PROGRAM-DATE-TIME may be from `now` (default 5000)
+ *   independent  whether every segment must start with a keyframe (default true; a
+ *                ladder's lower variant may not, and then must not claim it)
+ *   minPart      the shortest a part other than a segment's last or an INDEPENDENT one
+ *                may be, as a fraction of PART-TARGET (default 0.85, RFC 8216bis 4.4.4.9's
+ *                SHOULD; parts end between frames, so a source with uneven frame times,
+ *                a loaded browser's, needs less)
  * Returns problems (strings); the parser's own are included.
  */
 export function checkMedia(pl, opts = {}) {
-  const { session, partTarget, version = 9, now = Date.now(), pdtSlackMs = 5000 } = opts;
+  const {
+    session, partTarget, version = 9, now = Date.now(), pdtSlackMs = 5000, independent = true, minPart = 0.85,
+  } = opts;
   const problems = [...pl.problems];
   if (pl.version !== version) problems.push(`EXT-X-VERSION is ${pl.version}, want ${version}`);
   if (!(pl.targetDuration >= 1)) problems.push(`EXT-X-TARGETDURATION missing or < 1 (${pl.targetDuration})`);
@@ -288,12 +297,12 @@ export function checkMedia(pl, opts = {}) {
     problems.push(`PART-TARGET is ${pl.partInf.partTarget}, want ${partTarget}`);
   }
   if (pl.mediaSequence === null) problems.push('no EXT-X-MEDIA-SEQUENCE');
-  if (!pl.independent) problems.push('no EXT-X-INDEPENDENT-SEGMENTS');
+  if (independent && !pl.independent) problems.push('no EXT-X-INDEPENDENT-SEGMENTS');
   if (pl.endlist) problems.push('EXT-X-ENDLIST in a live playlist');
   if (pl.skip) problems.push('EXT-X-SKIP though no _HLS_skip was asked for');
   if (!pl.map) problems.push('no EXT-X-MAP');
   else {
-    const m = /^init\d*\.mp4\?session=([^&"\s]+)$/.exec(pl.map.uri);
+    const m = /^init\d*\.mp4\?session=([^&"\s]+)(?:&layer=[\w-]+)?$/.exec(pl.map.uri);
     if (!m) problems.push(`EXT-X-MAP URI ${JSON.stringify(pl.map.uri)} is not init{v}.mp4?session=T`);
     else if (session && m[1] !== session) problems.push(`EXT-X-MAP URI carries session ${m[1]}, not ${session}`);
   }
@@ -314,11 +323,13 @@ export function checkMedia(pl, opts = {}) {
       const last = complete && i === parts.length - 1;
       // RFC 8216bis 4.4.4.9: at least 85% of PART-TARGET except INDEPENDENT=YES / GAP parts
       // and the final part of a Parent Segment.
-      if (!last && !p.independent && !p.gap && p.duration < 0.85 * pt - 0.001) {
-        problems.push(`${where}: part ${p.uri} DURATION ${p.duration} < 85% of PART-TARGET ${pt} (only INDEPENDENT or final parts may be shorter)`);
+      if (!last && !p.independent && !p.gap && p.duration < minPart * pt - 0.001) {
+        problems.push(`${where}: part ${p.uri} DURATION ${p.duration} < ${minPart * 100}% of PART-TARGET ${pt} (only INDEPENDENT or final parts may be shorter)`);
       }
     });
-    if (parts.length > 0 && !parts[0].independent) {
+    // A ladder's lower variant may cut without a keyframe; its playlist then does not say
+    // EXT-X-INDEPENDENT-SEGMENTS (`independent: false` allows that).
+    if ((independent || pl.independent) && parts.length > 0 && !parts[0].independent) {
       problems.push(`${where}: its first part ${parts[0].uri} is not INDEPENDENT=YES (segments start at keyframes)`);
     }
   };

@@ -67,6 +67,9 @@ struct Packaging {
     slate: bool,
     /// The lower video layers' variants (simulcast layers, renditions).
     ladder: Ladder,
+    /// When (unix ms) keyframes were last asked for, and how often they may be.
+    asked_ms: u64,
+    ask_every_ms: u64,
 }
 
 impl Packaging {
@@ -134,6 +137,8 @@ pub struct Hls {
     serial: AtomicU64,
     /// Figures for `/metrics`.
     pub counters: HlsCounters,
+    /// Asks stream `i`'s publisher for a keyframe, on every video layer when `true`.
+    keyframes: Box<dyn Fn(usize, bool) + Send + Sync>,
 }
 
 impl std::fmt::Debug for Hls {
@@ -146,12 +151,15 @@ impl std::fmt::Debug for Hls {
 }
 
 impl Hls {
-    /// A hub for `streams` streams (the engine's count, spare slots included).
+    /// A hub for `streams` streams (the engine's count, spare slots included);
+    /// `keyframes(i, all_layers)` asks stream `i`'s publisher for a keyframe (segments
+    /// start at one, and a WebRTC encoder sends them only when asked).
     pub fn new(
         cfg: &HlsSection,
         streams: usize,
         stats: Arc<EngineStats>,
         exempt: &[tern_rtc::peer_policy::Cidr],
+        keyframes: Box<dyn Fn(usize, bool) + Send + Sync>,
     ) -> Self {
         Hls {
             cfg: std::sync::RwLock::new(cfg.clone()),
@@ -167,6 +175,7 @@ impl Hls {
             counter: PoolCounter::new("hls_segments", 0),
             serial: AtomicU64::new(0),
             counters: HlsCounters::default(),
+            keyframes,
         }
     }
 
@@ -254,7 +263,10 @@ impl Hls {
             let pk = p.get_or_insert_with(|| {
                 debug!("HLS packaging of stream {stream} starts");
                 let config = self.packager_config();
+                let ask_every_ms = (config.segment_target.as_millis() as u64 / 2).max(250);
                 Box::new(Packaging {
+                    asked_ms: 0,
+                    ask_every_ms,
                     packager: Packager::new(config.clone(), self.counter.clone()),
                     sessions: 0,
                     idle_since: None,
@@ -338,10 +350,20 @@ impl Hls {
             return;
         };
         let before = pk.version();
-        f(pk, unix_ms());
+        let wall = unix_ms();
+        f(pk, wall);
         let v = pk.version();
         if v != before {
             slot.version.send_replace(v);
+        }
+        // A segment due to end, or a variant waiting to start: a keyframe on every layer
+        // (a frame publisher's renditions make theirs where the source has one).
+        let wants = pk.packager.wants_keyframe() || pk.ladder.wants_keyframe();
+        if wants && wall.saturating_sub(pk.asked_ms) >= pk.ask_every_ms {
+            pk.asked_ms = wall;
+            let all_layers = !pk.ladder.frames;
+            drop(g);
+            (self.keyframes)(stream, all_layers);
         }
     }
 

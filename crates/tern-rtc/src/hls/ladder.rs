@@ -17,9 +17,18 @@ use std::collections::VecDeque;
 use super::{Cut, Driver, Packager};
 
 /// How far (90 kHz ticks) a lower variant's sample may come before a cut and still be taken
-/// as at it: half a frame at 30 fps. Simulcast layers' clocks are lined up from capture
-/// times, which agree to a few milliseconds.
+/// as at it: half a frame at 30 fps.
 const CUT_TOLERANCE: i64 = 1500;
+/// The same for a keyframe: a frame at 30 fps.
+const KEY_TOLERANCE: i64 = 3000;
+/// How far from a cut a lower variant's first keyframe may be and still be taken as the
+/// top's keyframe's picture: 150 ms. Ingest lines a simulcast layer's clock up with the
+/// others' by arrival when its timestamps have a base of their own (Chromium's do), which
+/// leaves it off by up to tens of milliseconds; keyframes come only where asked for, on
+/// every layer at once, so the nearest one is the same picture. The difference is then
+/// taken out of the layer's clock ([`Packager::follow_shift`]). The ladder's owner holds a
+/// lower layer's frames this long behind the top's, so that the cut is known first.
+pub const START_TOLERANCE: i64 = 13_500;
 /// Cuts remembered by a lower variant (a few segments' worth; older ones are passed).
 const MAX_CUTS: usize = 16;
 /// Cuts a lower variant lets pass without a keyframe at one before it starts at a keyframe
@@ -58,6 +67,26 @@ impl Packager {
         self.last_cut
     }
 
+    /// Whether a video keyframe is wanted now: no segment is in progress (the next starts
+    /// at one), or the one in progress has reached its target and ends at the next one
+    /// (a WebRTC encoder sends keyframes only when asked). A ladder's lower variant in a
+    /// segment wants none: it cuts where the top cuts.
+    pub fn wants_keyframe(&self) -> bool {
+        if !self.video_seen {
+            return false;
+        }
+        match self.segments.back() {
+            Some(seg) if !seg.complete && self.driver == Some(Driver::Video) => {
+                let target = super::timeline::ticks(
+                    self.config.segment_target,
+                    super::fmp4::VIDEO_TIMESCALE,
+                );
+                self.follow.is_none() && self.video.end.saturating_sub(seg.start) >= target
+            }
+            _ => true,
+        }
+    }
+
     /// Whether every segment held starts with a keyframe (`EXT-X-INDEPENDENT-SEGMENTS`).
     pub fn independent_segments(&self) -> bool {
         self.segments
@@ -75,10 +104,24 @@ impl Packager {
         wall_ms: u64,
     ) -> Option<u64> {
         let cuts = self.follow.as_ref()?;
+        let tolerance = if keyframe {
+            KEY_TOLERANCE
+        } else {
+            CUT_TOLERANCE
+        };
+        // This layer's time on the top's clock.
+        let top_pts = pts.saturating_add(self.follow_shift);
         let due = cuts
             .iter()
             .rev()
-            .find(|c| pts.saturating_add(CUT_TOLERANCE) >= c.pts)
+            .find(|c| top_pts.saturating_add(tolerance) >= c.pts)
+            .copied();
+        // The cut nearest a keyframe, within START_TOLERANCE, on this layer's own clock.
+        let nearest = cuts
+            .iter()
+            .filter(|c| keyframe && c.msn >= self.next_msn)
+            .min_by_key(|c| pts.abs_diff(c.pts))
+            .filter(|c| pts.abs_diff(c.pts) <= START_TOLERANCE.unsigned_abs())
             .copied();
         if self.driver == Some(Driver::Video) && self.in_segment() {
             let current = self.segments.back().map_or(0, |s| s.msn);
@@ -96,17 +139,23 @@ impl Packager {
                 .cut_before(Driver::Video, out, false, wall_ms)
                 .then_some(out);
         }
-        // Not in a segment: it starts at a keyframe at a cut. One that has waited through
-        // [`LATE_START_CUTS`] cuts without one starts at a keyframe inside a cut's segment
-        // (that first segment starts late; every later one is cut with the top).
-        let cut = due?;
+        // Not in a segment: it starts at a keyframe at a cut (the top's keyframe's picture).
+        // One that has waited through [`LATE_START_CUTS`] cuts without one starts at a
+        // keyframe inside a cut's segment (that first segment starts late; every later one
+        // is cut with the top).
+        let (cut, at_cut) = match nearest {
+            Some(c) => (c, true),
+            None => (due?, false),
+        };
         let waited_from = *self.follow_waiting.get_or_insert(cut.msn);
-        let at_cut = pts.abs_diff(cut.pts) <= CUT_TOLERANCE.unsigned_abs();
         let late_ok = cut.msn >= waited_from + LATE_START_CUTS;
         if !keyframe || cut.msn < self.next_msn || !(at_cut || late_ok) {
             return None;
         }
         self.follow_waiting = None;
+        if at_cut {
+            self.follow_shift = cut.pts - pts;
+        }
         if self.driver == Some(Driver::Audio) {
             self.break_stream();
         }
@@ -114,8 +163,16 @@ impl Packager {
             self.skip_to(cut.msn);
         }
         // On the top variant's output timeline, never before where this one's video ended.
-        let out = i128::from(cut.out) + i128::from(dts) - i128::from(cut.dts);
-        let out = u64::try_from(out).ok()?.max(self.video.end);
+        // A keyframe at the cut is the top's keyframe's picture (its clock may be a little
+        // off the top's): it is shown when that one is.
+        let out = match at_cut {
+            true => {
+                let top_cts = i128::from(cut.pts) - i128::from(cut.dts);
+                i128::from(cut.out) + top_cts - (i128::from(pts) - i128::from(dts))
+            }
+            false => i128::from(cut.out) + i128::from(dts) - i128::from(cut.dts),
+        };
+        let out = u64::try_from(out.max(0)).ok()?.max(self.video.end);
         self.video.map = Some((dts, out));
         let started = self.start_cut(cut, out, wall_ms);
         if started.is_none() {
@@ -182,6 +239,18 @@ mod tests {
     /// the lower one every `low_gop` from frame `low_from` on. The top goes first at each
     /// time, and its cuts are handed down as a ladder's owner does.
     fn run(top_gop: i64, low_gop: i64, low_from: i64, secs: i64) -> (Packager, Packager) {
+        run_shifted(top_gop, low_gop, low_from, secs, 0)
+    }
+
+    /// [`run`] with the lower layer's clock `shift` ticks off the top's (a simulcast layer
+    /// lined up by arrival).
+    fn run_shifted(
+        top_gop: i64,
+        low_gop: i64,
+        low_from: i64,
+        secs: i64,
+        shift: i64,
+    ) -> (Packager, Packager) {
         let mut top = packager(SPS_720P_HIGH);
         let mut low = packager(SPS_360P_BASELINE);
         low.follow();
@@ -196,7 +265,7 @@ mod tests {
             }
             if i >= low_from {
                 let key = (i - low_from) % low_gop == 0;
-                low.push_video(dts, dts, key, &au(key, 800), wall + 3);
+                low.push_video(dts + shift, dts + shift, key, &au(key, 800), wall + 3);
             }
         }
         (top, low)
@@ -235,6 +304,22 @@ mod tests {
     }
 
     #[test]
+    fn a_lower_layer_clock_off_by_most_of_a_frame_still_cuts_at_its_keyframes() {
+        // 28 ms and 100 ms early and late: Chromium's layers as ingest lines them up by
+        // arrival.
+        for shift in [-2556, 2556, -9000, 9000] {
+            let (top, low) = run_shifted(30, 30, 0, 10, shift);
+            assert_eq!(low.segments.len(), top.segments.len(), "shift {shift}");
+            for (l, t) in low.segments.iter().zip(&top.segments) {
+                assert_eq!(l.msn, t.msn);
+                assert_eq!(l.start, t.start, "shift {shift}: on the top's timeline");
+                let key = l.parts.first().is_some_and(|p| p.independent);
+                assert!(key, "shift {shift}: segment {} starts at a keyframe", l.msn);
+            }
+        }
+    }
+
+    #[test]
     fn a_lower_variant_without_a_keyframe_at_a_cut_says_its_segment_is_not_independent() {
         // The top cuts every 2 s (keyframes every second); the lower layer has one every
         // 3 s, so its segments starting at 2, 4, 8 and 10 s have none.
@@ -261,6 +346,45 @@ mod tests {
         let text = low.media_playlist("").expect("a playlist");
         assert!(!text.contains("#EXT-X-INDEPENDENT-SEGMENTS"), "{text}");
         assert!(top.independent_segments());
+    }
+
+    #[test]
+    fn keyframes_are_wanted_to_start_and_once_a_segment_reaches_its_target() {
+        let mut top = packager(SPS_720P_HIGH);
+        let mut low = packager(SPS_360P_BASELINE);
+        low.follow();
+        assert!(
+            top.wants_keyframe(),
+            "configured, not started: it starts at one"
+        );
+        // A WebRTC encoder's stream: one keyframe, then none until asked.
+        let mut wanted_at = None;
+        for i in 0..90i64 {
+            let dts = i * 3000;
+            let wall = WALL0 + (i * 1000 / 30) as u64;
+            top.push_video(dts, dts, i == 0, &au(i == 0, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                low.follow_cut(cut);
+            }
+            low.push_video(dts, dts, i == 0, &au(i == 0, 800), wall);
+            assert!(
+                !low.wants_keyframe(),
+                "in a segment, a lower variant waits for cuts"
+            );
+            if wanted_at.is_none() && top.wants_keyframe() {
+                wanted_at = Some(i);
+            }
+        }
+        // 2 s segments: wanted from the frame that takes the segment to 2 s.
+        assert_eq!(wanted_at, Some(59));
+        let fresh = packager(SPS_360P_BASELINE);
+        assert!(fresh.wants_keyframe());
+        let counter = MemoryRegistry::new().counter("hls_parts", 0);
+        let audio_only = Packager::new(HlsConfig::default(), counter);
+        assert!(
+            !audio_only.wants_keyframe(),
+            "no video: no keyframe to ask for"
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ mod playlist;
 pub(crate) mod sps;
 mod timeline;
 
+pub use ladder::START_TOLERANCE;
+
 #[cfg(test)]
 mod tests;
 
@@ -191,8 +193,8 @@ pub struct HlsStats {
     /// Bit rate (bit/s) over the complete segments held: a variant's `AVERAGE-BANDWIDTH`;
     /// 0 before the first segment completes.
     pub average_bitrate: u64,
-    /// Video frames per 1000 s over the complete segments held (a variant's `FRAME-RATE`
-    /// times 1000); 0 before the first segment completes or without video.
+    /// Video frames per 1000 s over the parts held (a variant's `FRAME-RATE` times 1000);
+    /// 0 before the first part or without video.
     pub frame_rate_milli: u64,
 }
 
@@ -327,6 +329,8 @@ pub struct Packager {
     follow: Option<VecDeque<Cut>>,
     /// A lower variant waiting to start: the cut it began waiting at.
     follow_waiting: Option<u64>,
+    /// A lower variant: what its clock is behind the top's (measured at its start).
+    follow_shift: i64,
 }
 
 impl std::fmt::Debug for Packager {
@@ -372,6 +376,7 @@ impl Packager {
             last_cut: None,
             follow: None,
             follow_waiting: None,
+            follow_shift: 0,
         }
     }
 
@@ -684,18 +689,21 @@ impl Packager {
             .flat_map(|s| &s.parts)
             .map(|p| p.data.len())
             .sum();
-        let complete = self
-            .segments
-            .iter()
-            .filter(|s| s.complete && s.duration > 0);
-        let (bytes, ticks, frames) = complete.fold((0u64, 0u64, 0u64), |(b, t, f), s| {
-            let bytes: u64 = s.parts.iter().map(|p| p.data.len() as u64).sum();
-            let ticks = s.duration * u64::from(VIDEO_TIMESCALE) / u64::from(s.timescale.max(1));
-            (b + bytes, t + ticks, f + s.video_samples)
-        });
+        // Over the complete segments held, and for the frame rate the parts of the one in
+        // progress too (a playlist served at the first part gives it).
+        let (mut bytes, mut ticks, mut frames, mut all_ticks) = (0u64, 0u64, 0u64, 0u64);
+        for s in self.segments.iter().filter(|s| s.duration > 0) {
+            let t = s.duration * u64::from(VIDEO_TIMESCALE) / u64::from(s.timescale.max(1));
+            frames += s.video_samples;
+            all_ticks += t;
+            if s.complete {
+                bytes += s.parts.iter().map(|p| p.data.len() as u64).sum::<u64>();
+                ticks += t;
+            }
+        }
         let rate = u64::from(VIDEO_TIMESCALE);
         stats.average_bitrate = (bytes * 8 * rate).checked_div(ticks).unwrap_or(0);
-        stats.frame_rate_milli = (frames * 1000 * rate).checked_div(ticks).unwrap_or(0);
+        stats.frame_rate_milli = (frames * 1000 * rate).checked_div(all_ticks).unwrap_or(0);
         stats.peak_bitrate = self
             .segments
             .iter()

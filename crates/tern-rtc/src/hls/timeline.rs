@@ -30,7 +30,7 @@ pub(crate) fn rescale(v: u64, from: u32, to: u32) -> u64 {
 }
 
 /// A duration in ticks of `timescale`.
-fn ticks(d: Duration, timescale: u32) -> u64 {
+pub(crate) fn ticks(d: Duration, timescale: u32) -> u64 {
     let r = d.as_nanos() * u128::from(timescale) / 1_000_000_000;
     u64::try_from(r).unwrap_or(u64::MAX)
 }

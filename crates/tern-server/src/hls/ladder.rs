@@ -13,9 +13,10 @@
 //!   timestamps are put back on it with the offset ingest applied
 //!   ([`crate::media::StreamCounters::frame_ts_offset`]; renditions carry the source's
 //!   timestamps).
-//! - **The top goes first.** A lower layer's units wait in a queue until the top has
-//!   reached their time, so that the cut they fall on is known. A top that stalls (a paused
-//!   simulcast layer) holds them at most [`MAX_HOLD_MS`].
+//! - **The top goes first.** A lower layer's units wait in a queue until the top is
+//!   [`START_TOLERANCE`] past their time (how far a simulcast layer's clock may be off the
+//!   top's), so that the cut they fall on is known. A top that stalls (a paused simulcast
+//!   layer) holds them at most [`MAX_HOLD_MS`].
 //!
 //! Every variant carries the stream's audio: each lower queue gets a copy of the top's
 //! audio units.
@@ -24,7 +25,7 @@ use std::collections::VecDeque;
 
 use tern_pool::PoolCounter;
 use tern_proto::codec::{MediaKind, VideoCodec};
-use tern_rtc::hls::{HlsConfig, Packager};
+use tern_rtc::hls::{HlsConfig, Packager, START_TOLERANCE};
 use tern_rtc::package::{Feed, Unit};
 use tern_rtc::stream::RingPacket;
 
@@ -87,6 +88,11 @@ impl Ladder {
             .iter()
             .enumerate()
             .filter_map(|(i, l)| Some((i as u8 + 1, &l.as_ref()?.packager)))
+    }
+
+    /// Whether a lower layer waits for a keyframe to start.
+    pub(super) fn wants_keyframe(&self) -> bool {
+        self.layers().any(|(_, p)| p.wants_keyframe())
     }
 
     /// The sum of the lower packagers' versions (any new part moves it).
@@ -191,8 +197,12 @@ impl Ladder {
         let top = self.top;
         for l in self.lower.iter_mut().flatten() {
             while let Some((unit, at)) = l.queue.front() {
+                // A frame waits until the top is START_TOLERANCE past it: a simulcast layer's
+                // clock may be that far off the top's, and its cut must be known first.
                 let due = match unit {
-                    Unit::Video { pts, .. } => top.is_some_and(|t| *pts <= t),
+                    Unit::Video { pts, .. } => {
+                        top.is_some_and(|t| pts.saturating_add(START_TOLERANCE) <= t)
+                    }
                     _ => true,
                 };
                 if !due && wall.saturating_sub(*at) < MAX_HOLD_MS && l.queue.len() <= MAX_HELD {

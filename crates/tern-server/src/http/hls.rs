@@ -266,10 +266,17 @@ async fn open(
     let mut body = String::from("#EXTM3U\n");
     let mut variants = String::new();
     let mut independent = true;
+    // Every layer comes from one capture: the top's rate is the ladder's (measured rates of
+    // the lower layers differ from it by noise, which players would take for a real
+    // difference when they switch).
+    let fps = st
+        .hls
+        .with_packager(stream, 0, |p| p.stats().frame_rate_milli)
+        .unwrap_or(0);
     for &layer in &layers {
         let attrs = st.hls.with_packager(stream, layer, |p| {
             (p.codecs().is_some() || layer == 0)
-                .then(|| (variant_attributes(p), p.independent_segments()))
+                .then(|| (variant_attributes(p, fps), p.independent_segments()))
         });
         let (attrs, ind) = match attrs.flatten() {
             Some(a) => a,
@@ -306,10 +313,10 @@ const DEFAULT_BANDWIDTH: u64 = 2_500_000;
 
 /// The `EXT-X-STREAM-INF` attributes of a variant's packager. BANDWIDTH: the peak bit rate
 /// of the segments held (of the first parts while no segment is complete), with a quarter
-/// more for the peaks of segments to come; AVERAGE-BANDWIDTH and FRAME-RATE over the
-/// segments held, once one is complete. CODECS and RESOLUTION once the packager has its
-/// configurations.
-fn variant_attributes(p: &Packager) -> String {
+/// more for the peaks of segments to come; AVERAGE-BANDWIDTH over the segments held, once
+/// one is complete; FRAME-RATE from `fps_milli` (the ladder's, frames per 1000 s: see
+/// [`frame_rate`]). CODECS and RESOLUTION once the packager has its configurations.
+fn variant_attributes(p: &Packager, fps_milli: u64) -> String {
     let peak = p.stats().peak_bitrate;
     let bandwidth = if peak > 0 {
         peak + peak / 4
@@ -327,11 +334,37 @@ fn variant_attributes(p: &Packager) -> String {
     if let Some((w, h)) = p.resolution().filter(|(w, h)| *w > 0 && *h > 0) {
         attrs.push_str(&format!(",RESOLUTION={w}x{h}"));
     }
-    if stats.frame_rate_milli > 0 {
-        let fps = stats.frame_rate_milli as f64 / 1000.0;
+    if let Some(fps) = frame_rate(fps_milli) {
         attrs.push_str(&format!(",FRAME-RATE={fps:.3}"));
     }
     attrs
+}
+
+/// The usual frame rates: a measured one within 3 % of one of them is taken as it.
+const NOMINAL_RATES: [f64; 8] = [
+    24_000.0 / 1001.0,
+    24.0,
+    25.0,
+    30_000.0 / 1001.0,
+    30.0,
+    50.0,
+    60_000.0 / 1001.0,
+    60.0,
+];
+
+/// `FRAME-RATE` from a measured rate (frames per 1000 s): the nominal rate it is within
+/// 3 % of, else the measurement; `None` without one.
+fn frame_rate(fps_milli: u64) -> Option<f64> {
+    let fps = fps_milli as f64 / 1000.0;
+    if fps <= 0.0 {
+        return None;
+    }
+    let nominal = NOMINAL_RATES
+        .iter()
+        .copied()
+        .min_by(|a, b| (a - fps).abs().total_cmp(&(b - fps).abs()))
+        .filter(|n| (n - fps).abs() <= 0.03 * n);
+    Some(nominal.unwrap_or(fps))
 }
 
 /// Waits (bounded by `limit`) until `ready` holds for variant `v`'s packager (a lower
@@ -517,6 +550,16 @@ mod tests {
         ] {
             assert_eq!(resource(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn frame_rates_snap_to_the_usual_ones() {
+        assert_eq!(frame_rate(0), None);
+        assert_eq!(frame_rate(29_500), Some(30_000.0 / 1001.0));
+        assert_eq!(frame_rate(30_400), Some(30.0));
+        assert_eq!(frame_rate(24_990), Some(25.0));
+        assert_eq!(frame_rate(18_867), Some(18.867));
+        assert_eq!(frame_rate(59_100), Some(60_000.0 / 1001.0));
     }
 
     #[test]

@@ -223,11 +223,18 @@ impl Core {
         let limiters = crate::limits::Limiters::default();
         limiters.register(crate::limits::LimitKey::PendingSessions, &pending);
         limiters.register(crate::limits::LimitKey::OmeConnections, &ome_sockets);
+        let hls_keyframes = engine.clone();
         let hls = Arc::new(crate::hls::Hls::new(
             &config.hls,
             engine.stats.streams.len(),
             engine.stats.clone(),
             &exempt,
+            Box::new(move |i, all_layers| {
+                let _ = hls_keyframes.send(match all_layers {
+                    true => crate::media::Command::RequestLayerKeyframes(i),
+                    false => crate::media::Command::RequestKeyframe(i),
+                });
+            }),
         ));
         let thumb_keyframes = engine.clone();
         let thumbs = Arc::new(crate::thumbs::Thumbs::new(
