@@ -87,10 +87,11 @@ pub struct AppConfig {
     /// the stream has viewers, `"never"` passes it through (with a warning).
     #[serde(default)]
     pub transcode: TranscodeSetting,
-    /// Lower video layers made from an RTMP publisher's video (decoded, scaled, encoded
-    /// again), so that its viewers can move between layers as with a simulcast WHIP
-    /// publisher: at most 2, each `{ rid, height, bitrate_kbps }`. The source is layer `h`;
-    /// rendition `i` is layer `i + 1`. Default none: an RTMP stream has one layer.
+    /// Lower video layers made from an RTMP or SRT publisher's H264 video (decoded, scaled,
+    /// encoded again), so that its viewers can move between layers as with a simulcast WHIP
+    /// publisher, and its LL-HLS is a ladder: at most 2, each `{ rid, height, bitrate_kbps }`.
+    /// The source is layer `h`; rendition `i` is layer `i + 1`. Default none: such a stream
+    /// has one layer.
     #[serde(default)]
     pub renditions: Vec<RenditionConfig>,
     /// `[app.record]`: recording the app's streams to files.

@@ -41,14 +41,13 @@ use std::time::{Duration, Instant};
 use tern_pool::CountingAlloc;
 use tern_proto::codec::VideoCodec;
 use tern_rtc::av::AvEvent;
-use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
 use tern_rtc::rtmp::{RtmpEvent, RtmpPublisher, TranscodeMode};
 use tracing::{info, warn};
 
 use crate::config::{AppConfig, TranscodeSetting};
 use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot};
 use crate::limits::PerAddress;
-use crate::media::{FrameCommand, NtpClock, PublisherId, Source};
+use crate::media::{NtpClock, Source};
 use crate::session::{Core, Credentials, Protocol, PublishAsk, Refusal};
 use crate::start::StartError;
 
@@ -407,72 +406,6 @@ fn strip_query(s: &str) -> &str {
     s.split('?').next().unwrap_or_default().trim_matches('/')
 }
 
-/// Where an RTMP publisher's renditions report: their packets go to the engine as the
-/// connection's do (from the renditions' threads, waiting up to [`MEDIA_STALL`] for room),
-/// their news to the log: the sizes at the start, the first time an encoder falls behind
-/// (once per stream), a failure, and what each did when the publisher leaves.
-fn rendition_sink(st: Arc<Core>, id: PublisherId, key: String) -> RenditionSink {
-    let (behind, refused) = (AtomicBool::new(false), AtomicBool::new(false));
-    Arc::new(move |e| match e {
-        RenditionEvent::Packets(packets) => {
-            let sent = st
-                .engine
-                .send_frames(FrameCommand::Media { id, packets }, MEDIA_STALL);
-            if let Err(e) = sent
-                && !refused.swap(true, Ordering::Relaxed)
-            {
-                warn!("{key}: rendition packets dropped: {e}");
-            }
-        }
-        RenditionEvent::Started { source, sizes } => {
-            let list: Vec<String> = sizes
-                .iter()
-                .map(|s| {
-                    let (rid, w, h, kbps) = (&s.rid, s.width, s.height, s.bitrate_kbps);
-                    format!("{rid} (layer {}) {w}x{h} at {kbps} kbit/s", s.layer)
-                })
-                .collect();
-            info!(
-                "{key}: renditions of the {}x{} source (layer h): {}",
-                source.0,
-                source.1,
-                list.join(", ")
-            );
-        }
-        // Once per stream.
-        RenditionEvent::Behind { layer, rid } if !behind.swap(true, Ordering::Relaxed) => {
-            warn!(
-                "{key}: rendition {rid} (layer {layer}) cannot keep up: pictures are dropped up to its next IDR (counts in the log when the publisher leaves)"
-            );
-        }
-        RenditionEvent::Failed { layer, rid, error } => {
-            warn!(
-                "{key}: rendition {rid} (layer {layer}) stopped: {error}; the other layers go on"
-            );
-        }
-        RenditionEvent::Stopped(stats) => {
-            let list: Vec<String> = stats.iter().map(rendition_summary).collect();
-            info!("{key}: renditions stopped: {}", list.join("; "));
-        }
-        _ => {}
-    })
-}
-
-/// One rendition's figures for the log.
-fn rendition_summary(s: &RenditionStats) -> String {
-    let per_frame = |t: Duration, n: u64| t.as_secs_f64() * 1e3 / n.max(1) as f64;
-    format!(
-        "{} {} frames in, {} out, {} dropped, {} kB, scale {:.2} ms and encode {:.2} ms a frame",
-        s.rid,
-        s.frames_in,
-        s.frames_out,
-        s.dropped,
-        s.bytes / 1000,
-        per_frame(s.scale_time, s.frames_in.saturating_sub(s.dropped)),
-        per_frame(s.encode_time, s.frames_out),
-    )
-}
-
 impl Connection {
     /// Runs until the connection ends: `Ok` for an orderly end, `Err` for a refusal, a
     /// protocol error, a timeout or a socket error; the text is the reason.
@@ -592,16 +525,8 @@ impl Connection {
 
     /// Starts the app's renditions (if it has any) on the publisher that just took its slot.
     fn start_renditions(&self, p: &mut RtmpPublisher, app: &AppConfig, key: &str) {
-        let specs = app.rendition_specs();
-        let (Some(id), false) = (self.slot.as_ref().map(PublisherSlot::id), specs.is_empty())
-        else {
-            return;
-        };
-        let sink = rendition_sink(self.st.clone(), id, key.to_string());
-        if let Err(e) = p.set_renditions(&specs, sink) {
-            warn!("{key}: no renditions: {e}; the source layer goes on alone");
-            // Before its first packet: the stream goes live with one layer.
-            self.st.engine.stats.set_rids(id.stream, &[]);
+        if let Some(slot) = &self.slot {
+            crate::feed::start_renditions(&self.st, p.media(), slot.id(), app, key);
         }
     }
 

@@ -15,6 +15,7 @@
 //!   ([`Ledger`], [`Booking`]). A surface only turns its container into events.
 
 mod ledger;
+mod renditions;
 mod sink;
 mod watch;
 
@@ -26,6 +27,7 @@ use tern_rtc::publisher::Publisher;
 use tokio::sync::oneshot;
 
 pub use ledger::{Booking, Ledger, arc_bytes};
+pub use renditions::{start_renditions, stop_renditions};
 pub use sink::{FrameSink, MEDIA_STALL};
 pub use watch::VideoWatch;
 

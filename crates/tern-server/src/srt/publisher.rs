@@ -4,7 +4,9 @@
 //! thread does with FLV: packets to the engine (same bounded queue, same stall rule),
 //! samples to LL-HLS and recordings. The slot is taken as H264 before any TS comes; an H265 video stream (passed through) is announced to the
 //! engine ahead of its first packet, and viewers answered in another codec are ended so
-//! they rejoin in H265, as for a WHIP publisher in a new codec.
+//! they rejoin in H265, as for a WHIP publisher in a new codec. The app's renditions start
+//! with the stream ([`crate::feed::start_renditions`], as for RTMP) and stop if its video
+//! turns out to be H265.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -162,6 +164,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     let mut sink = FrameSink::new(&core.engine, &core.tap, &core.pools.srt);
     sink.attach(slot.0.id(), &job.id.key(), mode);
     let id = slot.0.id();
+    if let Some(a) = app {
+        crate::feed::start_renditions(core, ts.media(), id, a, &job.id.key());
+    }
     let mut last_snapshot = Instant::now();
     let mut events = Vec::new();
     // The codec the slot was taken with ([`publish`]).
@@ -229,6 +234,9 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
                 return "the media engine did not take its codec";
             }
             info!("srt {}: {}: video is {codec}", job.peer, job.id.key());
+            if codec != VideoCodec::H264 {
+                crate::feed::stop_renditions(core, ts.media(), id, &job.id.key());
+            }
             if was != codec {
                 core.end_viewers_of_other_codec(&job.id.key(), was, codec);
             }
@@ -266,10 +274,15 @@ fn publish(job: &Job, keyframe: Arc<AtomicU8>) -> Result<PublisherSlot, Refusal>
         .runtime()
         .ok_or(Refusal::Unavailable("admission is not running"))?;
     let publish = rt.block_on(core.begin_publish(ask))?;
+    // The app's renditions are the stream's lower layers (started with the stream).
+    let rids = core
+        .config()
+        .app(&id.app)
+        .map_or_else(Vec::new, |a| a.layer_rids());
     let feed = Feed::Frames {
         source: Source::Srt,
         codec: VideoCodec::H264,
-        rids: Vec::new(),
+        rids,
         keyframe,
     };
     publish.attach_blocking(core, feed)

@@ -487,23 +487,16 @@ fn segments(playlist: &str) -> Vec<(u64, String)> {
     out
 }
 
-/// Acceptance (issue 54, deliverable 1): an RTMP publisher with two renditions gets a
-/// three-variant LL-HLS ladder: distinct RESOLUTION, falling BANDWIDTH, the same segment
-/// numbers starting at the same times in every variant, and each variant decodable by
-/// ffmpeg on its own.
-#[test]
-fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
-    let cfg = common::config_file("ladder", CONFIG);
-    let (server, rtmp) = Child::serve_rtmp(&cfg);
-    let mut push = Push::with_audio(&format!("rtmp://{rtmp}/live/cam"), 30, true);
+/// Waits (15 s at most) for live/cam to be live.
+fn wait_live(server: &Child, running: &mut dyn FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let r = http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
         if v["snapshot"]["live"] == true {
-            break;
+            return;
         }
-        assert!(push.running(), "ffmpeg ended early");
+        assert!(running(), "the publisher ended early");
         assert!(
             Instant::now() < deadline,
             "not live: {}",
@@ -511,7 +504,13 @@ fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
 
+/// The LL-HLS ladder of live/cam, a 1280x720 source with the renditions of [`CONFIG`] and
+/// AAC audio: three variants (distinct RESOLUTION, falling BANDWIDTH, `audio` in CODECS),
+/// segments with the same numbers starting within a frame of each other in every variant,
+/// and each variant decoded by ffmpeg on its own (video and audio).
+fn check_ladder(server: &Child) {
     let r = http_get(server.http, "/live/cam/index.m3u8").expect("GET index.m3u8");
     assert_eq!(r.status, 200, "{}", r.text());
     let index = r.text();
@@ -615,12 +614,67 @@ fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
             video >= 140,
             "{video} video frames from 5 s at 30 fps ({inf})"
         );
-        assert!(
-            audio >= 200,
-            "{audio} audio frames from 5 s of 48 kHz AAC ({inf})"
-        );
+        assert!(audio >= 200, "{audio} audio frames from 5 s of AAC ({inf})");
     }
+}
+
+/// Acceptance (issue 54, deliverable 1): an RTMP publisher with two renditions gets a
+/// three-variant LL-HLS ladder: distinct RESOLUTION, falling BANDWIDTH, the same segment
+/// numbers starting at the same times in every variant, and each variant decodable by
+/// ffmpeg on its own.
+#[test]
+fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
+    let cfg = common::config_file("ladder", CONFIG);
+    let (server, rtmp) = Child::serve_rtmp(&cfg);
+    let mut push = Push::with_audio(&format!("rtmp://{rtmp}/live/cam"), 30, true);
+    wait_live(&server, &mut || push.running());
+    check_ladder(&server);
     assert!(push.running(), "ffmpeg ended early");
+    drop(push);
+    server.stop();
+}
+
+/// Acceptance (issue 54, deliverable 3): renditions apply to an SRT publisher (ffmpeg,
+/// H264 + AAC in MPEG-TS) as to an RTMP one: its stream has layers h, m and l, its LL-HLS is
+/// the same aligned three-variant ladder, and a WHEP viewer with `?layer=m` gets the
+/// rendition's 640x360 pictures.
+#[test]
+fn srt_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
+    let cfg = common::config_file("srt-ladder", CONFIG);
+    let (server, srt) = Child::serve_srt(&cfg);
+    let mut push = common::Ffmpeg::push_ts(
+        &format!("srt://{srt}?streamid=publish:live/cam"),
+        30,
+        &["-vf", "scale=1280:720", "-b:v", "2500k"],
+    );
+    wait_live(&server, &mut || push.running());
+    let r = http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    let rids: Vec<&str> = v["snapshot"]["layers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|l| l["rid"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(rids, ["h", "m", "l"], "{v}");
+
+    let ctx = Arc::new(DtlsContext::generate().expect("client certificate"));
+    let mut viewers = vec![join(server.http, &ctx, "m", 7)];
+    let connect_by = Instant::now() + Duration::from_secs(10);
+    while viewers[0].client.state() != ClientState::Connected {
+        assert!(Instant::now() < connect_by, "the viewer did not connect");
+        drive(&mut viewers, Duration::from_millis(50));
+    }
+    drive(&mut viewers, Duration::from_secs(3));
+    let m = &viewers[0];
+    assert!(m.frames > 45, "layer m: {} frames", m.frames);
+    assert!(
+        !m.sizes.is_empty() && m.sizes.iter().all(|&s| s == (640, 360)),
+        "layer m: SPS sizes {:?}",
+        m.sizes
+    );
+    drop(viewers);
+
+    check_ladder(&server);
+    assert!(push.running(), "ffmpeg ended early: {}", push.log_tail());
     drop(push);
     server.stop();
 }
