@@ -526,7 +526,7 @@ impl Connection {
     /// Starts the app's renditions (if it has any) on the publisher that just took its slot.
     fn start_renditions(&self, p: &mut RtmpPublisher, app: &AppConfig, key: &str) {
         if let Some(slot) = &self.slot {
-            crate::feed::start_renditions(&self.st, p.media(), slot.id(), app, key);
+            crate::feed::start_renditions(&self.st.engine, p.media(), slot.id(), app, key);
         }
     }
 

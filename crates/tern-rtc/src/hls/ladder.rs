@@ -14,21 +14,13 @@
 
 use std::collections::VecDeque;
 
-use super::{Cut, Driver, Packager};
+use super::{Cut, Driver, Packager, START_TOLERANCE};
 
 /// How far (90 kHz ticks) a lower variant's sample may come before a cut and still be taken
 /// as at it: half a frame at 30 fps.
 const CUT_TOLERANCE: i64 = 1500;
 /// The same for a keyframe: a frame at 30 fps.
 const KEY_TOLERANCE: i64 = 3000;
-/// How far from a cut a lower variant's first keyframe may be and still be taken as the
-/// top's keyframe's picture: 150 ms. Ingest lines a simulcast layer's clock up with the
-/// others' by arrival when its timestamps have a base of their own (Chromium's do), which
-/// leaves it off by up to tens of milliseconds; keyframes come only where asked for, on
-/// every layer at once, so the nearest one is the same picture. The difference is then
-/// taken out of the layer's clock ([`Packager::follow_shift`]). The ladder's owner holds a
-/// lower layer's frames this long behind the top's, so that the cut is known first.
-pub const START_TOLERANCE: i64 = 13_500;
 /// Cuts remembered by a lower variant (a few segments' worth; older ones are passed).
 const MAX_CUTS: usize = 16;
 /// Cuts a lower variant lets pass without a keyframe at one before it starts at a keyframe

@@ -44,8 +44,6 @@ mod playlist;
 pub(crate) mod sps;
 mod timeline;
 
-pub use ladder::START_TOLERANCE;
-
 #[cfg(test)]
 mod tests;
 
@@ -197,6 +195,15 @@ pub struct HlsStats {
     /// 0 before the first part or without video.
     pub frame_rate_milli: u64,
 }
+
+/// How far from a cut a lower variant's first keyframe may be and still be taken as the
+/// top's keyframe's picture: 150 ms. Ingest lines a simulcast layer's clock up with the
+/// others' by arrival when its timestamps have a base of their own (Chromium's do), which
+/// leaves it off by up to tens of milliseconds; keyframes come only where asked for, on
+/// every layer at once, so the nearest one is the same picture. The difference is then
+/// taken out of the layer's clock (`Packager::follow_shift`). The ladder's owner holds a
+/// lower layer's frames this long behind the top's, so that the cut is known first.
+pub const START_TOLERANCE: i64 = 13_500;
 
 /// Where a ladder's top variant started a segment (see [`Packager::follow`]): the other
 /// variants of the ladder cut theirs at the same presentation time, under the same number.

@@ -10,17 +10,16 @@ use tern_rtc::av::AvPipeline;
 use tern_rtc::renditions::{RenditionEvent, RenditionSink, RenditionStats};
 use tracing::{info, warn};
 
-use super::MEDIA_STALL;
+use super::sink::MEDIA_STALL;
 use crate::config::AppConfig;
-use crate::media::{FrameCommand, PublisherId};
-use crate::session::Core;
+use crate::media::{EngineHandle, FrameCommand, PublisherId};
 
 /// Starts `app`'s renditions (if it has any) on publisher `id`'s pipeline, which just took
 /// its slot for stream `key` (its layers were announced with [`AppConfig::layer_rids`]).
 /// An encoder that cannot start leaves the source layer alone, and the stream with one
 /// layer.
 pub fn start_renditions(
-    st: &Arc<Core>,
+    engine: &EngineHandle,
     av: &mut AvPipeline,
     id: PublisherId,
     app: &AppConfig,
@@ -30,22 +29,22 @@ pub fn start_renditions(
     if specs.is_empty() {
         return;
     }
-    let sink = rendition_sink(st.clone(), id, key.to_string());
+    let sink = rendition_sink(engine.clone(), id, key.to_string());
     if let Err(e) = av.set_renditions(&specs, sink) {
         warn!("{key}: no renditions: {e}; the source layer goes on alone");
         // Before its first packet: the stream goes live with one layer.
-        st.engine.stats.set_rids(id.stream, &[]);
+        engine.stats.set_rids(id.stream, &[]);
     }
 }
 
 /// Stops publisher `id`'s renditions (its video turned out not to be H264, which they
 /// decode): the stream goes on with its source layer alone.
-pub fn stop_renditions(st: &Arc<Core>, av: &mut AvPipeline, id: PublisherId, key: &str) {
+pub fn stop_renditions(engine: &EngineHandle, av: &mut AvPipeline, id: PublisherId, key: &str) {
     if av.rendition_stats().is_empty() {
         return;
     }
     let _ = av.set_renditions(&[], Arc::new(|_| {}));
-    st.engine.stats.set_rids(id.stream, &[]);
+    engine.stats.set_rids(id.stream, &[]);
     info!("{key}: renditions stopped: they are made from H264 video only");
 }
 
@@ -53,13 +52,11 @@ pub fn stop_renditions(st: &Arc<Core>, av: &mut AvPipeline, id: PublisherId, key
 /// connection's do (from the renditions' threads, waiting up to [`MEDIA_STALL`] for room),
 /// their news to the log: the sizes at the start, the first time an encoder falls behind
 /// (once per stream), a failure, and what each did when the publisher leaves.
-fn rendition_sink(st: Arc<Core>, id: PublisherId, key: String) -> RenditionSink {
+fn rendition_sink(engine: EngineHandle, id: PublisherId, key: String) -> RenditionSink {
     let (behind, refused) = (AtomicBool::new(false), AtomicBool::new(false));
     Arc::new(move |e| match e {
         RenditionEvent::Packets(packets) => {
-            let sent = st
-                .engine
-                .send_frames(FrameCommand::Media { id, packets }, MEDIA_STALL);
+            let sent = engine.send_frames(FrameCommand::Media { id, packets }, MEDIA_STALL);
             if let Err(e) = sent
                 && !refused.swap(true, Ordering::Relaxed)
             {

@@ -165,7 +165,7 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
     sink.attach(slot.0.id(), &job.id.key(), mode);
     let id = slot.0.id();
     if let Some(a) = app {
-        crate::feed::start_renditions(core, ts.media(), id, a, &job.id.key());
+        crate::feed::start_renditions(&core.engine, ts.media(), id, a, &job.id.key());
     }
     let mut last_snapshot = Instant::now();
     let mut events = Vec::new();
@@ -235,7 +235,7 @@ fn stream(job: &Job, slot: &Slot, keyframe: &AtomicU8) -> &'static str {
             }
             info!("srt {}: {}: video is {codec}", job.peer, job.id.key());
             if codec != VideoCodec::H264 {
-                crate::feed::stop_renditions(core, ts.media(), id, &job.id.key());
+                crate::feed::stop_renditions(&core.engine, ts.media(), id, &job.id.key());
             }
             if was != codec {
                 core.end_viewers_of_other_codec(&job.id.key(), was, codec);
