@@ -1,9 +1,11 @@
 //! The LL-HLS packager fed anything a publisher could send: H264 access units (Annex B and
 //! length-prefixed) and H265 ones (Annex B) with any timestamps and keyframe flags, parameter
 //! sets (H264's and H265's, whose SPS is parsed for the init segment and `CODECS`) that are junk,
-//! AAC and Opus frames of any size, configuration changes mid-stream. Whatever comes in, no
-//! panic, and what it serves stays well formed: a playlist starts with `#EXTM3U`, every
-//! part it lists can be fetched, and a part is a `moof` box then an `mdat` box.
+//! AAC and Opus frames of any size, configuration changes mid-stream. A second packager
+//! follows the first as a ladder's lower variant does (its cuts, the same H264 access units
+//! on a clock a few frames off, any keyframe flags). Whatever comes in, no panic, and what
+//! each serves stays well formed: a playlist starts with `#EXTM3U`, every part it lists can
+//! be fetched, and a part is a `moof` box then an `mdat` box.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use tern_pool::PoolCounter;
@@ -24,9 +26,38 @@ fn num(d: &mut &[u8]) -> i64 {
     ]))
 }
 
+/// The packager's output is well formed.
+fn check(p: &Packager) {
+    let _ = p.codecs();
+    let _ = p.resolution();
+    let _ = p.wants_keyframe();
+    if let Some(pl) = p.media_playlist("session=f") {
+        assert!(pl.starts_with("#EXTM3U\n"));
+        assert!(!pl.contains("#EXT-X-INDEPENDENT-SEGMENTS") || p.independent_segments());
+    }
+    let (msn, part) = p.next_part();
+    if let Some(first) = p.oldest_msn() {
+        for m in first..=msn {
+            for i in 0..32 {
+                if let Some(b) = p.part(m, i) {
+                    assert!(p.has_part(m, i));
+                    assert_eq!(b.get(4..8), Some(&b"moof"[..]));
+                    let moof = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                    assert_eq!(b.get(moof + 4..moof + 8), Some(&b"mdat"[..]));
+                }
+            }
+        }
+    }
+    assert!(!p.has_part(msn, part), "the next part is not made yet");
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut d = data;
     let mut p = Packager::new(HlsConfig::default(), PoolCounter::new("fuzz_hls", 0));
+    let mut low = Packager::new(HlsConfig::default(), PoolCounter::new("fuzz_hls", 0));
+    low.follow();
+    // The lower layer's clock, off the top's by up to a few frames either way.
+    let shift = (num(&mut d) % 20_000) - 10_000;
     let (mut vts, mut ats, mut wall) = (0i64, 0i64, 1_700_000_000_000u64);
     while let Some((&op, rest)) = d.split_first() {
         d = rest;
@@ -45,15 +76,24 @@ fuzz_target!(|data: &[u8]| {
                 wall += 33;
                 let au = take(&mut d, len);
                 p.push_video(vts, vts, op & 0x80 != 0, au, wall);
-            }
-            2 => {
-                ats += step;
-                p.push_audio(ats, take(&mut d, len), wall);
+                if let Some(cut) = p.last_cut() {
+                    low.follow_cut(cut);
+                }
+                let key = op & 0x40 != 0;
+                low.push_video(vts + shift, vts + shift, key, au, wall);
             }
             3 => {
                 let sps = take(&mut d, len / 2).to_vec();
                 let pps = take(&mut d, 8).to_vec();
+                low.set_video(VideoConfig::H264 {
+                    sps: sps.clone(),
+                    pps: pps.clone(),
+                });
                 p.set_video(VideoConfig::H264 { sps, pps });
+            }
+            2 => {
+                ats += step;
+                p.push_audio(ats, take(&mut d, len), wall);
             }
             4 => {
                 let asc = take(&mut d, 2).to_vec();
@@ -78,23 +118,6 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let _ = p.codecs();
-    let _ = p.resolution();
-    if let Some(pl) = p.media_playlist("session=f") {
-        assert!(pl.starts_with("#EXTM3U\n"));
-    }
-    let (msn, part) = p.next_part();
-    if let Some(first) = p.oldest_msn() {
-        for m in first..=msn {
-            for i in 0..32 {
-                if let Some(b) = p.part(m, i) {
-                    assert!(p.has_part(m, i));
-                    assert_eq!(b.get(4..8), Some(&b"moof"[..]));
-                    let moof = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                    assert_eq!(b.get(moof + 4..moof + 8), Some(&b"mdat"[..]));
-                }
-            }
-        }
-    }
-    assert!(!p.has_part(msn, part), "the next part is not made yet");
+    check(&p);
+    check(&low);
 });
