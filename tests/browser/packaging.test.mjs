@@ -1,6 +1,6 @@
 // LL-HLS and recordings take the same codecs (issue 51): both packagers are fed through
 // tern-rtc's package::Feed, whose depacketizer is chosen from the stream's video codec by
-// one table (PACKAGED_VIDEO: H264, H265, VP8, VP9). GStreamer's webrtcbin publishes the same
+// one table (tern_rtc::codecs: H264, VP8, VP9, H265). GStreamer's webrtcbin publishes the same
 // picture and Opus over WHIP in VP8, then in H265 (issue 54: packaged as hvc1); for each, the
 // test asks both surfaces: LL-HLS's playlist (200 with the codec in its CODECS) and a
 // recording through the API (201 and a file whose tracks ffprobe reads). TABLE below says
@@ -78,7 +78,7 @@ describe('LL-HLS and recordings take the codecs of one table', { timeout: 240_00
       assert.equal(rec.status, 409, recText);
       // One reason, from one table, in both answers.
       for (const text of [hlsText, recText]) {
-        assert.match(text, /package H264, H265, VP8, VP9 video/, text);
+        assert.match(text, /package H264, VP8, VP9, H265 video/, text);
         assert.match(text, new RegExp(`video is ${c.sdp}`), text);
       }
       pub.child.kill('SIGINT');

@@ -15,7 +15,8 @@
 //! | `av` | the encoded-media pipeline frame publishers share: access units and audio frames in, `AvEvent`s out (RTP-ready packets, samples for packagers, video notices) |
 //! | `rtmp`, `ts_publisher` | RTMP (FLV) and SRT (MPEG-TS) publishers over `av` |
 //! | `transcode`, `video_transcode`, `g711`, `renditions` | AAC → Opus, B-frame H264 → Constrained Baseline, G.711 → Opus, lower video layers of an RTMP publisher |
-//! | `package` | the packaging feed: a stream's ring packets (depacketizer chosen `From<VideoCodec>`) or a publisher's frames as units for any packager; `PACKAGED_VIDEO`, the one table of what LL-HLS and recordings store |
+//! | `codecs` | the one table of which video codec goes to which output (WebRTC, LL-HLS, recording, RTMP forward, SRT) |
+//! | `package` | the packaging feed: a stream's ring packets (depacketizer chosen `From<VideoCodec>`) or a publisher's frames as units for any packager, for the codecs `codecs` gives LL-HLS |
 //! | `hls` | the CMAF packager (parts, segments, playlists) LL-HLS and recordings use |
 //! | `clip` | the built-in demo clip and its pacer |
 //! | `client` | a lean receiving WebRTC client (tests, the load tester, an edge's upstream) |
@@ -27,6 +28,7 @@ pub mod av;
 pub mod bwe;
 pub mod client;
 pub mod clip;
+pub mod codecs;
 pub mod g711;
 pub mod hls;
 pub mod outlet;

@@ -29,6 +29,7 @@ use tern_proto::codec::VideoCodec;
 use tern_proto::h264;
 use thiserror::Error;
 
+use crate::codecs::{self, Output};
 use crate::hls::{AudioConfig, VideoConfig};
 use crate::package::{Unit, VideoFormat};
 
@@ -101,20 +102,38 @@ pub enum Container {
     Ts,
 }
 
-/// Whether a stream whose video is `codec` can go out in `container` (FLV: H264; MPEG-TS:
-/// H264 and H265); the reason when it cannot.
-pub fn carried(codec: VideoCodec, container: Container) -> Result<(), String> {
-    match (codec, container) {
-        (VideoCodec::H264, _) | (VideoCodec::H265, Container::Ts) => Ok(()),
-        (other, Container::Flv) => Err(format!(
-            "{} video cannot be forwarded over RTMP: RTMP forwards carry H264",
-            other.sdp_name()
-        )),
-        (other, Container::Ts) => Err(format!(
-            "{} video cannot go out in MPEG-TS: SRT carries H264 and H265",
-            other.sdp_name()
-        )),
+impl Container {
+    /// The output of the codecs table ([`crate::codecs`]) it is.
+    pub fn output(self) -> Output {
+        match self {
+            Container::Flv => Output::RtmpForward,
+            Container::Ts => Output::Srt,
+        }
     }
+}
+
+/// Whether a stream whose video is `codec` can go out in `container` (the codecs table:
+/// FLV carries H264; MPEG-TS H264 and H265); the reason when it cannot.
+pub fn carried(codec: VideoCodec, container: Container) -> Result<(), String> {
+    let output = container.output();
+    if codecs::carries(output, codec) {
+        return Ok(());
+    }
+    let names: Vec<&str> = codecs::carried_by(output)
+        .map(VideoCodec::sdp_name)
+        .collect();
+    Err(match container {
+        Container::Flv => format!(
+            "{} video cannot be forwarded over RTMP: RTMP forwards carry {}",
+            codec.sdp_name(),
+            names.join(", ")
+        ),
+        Container::Ts => format!(
+            "{} video cannot go out in MPEG-TS: SRT carries {}",
+            codec.sdp_name(),
+            names.join(" and ")
+        ),
+    })
 }
 
 /// Why audio could not be made into AAC.

@@ -9,8 +9,8 @@
 //!   `From<VideoCodec>` (str0m's `From<Codec> for CodecDepacketizer`).
 //!
 //! Both end in [`Unit::apply`] on a [`Packager`], so every packager accepts the same codecs
-//! by construction: those of [`PACKAGED_VIDEO`] (and Opus and AAC audio). A video codec
-//! outside it is counted ([`Feed::skipped_frames`]) and left out; its audio still goes in.
+//! by construction: those the codecs table gives LL-HLS and recordings ([`packaged`]; and
+//! Opus and AAC audio). A video codec outside it is counted ([`Feed::skipped_frames`]) and left out; its audio still goes in.
 //!
 //! Sans-IO: nothing here reads the clock; the caller passes wall-clock times to
 //! [`Unit::apply`].
@@ -22,21 +22,14 @@ use tern_proto::rtp::Unwrap32;
 use tern_proto::{h264, h265, vp8, vp9};
 
 use crate::av::Sample;
+use crate::codecs::{self, Output};
 use crate::hls::{AudioConfig, Packager, VideoConfig};
 use crate::stream::RingPacket;
 
-/// The video codecs a packager stores, in LL-HLS and in recordings alike: the one table
-/// both read (through [`VideoDepacketizer::from`]).
-pub const PACKAGED_VIDEO: &[VideoCodec] = &[
-    VideoCodec::H264,
-    VideoCodec::H265,
-    VideoCodec::Vp8,
-    VideoCodec::Vp9,
-];
-
-/// Whether packagers store `codec`'s video.
+/// Whether packagers (LL-HLS, recordings) store `codec`'s video: the codecs table's answer
+/// ([`crate::codecs::TABLE`]), which [`VideoDepacketizer::from`] follows.
 pub fn packaged(codec: VideoCodec) -> bool {
-    PACKAGED_VIDEO.contains(&codec)
+    codecs::carries(Output::LlHls, codec) && codecs::carries(Output::Recording, codec)
 }
 
 /// How a video unit's bytes are laid out, which says how a packager takes it.
@@ -229,7 +222,7 @@ pub struct Feed {
     audio_ts: Unwrap32,
     /// The first audio packet was seen (its configuration given).
     audio_known: bool,
-    /// Video frames of a codec outside [`PACKAGED_VIDEO`] (packets with a marker).
+    /// Video frames of a codec packagers do not store (packets with a marker).
     skipped: u64,
     /// Damaged-frame counts of the depacketizers replaced by a codec change.
     damaged_before: u64,

@@ -6,7 +6,7 @@
 //! B-frames: fMP4 carries composition offsets, so nothing is transcoded for HLS; AAC
 //! untouched), ring packets of every other stream, which each packaging's
 //! [`tern_rtc::package::Feed`] depacketizes. It stores the codecs of
-//! [`tern_rtc::package::PACKAGED_VIDEO`], as recordings do.
+//! the codecs table ([`tern_rtc::codecs`]), as recordings do.
 //!
 //! Sessions: a player's first `index.m3u8` goes through admission and gets a session
 //! token that every URI it is given carries; a session ends after `hls.session_timeout_s`
@@ -120,7 +120,7 @@ pub struct HlsCounters {
     /// Access units the RTP demuxer could not rebuild (loss, a full tap queue).
     pub damaged_frames: AtomicU64,
     /// Video frames left out: their codec is not packaged
-    /// ([`tern_rtc::package::PACKAGED_VIDEO`]).
+    /// (the codecs table ([`tern_rtc::codecs`])).
     pub skipped_frames: AtomicU64,
 }
 

@@ -13,7 +13,7 @@
 //!
 //! Each subscriber turns either into units with a [`tern_rtc::package::Feed`], whose
 //! depacketizer is chosen from the stream's video codec: so every subscriber stores the
-//! same codecs, those of [`tern_rtc::package::PACKAGED_VIDEO`].
+//! same codecs, those the codecs table ([`tern_rtc::codecs`]) gives LL-HLS and recordings.
 
 use std::sync::Arc;
 
@@ -22,15 +22,17 @@ use tern_rtc::av::Sample;
 
 use crate::media::TapPacket;
 use tern_proto::codec::VideoCodec;
-use tern_rtc::package::{PACKAGED_VIDEO, packaged};
+use tern_rtc::codecs::{Output, carried_by};
+use tern_rtc::package::packaged;
 
 /// Why stream `key`, whose video is `codec`, cannot be packaged (LL-HLS, a recording), or
-/// `None` when it can: the one answer both give ([`PACKAGED_VIDEO`]).
+/// `None` when it can: the one answer both give (the codecs table,
+/// [`tern_rtc::codecs::TABLE`]).
 pub fn refusal(key: &str, codec: VideoCodec) -> Option<String> {
     if packaged(codec) {
         return None;
     }
-    let names: Vec<&str> = PACKAGED_VIDEO.iter().map(|c| c.sdp_name()).collect();
+    let names: Vec<&str> = carried_by(Output::LlHls).map(|c| c.sdp_name()).collect();
     Some(format!(
         "LL-HLS and recordings package {} video; stream {key}'s video is {}",
         names.join(", "),
@@ -133,13 +135,13 @@ mod tests {
 
     #[test]
     fn refusal_names_the_table_and_the_streams_codec() {
-        for codec in PACKAGED_VIDEO {
-            assert_eq!(refusal("live/x", *codec), None, "{codec}");
+        for codec in carried_by(Output::LlHls) {
+            assert_eq!(refusal("live/x", codec), None, "{codec}");
         }
         let why = refusal("live/x", VideoCodec::Av1).expect("AV1 is not packaged");
         assert_eq!(
             why,
-            "LL-HLS and recordings package H264, H265, VP8, VP9 video; stream live/x's video is AV1"
+            "LL-HLS and recordings package H264, VP8, VP9, H265 video; stream live/x's video is AV1"
         );
     }
 }

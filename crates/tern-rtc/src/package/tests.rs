@@ -121,16 +121,19 @@ fn the_table_decides_which_video_codecs_are_rebuilt() {
             "{codec}"
         );
     }
+    let stored: Vec<VideoCodec> = VideoCodec::ALL
+        .into_iter()
+        .filter(|c| packaged(*c))
+        .collect();
     assert_eq!(
-        PACKAGED_VIDEO,
+        stored,
         [
             VideoCodec::H264,
-            VideoCodec::H265,
             VideoCodec::Vp8,
-            VideoCodec::Vp9
+            VideoCodec::Vp9,
+            VideoCodec::H265
         ]
     );
-    assert!(packaged(VideoCodec::H265) && !packaged(VideoCodec::Av1));
 }
 
 /// libx265, 320x180, 4 frames (IDR, P, CRA with its VPS/SPS/PPS again, P), access unit

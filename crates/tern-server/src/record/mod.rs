@@ -9,7 +9,7 @@
 //! from RTMP, SRT and RTSP-H264 publishers (H264 with its B-frames and AAC, untouched),
 //! ring packets of every other stream, depacketized by the stream's
 //! [`tern_rtc::package::Feed`]. It stores the codecs of
-//! [`tern_rtc::package::PACKAGED_VIDEO`] (and Opus and AAC), as LL-HLS does.
+//! the codecs table ([`tern_rtc::codecs`]) (and Opus and AAC), as LL-HLS does.
 //!
 //! The media path never waits on a recording: parts queued for the writer are booked in
 //! the `recordings` memory pool and bounded by [`MAX_QUEUED_BYTES`]; a recording whose parts
