@@ -191,10 +191,11 @@ VIDEO_SEND = {
     "h264": "x264enc tune=zerolatency speed-preset=ultrafast key-int-max=30 bitrate=800 "
     "! video/x-h264,profile=constrained-baseline ! rtph264pay config-interval=-1 "
     "aggregate-mode=zero-latency ! " + H264_SEND_CAPS,
-    # Closed GOPs (IDR keyframes, open-gop=0): rtph265pay puts the VPS, SPS and PPS in
-    # front of IDR pictures only, so a CRA keyframe would come without them.
+    # x265's default open GOPs: its keyframes after the first are CRA pictures, in front of
+    # which rtph265pay puts no VPS, SPS or PPS (it does so before IDR pictures only): tern
+    # puts the last ones there (ingest), so LL-HLS, recordings and thumbnails that start at
+    # a CRA decode it.
     "h265": "x265enc tune=zerolatency speed-preset=ultrafast key-int-max=30 bitrate=800 "
-    "option-string=open-gop=0 "
     "! video/x-h265,profile=main ! rtph265pay config-interval=-1 "
     "! application/x-rtp,media=video,encoding-name=H265,payload=103,clock-rate=90000",
     "vp8": "vp8enc deadline=1 keyframe-max-dist=30 target-bitrate=800000 ! rtpvp8pay "

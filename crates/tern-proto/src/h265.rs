@@ -67,6 +67,39 @@ pub fn is_irap(nal: &[u8]) -> bool {
     (16..=23).contains(&nal_type(nal))
 }
 
+/// The parameter sets (VPS, SPS, PPS) an RTP payload carries (RFC 7798): the payload itself
+/// when it is one single NAL unit, or those of an aggregation packet (no DONL). Anything
+/// malformed yields what was read before it.
+pub fn payload_parameter_sets(payload: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let (single, mut rest) = match nal_type(payload) {
+        AP => (None, payload.get(2..).unwrap_or_default()),
+        _ if is_parameter_set(payload) && payload.len() > 2 => (Some(payload), &[][..]),
+        _ => (None, &[][..]),
+    };
+    let aggregated = std::iter::from_fn(move || {
+        let (len, tail) = rest.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_be_bytes(*len));
+        let nal = tail.get(..len)?;
+        rest = &tail[len..];
+        Some(nal)
+    });
+    single
+        .into_iter()
+        .chain(aggregated)
+        .filter(|n| is_parameter_set(n) && n.len() > 2)
+}
+
+/// Whether an RTP payload starts an IRAP picture's slice with no parameter sets before it:
+/// a single IRAP NAL unit, or the first fragment of one.
+pub fn payload_starts_bare_irap(payload: &[u8]) -> bool {
+    match nal_type(payload) {
+        FU => payload
+            .get(2)
+            .is_some_and(|fu| fu & 0x80 != 0 && (16..=23).contains(&(fu & 0x3f))),
+        _ => is_irap(payload),
+    }
+}
+
 /// The NAL units of `au`, each after a 4-byte big-endian length.
 pub fn split_length_prefixed(au: &[u8]) -> Result<Vec<&[u8]>, H265Error> {
     let mut out = Vec::new();
@@ -289,6 +322,36 @@ crate::reassembly::depacketizer_api! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameter_sets_and_bare_irap_starts_are_read_from_payloads() {
+        let vps = [0x40, 0x01, 0x0c];
+        let sps = [0x42, 0x01, 0x01, 0x01];
+        let pps = [0x44, 0x01, 0xc1];
+        let idr = [0x26, 0x01, 0xaf];
+        let cra = [0x2a, 0x01, 0xaf];
+        let mut ap = vec![AP << 1, 0x01];
+        for n in [&vps[..], &sps, &pps] {
+            ap.extend_from_slice(&(n.len() as u16).to_be_bytes());
+            ap.extend_from_slice(n);
+        }
+        let got: Vec<&[u8]> = payload_parameter_sets(&ap).collect();
+        assert_eq!(got, [&vps[..], &sps, &pps]);
+        assert_eq!(payload_parameter_sets(&sps).count(), 1);
+        assert_eq!(payload_parameter_sets(&idr).count(), 0);
+        // Truncated aggregation: what came before the cut.
+        assert_eq!(payload_parameter_sets(&ap[..ap.len() - 1]).count(), 2);
+        assert_eq!(payload_parameter_sets(&[AP << 1]).count(), 0);
+        assert!(payload_starts_bare_irap(&idr) && payload_starts_bare_irap(&cra));
+        assert!(!payload_starts_bare_irap(&ap) && !payload_starts_bare_irap(&vps));
+        // FU of a CRA: the start fragment only.
+        let fu_start = [FU << 1, 0x01, 0x80 | 21, 0xaa];
+        let fu_middle = [FU << 1, 0x01, 21, 0xaa];
+        let fu_p = [FU << 1, 0x01, 0x80 | 1, 0xaa];
+        assert!(payload_starts_bare_irap(&fu_start));
+        assert!(!payload_starts_bare_irap(&fu_middle) && !payload_starts_bare_irap(&fu_p));
+        assert!(!payload_starts_bare_irap(&[]) && !payload_starts_bare_irap(&[FU << 1, 1]));
+    }
     use crate::codec::VideoCodec;
     use crate::test_rng::Rng;
 

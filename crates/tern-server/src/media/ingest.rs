@@ -258,6 +258,21 @@ impl KindMap {
         self.map_numbers(p.kind, p.seq, p.rtp_ts, now, reference)
     }
 
+    /// [`KindMap::map`] for a packet put in front of `p` (same source sequence number):
+    /// the numbering moves on by one, so that `p` and what follows come after it.
+    fn map_inserted(
+        &mut self,
+        p: &IngestPacket,
+        now: Instant,
+        reference: Option<Reference>,
+    ) -> (u64, u32) {
+        let mapped = self.map(p, now, reference);
+        if let Some((seq_off, _)) = &mut self.offsets {
+            *seq_off += 1;
+        }
+        mapped
+    }
+
     /// [`KindMap::map`] on a packet's kind, sequence number and timestamp alone.
     fn map_numbers(
         &mut self,
@@ -321,6 +336,9 @@ struct StreamMap {
     au_start: [bool; MAX_LAYERS],
     /// The publisher's video codec (how its keyframes are recognised).
     codec: VideoCodec,
+    /// H265: the publisher's last VPS, SPS and PPS per layer, put in front of an IRAP
+    /// picture that comes without them (boxed: only H265 streams hold it).
+    hevc: Option<Box<[[Vec<u8>; 3]; MAX_LAYERS]>>,
 }
 
 /// A publisher's session: WHIP ones run here, frame publishers on their own threads.
@@ -581,6 +599,8 @@ impl Ingest {
         m.wait_keyframe = [true; MAX_LAYERS];
         m.au_start = [true; MAX_LAYERS];
         m.codec = codec;
+        // Another publisher's parameter sets would not decode this one's pictures.
+        m.hevc = None;
         Ok(id)
     }
 
@@ -861,6 +881,9 @@ fn forward(
         *live = true;
         out.push(IngestOutput::Live(stream));
     }
+    if p.kind == MediaKind::Video && map.codec == VideoCodec::H265 {
+        keyframe &= !hevc_parameter_sets(map, stream, &p, keyframe, now, out);
+    }
     let (seq, ts) = match p.kind {
         MediaKind::Video => {
             let reference = (map.video[layer].offsets.is_none())
@@ -877,6 +900,61 @@ fn forward(
         ts,
         keyframe,
     });
+    true
+}
+
+/// H265: keeps the parameter sets `p` carries, and when `p` starts a keyframe with a bare
+/// IRAP slice (an encoder that sends its VPS, SPS and PPS once, or only before IDR
+/// pictures, as GStreamer's `rtph265pay` does before CRA ones), sends the last ones in
+/// front of it, as single NAL unit packets with its timestamp: a viewer, packager or
+/// thumbnail that starts there can decode it (the SRT path does the same for MPEG-TS).
+/// Returns whether it did (the first of them then carries the keyframe flag).
+fn hevc_parameter_sets(
+    map: &mut StreamMap,
+    stream: usize,
+    p: &IngestPacket,
+    keyframe: bool,
+    now: Instant,
+    out: &mut Vec<IngestOutput>,
+) -> bool {
+    let layer = usize::from(p.layer);
+    for nal in tern_proto::h265::payload_parameter_sets(&p.payload) {
+        let i = usize::from(tern_proto::h265::nal_type(nal) - tern_proto::h265::VPS);
+        let sets = map.hevc.get_or_insert_with(Default::default);
+        if let Some(slot) = sets.get_mut(layer).and_then(|l| l.get_mut(i))
+            && slot.as_slice() != nal
+        {
+            *slot = nal.to_vec();
+        }
+    }
+    if !keyframe || !tern_proto::h265::payload_starts_bare_irap(&p.payload) {
+        return false;
+    }
+    let Some(sets) = map.hevc.as_ref().and_then(|h| h.get(layer)) else {
+        return false;
+    };
+    if sets.iter().any(Vec::is_empty) {
+        return false;
+    }
+    let sets = sets.clone();
+    let reference = (map.video[layer].offsets.is_none())
+        .then(|| map.video.iter().find_map(KindMap::reference))
+        .flatten();
+    for (i, nal) in sets.iter().enumerate() {
+        let extra = IngestPacket {
+            marker: false,
+            payload: Arc::from(nal.as_slice()),
+            ..p.clone()
+        };
+        let (seq, ts) = map.video[layer].map_inserted(&extra, now, reference);
+        out.push(IngestOutput::Media {
+            stream,
+            packet: extra,
+            seq,
+            ts,
+            keyframe: i == 0,
+        });
+    }
     true
 }
 
@@ -1023,6 +1101,98 @@ mod tests {
             layer,
             ..packet(MediaKind::Video, seq, rtp_ts, payload)
         }
+    }
+
+    /// An H265 publisher that sends its parameter sets once (before its first IDR) gets them
+    /// again in front of a later CRA picture that comes bare: three packets with its
+    /// timestamp, numbered before it, the first one flagged as the keyframe's start; what
+    /// follows is numbered on without a gap, and a keyframe that brings its own is left as it
+    /// is.
+    #[test]
+    fn h265_parameter_sets_go_in_front_of_a_bare_irap_picture() {
+        let t0 = Instant::now();
+        let mut ingest = Ingest::new(1, PublisherTimeouts::default());
+        let (reply, _rx) = oneshot::channel();
+        let cmd = FrameCommand::Add {
+            stream: 0,
+            source: Source::Srt,
+            codec: VideoCodec::H265,
+            closed: Arc::new(AtomicBool::new(false)),
+            keyframe: Arc::new(AtomicU8::new(0)),
+            rids: Vec::new(),
+            reply,
+        };
+        let mut out = Vec::new();
+        let id = ingest
+            .frames(cmd, true, t0, &mut out)
+            .expect("the slot is free");
+        let (vps, sps, pps) = (
+            &[0x40, 0x01, 0x0c][..],
+            &[0x42, 0x01, 0x01][..],
+            &[0x44, 0x01, 0xc1][..],
+        );
+        let idr = &[0x26, 0x01, 0xaf][..];
+        let cra = &[0x2a, 0x01, 0xaf][..];
+        let trail = &[0x02, 0x01, 0xd0][..];
+        let unmarked = |seq, ts, payload: &[u8]| IngestPacket {
+            marker: false,
+            ..packet(MediaKind::Video, seq, ts, payload)
+        };
+        let mut sent = |now, packets| {
+            let mut out = Vec::new();
+            ingest.frames(FrameCommand::Media { id, packets }, true, now, &mut out);
+            out.iter()
+                .filter_map(|o| match o {
+                    IngestOutput::Media {
+                        packet,
+                        seq,
+                        ts,
+                        keyframe,
+                        ..
+                    } => Some((packet.payload[0], *seq, *ts, *keyframe)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        // The first keyframe brings its own: nothing is added.
+        let out = sent(
+            t0,
+            vec![
+                unmarked(10, 1000, vps),
+                unmarked(11, 1000, sps),
+                unmarked(12, 1000, pps),
+                packet(MediaKind::Video, 13, 1000, idr),
+                packet(MediaKind::Video, 14, 4000, trail),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                (0x40, 0, 0, true),
+                (0x42, 1, 0, false),
+                (0x44, 2, 0, false),
+                (0x26, 3, 0, false),
+                (0x02, 4, 3000, false),
+            ]
+        );
+        // A bare CRA: the three go in front of it, and the numbering moves on by three.
+        let out = sent(
+            t0,
+            vec![
+                packet(MediaKind::Video, 15, 7000, cra),
+                packet(MediaKind::Video, 16, 10_000, trail),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                (0x40, 5, 6000, true),
+                (0x42, 6, 6000, false),
+                (0x44, 7, 6000, false),
+                (0x2a, 8, 6000, false),
+                (0x02, 9, 9000, false),
+            ]
+        );
     }
 
     #[test]
