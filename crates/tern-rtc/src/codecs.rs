@@ -35,7 +35,7 @@ impl Output {
         Output::Srt,
     ];
 
-    /// The output's name in refusals and in the docs' table.
+    /// The output's name in the docs' table.
     pub fn name(self) -> &'static str {
         match self {
             Output::WebRtc => "WebRTC",
@@ -95,21 +95,6 @@ pub fn carried_by(output: Output) -> impl Iterator<Item = VideoCodec> {
         .map(|(c, _)| *c)
 }
 
-/// Why `output` cannot take stream `key`'s `codec` video (naming what it takes), or `None`
-/// when it can.
-pub fn refusal(output: Output, key: &str, codec: VideoCodec) -> Option<String> {
-    if carries(output, codec) {
-        return None;
-    }
-    let names: Vec<&str> = carried_by(output).map(VideoCodec::sdp_name).collect();
-    Some(format!(
-        "{} carries {} video; stream {key}'s video is {}",
-        output.name(),
-        names.join(", "),
-        codec.sdp_name()
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,19 +106,6 @@ mod tests {
         for c in VideoCodec::ALL {
             assert!(carries(Output::WebRtc, c), "{c}: WebRTC viewers take it");
         }
-    }
-
-    #[test]
-    fn refusals_name_what_the_output_takes() {
-        assert_eq!(refusal(Output::LlHls, "live/x", VideoCodec::H265), None);
-        assert_eq!(
-            refusal(Output::RtmpForward, "live/x", VideoCodec::Vp8).as_deref(),
-            Some("RTMP forward carries H264 video; stream live/x's video is VP8")
-        );
-        assert_eq!(
-            refusal(Output::Srt, "live/x", VideoCodec::Av1).as_deref(),
-            Some("SRT carries H264, H265 video; stream live/x's video is AV1")
-        );
     }
 
     /// The table in `docs/src/codecs.md` ("Which codec goes where") is this one.

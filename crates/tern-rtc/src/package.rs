@@ -27,7 +27,8 @@ use crate::hls::{AudioConfig, Packager, VideoConfig};
 use crate::stream::RingPacket;
 
 /// Whether packagers (LL-HLS, recordings) store `codec`'s video: the codecs table's answer
-/// ([`crate::codecs::TABLE`]), which [`VideoDepacketizer::from`] follows.
+/// ([`crate::codecs::TABLE`]). [`VideoDepacketizer::from`] rebuilds exactly those (a unit
+/// test holds the two together).
 pub fn packaged(codec: VideoCodec) -> bool {
     codecs::carries(Output::LlHls, codec) && codecs::carries(Output::Recording, codec)
 }

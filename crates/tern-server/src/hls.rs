@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tern_pool::{PoolCounter, shrink_map};
+use tern_proto::codec::MediaKind;
 use tern_rtc::av::Sample;
 use tern_rtc::hls::{HlsConfig, Packager};
 use tern_rtc::package::Feed;
@@ -137,8 +138,8 @@ pub struct Hls {
     serial: AtomicU64,
     /// Figures for `/metrics`.
     pub counters: HlsCounters,
-    /// Asks stream `i`'s publisher for a keyframe, on every video layer when `true`.
-    keyframes: Box<dyn Fn(usize, bool) + Send + Sync>,
+    /// Asks stream `i`'s publisher for a keyframe on every video layer.
+    keyframes: Box<dyn Fn(usize) + Send + Sync>,
 }
 
 impl std::fmt::Debug for Hls {
@@ -152,14 +153,14 @@ impl std::fmt::Debug for Hls {
 
 impl Hls {
     /// A hub for `streams` streams (the engine's count, spare slots included);
-    /// `keyframes(i, all_layers)` asks stream `i`'s publisher for a keyframe (segments
+    /// `keyframes(i)` asks stream `i`'s publisher for a keyframe on every layer (segments
     /// start at one, and a WebRTC encoder sends them only when asked).
     pub fn new(
         cfg: &HlsSection,
         streams: usize,
         stats: Arc<EngineStats>,
         exempt: &[tern_rtc::peer_policy::Cidr],
-        keyframes: Box<dyn Fn(usize, bool) + Send + Sync>,
+        keyframes: Box<dyn Fn(usize) + Send + Sync>,
     ) -> Self {
         Hls {
             cfg: std::sync::RwLock::new(cfg.clone()),
@@ -308,21 +309,6 @@ impl Hls {
         p.as_ref().and_then(|pk| pk.packager(layer)).map(f)
     }
 
-    /// Runs `f` on every variant of stream `stream` (layer index and packager, the top
-    /// first), if it is being packaged.
-    pub fn with_variants<R>(
-        &self,
-        stream: usize,
-        f: impl FnOnce(&mut dyn Iterator<Item = (u8, &Packager)>) -> R,
-    ) -> Option<R> {
-        let slot = self.slots.get(stream)?;
-        let p = slot.packaging.lock().ok()?;
-        p.as_ref().map(|pk| {
-            let mut all = std::iter::once((0, &pk.packager)).chain(pk.ladder.layers());
-            f(&mut all)
-        })
-    }
-
     /// A receiver of stream `stream`'s packager version (new parts).
     pub fn subscribe(&self, stream: usize) -> Option<watch::Receiver<u64>> {
         self.slots.get(stream).map(|s| s.version.subscribe())
@@ -358,12 +344,14 @@ impl Hls {
         }
         // A segment due to end, or a variant waiting to start: a keyframe on every layer
         // (a frame publisher's renditions make theirs where the source has one).
-        let wants = pk.packager.wants_keyframe() || pk.ladder.wants_keyframe();
+        // A frame publisher's keyframes cannot be asked for (its encoder places them; its
+        // renditions follow them).
+        let wants =
+            !pk.ladder.frames && (pk.packager.wants_keyframe() || pk.ladder.wants_keyframe(wall));
         if wants && wall.saturating_sub(pk.asked_ms) >= pk.ask_every_ms {
             pk.asked_ms = wall;
-            let all_layers = !pk.ladder.frames;
             drop(g);
-            (self.keyframes)(stream, all_layers);
+            (self.keyframes)(stream);
         }
     }
 
@@ -455,6 +443,10 @@ impl Subscriber for Hls {
                 pk.slate = tap.slate;
                 pk.feed = Feed::new(codec);
                 pk.ladder.clear();
+            }
+            if tap.pkt.kind == MediaKind::Video && tap.pkt.layer == 0 {
+                // The top comes from the ring: not a frame publisher's (any more).
+                pk.ladder.frames = false;
             }
             if tap.pkt.layer != 0 {
                 let offset = self

@@ -22,7 +22,7 @@ const CUT_TOLERANCE: i64 = 1500;
 /// The same for a keyframe: a frame at 30 fps.
 const KEY_TOLERANCE: i64 = 3000;
 /// Cuts remembered by a lower variant (a few segments' worth; older ones are passed).
-const MAX_CUTS: usize = 16;
+pub(super) const MAX_CUTS: usize = 16;
 /// Cuts a lower variant lets pass without a keyframe at one before it starts at a keyframe
 /// elsewhere (a simulcast layer whose keyframes come apart from the top's).
 const LATE_START_CUTS: u64 = 2;
@@ -176,26 +176,36 @@ impl Packager {
     /// Starts segment `cut.msn` (the next number) at output time `out`, dated as the top
     /// variant dated its own.
     fn start_cut(&mut self, cut: Cut, out: u64, wall_ms: u64) -> Option<u64> {
-        self.pending_discontinuity |= cut.discontinuity && !self.segments.is_empty();
+        // Discontinuities as the top has them, so that segment `msn` has the same
+        // discontinuity sequence number in every variant: this variant's output is on the
+        // top's timeline, so a break of its own (a new configuration, a jump) needs no tag
+        // the top does not have. A first segment takes the top's count so far.
+        let tag = u64::from(cut.discontinuity);
+        if self.segments.is_empty() {
+            self.evicted_discontinuities = cut.discontinuity_sequence.saturating_sub(tag);
+        }
+        self.pending_discontinuity = cut.discontinuity;
         if !self.start_segment(Driver::Video, out, wall_ms) {
             return None;
         }
+        // Dated as the top dated its own, moved by how far from it this one starts, never
+        // before the end of the one before.
+        let last_end = self.last_pdt_end;
         if let Some(seg) = self.segments.back_mut() {
-            let late_ms = out.saturating_sub(cut.out) / 90;
-            seg.pdt_ms = cut.pdt_ms.saturating_add(late_ms);
+            let off_ms = (i128::from(out) - i128::from(cut.out)) / 90;
+            let pdt = (i128::from(cut.pdt_ms) + off_ms).max(0);
+            seg.pdt_ms = u64::try_from(pdt).unwrap_or(u64::MAX).max(last_end);
         }
         Some(out)
     }
 
     /// Jumps the sequence to `msn` (cuts were missed: this variant stalled or restarted).
-    /// A playlist's numbers are consecutive, so the segments held are dropped and the next
-    /// one starts with a discontinuity.
+    /// A playlist's numbers are consecutive, so the segments held are dropped; the next one
+    /// takes the top's discontinuity count ([`Packager::start_cut`]).
     fn skip_to(&mut self, msn: u64) {
         self.close_segment(None);
-        let had = !self.segments.is_empty() || self.next_msn > 0;
         self.evict_to(0);
         self.next_msn = msn;
-        self.pending_discontinuity = had;
     }
 }
 
@@ -380,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lower_variant_that_missed_cuts_jumps_ahead_with_a_discontinuity() {
+    fn a_lower_variant_that_missed_cuts_jumps_ahead_with_the_tops_discontinuities() {
         let mut top = packager(SPS_720P_HIGH);
         let mut low = packager(SPS_360P_BASELINE);
         low.follow();
@@ -408,10 +418,67 @@ mod tests {
         let t = find(first.msn);
         assert_eq!(t.start, 6 * 90_000);
         assert_eq!(first.start, 7 * 90_000);
-        assert!(first.discontinuity, "the jump is a discontinuity");
+        // Its output stays on the top's timeline: no tag the top does not have, and the
+        // same discontinuity sequence number.
+        assert!(!first.discontinuity);
+        assert_eq!(low.evicted_discontinuities, top.evicted_discontinuities);
         let second = &low.segments[1];
         assert_eq!(second.msn, first.msn + 1);
         assert_eq!(second.start, find(second.msn).start, "aligned again");
         assert!(!second.discontinuity);
+    }
+
+    #[test]
+    fn a_lower_variant_has_the_tops_discontinuity_sequence_numbers() {
+        let mut top = packager(SPS_720P_HIGH);
+        let mut low = packager(SPS_360P_BASELINE);
+        low.follow();
+        // The top's timeline jumps twice (a new publisher: 10 s ahead each time); the lower
+        // layer joins after the first jump.
+        for i in 0..24 * 30i64 {
+            let jump = (i / (8 * 30)) * 10 * 90_000;
+            let dts = i * 3000 + jump;
+            let wall = WALL0 + (i * 1000 / 30) as u64;
+            let key = i % 30 == 0;
+            top.push_video(dts, dts, key, &au(key, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                low.follow_cut(cut);
+            }
+            if i >= 10 * 30 {
+                low.push_video(dts, dts, key, &au(key, 800), wall);
+            }
+        }
+        // The discontinuity sequence number of each segment both hold.
+        let seq = |p: &Packager, msn: u64| {
+            let mut n = p.evicted_discontinuities;
+            for s in &p.segments {
+                n += u64::from(s.discontinuity);
+                if s.msn == msn {
+                    return Some(n);
+                }
+            }
+            None
+        };
+        let mut compared = 0;
+        for s in &low.segments {
+            assert_eq!(seq(&low, s.msn), seq(&top, s.msn), "segment {}", s.msn);
+            compared += 1;
+        }
+        assert!(compared >= 4 && seq(&top, top.segments.back().expect("held").msn) == Some(2));
+        let text = low.media_playlist("").expect("a playlist");
+        let top_text = top.media_playlist("").expect("a playlist");
+        let tag = |t: &str| {
+            t.lines()
+                .find(|l| l.starts_with("#EXT-X-DISCONTINUITY-SEQUENCE:"))
+                .map(str::to_string)
+        };
+        let first = |t: &str| {
+            t.lines()
+                .find(|l| l.starts_with("#EXT-X-MEDIA-SEQUENCE:"))
+                .map(str::to_string)
+        };
+        if first(&text) == first(&top_text) {
+            assert_eq!(tag(&text), tag(&top_text));
+        }
     }
 }

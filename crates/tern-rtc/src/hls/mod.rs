@@ -219,6 +219,9 @@ pub struct Cut {
     pub out: u64,
     /// The segment starts with `EXT-X-DISCONTINUITY`.
     pub discontinuity: bool,
+    /// Discontinuity tags from the stream's start through this segment's: every variant's
+    /// segment `msn` has the same discontinuity sequence number (RFC 8216bis 6.2.4).
+    pub discontinuity_sequence: u64,
     /// The segment's `EXT-X-PROGRAM-DATE-TIME`, unix ms.
     pub pdt_ms: u64,
 }
@@ -331,8 +334,8 @@ pub struct Packager {
     stats: HlsStats,
     /// The last segment a video sample started (what a ladder's other variants follow).
     last_cut: Option<Cut>,
-    /// A ladder's lower variant: the top variant's cuts not yet reached, oldest first
-    /// (`None` for a packager that cuts at its own keyframes).
+    /// A ladder's lower variant: the top variant's latest cuts (at most `ladder::MAX_CUTS`),
+    /// oldest first (`None` for a packager that cuts at its own keyframes).
     follow: Option<VecDeque<Cut>>,
     /// A lower variant waiting to start: the cut it began waiting at.
     follow_waiting: Option<u64>,

@@ -200,12 +200,14 @@ impl Packager {
             && self.next_msn != msn_before
             && let Some(seg) = self.segments.back()
         {
+            let tags = self.segments.iter().filter(|s| s.discontinuity).count() as u64;
             self.last_cut = Some(super::Cut {
                 msn: seg.msn,
                 dts,
                 pts,
                 out,
                 discontinuity: seg.discontinuity,
+                discontinuity_sequence: self.evicted_discontinuities + tags,
                 pdt_ms: seg.pdt_ms,
             });
         }

@@ -35,6 +35,9 @@ pub(super) const MAX_HOLD_MS: u64 = 1000;
 const MAX_HELD: usize = 512;
 /// Lower layers a stream may have (the ring's layer index is a `u8`; publishers have 3).
 const MAX_LOWER: usize = 7;
+/// A lower layer whose last video came longer ago than this is not sending (a paused
+/// simulcast layer): no keyframe is asked for it.
+const SENDING_MS: u64 = 2000;
 
 /// One lower layer's variant.
 pub(super) struct Lower {
@@ -42,6 +45,8 @@ pub(super) struct Lower {
     feed: Feed,
     /// Units on the top's clock, waiting for the top, with their arrival (unix ms).
     queue: VecDeque<(Unit<'static>, u64)>,
+    /// When (unix ms) its last video packet came.
+    last_video_ms: u64,
 }
 
 /// The lower layers of a stream being packaged.
@@ -73,6 +78,7 @@ impl Ladder {
     pub(super) fn clear(&mut self) {
         self.lower.clear();
         self.top = None;
+        self.frames = false;
         self.audio_config = None;
     }
 
@@ -90,9 +96,14 @@ impl Ladder {
             .filter_map(|(i, l)| Some((i as u8 + 1, &l.as_ref()?.packager)))
     }
 
-    /// Whether a lower layer waits for a keyframe to start.
-    pub(super) fn wants_keyframe(&self) -> bool {
-        self.layers().any(|(_, p)| p.wants_keyframe())
+    /// Whether a lower layer that is sending (video in the last [`SENDING_MS`] before
+    /// `wall`) waits for a keyframe to start. A frame publisher's renditions make theirs
+    /// where the source has one: never for them.
+    pub(super) fn wants_keyframe(&self, wall: u64) -> bool {
+        !self.frames
+            && self.lower.iter().flatten().any(|l| {
+                wall.saturating_sub(l.last_video_ms) < SENDING_MS && l.packager.wants_keyframe()
+            })
     }
 
     /// The sum of the lower packagers' versions (any new part moves it).
@@ -161,14 +172,17 @@ impl Ladder {
                 packager,
                 feed: Feed::new(codec),
                 queue,
+                last_video_ms: wall,
             }
         });
         l.feed.set_codec(codec);
-        // The ring's clock to the frames' (a wrapping difference: a small one either way).
-        let off = match self.frames {
-            true => -i64::from(frame_ts_offset as i32),
-            false => 0,
+        l.last_video_ms = wall;
+        // Before the top's first frame nothing can be placed (nor cut).
+        let Some(top) = self.top else {
+            return;
         };
+        // The ring's clock to the frames' (ingest added `frame_ts_offset` to them).
+        let off = if self.frames { frame_ts_offset } else { 0 };
         let Lower { feed, queue, .. } = l;
         feed.push_rtp(pkt, &mut |u| {
             let Unit::Video {
@@ -181,9 +195,17 @@ impl Ladder {
             else {
                 return;
             };
+            // Placed next to the top's newest time, as the 32-bit difference says (this
+            // layer's unwrapping and the top's may be a wrap apart: they started at
+            // different times, and a frame publisher's clock is not unwrapped from the
+            // ring's at all).
+            let place = |t: i64| {
+                let t = (t as u32).wrapping_sub(off);
+                top + i64::from(t.wrapping_sub(top as u32) as i32)
+            };
             let unit = Unit::Video {
-                dts: dts.saturating_add(off),
-                pts: pts.saturating_add(off),
+                dts: place(dts),
+                pts: place(pts),
                 keyframe,
                 format,
                 data: data.into_owned().into(),

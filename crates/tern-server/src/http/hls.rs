@@ -290,7 +290,10 @@ async fn open(
         let q = uri_query(&token, rid.map(|r| &**r));
         variants.push_str(&format!("#EXT-X-STREAM-INF:{attrs}\nmedia.m3u8?{q}\n"));
     }
-    if independent {
+    // In a multivariant playlist the tag covers every segment of every variant, now and
+    // later: a lower variant may yet cut without a keyframe, so a ladder leaves it to each
+    // media playlist.
+    if independent && layers == [0] {
         body.push_str("#EXT-X-INDEPENDENT-SEGMENTS\n");
     }
     body.push_str(&variants);

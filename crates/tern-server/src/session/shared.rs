@@ -229,11 +229,8 @@ impl Core {
             engine.stats.streams.len(),
             engine.stats.clone(),
             &exempt,
-            Box::new(move |i, all_layers| {
-                let _ = hls_keyframes.send(match all_layers {
-                    true => crate::media::Command::RequestLayerKeyframes(i),
-                    false => crate::media::Command::RequestKeyframe(i),
-                });
+            Box::new(move |i| {
+                let _ = hls_keyframes.send(crate::media::Command::RequestLayerKeyframes(i));
             }),
         ));
         let thumb_keyframes = engine.clone();
