@@ -53,6 +53,25 @@ impl Packager {
         }
     }
 
+    /// The input and output times (the audio's timescale) of the last audio frame placed, to
+    /// hand to a ladder's lower variants ([`follow_audio`](Self::follow_audio)).
+    pub fn audio_anchor(&self) -> Option<(i64, u64)> {
+        self.audio
+            .map
+            .map(|_| (self.audio.last_in, self.audio.last_out))
+    }
+
+    /// The top variant placed its audio frame of input time `anchor.0` at output time
+    /// `anchor.1` (its [`audio_anchor`](Self::audio_anchor)): this lower variant places the
+    /// same audio at the same times (from its next frame that does not continue its own
+    /// mapping), not by its own arrival, since its video comes later than the top's and the
+    /// audio would land earlier than in the top.
+    pub fn follow_audio(&mut self, anchor: Option<(i64, u64)>) {
+        if self.follow.is_some() {
+            self.follow_audio = anchor;
+        }
+    }
+
     /// The last segment a video keyframe started, in a packager that cuts at its own
     /// keyframes (the top variant of a ladder); `None` before the first.
     pub fn last_cut(&self) -> Option<Cut> {
@@ -426,6 +445,56 @@ mod tests {
         assert_eq!(second.msn, first.msn + 1);
         assert_eq!(second.start, find(second.msn).start, "aligned again");
         assert!(!second.discontinuity);
+    }
+
+    /// The same audio frames get the same output times in a lower variant whose video comes
+    /// 100 ms after the top's as in the top.
+    #[test]
+    fn a_lower_variant_maps_the_audio_as_the_top_does() {
+        use super::super::AudioConfig;
+        let aac = AudioConfig::Aac {
+            asc: vec![0x11, 0x90],
+            sample_rate: 48_000,
+            channels: 2,
+        };
+        let mut top = packager(SPS_720P_HIGH);
+        let mut low = packager(SPS_360P_BASELINE);
+        top.set_audio(aac.clone());
+        low.set_audio(aac);
+        low.follow();
+        let mut audio = 0i64;
+        let mut outs = Vec::new();
+        for i in 0..8 * 30i64 {
+            let dts = 500_000 + i * 3000;
+            let wall = WALL0 + (i * 1000 / 30) as u64;
+            let key = i % 30 == 0;
+            top.push_video(dts, dts, key, &au(key, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                low.follow_cut(cut);
+            }
+            low.push_video(dts, dts, key, &au(key, 800), wall + 100);
+            // The audio starts half a second after the video (placed by arrival, it
+            // would land 100 ms earlier in the lower variant than in the top).
+            while i >= 15 && audio * 1024 * 1000 / 48_000 < (i + 1) * 1000 / 30 - 500 {
+                let pts = 77_777 + audio * 1024;
+                let at = WALL0 + 500 + (audio * 1024 * 1000 / 48_000) as u64;
+                top.push_audio(pts, &[0x21; 100], at);
+                low.follow_audio(top.audio_anchor());
+                // The audio as the top took it (its arrival), the video 100 ms late (an
+                // encoder's latency), as the ladder's queue hands them over.
+                low.push_audio(pts, &[0x21; 100], at);
+                audio += 1;
+                if low.audio.map.is_some() {
+                    outs.push((top.audio.last_out, low.audio.last_out));
+                }
+            }
+        }
+        assert!(
+            outs.len() > 250,
+            "{} audio frames in the lower variant",
+            outs.len()
+        );
+        assert!(outs.iter().all(|(t, l)| t == l), "{:?}", &outs[..4]);
     }
 
     #[test]

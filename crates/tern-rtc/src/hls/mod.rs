@@ -341,6 +341,9 @@ pub struct Packager {
     follow_waiting: Option<u64>,
     /// A lower variant: what its clock is behind the top's (measured at its start).
     follow_shift: i64,
+    /// A lower variant: the top's last audio frame's input and output times
+    /// ([`Packager::follow_audio`]).
+    follow_audio: Option<(i64, u64)>,
 }
 
 impl std::fmt::Debug for Packager {
@@ -387,6 +390,7 @@ impl Packager {
             follow: None,
             follow_waiting: None,
             follow_shift: 0,
+            follow_audio: None,
         }
     }
 

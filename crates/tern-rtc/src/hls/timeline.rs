@@ -248,8 +248,16 @@ impl Packager {
         };
         let out = match self.driver {
             Some(Driver::Video) if self.in_segment() => {
+                // A ladder's lower variant takes the top's mapping of the same audio.
+                let anchor = self.follow_audio.filter(|(at_in, _)| {
+                    let step = i128::from(pts) - i128::from(*at_in);
+                    step >= 0 && step <= i128::from(ticks(MAX_STEP, self.audio.timescale))
+                });
                 let out = if continues {
                     self.audio.out(pts)
+                } else if let Some((at_in, at_out)) = anchor {
+                    self.audio.map = Some((at_in, at_out));
+                    self.audio.out(pts).map(|o| o.max(self.audio.end))
                 } else {
                     // First frame since the (re)start, or a jump of the audio clock: placed
                     // by arrival time (relative to the epoch, or to the last frame), never

@@ -127,7 +127,9 @@ impl Ladder {
                 if matches!(unit, Unit::AudioConfig(_)) {
                     self.audio_config = Some(unit.clone().into_owned());
                 }
+                let anchor = top.audio_anchor();
                 for l in self.lower.iter_mut().flatten() {
+                    l.packager.follow_audio(anchor);
                     hold(&mut l.queue, unit.clone().into_owned(), wall);
                 }
             }
