@@ -181,7 +181,11 @@ impl Packager {
                 let top_cts = i128::from(cut.pts) - i128::from(cut.dts);
                 i128::from(cut.out) + top_cts - (i128::from(pts) - i128::from(dts))
             }
-            false => i128::from(cut.out) + i128::from(dts) - i128::from(cut.dts),
+            // A late start: by its clock (corrected as far as it was measured before).
+            false => {
+                i128::from(cut.out) + i128::from(dts) + i128::from(self.follow_shift)
+                    - i128::from(cut.dts)
+            }
         };
         let out = u64::try_from(out.max(0)).ok()?.max(self.video.end);
         self.video.map = Some((dts, out));
