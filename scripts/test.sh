@@ -80,8 +80,9 @@ fuzz_targets() {
 # Browser test files that run alone, before the others: they assert that a viewer on an
 # unlimited link never freezes while another one is squeezed, which a second Chromium
 # decoding beside them can break on 2 cores (it did once, 1.16 s of freezes, with a build
-# running too).
-BROWSER_SOLO=(adaptive-clients adaptive)
+# running too); and that hls.js climbs back to the top of an LL-HLS ladder within 20 s of a
+# throttle lifting, which it did not beside another file (its bandwidth estimate stayed low).
+BROWSER_SOLO=(adaptive-clients adaptive hls-ladder)
 # The other browser test files, the longest first (seconds each, one at a time, at stop 64),
 # then the rest in name order.
 BROWSER_LONG=(slate interop bframes codecs gstreamer recording reload pause hls gso nack-budget
