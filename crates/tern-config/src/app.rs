@@ -87,8 +87,8 @@ pub struct AppConfig {
     /// the stream has viewers, `"never"` passes it through (with a warning).
     #[serde(default)]
     pub transcode: TranscodeSetting,
-    /// Lower video layers made from an RTMP or SRT publisher's H264 video (decoded, scaled,
-    /// encoded again), so that its viewers can move between layers as with a simulcast WHIP
+    /// Lower video layers made from an RTMP, SRT or RTSP (camera) publisher's H264 video
+    /// (decoded, scaled, encoded again), so that its viewers can move between layers as with a simulcast WHIP
     /// publisher, and its LL-HLS is a ladder: at most 2, each `{ rid, height, bitrate_kbps }`.
     /// The source is layer `h`; rendition `i` is layer `i + 1`. Default none: such a stream
     /// has one layer.
@@ -218,8 +218,8 @@ impl AppConfig {
         Fallback::parse(&self.fallback).unwrap_or(Fallback::None)
     }
 
-    /// The RIDs of an RTMP stream's layers: the source's (`"h"`) and the renditions', in
-    /// layer order; empty without renditions (one layer, no simulcast).
+    /// The RIDs of a frame publisher's layers (RTMP, SRT, RTSP): the source's (`"h"`) and
+    /// the renditions', in layer order; empty without renditions (one layer, no simulcast).
     pub fn layer_rids(&self) -> Vec<Box<str>> {
         if self.renditions.is_empty() {
             return Vec::new();

@@ -1,4 +1,4 @@
-//! Renditions of a frame publisher (RTMP, SRT: `[[app]] renditions`), started the same way
+//! Renditions of a frame publisher (RTMP, SRT, RTSP cameras: `[[app]] renditions`), started the same way
 //! whatever its container: its [`AvPipeline`] makes them, their packets go to the engine
 //! as the publisher's lower layers, their news to the log.
 

@@ -29,7 +29,7 @@ use tracing::{debug, info};
 
 use super::entry::{Idle, Job};
 use super::status::{Failure, SourceState};
-use crate::config::{SourceTransport, TranscodeSetting};
+use crate::config::{AppConfig, SourceTransport, TranscodeSetting};
 use crate::feed::{Feed, FrameSink, MEDIA_STALL, PublisherSlot, attach_source};
 use crate::media::{NtpClock, Source};
 use crate::session::Core;
@@ -117,17 +117,25 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 /// Takes the stream's publisher slot in the engine (a camera is the server's own source:
-/// no grant). A camera cannot be asked for a keyframe: the feed's bits are never read.
+/// no grant), with the app's renditions as its lower layers when its video is H264 (they
+/// are made from H264 only). `keyframe` gets the layers viewers ask a keyframe of: the
+/// renditions' encoders can make one, the camera cannot.
 async fn add_publisher(
     core: &Arc<Core>,
     index: usize,
     codec: VideoCodec,
+    app: Option<&AppConfig>,
+    keyframe: Arc<AtomicU8>,
 ) -> Result<PublisherSlot, String> {
+    let rids = match (codec, app) {
+        (VideoCodec::H264, Some(a)) => a.layer_rids(),
+        _ => Vec::new(),
+    };
     let feed = Feed::Frames {
         source: Source::Rtsp,
         codec,
-        rids: Vec::new(),
-        keyframe: Arc::new(AtomicU8::new(0)),
+        rids,
+        keyframe,
     };
     attach_source(&core.engine, index, feed)
         .await
@@ -225,7 +233,10 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         Ok(d) => d,
         Err(err) => return camera_error(&err),
     };
-    let slot = match add_publisher(core, info.index, codec).await {
+    let cfg = core.config();
+    let app = cfg.app(e.key.split_once('/').map_or("", |(a, _)| a));
+    let keyframe = Arc::new(AtomicU8::new(0));
+    let slot = match add_publisher(core, info.index, codec, app, keyframe.clone()).await {
         Ok(s) => s,
         Err(m) => return failed(Failure::Camera, m),
     };
@@ -235,6 +246,10 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
         e.cfg.shown_url()
     );
     let mut media = Media::new(core, job, &slot, codec, audio.map(|a| a.1), sink);
+    if let Some(a) = app.filter(|_| codec == VideoCodec::H264) {
+        crate::feed::start_renditions(&core.engine, &mut media.av, slot.id(), a, &e.key);
+    }
+    drop(cfg);
     let mut last_frame = Instant::now();
     loop {
         let now = Instant::now();
@@ -251,6 +266,11 @@ pub(super) async fn session(job: &Job, idle: &mut Idle, t0: Instant) -> End {
             return media.end(Failure::Silent, format!("no frame for {SILENCE:?}"));
         }
         media.tick(now, t0);
+        // Keyframes asked of the renditions (layers 1 and up; the camera places its own).
+        let wanted = keyframe.swap(0, Ordering::Relaxed);
+        for layer in (1..8u8).filter(|l| wanted & 1 << l != 0) {
+            media.av.request_layer_keyframe(layer);
+        }
         let item = match tokio::time::timeout(TICK, demuxed.next()).await {
             Err(_) => continue,
             Ok(None) => return media.end(Failure::Camera, "the camera ended the session".into()),

@@ -3,7 +3,9 @@
 //! 800 kbit/s, `l` 180 lines at 250 kbit/s). The stream's snapshot lists layers h, m and l,
 //! and three of tern's lean WebRTC viewers pinned with `?layer=h`, `?layer=m` and `?layer=l`
 //! each receive their layer: whole H264 frames whose SPS says 1280x720, 640x360 and 320x180,
-//! at clearly falling rates.
+//! at clearly falling rates. The same renditions of an SRT publisher and of an RTSP camera
+//! (issue 54) are layers too, and every such stream's LL-HLS is an aligned three-variant
+//! ladder.
 
 use crate::common;
 
@@ -20,7 +22,10 @@ use tern_proto::sdp;
 use tern_rtc::client::{Client, ClientOffer, ClientState, client_params};
 use tern_rtc::viewer::DtlsContext;
 
-const CONFIG: &str = "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\nrenditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n";
+const CONFIG: &str = concat!(
+    "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
+    "renditions = [{ rid = \"m\", height = 360, bitrate_kbps = 800 }, { rid = \"l\", height = 180, bitrate_kbps = 250 }]\n"
+);
 
 /// ffmpeg pushing `seconds` of 1280x720/30 fps `testsrc` (x264 Baseline, 2.5 Mbit/s, a
 /// keyframe a second; with `audio` a 48 kHz AAC tone, else none) to `url`; killed on
@@ -648,6 +653,16 @@ fn srt_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
         &["-vf", "scale=1280:720", "-b:v", "2500k"],
     );
     wait_live(&server, &mut || push.running());
+    check_layer_m(&server);
+    check_ladder(&server);
+    assert!(push.running(), "ffmpeg ended early: {}", push.log_tail());
+    drop(push);
+    server.stop();
+}
+
+/// live/cam has layers h, m and l, and a WHEP viewer with `?layer=m` gets the rendition's
+/// 640x360 pictures.
+fn check_layer_m(server: &Child) {
     let r = http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
     let rids: Vec<&str> = v["snapshot"]["layers"]
@@ -671,10 +686,24 @@ fn srt_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
         "layer m: SPS sizes {:?}",
         m.sizes
     );
-    drop(viewers);
+}
 
+/// Acceptance (issue 54, deliverable 3): renditions apply to an RTSP camera (GStreamer's RTSP
+/// server, 1280x720 H264 + AAC) as to an RTMP publisher: layers h, m and l, a WHEP viewer
+/// with `?layer=m` gets 640x360, and its LL-HLS is the same aligned three-variant ladder.
+#[test]
+fn rtsp_camera_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
+    let _one = crate::rtsp::one_at_a_time();
+    let port = common::free_tcp_port();
+    let _camera = crate::rtsp::Camera::start(port, &["--size", "1280x720"]);
+    let renditions = CONFIG.replace("streams = [\"cam\"]\n", "");
+    let body = format!(
+        "{renditions}\n[[app.source]]\nstream = \"cam\"\nurl = \"rtsp://127.0.0.1:{port}/cam\"\non_demand = false\n"
+    );
+    let cfg = common::config_file("rtsp-ladder", &body);
+    let server = Child::serve(&cfg);
+    wait_live(&server, &mut || true);
+    check_layer_m(&server);
     check_ladder(&server);
-    assert!(push.running(), "ffmpeg ended early: {}", push.log_tail());
-    drop(push);
     server.stop();
 }
