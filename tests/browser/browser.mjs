@@ -189,10 +189,10 @@ export async function publishCanvas({ endpoint, codec, tone = false }) {
 /**
  * In the page: publishes a 30 fps 16:9 canvas (`width` wide, 1280 by default) over WHIP as simulcast with `rids` (the
  * first full size, each next one half the size of the one before, each at most its entry of
- * `maxBitrates`), in `codec` (`vp8`, or `h264` in packetization mode 1). Returns
- * `{ ok: true }` or `{ error }`.
+ * `maxBitrates`), in `codec` (`vp8`, or `h264` in packetization mode 1); with `tone`, a
+ * 440 Hz tone too (Opus). Returns `{ ok: true }` or `{ error }`.
  */
-export async function publishSimulcast({ endpoint, rids, codec = 'vp8', maxBitrates = [2_000_000, 600_000, 200_000], width = 1280 }) {
+export async function publishSimulcast({ endpoint, rids, codec = 'vp8', maxBitrates = [2_000_000, 600_000, 200_000], width = 1280, tone = false }) {
   const W = width;
   const H = (width * 9) / 16;
   const canvas = document.createElement('canvas');
@@ -226,6 +226,16 @@ export async function publishSimulcast({ endpoint, rids, codec = 'vp8', maxBitra
     (c) => want.test(c.mimeType) && (codec !== 'h264' || /packetization-mode=1/.test(c.sdpFmtpLine ?? '')),
   );
   tr.setCodecPreferences(prefs);
+  if (tone) {
+    const ac = new AudioContext();
+    const osc = ac.createOscillator();
+    osc.frequency.value = 440;
+    const dest = ac.createMediaStreamDestination();
+    osc.connect(dest);
+    osc.start();
+    await ac.resume();
+    pc.addTransceiver(dest.stream.getAudioTracks()[0], { direction: 'sendonly' });
+  }
   await pc.setLocalDescription(await pc.createOffer());
   await new Promise((ok) => {
     if (pc.iceGatheringState === 'complete') ok();

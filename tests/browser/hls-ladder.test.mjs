@@ -1,8 +1,10 @@
 // LL-HLS ladders from simulcast (issue 54): headless Chromium publishes a 1280x720 canvas
-// over WHIP as three H264 simulcast layers (RIDs h, m, l at full, half and quarter size).
-// tern's index.m3u8 must list three variants with distinct RESOLUTION and BANDWIDTH rising
-// with it; each variant's media playlist must keep the rules of hls-validate.mjs; ffmpeg
-// must decode 10 s of each variant without an error; and hls.js in another Chromium page
+// over WHIP as three H264 simulcast layers (RIDs h, m, l at full, half and quarter size) and
+// a tone (Opus). tern's index.m3u8 must list three variants with distinct RESOLUTION and
+// BANDWIDTH rising with it, each naming the one audio rendition (EXT-X-MEDIA TYPE=AUDIO);
+// each variant's and the rendition's media playlist must keep the rules of hls-validate.mjs;
+// ffmpeg must decode 10 s of each variant and of the audio without an error; and hls.js
+// (video from the variants, audio from the rendition) in another Chromium page
 // must start on the top variant, move to a lower one within 15 s of the page's network
 // being throttled to 400 kbit/s (DevTools protocol), and back up within 20 s of the limit
 // lifting, recovering from any stall (the longest is printed: see the note at the end).
@@ -24,13 +26,13 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const HLS_JS = join(HERE, 'node_modules', 'hls.js', 'dist', 'hls.min.js');
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
-/** ffmpeg decoding `seconds` of `url`'s video: { code, frames, stderr }. */
-function decode(url, seconds) {
+/** ffmpeg decoding `seconds` of `url`'s video (or audio): { code, frames, stderr }. */
+function decode(url, seconds, map = '0:v:0') {
   return new Promise((ok) => {
     execFile(
       'timeout',
       [`${seconds + 25}`, 'ffmpeg', '-hide_banner', '-nostdin', '-v', 'error', '-xerror', '-i', url,
-        '-map', '0:v:0', '-t', `${seconds}`, '-f', 'framemd5', '-'],
+        '-map', map, '-t', `${seconds}`, '-f', 'framemd5', '-'],
       { maxBuffer: 64 << 20 },
       (err, stdout, stderr) => {
         const frames = stdout.split('\n').filter((l) => /^0,/.test(l.trim())).length;
@@ -46,7 +48,7 @@ function startLadder({ url }) {
   video.muted = true;
   video.autoplay = true;
   document.body.append(video);
-  const st = { errors: [], levels: [], switches: [], stalls: [], waitingSince: null, playing: false };
+  const st = { errors: [], levels: [], switches: [], stalls: [], waitingSince: null, playing: false, audioFrags: 0, audioTracks: 0 };
   window.ladder = st;
   // eslint-disable-next-line no-undef
   const H = Hls;
@@ -60,6 +62,12 @@ function startLadder({ url }) {
   hls.on(H.Events.MANIFEST_PARSED, (_e, d) => {
     st.levels = d.levels.map((l) => ({ height: l.height, bitrate: l.bitrate }));
     video.play().catch((err) => st.errors.push({ details: err.message, fatal: false }));
+  });
+  hls.on(H.Events.AUDIO_TRACKS_UPDATED, (_e, d) => {
+    st.audioTracks = d.audioTracks.length;
+  });
+  hls.on(H.Events.FRAG_BUFFERED, (_e, d) => {
+    if (d.frag.type === 'audio') st.audioFrags += 1;
   });
   hls.on(H.Events.LEVEL_SWITCHED, (_e, d) => {
     st.switches.push({ at: Date.now(), height: hls.levels[d.level]?.height ?? null });
@@ -120,6 +128,7 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
       endpoint: `${server.base}/live/sim/whip`,
       rids: ['h', 'm', 'l'],
       codec: 'h264',
+      tone: true,
     });
     assert.ok(p.ok, why('publish failed', p));
     let layers = {};
@@ -145,13 +154,37 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     assert.ok(heights[0] > heights[1] && heights[1] > heights[2], `top first: ${sizes}`);
     const bandwidth = mv.variants.map((v) => Number(v.attrs.BANDWIDTH));
     assert.ok(bandwidth[2] < bandwidth[1] && bandwidth[1] < bandwidth[0], `BANDWIDTH rises with the size: ${bandwidth}`);
-    for (const v of mv.variants) assert.match(v.attrs.CODECS, /^avc1\.[0-9a-f]{6}$/, text);
+    // One audio rendition (the tone, Opus), named by every variant, whose CODECS list it.
+    assert.equal(mv.media.length, 1, why(`one audio rendition:\n${text}`));
+    const audio = mv.media[0];
+    assert.equal(audio.TYPE, 'AUDIO', text);
+    assert.match(audio.URI ?? '', /^media\.m3u8\?session=[^&]+&media=audio$/, text);
+    for (const v of mv.variants) {
+      assert.match(v.attrs.CODECS, /^avc1\.[0-9a-f]{6},opus$/, text);
+      assert.equal(v.attrs.AUDIO, audio['GROUP-ID'], text);
+    }
     console.log(`ladder: ${mv.variants.map((v) => `${v.attrs.RESOLUTION} ${v.attrs.BANDWIDTH} b/s`).join(', ')}`);
 
     // Every variant's media playlist keeps the validator's rules; ffmpeg decodes 10 s of each.
     await sleep(6_000);
     const base = `${server.base}/live/sim/`;
-    const decodes = await Promise.all(mv.variants.map((v) => decode(base + v.uri, 10)));
+    const [audioDecode, ...decodes] = await Promise.all([
+      decode(base + audio.URI, 10, '0:a:0'),
+      ...mv.variants.map((v) => decode(base + v.uri, 10)),
+    ]);
+    {
+      const res = await fetch(base + audio.URI);
+      const body = await res.text();
+      const pl = parseMedia(body);
+      const session = /session=([^&]+)/.exec(audio.URI)[1];
+      const problems = checkMedia(pl, { session, partTarget: 0.5, independent: true });
+      assert.deepEqual(problems, [], `audio rendition:\n${body}`);
+      console.log(`audio rendition: ffmpeg decoded ${audioDecode.frames} frames in 10 s, exit ${audioDecode.code}`);
+      assert.equal(audioDecode.code, 0, `ffmpeg on the audio: ${audioDecode.stderr}`);
+      assert.equal(audioDecode.stderr, '', 'ffmpeg on the audio reported errors');
+      // Opus frames of 20 ms: 500 in 10 s; at least half.
+      assert.ok(audioDecode.frames >= 250, `ffmpeg decoded ${audioDecode.frames} audio frames in 10 s`);
+    }
     for (const [i, v] of mv.variants.entries()) {
       const res = await fetch(base + v.uri);
       const body = await res.text();
@@ -195,6 +228,7 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     const playingTop = await until(20_000, (x) => x.playing && x.height === top && x.videoHeight === top);
     assert.ok(playingTop !== null, fail('hls.js did not play the top variant'));
     assert.equal(s.switches[0]?.height, top, fail('hls.js started on another variant'));
+    assert.equal(s.audioTracks, 1, fail('hls.js lists the audio rendition'));
     await sleep(3_000);
     s = await page.evaluate(readLadder);
     assert.equal(s.height, top, fail('hls.js left the top variant unthrottled'));
@@ -227,5 +261,6 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     // longest stall is printed for the record.
     assert.ok(longest <= 10_000, fail(`a stall of ${longest} ms`));
     assert.deepEqual(s.errors.filter((e) => e.fatal), [], fail('hls.js fatal error'));
+    assert.ok(s.audioFrags >= 10, fail(`hls.js buffered ${s.audioFrags} audio fragments`));
   });
 });

@@ -44,21 +44,36 @@ function lines(text) {
 }
 
 /**
- * Parses a multivariant playlist: { variants: [{ attrs, uri }], independent, problems }.
- * Problems: no #EXTM3U first, a STREAM-INF without its URI line, malformed attributes.
+ * Parses a multivariant playlist: { variants: [{ attrs, uri }], media: [attrs], independent,
+ * problems }. Problems: no #EXTM3U first, a STREAM-INF without its URI line, malformed
+ * attributes, an EXT-X-MEDIA without TYPE, GROUP-ID or NAME (RFC 8216bis 4.4.6.1), an AUDIO
+ * rendition without CHANNELS (Apple's HLS authoring rules), two renditions of a group with
+ * one NAME, a variant whose AUDIO names no group of AUDIO renditions (4.4.6.2).
  */
 export function parseMultivariant(text) {
   const problems = [];
   const ls = lines(text);
   if (ls[0] !== '#EXTM3U') problems.push(`first line is ${JSON.stringify(ls[0])}, not #EXTM3U`);
   const variants = [];
+  const media = [];
   let independent = false;
   for (let i = 1; i < ls.length; i++) {
     const line = ls[i].trim();
     if (line === '') continue;
     const [tag, value] = splitTag(line);
     if (tag === '#EXT-X-INDEPENDENT-SEGMENTS') independent = true;
-    if (tag === '#EXT-X-STREAM-INF') {
+    if (tag === '#EXT-X-MEDIA') {
+      const attrs = parseAttributes(value ?? '');
+      if (attrs['!malformed']) problems.push(`line ${i + 1}: malformed attributes: ${line}`);
+      for (const k of ['TYPE', 'GROUP-ID', 'NAME']) {
+        if (attrs[k] === undefined) problems.push(`line ${i + 1}: EXT-X-MEDIA without ${k}`);
+      }
+      if (attrs.TYPE === 'AUDIO' && attrs.CHANNELS === undefined) problems.push(`line ${i + 1}: an AUDIO rendition without CHANNELS`);
+      if (media.some((m) => m['GROUP-ID'] === attrs['GROUP-ID'] && m.NAME === attrs.NAME)) {
+        problems.push(`line ${i + 1}: a second rendition named ${attrs.NAME} in group ${attrs['GROUP-ID']}`);
+      }
+      media.push(attrs);
+    } else if (tag === '#EXT-X-STREAM-INF') {
       const attrs = parseAttributes(value ?? '');
       if (attrs['!malformed']) problems.push(`line ${i + 1}: malformed attributes: ${line}`);
       let j = i + 1;
@@ -74,7 +89,13 @@ export function parseMultivariant(text) {
       problems.push(`line ${i + 1}: media playlist tag in a multivariant playlist: ${line}`);
     }
   }
-  return { variants, independent, problems };
+  for (const v of variants) {
+    const group = v.attrs.AUDIO;
+    if (group !== undefined && !media.some((m) => m.TYPE === 'AUDIO' && m['GROUP-ID'] === group)) {
+      problems.push(`variant ${v.uri}: AUDIO="${group}" names no group of AUDIO renditions`);
+    }
+  }
+  return { variants, media, independent, problems };
 }
 
 /**
@@ -247,15 +268,15 @@ export function parseMedia(text) {
 }
 
 /** The {msn, part} a tern part URI names (`{msn}.{i}.m4s?session=T`, a lower variant's
- * with `&layer=RID` after), or null. */
+ * with `&layer=RID` after, an audio rendition's with `&media=audio`), or null. */
 export function partName(uri) {
-  const m = /^(\d+)\.(\d+)\.m4s\?session=([^&"\s]+)(?:&layer=[\w-]+)?$/.exec(uri ?? '');
+  const m = /^(\d+)\.(\d+)\.m4s\?session=([^&"\s]+)(?:&layer=[\w-]+|&media=audio)?$/.exec(uri ?? '');
   return m ? { msn: Number(m[1]), part: Number(m[2]), session: m[3] } : null;
 }
 
 /** The msn a tern segment URI names (`{msn}.m4s?session=T`), or null. */
 export function segmentName(uri) {
-  const m = /^(\d+)\.m4s\?session=([^&"\s]+)(?:&layer=[\w-]+)?$/.exec(uri ?? '');
+  const m = /^(\d+)\.m4s\?session=([^&"\s]+)(?:&layer=[\w-]+|&media=audio)?$/.exec(uri ?? '');
   return m ? { msn: Number(m[1]), session: m[2] } : null;
 }
 
@@ -302,7 +323,7 @@ export function checkMedia(pl, opts = {}) {
   if (pl.skip) problems.push('EXT-X-SKIP though no _HLS_skip was asked for');
   if (!pl.map) problems.push('no EXT-X-MAP');
   else {
-    const m = /^init\d*\.mp4\?session=([^&"\s]+)(?:&layer=[\w-]+)?$/.exec(pl.map.uri);
+    const m = /^init\d*\.mp4\?session=([^&"\s]+)(?:&layer=[\w-]+|&media=audio)?$/.exec(pl.map.uri);
     if (!m) problems.push(`EXT-X-MAP URI ${JSON.stringify(pl.map.uri)} is not init{v}.mp4?session=T`);
     else if (session && m[1] !== session) problems.push(`EXT-X-MAP URI carries session ${m[1]}, not ${session}`);
   }

@@ -109,6 +109,18 @@ describe('hls-validate.mjs', () => {
     assert.deepEqual(mv.problems, []);
     assert.equal(mv.variants[0].uri, 'media.m3u8?session=x');
     assert.ok(parseMultivariant('#EXTM3X\n#EXT-X-STREAM-INF:BANDWIDTH=1\n').problems.length >= 2);
+    // An audio rendition that the variants name.
+    const media = '#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="audio",NAME="audio",DEFAULT=YES,CHANNELS="2",URI="media.m3u8?session=x&media=audio"\n';
+    const ladder = parseMultivariant(`#EXTM3U\n${media}#EXT-X-STREAM-INF:BANDWIDTH=1,AUDIO="audio"\nmedia.m3u8?session=x\n`);
+    assert.deepEqual(ladder.problems, []);
+    assert.equal(ladder.media.length, 1);
+    assert.equal(ladder.media[0].URI, 'media.m3u8?session=x&media=audio');
+    // A group nobody declared, a rendition without CHANNELS, two with one NAME.
+    const bad = parseMultivariant(`#EXTM3U\n${media.replace(',CHANNELS="2"', '')}${media}#EXT-X-STREAM-INF:BANDWIDTH=1,AUDIO="aac"\nm.m3u8\n`);
+    assert.equal(bad.problems.length, 3, bad.problems.join('\n'));
+    assert.ok(bad.problems.some((p) => /without CHANNELS/.test(p)));
+    assert.ok(bad.problems.some((p) => /second rendition/.test(p)));
+    assert.ok(bad.problems.some((p) => /names no group/.test(p)));
   });
 
   it('boxes: init and fragments are read, broken ones reported', () => {

@@ -41,6 +41,10 @@ mod ladder;
 
 use ladder::Ladder;
 
+/// The "layer" of a ladder's audio rendition in [`Hls::with_packager`] (video layers are
+/// 0 to 7).
+pub(crate) const AUDIO_LAYER: u8 = u8::MAX;
+
 /// A player's session: admitted once, named by the token in its URIs.
 #[derive(Debug)]
 struct HlsSession {
@@ -74,10 +78,12 @@ struct Packaging {
 }
 
 impl Packaging {
-    /// Layer `layer`'s packager (0: the top), once it exists.
+    /// Layer `layer`'s packager (0: the top; [`AUDIO_LAYER`]: the audio rendition), once
+    /// it exists.
     fn packager(&self, layer: u8) -> Option<&Packager> {
         match layer {
             0 => Some(&self.packager),
+            AUDIO_LAYER => self.ladder.audio(),
             l => self.ladder.packager(l),
         }
     }
@@ -262,18 +268,25 @@ impl Hls {
             && let Ok(mut p) = slot.packaging.lock()
         {
             let pk = p.get_or_insert_with(|| {
-                debug!("HLS packaging of stream {stream} starts");
+                // A stream with several layers is a ladder: its audio is a rendition of its
+                // own rather than a copy in every variant.
+                let audio_apart = self.stats.rids(stream).len() > 1;
+                debug!("HLS packaging of stream {stream} starts (audio apart: {audio_apart})");
                 let config = self.packager_config();
                 let ask_every_ms = (config.segment_target.as_millis() as u64 / 2).max(250);
+                let mut packager = Packager::new(config.clone(), self.counter.clone());
+                if audio_apart {
+                    packager.audio_apart();
+                }
                 Box::new(Packaging {
                     asked_ms: 0,
                     ask_every_ms,
-                    packager: Packager::new(config.clone(), self.counter.clone()),
+                    packager,
                     sessions: 0,
                     idle_since: None,
                     feed: Feed::default(),
                     slate: false,
-                    ladder: Ladder::new(config, self.counter.clone()),
+                    ladder: Ladder::new(config, self.counter.clone(), audio_apart),
                 })
             });
             pk.sessions += 1;
@@ -431,7 +444,7 @@ impl Subscriber for Hls {
                 u.apply(packager, wall);
                 ladder.top_unit(packager, &u, wall);
             });
-            pk.ladder.release(wall);
+            pk.ladder.release(&pk.packager, wall);
         });
     }
 
@@ -455,7 +468,7 @@ impl Subscriber for Hls {
                     .map_or(0, |c| c.frame_ts_offset.load(Ordering::Relaxed));
                 pk.ladder
                     .lower_packet(&pk.packager, &tap.pkt, codec, offset, wall);
-                pk.ladder.release(wall);
+                pk.ladder.release(&pk.packager, wall);
                 return;
             }
             pk.feed.set_codec(codec);
@@ -467,7 +480,7 @@ impl Subscriber for Hls {
                 u.apply(packager, wall);
                 ladder.top_unit(packager, &u, wall);
             });
-            pk.ladder.release(wall);
+            pk.ladder.release(&pk.packager, wall);
             let damaged = pk.feed.damaged_frames() - damaged;
             if damaged > 0 {
                 self.counters

@@ -37,6 +37,39 @@ impl Packager {
         }
     }
 
+    /// Makes this packager a video variant of a ladder whose audio is a rendition of its
+    /// own: audio frames are still taken and placed (the top's
+    /// [`audio_anchor`](Self::audio_anchor) is what the audio rendition follows) but none is
+    /// stored, and the init segment has no audio track. Call before the first sample.
+    pub fn audio_apart(&mut self) {
+        self.audio_apart = true;
+    }
+
+    /// Makes this packager a ladder's audio rendition: it takes only audio, placing each
+    /// frame where the top variant placed it (the anchor [`follow_audio`](Self::follow_audio)
+    /// gives with the frame), and cuts its segments at the top's cuts
+    /// ([`follow_cut`](Self::follow_cut)): its segment N starts with the first audio frame
+    /// at or after the top's segment N, under the same number and date. Audio frames are
+    /// all sync samples, so it starts in the segment the top is in. Its owner hands it a
+    /// frame once the top's video has passed it ([`video_passed`](Self::video_passed)),
+    /// so that the cut before it is known.
+    pub fn audio_rendition(&mut self) {
+        self.follow();
+        self.rendition = true;
+    }
+
+    /// Whether this (top) variant's video has reached output time `audio_out` of its audio
+    /// timeline (an [`audio_anchor`](Self::audio_anchor)'s second part): every cut up to
+    /// that time is known.
+    pub fn video_passed(&self, audio_out: u64) -> bool {
+        let end = super::timeline::rescale(
+            self.video.end,
+            super::fmp4::VIDEO_TIMESCALE,
+            self.audio.timescale,
+        );
+        end >= audio_out
+    }
+
     /// The top variant started segment `cut.msn` (a lower variant's owner passes every
     /// [`last_cut`](Self::last_cut) of the top variant on, in order). Cuts that do not
     /// advance the sequence are ignored.
@@ -142,7 +175,7 @@ impl Packager {
                 if cut.msn != self.next_msn {
                     self.skip_to(cut.msn);
                 }
-                return self.start_cut(cut, out, wall_ms);
+                return self.start_cut(Driver::Video, cut, out, wall_ms);
             }
             // Parts close as in any packager; the segment does not end at a keyframe of
             // this variant's own.
@@ -189,16 +222,70 @@ impl Packager {
         };
         let out = u64::try_from(out.max(0)).ok()?.max(self.video.end);
         self.video.map = Some((dts, out));
-        let started = self.start_cut(cut, out, wall_ms);
+        let started = self.start_cut(Driver::Video, cut, out, wall_ms);
         if started.is_none() {
             self.video.map = None;
         }
         started
     }
 
-    /// Starts segment `cut.msn` (the next number) at output time `out`, dated as the top
-    /// variant dated its own.
-    fn start_cut(&mut self, cut: Cut, out: u64, wall_ms: u64) -> Option<u64> {
+    /// An audio rendition's frame ([`audio_rendition`](Self::audio_rendition)) of input
+    /// time `pts`, `continues` whether it follows its last frame: its output time, having
+    /// cut the segment if a cut is due; `None` to drop it (no anchor yet, no cut yet).
+    pub(super) fn rendition_position(
+        &mut self,
+        pts: i64,
+        continues: bool,
+        wall_ms: u64,
+    ) -> Option<u64> {
+        let scale = self.audio.timescale;
+        let out = match self.follow_audio {
+            // Where the top placed this very frame (its anchor comes with it).
+            Some((at_in, at_out)) if at_in == pts || !continues => {
+                let step = i128::from(pts) - i128::from(at_in);
+                let out = i128::from(at_out) + step;
+                let out = u64::try_from(out).ok()?.max(self.audio.end);
+                self.audio.map = Some((pts, out));
+                out
+            }
+            _ if continues => self.audio.out(pts)?,
+            _ => return None,
+        };
+        let cuts = self.follow.as_ref()?;
+        // Half an AAC frame of tolerance: the frame that straddles the cut starts the
+        // segment.
+        let half = i128::from(scale / 100);
+        let cut_out =
+            |c: &Cut| super::timeline::rescale(c.out, super::fmp4::VIDEO_TIMESCALE, scale);
+        let due = cuts
+            .iter()
+            .rev()
+            .find(|c| i128::from(out) + half >= i128::from(cut_out(c)))
+            .copied();
+        if self.driver == Some(Driver::Audio) && self.in_segment() {
+            let current = self.segments.back().map_or(0, |s| s.msn);
+            if let Some(cut) = due.filter(|c| c.msn > current) {
+                self.close_segment(Some(out));
+                if cut.msn != self.next_msn {
+                    self.skip_to(cut.msn);
+                }
+                return self.start_cut(Driver::Audio, cut, out, wall_ms);
+            }
+            return self
+                .cut_before(Driver::Audio, out, false, wall_ms)
+                .then_some(out);
+        }
+        // Not in a segment: it starts in the segment the top is in.
+        let cut = due.filter(|c| c.msn >= self.next_msn)?;
+        if cut.msn != self.next_msn {
+            self.skip_to(cut.msn);
+        }
+        self.start_cut(Driver::Audio, cut, out, wall_ms)
+    }
+
+    /// Starts segment `cut.msn` (the next number) at output time `out` of `driver`'s
+    /// track, dated as the top variant dated its own.
+    fn start_cut(&mut self, driver: Driver, cut: Cut, out: u64, wall_ms: u64) -> Option<u64> {
         // Discontinuities as the top has them, so that segment `msn` has the same
         // discontinuity sequence number in every variant: this variant's output is on the
         // top's timeline, so a break of its own (a new configuration, a jump) needs no tag
@@ -208,14 +295,19 @@ impl Packager {
             self.evicted_discontinuities = cut.discontinuity_sequence.saturating_sub(tag);
         }
         self.pending_discontinuity = cut.discontinuity;
-        if !self.start_segment(Driver::Video, out, wall_ms) {
+        if !self.start_segment(driver, out, wall_ms) {
             return None;
         }
         // Dated as the top dated its own, moved by how far from it this one starts, never
         // before the end of the one before.
         let last_end = self.last_pdt_end;
+        let scale = match driver {
+            Driver::Video => super::fmp4::VIDEO_TIMESCALE,
+            Driver::Audio => self.audio.timescale,
+        };
+        let cut_out = super::timeline::rescale(cut.out, super::fmp4::VIDEO_TIMESCALE, scale);
         if let Some(seg) = self.segments.back_mut() {
-            let off_ms = (i128::from(out) - i128::from(cut.out)) / 90;
+            let off_ms = (i128::from(out) - i128::from(cut_out)) * 1000 / i128::from(scale);
             let pdt = (i128::from(cut.pdt_ms) + off_ms).max(0);
             seg.pdt_ms = u64::try_from(pdt).unwrap_or(u64::MAX).max(last_end);
         }
@@ -499,6 +591,106 @@ mod tests {
             outs.len()
         );
         assert!(outs.iter().all(|(t, l)| t == l), "{:?}", &outs[..4]);
+    }
+
+    /// A ladder whose audio is a rendition: the top variant (audio apart) stores no audio,
+    /// and the audio rendition, handed each frame with the top's anchor once the top's
+    /// video has passed it, has the top's segment numbers, each starting with the first
+    /// audio frame at or after the top's segment start, dated as the top's.
+    #[test]
+    fn an_audio_rendition_is_cut_and_dated_as_the_top() {
+        use super::super::AudioConfig;
+        use std::collections::VecDeque;
+        let aac = AudioConfig::Aac {
+            asc: vec![0x11, 0x90],
+            sample_rate: 48_000,
+            channels: 2,
+        };
+        let mut top = packager(SPS_720P_HIGH);
+        top.audio_apart();
+        top.set_audio(aac.clone());
+        let counter = MemoryRegistry::new().counter("hls_parts", 0);
+        let mut audio = Packager::new(HlsConfig::default(), counter);
+        audio.audio_rendition();
+        audio.set_audio(aac);
+        let mut held: VecDeque<(i64, u64, Option<(i64, u64)>)> = VecDeque::new();
+        let mut n = 0i64;
+        for i in 0..12 * 30i64 {
+            let dts = 900_000 + i * 3000;
+            let wall = WALL0 + (i * 1000 / 30) as u64;
+            let key = i % 30 == 0;
+            top.push_video(dts, dts, key, &au(key, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                audio.follow_cut(cut);
+            }
+            // Audio a little ahead of the video (it is encoded faster).
+            while n * 1024 * 1000 / 48_000 < (i + 3) * 1000 / 30 {
+                let pts = 55_555 + n * 1024;
+                let at = WALL0 + (n * 1024 * 1000 / 48_000) as u64;
+                top.push_audio(pts, &[0x21; 100], at);
+                held.push_back((pts, at, top.audio_anchor()));
+                n += 1;
+            }
+            while let Some(&(pts, at, anchor)) = held.front() {
+                if !anchor.is_some_and(|(_, out)| top.video_passed(out)) {
+                    break;
+                }
+                held.pop_front();
+                audio.follow_audio(anchor);
+                audio.push_audio(pts, &[0x21; 100], at);
+            }
+        }
+        assert_eq!(
+            top.codecs().as_deref(),
+            Some("avc1.64001f"),
+            "no audio in the top"
+        );
+        let top_init = top.init(1).expect("the top's init");
+        assert!(!top_init.windows(4).any(|w| w == b"mp4a"), "no audio track");
+        // An audio frame is 100 bytes of 0x21: found in the rendition's parts only.
+        let has_audio = |p: &Packager| {
+            p.segments
+                .iter()
+                .flat_map(|s| &s.parts)
+                .any(|p| p.data.windows(100).any(|w| w.iter().all(|b| *b == 0x21)))
+        };
+        assert!(!has_audio(&top), "the top stores no audio");
+        assert!(has_audio(&audio), "the rendition does");
+        assert_eq!(audio.codecs().as_deref(), Some("mp4a.40.2"));
+        let msns: Vec<u64> = audio.segments.iter().map(|s| s.msn).collect();
+        assert!(msns.len() >= 5, "{msns:?}");
+        assert_eq!(
+            msns[0], top.segments[0].msn,
+            "it starts in the top's first segment"
+        );
+        for seg in &audio.segments {
+            let t = top
+                .segments
+                .iter()
+                .find(|t| t.msn == seg.msn)
+                .expect("the top holds the same number");
+            // In ms: the audio's first frame is at or after the top's start, within a frame.
+            let top_ms = t.start * 1000 / 90_000;
+            let audio_ms = seg.start * 1000 / 48_000;
+            assert!(
+                audio_ms + 11 >= top_ms && audio_ms <= top_ms + 22,
+                "segment {}: audio at {audio_ms} ms, video at {top_ms} ms",
+                seg.msn
+            );
+            assert!(
+                seg.pdt_ms.abs_diff(t.pdt_ms) <= 22,
+                "segment {}'s date: {} against {}",
+                seg.msn,
+                seg.pdt_ms,
+                t.pdt_ms
+            );
+            if seg.complete && seg.msn > msns[0] {
+                let secs = seg.duration as f64 / 48_000.0;
+                assert!((secs - 2.0).abs() < 0.03, "segment {}: {secs} s", seg.msn);
+            }
+        }
+        assert!(audio.independent_segments());
+        assert!(!audio.wants_keyframe());
     }
 
     #[test]

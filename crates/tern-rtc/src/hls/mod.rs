@@ -344,6 +344,12 @@ pub struct Packager {
     /// A lower variant: the top's last audio frame's input and output times
     /// ([`Packager::follow_audio`]).
     follow_audio: Option<(i64, u64)>,
+    /// A ladder's video variant: its audio is in the ladder's audio rendition, so it maps
+    /// audio frames (for their anchor) but stores none ([`Packager::audio_apart`]).
+    audio_apart: bool,
+    /// A ladder's audio rendition: audio only, placed and cut as the top variant
+    /// ([`Packager::audio_rendition`]).
+    rendition: bool,
 }
 
 impl std::fmt::Debug for Packager {
@@ -391,6 +397,8 @@ impl Packager {
             follow_waiting: None,
             follow_shift: 0,
             follow_audio: None,
+            audio_apart: false,
+            rendition: false,
         }
     }
 
@@ -678,6 +686,14 @@ impl Packager {
     /// multivariant playlist; `None` before the first init segment.
     pub fn codecs(&self) -> Option<String> {
         (!self.inits.is_empty()).then(|| self.codecs.clone())
+    }
+
+    /// The audio's channel count (an audio rendition's `CHANNELS`); `None` before an
+    /// audio configuration.
+    pub fn audio_channels(&self) -> Option<u8> {
+        match self.audio_cfg.as_ref()? {
+            AudioConfig::Aac { channels, .. } | AudioConfig::Opus { channels } => Some(*channels),
+        }
     }
 
     /// The video's picture size from its SPS (a multivariant playlist's `RESOLUTION`);

@@ -247,6 +247,10 @@ impl Packager {
             None => false,
         };
         let out = match self.driver {
+            _ if self.rendition => match self.rendition_position(pts, continues, wall_ms) {
+                Some(out) => out,
+                None => return self.drop_sample(),
+            },
             Some(Driver::Video) if self.in_segment() => {
                 // A ladder's lower variant takes the top's mapping of the same audio.
                 let anchor = self.follow_audio.filter(|(at_in, _)| {
@@ -297,7 +301,8 @@ impl Packager {
                 // Not in a segment, or an audio-only timeline jump: audio may start one only
                 // when the stream has no video.
                 let first = *self.first_audio_wall.get_or_insert(wall_ms);
-                if self.video_seen || wall_ms.saturating_sub(first) < AUDIO_ONLY_GRACE_MS {
+                let grace = wall_ms.saturating_sub(first) < AUDIO_ONLY_GRACE_MS;
+                if self.video_seen || self.audio_apart || grace {
                     return self.drop_sample();
                 }
                 if self.in_segment() {
@@ -389,7 +394,8 @@ impl Packager {
                 Driver::Video => self.video_cfg.as_ref(),
                 Driver::Audio => None,
             };
-            let init = match fmp4::init_segment(video, self.audio_cfg.as_ref()) {
+            let audio = self.audio_cfg.as_ref().filter(|_| !self.audio_apart);
+            let init = match fmp4::init_segment(video, audio) {
                 Ok(init) => init,
                 Err(err) => {
                     tracing::debug!(%err, "hls: cannot build the init segment");
@@ -398,7 +404,7 @@ impl Packager {
             };
             let version = self.inits.last().map_or(1, |(v, _)| v.wrapping_add(1));
             self.inits.push((version, Arc::new(init)));
-            self.codecs = fmp4::codecs(video, self.audio_cfg.as_ref());
+            self.codecs = fmp4::codecs(video, audio);
             self.init_dirty = false;
         }
         let timescale = match driver {
@@ -474,6 +480,12 @@ impl Packager {
             Driver::Video => (n.min(self.video.complete()), self.audio.complete()),
             Driver::Audio => (0, n.min(self.audio.complete())),
         };
+        // A ladder's video variant drops its audio here: it went into the part only to be
+        // mapped (its audio rendition stores it).
+        if self.audio_apart && driver == Driver::Video {
+            self.audio.drain(na);
+        }
+        let na = if self.audio_apart { 0 } else { na };
         let driver_samples = match driver {
             Driver::Video => &self.video.samples[..nv],
             Driver::Audio => &self.audio.samples[..na],

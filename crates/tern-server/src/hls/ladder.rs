@@ -18,8 +18,12 @@
 //!   top's), so that the cut they fall on is known. A top that stalls (a paused simulcast
 //!   layer) holds them at most [`MAX_HOLD_MS`].
 //!
-//! Every variant carries the stream's audio: each lower queue gets a copy of the top's
-//! audio units.
+//! The audio is a rendition of its own (`EXT-X-MEDIA TYPE=AUDIO`, which every variant
+//! names), not in every variant: the top packager still takes the audio (it places each
+//! frame, [`Packager::audio_apart`]) and stores none; a third kind of packager
+//! ([`Packager::audio_rendition`]) gets each frame with the top's placement of it once the
+//! top's video has passed it, and cuts where the top cut. A stream is packaged this way
+//! when it has more than one layer as its packaging starts ([`Ladder::new`]).
 
 use std::collections::VecDeque;
 
@@ -49,9 +53,34 @@ pub(super) struct Lower {
     last_video_ms: u64,
 }
 
+/// A ladder's audio rendition.
+pub(super) struct AudioRendition {
+    pub(super) packager: Packager,
+    /// The top's audio units with their arrival (unix ms) and where the top placed them
+    /// (its anchor after taking them; `None` for a configuration), until the top's video
+    /// has passed them.
+    queue: VecDeque<(Unit<'static>, u64, Option<Anchor>)>,
+}
+
+/// Input and output times of an audio frame as the top placed it ([`Packager::audio_anchor`]).
+type Anchor = (i64, u64);
+
+impl AudioRendition {
+    fn new(config: &HlsConfig, counter: &PoolCounter) -> AudioRendition {
+        let mut packager = Packager::new(config.clone(), counter.clone());
+        packager.audio_rendition();
+        AudioRendition {
+            packager,
+            queue: VecDeque::new(),
+        }
+    }
+}
+
 /// The lower layers of a stream being packaged.
 pub(super) struct Ladder {
     lower: Vec<Option<Lower>>,
+    /// The audio rendition, when the audio is apart from the variants.
+    audio: Option<AudioRendition>,
     config: HlsConfig,
     counter: PoolCounter,
     /// The top's newest video time (input pts).
@@ -63,9 +92,12 @@ pub(super) struct Ladder {
 }
 
 impl Ladder {
-    pub(super) fn new(config: HlsConfig, counter: PoolCounter) -> Ladder {
+    /// The ladder of a stream; `audio_apart`: its audio is a rendition of its own (the
+    /// stream has several layers; the top packager was made [`Packager::audio_apart`]).
+    pub(super) fn new(config: HlsConfig, counter: PoolCounter, audio_apart: bool) -> Ladder {
         Ladder {
             lower: Vec::new(),
+            audio: audio_apart.then(|| AudioRendition::new(&config, &counter)),
             config,
             counter,
             top: None,
@@ -77,9 +109,17 @@ impl Ladder {
     /// Forgets the lower layers (a new feed: the slate took over, or left).
     pub(super) fn clear(&mut self) {
         self.lower.clear();
+        if let Some(a) = &mut self.audio {
+            *a = AudioRendition::new(&self.config, &self.counter);
+        }
         self.top = None;
         self.frames = false;
         self.audio_config = None;
+    }
+
+    /// The audio rendition's packager, when the audio is apart.
+    pub(super) fn audio(&self) -> Option<&Packager> {
+        self.audio.as_ref().map(|a| &a.packager)
     }
 
     /// Layer `layer`'s packager (1 and up), once it exists.
@@ -106,13 +146,16 @@ impl Ladder {
             })
     }
 
-    /// The sum of the lower packagers' versions (any new part moves it).
+    /// The sum of the lower packagers' and the audio rendition's versions (any new part
+    /// moves it).
     pub(super) fn version(&self) -> u64 {
-        self.layers().map(|(_, p)| p.version()).sum()
+        let audio = self.audio().map_or(0, Packager::version);
+        self.layers().map(|(_, p)| p.version()).sum::<u64>() + audio
     }
 
-    /// A unit the top packager just took: its cut goes to every lower layer, its audio
-    /// into their queues.
+    /// A unit the top packager just took: its cut goes to every lower layer and the audio
+    /// rendition, its audio into the audio rendition's queue (with where the top placed
+    /// it), or else into the lower layers' queues.
     pub(super) fn top_unit(&mut self, top: &Packager, unit: &Unit<'_>, wall: u64) {
         match unit {
             Unit::Video { pts, .. } => {
@@ -121,6 +164,21 @@ impl Ladder {
                     for l in self.lower.iter_mut().flatten() {
                         l.packager.follow_cut(cut);
                     }
+                    if let Some(a) = &mut self.audio {
+                        a.packager.follow_cut(cut);
+                    }
+                }
+            }
+            Unit::AudioConfig(_) | Unit::Audio { .. } if self.audio.is_some() => {
+                let anchor = match unit {
+                    Unit::Audio { .. } => top.audio_anchor(),
+                    _ => None,
+                };
+                if let Some(a) = &mut self.audio {
+                    if a.queue.len() >= 2 * MAX_HELD {
+                        a.queue.pop_front();
+                    }
+                    a.queue.push_back((unit.clone().into_owned(), wall, anchor));
                 }
             }
             Unit::AudioConfig(_) | Unit::Audio { .. } => {
@@ -167,6 +225,7 @@ impl Ladder {
                 packager.follow_cut(cut);
             }
             let mut queue = VecDeque::new();
+            // (Without the audio when it is apart: `audio_config` stays `None`.)
             if let Some(a) = audio_config {
                 queue.push_back((a.clone(), wall));
             }
@@ -216,8 +275,21 @@ impl Ladder {
         });
     }
 
-    /// Hands each lower layer the units the top has reached (and those held too long).
-    pub(super) fn release(&mut self, wall: u64) {
+    /// Hands each lower layer the units the top has reached (and those held too long), and
+    /// the audio rendition the frames the top's video (`top_packager`) has passed.
+    pub(super) fn release(&mut self, top_packager: &Packager, wall: u64) {
+        if let Some(a) = &mut self.audio {
+            while let Some((_, at, anchor)) = a.queue.front() {
+                let due = anchor.is_none_or(|(_, out)| top_packager.video_passed(out));
+                if !due && wall.saturating_sub(*at) < MAX_HOLD_MS && a.queue.len() <= MAX_HELD {
+                    break;
+                }
+                if let Some((unit, at, anchor)) = a.queue.pop_front() {
+                    a.packager.follow_audio(anchor);
+                    unit.apply(&mut a.packager, at);
+                }
+            }
+        }
         let top = self.top;
         for l in self.lower.iter_mut().flatten() {
             while let Some((unit, at)) = l.queue.front() {

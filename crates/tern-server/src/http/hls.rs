@@ -25,7 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use tern_rtc::hls::Packager;
 
-use crate::hls::{Hls, OpenError};
+use crate::hls::{AUDIO_LAYER, Hls, OpenError};
 use crate::http::error::HttpError;
 use crate::http::extract::{StreamPath, credentials, layer_of};
 use crate::http::listener::Peer;
@@ -139,18 +139,25 @@ pub(super) async fn get(
             "this HLS session is for another stream",
         ));
     }
-    // `layer=RID`: a lower variant (the URIs of its playlist carry it on).
+    // `layer=RID`: a lower variant; `media=audio`: a ladder's audio rendition (the URIs of
+    // its playlist carry either on).
     let rid = crate::http::reply::query_param(&q, "layer");
-    let layer = match rid {
-        None => 0,
-        Some(rid) => layer_of(&path.key(), &st.engine.stats.rids(index), rid)?,
+    let audio = crate::http::reply::query_param(&q, "media") == Some("audio");
+    let layer = match (rid, audio) {
+        (_, true) => AUDIO_LAYER,
+        (None, false) => 0,
+        (Some(rid), false) => layer_of(&path.key(), &st.engine.stats.rids(index), rid)?,
     };
     let v = Variant {
         stream: index,
         layer,
     };
+    let uris = match audio {
+        true => format!("session={token}&media=audio"),
+        false => uri_query(token, rid),
+    };
     match res {
-        Resource::Media => media_playlist(hub, v, &uri_query(token, rid), &q).await,
+        Resource::Media => media_playlist(hub, v, &uris, &q).await,
         Resource::Init(n) => match hub.with_packager(index, layer, |p| p.init(n)).flatten() {
             Some(b) => Ok(media(hub, vec![b], "public, max-age=86400")),
             None => Err(HttpError::NotFound(format!("no init segment {n}"))),
@@ -259,11 +266,35 @@ async fn open(
         None => (0..rids.len().max(1).min(usize::from(u8::MAX)) as u8).collect(),
     };
     let deadline = tokio::time::Instant::now() + LADDER_WAIT;
-    for &layer in layers.iter().filter(|l| **l != 0) {
+    // The audio rendition too, where the audio is apart.
+    let apart = st.hls.with_packager(stream, AUDIO_LAYER, |_| ()).is_some();
+    let waits = layers.iter().copied().filter(|l| *l != 0);
+    for layer in waits.chain(apart.then_some(AUDIO_LAYER)) {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let _ = wait_for(&st.hls, Variant { stream, layer }, left, has_a_part).await;
     }
+    // The audio rendition, once it has its configuration: its codec, channels and rates
+    // go into every variant's attributes.
+    let audio = st
+        .hls
+        .with_packager(stream, AUDIO_LAYER, |p| {
+            let codec = p.codecs().filter(|c| !c.is_empty())?;
+            let stats = p.stats();
+            Some(AudioRendition {
+                codec,
+                channels: p.audio_channels().unwrap_or(2),
+                peak: stats.peak_bitrate,
+                average: stats.average_bitrate,
+            })
+        })
+        .flatten();
     let mut body = String::from("#EXTM3U\n");
+    if let Some(a) = &audio {
+        body.push_str(&format!(
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"{AUDIO_GROUP}\",NAME=\"audio\",DEFAULT=YES,AUTOSELECT=YES,CHANNELS=\"{}\",URI=\"media.m3u8?session={token}&media=audio\"\n",
+            a.channels
+        ));
+    }
     let mut variants = String::new();
     let mut independent = true;
     // Every layer comes from one capture: the top's rate is the ladder's (measured rates of
@@ -275,8 +306,10 @@ async fn open(
         .unwrap_or(0);
     for &layer in &layers {
         let attrs = st.hls.with_packager(stream, layer, |p| {
-            (p.codecs().is_some() || layer == 0)
-                .then(|| (variant_attributes(p, fps), p.independent_segments()))
+            (p.codecs().is_some() || layer == 0).then(|| {
+                let attrs = variant_attributes(p, fps, audio.as_ref());
+                (attrs, p.independent_segments())
+            })
         });
         let (attrs, ind) = match attrs.flatten() {
             Some(a) => a,
@@ -314,25 +347,49 @@ fn hub_count_playlist(hub: &Hls) {
 /// A variant's BANDWIDTH before anything is packaged: a typical 720p stream's.
 const DEFAULT_BANDWIDTH: u64 = 2_500_000;
 
+/// The `GROUP-ID` of a ladder's audio rendition.
+const AUDIO_GROUP: &str = "audio";
+
+/// What the variants of a ladder whose audio is apart say of its audio rendition.
+struct AudioRendition {
+    /// Its RFC 6381 codec (`mp4a.40.2`, `opus`).
+    codec: String,
+    channels: u8,
+    /// Its peak and average bit rates (bit/s), as a variant's.
+    peak: u64,
+    average: u64,
+}
+
 /// The `EXT-X-STREAM-INF` attributes of a variant's packager. BANDWIDTH: the peak bit rate
 /// of the segments held (of the first parts while no segment is complete), with a quarter
 /// more for the peaks of segments to come; AVERAGE-BANDWIDTH over the segments held, once
 /// one is complete; FRAME-RATE from `fps_milli` (the ladder's, frames per 1000 s: see
-/// [`frame_rate`]). CODECS and RESOLUTION once the packager has its configurations.
-fn variant_attributes(p: &Packager, fps_milli: u64) -> String {
-    let peak = p.stats().peak_bitrate;
+/// [`frame_rate`]). CODECS and RESOLUTION once the packager has its configurations. With
+/// an audio rendition, the variant names its group (`AUDIO`), and its rates and CODECS
+/// include the audio's (RFC 8216bis 4.4.6.2: every format of every rendition it may play
+/// with).
+fn variant_attributes(p: &Packager, fps_milli: u64, audio: Option<&AudioRendition>) -> String {
+    let stats = p.stats();
+    let (audio_peak, audio_average) = audio.map_or((0, 0), |a| (a.peak, a.average));
+    let peak = stats.peak_bitrate;
     let bandwidth = if peak > 0 {
-        peak + peak / 4
+        (peak + audio_peak) + (peak + audio_peak) / 4
     } else {
         DEFAULT_BANDWIDTH
     };
-    let stats = p.stats();
     let mut attrs = format!("BANDWIDTH={bandwidth}");
     if stats.average_bitrate > 0 {
-        attrs.push_str(&format!(",AVERAGE-BANDWIDTH={}", stats.average_bitrate));
+        let average = stats.average_bitrate + audio_average;
+        attrs.push_str(&format!(",AVERAGE-BANDWIDTH={average}"));
     }
     if let Some(c) = p.codecs() {
-        attrs.push_str(&format!(",CODECS=\"{c}\""));
+        match audio {
+            Some(a) => attrs.push_str(&format!(",CODECS=\"{c},{}\"", a.codec)),
+            None => attrs.push_str(&format!(",CODECS=\"{c}\"")),
+        }
+    }
+    if audio.is_some() {
+        attrs.push_str(&format!(",AUDIO=\"{AUDIO_GROUP}\""));
     }
     if let Some((w, h)) = p.resolution().filter(|(w, h)| *w > 0 && *h > 0) {
         attrs.push_str(&format!(",RESOLUTION={w}x{h}"));

@@ -511,10 +511,33 @@ fn wait_live(server: &Child, running: &mut dyn FnMut() -> bool) {
     }
 }
 
+/// The timescale of an init segment's (only) track: its `mdhd`'s.
+fn mdhd_timescale(init: &[u8]) -> u32 {
+    let at = init
+        .windows(4)
+        .position(|w| w == b"mdhd")
+        .expect("an mdhd box");
+    // version (1) and flags (3), then creation and modification times (4 or 8 each).
+    let skip = if init[at + 4] == 1 { 16 } else { 8 };
+    let v = &init[at + 8 + skip..];
+    u32::from_be_bytes(v[..4].try_into().expect("4 bytes"))
+}
+
+/// The URI of a media playlist's `EXT-X-MAP`.
+fn map_uri(playlist: &str) -> String {
+    let line = playlist
+        .lines()
+        .find(|l| l.starts_with("#EXT-X-MAP:"))
+        .expect("EXT-X-MAP");
+    crate::hls::attr(line, "URI").expect("URI").to_string()
+}
+
 /// The LL-HLS ladder of live/cam, a 1280x720 source with the renditions of [`CONFIG`] and
-/// AAC audio: three variants (distinct RESOLUTION, falling BANDWIDTH, `audio` in CODECS),
+/// AAC audio: three video variants (distinct RESOLUTION, falling BANDWIDTH, the audio's
+/// codec in CODECS) that each name the one audio rendition (`EXT-X-MEDIA TYPE=AUDIO`);
 /// segments with the same numbers starting within a frame of each other in every variant,
-/// and each variant decoded by ffmpeg on its own (video and audio).
+/// and in the audio rendition within an audio frame; each variant's video and the audio
+/// rendition decoded by ffmpeg on their own.
 fn check_ladder(server: &Child) {
     let r = http_get(server.http, "/live/cam/index.m3u8").expect("GET index.m3u8");
     assert_eq!(r.status, 200, "{}", r.text());
@@ -528,6 +551,18 @@ fn check_ladder(server: &Child) {
         .collect();
     assert_eq!(variants.len(), 3, "three variants: {index}");
     let attr = |l: &str, n: &str| crate::hls::attr(l, n).map(str::to_string);
+    let media: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("#EXT-X-MEDIA:"))
+        .collect();
+    assert_eq!(media.len(), 1, "one audio rendition: {index}");
+    assert_eq!(attr(media[0], "TYPE").as_deref(), Some("AUDIO"), "{index}");
+    assert_eq!(attr(media[0], "GROUP-ID").as_deref(), Some("audio"));
+    assert_eq!(attr(media[0], "DEFAULT").as_deref(), Some("YES"));
+    assert!(attr(media[0], "CHANNELS").is_some(), "{index}");
+    let audio_uri = attr(media[0], "URI").expect("the rendition's URI");
+    assert!(audio_uri.ends_with("&media=audio"), "{audio_uri}");
     let sizes: Vec<String> = variants
         .iter()
         .map(|(inf, _)| attr(inf, "RESOLUTION").expect("RESOLUTION"))
@@ -551,20 +586,37 @@ fn check_ladder(server: &Child) {
             codecs.starts_with("avc1.42") && codecs.ends_with(",mp4a.40.2"),
             "{codecs}"
         );
+        assert_eq!(attr(inf, "AUDIO").as_deref(), Some("audio"), "{inf}");
         assert!(uri.starts_with("media.m3u8?session="), "{uri}");
     }
     assert!(variants[1].1.ends_with("&layer=m") && variants[2].1.ends_with("&layer=l"));
 
     // Let every variant hold a few complete segments, then line them up.
     std::thread::sleep(Duration::from_secs(8));
-    let playlists: Vec<String> = variants
+    let uris: Vec<&str> = variants
         .iter()
-        .map(|(_, uri)| {
+        .map(|(_, uri)| *uri)
+        .chain([audio_uri.as_str()])
+        .collect();
+    let playlists: Vec<String> = uris
+        .iter()
+        .map(|uri| {
             let r = http_get(server.http, &format!("/live/cam/{uri}")).expect("GET media");
             assert_eq!(r.status, 200, "{uri}: {}", r.text());
             r.text()
         })
         .collect();
+    // The variants' timescale (90 kHz) and the audio's, from the init segments.
+    let scales: Vec<u64> = playlists
+        .iter()
+        .map(|p| {
+            let init = http_get(server.http, &format!("/live/cam/{}", map_uri(p))).expect("GET");
+            assert_eq!(init.status, 200);
+            u64::from(mdhd_timescale(&init.body))
+        })
+        .collect();
+    assert_eq!(scales[..3], [90_000; 3], "video variants at 90 kHz");
+    let audio_scale = scales[3];
     let held: Vec<Vec<(u64, String)>> = playlists.iter().map(|p| segments(p)).collect();
     let common_msns: Vec<u64> = held[0]
         .iter()
@@ -573,7 +625,7 @@ fn check_ladder(server: &Child) {
         .collect();
     assert!(
         common_msns.len() >= 2,
-        "segments in all three: {common_msns:?}\n{playlists:?}"
+        "segments in all three variants and the audio: {common_msns:?}\n{playlists:?}"
     );
     for msn in &common_msns {
         let starts: Vec<u64> = held
@@ -585,41 +637,86 @@ fn check_ladder(server: &Child) {
                 first_tfdt(&r.body)
             })
             .collect();
-        eprintln!("segment {msn} starts at {starts:?} (90 kHz)");
+        eprintln!("segment {msn} starts at {starts:?} (90 kHz; audio at {audio_scale} Hz)");
         // Within one frame (3000 ticks at 30 fps) of the top's.
-        for s in &starts[1..] {
+        for s in &starts[1..3] {
             assert!(
                 s.abs_diff(starts[0]) <= 3000,
                 "segment {msn} starts at {starts:?}"
             );
         }
+        // The audio: its first frame within an AAC frame (1024 samples) of the top's start;
+        // in the rendition's first segment later (the audio starts where the top's first
+        // audio frame was placed, inside the segment), within the segment's 2 s.
+        let audio_at = starts[3] * 90_000 / audio_scale;
+        let frame = 1024 * 90_000 / audio_scale;
+        let first = *msn == held[3][0].0;
+        assert!(
+            audio_at + frame >= starts[0]
+                && audio_at <= starts[0] + if first { 2 * 90_000 } else { frame },
+            "segment {msn}: audio at {audio_at}, video at {} (90 kHz)",
+            starts[0]
+        );
     }
 
-    // Each variant decodes on its own: ffmpeg reads its media playlist for 5 s.
-    for (inf, uri) in &variants {
+    // Each variant's video and the audio rendition decode on their own: ffmpeg reads each
+    // media playlist for 5 s.
+    for uri in &uris {
+        let audio = uri.ends_with("media=audio");
         let url = format!("http://{}/live/cam/{uri}", server.http);
         let out = Command::new("timeout")
             .args(["30", "ffmpeg", "-hide_banner", "-nostdin", "-v", "error"])
-            .args(["-xerror", "-i", &url, "-map", "0:v:0", "-map", "0:a:0"])
+            .args([
+                "-xerror",
+                "-i",
+                &url,
+                "-map",
+                if audio { "0:a:0" } else { "0:v:0" },
+            ])
             .args(["-t", "5", "-f", "framemd5", "-"])
             .output()
             .expect("run ffmpeg");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let frames = |stream: &str| {
-            stdout
-                .lines()
-                .filter(|l| l.split(',').next().map(str::trim) == Some(stream))
-                .count()
-        };
-        let (video, audio) = (frames("0"), frames("1"));
-        eprintln!("{inf}: {video} video, {audio} audio frames decoded");
+        let frames = stdout
+            .lines()
+            .filter(|l| l.split(',').next().map(str::trim) == Some("0"))
+            .count();
+        eprintln!("{uri}: {frames} frames decoded");
         assert!(out.status.success(), "ffmpeg -i {url}: {stderr}");
+        if audio {
+            assert!(frames >= 200, "{frames} audio frames from 5 s of AAC");
+        } else {
+            assert!(
+                frames >= 140,
+                "{frames} video frames from 5 s at 30 fps ({uri})"
+            );
+        }
+        // The variants carry no audio of their own.
+        let streams = Command::new("timeout")
+            .args([
+                "20",
+                "ffprobe",
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_type",
+            ])
+            .args(["-of", "csv=p=0", &url])
+            .output()
+            .expect("run ffprobe");
+        let kinds = String::from_utf8_lossy(&streams.stdout).to_string();
+        // (ffprobe lists a stream under its program too.)
+        let kinds: Vec<&str> = kinds
+            .lines()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .collect();
+        let expected = if audio { "audio" } else { "video" };
         assert!(
-            video >= 140,
-            "{video} video frames from 5 s at 30 fps ({inf})"
+            !kinds.is_empty() && kinds.iter().all(|k| *k == expected),
+            "{uri}: {kinds:?}"
         );
-        assert!(audio >= 200, "{audio} audio frames from 5 s of AAC ({inf})");
     }
 }
 
