@@ -3,7 +3,9 @@
 //! sets (H264's and H265's, whose SPS is parsed for the init segment and `CODECS`) that are junk,
 //! AAC and Opus frames of any size, configuration changes mid-stream. A second packager
 //! follows the first as a ladder's lower variant does (its cuts, the same H264 access units
-//! on a clock a few frames off, any keyframe flags). Whatever comes in, no panic, and what
+//! on a clock a few frames off, any keyframe flags), and a third as a ladder's audio
+//! rendition (the top's audio with its anchors, its cuts; the top then stores no audio on
+//! every other input). Whatever comes in, no panic, and what
 //! each serves stays well formed: a playlist starts with `#EXTM3U`, every part it lists can
 //! be fetched, and a part is a `moof` box then an `mdat` box.
 #![no_main]
@@ -56,8 +58,13 @@ fuzz_target!(|data: &[u8]| {
     let mut p = Packager::new(HlsConfig::default(), PoolCounter::new("fuzz_hls", 0));
     let mut low = Packager::new(HlsConfig::default(), PoolCounter::new("fuzz_hls", 0));
     low.follow();
+    let mut audio = Packager::new(HlsConfig::default(), PoolCounter::new("fuzz_hls", 0));
+    audio.audio_rendition();
     // The lower layer's clock, off the top's by up to a few frames either way.
     let shift = (num(&mut d) % 20_000) - 10_000;
+    if shift & 1 == 0 {
+        p.audio_apart();
+    }
     let (mut vts, mut ats, mut wall) = (0i64, 0i64, 1_700_000_000_000u64);
     while let Some((&op, rest)) = d.split_first() {
         d = rest;
@@ -78,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
                 p.push_video(vts, vts, op & 0x80 != 0, au, wall);
                 if let Some(cut) = p.last_cut() {
                     low.follow_cut(cut);
+                    audio.follow_cut(cut);
                 }
                 let key = op & 0x40 != 0;
                 low.push_video(vts + shift, vts + shift, key, au, wall);
@@ -93,17 +101,28 @@ fuzz_target!(|data: &[u8]| {
             }
             2 => {
                 ats += step;
-                p.push_audio(ats, take(&mut d, len), wall);
+                let frame = take(&mut d, len);
+                p.push_audio(ats, frame, wall);
+                let anchor = p.audio_anchor();
+                let _ = anchor.map(|(_, out)| p.video_passed(out));
+                audio.follow_audio(anchor);
+                audio.push_audio(ats, frame, wall);
             }
             4 => {
                 let asc = take(&mut d, 2).to_vec();
-                p.set_audio(AudioConfig::Aac {
+                let cfg = AudioConfig::Aac {
                     asc,
                     sample_rate: 44_100,
                     channels: (op >> 4) & 3,
-                });
+                };
+                audio.set_audio(cfg.clone());
+                p.set_audio(cfg);
             }
-            5 => p.set_audio(AudioConfig::Opus { channels: op >> 6 }),
+            5 => {
+                let cfg = AudioConfig::Opus { channels: op >> 6 };
+                audio.set_audio(cfg.clone());
+                p.set_audio(cfg);
+            }
             6 => {
                 vts += step * 8;
                 wall += 33;
@@ -120,4 +139,6 @@ fuzz_target!(|data: &[u8]| {
     }
     check(&p);
     check(&low);
+    check(&audio);
+    let _ = audio.audio_channels();
 });

@@ -309,8 +309,8 @@ impl Hls {
         Some(s.stream)
     }
 
-    /// Runs `f` on the packager of stream `stream`'s video layer `layer` (0: the top), if
-    /// it is being packaged.
+    /// Runs `f` on the packager of stream `stream`'s video layer `layer` (0: the top;
+    /// [`AUDIO_LAYER`]: the audio rendition of a ladder), if it is being packaged.
     pub fn with_packager<R>(
         &self,
         stream: usize,

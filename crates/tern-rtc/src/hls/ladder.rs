@@ -613,7 +613,9 @@ mod tests {
         let mut audio = Packager::new(HlsConfig::default(), counter);
         audio.audio_rendition();
         audio.set_audio(aac);
-        let mut held: VecDeque<(i64, u64, Option<(i64, u64)>)> = VecDeque::new();
+        // (pts, arrival, the top's anchor after taking it)
+        type Held = (i64, u64, Option<(i64, u64)>);
+        let mut held: VecDeque<Held> = VecDeque::new();
         let mut n = 0i64;
         for i in 0..12 * 30i64 {
             let dts = 900_000 + i * 3000;

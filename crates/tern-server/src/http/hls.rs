@@ -9,7 +9,8 @@
 //! `index.m3u8` is always a multivariant playlist, with one variant until renditions
 //! exist: its variant URI is how the session token reaches the player, and players treat
 //! the variant's URI as the media playlist they reload (a media playlist at `index.m3u8`
-//! itself would be reloaded without the token).
+//! itself would be reloaded without the token). A ladder's variants carry `&layer=RID`
+//! (lower layers) and its audio rendition `&media=audio` on every URI.
 //!
 //! Caching (for a CDN in front): `index.m3u8` and a plain `media.m3u8` are `no-cache`
 //! (the first mints a session, the second changes every part); a blocking-reload answer
