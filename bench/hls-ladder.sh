@@ -63,6 +63,11 @@ mem() {
     curl -s "http://127.0.0.1:$HTTP/v1/memory" |
         python3 -c 'import json,sys; p=[x for x in json.load(sys.stdin)["pools"] if x["name"]=="hls_segments"]; print(p[0]["allocated_bytes"] if p else 0)'
 }
+# The same line's used bytes (the parts held) and items (parts held), for the record.
+held() {
+    curl -s "http://127.0.0.1:$HTTP/v1/memory" |
+        python3 -c 'import json,sys; p=[x for x in json.load(sys.stdin)["pools"] if x["name"]=="hls_segments"]; print("%.2f MB in %d parts" % (p[0]["used_bytes"] / 1e6, p[0]["items_in_use"]) if p else "none")'
+}
 variants() { curl -s "http://127.0.0.1:$HTTP/$1/cam/index.m3u8" | grep -c '^#EXT-X-STREAM-INF'; }
 a0=$(cpu)
 sleep "$PHASE"
@@ -74,6 +79,7 @@ b0=$(cpu)
 sleep "$PHASE"
 b1=$(cpu)
 bm=$(mem)
+bh=$(held)
 wait "$RP"
 # The reader's index.m3u8 counts as a session too: wait for both to time out (5 s idle,
 # housekeeping once a second) and the packaging to stop.
@@ -85,9 +91,11 @@ c0=$(cpu)
 sleep "$PHASE"
 c1=$(cpu)
 cm=$(mem)
+ch=$(held)
 wait "$RP"
 nv=$(variants ladder)
 ns=$(variants single)
+echo "parts held at the end of B: $bh; of C: $ch"
 python3 - "$PHASE" "$HZ" "$a0" "$a1" "$b0" "$b1" "$c0" "$c1" "$bm" "$cm" "$nv" "$ns" "$dir" <<'PY'
 import json, sys
 phase, hz = float(sys.argv[1]), float(sys.argv[2])
