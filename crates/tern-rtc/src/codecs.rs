@@ -68,7 +68,10 @@ pub const TABLE: [(VideoCodec, &[Output]); 5] = [
         VideoCodec::Vp9,
         &[Output::WebRtc, Output::LlHls, Output::Recording],
     ),
-    (VideoCodec::Av1, &[Output::WebRtc]),
+    (
+        VideoCodec::Av1,
+        &[Output::WebRtc, Output::LlHls, Output::Recording],
+    ),
     (
         VideoCodec::H265,
         &[

@@ -535,8 +535,10 @@ impl Outlet {
                         avcc.into()
                     }
                     // H265 comes to the outlet by `push_h265` (Annex B for MPEG-TS), not
-                    // as a unit; VP8 and VP9 do not go out at all.
-                    VideoFormat::H265 | VideoFormat::Vp8 | VideoFormat::Vp9 => return,
+                    // as a unit; VP8, VP9 and AV1 do not go out at all.
+                    VideoFormat::H265 | VideoFormat::Vp8 | VideoFormat::Vp9 | VideoFormat::Av1 => {
+                        return;
+                    }
                 };
                 if self.sps.is_none() {
                     return;

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::rtp::Unwrap32;
-use tern_proto::{h264, h265, vp8, vp9};
+use tern_proto::{av1, h264, h265, vp8, vp9};
 
 use crate::av::Sample;
 use crate::codecs::{self, Output};
@@ -46,6 +46,8 @@ pub enum VideoFormat {
     Vp8,
     /// One VP9 frame or superframe.
     Vp9,
+    /// One AV1 temporal unit of sized OBUs (a temporal delimiter first), as rebuilt from RTP.
+    Av1,
 }
 
 /// One thing for a packager.
@@ -122,6 +124,7 @@ impl Unit<'_> {
                 VideoFormat::H265 => p.push_h265(*dts, *pts, *keyframe, data, wall_ms),
                 VideoFormat::Vp8 => p.push_vp8(*dts, data, wall_ms),
                 VideoFormat::Vp9 => p.push_vp9(*dts, data, wall_ms),
+                VideoFormat::Av1 => p.push_av1(*dts, data, wall_ms),
             },
             Unit::Audio { pts, data } => p.push_audio(*pts, data, wall_ms),
         }
@@ -139,18 +142,24 @@ pub enum VideoDepacketizer {
     Vp8(vp8::Depacketizer),
     /// VP9 (RFC 9628).
     Vp9(vp9::Depacketizer),
+    /// AV1 (the AOM RTP payload format) into temporal units.
+    Av1(av1::Depacketizer),
     /// A codec packagers do not store: its frames are counted, not rebuilt.
     Skipped(VideoCodec),
 }
 
 impl From<VideoCodec> for VideoDepacketizer {
     fn from(codec: VideoCodec) -> Self {
+        // The table decides: a codec it takes out of the packagers is skipped here too.
+        if !packaged(codec) {
+            return VideoDepacketizer::Skipped(codec);
+        }
         match codec {
             VideoCodec::H264 => VideoDepacketizer::H264(h264::Depacketizer::default()),
             VideoCodec::H265 => VideoDepacketizer::H265(h265::Depacketizer::default()),
             VideoCodec::Vp8 => VideoDepacketizer::Vp8(vp8::Depacketizer::default()),
             VideoCodec::Vp9 => VideoDepacketizer::Vp9(vp9::Depacketizer::default()),
-            other => VideoDepacketizer::Skipped(other),
+            VideoCodec::Av1 => VideoDepacketizer::Av1(av1::Depacketizer::default()),
         }
     }
 }
@@ -163,6 +172,7 @@ impl VideoDepacketizer {
             VideoDepacketizer::H265(_) => VideoCodec::H265,
             VideoDepacketizer::Vp8(_) => VideoCodec::Vp8,
             VideoDepacketizer::Vp9(_) => VideoCodec::Vp9,
+            VideoDepacketizer::Av1(_) => VideoCodec::Av1,
             VideoDepacketizer::Skipped(c) => *c,
         }
     }
@@ -174,6 +184,7 @@ impl VideoDepacketizer {
             VideoDepacketizer::H265(d) => d.damaged_frames(),
             VideoDepacketizer::Vp8(d) => d.damaged_frames(),
             VideoDepacketizer::Vp9(d) => d.damaged_frames(),
+            VideoDepacketizer::Av1(d) => d.damaged_frames(),
             VideoDepacketizer::Skipped(_) => 0,
         }
     }
@@ -209,6 +220,10 @@ impl VideoDepacketizer {
                 let key = vp9::frame_info(f).is_some_and(|i| i.keyframe);
                 Some((key, VideoFormat::Vp9, f))
             }
+            VideoDepacketizer::Av1(d) => match d.push(seq, rtp_ts, marker, payload) {
+                Ok(Some(tu)) => Some((av1::is_keyframe_tu(tu), VideoFormat::Av1, tu)),
+                _ => None,
+            },
             VideoDepacketizer::Skipped(_) => None,
         }
     }

@@ -7,8 +7,7 @@
 //! [`FIRST_KEYFRAME_WAIT`]).
 //! While tapped, each keyframe is kept (one per stream, bytes as the decoder takes them:
 //! H264 and H265 in Annex B with their parameter sets, a VP8 or VP9 frame, an AV1 temporal
-//! unit); nothing else is stored. AV1 is rebuilt here from its RTP (the tap's feed leaves it
-//! out, as packagers do not store it).
+//! unit, all rebuilt by the tap's feed as for the packagers); nothing else is stored.
 //!
 //! A request decodes the kept keyframe only if no request decoded it before: the picture is
 //! kept with the keyframe's number, and the JPEGs made from it (one per width asked, a few)
@@ -21,12 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tern_proto::av1;
-use tern_proto::codec::{MediaKind, VideoCodec};
+use tern_proto::codec::VideoCodec;
 use tern_rtc::av::Sample;
 use tern_rtc::hls::VideoConfig;
 use tern_rtc::package::{Feed, Unit, VideoFormat};
-use tern_rtc::stream::RingPacket;
 use tern_rtc::thumbnail::{self, Still};
 use tracing::debug;
 
@@ -65,41 +62,11 @@ struct Picture {
 #[derive(Default)]
 struct State {
     feed: Feed,
-    /// AV1, which the tap's feed leaves out (packagers do not store it), rebuilt here for
-    /// its keyframes.
-    other: Other,
     /// H264 parameter sets from a publisher's sequence header (its frames are AVCC).
     config: Option<(Vec<u8>, Vec<u8>)>,
     key: Option<Key>,
     key_at: Option<Instant>,
     picture: Option<Picture>,
-}
-
-/// The depacketizer of a video codec outside the tap's feed.
-#[derive(Default)]
-enum Other {
-    #[default]
-    None,
-    Av1(av1::Depacketizer),
-}
-
-impl Other {
-    /// A video packet of a `codec` stream in; a keyframe it completes, as the decoder takes
-    /// it (AV1 as a temporal unit of sized OBUs). `None` for other codecs.
-    fn push(&mut self, codec: VideoCodec, pkt: &RingPacket) -> Option<Vec<u8>> {
-        let (seq, ts) = (pkt.seq as u16, pkt.rtp_ts);
-        match codec {
-            VideoCodec::Av1 => {
-                if !matches!(self, Other::Av1(_)) {
-                    *self = Other::Av1(av1::Depacketizer::new());
-                }
-                let Other::Av1(d) = self else { return None };
-                let tu = d.push(seq, ts, pkt.marker, &pkt.payload).ok()??;
-                av1::is_keyframe_tu(tu).then(|| tu.to_vec())
-            }
-            _ => None,
-        }
-    }
 }
 
 struct Slot {
@@ -352,7 +319,8 @@ impl Thumbs {
                     VideoFormat::AnnexB
                     | VideoFormat::H265
                     | VideoFormat::Vp8
-                    | VideoFormat::Vp9 => data.into_owned(),
+                    | VideoFormat::Vp9
+                    | VideoFormat::Av1 => data.into_owned(),
                 };
                 self.keep(slot, st, bytes, codec);
             }
@@ -412,14 +380,6 @@ impl Subscriber for Thumbs {
         };
         let codec = self.stats.video(tap.stream).codec;
         let mut st = slot.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if codec == VideoCodec::Av1 {
-            if tap.pkt.kind == MediaKind::Video
-                && let Some(key) = st.other.push(codec, &tap.pkt)
-            {
-                self.keep(slot, &mut st, key, codec);
-            }
-            return;
-        }
         st.feed.set_codec(codec);
         let mut keys = Vec::new();
         st.feed.push_rtp(&tap.pkt, &mut |u| {

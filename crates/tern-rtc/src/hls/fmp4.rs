@@ -3,10 +3,10 @@
 
 use mp4_atom::esds::{DecoderConfig, DecoderSpecific, EsDescriptor, SLConfig};
 use mp4_atom::{
-    Atom, Audio, Avc1, Avcc, AvccExt, Codec, Dinf, Dops, Dref, Encode, Esds, FixedPoint, Ftyp,
-    Hdlr, Header, Hvc1, HvcCArray, Hvcc, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof, Moov, Mp4a, Mvex,
-    Mvhd, Opus, Smhd, Stbl, Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun, TrunEntry, Url,
-    Visual, Vmhd, Vp08, Vp09, VpcC,
+    Atom, Audio, Av01, Av1c, Avc1, Avcc, AvccExt, Codec, Dinf, Dops, Dref, Encode, Esds,
+    FixedPoint, Ftyp, Hdlr, Header, Hvc1, HvcCArray, Hvcc, Mdat, Mdhd, Mdia, Mfhd, Minf, Moof,
+    Moov, Mp4a, Mvex, Mvhd, Opus, Smhd, Stbl, Stco, Stsd, Tfdt, Tfhd, Tkhd, Traf, Trak, Trex, Trun,
+    TrunEntry, Url, Visual, Vmhd, Vp08, Vp09, VpcC,
 };
 
 use super::sps::{parse_h265_sps, parse_sps};
@@ -220,6 +220,38 @@ fn vp9_trak(width: u16, height: u16, profile: u8) -> Trak {
     )
 }
 
+/// AV1: an `av01` sample entry with an `av1C` of the sequence header's fields and the
+/// sequence header OBU itself as its configOBUs (AV1-ISOBMFF §2.3).
+fn av1_trak(info: &super::av1c::Av1Info, sequence_header: &[u8]) -> Trak {
+    // set_video takes only sizes that fit 16 bits.
+    let (width, height) = (info.width as u16, info.height as u16);
+    let av01 = Av01 {
+        visual: visual(width, height),
+        av1c: Av1c {
+            seq_profile: info.seq_profile,
+            seq_level_idx_0: info.seq_level_idx_0,
+            seq_tier_0: info.seq_tier_0,
+            high_bitdepth: info.high_bitdepth,
+            twelve_bit: info.twelve_bit,
+            monochrome: info.monochrome,
+            chroma_subsampling_x: info.chroma_subsampling_x,
+            chroma_subsampling_y: info.chroma_subsampling_y,
+            chroma_sample_position: info.chroma_sample_position,
+            initial_presentation_delay: None,
+            config_obus: sequence_header.to_vec(),
+        },
+        ..Av01::default()
+    };
+    trak(
+        VIDEO_TRACK_ID,
+        VIDEO_TIMESCALE,
+        b"vide",
+        "VideoHandler",
+        (width, height),
+        av01.into(),
+    )
+}
+
 fn audio_trak(cfg: &AudioConfig) -> Trak {
     let timescale = audio_timescale(cfg);
     let audio = |channels: u8| Audio {
@@ -351,6 +383,12 @@ pub(crate) fn init_segment(
             height,
             profile,
         }) => traks.push(vp9_trak(*width, *height, *profile)),
+        Some(VideoConfig::Av1 { sequence_header }) => {
+            // set_video takes only a sequence header that parses.
+            if let Some(info) = super::av1_info(sequence_header) {
+                traks.push(av1_trak(&info, sequence_header));
+            }
+        }
         None => {}
     }
     if let Some(cfg) = audio {
@@ -468,6 +506,9 @@ pub(crate) fn codecs(video: Option<&VideoConfig>, audio: Option<&AudioConfig>) -
         // profile 0, level 1.0, 8 bits, as the vpcC says.
         Some(VideoConfig::Vp8 { .. }) => parts.push("vp08.00.10.08".into()),
         Some(VideoConfig::Vp9 { profile, .. }) => parts.push(format!("vp09.{profile:02}.10.08")),
+        Some(VideoConfig::Av1 { sequence_header }) => {
+            parts.extend(super::av1_info(sequence_header).map(|i| i.codec()));
+        }
         None => {}
     }
     match audio {

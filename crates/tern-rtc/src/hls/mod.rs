@@ -36,6 +36,7 @@
 //! through `mp4_atom::Header`), so that sample bytes are copied once, from the staging
 //! buffers into the part buffer, rather than through an intermediate `Mdat` vector.
 
+mod av1c;
 pub mod file;
 mod fmp4;
 mod ladder;
@@ -123,6 +124,13 @@ pub enum VideoConfig {
         height: u16,
         /// Profile 0-3.
         profile: u8,
+    },
+    /// AV1: the sequence header OBU (its header, size field and payload), which goes into
+    /// the `av1C` as its configOBUs and gives the `av1C` fields, the size and `CODECS`
+    /// (`av01` samples are temporal units of sized OBUs without temporal delimiters).
+    Av1 {
+        /// The sequence header OBU.
+        sequence_header: Vec<u8>,
     },
 }
 
@@ -420,6 +428,10 @@ impl Packager {
             VideoConfig::Vp8 { width, height } | VideoConfig::Vp9 { width, height, .. } => {
                 *width > 0 && *height > 0
             }
+            // The size must fit the sample entry's 16 bits.
+            VideoConfig::Av1 { sequence_header } => {
+                av1_info(sequence_header).is_some_and(|i| i.width <= 0xffff && i.height <= 0xffff)
+            }
         };
         if !fits || self.video_cfg.as_ref() == Some(&cfg) {
             return;
@@ -553,6 +565,44 @@ impl Packager {
         }
         let vp9 = matches!(self.video_cfg, Some(VideoConfig::Vp9 { .. }));
         self.video_sample(dts, dts, info.keyframe, vp9, frame, wall_ms);
+    }
+
+    /// One AV1 temporal unit in the low-overhead format (every OBU with its size field, as
+    /// [`tern_proto::av1::Depacketizer`] rebuilds them), `dts` in 90 kHz ticks. A key
+    /// frame's sequence header sets the video configuration; the sample is the unit without
+    /// its temporal delimiter and padding OBUs (AV1-ISOBMFF §2.4). A unit with a malformed
+    /// OBU is dropped.
+    pub fn push_av1(&mut self, dts: i64, tu: &[u8], wall_ms: u64) {
+        use tern_proto::av1::{OBU_PADDING, OBU_SEQUENCE_HEADER, OBU_TEMPORAL_DELIMITER};
+        let keyframe = tern_proto::av1::is_keyframe_tu(tu);
+        let mut sample = std::mem::take(&mut self.scratch);
+        sample.clear();
+        let mut sequence_header = None;
+        let mut obus = tern_proto::av1::obus(tu);
+        for obu in obus.by_ref() {
+            if matches!(obu.obu_type, OBU_TEMPORAL_DELIMITER | OBU_PADDING) {
+                continue;
+            }
+            let start = sample.len();
+            // obu_type, obu_extension_flag, obu_has_size_field = 1.
+            let ext = u8::from(obu.extension.is_some()) << 2;
+            sample.push(obu.obu_type << 3 | ext | 0x02);
+            sample.extend(obu.extension);
+            tern_proto::av1::write_leb128(obu.payload.len(), &mut sample);
+            sample.extend_from_slice(obu.payload);
+            if obu.obu_type == OBU_SEQUENCE_HEADER {
+                sequence_header = Some(start..sample.len());
+            }
+        }
+        let malformed = obus.malformed();
+        if let Some(range) = sequence_header.filter(|_| keyframe && !malformed) {
+            self.set_video(VideoConfig::Av1 {
+                sequence_header: sample[range].to_vec(),
+            });
+        }
+        let av1 = !malformed && matches!(self.video_cfg, Some(VideoConfig::Av1 { .. }));
+        self.video_sample(dts, dts, keyframe, av1, &sample, wall_ms);
+        self.scratch = sample;
     }
 
     /// Whether a segment is in progress: `false` before the first keyframe and from a
@@ -705,6 +755,9 @@ impl Packager {
             VideoConfig::Vp8 { width, height } | VideoConfig::Vp9 { width, height, .. } => {
                 Some((u32::from(*width), u32::from(*height)))
             }
+            VideoConfig::Av1 { sequence_header } => {
+                av1_info(sequence_header).map(|i| (i.width, i.height))
+            }
         }
     }
 
@@ -759,6 +812,12 @@ impl Packager {
         let index = usize::try_from(msn.checked_sub(first)?).ok()?;
         self.segments.get(index)
     }
+}
+
+/// The sequence header OBU's fields (`None` when it does not parse).
+fn av1_info(obu: &[u8]) -> Option<av1c::Av1Info> {
+    let payload = tern_proto::av1::obus(obu).next()?.payload;
+    av1c::parse_sequence_header(payload)
 }
 
 impl Drop for Packager {

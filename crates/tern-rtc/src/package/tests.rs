@@ -131,6 +131,7 @@ fn the_table_decides_which_video_codecs_are_rebuilt() {
             VideoCodec::H264,
             VideoCodec::Vp8,
             VideoCodec::Vp9,
+            VideoCodec::Av1,
             VideoCodec::H265
         ]
     );
@@ -242,6 +243,114 @@ fn h265_rtp_is_rebuilt_and_packaged_as_hvc1() {
     );
 }
 
+/// libaom, 320x180 yuv420p, 60 frames at 30 fps, a key frame every 30: `ffmpeg -f lavfi -i
+/// testsrc=size=320x180:rate=30 -frames:v 60 -pix_fmt yuv420p -c:v libaom-av1 -cpu-used 8
+/// -g 30 -b:v 200k -f obu` (temporal units of sized OBUs, each after a temporal delimiter).
+const AOM_320X180: &[u8] = include_bytes!("aom-320x180.obu");
+
+/// The clip's temporal units as RTP (the AOM payload format), one packet each: the
+/// aggregation header (W = 0: every element after its length; N on a key frame's), then its
+/// OBUs without their size fields, the temporal delimiter left out as senders do.
+fn av1_packets(pk: &mut Packets) -> Vec<RingPacket> {
+    use tern_proto::av1::{OBU_TEMPORAL_DELIMITER, is_keyframe_tu, obus, write_leb128};
+    let mut tus: Vec<Vec<u8>> = Vec::new();
+    let mut at = 0;
+    let mut walk = obus(AOM_320X180);
+    for obu in walk.by_ref() {
+        let len = 1 + usize::from(obu.extension.is_some());
+        let mut size = Vec::new();
+        write_leb128(obu.payload.len(), &mut size);
+        let whole = len + size.len() + obu.payload.len();
+        if obu.obu_type == OBU_TEMPORAL_DELIMITER {
+            tus.push(Vec::new());
+        }
+        tus.last_mut()
+            .expect("starts with a delimiter")
+            .extend_from_slice(&AOM_320X180[at..at + whole]);
+        at += whole;
+    }
+    assert!(!walk.malformed());
+    assert_eq!(tus.len(), 60);
+    let mut out = Vec::new();
+    for (i, tu) in tus.iter().enumerate() {
+        let key = is_keyframe_tu(tu);
+        let mut payload = vec![if key { 0x08 } else { 0x00 }];
+        for obu in obus(tu).filter(|o| o.obu_type != OBU_TEMPORAL_DELIMITER) {
+            let mut element = vec![obu.obu_type << 3 | u8::from(obu.extension.is_some()) << 2];
+            element.extend(obu.extension);
+            element.extend_from_slice(obu.payload);
+            write_leb128(element.len(), &mut payload);
+            payload.extend_from_slice(&element);
+        }
+        out.push(pk.packet(MediaKind::Video, i as u32 * 3000, true, &payload));
+    }
+    out
+}
+
+#[test]
+fn av1_rtp_is_rebuilt_and_packaged_as_av01() {
+    use mp4_atom::{Codec, Decode, Ftyp, Moov};
+    let mut pk = Packets::new();
+    let pkts = av1_packets(&mut pk);
+    let mut feed = Feed::new(VideoCodec::Av1);
+    let u = units(&mut feed, &pkts);
+    let keys: Vec<i64> = u
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Video {
+                dts,
+                keyframe,
+                format: VideoFormat::Av1,
+                ..
+            } => keyframe.then_some(*dts),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(u.len(), 60);
+    assert_eq!(keys, [0, 90_000], "a key frame every 30");
+    assert_eq!((feed.skipped_frames(), feed.damaged_frames()), (0, 0));
+    let mut p = packager();
+    for (i, unit) in u.iter().enumerate() {
+        unit.apply(&mut p, WALL0 + i as u64 * 33);
+    }
+    // Profile 0, level 2.0 (index 0), Main tier, 8 bits: as ffprobe reads the file.
+    assert_eq!(p.codecs().as_deref(), Some("av01.0.00M.08"));
+    assert_eq!(p.resolution(), Some((320, 180)));
+    let stats = p.stats();
+    assert_eq!(stats.dropped_samples, 0);
+    assert!(stats.parts >= 3, "{stats:?}");
+    let init = p.init(1).expect("init segment");
+    let mut buf = init.as_slice();
+    Ftyp::decode(&mut buf).expect("ftyp");
+    let moov = Moov::decode(&mut buf).expect("moov");
+    let Codec::Av01(av01) = &moov.trak[0].mdia.minf.stbl.stsd.codecs[0] else {
+        panic!(
+            "av01 expected: {:?}",
+            moov.trak[0].mdia.minf.stbl.stsd.codecs
+        );
+    };
+    assert_eq!((av01.visual.width, av01.visual.height), (320, 180));
+    let c = &av01.av1c;
+    assert_eq!(
+        (c.seq_profile, c.seq_level_idx_0, c.seq_tier_0),
+        (0, 0, false)
+    );
+    assert!(c.chroma_subsampling_x && c.chroma_subsampling_y && !c.high_bitdepth);
+    // The configOBUs are the sequence header OBU, whole, with its size field.
+    assert_eq!(c.config_obus[0], 0x0a, "{:02x?}", c.config_obus);
+    let head = crate::hls::file::parse_head(&init).expect("head");
+    assert_eq!(head.codecs, "av01.0.00M.08");
+    // Every part's first sample starts with an OBU other than a temporal delimiter (the
+    // key frame's sequence header, header byte 0x0a, in the first).
+    let first = p.part(0, 0).expect("part 0.0");
+    let mdat = first.windows(4).position(|w| w == b"mdat").expect("mdat");
+    assert_eq!(
+        first[mdat + 4],
+        0x0a,
+        "a sequence header, no temporal delimiter"
+    );
+}
+
 #[test]
 fn h264_rtp_is_rebuilt_into_annex_b_access_units_that_package() {
     let mut pk = Packets::new();
@@ -323,7 +432,12 @@ fn a_codec_outside_the_table_is_counted_and_its_audio_still_goes_in() {
         .map(|i| pk.packet(MediaKind::Video, i * 3000, true, &[0x10, 0x32, 0x00]))
         .collect();
     let audio = opus_packets(&mut pk, 50);
-    let mut feed = Feed::new(VideoCodec::Av1);
+    // Every codec of the table is packaged now: the feed a codec taken out of it would
+    // get.
+    let mut feed = Feed {
+        video: VideoDepacketizer::Skipped(VideoCodec::Av1),
+        ..Feed::new(VideoCodec::H264)
+    };
     let mut u = units(&mut feed, &video);
     assert!(u.is_empty(), "{u:?}");
     assert_eq!(feed.skipped_frames(), 30);
