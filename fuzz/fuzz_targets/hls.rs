@@ -1,6 +1,7 @@
 //! The LL-HLS packager fed anything a publisher could send: H264 access units (Annex B and
-//! length-prefixed) and H265 ones (Annex B) with any timestamps and keyframe flags, parameter
-//! sets (H264's and H265's, whose SPS is parsed for the init segment and `CODECS`) that are junk,
+//! length-prefixed), H265 ones (Annex B) and AV1 temporal units (whose sequence header is
+//! parsed for the `av1C`) with any timestamps and keyframe flags, parameter sets (H264's and
+//! H265's, whose SPS is parsed for the init segment and `CODECS`) that are junk,
 //! AAC and Opus frames of any size, configuration changes mid-stream. A second packager
 //! follows the first as a ladder's lower variant does (its cuts, the same H264 access units
 //! on a clock a few frames off, any keyframe flags), and a third as a ladder's audio
@@ -71,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
         let len = usize::from(take(&mut d, 1).first().copied().unwrap_or(0)) * 4;
         // Mostly forward in small steps, sometimes anywhere.
         let step = num(&mut d);
-        match op % 8 {
+        match op % 9 {
             0 => {
                 vts += step * 8;
                 wall += 33;
@@ -128,6 +129,12 @@ fuzz_target!(|data: &[u8]| {
                 wall += 33;
                 let au = take(&mut d, len);
                 p.push_h265(vts, vts + (step % 5) * 3000, op & 0x80 != 0, au, wall);
+            }
+            7 => {
+                // An AV1 temporal unit: any OBUs, a sequence header among them or not.
+                vts += step * 8;
+                wall += 33;
+                p.push_av1(vts, take(&mut d, len), wall);
             }
             _ => {
                 let vps = take(&mut d, 8).to_vec();
