@@ -109,8 +109,12 @@ impl Ladder {
     /// Forgets the lower layers (a new feed: the slate took over, or left).
     pub(super) fn clear(&mut self) {
         self.lower.clear();
+        // The audio rendition goes on (as the top does): the other side's audio continues
+        // neither its mapping nor, maybe, its configuration, which it takes as the top does
+        // (a new init segment and a discontinuity where it differs). A new packager would
+        // number its segments and init segments from the start again.
         if let Some(a) = &mut self.audio {
-            *a = AudioRendition::new(&self.config, &self.counter);
+            a.queue.clear();
         }
         self.top = None;
         self.frames = false;
