@@ -4,6 +4,8 @@
 //! Parameter String"). Written here because no crate on hand parses it without a decoder;
 //! nothing here panics on junk (every read is checked).
 
+use mp4_atom::Av1c;
+
 /// What the packager takes from a sequence header OBU's payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Av1Info {
@@ -25,17 +27,30 @@ pub(crate) struct Av1Info {
 impl Av1Info {
     /// `av01.P.LLT.DD`: profile, level index, tier (`M` or `H`), bit depth.
     pub(crate) fn codec(&self) -> String {
-        let depth = match (self.high_bitdepth, self.twelve_bit) {
-            (false, _) => 8,
-            (true, false) => 10,
-            (true, true) => 12,
-        };
-        let tier = if self.seq_tier_0 { 'H' } else { 'M' };
-        format!(
-            "av01.{}.{:02}{tier}.{depth:02}",
-            self.seq_profile, self.seq_level_idx_0
-        )
+        codec(&Av1c {
+            seq_profile: self.seq_profile,
+            seq_level_idx_0: self.seq_level_idx_0,
+            seq_tier_0: self.seq_tier_0,
+            high_bitdepth: self.high_bitdepth,
+            twelve_bit: self.twelve_bit,
+            ..Av1c::default()
+        })
     }
+}
+
+/// The codecs string of an `av1C` record: `av01.P.LLT.DD` (profile, level index, tier `M`
+/// or `H`, bit depth).
+pub(crate) fn codec(c: &Av1c) -> String {
+    let depth = match (c.high_bitdepth, c.twelve_bit) {
+        (false, _) => 8,
+        (true, false) => 10,
+        (true, true) => 12,
+    };
+    let tier = if c.seq_tier_0 { 'H' } else { 'M' };
+    format!(
+        "av01.{}.{:02}{tier}.{depth:02}",
+        c.seq_profile, c.seq_level_idx_0
+    )
 }
 
 /// Big-endian bits, as the AV1 spec's `f(n)`.

@@ -126,19 +126,7 @@ fn codec_name(c: &Codec) -> Option<String> {
         Codec::Hvc1(h) => super::fmp4::hvcc_codec(&h.hvcc),
         Codec::Vp08(_) => "vp08.00.10.08".into(),
         Codec::Vp09(v) => format!("vp09.{:02}.10.08", v.vpcc.profile),
-        Codec::Av01(a) => {
-            let c = &a.av1c;
-            let depth = match (c.high_bitdepth, c.twelve_bit) {
-                (false, _) => 8,
-                (true, false) => 10,
-                (true, true) => 12,
-            };
-            let tier = if c.seq_tier_0 { 'H' } else { 'M' };
-            format!(
-                "av01.{}.{:02}{tier}.{depth:02}",
-                c.seq_profile, c.seq_level_idx_0
-            )
-        }
+        Codec::Av01(a) => super::av1c::codec(&a.av1c),
         Codec::Mp4a(m) => {
             let aot = m
                 .esds

@@ -353,7 +353,9 @@ fn impaired_run(extra: &str) -> (tern_bench::report::Summary, Arc<Truth>) {
     let duplicated = truth.duplicated.load(Ordering::Relaxed);
     let delayed = truth.delayed.load(Ordering::Relaxed);
     let forwarded = truth.forwarded.load(Ordering::Relaxed);
-    // About 1% of each, so the test means something.
+    // About 1% of each while impairing (9 s of the 12), so the test means something: at
+    // least 0.25 % of all (a loaded CI machine once gave 0.47 % duplicates, under the
+    // 0.5 % this asked before), at most 2 %.
     assert!(forwarded > 10_000, "only {forwarded} RTP packets");
     for (what, n) in [
         ("dropped", dropped),
@@ -361,7 +363,7 @@ fn impaired_run(extra: &str) -> (tern_bench::report::Summary, Arc<Truth>) {
         ("delayed", delayed),
     ] {
         assert!(
-            n * 200 > forwarded && n * 50 < forwarded,
+            n * 400 > forwarded && n * 50 < forwarded,
             "{what} {n} of {forwarded} is not about 1%"
         );
     }
