@@ -71,14 +71,7 @@ fn video_trak(sps: &[u8], pps: &[u8]) -> mp4_atom::Result<Trak> {
         avcc,
         ..Avc1::default()
     };
-    Ok(trak(
-        VIDEO_TRACK_ID,
-        VIDEO_TIMESCALE,
-        b"vide",
-        "VideoHandler",
-        (width, height),
-        avc1.into(),
-    ))
+    Ok(video_track((width, height), avc1.into()))
 }
 
 /// A video sample entry's common fields: the picture size, the one data reference.
@@ -124,14 +117,7 @@ fn hevc_trak(vps: &[u8], sps: &[u8], pps: &[u8]) -> Trak {
         hvcc,
         ..Hvc1::default()
     };
-    trak(
-        VIDEO_TRACK_ID,
-        VIDEO_TIMESCALE,
-        b"vide",
-        "VideoHandler",
-        (width, height),
-        hvc1.into(),
-    )
+    video_track((width, height), hvc1.into())
 }
 
 /// The RFC 6381 / ISO/IEC 14496-15 Annex E codec string of an H265 SPS:
@@ -183,14 +169,7 @@ fn vp8_trak(width: u16, height: u16) -> Trak {
         },
         ..Vp08::default()
     };
-    trak(
-        VIDEO_TRACK_ID,
-        VIDEO_TIMESCALE,
-        b"vide",
-        "VideoHandler",
-        (width, height),
-        vp08.into(),
-    )
+    video_track((width, height), vp08.into())
 }
 
 /// VP9: a `vp09` sample entry with a `vpcC` (the profile of the key frames, 8 bits, 4:2:0;
@@ -210,14 +189,7 @@ fn vp9_trak(width: u16, height: u16, profile: u8) -> Trak {
         pasp: None,
         spatial: None,
     };
-    trak(
-        VIDEO_TRACK_ID,
-        VIDEO_TIMESCALE,
-        b"vide",
-        "VideoHandler",
-        (width, height),
-        vp09.into(),
-    )
+    video_track((width, height), vp09.into())
 }
 
 /// AV1: an `av01` sample entry with an `av1C` of the sequence header's fields and the
@@ -242,14 +214,7 @@ fn av1_trak(info: &super::av1c::Av1Info, sequence_header: &[u8]) -> Trak {
         },
         ..Av01::default()
     };
-    trak(
-        VIDEO_TRACK_ID,
-        VIDEO_TIMESCALE,
-        b"vide",
-        "VideoHandler",
-        (width, height),
-        av01.into(),
-    )
+    video_track((width, height), av01.into())
 }
 
 fn audio_trak(cfg: &AudioConfig) -> Trak {
@@ -312,6 +277,18 @@ fn audio_trak(cfg: &AudioConfig) -> Trak {
         b"soun",
         "SoundHandler",
         (0, 0),
+        codec,
+    )
+}
+
+/// The video track of `codec`'s sample entry, its picture `size`.
+fn video_track(size: (u16, u16), codec: Codec) -> Trak {
+    trak(
+        VIDEO_TRACK_ID,
+        VIDEO_TIMESCALE,
+        b"vide",
+        "VideoHandler",
+        size,
         codec,
     )
 }

@@ -168,20 +168,8 @@ impl Packager {
             .filter(|c| pts.abs_diff(c.pts) <= START_TOLERANCE.unsigned_abs())
             .copied();
         if self.driver == Some(Driver::Video) && self.in_segment() {
-            let current = self.segments.back().map_or(0, |s| s.msn);
             let out = self.video.out(dts)?;
-            if let Some(cut) = due.filter(|c| c.msn > current) {
-                self.close_segment(Some(out));
-                if cut.msn != self.next_msn {
-                    self.skip_to(cut.msn);
-                }
-                return self.start_cut(Driver::Video, cut, out, wall_ms);
-            }
-            // Parts close as in any packager; the segment does not end at a keyframe of
-            // this variant's own.
-            return self
-                .cut_before(Driver::Video, out, false, wall_ms)
-                .then_some(out);
+            return self.follow_in_segment(Driver::Video, due, out, wall_ms);
         }
         // Not in a segment: it starts at a keyframe at a cut (the top's keyframe's picture).
         // One that has waited through [`LATE_START_CUTS`] cuts without one starts at a
@@ -263,17 +251,7 @@ impl Packager {
             .find(|c| i128::from(out) + half >= i128::from(cut_out(c)))
             .copied();
         if self.driver == Some(Driver::Audio) && self.in_segment() {
-            let current = self.segments.back().map_or(0, |s| s.msn);
-            if let Some(cut) = due.filter(|c| c.msn > current) {
-                self.close_segment(Some(out));
-                if cut.msn != self.next_msn {
-                    self.skip_to(cut.msn);
-                }
-                return self.start_cut(Driver::Audio, cut, out, wall_ms);
-            }
-            return self
-                .cut_before(Driver::Audio, out, false, wall_ms)
-                .then_some(out);
+            return self.follow_in_segment(Driver::Audio, due, out, wall_ms);
         }
         // Not in a segment: it starts in the segment the top is in.
         let cut = due.filter(|c| c.msn >= self.next_msn)?;
@@ -281,6 +259,28 @@ impl Packager {
             self.skip_to(cut.msn);
         }
         self.start_cut(Driver::Audio, cut, out, wall_ms)
+    }
+
+    /// A follower's sample at output time `out` of `driver`'s track, inside a segment: the
+    /// segment ends there when `due` (the top's latest cut at or before it) is a later
+    /// one, else the sample joins it (parts close as in any packager; the segment does not
+    /// end at a keyframe of this variant's own). Its output time, or `None` to drop it.
+    fn follow_in_segment(
+        &mut self,
+        driver: Driver,
+        due: Option<Cut>,
+        out: u64,
+        wall_ms: u64,
+    ) -> Option<u64> {
+        let current = self.segments.back().map_or(0, |s| s.msn);
+        if let Some(cut) = due.filter(|c| c.msn > current) {
+            self.close_segment(Some(out));
+            if cut.msn != self.next_msn {
+                self.skip_to(cut.msn);
+            }
+            return self.start_cut(driver, cut, out, wall_ms);
+        }
+        self.cut_before(driver, out, false, wall_ms).then_some(out)
     }
 
     /// Starts segment `cut.msn` (the next number) at output time `out` of `driver`'s

@@ -179,10 +179,7 @@ impl Ladder {
                     _ => None,
                 };
                 if let Some(a) = &mut self.audio {
-                    if a.queue.len() >= 2 * MAX_HELD {
-                        a.queue.pop_front();
-                    }
-                    a.queue.push_back((unit.clone().into_owned(), wall, anchor));
+                    hold(&mut a.queue, (unit.clone().into_owned(), wall, anchor));
                 }
             }
             Unit::AudioConfig(_) | Unit::Audio { .. } => {
@@ -192,7 +189,7 @@ impl Ladder {
                 let anchor = top.audio_anchor();
                 for l in self.lower.iter_mut().flatten() {
                     l.packager.follow_audio(anchor);
-                    hold(&mut l.queue, unit.clone().into_owned(), wall);
+                    hold(&mut l.queue, (unit.clone().into_owned(), wall));
                 }
             }
             Unit::VideoConfig(_) => {}
@@ -275,7 +272,7 @@ impl Ladder {
                 format,
                 data: data.into_owned().into(),
             };
-            hold(queue, unit, wall);
+            hold(queue, (unit, wall));
         });
     }
 
@@ -316,11 +313,12 @@ impl Ladder {
     }
 }
 
-/// Queues `unit`, the oldest dropped past [`MAX_HELD`] (a queue stays bounded whatever
+/// Queues `item` (a unit with its arrival, and for the audio rendition the top's anchor),
+/// the oldest dropped past twice [`MAX_HELD`] (a queue stays bounded whatever
 /// [`Ladder::release`] does).
-fn hold(queue: &mut VecDeque<(Unit<'static>, u64)>, unit: Unit<'static>, wall: u64) {
+fn hold<T>(queue: &mut VecDeque<T>, item: T) {
     if queue.len() >= 2 * MAX_HELD {
         queue.pop_front();
     }
-    queue.push_back((unit, wall));
+    queue.push_back(item);
 }

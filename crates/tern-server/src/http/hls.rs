@@ -154,7 +154,7 @@ pub(super) async fn get(
         layer,
     };
     let uris = match audio {
-        true => format!("session={token}&media=audio"),
+        true => audio_query(token),
         false => uri_query(token, rid),
     };
     match res {
@@ -174,6 +174,11 @@ fn uri_query(token: &str, rid: Option<&str>) -> String {
         Some(rid) => format!("session={token}&layer={rid}"),
         None => format!("session={token}"),
     }
+}
+
+/// The query every URI of a ladder's audio rendition carries.
+fn audio_query(token: &str) -> String {
+    format!("session={token}&media=audio")
 }
 
 /// A response carrying packaged bytes.
@@ -292,8 +297,9 @@ async fn open(
     let mut body = String::from("#EXTM3U\n");
     if let Some(a) = &audio {
         body.push_str(&format!(
-            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"{AUDIO_GROUP}\",NAME=\"audio\",DEFAULT=YES,AUTOSELECT=YES,CHANNELS=\"{}\",URI=\"media.m3u8?session={token}&media=audio\"\n",
-            a.channels
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"{AUDIO_GROUP}\",NAME=\"audio\",DEFAULT=YES,AUTOSELECT=YES,CHANNELS=\"{}\",URI=\"media.m3u8?{}\"\n",
+            a.channels,
+            audio_query(&token)
         ));
     }
     let mut variants = String::new();
