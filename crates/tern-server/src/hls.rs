@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tern_pool::{PoolCounter, shrink_map};
 use tern_proto::codec::MediaKind;
 use tern_rtc::av::Sample;
-use tern_rtc::hls::{HlsConfig, Packager};
+use tern_rtc::hls::{AWAIT_AUDIO, HlsConfig, Packager};
 use tern_rtc::package::Feed;
 use tokio::sync::watch;
 use tracing::{debug, info};
@@ -277,6 +277,8 @@ impl Hls {
                 let mut packager = Packager::new(config.clone(), self.counter.clone());
                 if audio_apart {
                     packager.audio_apart();
+                } else {
+                    packager.await_audio(AWAIT_AUDIO);
                 }
                 Box::new(Packaging {
                     asked_ms: 0,

@@ -116,7 +116,7 @@ impl Packager {
     /// (a WebRTC encoder sends keyframes only when asked). A ladder's lower variant in a
     /// segment wants none: it cuts where the top cuts.
     pub fn wants_keyframe(&self) -> bool {
-        if !self.video_seen {
+        if !self.video_seen || self.holds_keyframe() {
             return false;
         }
         match self.segments.back() {

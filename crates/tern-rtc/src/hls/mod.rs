@@ -38,6 +38,7 @@
 
 mod av1c;
 pub mod file;
+mod first_audio;
 mod fmp4;
 mod ladder;
 pub(crate) mod nal;
@@ -55,6 +56,10 @@ use std::time::Duration;
 use tern_pool::PoolCounter;
 
 use fmp4::{SampleInfo, VIDEO_TIMESCALE};
+
+/// How long a stream's first segment waits for its audio ([`Packager::await_audio`]): the
+/// audio of a WebRTC, SRT or RTMP publisher comes within a few frames of its video.
+pub const AWAIT_AUDIO: Duration = Duration::from_secs(1);
 
 /// Packager settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -358,6 +363,8 @@ pub struct Packager {
     /// A ladder's audio rendition: audio only, placed and cut as the top variant
     /// ([`Packager::audio_rendition`]).
     rendition: bool,
+    /// Video held before the first segment for the audio ([`Packager::await_audio`]).
+    audio_wait: Option<first_audio::AudioWait>,
 }
 
 impl std::fmt::Debug for Packager {
@@ -407,6 +414,7 @@ impl Packager {
             follow_audio: None,
             audio_apart: false,
             rendition: false,
+            audio_wait: None,
         }
     }
 
@@ -436,6 +444,11 @@ impl Packager {
         if !fits || self.video_cfg.as_ref() == Some(&cfg) {
             return;
         }
+        // What was held belongs to the configuration it came with (a first configuration,
+        // in band with the first keyframe, finds nothing held and keeps the wait).
+        if self.holds_keyframe() {
+            self.release_video();
+        }
         self.video_cfg = Some(cfg);
         self.config_changed();
     }
@@ -452,6 +465,8 @@ impl Packager {
         self.audio.timescale = timescale;
         self.audio_cfg = Some(cfg);
         self.config_changed();
+        // The first init can have the audio track now.
+        self.release_video();
     }
 
     /// One H264 access unit: `dts`/`pts` in 90 kHz ticks (any origin; `pts >= dts` with
@@ -615,6 +630,7 @@ impl Packager {
     /// nominal durations (a recording's clean stop, before its last
     /// [`take_parts`](Self::take_parts)).
     pub fn finish(&mut self) {
+        self.release_video();
         self.close_segment(None);
     }
 

@@ -153,9 +153,26 @@ impl Packager {
         self.video_seen = true;
         self.stats.samples_in += 1;
         let size = u32::try_from(sample.len()).ok().filter(|s| *s > 0);
-        let (true, Some(size), Some(_)) = (well_formed, size, &self.video_cfg) else {
+        let (true, Some(_), Some(_)) = (well_formed, size, &self.video_cfg) else {
             return self.drop_sample();
         };
+        if self.audio_wait.is_some() && self.hold_for_audio(dts, pts, keyframe, sample, wall_ms) {
+            return;
+        }
+        self.place_video(dts, pts, keyframe, sample, wall_ms);
+    }
+
+    /// A counted, well-formed video sample onto the timeline.
+    pub(super) fn place_video(
+        &mut self,
+        dts: i64,
+        pts: i64,
+        keyframe: bool,
+        sample: &[u8],
+        wall_ms: u64,
+    ) {
+        // The caller checked that the size fits.
+        let size = u32::try_from(sample.len()).unwrap_or(u32::MAX);
         if self.video.map.is_some() {
             match self.video.continues(dts) {
                 None => return self.drop_sample(),
