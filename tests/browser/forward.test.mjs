@@ -66,7 +66,10 @@ function listening(port) {
 
 /**
  * nginx with the RTMP module on 127.0.0.1:port (`application live` takes and plays any
- * stream), its prefix, pid and error log in `dir`. Resolves once it listens (≤ 10 s).
+ * stream; a player joining starts at a keyframe, `wait_key`, as players are served in
+ * production: without it the pull may begin mid-GOP and its first frames decode with
+ * errors that are not the forward's), its prefix, pid and error log in `dir`. Resolves once
+ * it listens (≤ 10 s).
  */
 async function startNginxRtmp(port, dir) {
   const conf = join(dir, 'nginx.conf');
@@ -76,7 +79,7 @@ async function startNginxRtmp(port, dir) {
       `daemon off;\nmaster_process off;\npid ${dir}/nginx.pid;\nerror_log ${dir}/error.log;\n` +
       'events { worker_connections 64; }\n' +
       `rtmp {\n  server {\n    listen 127.0.0.1:${port};\n    chunk_size 4096;\n` +
-      '    application live {\n      live on;\n      record off;\n    }\n  }\n}\n',
+      '    application live {\n      live on;\n      record off;\n      wait_key on;\n      wait_video on;\n    }\n  }\n}\n',
   );
   const child = spawn('nginx', ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';

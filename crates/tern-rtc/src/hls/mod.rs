@@ -204,8 +204,10 @@ pub struct HlsStats {
     /// Bit rate (bit/s) over the complete segments held: a variant's `AVERAGE-BANDWIDTH`;
     /// 0 before the first segment completes.
     pub average_bitrate: u64,
-    /// Video frames per 1000 s over the parts held (a variant's `FRAME-RATE` times 1000);
-    /// 0 before the first part or without video.
+    /// Video frames per 1000 s (a variant's `FRAME-RATE` times 1000, which RFC 8216bis
+    /// 4.4.6.2 makes the variant's maximum): the highest rate of a complete segment held
+    /// that lasts a second or more; before there is one, the rate over the parts held. 0
+    /// before the first part or without video.
     pub frame_rate_milli: u64,
 }
 
@@ -788,21 +790,30 @@ impl Packager {
             .flat_map(|s| &s.parts)
             .map(|p| p.data.len())
             .sum();
-        // Over the complete segments held, and for the frame rate the parts of the one in
-        // progress too (a playlist served at the first part gives it).
+        // Over the complete segments held; the frame rate over the parts of the one in
+        // progress too while no segment is long enough (a playlist served at the first
+        // part gives it). An encoder's start, slow while its bandwidth estimate ramps up,
+        // does not lower a peak.
+        let rate = u64::from(VIDEO_TIMESCALE);
         let (mut bytes, mut ticks, mut frames, mut all_ticks) = (0u64, 0u64, 0u64, 0u64);
+        let mut peak_fps = 0u64;
         for s in self.segments.iter().filter(|s| s.duration > 0) {
-            let t = s.duration * u64::from(VIDEO_TIMESCALE) / u64::from(s.timescale.max(1));
+            let t = s.duration * rate / u64::from(s.timescale.max(1));
             frames += s.video_samples;
             all_ticks += t;
             if s.complete {
                 bytes += s.parts.iter().map(|p| p.data.len() as u64).sum::<u64>();
                 ticks += t;
+                if t >= rate {
+                    peak_fps = peak_fps.max(s.video_samples * 1000 * rate / t);
+                }
             }
         }
-        let rate = u64::from(VIDEO_TIMESCALE);
         stats.average_bitrate = (bytes * 8 * rate).checked_div(ticks).unwrap_or(0);
-        stats.frame_rate_milli = (frames * 1000 * rate).checked_div(all_ticks).unwrap_or(0);
+        stats.frame_rate_milli = match peak_fps {
+            0 => (frames * 1000 * rate).checked_div(all_ticks).unwrap_or(0),
+            peak => peak,
+        };
         stats.peak_bitrate = self
             .segments
             .iter()

@@ -639,3 +639,31 @@ fn whip_like_stream_with_audio_first_and_in_band_parameter_sets() {
     let audio_tfdt = moof.traf[1].tfdt.as_ref().map(|t| t.base_media_decode_time);
     assert_eq!(audio_tfdt, Some(0));
 }
+
+#[test]
+fn frame_rate_is_the_peak_of_the_complete_segments() {
+    let (mut p, _) = packager(HlsConfig::default());
+    // 4 s at 10 fps (an encoder starting slowly), then 4 s at 30 fps; a keyframe a second.
+    let mut t_ms = 0i64;
+    for (fps, secs) in [(10i64, 4i64), (30, 4)] {
+        for i in 0..fps * secs {
+            let key = i % fps == 0;
+            let au = avcc_au(key, 600);
+            p.push_video(t_ms * 90, t_ms * 90, key, &au, WALL0 + t_ms as u64);
+            t_ms += 1000 / fps;
+        }
+    }
+    let fps = p.stats().frame_rate_milli;
+    assert!(
+        (29_500..=30_500).contains(&fps),
+        "the peak, not the mean (about 20 fps): {fps}"
+    );
+    // While only the slow start is held, that is the rate.
+    let (mut slow, _) = packager(HlsConfig::default());
+    for i in 0..30i64 {
+        let au = avcc_au(i % 10 == 0, 600);
+        slow.push_video(i * 9000, i * 9000, i % 10 == 0, &au, WALL0 + i as u64 * 100);
+    }
+    let fps = slow.stats().frame_rate_milli;
+    assert!((9_500..=10_500).contains(&fps), "{fps}");
+}
