@@ -126,26 +126,27 @@ export async function readVideo() {
 }
 
 /**
- * In a page (`page.evaluate(publishCanvas, { endpoint, codec, tone })`): publishes a 30 fps
- * 640x360 canvas over WHIP with only `codec` offered (and, with `tone`, a 440 Hz tone as a
+ * In a page (`page.evaluate(publishCanvas, { endpoint, codec, tone, width, height })`):
+ * publishes a 30 fps canvas (640x360 unless `width` and `height` say) over WHIP with only
+ * `codec` offered (and, with `tone`, a 440 Hz tone as a
  * second, audio track); the peer connection is window.pubPc, the drawing timer
  * window.drawTimer and the WHIP resource window.whipLocation. Returns the video codecs the
  * answer names (`answered`) and its audio ones (`audio`), or `{ error }`.
  */
-export async function publishCanvas({ endpoint, codec, tone = false }) {
+export async function publishCanvas({ endpoint, codec, tone = false, width = 640, height = 360 }) {
   const canvas = document.createElement('canvas');
-  canvas.width = 640;
-  canvas.height = 360;
+  canvas.width = width;
+  canvas.height = height;
   document.body.append(canvas);
   const g = canvas.getContext('2d');
   let n = 0;
   window.drawTimer = setInterval(() => {
     n += 1;
     g.fillStyle = `hsl(${(n * 7) % 360} 80% 50%)`;
-    g.fillRect(0, 0, 640, 360);
+    g.fillRect(0, 0, width, height);
     g.fillStyle = '#fff';
-    g.font = '48px sans-serif';
-    g.fillText(String(n), 40 + (n % 400), 180);
+    g.font = `${Math.round(height / 7.5)}px sans-serif`;
+    g.fillText(String(n), width / 16 + (n % Math.round(width * 0.6)), height / 2);
   }, 33);
   const caps = RTCRtpSender.getCapabilities('video').codecs;
   const want = caps.filter((c) => c.mimeType.toLowerCase() === `video/${codec.toLowerCase()}`);

@@ -153,9 +153,9 @@ pub fn rendition_size(source: (u32, u32), height: u32) -> (u32, u32) {
     )
 }
 
-/// A source frame for [`Renditions::push`].
+/// A source frame for [`Renditions::push_frame`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SourceFrame<'a> {
+pub struct SourceFrame<'a> {
     /// Presentation time (ms).
     pub pts_ms: i64,
     /// Decode time (ms).
@@ -207,7 +207,10 @@ struct Lane {
 }
 
 /// A publisher's renditions: the shared decoder, the scalers and the encoder threads.
-pub(crate) struct Renditions {
+/// An RTMP, SRT or RTSP publisher's [`crate::av::AvPipeline`] drives them from its
+/// thread; a WHIP publisher's are driven by a thread of the server's, from its ring
+/// packets rebuilt into frames.
+pub struct Renditions {
     decoder: H264Decoder,
     lanes: Vec<Lane>,
     sink: RenditionSink,
@@ -227,7 +230,7 @@ impl Renditions {
     /// Opens the decoder and starts one encoder thread per rendition (at most
     /// [`MAX_RENDITIONS`]; the encoders open at the first picture); `max_payload` caps
     /// RTP payloads.
-    pub(crate) fn new(
+    pub fn new(
         specs: &[RenditionSpec],
         max_payload: usize,
         sink: RenditionSink,
@@ -275,14 +278,14 @@ impl Renditions {
     }
 
     /// A viewer of layer `layer` asked for a keyframe: its next picture is an IDR.
-    pub(crate) fn request_idr(&mut self, layer: u8) {
+    pub fn request_idr(&mut self, layer: u8) {
         if let Some(l) = self.lanes.iter_mut().find(|l| l.layer == layer) {
             l.force_idr = true;
         }
     }
 
     /// What each rendition did so far.
-    pub(crate) fn stats(&self) -> Vec<RenditionStats> {
+    pub fn stats(&self) -> Vec<RenditionStats> {
         self.lanes
             .iter()
             .map(|l| RenditionStats {
@@ -327,6 +330,12 @@ impl Renditions {
         {
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Decodes one source frame that arrived at `now`; each picture now ready is scaled
+    /// and handed to every rendition (`ntp` gives the capture time of a pts).
+    pub fn push_frame(&mut self, frame: SourceFrame<'_>, now: Instant, ntp: &dyn Fn(i64) -> u64) {
+        self.push(frame, now, ntp, &mut |_| {});
     }
 
     /// Decodes one source frame that arrived at `now`; each picture now ready is scaled

@@ -1,5 +1,5 @@
-//! The media tap: where packagers (LL-HLS, recordings) take a stream's media, one door for
-//! every kind of publisher.
+//! The media tap: where packagers (LL-HLS, recordings, thumbnails, forwards) and a WHIP
+//! publisher's renditions take a stream's media, one door for every kind of publisher.
 //!
 //! A stream is tapped while any subscriber answers [`Subscriber::wanted`]. Its media comes
 //! by one of two ways, and every subscriber gets both the same way:

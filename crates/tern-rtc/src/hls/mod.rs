@@ -57,8 +57,9 @@ use tern_pool::PoolCounter;
 
 use fmp4::{SampleInfo, VIDEO_TIMESCALE};
 
-/// How long a stream's first segment waits for its audio ([`Packager::await_audio`]): the
-/// audio of a WebRTC, SRT or RTMP publisher comes within a few frames of its video.
+/// How long a stream's first segment waits for its audio ([`Packager::await_audio`]): a
+/// WebRTC publisher's audio comes within a few frames of its video, an MPEG-TS muxer's
+/// within its interleaving delay (ffmpeg's: 0.7 s at most).
 pub const AWAIT_AUDIO: Duration = Duration::from_secs(1);
 
 /// Packager settings.

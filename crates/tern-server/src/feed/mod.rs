@@ -18,6 +18,7 @@ mod ledger;
 mod renditions;
 mod sink;
 mod watch;
+mod whip_renditions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -30,9 +31,12 @@ pub use ledger::{Booking, Ledger, arc_bytes};
 pub use renditions::{start_renditions, stop_renditions};
 pub use sink::{FrameSink, MEDIA_STALL};
 pub use watch::VideoWatch;
+pub use whip_renditions::WhipRenditions;
 
 use crate::limits::AddrPermit;
-use crate::media::{AddError, Command, EngineHandle, FrameCommand, PublisherId, Source};
+use crate::media::{
+    AddError, Command, EngineHandle, FrameCommand, PublisherId, Source, WhipLayers,
+};
 
 /// Where admitted publishers are listed by session id (the session layer's publisher
 /// table): a slot forgets its session there when it is dropped.
@@ -49,6 +53,8 @@ pub enum Feed {
         publisher: Box<Publisher>,
         /// The client address's place among its pending sessions, held until it connects.
         permit: Option<AddrPermit>,
+        /// Renditions of its one video layer ([`WhipRenditions`]), if its app makes them.
+        renditions: Option<WhipLayers>,
     },
     /// A publisher on a thread of its own that hands in packets ([`FrameSink`]).
     Frames {
@@ -96,11 +102,16 @@ impl Feed {
         let (reply, rx) = oneshot::channel();
         let closed = Arc::new(AtomicBool::new(false));
         let cmd = match self {
-            Feed::Whip { publisher, permit } => Command::AddPublisher {
+            Feed::Whip {
+                publisher,
+                permit,
+                renditions,
+            } => Command::AddPublisher {
                 stream,
                 publisher,
                 reply,
                 permit,
+                renditions,
             },
             Feed::Frames {
                 source,

@@ -52,7 +52,7 @@ pub fn stop_renditions(engine: &EngineHandle, av: &mut AvPipeline, id: Publisher
 /// connection's do (from the renditions' threads, waiting up to [`MEDIA_STALL`] for room),
 /// their news to the log: the sizes at the start, the first time an encoder falls behind
 /// (once per stream), a failure, and what each did when the publisher leaves.
-fn rendition_sink(engine: EngineHandle, id: PublisherId, key: String) -> RenditionSink {
+pub(super) fn rendition_sink(engine: EngineHandle, id: PublisherId, key: String) -> RenditionSink {
     let (behind, refused) = (AtomicBool::new(false), AtomicBool::new(false));
     Arc::new(move |e| match e {
         RenditionEvent::Packets(packets) => {

@@ -15,7 +15,7 @@ use axum::response::Response;
 use tern_rtc::publisher::{PublishError, Publisher};
 use tokio::sync::oneshot;
 
-use crate::feed::Feed;
+use crate::feed::{Feed, WhipRenditions};
 use crate::http::error::HttpError;
 use crate::http::extract::{SdpOffer, StreamPath, credentials};
 use crate::http::listener::Peer;
@@ -61,14 +61,26 @@ pub(super) async fn post(
             Err(e) => return Err(HttpError::Unprocessable(e.to_string())),
         };
     let remote_ufrag = publisher.remote_ufrag().to_string();
+    // One video layer in an app that makes renditions: they are made from it.
+    let specs = st
+        .config()
+        .app(&path.app)
+        .map_or_else(Vec::new, |a| a.rendition_specs());
+    let layers = WhipRenditions::layers(&specs, publisher.rids(), publisher.video_codec());
+    let key = publish.key().to_string();
     // The stream is claimed (in a cluster) and made (if new) only for an offer that can
     // publish.
     let feed = Feed::Whip {
         publisher: Box::new(publisher),
         permit: publish.take_permit(),
+        renditions: layers.clone(),
     };
+    let slot = publish.attach(&st.core, feed).await?;
+    if let Some(layers) = &layers {
+        st.whip_renditions.start(slot.id(), &key, &specs, layers);
+    }
     // The resource outlives this request: its DELETE (or the engine) ends it.
-    let sid = publish.attach(&st.core, feed).await?.keep();
+    let sid = slot.keep();
     let etag = new_etag();
     st.update_publisher(&sid, |s| {
         s.etag = etag.clone();

@@ -358,6 +358,16 @@ enum Session {
     },
 }
 
+/// The layers a WHIP publisher that sends one video layer gets from its renditions
+/// (`[app] renditions`, made by `crate::feed::WhipRenditions`).
+#[derive(Debug, Clone)]
+pub struct WhipLayers {
+    /// The stream's RIDs in layer order: the source's (`h`), then each rendition's.
+    pub rids: Vec<Box<str>>,
+    /// Bit `l` set by the engine when a viewer asks for a keyframe of layer `l` > 0.
+    pub keyframe: Arc<AtomicU8>,
+}
+
 struct PubSlot {
     id: PublisherId,
     session: Session,
@@ -372,6 +382,10 @@ struct PubSlot {
     /// When each video layer was last asked for a keyframe.
     last_pli: [Option<Instant>; MAX_LAYERS],
     live: bool,
+    /// A WHIP publisher's renditions (`crate::feed::WhipRenditions`): bit `l` set when a
+    /// viewer asks for a keyframe of layer `l` > 0, which their encoders answer. Their
+    /// packets come in as a frame publisher's ([`FrameCommand::Media`]).
+    renditions: Option<Arc<AtomicU8>>,
 }
 
 /// What the engine must do after ingest work.
@@ -467,10 +481,12 @@ impl Ingest {
         session: Publisher,
         now: Instant,
         permit: Option<AddrPermit>,
+        renditions: Option<Arc<AtomicU8>>,
     ) -> Result<PublisherId, AddError> {
         let id = self.install(stream, Session::Whip(Box::new(session)), now)?;
         if let Some(Some(s)) = self.slots.get_mut(stream) {
             s.permit = permit;
+            s.renditions = renditions;
         }
         Ok(id)
     }
@@ -592,6 +608,7 @@ impl Ingest {
             permit: None,
             last_pli: [None; MAX_LAYERS],
             live: false,
+            renditions: None,
         });
         self.occupied.push(stream);
         self.new_timeline(stream);
@@ -765,9 +782,13 @@ impl Ingest {
             return;
         }
         *last = Some(now);
-        match &mut s.session {
-            Session::Whip(w) => w.request_keyframe(layer),
-            Session::Frames { keyframe, .. } => {
+        match (&mut s.session, &s.renditions) {
+            (Session::Whip(_), Some(keyframe)) if layer > 0 => {
+                keyframe.fetch_or(1 << layer, Ordering::Relaxed);
+                return;
+            }
+            (Session::Whip(w), _) => w.request_keyframe(layer),
+            (Session::Frames { keyframe, .. }, _) => {
                 // `layer` < MAX_LAYERS (the `last_pli` index above): its bit fits.
                 keyframe.fetch_or(1 << layer, Ordering::Relaxed);
                 return;
@@ -789,14 +810,20 @@ impl Ingest {
         let Some(Some(s)) = self.slots.get_mut(id.stream) else {
             return false;
         };
-        if s.id != id || !matches!(s.session, Session::Frames { .. }) {
+        // A WHIP publisher takes its renditions' layers (1 and up) this way.
+        let renditions = matches!(s.session, Session::Whip(_)) && s.renditions.is_some();
+        if s.id != id || !(matches!(s.session, Session::Frames { .. }) || renditions) {
             return false;
         }
-        if !packets.is_empty() {
+        // (A WHIP publisher's own packets keep it alive, not its renditions'.)
+        if !packets.is_empty() && !renditions {
             s.watchdog = now + self.timeouts.media;
         }
         let map = &mut self.maps[id.stream];
         for p in packets {
+            if renditions && (p.kind != MediaKind::Video || p.layer == 0) {
+                continue;
+            }
             forward(map, &mut s.live, id.stream, p, now, out);
         }
         true

@@ -15,7 +15,7 @@ use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN, ViewerParams};
 use tokio::sync::oneshot;
 
 use crate::limits::AddrPermit;
-use crate::media::ingest::{AddError, EndReason, FrameCommand, PublisherId};
+use crate::media::ingest::{AddError, EndReason, FrameCommand, PublisherId, WhipLayers};
 
 /// Packets and datagrams a worker's queue holds. 4096 is more than a second of a 4 Mbps
 /// stream's packets, or of RTCP from thousands of viewers, while the queue's slots stay
@@ -121,6 +121,8 @@ pub enum Command {
         /// The client address's place among its pending sessions, held until the publisher
         /// connects or ends.
         permit: Option<AddrPermit>,
+        /// Renditions made of its one video layer (`[app] renditions`), if any.
+        renditions: Option<WhipLayers>,
     },
     /// End a publisher (WHIP DELETE, RTMP connection closed, kick).
     RemovePublisher(PublisherId),

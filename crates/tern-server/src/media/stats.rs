@@ -113,6 +113,10 @@ pub struct StreamCounters {
     /// Whether some forward sends it on (`crate::forward`): as `hls_wanted`, for the
     /// forwards' outlet.
     pub forward_wanted: AtomicBool,
+    /// Whether its WHIP publisher's renditions are made (`crate::feed::WhipRenditions`,
+    /// from its top layer's ring packets): as `hls_wanted`. Set while such a publisher is
+    /// on the stream.
+    pub renditions_wanted: AtomicBool,
     /// For a publisher that hands packagers its frames (RTMP, SRT, RTSP-H264): what ingest
     /// adds (mod 2^32) to its video timestamps (PTS × 90) to make the stream's ring
     /// timestamps. LL-HLS puts the ring packets of its renditions back on the frames'

@@ -591,7 +591,8 @@ impl Worker {
                 publisher,
                 reply,
                 permit,
-            } => self.add_publisher(stream, publisher, reply, permit),
+                renditions,
+            } => self.add_publisher(stream, publisher, reply, permit, renditions),
             Command::Frames(cmd) => self.handle_frames(cmd),
             Command::RemovePublisher(id) => self.remove_publisher(id, LeftReason::Ended),
             Command::RestartIce {

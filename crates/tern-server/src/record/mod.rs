@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::Sender;
 use tern_pool::PoolCounter;
 use tern_rtc::av::Sample;
-use tern_rtc::hls::{AWAIT_AUDIO, AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
+use tern_rtc::hls::{AudioConfig, HlsConfig, Packager, TakenPart, VideoConfig};
 use tern_rtc::package::{Feed, Unit};
 use tokio::sync::broadcast;
 use tracing::info;
@@ -297,8 +297,6 @@ impl Recorder {
             },
             self.counter.clone(),
         );
-        // A recording's one init segment should have the audio that is coming.
-        packager.await_audio(AWAIT_AUDIO);
         if let Some(v) = s.video_cfg.clone() {
             packager.set_video(v);
         }

@@ -151,9 +151,11 @@ pub struct Core {
     pub thumbs: Arc<crate::thumbs::Thumbs>,
     /// Forwards: streams sent on to other servers (restreaming).
     pub forwards: Arc<crate::forward::Forwards>,
-    /// The media tap: LL-HLS, recordings, thumbnails and forwards, the takers of streams'
-    /// media.
+    /// The media tap: LL-HLS, recordings, thumbnails, forwards and WHIP publishers'
+    /// renditions, the takers of streams' media.
     pub tap: Arc<crate::tap::MediaTap>,
+    /// Renditions of WHIP publishers that send one video layer (`[app] renditions`).
+    pub whip_renditions: Arc<crate::feed::WhipRenditions>,
     /// This node's part in a cluster (`[cluster]`), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// str0m's crypto for WHIP publishers, with `tunables.srtp_profiles` (built once).
@@ -259,11 +261,20 @@ impl Core {
                 let _ = forward_keyframes.send(crate::media::Command::RequestKeyframe(i));
             }),
         ));
+        let rendition_keyframes = engine.clone();
+        let whip_renditions = Arc::new(crate::feed::WhipRenditions::new(
+            engine.clone(),
+            config.tunables.max_payload,
+            Box::new(move |i| {
+                let _ = rendition_keyframes.send(crate::media::Command::RequestKeyframe(i));
+            }),
+        ));
         let tap = Arc::new(crate::tap::MediaTap::new(vec![
             hls.clone() as Arc<dyn crate::tap::Subscriber>,
             record.clone(),
             thumbs.clone(),
             forwards.clone(),
+            whip_renditions.clone(),
         ]));
         let memory = MemoryRegistry::new();
         let pools = IngestPools::new(&memory);
@@ -279,6 +290,7 @@ impl Core {
             thumbs,
             forwards,
             tap,
+            whip_renditions,
             pending,
             ome_sockets,
             hls,

@@ -3,9 +3,9 @@
 //! 800 kbit/s, `l` 180 lines at 250 kbit/s). The stream's snapshot lists layers h, m and l,
 //! and three of tern's lean WebRTC viewers pinned with `?layer=h`, `?layer=m` and `?layer=l`
 //! each receive their layer: whole H264 frames whose SPS says 1280x720, 640x360 and 320x180,
-//! at clearly falling rates. The same renditions of an SRT publisher and of an RTSP camera
-//! (issue 54) are layers too, and every such stream's LL-HLS is an aligned three-variant
-//! ladder.
+//! at clearly falling rates. The same renditions of an SRT publisher, an RTSP camera and a
+//! one-layer WHIP publisher (issue 54) are layers too, and every such stream's LL-HLS is an
+//! aligned three-variant ladder.
 
 use crate::common;
 
@@ -539,6 +539,11 @@ fn map_uri(playlist: &str) -> String {
 /// and in the audio rendition within an audio frame; each variant's video and the audio
 /// rendition decoded by ffmpeg on their own.
 fn check_ladder(server: &Child) {
+    check_ladder_of(server, ["1280x720", "640x360", "320x180"], "mp4a.40.2");
+}
+
+/// The same for a ladder of variants `sizes` (top first), its audio `audio_codec`.
+fn check_ladder_of(server: &Child, sizes_wanted: [&str; 3], audio_codec: &str) {
     let r = http_get(server.http, "/live/cam/index.m3u8").expect("GET index.m3u8");
     assert_eq!(r.status, 200, "{}", r.text());
     let index = r.text();
@@ -567,7 +572,7 @@ fn check_ladder(server: &Child) {
         .iter()
         .map(|(inf, _)| attr(inf, "RESOLUTION").expect("RESOLUTION"))
         .collect();
-    assert_eq!(sizes, ["1280x720", "640x360", "320x180"], "{index}");
+    assert_eq!(sizes, sizes_wanted, "{index}");
     let bandwidth: Vec<u64> = variants
         .iter()
         .map(|(inf, _)| {
@@ -583,7 +588,7 @@ fn check_ladder(server: &Child) {
     for (inf, uri) in &variants {
         let codecs = attr(inf, "CODECS").expect("CODECS");
         assert!(
-            codecs.starts_with("avc1.42") && codecs.ends_with(",mp4a.40.2"),
+            codecs.starts_with("avc1.42") && codecs.ends_with(&format!(",{audio_codec}")),
             "{codecs}"
         );
         assert_eq!(attr(inf, "AUDIO").as_deref(), Some("audio"), "{inf}");
@@ -687,7 +692,10 @@ fn check_ladder(server: &Child) {
         eprintln!("{uri}: {frames} frames decoded");
         assert!(out.status.success(), "ffmpeg -i {url}: {stderr}");
         if audio {
-            assert!(frames >= 200, "{frames} audio frames from 5 s of AAC");
+            assert!(
+                frames >= 200,
+                "{frames} audio frames from 5 s of {audio_codec}"
+            );
         } else {
             assert!(
                 frames >= 140,
@@ -762,6 +770,12 @@ fn srt_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
 /// live/cam has layers h, m and l, and a WHEP viewer with `?layer=m` gets the rendition's
 /// 640x360 pictures.
 fn check_layer_m(server: &Child) {
+    check_layer(server, "m", (640, 360));
+}
+
+/// live/cam has layers h, m and l, and a WHEP viewer with `?layer={rid}` gets `size`
+/// pictures.
+fn check_layer(server: &Child, rid: &'static str, size: (u32, u32)) {
     let r = http_get(server.http, "/v1/streams/live/cam").expect("GET stream");
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
     let rids: Vec<&str> = v["snapshot"]["layers"]
@@ -771,7 +785,7 @@ fn check_layer_m(server: &Child) {
     assert_eq!(rids, ["h", "m", "l"], "{v}");
 
     let ctx = Arc::new(DtlsContext::generate().expect("client certificate"));
-    let mut viewers = vec![join(server.http, &ctx, "m", 7)];
+    let mut viewers = vec![join(server.http, &ctx, rid, 7)];
     let connect_by = Instant::now() + Duration::from_secs(10);
     while viewers[0].client.state() != ClientState::Connected {
         assert!(Instant::now() < connect_by, "the viewer did not connect");
@@ -779,12 +793,37 @@ fn check_layer_m(server: &Child) {
     }
     drive(&mut viewers, Duration::from_secs(3));
     let m = &viewers[0];
-    assert!(m.frames > 45, "layer m: {} frames", m.frames);
+    assert!(m.frames > 45, "layer {rid}: {} frames", m.frames);
     assert!(
-        !m.sizes.is_empty() && m.sizes.iter().all(|&s| s == (640, 360)),
-        "layer m: SPS sizes {:?}",
+        !m.sizes.is_empty() && m.sizes.iter().all(|&s| s == size),
+        "layer {rid}: SPS sizes {:?}",
         m.sizes
     );
+}
+
+/// Acceptance (issue 54, deliverable 3): renditions apply to a WHIP publisher that sends one
+/// layer (tern bench's str0m publisher with the built-in 640x360 clip, H264 + Opus) as to
+/// an RTMP one: the server makes them from its video, so its stream has layers h, m and l,
+/// WHEP viewers with `?layer=m` and `?layer=l` get 320x180 and 160x90 pictures, and its
+/// LL-HLS is an aligned three-variant ladder with an Opus rendition.
+#[test]
+fn whip_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
+    const HALVED: &str = concat!(
+        "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
+        "renditions = [{ rid = \"m\", height = 180, bitrate_kbps = 250 }, { rid = \"l\", height = 90, bitrate_kbps = 100 }]\n"
+    );
+    let cfg = common::config_file("whip-ladder", HALVED);
+    let server = Child::serve(&cfg);
+    let clip = Arc::new(tern_rtc::clip::Clip::builtin().expect("clip"));
+    let whip = format!("http://{}/live/cam/whip", server.http);
+    let local = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let publisher = tern_bench::publish::start(&whip, local, clip).expect("WHIP publisher");
+    wait_live(&server, &mut || true);
+    check_layer(&server, "m", (320, 180));
+    check_layer(&server, "l", (160, 90));
+    check_ladder_of(&server, ["640x360", "320x180", "160x90"], "opus");
+    drop(publisher);
+    server.stop();
 }
 
 /// Acceptance (issue 54, deliverable 3): renditions apply to an RTSP camera (GStreamer's RTSP

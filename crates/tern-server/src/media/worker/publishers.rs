@@ -14,7 +14,9 @@ use tracing::{info, warn};
 
 use super::Worker;
 use crate::limits::AddrPermit;
-use crate::media::ingest::{AddError, FrameCommand, IngestOutput, LeftReason, PublisherId};
+use crate::media::ingest::{
+    AddError, FrameCommand, IngestOutput, LeftReason, PublisherId, WhipLayers,
+};
 use crate::media::link::TapPacket;
 use crate::media::socket::Route;
 
@@ -37,18 +39,28 @@ impl Worker {
         publisher: Box<Publisher>,
         reply: oneshot::Sender<Result<PublisherId, AddError>>,
         permit: Option<AddrPermit>,
+        renditions: Option<WhipLayers>,
     ) {
         let res = if !self.seat.owns(stream) || !self.streams.takes_publisher(stream) {
             Err(AddError::Busy)
         } else {
             let ufrag: Box<str> = publisher.local_ufrag().into();
             let codec = publisher.video_codec();
-            let rids: Vec<Box<str>> = publisher.rids().to_vec();
-            let r = self.ingest.add(stream, *publisher, Instant::now(), permit);
+            // Its simulcast layers, or the source and its renditions.
+            let (rids, keyframe) = match renditions {
+                Some(r) => (r.rids, Some(r.keyframe)),
+                None => (publisher.rids().to_vec(), None),
+            };
+            let made = keyframe.is_some();
+            let r = self
+                .ingest
+                .add(stream, *publisher, Instant::now(), permit, keyframe);
             if r.is_ok() {
                 // What viewers who join from now on are answered with.
-                self.shared.stats.set_video_codec(stream, codec);
-                self.shared.stats.set_rids(stream, &rids);
+                let stats = &self.shared.stats;
+                stats.set_video_codec(stream, codec);
+                stats.set_rids(stream, &rids);
+                set_flag(stats.stream(stream).map(|c| &c.renditions_wanted), made);
             }
             if r.is_ok() {
                 self.links.route(|| Route::Publisher {
@@ -220,6 +232,7 @@ impl Worker {
             // A frame publisher's top layer comes to the tap as its frames.
             !self.ingest.packages_from_frames(stream)
                 && (c.hls_wanted.load(Ordering::Relaxed)
+                    || c.renditions_wanted.load(Ordering::Relaxed)
                     || c.record_wanted.load(Ordering::Relaxed)
                     || c.thumb_wanted.load(Ordering::Relaxed)
                     || c.forward_wanted.load(Ordering::Relaxed))
@@ -304,6 +317,7 @@ impl Worker {
                     let stats = &self.shared.stats;
                     set_flag(stats.stream(stream).map(|c| &c.live), false);
                     set_flag(stats.stream(stream).map(|c| &c.publishing), false);
+                    set_flag(stats.stream(stream).map(|c| &c.renditions_wanted), false);
                     let key = self.streams.key(stream);
                     stats.snapshots.stream_state(key, "none", false, &[]);
                     stats.set_rids(stream, &[]);
