@@ -162,6 +162,8 @@ impl Session {
 
     fn run(mut self, clip: Arc<Clip>, stats: &PublisherStats, stop: &AtomicBool) {
         let mut source: Option<ClipSource> = None;
+        // Random timestamp bases, as a browser's (RFC 3550 §5.1): the clip's start at 0.
+        let bases: (u32, u32) = (rand::random(), rand::random());
         let mut buf = vec![0u8; 2048];
         let deadline = Instant::now() + Duration::from_secs(10);
         while !stop.load(Ordering::Relaxed) {
@@ -176,16 +178,16 @@ impl Session {
                 let (video, audio) = (self.video, self.audio);
                 let mut api = self.rtc.direct_api();
                 src.poll(now, &mut |mp| {
-                    let (mid, pt) = match mp.kind {
-                        MediaKind::Video => video,
-                        MediaKind::Audio => audio,
+                    let ((mid, pt), base) = match mp.kind {
+                        MediaKind::Video => (video, bases.0),
+                        MediaKind::Audio => (audio, bases.1),
                     };
                     if let Some(tx) = api.stream_tx_by_mid(mid, None) {
                         tx.write_rtp(
                             RtpWrite::new(
                                 pt.into(),
                                 SeqNo::from(mp.seq),
-                                mp.rtp_ts,
+                                mp.rtp_ts.wrapping_add(base),
                                 mp.capture_time,
                                 mp.payload.to_vec(),
                             )

@@ -323,6 +323,11 @@ impl Publisher {
         self.video_codec
     }
 
+    /// Whether the encoder sends video (its offer has a video section we answered).
+    pub fn has_video(&self) -> bool {
+        !self.video_pts.is_empty()
+    }
+
     /// The RIDs of the video's simulcast layers in layer order (empty without simulcast).
     pub fn rids(&self) -> &[Box<str>] {
         &self.rids

@@ -227,6 +227,21 @@ impl std::fmt::Debug for Renditions {
 }
 
 impl Renditions {
+    /// Whether renditions can be made here: libavcodec has an H264 decoder and libx264
+    /// (what [`Renditions::new`] needs besides threads).
+    pub fn available() -> Result<(), VideoTranscodeError> {
+        ff::init().map_err(|e| VideoTranscodeError::new(&format!("libavcodec: {e}")))?;
+        if ff::decoder::find(ff::codec::Id::H264).is_none() {
+            return Err(VideoTranscodeError::new("libavcodec has no H264 decoder"));
+        }
+        if ff::encoder::find_by_name("libx264").is_none() {
+            return Err(VideoTranscodeError::new(
+                "libavcodec has no libx264 encoder",
+            ));
+        }
+        Ok(())
+    }
+
     /// Opens the decoder and starts one encoder thread per rendition (at most
     /// [`MAX_RENDITIONS`]; the encoders open at the first picture); `max_payload` caps
     /// RTP payloads.

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use super::Packager;
 
-/// Bounds on what is held (about a second of 30 Mbit/s video): beyond either the video is
-/// released without audio.
+/// Bytes held at most (about a second of 30 Mbit/s video): beyond, the video is released
+/// without audio.
 const MAX_HELD_BYTES: usize = 4 << 20;
+/// Samples held at most (a second at 240 fps): beyond, the same.
 const MAX_HELD_SAMPLES: usize = 240;
 
 /// Video held before the first segment.
@@ -101,6 +102,17 @@ impl Packager {
         self.audio_wait.as_ref().is_some_and(|w| !w.held.is_empty())
     }
 
+    /// A new video configuration while video is held: what was held belongs to the old
+    /// one and nothing was published, so it is dropped (counted) and the wait goes on, to
+    /// its first deadline, from the new configuration's keyframe.
+    pub(super) fn drop_held(&mut self) {
+        if let Some(w) = self.audio_wait.as_mut() {
+            self.stats.dropped_samples += w.held.len() as u64;
+            w.held.clear();
+            w.bytes = 0;
+        }
+    }
+
     /// Ends the wait: places the video held, in order. Called when audio is configured,
     /// the video configuration changes, the stream finishes, or the wait is over.
     pub(super) fn release_video(&mut self) {
@@ -145,7 +157,11 @@ mod tests {
     /// One 30 fps access unit (an IDR slice every 60 frames) at frame `i`, arrived at
     /// `1_000_000 + 33 i` ms.
     fn push_frame(p: &mut Packager, i: i64) {
-        let idr = i % 60 == 0;
+        push(p, i, i % 60 == 0);
+    }
+
+    /// Frame `i` as [`push_frame`], an IDR if `idr`.
+    fn push(p: &mut Packager, i: i64, idr: bool) {
         let nal: &[u8] = if idr {
             &[0x65, 0x88, 1, 2]
         } else {
@@ -215,6 +231,60 @@ mod tests {
         assert_eq!(
             first.video_samples, 60,
             "frames 0-59: the held ones included"
+        );
+    }
+
+    #[test]
+    fn a_new_video_configuration_while_holding_drops_the_old_and_waits_on() {
+        let mut p = packager();
+        for i in 0..5 {
+            push_frame(&mut p, i);
+        }
+        assert!(!p.wants_keyframe(), "a keyframe is held");
+        // The encoder restarts with another SPS (a level change) before audio came.
+        let mut sps = SPS.to_vec();
+        sps[3] = 0x1f;
+        p.set_video(VideoConfig::H264 {
+            sps,
+            pps: PPS.to_vec(),
+        });
+        assert_eq!(
+            p.stats().dropped_samples,
+            5,
+            "the old configuration's video"
+        );
+        assert!(!p.in_progress(), "still waiting");
+        // Its first keyframe, 330 ms in: held to the first deadline.
+        for i in 10..15 {
+            push(&mut p, i, i == 10);
+        }
+        assert!(!p.in_progress());
+        p.set_audio(AudioConfig::Opus { channels: 2 });
+        assert!(p.in_progress());
+        for i in 15..130 {
+            push(&mut p, i, i % 30 == 10);
+        }
+        assert_eq!(
+            tracks(&p, 1),
+            2,
+            "one init, with the new video and the audio"
+        );
+        assert_eq!(p.init(2), None);
+        assert_eq!(p.stats().discontinuities, 0);
+    }
+
+    #[test]
+    fn finish_places_what_is_held() {
+        let mut p = packager();
+        for i in 0..10 {
+            push_frame(&mut p, i);
+        }
+        p.finish();
+        assert_eq!(p.stats().dropped_samples, 0);
+        assert_eq!(p.segments.len(), 1);
+        assert_eq!(
+            p.segments[0].video_samples, 10,
+            "the held frames, in a closed segment"
         );
     }
 

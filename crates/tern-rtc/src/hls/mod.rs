@@ -207,7 +207,8 @@ pub struct HlsStats {
     pub average_bitrate: u64,
     /// Video frames per 1000 s (a variant's `FRAME-RATE` times 1000, which RFC 8216bis
     /// 4.4.6.2 makes the variant's maximum): the highest rate of a complete segment held
-    /// that lasts a second or more; before there is one, the rate over the parts held. 0
+    /// that lasts a second (or the segment target, when shorter) or more; before there is
+    /// one, the rate over the parts held. 0
     /// before the first part or without video.
     pub frame_rate_milli: u64,
 }
@@ -449,9 +450,7 @@ impl Packager {
         }
         // What was held belongs to the configuration it came with (a first configuration,
         // in band with the first keyframe, finds nothing held and keeps the wait).
-        if self.holds_keyframe() {
-            self.release_video();
-        }
+        self.drop_held();
         self.video_cfg = Some(cfg);
         self.config_changed();
     }
@@ -798,6 +797,8 @@ impl Packager {
         let rate = u64::from(VIDEO_TIMESCALE);
         let (mut bytes, mut ticks, mut frames, mut all_ticks) = (0u64, 0u64, 0u64, 0u64);
         let mut peak_fps = 0u64;
+        // Segments long enough to give a rate (a second, or the target when shorter).
+        let long = rate.min(timeline::ticks(self.config.segment_target, VIDEO_TIMESCALE));
         for s in self.segments.iter().filter(|s| s.duration > 0) {
             let t = s.duration * rate / u64::from(s.timescale.max(1));
             frames += s.video_samples;
@@ -805,7 +806,7 @@ impl Packager {
             if s.complete {
                 bytes += s.parts.iter().map(|p| p.data.len() as u64).sum::<u64>();
                 ticks += t;
-                if t >= rate {
+                if t >= long.max(1) {
                     peak_fps = peak_fps.max(s.video_samples * 1000 * rate / t);
                 }
             }

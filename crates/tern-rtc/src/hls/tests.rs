@@ -658,12 +658,13 @@ fn frame_rate_is_the_peak_of_the_complete_segments() {
         (29_500..=30_500).contains(&fps),
         "the peak, not the mean (about 20 fps): {fps}"
     );
-    // While only the slow start is held, that is the rate.
+    // Before any segment is complete, the rate of the parts held.
     let (mut slow, _) = packager(HlsConfig::default());
-    for i in 0..30i64 {
+    for i in 0..19i64 {
         let au = avcc_au(i % 10 == 0, 600);
         slow.push_video(i * 9000, i * 9000, i % 10 == 0, &au, WALL0 + i as u64 * 100);
     }
+    assert_eq!(slow.stats().segments, 0, "no complete segment yet");
     let fps = slow.stats().frame_rate_milli;
     assert!((9_500..=10_500).contains(&fps), "{fps}");
 }

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_rtc::av::Sample;
 use tern_rtc::package::{Feed, Unit, VideoFormat};
+use tern_rtc::publisher::Publisher;
 use tern_rtc::renditions::{RenditionSpec, Renditions, SourceFrame};
 use tracing::{info, warn};
 
@@ -66,8 +67,8 @@ struct Seat {
     wait_key: bool,
     /// When the publisher was last asked for a keyframe.
     asked: Option<Instant>,
-    /// Capture time of the frame being rebuilt (its first packet's).
-    capture_ntp: Option<u64>,
+    /// The RTP timestamp and capture time (its first packet's) of the frame being rebuilt.
+    frame: Option<(u32, u64)>,
 }
 
 /// The renditions of every WHIP publisher that sends one video layer: a media tap
@@ -106,15 +107,17 @@ impl WhipRenditions {
         }
     }
 
-    /// The layers to announce for a WHIP publisher of a stream whose app makes `specs`
-    /// renditions: `None` when it makes none, or the publisher sends simulcast layers of
-    /// its own (`rids`) or video other than H264 (which the renditions decode).
-    pub fn layers(
-        specs: &[RenditionSpec],
-        rids: &[Box<str>],
-        codec: VideoCodec,
-    ) -> Option<WhipLayers> {
-        if specs.is_empty() || rids.len() > 1 || codec != VideoCodec::H264 {
+    /// The layers to announce for WHIP publisher `p` of stream `key`, whose app makes
+    /// `specs` renditions: `None` when it makes none, or the publisher sends no video,
+    /// simulcast layers of its own or video other than H264 (which the renditions decode),
+    /// or libavcodec here cannot make them (said in the log).
+    pub fn layers(specs: &[RenditionSpec], p: &Publisher, key: &str) -> Option<WhipLayers> {
+        let one_h264 = p.has_video() && p.rids().len() <= 1 && p.video_codec() == VideoCodec::H264;
+        if specs.is_empty() || !one_h264 {
+            return None;
+        }
+        if let Err(e) = Renditions::available() {
+            warn!("{key}: no renditions: {e}; the source layer goes on alone");
             return None;
         }
         let rids = std::iter::once(tern_rtc::renditions::SOURCE_RID.into())
@@ -128,10 +131,14 @@ impl WhipRenditions {
 
     /// Starts the renditions of publisher `id` (stream `key`), just added with `layers`:
     /// a thread that makes `specs` from the frames the tap will bring. A previous
-    /// publisher's on the stream stop. An encoder that cannot open leaves the stream with
-    /// its source layer alone (the others are announced but stay empty, as an RTMP
-    /// publisher's do).
+    /// publisher's on the stream stop (their queue closes). An encoder that cannot open
+    /// stops its layer alone, as an RTMP publisher's does.
     pub fn start(&self, id: PublisherId, key: &str, specs: &[RenditionSpec], layers: &WhipLayers) {
+        if let Ok(mut seats) = self.seats.lock()
+            && let Some(s) = seats.get_mut(id.stream)
+        {
+            *s = None;
+        }
         let sink = rendition_sink(self.engine.clone(), id, key.to_string());
         let (tx, rx) = sync_channel(QUEUE_FRAMES);
         let (stats, stream) = (self.stats.clone(), id.stream);
@@ -155,12 +162,11 @@ impl WhipRenditions {
             frames: tx,
             wait_key: true,
             asked: None,
-            capture_ntp: None,
+            frame: None,
         };
         if let Ok(mut seats) = self.seats.lock()
             && let Some(s) = seats.get_mut(stream)
         {
-            // A previous publisher's thread ends as its queue closes.
             *s = Some(seat);
         }
         (self.keyframes)(stream);
@@ -209,8 +215,7 @@ fn run(
         };
         renditions.push_frame(source, Instant::now(), &ntp);
     }
-    // Dropping them stops the encoders and reports what each did.
-    drop(renditions);
+    // Dropping them (at the return) stops the encoders and reports what each did.
 }
 
 impl Subscriber for WhipRenditions {
@@ -225,16 +230,34 @@ impl Subscriber for WhipRenditions {
         if tap.pkt.kind != MediaKind::Video || tap.pkt.layer != 0 || tap.slate {
             return;
         }
+        if self.take(tap) {
+            // Outside the seats' lock.
+            (self.keyframes)(tap.stream);
+        }
+    }
+
+    /// Frame publishers make their own renditions.
+    fn sample(&self, _stream: usize, _sample: &Sample) {}
+}
+
+impl WhipRenditions {
+    /// [`Subscriber::packet`]: one top-layer video packet into its stream's seat; whether
+    /// the publisher should be asked for a keyframe.
+    fn take(&self, tap: &TapPacket) -> bool {
         let Ok(mut seats) = self.seats.lock() else {
-            return;
+            return false;
         };
         let Some(Some(seat)) = seats.get_mut(tap.stream) else {
-            return;
+            return false;
         };
-        let capture = *seat.capture_ntp.get_or_insert(tap.pkt.capture_ntp);
-        if tap.pkt.marker {
-            seat.capture_ntp = None;
-        }
+        // A frame's capture time is its first packet's (a new timestamp starts a frame,
+        // whether or not the last one's marker came).
+        let pkt = &tap.pkt;
+        let capture = match seat.frame {
+            Some((ts, ntp)) if ts == pkt.rtp_ts => ntp,
+            _ => pkt.capture_ntp,
+        };
+        seat.frame = Some((pkt.rtp_ts, capture));
         let damaged = seat.depack.damaged_frames();
         let mut frame = None;
         seat.depack.push_rtp(&tap.pkt, &mut |u| {
@@ -258,31 +281,29 @@ impl Subscriber for WhipRenditions {
             seat.wait_key = true;
         }
         let Some(frame) = frame else {
-            return;
+            return false;
         };
         if seat.wait_key && !frame.keyframe {
             let now = Instant::now();
-            if seat
+            let ask = seat
                 .asked
-                .is_none_or(|t| now.duration_since(t) >= ASK_EVERY)
-            {
+                .is_none_or(|t| now.duration_since(t) >= ASK_EVERY);
+            if ask {
                 seat.asked = Some(now);
-                (self.keyframes)(tap.stream);
             }
-            return;
+            return ask;
         }
         seat.wait_key = false;
         match seat.frames.try_send(frame) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => seat.wait_key = true,
             Err(TrySendError::Disconnected(_)) => {
+                // Its thread ended (the publisher left, or its renditions could not start).
                 let id = seat.id;
                 seats[tap.stream] = None;
                 info!("renditions of publisher {id:?} ended");
             }
         }
+        false
     }
-
-    /// Frame publishers make their own renditions.
-    fn sample(&self, _stream: usize, _sample: &Sample) {}
 }

@@ -66,8 +66,8 @@ pub(super) async fn post(
         .config()
         .app(&path.app)
         .map_or_else(Vec::new, |a| a.rendition_specs());
-    let layers = WhipRenditions::layers(&specs, publisher.rids(), publisher.video_codec());
     let key = publish.key().to_string();
+    let layers = WhipRenditions::layers(&specs, &publisher, &key);
     // The stream is claimed (in a cluster) and made (if new) only for an offer that can
     // publish.
     let feed = Feed::Whip {

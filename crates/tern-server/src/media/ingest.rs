@@ -258,6 +258,15 @@ impl KindMap {
         self.map_numbers(p.kind, p.seq, p.rtp_ts, now, reference)
     }
 
+    /// Makes the offsets of a packet already on the stream's clock (a WHIP publisher's
+    /// renditions, made from the ring's timestamps): its timestamps are kept, whatever
+    /// layer 0's offset.
+    fn on_stream_clock(&mut self, p: &IngestPacket) {
+        if self.offsets.is_none() {
+            self.offsets = Some((self.next_seq as i64 - p.seq as i64, 0));
+        }
+    }
+
     /// [`KindMap::map`] for a packet put in front of `p` (same source sequence number):
     /// the numbering moves on by one, so that `p` and what follows come after it.
     fn map_inserted(
@@ -356,16 +365,6 @@ enum Session {
         /// rendition encoder can make one; an RTMP encoder cannot be asked).
         keyframe: Arc<AtomicU8>,
     },
-}
-
-/// The layers a WHIP publisher that sends one video layer gets from its renditions
-/// (`[app] renditions`, made by `crate::feed::WhipRenditions`).
-#[derive(Debug, Clone)]
-pub struct WhipLayers {
-    /// The stream's RIDs in layer order: the source's (`h`), then each rendition's.
-    pub rids: Vec<Box<str>>,
-    /// Bit `l` set by the engine when a viewer asks for a keyframe of layer `l` > 0.
-    pub keyframe: Arc<AtomicU8>,
 }
 
 struct PubSlot {
@@ -761,7 +760,8 @@ impl Ingest {
     }
 
     /// Asks a stream's publisher for a keyframe of a video layer, at most once per
-    /// [`PLI_INTERVAL`] and layer: a PLI to a WHIP publisher; to an RTMP connection the
+    /// [`PLI_INTERVAL`] and layer: a PLI to a WHIP publisher (for a layer of its renditions,
+    /// that layer's bit of their flags: their encoder answers); to an RTMP connection the
     /// layer's bit of its flags, which its transcoder (layer 0, if one runs) or the layer's
     /// rendition encoder answers with an IDR. (An RTMP encoder cannot be asked: without a
     /// transcoder its viewers wait for its next GOP.)
@@ -821,8 +821,12 @@ impl Ingest {
         }
         let map = &mut self.maps[id.stream];
         for p in packets {
-            if renditions && (p.kind != MediaKind::Video || p.layer == 0) {
-                continue;
+            if renditions {
+                let layer = usize::from(p.layer);
+                if p.kind != MediaKind::Video || layer == 0 || layer >= MAX_LAYERS {
+                    continue;
+                }
+                map.video[layer].on_stream_clock(&p);
             }
             forward(map, &mut s.live, id.stream, p, now, out);
         }

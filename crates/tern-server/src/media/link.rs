@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
 
 use crossbeam_channel::Sender;
 use mio::Waker;
@@ -15,7 +16,7 @@ use tern_rtc::viewer::{PWD_LEN, UFRAG_LEN, ViewerParams};
 use tokio::sync::oneshot;
 
 use crate::limits::AddrPermit;
-use crate::media::ingest::{AddError, EndReason, FrameCommand, PublisherId, WhipLayers};
+use crate::media::ingest::{AddError, EndReason, FrameCommand, PublisherId};
 
 /// Packets and datagrams a worker's queue holds. 4096 is more than a second of a 4 Mbps
 /// stream's packets, or of RTCP from thousands of viewers, while the queue's slots stay
@@ -176,6 +177,16 @@ pub enum Command {
     },
     /// Stop the engine.
     Shutdown,
+}
+
+/// The layers a WHIP publisher that sends one video layer gets from its renditions
+/// (`[app] renditions`, made by `crate::feed::WhipRenditions`).
+#[derive(Debug, Clone)]
+pub struct WhipLayers {
+    /// The stream's RIDs in layer order: the source's (`h`), then each rendition's.
+    pub rids: Vec<Box<str>>,
+    /// Bit `l` set by the engine when a viewer asks for a keyframe of layer `l` > 0.
+    pub keyframe: Arc<AtomicU8>,
 }
 
 /// One viewer's memory as the engine accounts it.

@@ -30,10 +30,8 @@ mod worker;
 pub use crate::clock::NtpClock;
 pub use batch::SendBatch;
 pub use engine::{Engine, EngineConfig, EngineHandle, EngineThreads, WorkerCounts};
-pub use ingest::{
-    AddError, EndReason, FrameCommand, PublisherId, PublisherTimeouts, Source, WhipLayers,
-};
-pub use link::{Command, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId};
+pub use ingest::{AddError, EndReason, FrameCommand, PublisherId, PublisherTimeouts, Source};
+pub use link::{Command, MAX_WORKERS, SessionMemory, TAP_QUEUE, TapPacket, ViewerId, WhipLayers};
 pub use slate::Slates;
 pub use stats::{EngineStats, StreamCounters};
 pub use worker::EngineStream;

@@ -805,7 +805,9 @@ fn check_layer(server: &Child, rid: &'static str, size: (u32, u32)) {
 /// layer (tern bench's str0m publisher with the built-in 640x360 clip, H264 + Opus) as to
 /// an RTMP one: the server makes them from its video, so its stream has layers h, m and l,
 /// WHEP viewers with `?layer=m` and `?layer=l` get 320x180 and 160x90 pictures, and its
-/// LL-HLS is an aligned three-variant ladder with an Opus rendition.
+/// LL-HLS is an aligned three-variant ladder with an Opus rendition. The publisher starts
+/// its timestamps at a random base, as browsers do. When it leaves its renditions stop;
+/// the next publisher's are layers again.
 #[test]
 fn whip_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
     const HALVED: &str = concat!(
@@ -822,7 +824,20 @@ fn whip_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
     check_layer(&server, "m", (320, 180));
     check_layer(&server, "l", (160, 90));
     check_ladder_of(&server, ["640x360", "320x180", "160x90"], "opus");
+    // The publisher leaves (DELETE): its renditions stop and say what they did.
     drop(publisher);
+    let stopped_by = Instant::now() + Duration::from_secs(15);
+    while !server.log_tail(400).contains("renditions stopped: m ") {
+        assert!(Instant::now() < stopped_by, "{}", server.log_tail(30));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Another takes the stream (its own random timestamp base, continued by ingest): its
+    // renditions are layers again.
+    let clip = Arc::new(tern_rtc::clip::Clip::builtin().expect("clip"));
+    let second = tern_bench::publish::start(&whip, local, clip).expect("second publisher");
+    wait_live(&server, &mut || true);
+    check_layer(&server, "m", (320, 180));
+    drop(second);
     server.stop();
 }
 

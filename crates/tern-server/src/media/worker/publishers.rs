@@ -14,10 +14,8 @@ use tracing::{info, warn};
 
 use super::Worker;
 use crate::limits::AddrPermit;
-use crate::media::ingest::{
-    AddError, FrameCommand, IngestOutput, LeftReason, PublisherId, WhipLayers,
-};
-use crate::media::link::TapPacket;
+use crate::media::ingest::{AddError, FrameCommand, IngestOutput, LeftReason, PublisherId};
+use crate::media::link::{TapPacket, WhipLayers};
 use crate::media::socket::Route;
 
 /// A new packet's header fields, before its payload is pooled (see `Worker::accept`).
