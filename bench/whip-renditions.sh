@@ -82,7 +82,7 @@ for name in ("plain", "renditions"):
     print(f"  {name:<10}  {cps(p):.3f} / {cps(w):.3f} / {cps(r):.3f} / {cps(t):.3f}")
 extra = cps(ticks["renditions"][0]) - cps(ticks["plain"][0])
 print(f"the two renditions: +{extra:.3f} CPU-s/s ({extra * 100:.1f} % of a core)")
-m = re.search(r"renditions of .*", log)
+m = re.search(r"renditions of the \d+x\d+ source.*", log)
 print(m.group(0) if m else "no renditions start line in the log")
 m = re.search(r"renditions stopped: .*", log)
 print(m.group(0) if m else "no renditions summary in the log")
