@@ -80,12 +80,6 @@ prefix_ns() {
     done
     echo "$sum"
 }
-# utime + stime (ticks) of the whole process $1 (its ended threads included).
-proc_ticks() {
-    local st
-    read -r -a st <<<"$(sed 's/.*) //' "/proc/$1/stat")"
-    echo $((st[11] + st[12]))
-}
 api() { curl -s -m 5 "$@"; }
 # Bytes all forwards of stream $1 wrote, and how many are live.
 fw_status() {

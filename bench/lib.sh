@@ -31,6 +31,14 @@ start_rtmp_server() {
     sleep 1
 }
 
+# CPU clock ticks (utime + stime) of the whole process $1, or of $SP (the server) without
+# one, its ended threads included.
+proc_ticks() {
+    local st
+    read -r -a st <<<"$(sed 's/.*) //' "/proc/${1:-$SP}/stat")"
+    echo $((st[11] + st[12]))
+}
+
 thread_ticks() {
     local sum=0 t st
     for t in /proc/$SP/task/*; do

@@ -45,12 +45,6 @@ ffmpeg -hide_banner -nostdin -loglevel error -f lavfi -i testsrc2=size=1280x720:
     -c:a aac -b:a 128k -f flv "$src"
 echo "source: $(stat -c %s "$src") bytes for 20 s ($(($(stat -c %s "$src") * 8 / 20 / 1000)) kbit/s); target: $target"
 
-proc_ticks() {
-    local st
-    read -r -a st <<<"$(sed 's/.*) //' "/proc/$SP/stat")"
-    echo $((st[11] + st[12]))
-}
-
 metric() {
     curl -s "http://127.0.0.1:$HTTP/metrics" | awk -v m="$1" '$1 == m { print $2 }'
 }

@@ -25,12 +25,6 @@ HZ=$(getconf CLK_TCK)
 dir=$(mktemp -d)
 trap 'kill "${SP:-}" "${FP:-}" 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-proc_ticks() {
-    local st
-    read -r -a st <<<"$(sed 's/.*) //' "/proc/$SP/stat")"
-    echo $((st[11] + st[12]))
-}
-
 # run NAME RENDITIONS_LINE: prints "NAME process session renditions" in clock ticks.
 run() {
     printf '[[app]]\nname = "live"\nstreams = ["cam"]\n%s\n' "$2" >"$dir/$1.toml"

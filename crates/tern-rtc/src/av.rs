@@ -211,7 +211,7 @@ pub struct AvPipeline {
 }
 
 /// `units` of a `rate` Hz clock as 64-bit NTP duration.
-pub(crate) fn ntp_of(units: i64, rate: u32) -> i64 {
+pub fn ntp_of(units: i64, rate: u32) -> i64 {
     ((i128::from(units) << 32) / i128::from(rate)) as i64
 }
 

@@ -250,12 +250,8 @@ impl Renditions {
         max_payload: usize,
         sink: RenditionSink,
     ) -> Result<Renditions, VideoTranscodeError> {
+        Renditions::available()?;
         let decoder = H264Decoder::new()?;
-        if ff::encoder::find_by_name("libx264").is_none() {
-            return Err(VideoTranscodeError::new(
-                "libavcodec has no libx264 encoder",
-            ));
-        }
         let mut r = Renditions {
             decoder,
             lanes: Vec::new(),

@@ -27,13 +27,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_proto::codec::{MediaKind, VideoCodec};
-use tern_rtc::av::Sample;
+use tern_rtc::av::{Sample, ntp_of};
 use tern_rtc::package::{Feed, Unit, VideoFormat};
 use tern_rtc::publisher::Publisher;
 use tern_rtc::renditions::{RenditionSpec, Renditions, SourceFrame};
 use tracing::{info, warn};
 
 use super::renditions::rendition_sink;
+use crate::config::AppConfig;
 use crate::media::{EngineHandle, EngineStats, PublisherId, TapPacket, WhipLayers};
 use crate::tap::Subscriber;
 
@@ -107,22 +108,20 @@ impl WhipRenditions {
         }
     }
 
-    /// The layers to announce for WHIP publisher `p` of stream `key`, whose app makes
-    /// `specs` renditions: `None` when it makes none, or the publisher sends no video,
-    /// simulcast layers of its own or video other than H264 (which the renditions decode),
-    /// or libavcodec here cannot make them (said in the log).
-    pub fn layers(specs: &[RenditionSpec], p: &Publisher, key: &str) -> Option<WhipLayers> {
+    /// The layers to announce for WHIP publisher `p` of stream `key` in `app`: `None` when
+    /// the app makes no renditions, or the publisher sends no video, simulcast layers of its
+    /// own or video other than H264 (which the renditions decode), or libavcodec here cannot
+    /// make them (said in the log).
+    pub fn layers(app: &AppConfig, p: &Publisher, key: &str) -> Option<WhipLayers> {
         let one_h264 = p.has_video() && p.rids().len() <= 1 && p.video_codec() == VideoCodec::H264;
-        if specs.is_empty() || !one_h264 {
+        let rids = app.layer_rids();
+        if rids.is_empty() || !one_h264 {
             return None;
         }
         if let Err(e) = Renditions::available() {
             warn!("{key}: no renditions: {e}; the source layer goes on alone");
             return None;
         }
-        let rids = std::iter::once(tern_rtc::renditions::SOURCE_RID.into())
-            .chain(specs.iter().map(|s| s.rid.clone()))
-            .collect();
         Some(WhipLayers {
             rids,
             keyframe: Arc::new(AtomicU8::new(0)),
@@ -203,10 +202,7 @@ fn run(
         // A picture's capture time: the frame's, moved by the pts difference (decoders
         // hand pictures out in presentation order).
         let (base_ms, base_ntp) = (frame.pts_ms, frame.capture_ntp);
-        let ntp = move |pts: i64| {
-            let delta = ((i128::from(pts - base_ms)) << 32) / 1000;
-            base_ntp.wrapping_add(delta as u64)
-        };
+        let ntp = move |pts: i64| base_ntp.wrapping_add(ntp_of(pts - base_ms, 1000) as u64);
         let source = SourceFrame {
             pts_ms: frame.pts_ms,
             dts_ms: frame.pts_ms,

@@ -62,12 +62,14 @@ pub(super) async fn post(
         };
     let remote_ufrag = publisher.remote_ufrag().to_string();
     // One video layer in an app that makes renditions: they are made from it.
-    let specs = st
-        .config()
-        .app(&path.app)
-        .map_or_else(Vec::new, |a| a.rendition_specs());
     let key = publish.key().to_string();
-    let layers = WhipRenditions::layers(&specs, &publisher, &key);
+    let (specs, layers) = match st.config().app(&path.app) {
+        Some(app) => (
+            app.rendition_specs(),
+            WhipRenditions::layers(app, &publisher, &key),
+        ),
+        None => (Vec::new(), None),
+    };
     // The stream is claimed (in a cluster) and made (if new) only for an offer that can
     // publish.
     let feed = Feed::Whip {
