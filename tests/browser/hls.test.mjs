@@ -468,8 +468,8 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
       console.log(`hls ${c.sdp}: ${video.width}x${video.height}, ffmpeg decoded ${frames} frames of 5 s, exit ${out.status}`);
       assert.equal(out.status, 0, `ffmpeg: ${out.stderr}`);
       assert.equal(out.stderr.toString().trim(), '', 'ffmpeg reported errors');
-      // Chromium's encoder on a busy 2-core machine runs below 30 fps: a third of it.
-      assert.ok(frames >= 50, `ffmpeg decoded ${frames} ${c.sdp} frames of 5 s`);
+      // The canvas is captured at 30 fps and the encoder told to keep the rate.
+      assert.ok(frames >= 29 * 5, `ffmpeg decoded ${frames} ${c.sdp} frames of 5 s`);
       // The recording: stopped after about 6 s, its file has the video track.
       await sleep(3_000);
       const del = await fetch(`${server.base}/v1/streams/live/${c.stream}/recordings/${c.stream}`, { method: 'DELETE' });
@@ -487,7 +487,7 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
       const secs = Number(file.format.duration);
       console.log(`hls ${c.sdp} recording: ${JSON.stringify(file.streams)}, ${secs} s`);
       assert.ok(track, `the recording has an ${c.sdp} track: ${JSON.stringify(file)}`);
-      assert.ok(Number(track.nb_read_frames) >= 10 * secs, `${track.nb_read_frames} ${c.sdp} frames in ${secs} s`);
+      assert.ok(Number(track.nb_read_frames) >= 29 * secs, `${track.nb_read_frames} ${c.sdp} frames in ${secs} s`);
     } finally {
       await page.evaluate(() => {
         clearInterval(window.drawTimer);

@@ -60,7 +60,9 @@ pub struct BenchArgs {
     /// on the server). The WHIP URL is `-url` with `/whep` replaced by `/whip`.
     #[arg(long, default_value_t = 0)]
     pub publish: usize,
-    /// The clip publishers send: `standard` (~1.1 Mbit/s) or `lite` (~300 kbit/s).
+    /// The clip publishers send: `standard` (~1.1 Mbit/s), `lite` (~300 kbit/s), or the path
+    /// of an MP4 file (H264 or H265 without B-frames, AAC or Opus), published in its codec
+    /// and looped.
     #[arg(long, default_value = "standard")]
     pub publish_clip: String,
     /// Viewers reach the server only through its TURN server over UDP (credentials from the
@@ -127,9 +129,11 @@ impl BenchArgs {
                 self.url
             ));
         }
-        if !matches!(self.publish_clip.as_str(), "standard" | "lite") {
+        if !matches!(self.publish_clip.as_str(), "standard" | "lite")
+            && !std::path::Path::new(&self.publish_clip).is_file()
+        {
             return Err(format!(
-                "--publish-clip must be standard or lite, got {:?}",
+                "--publish-clip must be standard, lite or an MP4 file, got {:?}",
                 self.publish_clip
             ));
         }

@@ -759,10 +759,10 @@ fn start_publishers(a: &BenchArgs) -> Result<Vec<publish::PublisherHandle>, Stri
         return Ok(Vec::new());
     }
     let clip = Arc::new(
-        if a.publish_clip == "lite" {
-            tern_rtc::clip::Clip::builtin_lite()
-        } else {
-            tern_rtc::clip::Clip::builtin()
+        match a.publish_clip.as_str() {
+            "lite" => tern_rtc::clip::Clip::builtin_lite(),
+            "standard" => tern_rtc::clip::Clip::builtin(),
+            path => tern_rtc::clip::Clip::from_mp4(std::path::Path::new(path)),
         }
         .map_err(|e| format!("clip: {e}"))?,
     );

@@ -1,5 +1,5 @@
-//! WHIP publishers: str0m peers that send tern's built-in clip in real time, for
-//! `tern bench --publish N` and ingest tests.
+//! WHIP publishers: str0m peers that send a clip (tern's built-in one, or an MP4 file's H264
+//! or H265) in real time, for `tern bench --publish N` and ingest tests.
 //!
 //! A publisher is a full WebRTC sender (answers NACKs from its history, sends sender
 //! reports, honours keyframe requests only in that the clip has a keyframe every second),
@@ -16,7 +16,7 @@ use str0m::media::{Direction, MediaKind as StrKind, Mid};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{ExtensionValues, RtpWrite, SeqNo};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
-use tern_proto::codec::MediaKind;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::sdp::SessionDescription;
 use tern_rtc::clip::{Clip, ClipSource};
 use ureq::Agent;
@@ -63,7 +63,7 @@ impl Drop for PublisherHandle {
 pub fn start(url: &str, bind: IpAddr, clip: Arc<Clip>) -> Result<PublisherHandle, String> {
     let stats = Arc::new(PublisherStats::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let session = Session::connect(url, bind)?;
+    let session = Session::connect(url, bind, clip.video_codec())?;
     let (st, sp) = (stats.clone(), stop.clone());
     let thread = std::thread::Builder::new()
         .name("bench-publish".into())
@@ -95,7 +95,8 @@ fn first_pt(answer: &str, kind: &str) -> Option<u8> {
 }
 
 impl Session {
-    fn connect(url: &str, bind: IpAddr) -> Result<Session, String> {
+    /// POSTs an offer of `video` (H264 or H265) and Opus to `url` and applies the answer.
+    fn connect(url: &str, bind: IpAddr, video: VideoCodec) -> Result<Session, String> {
         let socket = UdpSocket::bind(SocketAddr::new(bind, 0)).map_err(|e| e.to_string())?;
         let mut local = socket.local_addr().map_err(|e| e.to_string())?;
         if local.ip().is_unspecified() {
@@ -104,7 +105,8 @@ impl Session {
         let mut rtc = RtcConfig::new()
             .set_rtp_mode(true)
             .clear_codecs()
-            .enable_h264(true)
+            .enable_h264(video == VideoCodec::H264)
+            .enable_h265(video == VideoCodec::H265)
             .enable_opus(true, false)
             .set_stats_interval(None)
             .build(Instant::now());

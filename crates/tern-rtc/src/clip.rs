@@ -5,8 +5,8 @@
 //!   [`MAX_PAYLOAD`] bytes (RFC 6184 packetization mode 1), and extracts the Opus packets
 //!   (RFC 7845) with their durations. Every payload byte lives in one contiguous buffer,
 //!   addressed by `(offset, len)` ranges.
-//! * [`Clip::from_mp4`] reads the same from an MP4 file (H264 with AAC or Opus) through
-//!   libavformat, for an operator's slate.
+//! * [`Clip::from_mp4`] reads the same from an MP4 file (H264 or H265, with AAC or Opus)
+//!   through libavformat, for an operator's slate or a file `tern bench` publishes.
 //! * [`ClipSource`] is the real-time pacer. It never reads the clock: the caller asks
 //!   [`ClipSource::poll_timeout`] when the next packet is due and calls
 //!   [`ClipSource::poll`] with `now`, which emits every packet due by then as a
@@ -32,7 +32,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tern_proto::codec::MediaKind;
+use tern_proto::codec::{MediaKind, VideoCodec};
 use tern_proto::h264::{self, NAL_AUD, NAL_IDR, NAL_PPS, NAL_SEI, NAL_SPS, PacketizeError};
 use thiserror::Error;
 
@@ -72,6 +72,9 @@ pub enum ClipError {
     /// The packetizer rejected its configuration (a bug: [`MAX_PAYLOAD`] is valid).
     #[error("packetizer: {0}")]
     Packetize(#[from] PacketizeError),
+    /// The H265 packetizer refused an access unit (a NAL unit length past its end).
+    #[error("H265 packetizer: {0}")]
+    H265(#[from] tern_proto::h265::H265Error),
     /// The payload bytes do not fit in 32-bit offsets (4 GiB).
     #[error("clip too large: more than 4 GiB of payload")]
     TooLarge,
@@ -152,7 +155,7 @@ pub enum ClipError {
         what: &'static str,
         /// The codec found (libavcodec's name for it).
         codec: String,
-        /// The codecs accepted: `"H264"`, `"AAC or Opus"`.
+        /// The codecs accepted: `"H264 or H265"`, `"AAC or Opus"`.
         needed: &'static str,
     },
     /// An MP4 video frame rate that does not round to 1-120 frames per second.
@@ -204,8 +207,11 @@ struct AudioEntry {
     samples: u32,
 }
 
-/// A parsed clip: packetized H264 access units and Opus packets, ready to be paced.
+/// A parsed clip: packetized H264 (or, from an MP4 file, H265) access units and Opus
+/// packets, ready to be paced.
 pub struct Clip {
+    /// The video's codec: H264, or H265 from [`Clip::from_mp4`].
+    video_codec: VideoCodec,
     /// Every payload byte, video then audio.
     data: Vec<u8>,
     /// RTP payloads of the video, in sending order.
@@ -220,6 +226,7 @@ pub struct Clip {
 impl fmt::Debug for Clip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Clip")
+            .field("video_codec", &self.video_codec)
             .field("frames", &self.frames.len())
             .field("video_packets", &self.video_packets.len())
             .field("audio_packets", &self.audio.len())
@@ -283,6 +290,7 @@ impl Clip {
             return Err(ClipError::ZeroFps);
         }
         let mut clip = Clip {
+            video_codec: VideoCodec::H264,
             data: Vec::with_capacity(h264.len() + ogg_opus.len()),
             video_packets: Vec::new(),
             frames: Vec::new(),
@@ -358,6 +366,11 @@ impl Clip {
     /// The video frame rate the clip was parsed with.
     pub fn fps(&self) -> u32 {
         self.fps
+    }
+
+    /// The video's codec (its RTP payloads are RFC 6184's for H264, RFC 7798's for H265).
+    pub fn video_codec(&self) -> VideoCodec {
+        self.video_codec
     }
 
     /// Heap bytes the clip holds: its payload bytes and packet, frame and audio indexes.
@@ -462,11 +475,26 @@ impl Clip {
         if !has_picture {
             return Ok(());
         }
+        let keyframe = nals.iter().any(|n| h264::nal_type(n) == NAL_IDR);
+        self.push_frame(keyframe, |emit| {
+            packetizer.packetize(nals, MAX_PAYLOAD, &mut |p, last| emit(p, last))?;
+            Ok(())
+        })
+    }
+
+    /// Appends one access unit whose RTP payloads `packetize` gives to its `emit`
+    /// (`emit(payload, last)`, in sending order); an access unit without a payload is left
+    /// out.
+    fn push_frame(
+        &mut self,
+        keyframe: bool,
+        packetize: impl FnOnce(&mut dyn FnMut(&[u8], bool)) -> Result<(), ClipError>,
+    ) -> Result<(), ClipError> {
         let first = u32::try_from(self.video_packets.len()).map_err(|_| ClipError::TooLarge)?;
         let mut too_large = false;
         let data = &mut self.data;
         let packets = &mut self.video_packets;
-        packetizer.packetize(nals, MAX_PAYLOAD, &mut |payload, _last| {
+        packetize(&mut |payload, _last| {
             let start = data.len();
             data.extend_from_slice(payload);
             match Span::new(start..data.len()) {
@@ -484,7 +512,7 @@ impl Clip {
             self.frames.push(FrameEntry {
                 first,
                 count,
-                keyframe: nals.iter().any(|n| h264::nal_type(n) == NAL_IDR),
+                keyframe,
             });
         }
         Ok(())

@@ -3,15 +3,17 @@
 //! libavformat opens the file (always through its `file` protocol, so a path never names a
 //! network URL or a pipe), picks the best video and audio streams and reads their samples
 //! in file order. Its safe binding does not expose a stream's codec configuration
-//! (`extradata`), so the boxes that hold it are read here from the file's `moov`: `avcC`
-//! (the parameter sets and the NAL length size of the H264 samples), `esds` (AAC's
+//! (`extradata`), so the boxes that hold it are read here from the file's `moov`: `avcC` or
+//! `hvcC` (the parameter sets and the NAL length size of the H264 or H265 samples; `hvcC`
+//! through `mp4-atom`, which tern's CMAF writer uses too), `esds` (AAC's
 //! AudioSpecificConfig) and `dOps` (Opus's channel count). A stream is matched to its
 //! `trak` by ID: libavformat's stream id is the MP4 track ID.
 //!
-//! * Video: each sample (AVCC: NAL units behind big-endian lengths) is one access unit. Its
-//!   NAL units go through the packetizer of [`Clip::parse`], the `avcC` SPS and PPS in front
-//!   of every keyframe (unless the sample carries its own), so that a receiver can start
-//!   at any keyframe; access unit delimiters are dropped. Samples go out in decoding
+//! * Video: each sample (NAL units behind big-endian lengths) is one access unit. H264's
+//!   NAL units go through the packetizer of [`Clip::parse`], H265's through
+//!   [`tern_proto::h265::packetize`] (RFC 7798), the configuration box's parameter sets in
+//!   front of every keyframe (unless the sample carries its own), so that a receiver can
+//!   start at any keyframe; access unit delimiters are dropped. Samples go out in decoding
 //!   order at a constant rate.
 //! * Audio: Opus packets as they are; AAC decoded and encoded as Opus by
 //!   [`AacToOpus`]. The two tracks' samples interleave in the file, so the Opus packets are
@@ -26,10 +28,13 @@ use std::ops::Range;
 use std::path::Path;
 
 use ffmpeg_next as ff;
+use mp4_atom::Atom;
+use tern_proto::codec::VideoCodec;
 use tern_proto::h264::{self, NAL_AUD, NAL_IDR, NAL_SPS};
+use tern_proto::h265;
 use tern_proto::rtmp::flv::{AvcConfig, avcc_nal_units};
 
-use super::{AudioEntry, Clip, ClipError, Span, opus_packet_samples};
+use super::{AudioEntry, Clip, ClipError, MAX_PAYLOAD, Span, opus_packet_samples};
 use crate::transcode::AacToOpus;
 use crate::video_transcode::init;
 
@@ -58,11 +63,13 @@ struct Track {
 // The entry point lives here, not in clip.rs, so that clip.rs only declares this module
 // and imports are one way (this file takes the clip's parts from its parent).
 impl Clip {
-    /// Reads a clip from an MP4 file: its best H264 video stream and its best AAC or Opus
-    /// audio stream, through libavformat (a slate an operator names).
+    /// Reads a clip from an MP4 file: its best H264 or H265 video stream and its best AAC or
+    /// Opus audio stream, through libavformat (a slate an operator names, a file
+    /// `tern bench` publishes). [`Clip::video_codec`] says which video it holds.
     ///
-    /// Each video sample becomes one access unit, SPS and PPS (from the `avcC` box) put in
-    /// front of every keyframe so that a receiver can start at any of them. The clip is
+    /// Each video sample becomes one access unit, the parameter sets (from the `avcC` or
+    /// `hvcC` box) put in front of every keyframe so that a receiver can start at any of
+    /// them. The clip is
     /// paced in decoding order at the stream's average frame rate rounded to an integer
     /// (1-120 fps): a file with B-frames or a variable frame rate plays, but its frames are
     /// sent in decoding order at a constant rate. Opus packets pass through; AAC-LC is
@@ -93,24 +100,27 @@ fn read(path: &Path) -> Result<Clip, ClipError> {
             "not an MP4 file (libavformat reads it as {demuxer})"
         )));
     }
-    let (video, fps) = {
+    let (video, codec, fps) = {
         let s = input
             .streams()
             .best(ff::media::Type::Video)
             .ok_or(ClipError::Mp4NoStream { what: "video" })?;
-        let codec = s.parameters().id();
-        if codec != ff::codec::Id::H264 {
-            return Err(ClipError::Mp4Codec {
-                what: "video",
-                codec: codec.name().to_owned(),
-                needed: "H264",
-            });
-        }
+        let codec = match s.parameters().id() {
+            ff::codec::Id::H264 => VideoCodec::H264,
+            ff::codec::Id::HEVC => VideoCodec::H265,
+            codec => {
+                return Err(ClipError::Mp4Codec {
+                    what: "video",
+                    codec: codec.name().to_owned(),
+                    needed: "H264 or H265",
+                });
+            }
+        };
         let track = Track {
             index: s.index(),
             id: s.id(),
         };
-        (track, frame_rate(s.avg_frame_rate(), s.rate())?)
+        (track, codec, frame_rate(s.avg_frame_rate(), s.rate())?)
     };
     let (audio, opus) = {
         let s = input
@@ -136,11 +146,7 @@ fn read(path: &Path) -> Result<Clip, ClipError> {
     };
 
     let moov = read_moov(path).map_err(fail)?;
-    let avc = sample_entry(&moov, video.id)
-        .filter(|(ty, _)| matches!(ty, b"avc1" | b"avc3"))
-        .and_then(|(_, entry)| child(entry.get(VISUAL_ENTRY..)?, b"avcC"))
-        .ok_or_else(|| fail("the H264 track has no avcC box".into()))?;
-    let avc = AvcConfig::parse(avc).map_err(|e| fail(format!("avcC: {e}")))?;
+    let config = VideoConfig::read(&moov, video.id, codec).map_err(fail)?;
     let audio_boxes = sample_entry(&moov, audio.id)
         .and_then(|(_, entry)| audio_entry_children(entry))
         .ok_or_else(|| fail("the audio track has no sample description".into()))?;
@@ -164,6 +170,7 @@ fn read(path: &Path) -> Result<Clip, ClipError> {
     drop(moov);
 
     let mut clip = Clip {
+        video_codec: codec,
         data: Vec::new(),
         video_packets: Vec::new(),
         frames: Vec::new(),
@@ -193,10 +200,18 @@ fn read(path: &Path) -> Result<Clip, ClipError> {
         }
         let data = packet.data().unwrap_or(&[]);
         if stream == video.index {
-            let units = avcc_nal_units(data, avc.length_size)
+            let units = avcc_nal_units(data, config.length_size())
                 .map_err(|e| fail(format!("video sample {video_samples}: {e}")))?;
             video_samples += 1;
-            push_sample(&mut clip, &mut packetizer, &avc, units, packet.is_key())?;
+            match &config {
+                VideoConfig::H264(avc) => {
+                    push_sample(&mut clip, &mut packetizer, avc, units, packet.is_key())?;
+                }
+                VideoConfig::H265 {
+                    parameter_sets,
+                    length_size: _,
+                } => push_h265_sample(&mut clip, parameter_sets, &units, packet.is_key())?,
+            }
             continue;
         }
         let mut push = |p: &[u8]| {
@@ -252,6 +267,88 @@ fn frame_rate(avg: ff::Rational, base: ff::Rational) -> Result<u32, ClipError> {
             numerator: q.numerator(),
             denominator: q.denominator(),
         })
+}
+
+/// A video track's configuration box: what its samples need to be cut and led.
+enum VideoConfig {
+    /// `avcC`.
+    H264(AvcConfig),
+    /// `hvcC`: its NAL units' length size and its parameter sets (VPS, SPS, PPS, in the
+    /// box's order).
+    H265 {
+        length_size: usize,
+        parameter_sets: Vec<Vec<u8>>,
+    },
+}
+
+impl VideoConfig {
+    /// Reads track `id`'s configuration box from `moov`.
+    fn read(moov: &[u8], id: i32, codec: VideoCodec) -> Result<VideoConfig, String> {
+        let entry = sample_entry(moov, id);
+        let child_of = |types: &[&[u8; 4]], name: &[u8; 4]| {
+            entry
+                .filter(|(ty, _)| types.iter().any(|t| **t == *ty))
+                .and_then(|(_, entry)| child(entry.get(VISUAL_ENTRY..)?, name))
+        };
+        if codec == VideoCodec::H264 {
+            let avc =
+                child_of(&[b"avc1", b"avc3"], b"avcC").ok_or("the H264 track has no avcC box")?;
+            return AvcConfig::parse(avc)
+                .map(VideoConfig::H264)
+                .map_err(|e| format!("avcC: {e}"));
+        }
+        let mut hvc =
+            child_of(&[b"hvc1", b"hev1"], b"hvcC").ok_or("the H265 track has no hvcC box")?;
+        let hvcc = mp4_atom::Hvcc::decode_body(&mut hvc).map_err(|e| format!("hvcC: {e}"))?;
+        let parameter_sets = hvcc
+            .arrays
+            .into_iter()
+            .filter(|a| matches!(a.nal_unit_type, h265::VPS | h265::SPS | h265::PPS))
+            .flat_map(|a| a.nalus)
+            .filter(|n| n.len() > 2)
+            .collect();
+        Ok(VideoConfig::H265 {
+            length_size: usize::from(hvcc.length_size_minus_one) + 1,
+            parameter_sets,
+        })
+    }
+
+    /// Bytes of the length in front of each NAL unit of a sample.
+    fn length_size(&self) -> usize {
+        match self {
+            VideoConfig::H264(avc) => avc.length_size,
+            VideoConfig::H265 { length_size, .. } => *length_size,
+        }
+    }
+}
+
+/// Packetizes one H265 sample's NAL units as one access unit (RFC 7798), the `hvcC`
+/// parameter sets in front of a keyframe (an IRAP picture or a sync sample) that does not
+/// carry its own SPS; access unit delimiters are dropped by the packetizer.
+fn push_h265_sample(
+    clip: &mut Clip,
+    parameter_sets: &[Vec<u8>],
+    units: &[&[u8]],
+    sync_sample: bool,
+) -> Result<(), ClipError> {
+    let keyframe = sync_sample || units.iter().any(|n| h265::is_irap(n));
+    if !units.iter().any(|n| h265::nal_type(n) < 32) {
+        return Ok(()); // no coded picture
+    }
+    let lead = keyframe && !units.iter().any(|n| h265::nal_type(n) == h265::SPS);
+    let lead: &[Vec<u8>] = if lead { parameter_sets } else { &[] };
+    let nals = lead.iter().map(Vec::as_slice).chain(units.iter().copied());
+    // h265::packetize takes the access unit with 4-byte lengths, whatever the file's size.
+    let mut au = Vec::new();
+    for nal in nals {
+        let len = u32::try_from(nal.len()).map_err(|_| ClipError::TooLarge)?;
+        au.extend_from_slice(&len.to_be_bytes());
+        au.extend_from_slice(nal);
+    }
+    clip.push_frame(keyframe, |emit| {
+        h265::packetize(&au, MAX_PAYLOAD, emit)?;
+        Ok(())
+    })
 }
 
 /// Packetizes one video sample's NAL units as one access unit, the `avcC` parameter sets
@@ -614,6 +711,64 @@ mod tests {
         check_slate(Clip::from_mp4(&path).expect("the slate reads"));
     }
 
+    /// An H265 file (`hvc1`, the parameter sets in `hvcC` only, as x265 writes them by
+    /// default) is read as H265: each keyframe led by the VPS, SPS and PPS, every access unit
+    /// rebuilt whole from its RFC 7798 payloads, and each keyframe decodes on its own.
+    #[test]
+    fn an_h265_file_is_read_as_h265_with_its_parameter_sets_at_each_keyframe() {
+        let dir = TempDir::new("hevc");
+        let path = dir.ffmpeg(
+            "hevc.mp4",
+            25,
+            &[
+                "-t",
+                "3",
+                "-c:v",
+                "libx265",
+                "-preset",
+                "ultrafast",
+                "-x265-params",
+                "bframes=0:keyint=25:min-keyint=25:scenecut=0:log-level=error",
+                "-tag:v",
+                "hvc1",
+                "-c:a",
+                "libopus",
+            ],
+        );
+        let clip = Clip::from_mp4(&path).expect("the file reads");
+        assert_eq!(clip.video_codec(), VideoCodec::H265);
+        assert_eq!((clip.fps(), clip.video_frames().len()), (25, 75));
+        let mut de = h265::Depacketizer::new();
+        let mut keyframes = Vec::new();
+        let mut seq = 0u16;
+        for (i, f) in clip.video_frames().enumerate() {
+            assert_eq!(f.keyframe(), i % 25 == 0, "frame {i}");
+            assert!(f.packets().all(|p| p.len() > 2 && p.len() <= MAX_PAYLOAD));
+            let first = f.packets().next().expect("a packet");
+            assert!(!h265::payload_starts_bare_irap(first), "frame {i}");
+            if f.keyframe() {
+                assert_eq!(h265::nal_type(first), h265::VPS, "frame {i}: {first:02x?}");
+            }
+            let n = f.packets().len();
+            for (j, p) in f.packets().enumerate() {
+                seq = seq.wrapping_add(1);
+                let au = de
+                    .push(seq, i as u32 * 3600, j + 1 == n, p)
+                    .expect("well-formed payload");
+                if let Some(au) = au.filter(|_| f.keyframe()) {
+                    keyframes.push(au.to_vec());
+                }
+            }
+        }
+        assert_eq!((de.frames(), de.keyframes()), (75, 3));
+        assert_eq!(keyframes.len(), 3);
+        for au in &keyframes {
+            let still = crate::thumbnail::decode(VideoCodec::H265, au).expect("decodes");
+            assert_eq!((still.width(), still.height()), (320, 180));
+        }
+        assert!(clip.audio_packets().len() > 100);
+    }
+
     #[test]
     fn files_it_cannot_play_are_errors() {
         let dir = TempDir::new("errors");
@@ -647,7 +802,7 @@ mod tests {
             "{err:?}"
         );
         let msg = err.to_string();
-        assert!(msg.contains("vp9") && msg.contains("H264"), "{msg}");
+        assert!(msg.contains("vp9") && msg.contains("H264 or H265"), "{msg}");
 
         let silent = dir.ffmpeg("silent.mp4", 25, &["-t", "0.5", "-c:v", "libx264", "-an"]);
         let err = Clip::from_mp4(&silent).expect_err("no audio");

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tern_pool::PoolCounter;
+use tern_proto::codec::VideoCodec;
 use tern_rtc::clip::{Clip, ClipSource};
 
 use crate::config::{AppConfig, ConfigError, Fallback};
@@ -51,6 +52,15 @@ impl Slates {
                             Clip::from_mp4(&path)
                                 .map_err(|e| bad(format!("{}: {e}", path.display())))?,
                         );
+                        // A slate stands in for any publisher of the app, whose viewers
+                        // were answered in H264 (the built-in clip's codec too).
+                        if c.video_codec() != VideoCodec::H264 {
+                            return Err(bad(format!(
+                                "{}: the slate's video is {}; a slate must be H264",
+                                path.display(),
+                                c.video_codec()
+                            )));
+                        }
                         counter.add(1, c.heap_bytes());
                         files.push((path, c.clone()));
                         c
