@@ -1,6 +1,7 @@
-// LL-HLS ladders from simulcast (issue 54): headless Chromium publishes a 1280x720 canvas
-// over WHIP as three H264 simulcast layers (RIDs h, m, l at full, half and quarter size) and
-// a tone (Opus). tern's index.m3u8 must list three variants with distinct RESOLUTION and
+// LL-HLS ladders from simulcast (issue 54): headless Chromium publishes a 960x540 canvas
+// over WHIP as three H264 simulcast layers (RIDs h, m, l at full, half and quarter size, at
+// most 1 Mbit/s, 300 and 100 kbit/s; 960x540 is the smallest size Chromium sends three
+// layers of, and a third of 1280x720's encoding on these 2 cores) and a tone (Opus). tern's index.m3u8 must list three variants with distinct RESOLUTION and
 // BANDWIDTH rising with it, each naming the one audio rendition (EXT-X-MEDIA TYPE=AUDIO);
 // each variant's and the rendition's media playlist must keep the rules of hls-validate.mjs;
 // ffmpeg must decode 10 s of each variant and of the audio without an error; and hls.js
@@ -8,7 +9,9 @@
 // must start on the top variant, move to a lower one after the page's network is
 // throttled to 400 kbit/s (DevTools protocol), and back up after the limit lifts,
 // recovering from any stall (the times and the longest stall are printed: see the notes
-// at the assertions).
+// at the assertions). What hls.js did is printed too: a trace every 250 ms (time, level's
+// height, its bandwidth estimate, buffer ahead) and each video part it buffered (start,
+// level/msn.part, size, time to first byte, download time, its estimate then).
 //
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
@@ -67,9 +70,16 @@ function startLadder({ url }) {
   hls.on(H.Events.AUDIO_TRACKS_UPDATED, (_e, d) => {
     st.audioTracks = d.audioTracks.length;
   });
+  st.loads = [];
+  const t0 = performance.now();
   hls.on(H.Events.FRAG_BUFFERED, (_e, d) => {
     if (d.frag.type === 'audio') st.audioFrags += 1;
+    else {
+      const x = d.part ? d.part.stats : d.frag.stats;
+      st.loads.push(`${((x.loading.start - t0) / 1000).toFixed(1)}:L${d.frag.level}/${d.frag.sn}.${d.part ? d.part.index : '-'}:${Math.round(x.loaded / 1024)}KB:ttfb${Math.round(x.loading.first - x.loading.start)}:dl${Math.round(x.loading.end - x.loading.first)}${x.aborted ? ':ab' : ''}:est${Math.round(hls.bandwidthEstimate / 1000)}`);
+    }
   });
+  hls.on(H.Events.FRAG_LOAD_EMERGENCY_ABORTED, () => st.loads.push('EMERGENCY'));
   hls.on(H.Events.LEVEL_SWITCHED, (_e, d) => {
     st.switches.push({ at: Date.now(), height: hls.levels[d.level]?.height ?? null });
   });
@@ -97,8 +107,11 @@ function readLadder() {
     height: level?.height ?? null,
     videoHeight: video.videoHeight,
     currentTime: video.currentTime,
+    estimate: Math.round(window.hls.bandwidthEstimate / 1000),
+    buffered: video.buffered.length ? +(video.buffered.end(video.buffered.length - 1) - video.currentTime).toFixed(2) : 0,
     stalledFor: st.waitingSince === null ? 0 : Date.now() - st.waitingSince,
     errors: st.errors.slice(-10),
+    loads: st.loads.slice(-80),
   };
 }
 
@@ -130,6 +143,8 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
       rids: ['h', 'm', 'l'],
       codec: 'h264',
       tone: true,
+      width: 960,
+      maxBitrates: [1_000_000, 300_000, 100_000],
     });
     assert.ok(p.ok, why('publish failed', p));
     let layers = {};
@@ -208,6 +223,18 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
       assert.ok(d.frames >= 5 * fps, `ffmpeg decoded ${d.frames} frames of ${v.attrs.RESOLUTION} in 10 s at ${fps} fps`);
     }
 
+    {
+      const body = await (await fetch(base + mv.variants[0].uri)).text();
+      const parts = body.split('\n').filter((l) => l.startsWith('#EXT-X-PART:')).slice(-12);
+      const sizes = [];
+      for (const l of parts) {
+        const uri = /URI="([^"]+)"/.exec(l)[1];
+        const dur = /DURATION=([\d.]+)/.exec(l)[1];
+        const n = (await (await fetch(base + uri)).arrayBuffer()).byteLength;
+        sizes.push(`${dur}s:${Math.round(n / 1024)}KB${/INDEPENDENT=YES/.test(l) ? 'K' : ''}`);
+      }
+      console.log(`top parts: ${sizes.join(' ')}`);
+    }
     // hls.js: starts on the top variant; throttled, it moves down; freed, it comes back.
     const { page, log } = await newLoggedPage(browser.context);
     let s = {};
@@ -216,10 +243,13 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     await page.addScriptTag({ path: HLS_JS });
     const started = await page.evaluate(startLadder, { url: index });
     assert.equal(started.error, undefined, fail(started.error));
+    const trace = [];
+    const t00 = Date.now();
     const until = async (ms, ok) => {
       const t = Date.now();
       while (Date.now() - t < ms) {
         s = await page.evaluate(readLadder);
+        trace.push(`${((Date.now() - t00) / 1000).toFixed(1)}s:${s.height}/${s.estimate}k/${s.buffered}`);
         if (ok(s)) return Date.now() - t;
         await sleep(250);
       }
@@ -241,11 +271,15 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     });
     const throttledAt = Date.now();
     // Issue 54 asks for a lower variant within 15 s and the top again within 20 s of the
-    // limit lifting. Held in runs on their own (down in 1.3-5.1 s, up in 2.3-13.2 s), not in
-    // the CI suite: down in 12.7 s and 20.9 s, and then still at 180 lines 20 s and 40 s
-    // after the limit lifted (hls.js's bandwidth estimate there). Asserted here: it moves
-    // down within 30 s, and keeps playing once the limit lifts; the time it takes to come
-    // back up (at most 40 s watched) is printed, not asserted.
+    // limit lifting. With 960x540 at most 1 Mbit/s, seven runs on their own moved down in
+    // 1.8-10.7 s and came back in 1.3-14.6 s but one, which stayed on the middle variant for
+    // 40 s (its top's BANDWIDTH, a measured peak, was 3.6 Mbit/s). With 1280x720 the CI
+    // suite saw down in 12.7 s and 20.9 s and no way back in 40 s. The traces show why: for
+    // 5-9 s after the limit hls.js buffers no video part and takes no bandwidth sample (its
+    // estimate stays at the tens of Mbit/s of the free link), and back on the
+    // unlimited link its estimate climbs from the lowest variant's parts of 1-8 KB slowly.
+    // Asserted here: it moves down within 30 s, and keeps playing once the limit lifts; the
+    // time it takes to come back up (at most 40 s watched) is printed, not asserted.
     const down = await until(30_000, (x) => x.height !== null && x.height < top);
     assert.ok(down !== null, fail('hls.js stayed on the top variant at 400 kbit/s for 30 s'));
     console.log(`hls.js moved down to ${s.height} lines ${down} ms after the limit`);
@@ -265,12 +299,13 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     assert.ok(played >= watched / 2, fail(`hls.js played ${played.toFixed(1)} s of media in the ${watched.toFixed(1)} s after the limit lifted`));
     const stalls = s.stalls.filter((x) => x.at >= throttledAt - 1_000);
     const longest = Math.max(0, s.stalledFor, ...stalls.map((x) => x.ms));
+    console.log(`trace (time:level/estimate/buffer): ${trace.join(' ')}`);
+    console.log(`loads: ${s.loads.join(' ')}`);
     console.log(`switches: ${JSON.stringify(s.switches.map((x) => x.height))}; stalls: ${JSON.stringify(stalls)}; longest ${longest} ms`);
-    // Issue 54 asks for no stall over 2 s: not yet held every time. With the audio in
-    // every variant one run in five stalled 6.5 s; with the audio a rendition of its own the
-    // longest stalls in ten runs were 0, 175, 0, 684, 154, 0, 0, 5571, 0 and 195 ms: a
-    // switch made while a part of the top variant is in flight can still wait seconds for
-    // the lower variant's segment. Asserted here: it recovers (the longest is printed).
+    // Issue 54 asks for no stall over 2 s: not held. At 1280x720 the longest stalls in ten
+    // runs were 0, 175, 0, 684, 154, 0, 0, 5571, 0 and 195 ms; at 960x540, 316, 3089, 0,
+    // 3419, 2130 and 3360 ms: the stall is the time hls.js stays on the top variant after
+    // the limit (above). Asserted here: it recovers (the longest is printed).
     assert.ok(longest <= 10_000, fail(`a stall of ${longest} ms`));
     assert.deepEqual(s.errors.filter((e) => e.fatal), [], fail('hls.js fatal error'));
     assert.ok(s.audioFrags >= 10, fail(`hls.js buffered ${s.audioFrags} audio fragments`));
