@@ -4,9 +4,10 @@
 // (tests/interop/aiortc_client.py `watch`, in the venv install-deps.sh makes). Both print
 // `frames`, `video_packets`, `lost`, `audio_packets` and `audio_gap_ms` (the longest gap
 // between two audio packets since the line before). Also GStreamer's webrtcbin
-// (tests/interop/gst_client.py) as a WHIP publisher or WHEP viewer, for its tests.
+// (tests/interop/gst_client.py) as a WHIP publisher or WHEP viewer, for its tests. And
+// ffmpeg decoding an HLS playlist (`decode`).
 
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { publishSimulcast, readLayers } from './browser.mjs';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -165,4 +166,24 @@ export function longestStall(samples) {
     else worst = Math.max(worst, samples[i].t - since);
   }
   return worst;
+}
+
+/**
+ * ffmpeg decoding `seconds` of `url` (an HLS playlist), stream `map` (the first video by
+ * default), with -xerror: resolves to `{ code, frames, stderr }`, frames counted from
+ * framemd5's lines; killed 25 s past `seconds`.
+ */
+export function decode(url, seconds, map = '0:v:0') {
+  return new Promise((ok) => {
+    execFile(
+      'timeout',
+      [`${seconds + 25}`, 'ffmpeg', '-hide_banner', '-nostdin', '-v', 'error', '-xerror', '-i', url,
+        '-map', map, '-t', `${seconds}`, '-f', 'framemd5', '-'],
+      { maxBuffer: 64 << 20 },
+      (err, stdout, stderr) => {
+        const frames = stdout.split('\n').filter((l) => /^0,/.test(l.trim())).length;
+        ok({ code: err ? (err.code ?? 1) : 0, frames, stderr: stderr.trim() });
+      },
+    );
+  });
 }

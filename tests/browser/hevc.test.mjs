@@ -11,31 +11,16 @@
 // namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { decode } from './clients.mjs';
 import { checkMedia, parseMedia, parseMultivariant } from './hls-validate.mjs';
 import { publishRtmp, startServer, ternBin } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-
-/** ffmpeg decoding `seconds` of `url`'s first video: { code, frames, stderr }. */
-function decode(url, seconds) {
-  return new Promise((ok) => {
-    execFile(
-      'timeout',
-      [`${seconds + 25}`, 'ffmpeg', '-hide_banner', '-nostdin', '-v', 'error', '-xerror', '-i', url,
-        '-map', '0:v:0', '-t', `${seconds}`, '-f', 'framemd5', '-'],
-      { maxBuffer: 64 << 20 },
-      (err, stdout, stderr) => {
-        const frames = stdout.split('\n').filter((l) => /^0,/.test(l.trim())).length;
-        ok({ code: err ? (err.code ?? 1) : 0, frames, stderr: stderr.trim() });
-      },
-    );
-  });
-}
 
 /** The x265 settings both sources use: no B-frames (WebRTC has none), a keyframe a second. */
 const X265 = ['-c:v', 'libx265', '-preset', 'ultrafast', '-pix_fmt', 'yuv420p',

@@ -16,35 +16,19 @@
 // Run inside a private network namespace: ./scripts/netns-run.sh node --test tests/browser/
 
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { launchBrowser, newLoggedPage, publishSimulcast, readLayers } from './browser.mjs';
+import { decode } from './clients.mjs';
 import { checkMedia, parseMedia, parseMultivariant } from './hls-validate.mjs';
 import { startServer } from './server.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const HLS_JS = join(HERE, 'node_modules', 'hls.js', 'dist', 'hls.min.js');
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
-
-/** ffmpeg decoding `seconds` of `url`'s video (or audio): { code, frames, stderr }. */
-function decode(url, seconds, map = '0:v:0') {
-  return new Promise((ok) => {
-    execFile(
-      'timeout',
-      [`${seconds + 25}`, 'ffmpeg', '-hide_banner', '-nostdin', '-v', 'error', '-xerror', '-i', url,
-        '-map', map, '-t', `${seconds}`, '-f', 'framemd5', '-'],
-      { maxBuffer: 64 << 20 },
-      (err, stdout, stderr) => {
-        const frames = stdout.split('\n').filter((l) => /^0,/.test(l.trim())).length;
-        ok({ code: err ? (err.code ?? 1) : 0, frames, stderr: stderr.trim() });
-      },
-    );
-  });
-}
 
 /** In the page (hls.js loaded): plays `url` muted, recording level switches and stalls. */
 function startLadder({ url }) {
