@@ -198,6 +198,10 @@ describe('LL-HLS egress of an RTMP stream (playlists, blocking reload, fMP4, ffm
       text = r.text;
       pl = check(r, `media playlist version ${versions}`);
       worstDrift = Math.max(worstDrift, pl.worstPdtDrift);
+      // fetch asks for gzip: a playlist of 512 bytes or more comes compressed (fetch
+      // inflates it), and every playlist says it varies with Accept-Encoding.
+      assert.equal(r.headers.get('vary'), 'Accept-Encoding', failure(show(r)));
+      if (r.body.length >= 512) assert.equal(r.headers.get('content-encoding'), 'gzip', failure(show(r)));
     }
     const newest = [...pl.segments, pl.open].filter((s) => s.pdt !== null).at(-1);
     console.log(`hls playlist: ${versions} versions in 6 s; TARGETDURATION ${pl.targetDuration}, PART-TARGET ${pl.partInf.partTarget}, ` +
