@@ -7,7 +7,8 @@
 //     the time its first sample reached tern). Prints one JSON line.
 //   node bench/hls-client.mjs rate URL SECONDS CONCURRENCY
 //     CONCURRENCY keep-alive connections GET URL back to back for SECONDS; prints one JSON
-//     line with requests, bytes, requests/s and non-200 answers.
+//     line with requests, bytes (as sent: compressed if they were), requests/s and non-200
+//     answers. With HLS_ACCEPT_ENCODING set, each request sends it as Accept-Encoding.
 //   node bench/hls-client.mjs reader URL SECONDS
 //     one LL-HLS reader as a player behaves, without decoding: it fetches the preload-hinted
 //     part (which blocks until made), then reloads the playlist for that part to learn the
@@ -24,7 +25,8 @@ const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
 function get(agent, u) {
   return new Promise((ok, fail) => {
-    const req = http.get(u, { agent }, (res) => {
+    const headers = process.env.HLS_ACCEPT_ENCODING ? { 'accept-encoding': process.env.HLS_ACCEPT_ENCODING } : {};
+    const req = http.get(u, { agent, headers }, (res) => {
       let bytes = 0;
       let body = [];
       res.on('data', (c) => { bytes += c.length; if (mode !== 'rate') body.push(c); });
