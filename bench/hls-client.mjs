@@ -25,7 +25,8 @@ const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
 function get(agent, u) {
   return new Promise((ok, fail) => {
-    const headers = process.env.HLS_ACCEPT_ENCODING ? { 'accept-encoding': process.env.HLS_ACCEPT_ENCODING } : {};
+    const enc = mode === 'rate' ? process.env.HLS_ACCEPT_ENCODING : '';
+    const headers = enc ? { 'accept-encoding': enc } : {};
     const req = http.get(u, { agent, headers }, (res) => {
       let bytes = 0;
       let body = [];

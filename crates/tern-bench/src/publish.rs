@@ -2,7 +2,8 @@
 //! or H265) in real time, for `tern bench --publish N` and ingest tests.
 //!
 //! A publisher is a full WebRTC sender (answers NACKs from its history, sends sender
-//! reports, honours keyframe requests only in that the clip has a keyframe every second),
+//! reports; it does not honour keyframe requests: the built-in clips have a keyframe every
+//! second, an MP4 file's keyframes are where its encoder put them),
 //! so str0m is the right tool; there are few of them, so each gets its own thread.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};

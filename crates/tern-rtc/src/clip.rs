@@ -1,4 +1,5 @@
-//! The demo clip: a parsed H264 + Opus clip and a sans-IO pacer that loops it forever.
+//! The demo clip: a parsed H264 (or H265) + Opus clip and a sans-IO pacer that loops it
+//! forever.
 //!
 //! * [`Clip::parse`] reads an Annex B H264 elementary stream and an Ogg Opus file once,
 //!   splits the video into access units, packetizes each into RTP payloads of at most
@@ -63,11 +64,12 @@ pub enum ClipError {
     /// The frame rate is zero.
     #[error("frame rate must be at least 1 fps")]
     ZeroFps,
-    /// The H264 stream holds no access unit with a coded picture.
-    #[error("no access units: the H264 stream holds no coded picture (is it Annex B?)")]
+    /// The video holds no access unit with a coded picture.
+    #[error("no access units: the video holds no coded picture (an H264 stream: is it Annex B?)")]
     NoAccessUnits,
-    /// The H264 stream holds no IDR picture, so a receiver could never start decoding.
-    #[error("no IDR picture in the H264 stream")]
+    /// The video holds no keyframe (an H264 IDR or H265 IRAP picture), so a receiver could
+    /// never start decoding.
+    #[error("no keyframe (H264 IDR or H265 IRAP picture) in the video")]
     NoKeyframe,
     /// The packetizer rejected its configuration (a bug: [`MAX_PAYLOAD`] is valid).
     #[error("packetizer: {0}")]
@@ -245,7 +247,8 @@ pub struct VideoFrame<'a> {
 }
 
 impl<'a> VideoFrame<'a> {
-    /// Whether the access unit holds an IDR picture.
+    /// Whether the access unit holds a keyframe: an IDR picture (H264) or an IRAP one
+    /// (H265).
     pub fn keyframe(&self) -> bool {
         self.entry.keyframe
     }
@@ -753,8 +756,8 @@ pub struct MediaPacket<'a> {
     pub rtp_ts: u32,
     /// RTP marker bit: the last packet of a video frame; always false for audio.
     pub marker: bool,
-    /// The first packet of an IDR access unit: a receiver can start decoding here (it
-    /// carries SPS and PPS for the built-in clip). False for the other packets of that
+    /// The first packet of a keyframe's access unit (H264 IDR, H265 IRAP): a receiver can
+    /// start decoding here (the clip puts the parameter sets in front of every keyframe). False for the other packets of that
     /// access unit, so a keyframe cache keyed on this flag starts at the right packet.
     pub keyframe: bool,
     /// The scheduled time of the packet's frame (shared by all packets of a video frame).

@@ -210,7 +210,7 @@ fn read(path: &Path) -> Result<Clip, ClipError> {
                 VideoConfig::H265 {
                     parameter_sets,
                     length_size: _,
-                } => push_h265_sample(&mut clip, parameter_sets, &units, packet.is_key())?,
+                } => push_h265_sample(&mut clip, parameter_sets, &units)?,
             }
             continue;
         }
@@ -300,15 +300,23 @@ impl VideoConfig {
         let mut hvc =
             child_of(&[b"hvc1", b"hev1"], b"hvcC").ok_or("the H265 track has no hvcC box")?;
         let hvcc = mp4_atom::Hvcc::decode_body(&mut hvc).map_err(|e| format!("hvcC: {e}"))?;
-        let parameter_sets = hvcc
+        let length_size = usize::from(hvcc.length_size_minus_one) + 1;
+        if !matches!(length_size, 1 | 2 | 4) {
+            return Err(format!(
+                "hvcC: a NAL unit length size of {length_size} bytes (1, 2 or 4 are valid)"
+            ));
+        }
+        // Each NAL unit's own header says what it is, whatever array holds it; VPS, then
+        // SPS, then PPS, as a decoder takes them.
+        let mut parameter_sets: Vec<Vec<u8>> = hvcc
             .arrays
             .into_iter()
-            .filter(|a| matches!(a.nal_unit_type, h265::VPS | h265::SPS | h265::PPS))
             .flat_map(|a| a.nalus)
-            .filter(|n| n.len() > 2)
+            .filter(|n| n.len() > 2 && h265::is_parameter_set(n))
             .collect();
+        parameter_sets.sort_by_key(|n| h265::nal_type(n));
         Ok(VideoConfig::H265 {
-            length_size: usize::from(hvcc.length_size_minus_one) + 1,
+            length_size,
             parameter_sets,
         })
     }
@@ -323,15 +331,15 @@ impl VideoConfig {
 }
 
 /// Packetizes one H265 sample's NAL units as one access unit (RFC 7798), the `hvcC`
-/// parameter sets in front of a keyframe (an IRAP picture or a sync sample) that does not
-/// carry its own SPS; access unit delimiters are dropped by the packetizer.
+/// parameter sets in front of a keyframe (an IRAP picture, whatever the file's sync-sample
+/// table says: a file without one marks every sample) that does not carry its own SPS;
+/// access unit delimiters are dropped by the packetizer.
 fn push_h265_sample(
     clip: &mut Clip,
     parameter_sets: &[Vec<u8>],
     units: &[&[u8]],
-    sync_sample: bool,
 ) -> Result<(), ClipError> {
-    let keyframe = sync_sample || units.iter().any(|n| h265::is_irap(n));
+    let keyframe = units.iter().any(|n| h265::is_irap(n));
     if !units.iter().any(|n| h265::nal_type(n) < 32) {
         return Ok(()); // no coded picture
     }
@@ -725,6 +733,8 @@ mod tests {
                 "3",
                 "-c:v",
                 "libx265",
+                "-pix_fmt",
+                "yuv420p",
                 "-preset",
                 "ultrafast",
                 "-x265-params",
@@ -744,10 +754,10 @@ mod tests {
         for (i, f) in clip.video_frames().enumerate() {
             assert_eq!(f.keyframe(), i % 25 == 0, "frame {i}");
             assert!(f.packets().all(|p| p.len() > 2 && p.len() <= MAX_PAYLOAD));
-            let first = f.packets().next().expect("a packet");
-            assert!(!h265::payload_starts_bare_irap(first), "frame {i}");
+            // A keyframe is led by its parameter sets, in a decoder's order.
             if f.keyframe() {
-                assert_eq!(h265::nal_type(first), h265::VPS, "frame {i}: {first:02x?}");
+                let lead: Vec<u8> = f.packets().take(3).map(h265::nal_type).collect();
+                assert_eq!(lead, [h265::VPS, h265::SPS, h265::PPS], "frame {i}");
             }
             let n = f.packets().len();
             for (j, p) in f.packets().enumerate() {

@@ -112,3 +112,46 @@ impl Slate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// A slate file in H265 (which `Clip::from_mp4` reads, for `tern bench`) is refused at
+    /// load, naming the key and the codec: a slate stands in for publishers whose viewers
+    /// were answered in H264.
+    #[test]
+    fn an_h265_slate_is_refused_naming_the_key() {
+        let dir = std::env::temp_dir().join(format!("tern-slate-h265-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("slate.mp4");
+        let status = std::process::Command::new("ffmpeg")
+            .args(["-v", "error", "-nostdin", "-y"])
+            .args(["-f", "lavfi", "-i", "testsrc=size=320x180:rate=25"])
+            .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
+            .args(["-t", "1", "-c:v", "libx265", "-pix_fmt", "yuv420p"])
+            .args([
+                "-x265-params",
+                "bframes=0:log-level=error",
+                "-c:a",
+                "libopus",
+            ])
+            .arg(&file)
+            .status()
+            .expect("the ffmpeg CLI runs (this test needs it)");
+        assert!(status.success(), "ffmpeg: {status}");
+        let text = format!(
+            "[[app]]\nname = \"live\"\nfallback = \"file:{}\"\n",
+            file.display()
+        );
+        let config = Config::parse(&text, "test").expect("config");
+        let err = match Slates::load(&config.apps) {
+            Ok(_) => panic!("an H265 slate loaded"),
+            Err(e) => e.to_string(),
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(err.contains("app[0].fallback"), "{err}");
+        assert!(err.contains("the slate's video is H265"), "{err}");
+    }
+}
