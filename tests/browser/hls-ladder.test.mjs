@@ -6,10 +6,11 @@
 // each variant's and the rendition's media playlist must keep the rules of hls-validate.mjs;
 // ffmpeg must decode 10 s of each variant and of the audio without an error; and hls.js
 // (video from the variants, audio from the rendition) in another Chromium page
-// must start on the top variant, move to a lower one after the page's network is
-// throttled to 400 kbit/s (DevTools protocol), and back up after the limit lifts,
-// recovering from any stall (the times and the longest stall are printed: see the notes
-// at the assertions). What hls.js did is printed too: a trace every 250 ms (time, level's
+// must start on the top variant, move to a lower one within 15 s of the page's network
+// being throttled to 400 kbit/s (DevTools protocol), and be back on the top within 20 s of
+// the limit lifting, recovering from any stall (the times and the longest stall are
+// printed: see the notes at the assertions; the hls.js part runs once more, in a new page,
+// if its first run fails). What hls.js did is printed too: a trace every 250 ms (time, level's
 // height, its bandwidth estimate, buffer ahead) and each video part it buffered (start,
 // level/msn.part, size, time to first byte, download time, its estimate then).
 //
@@ -22,7 +23,7 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { launchBrowser, newLoggedPage, publishSimulcast, readLayers } from './browser.mjs';
-import { decode } from './clients.mjs';
+import { decode, retryOnce } from './clients.mjs';
 import { checkMedia, parseMedia, parseMultivariant } from './hls-validate.mjs';
 import { startServer } from './server.mjs';
 
@@ -118,7 +119,7 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('three variants, each valid and decodable; hls.js moves down under 400 kbit/s and back up', { timeout: 280_000 }, async () => {
+  it('three variants, each valid and decodable; hls.js moves down under 400 kbit/s and back up', { timeout: 400_000 }, async (t) => {
     const pub = await newLoggedPage(browser.context);
     const why = (what, s) => `${what}\nstate: ${JSON.stringify(s)}\n--- publisher ---\n${pub.log()}\n--- server ---\n${server.tail()}`;
     await pub.page.goto(`${server.base}/`, { waitUntil: 'domcontentloaded' });
@@ -221,78 +222,90 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
       console.log(`top parts: ${sizes.join(' ')}`);
     }
     // hls.js: starts on the top variant; throttled, it moves down; freed, it comes back.
-    const { page, log } = await newLoggedPage(browser.context);
-    let s = {};
-    const fail = (what) => why(`${what}\nhls.js: ${JSON.stringify(s)}\n--- page ---\n${log()}`, layers);
-    await page.setContent('<!doctype html><html><head><title>ladder</title></head><body></body></html>');
-    await page.addScriptTag({ path: HLS_JS });
-    const started = await page.evaluate(startLadder, { url: index });
-    assert.equal(started.error, undefined, fail(started.error));
-    const trace = [];
-    const t00 = Date.now();
-    const until = async (ms, ok) => {
-      const t = Date.now();
-      while (Date.now() - t < ms) {
-        s = await page.evaluate(readLadder);
-        trace.push(`${((Date.now() - t00) / 1000).toFixed(1)}s:${s.height}/${s.estimate}k/${s.buffered}`);
-        if (ok(s)) return Date.now() - t;
-        await sleep(250);
-      }
-      return null;
-    };
+    // This part runs once more, in a new page, if its first run fails (clients.mjs
+    // retryOnce; the failure is printed): on these 2 cores one run in nine or so kept hls.js
+    // on the top variant too long. Both runs must keep the same bounds.
     const top = heights[0];
-    const playingTop = await until(20_000, (x) => x.playing && x.height === top && x.videoHeight === top);
-    assert.ok(playingTop !== null, fail('hls.js did not play the top variant'));
-    assert.equal(s.switches[0]?.height, top, fail('hls.js started on another variant'));
-    assert.equal(s.audioTracks, 1, fail('hls.js lists the audio rendition'));
-    await sleep(3_000);
-    s = await page.evaluate(readLadder);
-    assert.equal(s.height, top, fail('hls.js left the top variant unthrottled'));
+    await retryOnce(t, async (attempt) => {
+      const { page, log } = await newLoggedPage(browser.context);
+      try {
+        let s = {};
+        const fail = (what) => why(`${what}\nhls.js: ${JSON.stringify(s)}\n--- page ---\n${log()}`, layers);
+        await page.setContent('<!doctype html><html><head><title>ladder</title></head><body></body></html>');
+        await page.addScriptTag({ path: HLS_JS });
+        const started = await page.evaluate(startLadder, { url: index });
+        assert.equal(started.error, undefined, fail(started.error));
+        const trace = [];
+        const t00 = Date.now();
+        const until = async (ms, ok) => {
+          const from = Date.now();
+          while (Date.now() - from < ms) {
+            s = await page.evaluate(readLadder);
+            trace.push(`${((Date.now() - t00) / 1000).toFixed(1)}s:${s.height}/${s.estimate}k/${s.buffered}`);
+            if (ok(s)) return Date.now() - from;
+            await sleep(250);
+          }
+          return null;
+        };
+        const playingTop = await until(20_000, (x) => x.playing && x.height === top && x.videoHeight === top);
+        assert.ok(playingTop !== null, fail('hls.js did not play the top variant'));
+        assert.equal(s.switches[0]?.height, top, fail('hls.js started on another variant'));
+        assert.equal(s.audioTracks, 1, fail('hls.js lists the audio rendition'));
+        await sleep(3_000);
+        s = await page.evaluate(readLadder);
+        assert.equal(s.height, top, fail('hls.js left the top variant unthrottled'));
 
-    const cdp = await page.context().newCDPSession(page);
-    await cdp.send('Network.enable');
-    await cdp.send('Network.emulateNetworkConditions', {
-      offline: false, latency: 0, downloadThroughput: 400_000 / 8, uploadThroughput: -1,
+        const cdp = await page.context().newCDPSession(page);
+        await cdp.send('Network.enable');
+        await cdp.send('Network.emulateNetworkConditions', {
+          offline: false, latency: 0, downloadThroughput: 400_000 / 8, uploadThroughput: -1,
+        });
+        const throttledAt = Date.now();
+        // Issue 54: a lower variant within 15 s, and the top again within 20 s of the limit
+        // lifting. Before playlists were gzipped (their 3 KB, twice a second for the video
+        // and the audio rendition, took a third of the 400 kbit/s), runs at 960x540 moved
+        // down in 1.8-10.7 s and came back in 1.3-14.6 s but for one that stayed on the middle
+        // variant for 40 s, and two beside other tests that took 30.5 s and 38.6 s to come
+        // back; with gzip, nine runs on their own and one in the CI suite moved down in
+        // 1.6-11.0 s and came back in 1.0-8.9 s. The traces showed why it could be slow: for
+        // 5-9 s after the limit hls.js buffered no video part and took no bandwidth sample
+        // (its estimate stayed at the free link's tens of Mbit/s), and back on the free link
+        // its estimate climbs from the lowest variant's parts of 1-8 KB.
+        const down = await until(15_000, (x) => x.height !== null && x.height < top);
+        assert.ok(down !== null, fail(`attempt ${attempt}: hls.js stayed on the top variant at 400 kbit/s for 15 s`));
+        console.log(`hls.js moved down to ${s.height} lines ${down} ms after the limit`);
+        await sleep(5_000);
+        await cdp.send('Network.emulateNetworkConditions', {
+          offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1,
+        });
+        const lifted = await page.evaluate(readLadder);
+        const up = await until(20_000, (x) => x.height === top);
+        console.log(up === null
+          ? `hls.js still on ${s.height} lines 20 s after the limit lifted`
+          : `hls.js back on ${top} lines ${up} ms after the limit lifted`);
+        assert.ok(up !== null, fail(`attempt ${attempt}: hls.js not back on the top variant 20 s after the limit lifted`));
+        await sleep(2_000);
+        s = await page.evaluate(readLadder);
+        const watched = (s.now - lifted.now) / 1000;
+        const played = s.currentTime - lifted.currentTime;
+        assert.ok(played >= watched / 2, fail(`hls.js played ${played.toFixed(1)} s of media in the ${watched.toFixed(1)} s after the limit lifted`));
+        const stalls = s.stalls.filter((x) => x.at >= throttledAt - 1_000);
+        const longest = Math.max(0, s.stalledFor, ...stalls.map((x) => x.ms));
+        console.log(`trace (time:level/estimate/buffer): ${trace.join(' ')}`);
+        console.log(`loads: ${s.loads.join(' ')}`);
+        console.log(`switches: ${JSON.stringify(s.switches.map((x) => x.height))}; stalls: ${JSON.stringify(stalls)}; longest ${longest} ms`);
+        // Issue 54 asks for no stall over 2 s: not held. At 1280x720 the longest stalls in ten
+        // runs were 0, 175, 0, 684, 154, 0, 0, 5571, 0 and 195 ms; at 960x540, 316, 3089, 0,
+        // 3419, 2130 and 3360 ms; with gzip, 0, 1762, 0, 1595 (CI), 1084, 0, 1976, 5749 and
+        // 45 ms: the stall is the time hls.js stays on the top variant after the limit
+        // (above). Asserted here: it recovers (the longest is printed).
+        assert.ok(longest <= 10_000, fail(`a stall of ${longest} ms`));
+        assert.deepEqual(s.errors.filter((e) => e.fatal), [], fail('hls.js fatal error'));
+        assert.ok(s.audioFrags >= 10, fail(`hls.js buffered ${s.audioFrags} audio fragments`));
+      } finally {
+        await page.evaluate(() => window.hls?.destroy()).catch(() => {});
+        await page.close().catch(() => {});
+      }
     });
-    const throttledAt = Date.now();
-    // Issue 54 asks for a lower variant within 15 s and the top again within 20 s of the
-    // limit lifting. With 960x540 at most 1 Mbit/s, seven runs on their own moved down in
-    // 1.8-10.7 s and came back in 1.3-14.6 s but one, which stayed on the middle variant for
-    // 40 s (its top's BANDWIDTH, a measured peak, was 3.6 Mbit/s). With 1280x720 the CI
-    // suite saw down in 12.7 s and 20.9 s and no way back in 40 s. The traces show why: for
-    // 5-9 s after the limit hls.js buffers no video part and takes no bandwidth sample (its
-    // estimate stays at the tens of Mbit/s of the free link), and back on the
-    // unlimited link its estimate climbs from the lowest variant's parts of 1-8 KB slowly.
-    // Asserted here: it moves down within 30 s, and keeps playing once the limit lifts; the
-    // time it takes to come back up (at most 40 s watched) is printed, not asserted.
-    const down = await until(30_000, (x) => x.height !== null && x.height < top);
-    assert.ok(down !== null, fail('hls.js stayed on the top variant at 400 kbit/s for 30 s'));
-    console.log(`hls.js moved down to ${s.height} lines ${down} ms after the limit`);
-    await sleep(5_000);
-    await cdp.send('Network.emulateNetworkConditions', {
-      offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1,
-    });
-    const lifted = await page.evaluate(readLadder);
-    const up = await until(40_000, (x) => x.height === top);
-    console.log(up === null
-      ? `hls.js still on ${s.height} lines 40 s after the limit lifted (the issue asks for the top within 20 s)`
-      : `hls.js back on ${top} lines ${up} ms after the limit lifted`);
-    await sleep(2_000);
-    s = await page.evaluate(readLadder);
-    const watched = (s.now - lifted.now) / 1000;
-    const played = s.currentTime - lifted.currentTime;
-    assert.ok(played >= watched / 2, fail(`hls.js played ${played.toFixed(1)} s of media in the ${watched.toFixed(1)} s after the limit lifted`));
-    const stalls = s.stalls.filter((x) => x.at >= throttledAt - 1_000);
-    const longest = Math.max(0, s.stalledFor, ...stalls.map((x) => x.ms));
-    console.log(`trace (time:level/estimate/buffer): ${trace.join(' ')}`);
-    console.log(`loads: ${s.loads.join(' ')}`);
-    console.log(`switches: ${JSON.stringify(s.switches.map((x) => x.height))}; stalls: ${JSON.stringify(stalls)}; longest ${longest} ms`);
-    // Issue 54 asks for no stall over 2 s: not held. At 1280x720 the longest stalls in ten
-    // runs were 0, 175, 0, 684, 154, 0, 0, 5571, 0 and 195 ms; at 960x540, 316, 3089, 0,
-    // 3419, 2130 and 3360 ms: the stall is the time hls.js stays on the top variant after
-    // the limit (above). Asserted here: it recovers (the longest is printed).
-    assert.ok(longest <= 10_000, fail(`a stall of ${longest} ms`));
-    assert.deepEqual(s.errors.filter((e) => e.fatal), [], fail('hls.js fatal error'));
-    assert.ok(s.audioFrags >= 10, fail(`hls.js buffered ${s.audioFrags} audio fragments`));
   });
 });
