@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { decode } from './clients.mjs';
 import { checkMedia, parseMedia, parseMultivariant } from './hls-validate.mjs';
-import { publishRtmp, startServer, ternBin } from './server.mjs';
+import { listenAddress, publishRtmp, startServer, ternBin } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
@@ -46,12 +46,9 @@ describe('H265 over SRT and over WHIP: LL-HLS as hvc1 and recorded', { timeout: 
       readyTimeoutMs: 20_000,
       extraArgs: ['--config', config, '--rtmp', 'none', '--srt', '127.0.0.1:0'],
     });
-    // The SRT port the kernel chose, from the line tern prints once it listens.
-    for (let i = 0; i < 100 && !srt; i++) {
-      srt = /\bsrt=(\S+)/.exec(server.output())?.[1];
-      if (!srt) await sleep(100);
-    }
-    assert.ok(srt && srt !== '-', `no SRT address in\n${server.tail()}`);
+    // Port 0: the port the kernel chose.
+    srt = await listenAddress(server, 'srt');
+    assert.ok(srt, `no SRT address in\n${server.tail()}`);
   }, { timeout: 60_000 });
 
   after(async () => {

@@ -138,6 +138,22 @@ export async function startServer({ readyTimeoutMs = 20_000, extraArgs = [], htt
 }
 
 /**
+ * The address `server` listens on for `name` (`srt`, `rtmp`, ...) from the line tern prints
+ * once its listeners are up (`listening http=... srt=...`): with port 0, the port the kernel
+ * chose. HTTP can answer before that line reaches us (a CI run read the log 660 ms in and
+ * found only the first line), so it is waited for, `timeoutMs` at most. Resolves to the
+ * address, or null when the line names none (`-`) or did not come.
+ */
+export async function listenAddress(server, name, timeoutMs = 10_000) {
+  const re = new RegExp(`\\b${name}=(\\S+)`);
+  for (const end = Date.now() + timeoutMs; Date.now() < end; await sleep(100)) {
+    const addr = re.exec(server.output())?.[1];
+    if (addr) return addr === '-' ? null : addr;
+  }
+  return null;
+}
+
+/**
  * Starts ffmpeg with `args` (an RTMP publisher) and waits (≤ timeoutMs) until `server` logs
  * `${live} is live`. Resolves to `{ proc, log }`, `log()` being the last 4,000 characters of
  * ffmpeg's stderr; rejects with both logs' tails if the stream does not go live (ffmpeg is

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { launchBrowser, newLoggedPage } from './browser.mjs';
-import { freeUdpPort, publishRtmp, startServer } from './server.mjs';
+import { freeUdpPort, listenAddress, publishRtmp, startServer } from './server.mjs';
 
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 const PASS = 'correct horse battery';
@@ -54,14 +54,9 @@ describe('SRT ingest played in Chromium', { timeout: 240_000 }, () => {
       readyTimeoutMs: 20_000,
       extraArgs: ['--config', config, '--rtmp', 'none', '--srt', '127.0.0.1:0'],
     });
-    // Port 0: the port the kernel chose, from the line tern prints once it listens. HTTP can
-    // answer before that line reaches us (a CI run read the log 660 ms in and found only
-    // the first line): wait for it, 10 s at most.
-    for (let i = 0; i < 100 && !srt; i++) {
-      srt = /\bsrt=(\S+)/.exec(server.output())?.[1];
-      if (!srt) await new Promise((ok) => setTimeout(ok, 100));
-    }
-    assert.ok(srt && srt !== '-', `no SRT address in\n${server.tail()}`);
+    // Port 0: the port the kernel chose.
+    srt = await listenAddress(server, 'srt');
+    assert.ok(srt, `no SRT address in\n${server.tail()}`);
     browser = await launchBrowser();
   }, { timeout: 60_000 });
 

@@ -4,8 +4,9 @@
 //!   sample and an RTSP client's depacketizer hand over) into RTP payloads: a NAL unit that
 //!   fits goes in a single NAL unit packet (§4.4.1), a larger one is split into
 //!   fragmentation units (type 49, §4.4.3) of equal size. Access unit delimiters (35) and
-//!   empty or one-byte NAL units are dropped. No payload exceeds `max_payload`. A length
-//!   that runs past the end of the access unit is an error, never a panic.
+//!   NAL units of two bytes or less (a header alone) are dropped. No payload exceeds
+//!   `max_payload`. A length that runs past the end of the access unit is an error, never a
+//!   panic. [`packetize_nals`] does the same for NAL units already apart.
 //! * [`Depacketizer`] rebuilds whole access units (Annex B) from RTP payloads, as
 //!   [`crate::h264::Depacketizer`] does for H264, and counts losses; [`is_keyframe_au`]
 //!   tells whether one holds an IRAP picture.
@@ -131,11 +132,22 @@ pub fn packetize(
     max_payload: usize,
     emit: &mut dyn FnMut(&[u8], bool),
 ) -> Result<(), H265Error> {
+    packetize_nals(&split_length_prefixed(au)?, max_payload, emit)
+}
+
+/// [`packetize`] for an access unit whose NAL units are already apart (each without a
+/// length or start code), as an MP4 sample's are once cut.
+pub fn packetize_nals(
+    nals: &[&[u8]],
+    max_payload: usize,
+    emit: &mut dyn FnMut(&[u8], bool),
+) -> Result<(), H265Error> {
     if max_payload < MIN_PAYLOAD {
         return Err(H265Error::MaxPayloadTooSmall(max_payload));
     }
-    let nals: Vec<&[u8]> = split_length_prefixed(au)?
-        .into_iter()
+    let nals: Vec<&[u8]> = nals
+        .iter()
+        .copied()
         .filter(|n| n.len() > 2 && nal_type(n) != AUD)
         .collect();
     let mut scratch = Vec::with_capacity(max_payload);

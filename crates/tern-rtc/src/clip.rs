@@ -757,8 +757,9 @@ pub struct MediaPacket<'a> {
     /// RTP marker bit: the last packet of a video frame; always false for audio.
     pub marker: bool,
     /// The first packet of a keyframe's access unit (H264 IDR, H265 IRAP): a receiver can
-    /// start decoding here (the clip puts the parameter sets in front of every keyframe). False for the other packets of that
-    /// access unit, so a keyframe cache keyed on this flag starts at the right packet.
+    /// start decoding here (the clip puts the parameter sets in front of every keyframe).
+    /// False for the other packets of that access unit, so a keyframe cache keyed on this
+    /// flag starts at the right packet.
     pub keyframe: bool,
     /// The scheduled time of the packet's frame (shared by all packets of a video frame).
     pub capture_time: Instant,

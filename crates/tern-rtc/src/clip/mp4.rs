@@ -11,7 +11,7 @@
 //!
 //! * Video: each sample (NAL units behind big-endian lengths) is one access unit. H264's
 //!   NAL units go through the packetizer of [`Clip::parse`], H265's through
-//!   [`tern_proto::h265::packetize`] (RFC 7798), the configuration box's parameter sets in
+//!   [`tern_proto::h265::packetize_nals`] (RFC 7798), the configuration box's parameter sets in
 //!   front of every keyframe (unless the sample carries its own), so that a receiver can
 //!   start at any keyframe; access unit delimiters are dropped. Samples go out in decoding
 //!   order at a constant rate.
@@ -69,9 +69,8 @@ impl Clip {
     ///
     /// Each video sample becomes one access unit, the parameter sets (from the `avcC` or
     /// `hvcC` box) put in front of every keyframe so that a receiver can start at any of
-    /// them. The clip is
-    /// paced in decoding order at the stream's average frame rate rounded to an integer
-    /// (1-120 fps): a file with B-frames or a variable frame rate plays, but its frames are
+    /// them. The clip is paced in decoding order at the stream's average frame rate rounded
+    /// to an integer (1-120 fps): a file with B-frames or a variable frame rate plays, but its frames are
     /// sent in decoding order at a constant rate. Opus packets pass through; AAC-LC is
     /// decoded and encoded as 20 ms Opus frames at 48 kHz ([`crate::transcode::AacToOpus`];
     /// its 1024 priming samples are kept, ~21 ms). Audio is then trimmed and the loop
@@ -207,10 +206,9 @@ fn read(path: &Path) -> Result<Clip, ClipError> {
                 VideoConfig::H264(avc) => {
                     push_sample(&mut clip, &mut packetizer, avc, units, packet.is_key())?;
                 }
-                VideoConfig::H265 {
-                    parameter_sets,
-                    length_size: _,
-                } => push_h265_sample(&mut clip, parameter_sets, &units)?,
+                VideoConfig::H265 { parameter_sets, .. } => {
+                    push_h265_sample(&mut clip, parameter_sets, &units)?;
+                }
             }
             continue;
         }
@@ -345,16 +343,13 @@ fn push_h265_sample(
     }
     let lead = keyframe && !units.iter().any(|n| h265::nal_type(n) == h265::SPS);
     let lead: &[Vec<u8>] = if lead { parameter_sets } else { &[] };
-    let nals = lead.iter().map(Vec::as_slice).chain(units.iter().copied());
-    // h265::packetize takes the access unit with 4-byte lengths, whatever the file's size.
-    let mut au = Vec::new();
-    for nal in nals {
-        let len = u32::try_from(nal.len()).map_err(|_| ClipError::TooLarge)?;
-        au.extend_from_slice(&len.to_be_bytes());
-        au.extend_from_slice(nal);
-    }
+    let nals: Vec<&[u8]> = lead
+        .iter()
+        .map(Vec::as_slice)
+        .chain(units.iter().copied())
+        .collect();
     clip.push_frame(keyframe, |emit| {
-        h265::packetize(&au, MAX_PAYLOAD, emit)?;
+        h265::packetize_nals(&nals, MAX_PAYLOAD, emit)?;
         Ok(())
     })
 }
