@@ -18,7 +18,9 @@
 #               them) and proc macros that stage built (release: 148 s, debug: 57 s after the
 #               lib stage, cold cache, this machine; in the dev profile, CI's 121 s rebuilt them)
 #   test        cargo test --workspace --release --bins --test '*', then --doc: the integration
-#               tests and binaries' tests in release (the unit tests ran in the lib stage)
+#               tests and binaries' tests in release (the unit tests ran in the lib stage);
+#               vendor, fuzz-build and fuzz run beside it in the idle scheduling class (see
+#               BESIDE_STAGES below), and are reported in their turn
 #   vendor      the vendored crates' own tests: dimpl's (vendor/dimpl/PATCHES.md) unit tests and
 #               DTLS 1.2 and 1.3 handshake suites, OpenSSL and wolfSSL interop included; retina's
 #               (vendor/retina/PATCHES.md) and srt-protocol's (vendor/srt-protocol/PATCHES.md)
@@ -39,9 +41,10 @@
 #   soak        bench/soak.sh $SOAK_MINUTES (default 1): 1,000 steady viewers, 50/s churning,
 #               publishers and TURN allocations cycling; heap and descriptors back to idle
 #
-# Environment: FUZZ_SECONDS (default 10), FUZZ_JOBS (targets fuzzed at once, default nproc),
-# BROWSER_JOBS (browser test files run at once, default 2), E2E_THREADS (integration tests
-# run at once in each test binary, default 3), SOAK_MINUTES (default 1),
+# Environment: BESIDE_TEST (1, the default: vendor, fuzz-build and fuzz run beside the test
+# stage; 0: in their turn), FUZZ_SECONDS (default 10), FUZZ_JOBS (targets fuzzed at once, default nproc),
+# BROWSER_JOBS (browser test files run at once, default 2), E2E_THREADS (end-to-end tests
+# at work at once, default 3; libtest starts them all), SOAK_MINUTES (default 1),
 # CARGO_TARGET_DIR (respected by every stage; the fuzz build then goes to
 # $CARGO_TARGET_DIR/fuzz), TERN_BIN (binary for the browser tests).
 # Every stage runs under a time limit (see stage_limit), so a hung stage fails instead of
@@ -161,7 +164,7 @@ describe_stage() {
         fmt) echo "cargo fmt --all --check" ;;
         lib) echo "cargo test --workspace --lib --no-fail-fast --profile fast (debug, no debug info)" ;;
         clippy) echo "cargo clippy --workspace --all-targets --profile fast -- -D warnings" ;;
-        test) echo "cargo test --workspace --release --no-fail-fast --bins --test '*' -- --test-threads=$E2E_THREADS; cargo test --workspace --release --no-fail-fast --doc" ;;
+        test) echo "E2E_THREADS=$E2E_THREADS cargo test --workspace --release --no-fail-fast --bins --test '*' -- --test-threads=256; cargo test --workspace --release --no-fail-fast --doc" ;;
         vendor) echo "OPENSSL_NO_VENDOR=1 cargo test --manifest-path vendor/dimpl/Cargo.toml --lib --test dtls12 --test dtls13; cargo test --manifest-path vendor/retina/Cargo.toml --lib; cargo test --manifest-path vendor/srt-protocol/Cargo.toml --lib" ;;
         fuzz-build) echo "cd fuzz && cargo fuzz build -O $FUZZ_FLAGS" ;;
         fuzz) echo "cargo fuzz run -O $FUZZ_FLAGS TARGET -- -max_total_time=$FUZZ_SECONDS, for $(fuzz_targets | tr '\n' ' ')" ;;
@@ -207,11 +210,15 @@ run_stage_body() {
             # --no-fail-fast: one failing binary must not hide the ones after it (cargo stops
             # at the first otherwise; twice a timing run lost 21 of 22 binaries that way).
             local rc=0
-            # $E2E_THREADS tests at a time (default 3): most of them wait on real time
-            # (encoders, timeouts, viewers' sessions), so a third thread on this 2-core
-            # machine took the e2e binary from 811 s to 711 s, every test passing.
+            # $E2E_THREADS tests at work at a time (default 3): most of them wait on real
+            # time (encoders, timeouts, viewers' sessions), so a third on this 2-core machine
+            # took the e2e binary from 811 s to 711 s, every test passing. libtest starts
+            # every test at once and each takes one of $E2E_THREADS slots first
+            # (crates/tern/tests/e2e/common/slot.rs): a test waiting on its module's lock
+            # holds no slot, where under --test-threads=3 it held a thread (the cluster
+            # tests' 193 s of work took 482 s of threads).
             cargo test --workspace --release --no-fail-fast --bins --test '*' -- \
-                --test-threads="$E2E_THREADS" || rc=1
+                --test-threads=256 || rc=1
             cargo test --workspace --release --no-fail-fast --doc || rc=1
             return "$rc"
             ;;
@@ -366,11 +373,17 @@ fi
 [ "$DEPS" -eq 1 ] || SKIP[deps]=1
 
 CUR_PID=""
+BESIDE_PID=""
 STAGE_LOGS=$(mktemp -d) # each stage's log, for the summary; removed at the end
 on_signal() {
     echo
     echo "test.sh: interrupted"
     if [ -n "$CUR_PID" ]; then kill -TERM "$CUR_PID" 2>/dev/null || true; fi
+    if [ -n "$BESIDE_PID" ]; then
+        # The chain's subshell and the `timeout` it runs (which passes the signal on).
+        pkill -TERM -P "$BESIDE_PID" 2>/dev/null || true
+        kill -TERM "$BESIDE_PID" 2>/dev/null || true
+    fi
     # Close our end of the stage's tee, or it never sees the end of its input and `wait`
     # waits for it forever.
     if [ -n "${tee_fd:-}" ]; then exec {tee_fd}>&-; fi
@@ -379,6 +392,67 @@ on_signal() {
     exit 130
 }
 trap on_signal INT TERM
+
+# Stages run beside the test stage: its integration tests mostly wait on real time (encoders,
+# timeouts, viewers' sessions; two thirds of this 2-core machine's CPU time was idle while
+# they ran), so these run then, one after another, in the idle scheduling class (`chrt
+# --idle 0`: they get only CPU time that no other process wants, so the tests' timing is not
+# theirs to disturb). Each keeps its own time limit and log, printed whole when the loop
+# reaches it; the loop waits there for the chain to end, so nothing else runs beside the
+# browser tests after it. Only when the test stage and all of these run (and chrt is there);
+# BESIDE_TEST=0 runs them in their turn.
+BESIDE_STAGES=(vendor fuzz-build fuzz)
+beside=0
+if [ "${BESIDE_TEST:-1}" = 1 ] && [ -z "${SKIP[test]:-}" ] && command -v chrt >/dev/null; then
+    beside=1
+    for b in "${BESIDE_STAGES[@]}"; do [ -z "${SKIP[$b]:-}" ] || beside=0; done
+fi
+is_beside() {
+    local b
+    [ "$beside" -eq 1 ] || return 1
+    for b in "${BESIDE_STAGES[@]}"; do [ "$b" = "$1" ] && return 0; done
+    return 1
+}
+# Starts the chain; each stage leaves its exit status, seconds and start time in $STAGE_LOGS.
+start_beside() {
+    (
+        for b in "${BESIDE_STAGES[@]}"; do
+            local t0
+            t0=$(date +%s)
+            date -u '+%Y-%m-%d %H:%M:%S UTC' >"$STAGE_LOGS/$b.started"
+            timeout --kill-after=30 "$(stage_limit "$b")" chrt --idle 0 "$SELF" --stage "$b" \
+                </dev/null >"$STAGE_LOGS/$b" 2>&1
+            echo $? >"$STAGE_LOGS/$b.rc"
+            echo $(($(date +%s) - t0)) >"$STAGE_LOGS/$b.elapsed"
+        done
+    ) &
+    BESIDE_PID=$!
+}
+
+stage_header() { # stage, number, started at
+    local limit
+    limit=$(stage_limit "$1")
+    echo
+    echo "=================================================================================="
+    echo "== [$2/$n_total] $1: $(describe_stage "$1")"
+    if is_beside "$1"; then
+        echo "== started $3 beside the test stage (idle class), limit ${limit}s"
+    else
+        echo "== started $3, limit ${limit}s"
+    fi
+    echo "=================================================================================="
+}
+
+stage_result() { # stage, exit status
+    if [ "$2" -eq 0 ]; then
+        RESULT[$1]=ok
+    else
+        RESULT[$1]=FAIL
+        [ "$2" -eq 124 ] && echo "!! $1: stopped after its $(stage_limit "$1")s limit"
+    fi
+    RAN+=("$1")
+    echo "== $1: ${RESULT[$1]} (${ELAPSED[$1]}s, exit $2)"
+}
 
 declare -A RESULT=() ELAPSED=()
 RAN=()
@@ -389,12 +463,21 @@ i=0
 for s in "${ALL_STAGES[@]}"; do
     [ -n "${SKIP[$s]:-}" ] && continue
     i=$((i + 1))
+    if is_beside "$s"; then
+        # The chain was started with the test stage: wait for it, then report this stage.
+        if [ -n "$BESIDE_PID" ]; then
+            wait "$BESIDE_PID"
+            BESIDE_PID=""
+        fi
+        stage_header "$s" "$i" "$(cat "$STAGE_LOGS/$s.started" 2>/dev/null || echo '(never)')"
+        cat "$STAGE_LOGS/$s" 2>/dev/null
+        ELAPSED[$s]=$(cat "$STAGE_LOGS/$s.elapsed" 2>/dev/null || echo 0)
+        stage_result "$s" "$(cat "$STAGE_LOGS/$s.rc" 2>/dev/null || echo 1)"
+        continue
+    fi
+    [ "$s" = test ] && [ "$beside" -eq 1 ] && start_beside
     limit=$(stage_limit "$s")
-    echo
-    echo "=================================================================================="
-    echo "== [$i/$n_total] $s: $(describe_stage "$s")"
-    echo "== started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), limit ${limit}s"
-    echo "=================================================================================="
+    stage_header "$s" "$i" "$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     start=$(date +%s)
     # The stage's output goes to the terminal and to its log, from which the summary quotes the
     # lines that say what failed (CI shows only the end of a long run's output).
@@ -408,14 +491,7 @@ for s in "${ALL_STAGES[@]}"; do
     exec {tee_fd}>&-
     wait "$tee_pid" 2>/dev/null
     ELAPSED[$s]=$(($(date +%s) - start))
-    if [ "$rc" -eq 0 ]; then
-        RESULT[$s]=ok
-    else
-        RESULT[$s]=FAIL
-        [ "$rc" -eq 124 ] && echo "!! $s: stopped after its ${limit}s limit"
-    fi
-    RAN+=("$s")
-    echo "== $s: ${RESULT[$s]} (${ELAPSED[$s]}s, exit $rc)"
+    stage_result "$s" "$rc"
 done
 
 passed=0

@@ -69,6 +69,7 @@ fn wait_live(server: &impl Running, key: &str) {
 /// stream leaves /v1/streams after its grace, and close notifications arrive.
 #[test]
 fn undeclared_names_go_live_and_the_webhook_decides() {
+    let _slot = crate::common::slot();
     let hook = Hook::start(|v| {
         if v["stream"] == "blocked" || v["token"] == "bad" {
             json!({"allow": false, "reason": "not today"})
@@ -192,6 +193,7 @@ fn undeclared_names_go_live_and_the_webhook_decides() {
 /// arrives; with the webhook down, sessions are denied (`on_error = "deny"`).
 #[test]
 fn lifetime_ends_a_viewer_and_a_dead_webhook_denies() {
+    let _slot = crate::common::slot();
     let hook = Hook::start(|v| {
         if v["action"] == "play" {
             json!({"allow": true, "lifetime_s": 2})
@@ -282,6 +284,7 @@ fn lifetime_ends_a_viewer_and_a_dead_webhook_denies() {
 /// valid token's session ends at `exp` with `end_at_exp`.
 #[test]
 fn signed_tokens_admit_and_refuse_with_reasons() {
+    let _slot = crate::common::slot();
     let cfg = config_file(
         "jwt",
         "[[app]]\nname = \"live\"\njwt_secret = \"s3cret\"\nend_at_exp = true\n",
@@ -356,6 +359,7 @@ fn signed_tokens_admit_and_refuse_with_reasons() {
 /// their grace every one is removed and the server's heap is back at its idle value.
 #[test]
 fn a_thousand_dynamic_streams_leave_the_heap_at_idle() {
+    let _slot = crate::common::slot();
     let cfg = config_file(
         "dynamic",
         "[server]\npublisher_connect_timeout = 30\n\n[[app]]\nname = \"live\"\nidle_grace_s = 1\n",
@@ -465,6 +469,7 @@ fn ome_request_offer(http: SocketAddr, path: &str) -> Value {
 /// error message; past `max_in_flight` a play is refused with 503 at once.
 #[test]
 fn ome_signalling_is_admitted_and_the_webhook_has_a_cap() {
+    let _slot = crate::common::slot();
     let hook = Hook::start(|v| {
         if v["token"] == "slow" {
             json!({"allow": true, "_delay_ms": 1500})
@@ -537,6 +542,7 @@ fn whep_post_to(http: SocketAddr, path: &str, bearer: Option<&str>) -> (u16, Str
 /// the caller at the handshake (`SRT_REJX_FORBIDDEN`, counted).
 #[test]
 fn srt_publishers_ask_the_webhook_with_protocol_srt() {
+    let _slot = crate::common::slot();
     let hook = Hook::start(|v| {
         if v["stream"] == "blocked" {
             json!({"allow": false, "reason": "not this one"})

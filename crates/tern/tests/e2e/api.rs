@@ -67,6 +67,7 @@ fn status(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) 
 
 #[test]
 fn a_thousand_viewers_cost_exactly_three_segment_builds_each_and_reads_none() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let before = metric(server.http, "tern_snapshot_builds_total");
     let url = format!("http://{}/live/demo/whep", server.http);
@@ -93,6 +94,7 @@ fn a_thousand_viewers_cost_exactly_three_segment_builds_each_and_reads_none() {
 
 #[test]
 fn endpoints_events_and_kick() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let a = server.http;
     let apps = get_json(a, "/v1/apps");
@@ -222,6 +224,7 @@ fn endpoints_events_and_kick() {
 
 #[test]
 fn openapi_document_matches_the_routes() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let a = server.http;
     let doc = get_json(a, "/v1/openapi.json");
@@ -282,6 +285,7 @@ fn openapi_document_matches_the_routes() {
 
 #[test]
 fn the_api_token_guards_the_api() {
+    let _slot = crate::common::slot();
     let cfg = common::config_file("api-token", "[server]\napi_token = \"t0k\"\n");
     let server = Server::start(&[
         "demo",
@@ -309,6 +313,7 @@ fn the_api_token_guards_the_api() {
 
 #[test]
 fn an_unknown_api_path_is_a_json_404_not_the_player() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     for path in ["/v1/nope", "/v1/streams/live/demo/nope/more", "/v1/x"] {
         let r = http_get(server.http, path).expect("GET");

@@ -61,6 +61,7 @@ fn assert_consistent(unique: u64, sent_once: u64) {
 
 #[test]
 fn five_hundred_viewers_for_twenty_seconds() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let url = format!("http://{}/live/demo/whep", server.http);
     let a = args(&format!(
@@ -284,6 +285,7 @@ fn back(
 
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly() {
+    let _slot = crate::common::slot();
     let (s, truth) = impaired_run("");
     assert_eq!(s.verified, s.total_packets, "every packet checked");
     // One socket per viewer: one address, a port each.
@@ -300,6 +302,7 @@ fn loss_reordering_and_duplicates_counted_exactly() {
 /// and every loss, reordering and duplicate is counted as exactly as with a socket each.
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly_with_a_socket_per_thread() {
+    let _slot = crate::common::slot();
     let (s, truth) = impaired_run("--sockets thread --threads 2");
     assert_eq!(s.verified, s.total_packets, "every packet checked");
     let clients = truth.clients.lock().expect("lock").clone();
@@ -314,6 +317,7 @@ fn loss_reordering_and_duplicates_counted_exactly_with_a_socket_per_thread() {
 /// and duplicates are still counted exactly from every packet's header (issue 59).
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
+    let _slot = crate::common::slot();
     let (s, _) = impaired_run("--verify sample:16");
     // Every packet until a client's first frame, then 1 in 16.
     assert!(
@@ -396,6 +400,7 @@ fn impaired_run(extra: &str) -> (tern_bench::report::Summary, Arc<Truth>) {
 
 #[test]
 fn nacks_recover_what_the_relay_drops() {
+    let _slot = crate::common::slot();
     let server = Server::demo_announcing("127.0.0.2");
     let front: SocketAddr = ([127, 0, 0, 2], server.media.port()).into();
     let relay = Relay::start(front, server.media);
@@ -487,6 +492,7 @@ fn metric(server: &Server, sample: &str) -> u64 {
 
 #[test]
 fn two_hundred_viewers_over_ome_websocket_signalling() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let a = args(&format!(
         "-url ws://{}/live/demo -n 200 -cint 10 -life 10 -sint 5000 --json",
@@ -537,6 +543,7 @@ fn two_hundred_viewers_over_ome_websocket_signalling() {
 
 #[test]
 fn fifty_viewers_through_turn_with_relay() {
+    let _slot = crate::common::slot();
     // A process: `turn_allocations` in /v1/memory is one line per TURN server in the
     // process, so only a process of its own shows this server's count.
     let server = Child::start(&[

@@ -257,7 +257,7 @@ fn three_nodes(seconds: u32) -> (Redis, [NodeSpec; 3], [Child; 3], Ffmpeg) {
 /// session for b; 30 viewers POSTed to a redirecting node spread over the three nodes.
 #[test]
 fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (_redis, specs, servers, _ff) = three_nodes(60);
     let [a, b, c] = &specs;
 
@@ -375,7 +375,7 @@ fn an_edge_serves_its_viewers_from_one_upstream_and_routing_spreads_viewers() {
 /// 4 s later all land on live nodes.
 #[test]
 fn origin_and_edge_failover() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (_redis, specs, servers, mut ff) = three_nodes(60);
     let [a, b, c] = &specs;
     let [mut sa, mut sb, sc] = servers;
@@ -487,7 +487,7 @@ fn origin_and_edge_failover() {
 /// seen where there was none.
 #[test]
 fn redis_stopped_and_started() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (mut redis, specs, servers, _ff) = three_nodes(60);
     let [a, b, c] = &specs;
     let bench = viewers(format!(
@@ -569,7 +569,7 @@ fn redis_stopped_and_started() {
 /// of a's stream is a session too, until its grace).
 #[test]
 fn a_draining_node_sends_new_viewers_away_and_keeps_its_own() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let redis = Redis::start();
     let specs = ["a", "b"].map(|n| NodeSpec::new(n, redis.port));
     let [a, b] = &specs;
@@ -722,7 +722,7 @@ impl Drop for Sentinel {
 /// playing on without a loss.
 #[test]
 fn a_sentinel_failover_is_followed() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let mut master = Redis::start();
     let replica = Redis::start();
     redis_cli(
@@ -879,7 +879,7 @@ fn relay(a: std::net::TcpStream, b: std::net::TcpStream, cut: Arc<AtomicBool>) {
 /// Redis holds exactly one origin, a.
 #[test]
 fn a_split_brain_is_settled_for_the_older_claim() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let redis = Redis::start();
     let proxy = CutProxy::start(redis.port);
     let specs = [
@@ -1017,7 +1017,7 @@ fn a_split_brain_is_settled_for_the_older_claim() {
 fn a_frozen_origin_wakes_without_its_stale_claim() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (redis, specs, servers, mut ffa) = three_nodes(90);
     let [a, b, c] = &specs;
     let bench = viewers(format!(

@@ -74,6 +74,7 @@ fn one_viewer(
 
 #[test]
 fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
+    let _slot = crate::common::slot();
     let mut server = demo("drain", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     let (status, h) = health(&server);
     assert_eq!((status, h["status"].as_str()), (200, Some("ok")));
@@ -145,6 +146,7 @@ fn a_drain_refuses_new_sessions_keeps_open_ones_and_exits_when_they_end() {
 
 #[test]
 fn sigterm_with_shutdown_drain_s_drains_until_the_deadline() {
+    let _slot = crate::common::slot();
     let mut server = demo("drain-sigterm", "[server]\nshutdown_drain_s = 3\n");
     let run = one_viewer(&server, 20);
     let pid = Pid::from_raw(i32::try_from(server.pid().expect("running")).expect("pid"));

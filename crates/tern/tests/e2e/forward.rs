@@ -243,6 +243,7 @@ fn live_heap(http: SocketAddr) -> u64 {
 /// ffmpeg pulls 6 s of H264 + AAC that decode without an error.
 #[test]
 fn the_clip_is_forwarded_to_nginx_rtmp_by_the_configuration() {
+    let _slot = crate::common::slot();
     let nginx = NginxRtmp::start(free_tcp_port());
     let cfg = config_file(
         "forward-clip",
@@ -322,6 +323,7 @@ fn the_clip_is_forwarded_to_nginx_rtmp_by_the_configuration() {
 /// its timestamps never going back. The stream key shows nowhere.
 #[test]
 fn an_api_forward_comes_back_after_its_receiver_returns() {
+    let _slot = crate::common::slot();
     let port = free_tcp_port();
     let nginx = NginxRtmp::start(port);
     let cfg = config_file("forward-api", "[[app]]\nname = \"live\"\n");
@@ -424,6 +426,7 @@ fn an_api_forward_comes_back_after_its_receiver_returns() {
 /// it was.
 #[test]
 fn a_dead_receiver_and_a_hundred_forwards_cost_the_stream_nothing() {
+    let _slot = crate::common::slot();
     let server = Child::demo();
     let http = server.http;
     let path = "/v1/streams/live/demo/forwards";
@@ -508,6 +511,7 @@ fn a_dead_receiver_and_a_hundred_forwards_cost_the_stream_nothing() {
 /// what it writes out is H264 + AAC MPEG-TS that decodes without an error.
 #[test]
 fn an_srt_forward_reaches_srt_live_transmit() {
+    let _slot = crate::common::slot();
     let port = free_tcp_port();
     let out = std::env::temp_dir().join(format!("tern-forward-{}-srt.ts", std::process::id()));
     let file = std::fs::File::create(&out).expect("output file");
@@ -570,6 +574,7 @@ fn an_srt_forward_reaches_srt_live_transmit() {
 /// the sender trusts through `server.ca_file`: the second tern's WebRTC viewers play it.
 #[test]
 fn an_rtmps_forward_reaches_another_tern() {
+    let _slot = crate::common::slot();
     let dir = crate::https::temp_dir("forward-rtmps");
     let (cert, key) = crate::https::write_pair(&dir, "receiver");
     let receiver_cfg = config_file(
@@ -633,6 +638,7 @@ fn an_rtmps_forward_reaches_another_tern() {
 /// that never go back (platforms drop a stream whose clock jumps back).
 #[test]
 fn a_publisher_that_reconnects_keeps_its_forward_and_its_clock() {
+    let _slot = crate::common::slot();
     let nginx = NginxRtmp::start(free_tcp_port());
     let cfg = config_file(
         "forward-reconnect",

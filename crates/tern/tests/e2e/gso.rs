@@ -128,7 +128,7 @@ fn assert_gso_carried(g: &Gso) {
 
 #[test]
 fn every_viewer_gets_every_segment_of_gso_messages_over_ipv4() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&SERIAL);
     // A process: the test reads its log.
     let server = Child::demo();
     let (o, text) = bench(&server, "");
@@ -152,7 +152,7 @@ fn every_viewer_gets_every_segment_of_gso_messages_over_ipv4() {
 
 #[test]
 fn every_viewer_gets_every_segment_of_gso_messages_over_ipv6() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&SERIAL);
     let server = Server::start_on(&["demo", "--candidate", "::1"], "127.0.0.1:0", "[::1]:0");
     assert!(server.media.is_ipv6());
     let (o, text) = bench(&server, "--bind ::1 --gro false");
@@ -167,7 +167,7 @@ fn every_viewer_gets_every_segment_of_gso_messages_over_ipv6() {
 
 #[test]
 fn gso_off_sends_plain_datagrams() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&SERIAL);
     let cfg = config_file("gso-off", "[tunables]\ngso = \"off\"\n");
     // A process: the test reads its log.
     let server = Child::start(&[
@@ -190,7 +190,7 @@ fn gso_off_sends_plain_datagrams() {
 
 #[test]
 fn a_failed_gso_send_turns_gso_off_and_loses_no_packet() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&SERIAL);
     // A process: the failure is asked for by an environment variable, and the test reads
     // its log.
     let server = Child::start_env(

@@ -48,6 +48,7 @@ fn tern_health(args: &[&str]) -> Output {
 
 #[test]
 fn health_is_ok_and_counts_sessions_without_the_api_token() {
+    let _slot = crate::common::slot();
     // An API token guards the API; a probe holds none, and needs none.
     let cfg = common::config_file("health-token", "[server]\napi_token = \"t0k\"\n");
     let server = Server::start(&[
@@ -82,6 +83,7 @@ fn health_is_ok_and_counts_sessions_without_the_api_token() {
 
 #[test]
 fn tern_health_exits_zero_on_a_healthy_server_and_one_on_none() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let url = format!("http://{}", server.http);
     let out = tern_health(&["--url", &url]);

@@ -69,6 +69,7 @@ fn memory_line(http: SocketAddr, name: &str) -> Option<Value> {
 
 #[test]
 fn the_clip_is_served_as_ll_hls_with_blocking_reload() {
+    let _slot = crate::common::slot();
     let cfg = config_file("hls", "[hls]\nsession_timeout_s = 5\n");
     // A process: the test reads its log, and `hls_segments` in /v1/memory, which every
     // server in a process shares, going back to 0.
@@ -228,6 +229,7 @@ fn the_clip_is_served_as_ll_hls_with_blocking_reload() {
 
 #[test]
 fn the_first_playlist_is_admitted_like_whep_and_hls_can_be_off() {
+    let _slot = crate::common::slot();
     let cfg = config_file(
         "hls-jwt",
         "[[app]]\nname = \"live\"\njwt_secret = \"s3cret\"\n",
@@ -283,6 +285,7 @@ fn the_first_playlist_is_admitted_like_whep_and_hls_can_be_off() {
 /// decode 10 s of video and audio with no error.
 #[test]
 fn ffmpeg_as_the_first_reader_of_a_live_stream_decodes_10_s() {
+    let _slot = crate::common::slot();
     let cfg = config_file("cold", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     // A process: the test asserts that `hls_segments` in /v1/memory, which every server in
     // a process shares, is 0.

@@ -666,6 +666,7 @@ fn source_dirs() -> Vec<PathBuf> {
 
 #[test]
 fn no_module_imports_one_that_imports_it() {
+    let _slot = crate::common::slot();
     let mut found = Vec::new();
     let mut files = 0;
     for dir in source_dirs() {
@@ -681,6 +682,7 @@ fn no_module_imports_one_that_imports_it() {
 
 #[test]
 fn no_source_file_passes_1000_lines_before_its_tests() {
+    let _slot = crate::common::slot();
     let mut dirs = source_dirs();
     dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/fuzz_targets"));
     let mut long = Vec::new();
@@ -701,6 +703,7 @@ fn no_source_file_passes_1000_lines_before_its_tests() {
 /// `pub fn` line to its closing brace.
 #[test]
 fn server_start_stays_a_short_list_of_parts() {
+    let _slot = crate::common::slot();
     const MAX: usize = 60;
     let lib = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src/lib.rs"),
@@ -782,6 +785,7 @@ fn map_mismatches(root_src: &str) -> Vec<String> {
 
 #[test]
 fn no_ingest_surface_or_the_session_layer_imports_http() {
+    let _slot = crate::common::slot();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src");
     let files = load(&dir);
     assert!(
@@ -794,6 +798,7 @@ fn no_ingest_surface_or_the_session_layer_imports_http() {
 
 #[test]
 fn the_servers_module_map_names_every_module() {
+    let _slot = crate::common::slot();
     let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src/lib.rs");
     let src = std::fs::read_to_string(lib).expect("tern-server's lib.rs");
     let found = map_mismatches(&src);
@@ -823,6 +828,7 @@ fn unsafe_files(files: &BTreeMap<PathBuf, String>) -> Vec<PathBuf> {
 
 #[test]
 fn unsafe_stays_in_the_servers_syscall_module() {
+    let _slot = crate::common::slot();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-server/src");
     let files = load(&dir);
     let found = unsafe_files(&files);
@@ -853,6 +859,7 @@ fn crate_of(files: &[(&str, &str)]) -> BTreeMap<PathBuf, String> {
 
 #[test]
 fn checker_finds_a_direct_circle() {
+    let _slot = crate::common::slot();
     let c = crate_of(&[
         ("lib.rs", "mod a;\nmod b;\n"),
         ("a.rs", "use crate::b::Thing;\npub struct A;\n"),
@@ -877,6 +884,7 @@ fn checker_finds_a_direct_circle() {
 
 #[test]
 fn checker_finds_a_circle_of_three_through_a_brace_group() {
+    let _slot = crate::common::slot();
     let c = crate_of(&[
         ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\n"),
         ("a.rs", "use crate::{b::X, c::{self as cc}};\n"),
@@ -892,6 +900,7 @@ fn checker_finds_a_circle_of_three_through_a_brace_group() {
 
 #[test]
 fn checker_sees_a_child_taking_from_the_parent_that_reexports_it() {
+    let _slot = crate::common::slot();
     let c = crate_of(&[
         ("lib.rs", "pub mod sdp;\n"),
         (
@@ -907,6 +916,7 @@ fn checker_sees_a_child_taking_from_the_parent_that_reexports_it() {
 
 #[test]
 fn checker_accepts_children_that_use_siblings_only() {
+    let _slot = crate::common::slot();
     let c = crate_of(&[
         ("lib.rs", "pub mod sdp;\nuse sdp::Thing;\n"),
         (
@@ -924,6 +934,7 @@ fn checker_accepts_children_that_use_siblings_only() {
 
 #[test]
 fn checker_ignores_comments_strings_and_tests() {
+    let _slot = crate::common::slot();
     let c = crate_of(&[
         ("lib.rs", "mod a;\nmod b;\n"),
         ("a.rs", "use crate::b::B;\n"),
@@ -948,6 +959,7 @@ fn checker_ignores_comments_strings_and_tests() {
 
 #[test]
 fn checker_resolves_super_inside_an_inline_module_to_its_own_file() {
+    let _slot = crate::common::slot();
     let c = crate_of(&[
         ("lib.rs", "mod sys;\npub use sys::Alloc;\n"),
         (
@@ -969,6 +981,7 @@ fn checker_resolves_super_inside_an_inline_module_to_its_own_file() {
 
 #[test]
 fn checker_does_not_mistake_other_crates_paths_for_children() {
+    let _slot = crate::common::slot();
     // `stream` is a child of lib.rs, but `tern_rtc::stream::X` is another crate's.
     let c = crate_of(&[
         ("lib.rs", "mod stream;\nmod a;\nuse a::A;\n"),
@@ -983,6 +996,7 @@ fn checker_does_not_mistake_other_crates_paths_for_children() {
 
 #[test]
 fn checker_lets_a_path_through_another_crates_alias_leave_the_crate() {
+    let _slot = crate::common::slot();
     // tern-server's `pub use tern_config as config;`: `crate::config::X` is tern-config's.
     let c = crate_of(&[
         (
@@ -1009,6 +1023,7 @@ fn checker_lets_a_path_through_another_crates_alias_leave_the_crate() {
 
 #[test]
 fn checker_counts_lines_before_the_tests_only() {
+    let _slot = crate::common::slot();
     let body = |n: usize| "fn f() {}\n".repeat(n);
     let tests = "#[cfg(test)]\nmod tests {\n}\n".to_string() + &body(2000);
     let c = crate_of(&[
@@ -1030,6 +1045,7 @@ fn checker_counts_lines_before_the_tests_only() {
 
 #[test]
 fn checker_finds_an_ingest_surface_importing_http() {
+    let _slot = crate::common::slot();
     let files = crate_of(&[
         ("lib.rs", "mod http;\nmod rtmp;\nmod session;\n"),
         ("http/mod.rs", "pub struct AppState;\n"),
@@ -1056,6 +1072,7 @@ fn checker_finds_an_ingest_surface_importing_http() {
 
 #[test]
 fn checker_finds_a_module_missing_from_the_map() {
+    let _slot = crate::common::slot();
     let lib = "//! | where | what |\n//! | --- | --- |\n//! | `media/` | media |\n//! | `gone.rs` | was |\n\npub mod media;\nmod rtmp;\n";
     assert_eq!(
         map_mismatches(lib),
@@ -1092,6 +1109,7 @@ fn patches(manifest: &str, dir: &Path) -> BTreeSet<String> {
 /// failed on a method only the vendored dimpl has).
 #[test]
 fn the_fuzz_workspace_takes_the_roots_patches() {
+    let _slot = crate::common::slot();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let read = |p: &Path| std::fs::read_to_string(p).expect("read a manifest");
     let want = patches(&read(&root.join("Cargo.toml")), &root);
@@ -1104,5 +1122,60 @@ fn the_fuzz_workspace_takes_the_roots_patches() {
     assert_eq!(
         have, want,
         "fuzz/Cargo.toml's [patch.crates-io] differs from the root's"
+    );
+}
+
+/// Every end-to-end test starts by taking a slot (`common::slot`) or its module's lock and
+/// then a slot (`common::serial`): libtest starts them all at once in CI, and the slots are
+/// what keeps `E2E_THREADS` of them working (common/slot.rs). A test without one would run
+/// beside three others.
+#[test]
+fn every_end_to_end_test_takes_a_slot_first() {
+    let _slot = crate::common::slot();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e");
+    let mut tests = 0;
+    let mut without = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/e2e")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    for file in files {
+        let src = std::fs::read_to_string(&file).expect("read a test file");
+        let lines: Vec<&str> = src.lines().collect();
+        for (i, _) in lines.iter().enumerate().filter(|(_, l)| **l == "#[test]") {
+            tests += 1;
+            let Some(f) = lines[i..].iter().position(|l| l.starts_with("fn ")) else {
+                without.push(format!("{}:{}: no fn after #[test]", file.display(), i + 1));
+                continue;
+            };
+            let first = lines[i + f + 1..]
+                .iter()
+                .find(|l| !l.trim_start().starts_with("use "))
+                .copied()
+                .unwrap_or_default();
+            let takes = [
+                "crate::common::slot()",
+                "crate::common::serial(&",
+                "one_at_a_time()",
+            ]
+            .iter()
+            .any(|t| first.contains(t));
+            if !takes {
+                without.push(format!(
+                    "{}:{}: {}",
+                    file.display(),
+                    i + f + 1,
+                    lines[i + f]
+                ));
+            }
+        }
+    }
+    assert!(tests > 100, "found only {tests} tests in {}", dir.display());
+    assert!(
+        without.is_empty(),
+        "tests that do not take a slot first (common/slot.rs):\n{}",
+        without.join("\n")
     );
 }

@@ -108,6 +108,7 @@ fn viewers(line: String) -> std::thread::JoinHandle<tern_bench::Outcome> {
 /// SIGHUP reloads; a renewal that does not load leaves the previous pair in use.
 #[test]
 fn https_serves_h2_and_reloads_its_certificate_under_viewers() {
+    let _slot = crate::common::slot();
     let dir = temp_dir("reload");
     let (cert, key) = write_pair(&dir, "live");
     let first = file_fingerprint(&cert);
@@ -270,6 +271,7 @@ fn https_serves_h2_and_reloads_its_certificate_under_viewers() {
 /// `server.redirect_http`: the plain listener answers with a 308 to the HTTPS URL.
 #[test]
 fn plain_http_redirects_to_https_when_asked() {
+    let _slot = crate::common::slot();
     let dir = temp_dir("redirect");
     let (cert, key) = write_pair(&dir, "a");
     let cfg = config_file(
@@ -357,6 +359,7 @@ fn curl_from(from: &str, url: &str, headers: &[&str]) -> String {
 /// untrusted client changes nothing.
 #[test]
 fn behind_nginx_limits_and_admission_see_the_real_client() {
+    let _slot = crate::common::slot();
     let dir = temp_dir("proxy");
     let hook = Hook::start(|_| json!({"allow": true}));
     let cfg = config_file(
@@ -417,6 +420,7 @@ fn behind_nginx_limits_and_admission_see_the_real_client() {
 /// RTMP and the ICE candidate all IPv6.
 #[test]
 fn an_rtmp_publisher_and_whep_viewers_over_ipv6() {
+    let _slot = crate::common::slot();
     let cfg = config_file("v6", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     let server = Server::start_on(
         &[
@@ -483,6 +487,7 @@ fn an_rtmp_publisher_and_whep_viewers_over_ipv6() {
 /// order, and WHEP viewers over IPv4 and over IPv6 play the same RTMP stream from the one port.
 #[test]
 fn a_dual_stack_media_socket_announces_a_candidate_per_address() {
+    let _slot = crate::common::slot();
     let cfg = config_file("dual", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     let server = Server::start_on(
         &[

@@ -32,6 +32,7 @@ fn post(server: &Server, path: &str, sdp: &str, bearer: Option<&str>) -> common:
 
 #[test]
 fn an_https_webhook_is_trusted_through_ca_file_and_an_untrusted_one_is_an_error() {
+    let _slot = crate::common::slot();
     let (tls, pem) = self_signed_tls();
     let hook = Hook::start_tls(tls, |v| {
         if v["token"] == "bad" {
@@ -120,6 +121,7 @@ fn an_https_webhook_is_trusted_through_ca_file_and_an_untrusted_one_is_an_error(
 /// only HTTP/1.1.
 #[test]
 fn segment_webhooks_go_out_over_https_in_h2_and_http1() {
+    let _slot = crate::common::slot();
     let (tls, pem) = self_signed_tls();
     let dir = std::env::temp_dir().join(format!("tern-test-{}-https-segment", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -50,6 +50,7 @@ fn wait_live(url: &str) {
 
 #[test]
 fn whip_publisher_feeds_viewers() {
+    let _slot = crate::common::slot();
     let cfg = config("[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     let server = Server::serve(&cfg);
     let url = format!("http://{}/live/cam/whep", server.http);
@@ -97,6 +98,7 @@ fn whip_publisher_feeds_viewers() {
 
 #[test]
 fn viewers_stay_when_the_publisher_leaves_and_resume_with_the_next() {
+    let _slot = crate::common::slot();
     let cfg = config("[[app]]\nname = \"live\"\nstreams = [\"cam\", \"other\"]\n");
     let server = Server::serve(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
@@ -195,6 +197,7 @@ fn req(
 
 #[test]
 fn whip_errors() {
+    let _slot = crate::common::slot();
     let cfg = config(
         "[[app]]\nname = \"live\"\ntoken = \"s3cret\"\nstreams = [\"cam\"]\n\n\
          [[app]]\nname = \"closed\"\ndynamic = false\nstreams = [\"cam\"]\n",
@@ -281,6 +284,7 @@ fn whip_errors() {
 
 #[test]
 fn the_builtin_clip_stream_takes_no_publisher() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let whip = format!("http://{}/live/demo/whip", server.http);
     let clip = Arc::new(Clip::builtin_lite().expect("clip"));
@@ -293,6 +297,7 @@ fn the_builtin_clip_stream_takes_no_publisher() {
 
 #[test]
 fn publisher_snapshots_api_and_events() {
+    let _slot = crate::common::slot();
     let cfg = config("[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n\n# snapshots\n");
     let server = Server::serve(&cfg);
     let a = server.http;

@@ -41,6 +41,7 @@ fn offer(i: u32) -> String {
 
 #[test]
 fn pending_sessions_are_limited_per_address() {
+    let _slot = crate::common::slot();
     let server = demo_with(
         "pending",
         "[limits]\nexempt = []\npending_sessions_per_ip = 3\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
@@ -97,6 +98,7 @@ fn pending_sessions_are_limited_per_address() {
 
 #[test]
 fn http_connections_are_limited_per_address() {
+    let _slot = crate::common::slot();
     let server = demo_with(
         "http",
         "[limits]\nexempt = []\nhttp_connections_per_ip = 4\n",
@@ -155,6 +157,7 @@ fn http_connections_are_limited_per_address() {
 
 #[test]
 fn ome_signalling_sockets_are_limited_per_address() {
+    let _slot = crate::common::slot();
     let server = demo_with("ome", "[limits]\nexempt = []\nome_connections_per_ip = 2\n");
     let url = format!("ws://{}/live/demo", server.http);
     let a = tungstenite::connect(&url).expect("first socket");

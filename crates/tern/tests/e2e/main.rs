@@ -8,8 +8,12 @@
 //! against 549 s (BENCHMARKS.md, issue 34).
 //!
 //! Run one module with a filter: `cargo test --release -p tern --test e2e srt::`.
-//! Tests in a module that must not overlap each other hold that module's own lock
-//! (`ONE_AT_A_TIME` or `SERIAL`); everything else may run beside any other test.
+//! Every test first takes one of `E2E_THREADS` slots (default 3) with `common::slot()`;
+//! tests in a module that must not overlap each other take that module's own lock
+//! (`ONE_AT_A_TIME` or `SERIAL`) and then a slot, with `common::serial(&LOCK)`, so that a
+//! test waiting on a lock holds no slot (`common/slot.rs`; `house` checks that every test
+//! does one or the other). `scripts/test.sh` lets libtest start every test at once
+//! (`--test-threads=256`): the slots decide how many work.
 //!
 //! Most tests run their server in this process (`common::Server`); those that need a process
 //! of their own (signals, pid, `/proc`, environment, log lines, process-wide memory figures)

@@ -286,6 +286,7 @@ fn wait_idle(http: SocketAddr, idle: &Memory, limit: Duration) -> Memory {
     ignore = "500 clients need an optimized build: cargo test --release"
 )]
 fn viewers_500_in_waves_leave_heap_and_pools_at_idle() {
+    let _slot = crate::common::slot();
     // A process: the test measures its heap and its process-wide memory lines.
     let server = Child::demo();
     let http = server.http;
@@ -367,6 +368,7 @@ fn viewers_500_in_waves_leave_heap_and_pools_at_idle() {
 #[test]
 #[ignore = "benchmark: bench/heap-report.sh"]
 fn checkpoint_table_1000() {
+    let _slot = crate::common::slot();
     let n: usize = std::env::var("TERN_VIEWERS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -252,6 +252,7 @@ fn udp() -> UdpSocket {
 
 #[test]
 fn offer_answer_plays_then_stop_ends_the_viewer() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let mut ws = connect(server.http, "/live/demo");
     let offer = request_offer(&mut ws);
@@ -327,6 +328,7 @@ fn offer_answer_plays_then_stop_ends_the_viewer() {
 
 #[test]
 fn socket_closed_mid_handshake_leaves_no_session() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     assert_eq!(signalling_pool(server.http), (0, 0));
 
@@ -369,6 +371,7 @@ fn socket_closed_mid_handshake_leaves_no_session() {
 
 #[test]
 fn malformed_and_out_of_order_commands_get_ome_errors() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let http = server.http;
     let raw = |frame: Message, code: u64, contains: &str, what: &str| {
@@ -529,6 +532,7 @@ fn malformed_and_out_of_order_commands_get_ome_errors() {
 /// without the query, or without TURN, the offer has neither.
 #[test]
 fn transport_tcp_offers_turn_over_tcp() {
+    let _slot = crate::common::slot();
     let plain = Server::demo();
     for path in ["/live/demo", "/live/demo?transport=tcp"] {
         let mut ws = connect(plain.http, path);
@@ -582,6 +586,7 @@ fn transport_tcp_offers_turn_over_tcp() {
 /// while WHEP viewers of the same stream lose nothing.
 #[test]
 fn abusive_signalling_sockets_are_closed_and_nobody_else_notices() {
+    let _slot = crate::common::slot();
     // A process: the test reads its log.
     let server = Child::demo();
     let http = server.http;

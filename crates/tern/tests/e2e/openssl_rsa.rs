@@ -341,6 +341,7 @@ fn dimpl_server(dir: &Path, bits: u32, extra: &[&str], cipher: &str, signature: 
 
 #[test]
 fn dimpl_client_handshakes_with_openssl_rsa_2048_and_4096_servers() {
+    let _slot = crate::common::slot();
     let dir = std::env::temp_dir().join(format!("tern-rsa-server-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     // RSA-2048: OpenSSL signs ServerKeyExchange with RSA-PSS (the first RSA scheme the
@@ -370,6 +371,7 @@ fn dimpl_client_handshakes_with_openssl_rsa_2048_and_4096_servers() {
 
 #[test]
 fn openssl_client_handshakes_with_dimpl_rsa_2048_and_4096_servers() {
+    let _slot = crate::common::slot();
     let dir = std::env::temp_dir().join(format!("tern-rsa-dimpl-server-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     // s_client's defaults: dimpl signs PKCS#1 v1.5 and takes the client's first RSA suite.

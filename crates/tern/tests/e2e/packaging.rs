@@ -5,6 +5,7 @@ use std::process::Command;
 
 #[test]
 fn the_systemd_unit_verifies_and_keeps_its_promises() {
+    let _slot = crate::common::slot();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let unit = std::fs::read_to_string(root.join("packaging/tern.service")).expect("unit");
     for line in [

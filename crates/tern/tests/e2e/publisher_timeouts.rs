@@ -50,6 +50,7 @@ fn post_offer(server: &Child, offer: &str) -> u16 {
 
 #[test]
 fn a_whip_offer_that_never_connects_frees_its_stream_after_the_connect_timeout() {
+    let _slot = crate::common::slot();
     let cfg = common::config_file(
         "whip",
         "[server]\npublisher_connect_timeout = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
@@ -94,6 +95,7 @@ fn a_whip_offer_that_never_connects_frees_its_stream_after_the_connect_timeout()
 
 #[test]
 fn an_rtmp_encoder_that_stalls_is_ended_after_the_media_timeout() {
+    let _slot = crate::common::slot();
     let cfg = common::config_file(
         "rtmp",
         "[server]\npublisher_timeout = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",

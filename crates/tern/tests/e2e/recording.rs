@@ -235,7 +235,7 @@ fn wait_live(http: SocketAddr, key: &str, server: &impl Running) {
 /// the `recordings` pool in `/v1/memory`.
 #[test]
 fn rtmp_push_is_recorded_to_a_file_that_plays() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("push");
     let (hook_addr, hook_rx) = hook();
     let cfg = common::config_file(
@@ -398,7 +398,7 @@ fn rtmp_push_is_recorded_to_a_file_that_plays() {
 /// from the fragments.
 #[test]
 fn a_killed_server_leaves_a_file_that_plays_to_its_last_fragment() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("kill");
     let cfg = common::config_file(
         "rec-kill",
@@ -442,7 +442,7 @@ fn a_killed_server_leaves_a_file_that_plays_to_its_last_fragment() {
 /// 400, 404, 409); `delete_after_s` deletes the app's older files and nothing else.
 #[test]
 fn recordings_start_and_stop_through_the_api_and_old_files_are_deleted() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("api");
     let token = "t0ken";
     let cfg = common::config_file(
@@ -629,7 +629,7 @@ struct Cli {
 /// it fills in seconds rather than minutes.)
 #[test]
 fn a_full_disk_stops_the_recording_and_nothing_else() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let Some(fs) = Tmpfs::mount("10m") else {
         eprintln!("SKIPPED: cannot mount a tmpfs (needs root); the full-disk check did not run");
         return;
@@ -694,7 +694,7 @@ fn a_full_disk_stops_the_recording_and_nothing_else() {
 /// H264 and Opus and decodes without an error.
 #[test]
 fn ring_streams_h264_and_opus_are_recorded() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("ring");
     let cfg = common::config_file(
         "rec-ring",
@@ -773,7 +773,7 @@ fn assert_recorded(d: &Path, pushed: f64, what: &str) {
 /// and the recording held no media.)
 #[test]
 fn an_srt_push_is_recorded_with_video_and_audio() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("srt");
     let cfg = common::config_file(
         "rec-srt",
@@ -808,7 +808,7 @@ fn an_srt_push_is_recorded_with_video_and_audio() {
 /// length, ended ("stream ended") when the publisher leaves although the slate goes on.
 #[test]
 fn a_slate_is_not_recorded() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("slate");
     let cfg = common::config_file(
         "rec-slate",
@@ -852,7 +852,7 @@ fn a_slate_is_not_recorded() {
 /// nor its ring tap.)
 #[test]
 fn an_rtsp_camera_is_recorded_with_video_and_audio() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let d = dir("rtsp");
     let port = common::free_tcp_port();
     let mut cam = crate::rtsp::Camera::start(port, &[]);

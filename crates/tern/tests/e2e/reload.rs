@@ -85,6 +85,7 @@ fn base(watch: bool) -> String {
 /// redacted in `GET /v1/config`; the demo's viewers lose nothing across it all.
 #[test]
 fn the_watcher_sighup_and_the_api_reload_the_file_and_viewers_lose_nothing() {
+    let _slot = crate::common::slot();
     let cfg = config_file("reload-watch", &base(true));
     let server = Child::demo_config(&cfg);
     let http = server.http;
@@ -145,6 +146,7 @@ fn the_watcher_sighup_and_the_api_reload_the_file_and_viewers_lose_nothing() {
 /// nothing changes (apps, the running viewers), SIGHUP logs and counts it too.
 #[test]
 fn a_broken_file_is_refused_with_every_problem_and_changes_nothing() {
+    let _slot = crate::common::slot();
     let good = format!("{}\n[[app]]\nname = \"other\"\n", base(false));
     let cfg = config_file("reload-broken", &good);
     let server = Child::demo_config(&cfg);
@@ -199,6 +201,7 @@ fn a_broken_file_is_refused_with_every_problem_and_changes_nothing() {
 /// `viewer.left` events within 1 s; its stream is gone; the file keeps its comments.
 #[test]
 fn removing_an_app_ends_its_viewers_with_app_removed_within_a_second() {
+    let _slot = crate::common::slot();
     let text = format!(
         "{}\n# the app to remove\n[[app]]\nname = \"gone\"\nstreams = [\"s\"]\nfallback = \"clip\"\n",
         base(false)
@@ -374,6 +377,7 @@ fn a_camera_added_through_the_api_plays_at_once_and_after_a_restart() {
 /// next session in (no restart named), and `GET /v1/config` shows the new LL-HLS window.
 #[test]
 fn limits_and_hls_settings_apply_at_once() {
+    let _slot = crate::common::slot();
     let text = |pending: u32, window: u32| {
         format!(
             "{}\n[limits]\nexempt = []\npending_sessions_per_ip = {pending}\n\n[hls]\nwindow = {window}\n",
@@ -402,6 +406,7 @@ fn limits_and_hls_settings_apply_at_once() {
 /// `401` and the new one `201`, and the session the old token opened is still there.
 #[test]
 fn a_changed_token_applies_to_new_sessions_only() {
+    let _slot = crate::common::slot();
     let text = |token: &str| {
         format!("[server]\nwatch_config = false\n\n[[app]]\nname = \"live\"\ntoken = \"{token}\"\n")
     };

@@ -309,6 +309,7 @@ fn sps_size(nal: &[u8]) -> Option<(u32, u32)> {
 /// (no cropping), 640x360 and 320x180 Baseline (cropped by 8 and 12 lines).
 #[test]
 fn sps_sizes_are_read() {
+    let _slot = crate::common::slot();
     let high = [
         0x67, 0x64, 0x00, 0x1f, 0xac, 0xd9, 0x40, 0x50, 0x05, 0xbb, 0x01, 0x10, 0x00, 0x00, 0x03,
         0x00, 0x10, 0x00, 0x00, 0x03, 0x03, 0xc0, 0xf1, 0x83, 0x19, 0x60,
@@ -331,6 +332,7 @@ fn sps_sizes_are_read() {
 /// three layers, each playable on its own at its size and rate.
 #[test]
 fn rtmp_renditions_are_layers_viewers_can_pin() {
+    let _slot = crate::common::slot();
     let cfg = common::config_file("renditions", CONFIG);
     // A process: the test reads its log.
     let (server, rtmp) = Child::serve_rtmp(&cfg);
@@ -736,6 +738,7 @@ fn check_ladder_of(server: &Child, sizes_wanted: [&str; 3], audio_codec: &str) {
 /// ffmpeg on its own.
 #[test]
 fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
+    let _slot = crate::common::slot();
     let cfg = common::config_file("ladder", CONFIG);
     let (server, rtmp) = Child::serve_rtmp(&cfg);
     let mut push = Push::with_audio(&format!("rtmp://{rtmp}/live/cam"), 30, true);
@@ -752,6 +755,7 @@ fn rtmp_renditions_are_an_aligned_ll_hls_ladder() {
 /// rendition's 640x360 pictures.
 #[test]
 fn srt_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
+    let _slot = crate::common::slot();
     let cfg = common::config_file("srt-ladder", CONFIG);
     let (server, srt) = Child::serve_srt(&cfg);
     let mut push = common::Ffmpeg::push_ts(
@@ -810,6 +814,7 @@ fn check_layer(server: &Child, rid: &'static str, size: (u32, u32)) {
 /// the next publisher's are layers again.
 #[test]
 fn whip_renditions_are_layers_and_an_aligned_ll_hls_ladder() {
+    let _slot = crate::common::slot();
     const HALVED: &str = concat!(
         "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",
         "renditions = [{ rid = \"m\", height = 180, bitrate_kbps = 250 }, { rid = \"l\", height = 90, bitrate_kbps = 100 }]\n"

@@ -145,6 +145,7 @@ fn play(server: &Server, ctx: Arc<DtlsContext>, seed: u64) -> (u64, String) {
 
 #[test]
 fn rsa_2048_and_4096_client_certificates_handshake_with_tern() {
+    let _slot = crate::common::slot();
     let dir = std::env::temp_dir().join(format!("tern-rsa-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let server = Server::demo();

@@ -34,7 +34,7 @@ fn wait_live(url: &str, server: &impl Running) {
 /// lasts and given back when it ends.
 #[test]
 fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let cfg = common::config_file("push", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     let (server, rtmp) = Server::serve_rtmp(&cfg);
     let whep = format!("http://{}/live/cam/whep", server.http);
@@ -116,7 +116,7 @@ fn ffmpeg_rtmp_push_reaches_webrtc_viewers() {
 /// a client that speaks plain RTMP to the RTMPS port is closed.
 #[test]
 fn an_rtmps_push_reaches_webrtc_viewers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let dir = crate::https::temp_dir("rtmps");
     let (cert, key) = crate::https::write_pair(&dir, "rtmps");
     let cfg = common::config_file(
@@ -190,7 +190,7 @@ fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
 #[test]
 fn malformed_and_refused_publishers_affect_nobody_else() {
     use std::io::Write;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let cfg = common::config_file(
         "refuse",
         "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n\
@@ -299,7 +299,7 @@ fn malformed_and_refused_publishers_affect_nobody_else() {
 /// same SSRCs and sequence numbers without a gap (no loss counted), on both tracks.
 #[test]
 fn rtmp_publisher_reconnects_and_viewers_resume() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let cfg = common::config_file("again", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     // A process: the test reads its log.
     let (server, rtmp) = Child::serve_rtmp(&cfg);
@@ -398,7 +398,7 @@ fn set_chunk_size(size: u32) -> Vec<u8> {
 #[test]
 fn rtmp_abuse_closes_only_the_abusive_connection() {
     use std::io::Write;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let cfg = common::config_file("abuse", "[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n");
     // A process: the test reads its log.
     let (server, rtmp) = Child::serve_rtmp(&cfg);
@@ -507,7 +507,7 @@ fn rtmp_abuse_closes_only_the_abusive_connection() {
 /// when a connection ends.
 #[test]
 fn rtmp_connections_are_limited_per_address() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let cfg = common::config_file(
         "per-ip",
         "[limits]\nexempt = []\nrtmp_connections_per_ip = 2\n\n[[app]]\nname = \"live\"\nstreams = [\"cam\"]\n",

@@ -29,8 +29,8 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Holds the cameras' lock: one test with a camera at a time (they share the machine's
 /// encoders).
-pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn one_at_a_time() -> crate::common::Serial {
+    crate::common::serial(&ONE_AT_A_TIME)
 }
 
 /// The camera's password: it must show up nowhere tern answers or logs.
@@ -192,7 +192,7 @@ fn assert_password_nowhere(server: &Child) {
 /// idle grace; LL-HLS plays it; the password is nowhere.
 #[test]
 fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let port = free_tcp_port();
     let mut cam = Camera::start(port, &["--user", "viewer", "--password", PASSWORD]);
     let url = format!("rtsp://viewer:{PASSWORD}@127.0.0.1:{port}/cam");
@@ -311,7 +311,7 @@ fn an_on_demand_camera_plays_resumes_after_a_restart_and_stops_when_unwatched() 
 /// retry going on; a camera whose picture size (SPS) changes mid-stream plays on.
 #[test]
 fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let port = free_tcp_port();
     let _cam = Camera::start(
         port,
@@ -418,7 +418,7 @@ fn wrong_password_unreachable_camera_and_a_new_sps_are_handled() {
 /// with PCMA audio: WebRTC viewers get its audio as Opus.
 #[test]
 fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (p265, p711, popus) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
     let _hevc = Camera::start(p265, &["--video", "h265", "--audio", "pcmu"]);
     let alaw = Camera::start(p711, &["--audio", "pcma"]);
@@ -527,7 +527,7 @@ fn h265_is_passed_through_g711_becomes_opus_and_opus_passes() {
 /// valid JWT is refused by admission before the camera is dialled; with one it plays.
 #[test]
 fn a_camera_is_woken_only_for_a_client_with_the_apps_token() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let port = free_tcp_port();
     let cam = Camera::start(port, &[]);
     let body = format!(
@@ -584,7 +584,7 @@ fn a_camera_is_woken_only_for_a_client_with_the_apps_token() {
 /// it plays with verification on.
 #[test]
 fn an_rtsps_camera_plays_unverified_or_through_ca_file_and_not_when_untrusted() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let dir = crate::https::temp_dir("rtsps");
     let (cert, key) = crate::https::write_pair(&dir, "camera");
     let pem = dir.join("camera-cert-and-key.pem");

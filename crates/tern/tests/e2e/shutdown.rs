@@ -129,6 +129,7 @@ fn long_lived(server: &Child, ports: &Ports) -> Vec<Box<dyn std::any::Any>> {
 
 #[test]
 fn sigterm_stops_the_process_within_5_s_with_connections_open() {
+    let _slot = crate::common::slot();
     let mut server = start(&Ports::any());
     let ports = Ports::of(&server);
     let open = long_lived(&server, &ports);
@@ -207,6 +208,7 @@ fn sigterm_stops_the_process_within_5_s_with_connections_open() {
 
 #[test]
 fn after_sigkill_a_restart_binds_the_same_ports_at_once() {
+    let _slot = crate::common::slot();
     let mut first = start(&Ports::any());
     let ports = Ports::of(&first);
     let open = long_lived(&first, &ports);

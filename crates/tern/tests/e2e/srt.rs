@@ -107,7 +107,7 @@ fn config() -> std::path::PathBuf {
 /// the publisher snapshot says `srt`, with its figures and key length.
 #[test]
 fn ffmpeg_publishes_over_srt_in_each_stream_id_form_with_and_without_encryption() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (server, srt) = Server::serve_srt(&config());
     let cases = [
         ("live/bare", "streamid=live/bare".to_string(), None::<u64>),
@@ -181,7 +181,7 @@ fn refused(url: &str) -> (bool, String) {
 /// reason; the live stream's viewers lose nothing.
 #[test]
 fn refusals_happen_at_the_handshake_are_counted_and_disturb_nobody() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     // A process: the test reads its log.
     let (server, srt) = Child::serve_srt(&config());
     let mut live = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/cam"), 16, &[]);
@@ -284,7 +284,7 @@ fn induction(socket_id: u32) -> Vec<u8> {
 /// timeout the 8 are freed and a real encoder from the same address publishes.
 #[test]
 fn abandoned_handshakes_are_bounded_per_address_and_freed() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let cfg = common::config_file(
         "srt-limit",
         "[limits]\nexempt = []\nsrt_connections_per_ip = 8\n\n[[app]]\nname = \"live\"\n",
@@ -341,7 +341,7 @@ fn abandoned_handshakes_are_bounded_per_address_and_freed() {
 /// SRT; viewers get video and audio.
 #[test]
 fn srt_live_transmit_relays_a_ts_to_viewers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (server, srt) = Server::serve_srt(&config());
     let udp = UdpSocket::bind("127.0.0.1:0").expect("a free UDP port");
     let port = udp.local_addr().expect("addr").port();
@@ -379,7 +379,7 @@ fn srt_live_transmit_relays_a_ts_to_viewers() {
 /// they go on receiving after the second encoder starts (as RTMP's).
 #[test]
 fn a_returning_srt_publisher_keeps_the_viewers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (server, srt) = Server::serve_srt(&config());
     let url = format!("srt://{srt}?streamid=live/back");
     let mut first = Ffmpeg::push_ts(&url, 5, &[]);
@@ -416,7 +416,7 @@ fn a_returning_srt_publisher_keeps_the_viewers() {
 /// transcoded to Baseline while viewers watch, who get smooth video without loss.
 #[test]
 fn b_frame_video_over_srt_is_transcoded_while_watched() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     // A process: the test reads its log.
     let (server, srt) = Child::serve_srt(&config());
     let mut ff = Ffmpeg::push_ts(
@@ -451,7 +451,7 @@ fn b_frame_video_over_srt_is_transcoded_while_watched() {
 /// size (issue 54); its thumbnail is a JPEG at its size.
 #[test]
 fn h265_over_srt_is_passed_through_to_viewers_that_offer_it() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     // A process: the test reads its log.
     let (server, srt) = Child::serve_srt(&config());
     let hevc = [
@@ -561,7 +561,7 @@ fn wait_for_segment(server: &impl common::Running, stream: &str) -> String {
 /// LL-HLS packages an SRT stream: ffmpeg reads its playlist and gets H264 and AAC.
 #[test]
 fn ll_hls_plays_an_srt_stream() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let (server, srt) = Server::serve_srt(&config());
     let mut ff = Ffmpeg::push_ts(&format!("srt://{srt}?streamid=live/hls"), 14, &[]);
     let whep = format!("http://{}/live/hls/whep", server.http);
@@ -743,7 +743,7 @@ impl Drop for NetemPath {
 /// lose at most 0.5 % of packets and never freeze for over 1 s.
 #[test]
 fn a_lossy_srt_path_is_repaired_and_viewers_do_not_freeze() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::common::serial(&ONE_AT_A_TIME);
     let query = format!("streamid=sec/lossy&passphrase={PASS}&pbkeylen=16&latency=200000");
     let (server, mut ff, path, netem) = match NetemPath::start() {
         Ok(netem) => {

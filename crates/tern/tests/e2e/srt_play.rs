@@ -85,6 +85,7 @@ fn metric(server: &Child, name: &str) -> Option<u64> {
 /// no decoder error; while it reads, the reader is a viewer with `signalling: "srt"`.
 #[test]
 fn srt_readers_get_the_stream_as_mpeg_ts() {
+    let _slot = crate::common::slot();
     let (server, srt) = demo_with_srt();
     for (name, sid) in [
         ("access-control", "#!::r=live/demo,m=request"),
@@ -161,6 +162,7 @@ fn srt_readers_get_the_stream_as_mpeg_ts() {
 /// one AAC encoder.
 #[test]
 fn twenty_srt_readers_of_a_whip_stream_share_one_aac_encoder() {
+    let _slot = crate::common::slot();
     let cfg = crate::common::config_file("srt-readers", "[[app]]\nname = \"live\"\n");
     let (server, srt) = Child::serve_srt(&cfg);
     let clip = std::sync::Arc::new(tern_rtc::clip::Clip::builtin().expect("clip"));
@@ -241,6 +243,7 @@ fn twenty_srt_readers_of_a_whip_stream_share_one_aac_encoder() {
 /// as its users type it into encoders) publishes.
 #[test]
 fn an_ome_stream_id_publishes() {
+    let _slot = crate::common::slot();
     let cfg = crate::common::config_file("srt-ome", "[[app]]\nname = \"live\"\n");
     let (server, srt) = Child::serve_srt(&cfg);
     // Debian's ffmpeg 5.1 passes `streamid` as written.
@@ -270,6 +273,7 @@ fn an_ome_stream_id_publishes() {
 /// with its AAC (made Opus on the way in, AAC again on the way out), decoding cleanly.
 #[test]
 fn an_h265_stream_is_read_over_srt_as_h265() {
+    let _slot = crate::common::slot();
     let cfg = crate::common::config_file("srt-hevc-read", "[[app]]\nname = \"live\"\n");
     let (server, srt) = Child::serve_srt(&cfg);
     let hevc = [

@@ -62,6 +62,7 @@ fn decodes(server: &Server) -> u64 {
 
 #[test]
 fn the_demos_thumbnail_is_a_jpeg_that_follows_its_keyframes() {
+    let _slot = crate::common::slot();
     let server = Server::demo();
     let clip = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/clip/demo.h264");
     let (cw, ch) = probe_size(&clip);
@@ -143,6 +144,7 @@ fn the_demos_thumbnail_is_a_jpeg_that_follows_its_keyframes() {
 
 #[test]
 fn thumbnails_go_through_the_play_admission() {
+    let _slot = crate::common::slot();
     let hook = Hook::start(|v| {
         if v["token"] == "bad" {
             json!({"allow": false, "reason": "not this one"})
@@ -191,6 +193,7 @@ fn wait_live(server: &Server, key: &str) {
 /// thumbnail (whose AVCC frames need the parameter sets) after LL-HLS (stream b).
 #[test]
 fn hls_and_thumbnails_of_an_rtmp_stream_in_either_order() {
+    let _slot = crate::common::slot();
     let cfg = config_file("thumb-rtmp", "[[app]]\nname = \"live\"\n");
     let (server, rtmp) = Server::serve_rtmp(&cfg);
     let _a = common::Ffmpeg::push(&format!("rtmp://{rtmp}/live/a"), 40);

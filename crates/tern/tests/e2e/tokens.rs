@@ -164,6 +164,7 @@ fn metric(http: SocketAddr, line: &str) -> bool {
 /// set), the old key's token is refused; made-up `kid`s fetch at most once per 10 s.
 #[test]
 fn a_jwks_admits_its_keys_and_follows_a_rotation() {
+    let _slot = crate::common::slot();
     let k1 = Key::new("k1", Algorithm::RS256);
     let k2 = Key::new("k2", Algorithm::RS256);
     let ec = Key::new("ec", Algorithm::ES256);
@@ -269,6 +270,7 @@ fn a_jwks_admits_its_keys_and_follows_a_rotation() {
 /// every `jwt_jwks_refresh_s` brings a new key in without any token asking.
 #[test]
 fn a_failed_refresh_keeps_the_keys_and_a_refresh_brings_new_ones() {
+    let _slot = crate::common::slot();
     let k1 = Key::new("k1", Algorithm::PS256);
     let k2 = Key::new("k2", Algorithm::ES256);
     let (jwks, set, pem) = jwks_server_tls(jwks_of(&[&k1]));
@@ -315,6 +317,7 @@ fn a_failed_refresh_keeps_the_keys_and_a_refresh_brings_new_ones() {
 /// that is not a key stops the start naming the key.
 #[test]
 fn a_pem_public_key_admits_its_family_and_refuses_key_confusion() {
+    let _slot = crate::common::slot();
     let rsa = Key::new("unused", Algorithm::RS256);
     let ec = Key::new("unused", Algorithm::ES256);
     let dir = std::env::temp_dir().join(format!("tern-test-{}-pem-key", std::process::id()));

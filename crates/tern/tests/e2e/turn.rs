@@ -125,6 +125,7 @@ fn uclient_with(
 
 #[test]
 fn uclient_relays_through_tern_with_zero_loss() {
+    let _slot = crate::common::slot();
     let (server, turn) = turn_server(LOOPBACK_PEERS);
     let (clients, messages) = (20, 100);
     for (tcp, rest) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -247,6 +248,7 @@ fn pool_items(text: &str, pool: &str) -> u64 {
 
 #[test]
 fn bad_credentials_get_401_and_nothing_is_allocated() {
+    let _slot = crate::common::slot();
     let (server, turn) = turn_server(LOOPBACK_PEERS);
     for (i, (u, p)) in [(USER, "wrong"), ("nobody", PASS), ("1:bob", "x")]
         .into_iter()
@@ -268,6 +270,7 @@ fn bad_credentials_get_401_and_nothing_is_allocated() {
 
 #[test]
 fn allocation_flood_beyond_quota_is_refused_without_growing_memory() {
+    let _slot = crate::common::slot();
     const QUOTA: usize = 200;
     let (server, turn) = turn_server(&format!(
         "[turn]\nmax_allocations = {QUOTA}\nmax_allocations_per_user = 1000\n\n[limits]\nturn_allocations_per_ip = 100000\n"
@@ -316,6 +319,7 @@ fn allocation_flood_beyond_quota_is_refused_without_growing_memory() {
 
 #[test]
 fn whep_answer_links_carry_working_turn_credentials() {
+    let _slot = crate::common::slot();
     // The default policy: the relay reaches tern's media port, its one exception.
     let (server, turn) = turn_server("");
     let links = whep_links(&server);
@@ -366,6 +370,7 @@ fn whep_answer_links_carry_working_turn_credentials() {
 
 #[test]
 fn allocations_are_snapshots_in_the_api_and_events() {
+    let _slot = crate::common::slot();
     let (server, turn) = turn_server(LOOPBACK_PEERS);
     let a = server.http;
     let get = |path: &str| -> (u16, serde_json::Value) {
@@ -441,6 +446,7 @@ fn allocations_are_snapshots_in_the_api_and_events() {
 /// new allocation's relay socket.)
 #[test]
 fn allocation_churn_leaves_nothing_and_held_relays_keep_working() {
+    let _slot = crate::common::slot();
     let (server, turn) = turn_server(LOOPBACK_PEERS);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut held: Vec<Udp> = Vec::new();
@@ -544,6 +550,7 @@ fn metric(server: &Child, name: &str) -> u64 {
 /// but no other port of its address.
 #[test]
 fn the_relay_refuses_internal_peers_and_reaches_only_the_media_port() {
+    let _slot = crate::common::slot();
     let (server, turn) = turn_server("");
     let mut c = Udp::new(turn, USER, PASS, 1);
     assert!(matches!(c.allocate(), TurnClientEvent::Allocated { .. }));
@@ -614,6 +621,7 @@ fn the_relay_refuses_internal_peers_and_reaches_only_the_media_port() {
 /// allocations; the next gets 486, and ending one makes room.
 #[test]
 fn allocations_are_limited_per_client_address() {
+    let _slot = crate::common::slot();
     let (server, turn) = turn_server("[limits]\nturn_allocations_per_ip = 3\n");
     let mut held: Vec<Udp> = (0..3)
         .map(|i| {
@@ -663,6 +671,7 @@ fn whep_links(server: &Child) -> Vec<String> {
 /// a connection that never shakes hands is closed after the handshake timeout.
 #[test]
 fn turn_over_tls_relays_uclient_and_is_announced() {
+    let _slot = crate::common::slot();
     let dir = crate::https::temp_dir("turns");
     let (cert, key) = crate::https::write_pair(&dir, "turns");
     let toml = format!(
@@ -735,6 +744,7 @@ fn turn_over_tls_relays_uclient_and_is_announced() {
 /// password gets `401` from then on, the new one allocates, and the relay made before stays.
 #[test]
 fn a_reload_changes_the_turn_users_of_the_running_server() {
+    let _slot = crate::common::slot();
     let toml = |pass: &str| {
         format!(
             "[server]\nwatch_config = false\n\n[turn]\nlisten = \"127.0.0.1:0\"\nrelay_ip = \"127.0.0.1\"\nusers = [\"carol:{pass}\"]\n"

@@ -65,7 +65,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
     ignore = "200 str0m clients need an optimized build: cargo test --release"
 )]
 fn viewers_200_for_30s_decrypt_every_packet_without_gaps() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::common::serial(&SERIAL);
     let viewers = env_bounded("TERN_VIEWERS", 200, 1, 1000);
     let seconds = env_bounded("TERN_SECONDS", 30, 1, 600);
     let server = Server::demo();
@@ -88,7 +88,7 @@ fn viewers_200_for_30s_decrypt_every_packet_without_gaps() {
 
 #[test]
 fn one_viewer_for_5s_decrypts_every_packet_without_gaps() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::common::serial(&SERIAL);
     let server = Server::demo();
     let outcome = run_viewers(&Plan {
         http: server.http,

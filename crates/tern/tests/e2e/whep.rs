@@ -114,6 +114,7 @@ const FRAG: (&str, &str) = ("Content-Type", "application/trickle-ice-sdpfrag");
 
 #[test]
 fn whep_status_codes() {
+    let _slot = crate::common::slot();
     let (_p, a) = start();
     let o = offer();
 

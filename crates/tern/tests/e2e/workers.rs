@@ -87,6 +87,7 @@ fn viewers_get_every_packet(server: &Child, stream: &str, n: usize, life: u64, p
 
 #[test]
 fn two_of_each_worker_deliver_every_packet_and_share_the_viewers() {
+    let _slot = crate::common::slot();
     // A process: the test reads its threads' CPU time in /proc.
     let server = Child::start(&[
         "demo",
@@ -127,6 +128,7 @@ fn two_of_each_worker_deliver_every_packet_and_share_the_viewers() {
 
 #[test]
 fn zero_stream_workers_means_app_workers_send() {
+    let _slot = crate::common::slot();
     // A process: the test lists its threads in /proc.
     let server = Child::start(&[
         "demo",
@@ -147,6 +149,7 @@ fn zero_stream_workers_means_app_workers_send() {
 
 #[test]
 fn a_whip_publisher_on_the_second_app_worker_feeds_viewers_on_stream_workers() {
+    let _slot = crate::common::slot();
     let cfg = std::env::temp_dir().join(format!("tern-workers-{}.toml", std::process::id()));
     std::fs::write(
         &cfg,
@@ -171,6 +174,7 @@ fn a_whip_publisher_on_the_second_app_worker_feeds_viewers_on_stream_workers() {
 
 #[test]
 fn a_bad_worker_count_stops_start_up_naming_the_key() {
+    let _slot = crate::common::slot();
     let bin = env!("CARGO_BIN_EXE_tern");
     let cfg = std::env::temp_dir().join(format!("tern-workers-bad-{}.toml", std::process::id()));
     for (body, key) in [

@@ -9,8 +9,10 @@ pub mod bench;
 pub mod hook;
 pub mod rsa;
 mod server;
+mod slot;
 
 pub use server::{Running, Server};
+pub use slot::{Serial, serial, slot};
 
 use std::collections::HashMap;
 use std::fs::File;
