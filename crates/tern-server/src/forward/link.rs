@@ -406,8 +406,11 @@ struct FlvOut {
     base: Option<i64>,
     /// Waiting for a keyframe (the start, or frames missed).
     waiting: bool,
+    /// The FLV time of the last video and audio frame sent (ms), and whether one was.
     last_video: u32,
     last_audio: u32,
+    video_sent: bool,
+    audio_sent: bool,
 }
 
 impl Default for FlvOut {
@@ -417,12 +420,26 @@ impl Default for FlvOut {
             waiting: true,
             last_video: 0,
             last_audio: 0,
+            video_sent: false,
+            audio_sent: false,
         }
     }
 }
 
 fn ms(t: i64, base: i64) -> u32 {
     u32::try_from((t - base).max(0) / 90).unwrap_or(u32::MAX)
+}
+
+/// The FLV time of a frame at `t` ms: at least 1 ms after the track's last one when it has
+/// one. FLV counts whole milliseconds, and two frames under 1 ms apart (Chromium's canvas
+/// capture sends such) would share a timestamp, which ffmpeg and RTMP servers take for a
+/// broken stream ("non monotonically increasing dts").
+fn after(t: u32, last: u32, sent: bool) -> u32 {
+    if sent {
+        t.max(last.saturating_add(1))
+    } else {
+        t
+    }
 }
 
 impl FlvOut {
@@ -474,11 +491,14 @@ impl FlvOut {
                 let Some(base) = self.base else {
                     return Ok(());
                 };
-                let at = ms(*dts, base).max(self.last_video);
-                let cts = i32::try_from((pts - dts) / 90).unwrap_or(0);
+                let at = after(ms(*dts, base), self.last_video, self.video_sent);
+                // A DTS moved later keeps its PTS: the composition offset shrinks as much.
+                let moved = i64::from(at) - i64::from(ms(*dts, base));
+                let cts = i32::try_from(((pts - dts) / 90 - moved).max(0)).unwrap_or(0);
                 cs.send_video(at, &flv::avc_nalu(*keyframe, cts, avcc))
                     .map_err(e)?;
                 self.last_video = at;
+                self.video_sent = true;
             }
             OutFrame::Audio { pts, aac } => {
                 let (Some(base), false, Some(_)) = (self.base, self.waiting, &configs.audio) else {
@@ -487,9 +507,10 @@ impl FlvOut {
                 if *pts < base {
                     return Ok(());
                 }
-                let at = ms(*pts, base).max(self.last_audio);
+                let at = after(ms(*pts, base), self.last_audio, self.audio_sent);
                 cs.send_audio(at, &flv::aac_raw(aac)).map_err(e)?;
                 self.last_audio = at;
+                self.audio_sent = true;
             }
             _ => {}
         }
@@ -510,5 +531,31 @@ fn drain(rx: &Receiver<Arc<OutFrame>>, until: Instant, configs: &mut Configs, st
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{after, ms};
+
+    #[test]
+    fn flv_times_rise_by_a_millisecond_at_least() {
+        // Two frames 0.5 ms apart (45 ticks at 90 kHz) fall in the same millisecond.
+        let base = 1_000;
+        let (a, b) = (ms(base + 900, base), ms(base + 945, base));
+        assert_eq!((a, b), (10, 10));
+        assert_eq!(
+            after(a, 0, false),
+            10,
+            "a track's first frame keeps its time"
+        );
+        assert_eq!(after(b, a, true), 11, "the next is moved 1 ms on");
+        assert_eq!(after(40, 11, true), 40, "a later frame keeps its own");
+        assert_eq!(after(5, 11, true), 12, "an earlier one follows the last");
+        assert_eq!(
+            after(0, u32::MAX, true),
+            u32::MAX,
+            "no overflow at the end of time"
+        );
     }
 }
