@@ -31,7 +31,8 @@
 #   tbase   with BENCH_BASE=<path to another tern binary>: `auto`'s server, that build's
 #           `tern bench` as the tester (the tester against its previous build, same run).
 #   tsock   `auto`'s server, the tester with one socket per media thread (`tern bench
-#           --sockets thread`) instead of one per viewer.
+#           --sockets thread`, what its default `auto` picks on loopback) instead of one per
+#           viewer (`--sockets viewer`, which every arm above gives this build's tester).
 #   tsample `tsock` and `sample` together.
 #   tceil   the tester's own ceiling, no server: `udp-blaster --mode clip --gso
 #           --into-bench`, the same stream sealed as real SRTP (one seal per packet, sent to
@@ -210,10 +211,10 @@ for src in $SOURCES; do
             for arm in $ARMS; do
                 case $arm in
                 raw | rawgso) l=$(measure_raw "$src" "$n" "$arm") ;;
-                off | auto) l=$(measure_tern "$src" "$n" "$arm") ;;
+                off | auto) l=$(measure_tern "$src" "$n" "$arm" "$TERN" "$arm" "$TERN" --sockets viewer) ;;
                 base) l=$(measure_tern "$src" "$n" - "$TERN_BASE" base) ;;
-                nogro) l=$(measure_tern "$src" "$n" auto "$TERN" nogro "$TERN" --gro false) ;;
-                sample) l=$(measure_tern "$src" "$n" auto "$TERN" sample "$TERN" --verify "sample:${SAMPLE:-16}") ;;
+                nogro) l=$(measure_tern "$src" "$n" auto "$TERN" nogro "$TERN" --sockets viewer --gro false) ;;
+                sample) l=$(measure_tern "$src" "$n" auto "$TERN" sample "$TERN" --sockets viewer --verify "sample:${SAMPLE:-16}") ;;
                 tbase) l=$(measure_tern "$src" "$n" auto "$TERN" tbase "$BENCH_BASE") ;;
                 tsock) l=$(measure_tern "$src" "$n" auto "$TERN" tsock "$TERN" --sockets thread) ;;
                 tsample) l=$(measure_tern "$src" "$n" auto "$TERN" tsample "$TERN" --sockets thread --verify "sample:${SAMPLE:-16}") ;;

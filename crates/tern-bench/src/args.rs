@@ -81,18 +81,35 @@ pub struct BenchArgs {
     /// `viewer`: one UDP socket per viewer. `thread`: one per media thread, each viewer
     /// with its own loopback address on it (`127.16+T.x.y`), so a thread reads many
     /// viewers' datagrams per system call. `thread` needs a server on IPv4 loopback and no
-    /// `--relay` or `--bind`.
-    #[arg(long, value_enum, default_value_t = Sockets::Viewer)]
+    /// `--relay` or `--bind`. `auto` (the default): `thread` for a viewer whose server media
+    /// address is on IPv4 loopback, when neither `--relay` nor `--bind` is given, and
+    /// `viewer` otherwise (a thread's socket cost the tester 0.70-0.82 of a socket per
+    /// viewer per packet; BENCHMARKS.md, issue 59).
+    #[arg(long, value_enum, default_value_t = Sockets::Auto)]
     pub sockets: Sockets,
 }
 
 /// How viewers get their UDP sockets (`--sockets`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Sockets {
+    /// A thread's socket where the server is on IPv4 loopback, else one per viewer.
+    Auto,
     /// One per viewer.
     Viewer,
     /// One per media thread.
     Thread,
+}
+
+impl Sockets {
+    /// Whether the media threads open a shared socket: with `thread`, and with `auto`
+    /// unless `relay` (TURN needs a viewer's own socket) or a `bind` address is given.
+    pub fn threads_share(self, relay: bool, bind: std::net::IpAddr) -> bool {
+        match self {
+            Sockets::Thread => true,
+            Sockets::Viewer => false,
+            Sockets::Auto => !relay && bind.is_unspecified(),
+        }
+    }
 }
 
 impl BenchArgs {
@@ -237,6 +254,20 @@ mod tests {
             let e = parse(bad).expect_err(bad);
             assert!(e.contains("--sockets thread"), "{bad}: {e}");
         }
+        // `auto` (the default) goes with both, and shares a thread's socket without them.
+        assert_eq!(parse("--relay"), Ok(()));
+        assert_eq!(parse("--bind 127.0.0.5"), Ok(()));
+        let share = |extra: &str| {
+            let mut v = vec!["bench", "--url", "http://127.0.0.1:1/live/demo/whep"];
+            v.extend(extra.split_whitespace());
+            let a = W::try_parse_from(v).expect("parses").a;
+            a.sockets.threads_share(a.relay, a.bind)
+        };
+        assert!(share(""));
+        assert!(!share("--relay"));
+        assert!(!share("--bind 127.0.0.5"));
+        assert!(!share("--sockets viewer"));
+        assert!(share("--sockets thread"));
     }
 
     #[test]

@@ -123,8 +123,12 @@ struct Signaller {
     ome: bool,
     /// Go through the server's TURN.
     relay: bool,
-    /// Viewers share their media thread's socket (`--sockets thread`).
+    /// The media threads have a shared socket (`--sockets thread`, or `auto` without
+    /// `--relay` and `--bind`).
     shared: bool,
+    /// `--sockets`: with `auto` a viewer whose server is not on IPv4 loopback gets a socket
+    /// of its own; with `thread` it fails.
+    sockets: args::Sockets,
     /// Offer every video codec, not H264 alone.
     all_video: bool,
     url: String,
@@ -228,18 +232,21 @@ impl Signaller {
         ))
     }
 
-    /// A viewer's own socket connected to `server`, or none with `--sockets thread` (its
-    /// media thread's serves it; the server must then be on IPv4 loopback, where the
-    /// viewers' own addresses are).
+    /// A viewer's own socket connected to `server`, or none when its media thread's shared
+    /// socket serves it: the server is on IPv4 loopback, where the viewers' own addresses
+    /// are (`--sockets thread` fails elsewhere; `auto` gives the viewer its own socket).
     fn socket(&self, server: SocketAddr) -> Result<Option<UdpSocket>, SignalError> {
         if self.shared {
-            return match server {
-                SocketAddr::V4(a) if a.ip().is_loopback() => Ok(None),
-                _ => Err(SignalError::Transport(format!(
-                    "--sockets thread needs the server's media address on 127.0.0.0/8, \
-                     got {server}"
-                ))),
-            };
+            match server {
+                SocketAddr::V4(a) if a.ip().is_loopback() => return Ok(None),
+                _ if self.sockets == args::Sockets::Thread => {
+                    return Err(SignalError::Transport(format!(
+                        "--sockets thread needs the server's media address on 127.0.0.0/8, \
+                         got {server}"
+                    )));
+                }
+                _ => {}
+            }
         }
         bind_to(self.bind, server)
             .map(Some)
@@ -407,13 +414,17 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
     let ctx = Arc::new(DtlsContext::generate().map_err(|e| e.to_string())?);
     // The server's HTTP origin (for /v1/memory and /v1/stats/current), also for ws:// URLs.
     let origin = signal::origin(&a.url).replacen("ws://", "http://", 1);
+    // Threads share a socket with `--sockets thread`, and with `auto` when they can: no
+    // TURN, no --bind, and few enough threads for the loopback addresses.
+    let shared = a.sockets.threads_share(a.relay, a.bind)
+        && (a.sockets == args::Sockets::Thread || a.threads <= socket::SHARED_MAX_THREADS);
     let mut workers = Workers::spawn(
         a.threads,
         Duration::from_secs(a.connect_timeout),
         worker::Receive {
             gro: a.gro,
             verify_every: a.verify.every(),
-            shared: a.sockets == args::Sockets::Thread,
+            shared,
         },
     )
     .map_err(|e| format!("media threads: {e}"))?;
@@ -431,7 +442,8 @@ pub fn run(a: &BenchArgs, stop: Arc<AtomicBool>, out: &mut dyn Write) -> Result<
         ntp_base: (t0, ntp0),
         ome: a.url.starts_with("ws://"),
         relay: a.relay,
-        shared: a.sockets == args::Sockets::Thread,
+        shared,
+        sockets: a.sockets,
         all_video: a.all_video,
         url: a.url.clone(),
         prefer_v6: if a.bind.is_unspecified() {

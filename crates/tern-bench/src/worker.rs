@@ -648,14 +648,16 @@ impl Thread {
                 }
                 Sock::Shared(shared_addr(self.index, idx))
             }
-            (Some(socket), None) => match self.own_socket(socket, idx, poll) {
+            // A thread with a shared socket also serves viewers with their own (`--sockets
+            // auto`, a server off loopback).
+            (Some(socket), _) => match self.own_socket(socket, idx, poll) {
                 Ok(s) => Sock::Own(s),
                 Err(e) => {
                     eprintln!("bench: client_{}: socket: {e}", j.id);
                     return;
                 }
             },
-            _ => {
+            (None, None) => {
                 eprintln!("bench: client_{}: socket does not match --sockets", j.id);
                 return;
             }

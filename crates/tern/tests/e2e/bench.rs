@@ -286,7 +286,7 @@ fn back(
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly() {
     let _slot = crate::common::slot();
-    let (s, truth) = impaired_run("");
+    let (s, truth) = impaired_run("--sockets viewer");
     assert_eq!(s.verified, s.total_packets, "every packet checked");
     // One socket per viewer: one address, a port each.
     let clients = truth.clients.lock().expect("lock").clone();
@@ -314,11 +314,21 @@ fn loss_reordering_and_duplicates_counted_exactly_with_a_socket_per_thread() {
 }
 
 /// `--verify sample:16`: 1 packet in 16 is authenticated and decrypted, and loss, reordering
-/// and duplicates are still counted exactly from every packet's header (issue 59).
+/// and duplicates are still counted exactly from every packet's header (issue 59). With
+/// `--sockets` left at `auto` and the relay on loopback, the one media thread's socket
+/// serves every viewer.
 #[test]
 fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
     let _slot = crate::common::slot();
-    let (s, _) = impaired_run("--verify sample:16");
+    let (s, truth) = impaired_run("--verify sample:16");
+    let clients = truth.clients.lock().expect("lock").clone();
+    let ips: std::collections::HashSet<_> = clients.iter().map(|c| c.ip()).collect();
+    let ports: std::collections::HashSet<_> = clients.iter().map(|c| c.port()).collect();
+    assert_eq!(
+        (ips.len(), ports.len()),
+        (20, 1),
+        "auto on loopback: an address per viewer on one socket: {clients:?}"
+    );
     // Every packet until a client's first frame, then 1 in 16.
     assert!(
         s.verified * 20 > s.total_packets && s.verified * 8 < s.total_packets,
