@@ -139,7 +139,8 @@ pub struct Hls {
     sessions: Mutex<HashMap<String, HlsSession>>,
     per_ip: Arc<PerAddress>,
     stats: Arc<EngineStats>,
-    /// The `hls_segments` memory line: parts held and free buffers of every packager.
+    /// The `hls_segments` memory line: parts held and free buffers of every packager, and
+    /// the video a packager holds for its first segment's audio.
     counter: PoolCounter,
     serial: AtomicU64,
     /// Figures for `/metrics`.

@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use tern_pool::PoolCounter;
+
 use super::Packager;
 
 /// Bytes held at most (about a second of 30 Mbit/s video): beyond, the video is released
@@ -28,6 +30,28 @@ pub(super) struct AudioWait {
     deadline: Option<u64>,
     held: Vec<Held>,
     bytes: usize,
+    /// The packager's memory counter (`hls_segments`): a held sample counts in it as an
+    /// item of its bytes, with its buffer's capacity reserved, until it is placed or dropped.
+    counter: PoolCounter,
+}
+
+impl AudioWait {
+    /// Takes the held samples out of the wait and out of the memory counter.
+    fn take_held(&mut self) -> Vec<Held> {
+        let held = std::mem::take(&mut self.held);
+        self.counter.sub(held.len(), self.bytes);
+        self.counter
+            .unreserve(held.iter().map(|h| h.data.capacity()).sum());
+        self.bytes = 0;
+        held
+    }
+}
+
+impl Drop for AudioWait {
+    /// A packager dropped while it holds video (its stream gone) leaves nothing counted.
+    fn drop(&mut self) {
+        self.take_held();
+    }
 }
 
 /// One video sample held, as [`Packager::place_video`] takes it.
@@ -52,6 +76,7 @@ impl Packager {
             deadline: None,
             held: Vec::new(),
             bytes: 0,
+            counter: self.counter.clone(),
         });
     }
 
@@ -86,12 +111,15 @@ impl Packager {
             self.release_video();
             return false;
         }
-        w.bytes += sample.len();
+        let data = sample.to_vec();
+        w.bytes += data.len();
+        w.counter.add(1, data.len());
+        w.counter.reserve(data.capacity());
         w.held.push(Held {
             dts,
             pts,
             keyframe,
-            data: sample.to_vec(),
+            data,
             wall_ms,
         });
         true
@@ -107,19 +135,17 @@ impl Packager {
     /// its first deadline, from the new configuration's keyframe.
     pub(super) fn drop_held(&mut self) {
         if let Some(w) = self.audio_wait.as_mut() {
-            self.stats.dropped_samples += w.held.len() as u64;
-            w.held.clear();
-            w.bytes = 0;
+            self.stats.dropped_samples += w.take_held().len() as u64;
         }
     }
 
     /// Ends the wait: places the video held, in order. Called when audio is configured,
     /// the video configuration changes, the stream finishes, or the wait is over.
     pub(super) fn release_video(&mut self) {
-        let Some(w) = self.audio_wait.take() else {
+        let Some(mut w) = self.audio_wait.take() else {
             return;
         };
-        for h in w.held {
+        for h in w.take_held() {
             self.place_video(h.dts, h.pts, h.keyframe, &h.data, h.wall_ms);
         }
     }
@@ -206,6 +232,49 @@ mod tests {
             "130 video samples and one audio frame counted once"
         );
         assert_eq!(p.stats().dropped_samples, 0);
+    }
+
+    /// Held video is in the memory report (the packager's `hls_segments` line) while held,
+    /// and leaves it when dropped for a new configuration or with the packager.
+    #[test]
+    fn held_video_is_counted_until_it_is_placed_or_dropped() {
+        let counter = MemoryRegistry::new().counter("hls_segments", 0);
+        let mut p = Packager::new(HlsConfig::default(), counter.clone());
+        p.await_audio(Duration::from_millis(1000));
+        p.set_video(VideoConfig::H264 {
+            sps: SPS.to_vec(),
+            pps: PPS.to_vec(),
+        });
+        for i in 0..5 {
+            push_frame(&mut p, i);
+        }
+        let r = counter.report();
+        // Five access units of 8 bytes (a 4-byte length and a 4-byte NAL unit).
+        assert_eq!((r.items_in_use, r.used_bytes), (5, 40), "{r:?}");
+        assert!(r.allocated_bytes >= 40, "{r:?}");
+        // A new configuration drops what was held.
+        p.set_video(VideoConfig::H264 {
+            sps: SPS.to_vec(),
+            pps: [PPS, &[0]].concat(),
+        });
+        let r = counter.report();
+        assert_eq!(
+            (r.items_in_use, r.used_bytes, r.allocated_bytes),
+            (0, 0, 0),
+            "{r:?}"
+        );
+        // Held again from the new configuration's keyframe (before the first deadline).
+        for i in 0..3 {
+            push_frame(&mut p, i);
+        }
+        assert_eq!(counter.report().items_in_use, 3);
+        drop(p);
+        let r = counter.report();
+        assert_eq!(
+            (r.items_in_use, r.used_bytes, r.allocated_bytes),
+            (0, 0, 0),
+            "{r:?}"
+        );
     }
 
     #[test]
