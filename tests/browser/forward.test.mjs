@@ -222,7 +222,12 @@ describe('forwards of a WHIP publisher', { timeout: 120_000 }, () => {
     assert.ok(streams.includes('video h264'), `no H264 video: ${probe.stdout}`);
     assert.ok(streams.includes('audio aac'), `no AAC audio: ${probe.stdout}`);
     assert.ok(Math.abs(duration - 6) <= 1, `duration ${duration} s, not 6 ± 1: ${probe.stdout}`);
-    const decode = await run('ffmpeg', ['-hide_banner', '-nostdin', '-v', 'error', '-i', out, '-f', 'null', '-'], 30_000);
+    // Frames keep their own times (`-enc_time_base -1 -fps_mode passthrough`): Chromium's
+    // canvas frames come at uneven times (15-17 ms apart at times, 30 fps on average), and
+    // the null muxer's default 1/30 s clock put two of them on one tick ("non monotonically
+    // increasing dts to muxer ... 163 >= 163", twice in CI; the file's own times rise, as
+    // ffprobe shows).
+    const decode = await run('ffmpeg', ['-hide_banner', '-nostdin', '-v', 'error', '-i', out, '-enc_time_base', '-1', '-fps_mode', 'passthrough', '-f', 'null', '-'], 30_000);
     assert.equal(decode.code, 0, decode.stderr);
     assert.equal(decode.stderr.trim(), '', `decode errors:\n${decode.stderr}`);
 

@@ -415,12 +415,14 @@ fn nacks_recover_what_the_relay_drops() {
     let front: SocketAddr = ([127, 0, 0, 2], server.media.port()).into();
     let relay = Relay::start(front, server.media);
     let url = format!("http://{}/live/demo/whep", server.http);
+    // Impaired for 9 s of the 12, so that 1 % comes to enough drops to mean something (7 s
+    // of 10 gave 48 video drops once in CI, with connections slowed by other tests).
     let a = args(&format!(
-        "-url {url} -n 10 -cint 20 -life 10 -sint 5000 --json"
+        "-url {url} -n 10 -cint 20 -life 12 -sint 5000 --json"
     ));
     let impair = relay.impair.clone();
     let flip = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(7));
+        std::thread::sleep(Duration::from_secs(9));
         impair.store(false, Ordering::Relaxed);
     });
     let (o, text) = run(&a);
