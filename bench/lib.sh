@@ -7,6 +7,17 @@
 #                               on exit kills SP and FP (the caller's ffmpeg, if it sets FP)
 #   thread_ticks NAME           utime + stime (clock ticks, /proc/…/stat) of the threads NAME
 #   thread_ns NAME              time on CPU (ns, /proc/…/schedstat: finer) of the threads NAME
+#
+# And for the lite-clip server benchmarks (server-ab.sh, server-profile.sh), one server and
+# one tester at a time on fixed loopback ports (each runs in a network namespace of its own):
+#
+#   lite_pair_init              sets tmp (a fresh folder), server and bench (empty); on exit
+#                               kills both and removes tmp
+#   start_lite_demo BIN [ARG…]  `BIN demo --clip lite` on 127.0.0.1:18180 (HTTP) and :18181
+#                               (media), log in $tmp/server.log; sets server
+#   start_lite_bench BIN N LIFE [ARG…]
+#                               BIN's `tern bench` of N viewers of live/demo 2 ms apart for
+#                               LIFE s, output in $tmp/bench.out; sets bench
 
 tern_build() {
     local target=${CARGO_TARGET_DIR:-target}
@@ -59,4 +70,34 @@ thread_ns() {
         fi
     done
     echo "$sum"
+}
+
+lite_pair_init() {
+    tmp=$(mktemp -d)
+    server=""
+    bench=""
+    trap lite_pair_cleanup EXIT
+}
+
+lite_pair_cleanup() {
+    [ -n "$bench" ] && kill "$bench" 2>/dev/null || true
+    [ -n "$server" ] && kill "$server" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+
+start_lite_demo() {
+    local bin=$1
+    shift
+    "$bin" demo --clip lite --rtmp none --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
+        --candidate 127.0.0.1 "$@" >"$tmp/server.log" 2>&1 &
+    server=$!
+}
+
+start_lite_bench() {
+    local bin=$1 n=$2 life=$3
+    shift 3
+    "$bin" bench -url http://127.0.0.1:18180/live/demo/whep -n "$n" -cint 2 -life "$life" \
+        -sint 600000 "$@" >"$tmp/bench.out" 2>&1 &
+    bench=$!
 }

@@ -22,16 +22,9 @@ N=${3:-3000}
 ROUNDS=${ROUNDS:-2}
 TESTER=${TESTER:-$PWD/target/release/tern}
 read -r -a TARGS <<<"${TESTER_ARGS:---sockets thread --verify sample:16}"
-tmp=$(mktemp -d)
-server=""
-bench=""
-cleanup() {
-    [ -n "$bench" ] && kill "$bench" 2>/dev/null || true
-    [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+lite_pair_init
 ticks=$(getconf CLK_TCK)
 cpu() { awk -v t="$ticks" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$1/stat"; }
 metric() { curl -sf --max-time 2 http://127.0.0.1:18180/metrics | awk -v m="$1" '$1 == m { print $2 }'; }
@@ -40,13 +33,9 @@ for r in $(seq "$ROUNDS"); do
     for arm in A B; do
         bin=$A
         [ "$arm" = B ] && bin=$B
-        "$bin" demo --clip lite --rtmp none --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
-            --candidate 127.0.0.1 >"$tmp/server.log" 2>&1 &
-        server=$!
+        start_lite_demo "$bin"
         sleep 1.5
-        "$TESTER" bench -url http://127.0.0.1:18180/live/demo/whep -n "$N" -cint 2 -life 32 \
-            -sint 600000 "${TARGS[@]}" >"$tmp/bench.out" 2>&1 &
-        bench=$!
+        start_lite_bench "$TESTER" "$N" 32 "${TARGS[@]}"
         sleep 12
         c0=$(cpu "$server"); p0=$(metric tern_packets_out_total)
         sleep 15

@@ -17,25 +17,14 @@ fi
 ip link set lo up
 N=${1:-4000}
 TERN=${TERN:-$PWD/target/release/tern}
-tmp=$(mktemp -d)
-server=""
-bench=""
-cleanup() {
-    [ -n "$bench" ] && kill "$bench" 2>/dev/null || true
-    [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+lite_pair_init
 echo "# bench/server-profile.sh N=$N: $(date -u +%FT%TZ), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
-"$TERN" demo --clip lite --rtmp none --http 127.0.0.1:18180 --media 127.0.0.1:18181 \
-    --candidate 127.0.0.1 --stream-worker-count 2 >"$tmp/server.log" 2>&1 &
-server=$!
+start_lite_demo "$TERN" --stream-worker-count 2
 sleep 1.5
 # N viewers at 2 ms apart connect in N/500 s; the profile starts 8 s after the last.
-"$TERN" bench -url http://127.0.0.1:18180/live/demo/whep -n "$N" -cint 2 \
-    -life $((N / 500 + 24)) -sint 600000 --verify sample:16 >"$tmp/bench.out" 2>&1 &
-bench=$!
+start_lite_bench "$TERN" "$N" $((N / 500 + 24)) --verify sample:16
 sleep $((N / 500 + 8))
 perf record -F 999 -g -p "$server" -o "$tmp/perf.data" -- sleep 10 2>/dev/null
 wait "$bench" || true

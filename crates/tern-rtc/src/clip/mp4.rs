@@ -70,11 +70,12 @@ impl Clip {
     /// Each video sample becomes one access unit, the parameter sets (from the `avcC` or
     /// `hvcC` box) put in front of every keyframe so that a receiver can start at any of
     /// them. The clip is paced in decoding order at the stream's average frame rate rounded
-    /// to an integer (1-120 fps): a file with B-frames or a variable frame rate plays, but its frames are
-    /// sent in decoding order at a constant rate. Opus packets pass through; AAC-LC is
-    /// decoded and encoded as 20 ms Opus frames at 48 kHz ([`crate::transcode::AacToOpus`];
-    /// its 1024 priming samples are kept, ~21 ms). Audio is then trimmed and the loop
-    /// period set as in [`Clip::parse`]. Blocking: it reads the whole file.
+    /// to an integer (1-120 fps): a file with B-frames or a variable frame rate plays, but
+    /// its frames are sent in decoding order at a constant rate. Opus packets pass through;
+    /// AAC-LC is decoded and encoded as 20 ms Opus frames at 48 kHz
+    /// ([`crate::transcode::AacToOpus`]; its 1024 priming samples are kept, ~21 ms). Audio is
+    /// then trimmed and the loop period set as in [`Clip::parse`]. Blocking: it reads the
+    /// whole file.
     pub fn from_mp4(path: &std::path::Path) -> Result<Clip, ClipError> {
         read(path)
     }

@@ -406,11 +406,9 @@ struct FlvOut {
     base: Option<i64>,
     /// Waiting for a keyframe (the start, or frames missed).
     waiting: bool,
-    /// The FLV time of the last video and audio frame sent (ms), and whether one was.
-    last_video: u32,
-    last_audio: u32,
-    video_sent: bool,
-    audio_sent: bool,
+    /// The FLV time of the last video and audio frame sent (ms), none before the first.
+    last_video: Option<u32>,
+    last_audio: Option<u32>,
 }
 
 impl Default for FlvOut {
@@ -418,10 +416,8 @@ impl Default for FlvOut {
         FlvOut {
             base: None,
             waiting: true,
-            last_video: 0,
-            last_audio: 0,
-            video_sent: false,
-            audio_sent: false,
+            last_video: None,
+            last_audio: None,
         }
     }
 }
@@ -430,16 +426,11 @@ fn ms(t: i64, base: i64) -> u32 {
     u32::try_from((t - base).max(0) / 90).unwrap_or(u32::MAX)
 }
 
-/// The FLV time of a frame at `t` ms: at least 1 ms after the track's last one when it has
-/// one. FLV counts whole milliseconds, and two frames under 1 ms apart (Chromium's canvas
-/// capture sends such) would share a timestamp, which ffmpeg and RTMP servers take for a
-/// broken stream ("non monotonically increasing dts").
-fn after(t: u32, last: u32, sent: bool) -> u32 {
-    if sent {
-        t.max(last.saturating_add(1))
-    } else {
-        t
-    }
+/// The FLV time of a frame at `t` ms: at least 1 ms after the track's `last` one when it
+/// has one. FLV counts whole milliseconds, and two frames under 1 ms apart would share a
+/// timestamp, which RTMP servers and players take for a broken stream.
+fn after(t: u32, last: Option<u32>) -> u32 {
+    last.map_or(t, |l| t.max(l.saturating_add(1)))
 }
 
 impl FlvOut {
@@ -453,11 +444,14 @@ impl FlvOut {
         match f {
             OutFrame::VideoConfig { sps, pps } if !self.waiting => {
                 let rec = flv::avc_decoder_record(sps, pps);
-                cs.send_video(self.last_video, &flv::avc_sequence_header(&rec))
-                    .map_err(e)?;
+                cs.send_video(
+                    self.last_video.unwrap_or(0),
+                    &flv::avc_sequence_header(&rec),
+                )
+                .map_err(e)?;
             }
             OutFrame::AudioConfig { asc, .. } if !self.waiting => {
-                cs.send_audio(self.last_audio, &flv::aac_sequence_header(asc))
+                cs.send_audio(self.last_audio.unwrap_or(0), &flv::aac_sequence_header(asc))
                     .map_err(e)?;
             }
             OutFrame::Video {
@@ -472,7 +466,7 @@ impl FlvOut {
                     };
                     self.waiting = false;
                     let base = *self.base.get_or_insert(*dts);
-                    let at = ms(*dts, base).max(self.last_video);
+                    let at = ms(*dts, base).max(self.last_video.unwrap_or(0));
                     if at == 0 {
                         cs.send_data(&flv::metadata(&[
                             ("videocodecid", 7.0),
@@ -491,14 +485,14 @@ impl FlvOut {
                 let Some(base) = self.base else {
                     return Ok(());
                 };
-                let at = after(ms(*dts, base), self.last_video, self.video_sent);
+                let t = ms(*dts, base);
+                let at = after(t, self.last_video);
                 // A DTS moved later keeps its PTS: the composition offset shrinks as much.
-                let moved = i64::from(at) - i64::from(ms(*dts, base));
+                let moved = i64::from(at) - i64::from(t);
                 let cts = i32::try_from(((pts - dts) / 90 - moved).max(0)).unwrap_or(0);
                 cs.send_video(at, &flv::avc_nalu(*keyframe, cts, avcc))
                     .map_err(e)?;
-                self.last_video = at;
-                self.video_sent = true;
+                self.last_video = Some(at);
             }
             OutFrame::Audio { pts, aac } => {
                 let (Some(base), false, Some(_)) = (self.base, self.waiting, &configs.audio) else {
@@ -507,10 +501,9 @@ impl FlvOut {
                 if *pts < base {
                     return Ok(());
                 }
-                let at = after(ms(*pts, base), self.last_audio, self.audio_sent);
+                let at = after(ms(*pts, base), self.last_audio);
                 cs.send_audio(at, &flv::aac_raw(aac)).map_err(e)?;
-                self.last_audio = at;
-                self.audio_sent = true;
+                self.last_audio = Some(at);
             }
             _ => {}
         }
@@ -544,16 +537,12 @@ mod tests {
         let base = 1_000;
         let (a, b) = (ms(base + 900, base), ms(base + 945, base));
         assert_eq!((a, b), (10, 10));
+        assert_eq!(after(a, None), 10, "a track's first frame keeps its time");
+        assert_eq!(after(b, Some(a)), 11, "the next is moved 1 ms on");
+        assert_eq!(after(40, Some(11)), 40, "a later frame keeps its own");
+        assert_eq!(after(5, Some(11)), 12, "an earlier one follows the last");
         assert_eq!(
-            after(a, 0, false),
-            10,
-            "a track's first frame keeps its time"
-        );
-        assert_eq!(after(b, a, true), 11, "the next is moved 1 ms on");
-        assert_eq!(after(40, 11, true), 40, "a later frame keeps its own");
-        assert_eq!(after(5, 11, true), 12, "an earlier one follows the last");
-        assert_eq!(
-            after(0, u32::MAX, true),
+            after(0, Some(u32::MAX)),
             u32::MAX,
             "no overflow at the end of time"
         );

@@ -307,10 +307,9 @@ fn loss_reordering_and_duplicates_counted_exactly_with_a_socket_per_thread() {
     assert_eq!(s.verified, s.total_packets, "every packet checked");
     let clients = truth.clients.lock().expect("lock").clone();
     assert_eq!(clients.len(), 20, "{clients:?}");
-    let ips: std::collections::HashSet<_> = clients.iter().map(|c| c.ip()).collect();
-    let ports: std::collections::HashSet<_> = clients.iter().map(|c| c.port()).collect();
-    assert_eq!(ips.len(), 20, "an address per viewer: {clients:?}");
-    assert_eq!(ports.len(), 2, "a port per thread: {clients:?}");
+    let (ips, ports) = spread(&clients);
+    assert_eq!(ips, 20, "an address per viewer: {clients:?}");
+    assert_eq!(ports, 2, "a port per thread: {clients:?}");
 }
 
 /// `--verify sample:16`: 1 packet in 16 is authenticated and decrypted, and loss, reordering
@@ -322,10 +321,8 @@ fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
     let _slot = crate::common::slot();
     let (s, truth) = impaired_run("--verify sample:16");
     let clients = truth.clients.lock().expect("lock").clone();
-    let ips: std::collections::HashSet<_> = clients.iter().map(|c| c.ip()).collect();
-    let ports: std::collections::HashSet<_> = clients.iter().map(|c| c.port()).collect();
     assert_eq!(
-        (ips.len(), ports.len()),
+        spread(&clients),
         (20, 1),
         "auto on loopback: an address per viewer on one socket: {clients:?}"
     );
@@ -340,6 +337,13 @@ fn loss_reordering_and_duplicates_counted_exactly_when_sampling() {
 
 /// 20 viewers through a relay that drops, delays and duplicates about 1 % of the RTP
 /// packets each: the bench's counts must equal the relay's. `extra`: more bench flags.
+/// How many distinct addresses and ports the relay saw the viewers send from.
+fn spread(clients: &[SocketAddr]) -> (usize, usize) {
+    let ips: std::collections::HashSet<_> = clients.iter().map(|c| c.ip()).collect();
+    let ports: std::collections::HashSet<_> = clients.iter().map(|c| c.port()).collect();
+    (ips.len(), ports.len())
+}
+
 fn impaired_run(extra: &str) -> (tern_bench::report::Summary, Arc<Truth>) {
     // The server listens on 127.0.0.1 and announces 127.0.0.2, where the relay listens.
     let server = Server::demo_announcing("127.0.0.2");
