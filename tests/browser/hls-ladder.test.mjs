@@ -8,9 +8,8 @@
 // (video from the variants, audio from the rendition) in another Chromium page
 // must start on the top variant, move to a lower one within 15 s of the page's network
 // being throttled to 400 kbit/s (DevTools protocol), and be back on the top within 20 s of
-// the limit lifting, recovering from any stall (the times and the longest stall are
-// printed: see the notes at the assertions; the hls.js part runs once more, in a new page,
-// if its first run fails). What hls.js did is printed too: a trace every 250 ms (time, level's
+// the limit lifting, with no stall over 2 s (the times and the longest stall are printed;
+// the hls.js part runs once more, in a new page, if its first run fails). What hls.js did is printed too: a trace every 250 ms (time, level's
 // height, its bandwidth estimate, buffer ahead) and each video part it buffered (start,
 // level/msn.part, size, time to first byte, download time, its estimate then).
 //
@@ -108,7 +107,9 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tern-ladder-'));
     const config = join(dir, 'tern.toml');
-    await writeFile(config, '[[app]]\nname = "live"\nstreams = ["sim"]\n');
+    // LADDER_HLS: more `[hls]` keys (bench/hls-ladder-stalls.sh compares segment lengths).
+    const hls = process.env.LADDER_HLS ? `[hls]\n${process.env.LADDER_HLS}\n` : '';
+    await writeFile(config, `[[app]]\nname = "live"\nstreams = ["sim"]\n${hls}`);
     server = await startServer({ readyTimeoutMs: 20_000, extraArgs: ['--config', config] });
     browser = await launchBrowser();
   }, { timeout: 60_000 });
@@ -222,11 +223,9 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
       console.log(`top parts: ${sizes.join(' ')}`);
     }
     // hls.js: starts on the top variant; throttled, it moves down; freed, it comes back.
-    // This part runs once more, in a new page, if its first run fails (clients.mjs
-    // retryOnce; the failure is printed): on these 2 cores one run in nine or so kept hls.js
-    // on the top variant too long. Both runs must keep the same bounds.
+    // Each watch is a new page; it asserts all but the stall bound and returns what it saw.
     const top = heights[0];
-    await retryOnce(t, async (attempt) => {
+    const watch = async (attempt) => {
       const { page, log } = await newLoggedPage(browser.context);
       try {
         let s = {};
@@ -262,15 +261,10 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
         });
         const throttledAt = Date.now();
         // Issue 54: a lower variant within 15 s, and the top again within 20 s of the limit
-        // lifting. Before playlists were gzipped (their 3 KB, twice a second for the video
-        // and the audio rendition, took a third of the 400 kbit/s), runs at 960x540 moved
-        // down in 1.8-10.7 s and came back in 1.3-14.6 s but for one that stayed on the middle
-        // variant for 40 s, and two beside other tests that took 30.5 s and 38.6 s to come
-        // back; with gzip, nine runs on their own and one in the CI suite moved down in
-        // 1.6-11.0 s and came back in 1.0-8.9 s. The traces showed why it could be slow: for
-        // 5-9 s after the limit hls.js buffered no video part and took no bandwidth sample
-        // (its estimate stayed at the free link's tens of Mbit/s), and back on the free link
-        // its estimate climbs from the lowest variant's parts of 1-8 KB.
+        // lifting. hls.js measures its link and abandons a variant at a segment's first
+        // part; behind the live edge it loads the segment's other parts in a row (1.7.4,
+        // doFragPartsLoad), so it moves down only after the segment it is in (see the stall
+        // bound below).
         const down = await until(15_000, (x) => x.height !== null && x.height < top);
         assert.ok(down !== null, fail(`attempt ${attempt}: hls.js stayed on the top variant at 400 kbit/s for 15 s`));
         console.log(`hls.js moved down to ${s.height} lines ${down} ms after the limit`);
@@ -294,18 +288,34 @@ describe('LL-HLS ladder of a simulcast WHIP publisher (Chromium, ffmpeg, hls.js)
         console.log(`trace (time:level/estimate/buffer): ${trace.join(' ')}`);
         console.log(`loads: ${s.loads.join(' ')}`);
         console.log(`switches: ${JSON.stringify(s.switches.map((x) => x.height))}; stalls: ${JSON.stringify(stalls)}; longest ${longest} ms`);
-        // Issue 54 asks for no stall over 2 s: not held. At 1280x720 the longest stalls in ten
-        // runs were 0, 175, 0, 684, 154, 0, 0, 5571, 0 and 195 ms; at 960x540, 316, 3089, 0,
-        // 3419, 2130 and 3360 ms; with gzip, 0, 1762, 0, 1595 (CI), 1084, 0, 1976, 5749 and
-        // 45 ms: the stall is the time hls.js stays on the top variant after the limit
-        // (above). Asserted here: it recovers (the longest is printed).
-        assert.ok(longest <= 10_000, fail(`a stall of ${longest} ms`));
         assert.deepEqual(s.errors.filter((e) => e.fatal), [], fail('hls.js fatal error'));
         assert.ok(s.audioFrags >= 10, fail(`hls.js buffered ${s.audioFrags} audio fragments`));
+        return { down, up, longest, fail };
       } finally {
         await page.evaluate(() => window.hls?.destroy()).catch(() => {});
         await page.close().catch(() => {});
       }
+    };
+
+    // bench/hls-ladder-stalls.sh: LADDER_RUNS watches, each one's figures printed, the
+    // stall bound not asserted (it is what is measured).
+    const runs = Number(process.env.LADDER_RUNS ?? 0);
+    if (runs > 0) {
+      for (let i = 1; i <= runs; i++) {
+        // A failed watch: its first two lines (what failed, and hls.js's state).
+        const r = await watch(i).catch((err) => ({ error: String(err?.message ?? err).split('\n').slice(0, 2).join(' | ').slice(0, 1500) }));
+        console.log(`ladder run ${i}: ${r.error ?? `down ${r.down} ms, up ${r.up} ms, longest stall ${r.longest} ms`}`);
+      }
+      return;
+    }
+    // Issue 54: no stall over 2 s. It holds with a ladder's 1 s segments
+    // (hls.ladder_segment_target_ms): at 2 s, hls.js finished the segment it was in at
+    // 400 kbit/s before it could move down, and stalled 2.3-2.5 s (BENCHMARKS.md, "LL-HLS
+    // ladders: how long hls.js stalls"). The watch runs once more, in a new page, if its
+    // first run fails (clients.mjs retryOnce; the failure is printed); both keep the bounds.
+    await retryOnce(t, async (attempt) => {
+      const r = await watch(attempt);
+      assert.ok(r.longest <= 2_000, r.fail(`attempt ${attempt}: a stall of ${r.longest} ms`));
     });
   });
 });

@@ -18,6 +18,16 @@ pub struct HlsSection {
     /// with a 1-2 s GOP every keyframe starts a segment, and a CDN caches one object per
     /// 2 s instead of one per part.
     pub segment_target_ms: u64,
+    /// Shortest segment (ms) of a ladder (a stream packaged as several variants: simulcast
+    /// layers or renditions). Default 1000. hls.js (1.7) measures its download rate and
+    /// abandons a variant the link cannot carry only at the start of a segment once it is
+    /// behind the live edge (it loads the rest of a segment's parts in a row), so a
+    /// player whose link drops must get through the rest of a segment before it can move
+    /// down: with 1.5 s of buffer and its link cut to 400 kbit/s, it stalled over 2 s in five
+    /// of eight watches at 2 s, in none of 22 at 1 s (BENCHMARKS.md, "LL-HLS ladders: how
+    /// long hls.js stalls"). A ladder lists and keeps the same span of time as a single
+    /// variant (`window` × `segment_target_ms`), in more segments.
+    pub ladder_segment_target_ms: u64,
     /// Complete segments listed and kept (older ones are freed). Default 6: 12 s at the
     /// default target, room for a player that starts at the live edge and a short stall.
     pub window: usize,
@@ -43,6 +53,7 @@ impl Default for HlsSection {
             enabled: true,
             part_target_ms: 500,
             segment_target_ms: 2000,
+            ladder_segment_target_ms: 1000,
             window: 6,
             session_timeout_s: 30,
             max_sessions: 10_000,
@@ -53,6 +64,15 @@ impl Default for HlsSection {
 }
 
 impl HlsSection {
+    /// Complete segments a ladder lists and keeps: the span of `window` segments of
+    /// `segment_target_ms` in segments of `ladder_segment_target_ms` (at most 100).
+    pub fn ladder_window(&self) -> usize {
+        let span = self.window as u64 * self.segment_target_ms;
+        let n = span.div_ceil(self.ladder_segment_target_ms.max(1));
+        let n = usize::try_from(n).unwrap_or(usize::MAX).max(self.window);
+        n.min(100)
+    }
+
     /// The first bad key of the section.
     pub fn check(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: &str| Err(ConfigError::invalid(key, message));
@@ -63,6 +83,14 @@ impl HlsSection {
             return bad(
                 "hls.segment_target_ms",
                 "must be at least hls.part_target_ms and at most 60000",
+            );
+        }
+        if self.ladder_segment_target_ms < self.part_target_ms
+            || self.ladder_segment_target_ms > self.segment_target_ms
+        {
+            return bad(
+                "hls.ladder_segment_target_ms",
+                "must be at least hls.part_target_ms and at most hls.segment_target_ms",
             );
         }
         if !(2..=100).contains(&self.window) {
@@ -102,11 +130,19 @@ mod tests {
     fn names_the_bad_key() {
         assert!(HlsSection::default().check().is_ok());
         type Breaker = fn(&mut HlsSection);
-        let cases: [(Breaker, &str); 12] = [
+        let cases: [(Breaker, &str); 14] = [
             (|h| h.part_target_ms = 99, "hls.part_target_ms"),
             (|h| h.part_target_ms = 5001, "hls.part_target_ms"),
             (|h| h.segment_target_ms = 499, "hls.segment_target_ms"),
             (|h| h.segment_target_ms = 60_001, "hls.segment_target_ms"),
+            (
+                |h| h.ladder_segment_target_ms = 499,
+                "hls.ladder_segment_target_ms",
+            ),
+            (
+                |h| h.ladder_segment_target_ms = 2001,
+                "hls.ladder_segment_target_ms",
+            ),
             (|h| h.window = 1, "hls.window"),
             (|h| h.window = 101, "hls.window"),
             (
@@ -135,11 +171,35 @@ mod tests {
         let edges = HlsSection {
             part_target_ms: 100,
             segment_target_ms: 100,
+            ladder_segment_target_ms: 100,
             window: 100,
             session_timeout_s: 5,
             player_script: "/static/hls.min.js".into(),
             ..HlsSection::default()
         };
         assert!(edges.check().is_ok());
+    }
+
+    #[test]
+    fn a_ladder_lists_the_same_span_in_more_segments() {
+        let h = HlsSection::default();
+        assert_eq!(h.ladder_window(), 12);
+        let same = HlsSection {
+            ladder_segment_target_ms: 2000,
+            ..HlsSection::default()
+        };
+        assert_eq!(same.ladder_window(), 6);
+        // Rounded up, and never over the window's bound.
+        let odd = HlsSection {
+            ladder_segment_target_ms: 1500,
+            ..HlsSection::default()
+        };
+        assert_eq!(odd.ladder_window(), 8);
+        let many = HlsSection {
+            window: 100,
+            ladder_segment_target_ms: 500,
+            ..HlsSection::default()
+        };
+        assert_eq!(many.ladder_window(), 100);
     }
 }

@@ -93,8 +93,8 @@ pub fn reconcile(old: &Config, mut new: Config) -> Reconciled {
         // Packaging started after a reload takes its timing; sessions its limits.
         restart: [],
         live: [
-            enabled, part_target_ms, segment_target_ms, window, max_sessions, sessions_per_ip,
-            session_timeout_s, player_script,
+            enabled, part_target_ms, segment_target_ms, ladder_segment_target_ms, window,
+            max_sessions, sessions_per_ip, session_timeout_s, player_script,
         ],
     } }
     let (o, n) = (&old.turn, &mut new.turn);

@@ -221,12 +221,18 @@ impl Hls {
         self.per_ip.refused()
     }
 
-    fn packager_config(&self) -> HlsConfig {
+    /// The packagers' timing: a ladder's (`ladder`) cuts shorter segments and keeps more
+    /// of them (`hls.ladder_segment_target_ms`).
+    fn packager_config(&self, ladder: bool) -> HlsConfig {
         let cfg = self.settings();
+        let (segment_ms, window) = match ladder {
+            true => (cfg.ladder_segment_target_ms, cfg.ladder_window()),
+            false => (cfg.segment_target_ms, cfg.window),
+        };
         HlsConfig {
             part_target: Duration::from_millis(cfg.part_target_ms),
-            segment_target: Duration::from_millis(cfg.segment_target_ms),
-            window: cfg.window,
+            segment_target: Duration::from_millis(segment_ms),
+            window,
             ..HlsConfig::default()
         }
     }
@@ -273,7 +279,7 @@ impl Hls {
                 // own rather than a copy in every variant.
                 let audio_apart = self.stats.rids(stream).len() > 1;
                 debug!("HLS packaging of stream {stream} starts (audio apart: {audio_apart})");
-                let config = self.packager_config();
+                let config = self.packager_config(audio_apart);
                 let ask_every_ms = (config.segment_target.as_millis() as u64 / 2).max(250);
                 let mut packager = Packager::new(config.clone(), self.counter.clone());
                 if audio_apart {

@@ -274,6 +274,10 @@ impl Packager {
     ) -> Option<u64> {
         let current = self.segments.back().map_or(0, |s| s.msn);
         if let Some(cut) = due.filter(|c| c.msn > current) {
+            // The last part keeps to the part target as a part closed within the segment
+            // does (Chromium's lower layers skip frames: one lasting to the cut would make
+            // the segment's last part longer).
+            self.end_held_within_target(driver, out);
             self.close_segment(Some(out));
             if cut.msn != self.next_msn {
                 self.skip_to(cut.msn);
@@ -418,6 +422,47 @@ mod tests {
         let text = low.media_playlist("").expect("a playlist");
         assert!(text.contains("#EXT-X-INDEPENDENT-SEGMENTS\n"), "{text}");
         assert_eq!(low.next_part().0, top.next_part().0);
+    }
+
+    #[test]
+    fn a_lower_variants_last_part_before_a_cut_keeps_to_the_part_target() {
+        // The top: 25 fps, a keyframe a second, cut every 2 s; its parts close after 12
+        // frames (0.48 s), at frames 0, 12, 24, 36 and 48 of a segment. The lower layer skips
+        // the three frames before every cut (a simulcast layer dropping frames): its frame
+        // 46 lasts to the cut at 50, and the part from 36 would be 0.56 s.
+        let mut top = packager(SPS_720P_HIGH);
+        let mut low = packager(SPS_360P_BASELINE);
+        low.follow();
+        for i in 0..8 * 25 {
+            let dts = 90_000 + i * 3600;
+            let wall = WALL0 + (i * 1000 / 25) as u64;
+            let key = i % 25 == 0;
+            top.push_video(dts, dts, key, &au(key, 3000), wall);
+            if let Some(cut) = top.last_cut() {
+                low.follow_cut(cut);
+            }
+            if !(47..50).contains(&(i % 50)) {
+                low.push_video(dts, dts, key, &au(key, 800), wall + 3);
+            }
+        }
+        let complete: Vec<_> = low.segments.iter().filter(|s| s.complete).collect();
+        assert!(complete.len() >= 2, "{}", complete.len());
+        for seg in complete {
+            let parts: Vec<u64> = seg.parts.iter().map(|p| p.duration).collect();
+            assert!(
+                parts.iter().all(|d| *d <= 45_000),
+                "segment {}: {parts:?}",
+                seg.msn
+            );
+            // The frame that lasted to the cut has a part of its own.
+            assert_eq!(
+                parts.last(),
+                Some(&14_400),
+                "segment {}: {parts:?}",
+                seg.msn
+            );
+            assert_eq!(parts.iter().sum::<u64>(), seg.duration);
+        }
     }
 
     #[test]

@@ -367,25 +367,14 @@ impl Packager {
             Driver::Video => VIDEO_TIMESCALE,
             Driver::Audio => self.audio.timescale,
         };
-        let track = match driver {
-            Driver::Video => &mut self.video,
-            Driver::Audio => &mut self.audio,
-        };
-        track.finish_held(Some(out));
-        let last_duration = track.samples.last().map_or(0, |s| u64::from(s.duration));
-        let part_target = ticks(self.config.part_target, timescale);
-        let first = |track: &Track| track.samples.first().map_or(out, |s| s.dts);
-        // A part only goes over the target when the last sample lasted longer than the one
-        // before: move that sample to the next part.
-        let n = track.samples.len();
-        if out.saturating_sub(first(track)) > part_target && n > 1 {
-            self.close_part(n - 1);
-        }
+        self.end_held_within_target(driver, out);
         let track = match driver {
             Driver::Video => &self.video,
             Driver::Audio => &self.audio,
         };
-        let part_start = first(track);
+        let last_duration = track.samples.last().map_or(0, |s| u64::from(s.duration));
+        let part_target = ticks(self.config.part_target, timescale);
+        let part_start = track.samples.first().map_or(out, |s| s.dts);
         let segment_start = self.segments.back().map_or(out, |s| s.start);
         let in_segment = out.saturating_sub(segment_start);
         let segment_target = ticks(self.config.segment_target, timescale);
@@ -402,6 +391,28 @@ impl Packager {
             self.close_part(usize::MAX);
         }
         true
+    }
+
+    /// Completes `driver`'s held sample, the next starting at output time `out`. A part only
+    /// goes over the part target when that sample lasted longer than the one before (a
+    /// frame late, or frames missing): the sample then moves to a part of its own, so that
+    /// every part keeps to `PART-TARGET` (RFC 8216bis 4.4.4.9) unless one sample alone is
+    /// longer.
+    pub(super) fn end_held_within_target(&mut self, driver: Driver, out: u64) {
+        let timescale = match driver {
+            Driver::Video => VIDEO_TIMESCALE,
+            Driver::Audio => self.audio.timescale,
+        };
+        let track = match driver {
+            Driver::Video => &mut self.video,
+            Driver::Audio => &mut self.audio,
+        };
+        track.finish_held(Some(out));
+        let first = track.samples.first().map_or(out, |s| s.dts);
+        let n = track.samples.len();
+        if out.saturating_sub(first) > ticks(self.config.part_target, timescale) && n > 1 {
+            self.close_part(n - 1);
+        }
     }
 
     /// Starts a segment whose first sample is at output time `out` of the driver's track.
