@@ -356,6 +356,15 @@ mod tests {
         au
     }
 
+    /// The top's frame at `dts` (3,000 bytes), and its cut handed to `follower` as a
+    /// ladder's owner does.
+    fn top_frame(top: &mut Packager, follower: &mut Packager, dts: i64, key: bool, wall: u64) {
+        top.push_video(dts, dts, key, &au(key, 3000), wall);
+        if let Some(cut) = top.last_cut() {
+            follower.follow_cut(cut);
+        }
+    }
+
     /// Frames at 30 fps for `secs`, the top layer with a keyframe every `top_gop` frames and
     /// the lower one every `low_gop` from frame `low_from` on. The top goes first at each
     /// time, and its cuts are handed down as a ladder's owner does.
@@ -380,10 +389,7 @@ mod tests {
             let dts = dts0 + i * 3000;
             let wall = WALL0 + (i * 1000 / 30) as u64;
             let key = i % top_gop == 0;
-            top.push_video(dts, dts, key, &au(key, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                low.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut low, dts, key, wall);
             if i >= low_from {
                 let key = (i - low_from) % low_gop == 0;
                 low.push_video(dts + shift, dts + shift, key, &au(key, 800), wall + 3);
@@ -437,10 +443,7 @@ mod tests {
             let dts = 90_000 + i * 3600;
             let wall = WALL0 + (i * 1000 / 25) as u64;
             let key = i % 25 == 0;
-            top.push_video(dts, dts, key, &au(key, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                low.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut low, dts, key, wall);
             if !(47..50).contains(&(i % 50)) {
                 low.push_video(dts, dts, key, &au(key, 800), wall + 3);
             }
@@ -524,10 +527,7 @@ mod tests {
         for i in 0..90i64 {
             let dts = i * 3000;
             let wall = WALL0 + (i * 1000 / 30) as u64;
-            top.push_video(dts, dts, i == 0, &au(i == 0, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                low.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut low, dts, i == 0, wall);
             low.push_video(dts, dts, i == 0, &au(i == 0, 800), wall);
             assert!(
                 !low.wants_keyframe(),
@@ -558,10 +558,7 @@ mod tests {
             let dts = i * 3000;
             let wall = WALL0 + (i * 1000 / 30) as u64;
             let key = i % 30 == 0;
-            top.push_video(dts, dts, key, &au(key, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                low.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut low, dts, key, wall);
             // The lower layer stops from 3 s to 7 s (a paused simulcast layer), and its
             // timestamps jump past the top's cuts in between.
             if !(90..210).contains(&i) {
@@ -609,10 +606,7 @@ mod tests {
             let dts = 500_000 + i * 3000;
             let wall = WALL0 + (i * 1000 / 30) as u64;
             let key = i % 30 == 0;
-            top.push_video(dts, dts, key, &au(key, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                low.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut low, dts, key, wall);
             low.push_video(dts, dts, key, &au(key, 800), wall + 100);
             // The audio starts half a second after the video (placed by arrival, it
             // would land 100 ms earlier in the lower variant than in the top).
@@ -666,10 +660,7 @@ mod tests {
             let dts = 900_000 + i * 3000;
             let wall = WALL0 + (i * 1000 / 30) as u64;
             let key = i % 30 == 0;
-            top.push_video(dts, dts, key, &au(key, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                audio.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut audio, dts, key, wall);
             // Audio a little ahead of the video (it is encoded faster).
             while n * 1024 * 1000 / 48_000 < (i + 3) * 1000 / 30 {
                 let pts = 55_555 + n * 1024;
@@ -752,10 +743,7 @@ mod tests {
             let dts = i * 3000 + jump;
             let wall = WALL0 + (i * 1000 / 30) as u64;
             let key = i % 30 == 0;
-            top.push_video(dts, dts, key, &au(key, 3000), wall);
-            if let Some(cut) = top.last_cut() {
-                low.follow_cut(cut);
-            }
+            top_frame(&mut top, &mut low, dts, key, wall);
             if i >= 10 * 30 {
                 low.push_video(dts, dts, key, &au(key, 800), wall);
             }

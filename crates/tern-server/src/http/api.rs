@@ -87,6 +87,11 @@ pub(super) async fn stream(
     path: StreamPath,
 ) -> Result<Response, HttpError> {
     let key = path.key();
+    // The directory first: a removal (`DELETE /v1/config/apps/…`) takes the stream out of it
+    // before it answers, while the engine drops the cached snapshot a moment later.
+    if !st.streams.contains(&key) {
+        return Err(HttpError::NotFound(format!("stream {key} not found")));
+    }
     match st
         .engine
         .stats
