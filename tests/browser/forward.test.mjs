@@ -1,9 +1,10 @@
 // Forwards (restreaming) of a WHIP publisher: headless Chromium publishes a canvas in H264
 // and a WebAudio tone in Opus over WHIP to live/cam; a forward to nginx with Debian's RTMP
 // module (the reference RTMP server, as in crates/tern/tests/e2e/forward.rs) is added
-// through the API. Once GET /v1/forwards says it is live, ffmpeg pulls 6 s back from nginx:
-// ffprobe finds H264 video and AAC audio (Opus encoded to AAC by tern), 6 s of it, and
-// ffmpeg decodes it without an error. The forward is then deleted (204) and the list is
+// through the API. Once GET /v1/forwards says it is live, ffmpeg pulls 6 s back from nginx,
+// the publisher halving its resolution 3 s in: ffprobe finds H264 video at both widths and
+// AAC audio (Opus encoded to AAC by tern), 6 s of it, and ffmpeg decodes it without an
+// error. The forward is then deleted (204) and the list is
 // empty again. A second Chromium publisher sends VP8 to live/vp8cam: a forward of it fails
 // (state "failed", last_error naming VP8 and H264) while a WHEP viewer (the player page)
 // still plays the stream, and the forward is deleted (204).
@@ -202,17 +203,41 @@ describe('forwards of a WHIP publisher', { timeout: 120_000 }, () => {
     assert.equal(live.stream, 'cam', JSON.stringify(live));
     assert.equal(live.origin, 'api', JSON.stringify(live));
 
-    // 6 s pulled back from nginx, copied.
-    const out = join(dir, 'pulled.mkv');
+    // 6 s pulled back from nginx, copied into FLV. The publisher's resolution changes
+    // mid-stream (below; Chromium also lowers it by itself under load), and the forward
+    // sends the new parameter sets as a new AVC sequence header, as RTMP carries them.
+    // Matroska keeps only the first ones: copied into it, the frames after a change decoded
+    // at the old size (CI, when Chromium went to 480 wide: "top block unavailable for
+    // requested intra mode ... MB 30 0"; here, with Matroska, every frame came out 640
+    // wide). FLV keeps the change where it happens.
+    const out = join(dir, 'pulled.flv');
     const t0 = performance.now();
-    const pull = await run(
+    const pulling = run(
       'ffmpeg',
       ['-hide_banner', '-nostdin', '-v', 'error', '-y', '-rw_timeout', '10000000', '-i', nginx.url(key), '-t', '6', '-c', 'copy', out],
       30_000,
     );
+    // Halfway, the publisher halves its resolution (as Chromium does by itself under load):
+    // the forward must carry the new parameter sets.
+    await sleep(3_000);
+    const scaled = await pub.page.evaluate(async () => {
+      const sender = window.pubPc.getSenders().find((x) => x.track?.kind === 'video');
+      const params = sender.getParameters();
+      params.encodings[0].scaleResolutionDownBy = 2;
+      await sender.setParameters(params);
+      return sender.getParameters().encodings[0].scaleResolutionDownBy;
+    });
+    assert.equal(scaled, 2, 'the publisher takes scaleResolutionDownBy');
+    const pull = await pulling;
     console.log(`ffmpeg pulled in ${Math.round(performance.now() - t0)} ms`);
     assert.ok(pull.code === 0 && !pull.timedOut, `ffmpeg pull: ${JSON.stringify({ ...pull, stdout: undefined })}${await why()}`);
 
+    // Both sizes are in the file, each frame decoded at its own.
+    const sized = await run('ffprobe', ['-v', 'error', '-select_streams', 'v:0', '-show_entries', 'frame=width', '-of', 'csv=p=0', out], 30_000);
+    assert.equal(sized.code, 0, sized.stderr);
+    const widths = [...new Set(sized.stdout.split('\n').map((l) => l.trim()).filter(Boolean))];
+    console.log(`frame widths: ${widths.join(', ')}`);
+    assert.ok(widths.length >= 2, `one frame width in the pulled file: ${widths}`);
     const probe = await run('ffprobe', ['-v', 'error', '-of', 'json', '-show_streams', '-show_entries', 'format=duration', out], 15_000);
     assert.equal(probe.code, 0, probe.stderr);
     const info = JSON.parse(probe.stdout);
