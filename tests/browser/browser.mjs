@@ -89,6 +89,22 @@ export async function launchBrowser({ executablePath = CHROMIUM, extraArgs = [] 
 }
 
 /** Opens a page that records console messages and page errors, for failure messages. */
+/**
+ * `page.goto(url, options)`, once more if Chromium answers `net::ERR_NETWORK_CHANGED`: it
+ * says so when an interface of its network namespace comes or goes, which tests running
+ * beside it do (CI: an https page's first load, while another test set up its own).
+ */
+export async function gotoSteady(page, url, options) {
+  try {
+    return await page.goto(url, options);
+  } catch (err) {
+    if (!String(err?.message ?? err).includes('ERR_NETWORK_CHANGED')) throw err;
+    console.log(`# ${url}: ERR_NETWORK_CHANGED, loading once more`);
+    await new Promise((ok) => setTimeout(ok, 500));
+    return page.goto(url, options);
+  }
+}
+
 export async function newLoggedPage(context) {
   const page = await context.newPage();
   const log = [];

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import { launchBrowser, newLoggedPage } from './browser.mjs';
+import { gotoSteady, launchBrowser, newLoggedPage } from './browser.mjs';
 import { makeCertificate } from './certs.mjs';
 import { freeTcpPort, startServer } from './server.mjs';
 
@@ -116,11 +116,11 @@ describe('HTTPS: WHIP, WHEP, wss:// and LL-HLS over HTTP/2 in Chromium', { timeo
     const pub = await newLoggedPage(browser.context);
     const view = await newLoggedPage(browser.context);
     const failure = (what) => `${what}\n--- publisher ---\n${pub.log()}\n--- viewer ---\n${view.log()}\n--- server ---\n${server.tail()}`;
-    await pub.page.goto(`${base}/`);
+    await gotoSteady(pub.page, `${base}/`);
     const p = await pub.page.evaluate(publishCamera, { endpoint: `${base}/live/cam/whip` });
     assert.equal(p.error, undefined, failure(p.error));
     assert.equal(p.secure, true, 'the https page is a secure context');
-    await view.page.goto(`${base}/`);
+    await gotoSteady(view.page, `${base}/`);
     await sleep(1500);
     const v = await view.page.evaluate(playWhep, { endpoint: `${base}/live/cam/whep` });
     assert.equal(v.error, undefined, failure(v.error));
@@ -132,7 +132,7 @@ describe('HTTPS: WHIP, WHEP, wss:// and LL-HLS over HTTP/2 in Chromium', { timeo
 
   it('OvenPlayer plays live/demo over wss://', async () => {
     const { page, log } = await newLoggedPage(browser.context);
-    await page.goto(`${base}/`, { waitUntil: 'domcontentloaded' });
+    await gotoSteady(page, `${base}/`, { waitUntil: 'domcontentloaded' });
     await page.evaluate(() => {
       document.body.innerHTML = '<div id="player"></div>';
     });
@@ -159,7 +159,7 @@ describe('HTTPS: WHIP, WHEP, wss:// and LL-HLS over HTTP/2 in Chromium', { timeo
     await page.addInitScript(() => {
       window.RTCPeerConnection = undefined;
     });
-    await page.goto(`${base}/live/demo`);
+    await gotoSteady(page, `${base}/live/demo`);
     const read = () => {
       const video = document.querySelector('#video');
       const protocols = performance.getEntriesByType('resource')
